@@ -1,0 +1,215 @@
+"""The Jupyter Server extension: configuration traits, wiring of the services, start and stop."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.paths import jupyter_data_dir
+from jupyter_core.utils import ensure_async
+from jupyter_server.extension.application import ExtensionApp
+from tornado.ioloop import PeriodicCallback
+from traitlets import Float, TraitError, Unicode, default, validate
+from traitlets.config import Configurable
+
+from . import __version__
+from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
+
+
+def default_store_url() -> str:
+    """`GPUWS_STORE`, or the embedded default: a local folder that needs no credentials."""
+    return os.environ.get("GPUWS_STORE") or (Path(jupyter_data_dir()) / "gpuws" / "store").as_uri()
+
+
+def local_store_path(url: str) -> str | None:
+    """The folder behind a local store URL, for showing its disk; None for remote stores."""
+    if url.startswith("file://"):
+        return url[len("file://"):]
+    if "://" not in url and "::" not in url:
+        return url
+    return None
+
+
+class GpuWorkspace(Configurable):
+    """Every setting of jupyter_gpu_ws, read as `c.GpuWorkspace.<name>`.
+
+    `GpuWorkspaceApp` inherits these traits, so `c.GpuWorkspace.x` and `--GpuWorkspace.x=…`
+    configure the running extension.
+    """
+
+    store_url = Unicode(
+        help="""fsspec URL of the persistent store (s3://bucket/prefix, gs://…, a local folder).
+        Environment variable GPUWS_STORE. Default: a local folder in Jupyter's data directory.""",
+    ).tag(config=True)
+
+    workdir = Unicode(
+        "", help="The directory that is mirrored to the store. Default: the server's root directory."
+    ).tag(config=True)
+
+    workspace = Unicode(
+        "", help="Name of this workspace inside the store. Default: derived from the user and work directory."
+    ).tag(config=True)
+
+    sample_interval = Float(1.0, help="Seconds between two samples of the GPU and system monitor.").tag(config=True)
+
+    history_seconds = Float(
+        300.0, help="Seconds of monitor samples kept in memory for the history and sparklines."
+    ).tag(config=True)
+
+    nvml_test_double = Unicode(
+        "",
+        help="""Path to a JSON file describing simulated GPUs. When set, the monitor reads this
+        NVML test double (jupyter_gpu_ws.monitor.fake_nvml) instead of the NVIDIA driver.
+        For tests and demonstrations only.""",
+    ).tag(config=True)
+
+    gpu_idle_percent = Float(5.0, help="A GPU below this utilisation % counts as idle.").tag(config=True)
+
+    gpu_idle_alert_minutes = Float(
+        10.0, help="Alert when a GPU on which a kernel holds memory has been idle this many minutes."
+    ).tag(config=True)
+
+    gpu_memory_alert = Float(0.95, help="Alert when a GPU's memory is fuller than this fraction.").tag(config=True)
+
+    disk_alert = Float(0.90, help="Alert when the work directory's disk is fuller than this fraction.").tag(config=True)
+
+    @default("store_url")
+    def _default_store_url(self) -> str:
+        return default_store_url()
+
+    @validate("sample_interval")
+    def _check_interval(self, proposal: Any) -> float:
+        if not 0.05 <= proposal["value"] <= 3600:
+            raise TraitError("sample_interval must be between 0.05 and 3600 seconds")
+        return proposal["value"]
+
+    @validate("history_seconds")
+    def _check_history(self, proposal: Any) -> float:
+        if not 0 < proposal["value"] <= 7 * 24 * 3600:
+            raise TraitError("history_seconds must be positive and at most a week")
+        return proposal["value"]
+
+    @validate("gpu_memory_alert", "disk_alert")
+    def _check_fraction(self, proposal: Any) -> float:
+        if not 0 < proposal["value"] <= 1:
+            raise TraitError(f"{proposal['trait'].name} is a fraction between 0 and 1")
+        return proposal["value"]
+
+
+class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
+    """Starts the monitor with the server and stops it with the server."""
+
+    name = "jupyter_gpu_ws"
+    description = __doc__
+    load_other_extensions = True
+
+    def initialize_settings(self) -> None:
+        if not self.workdir:
+            self.workdir = os.path.abspath(os.path.expanduser(self.serverapp.root_dir))
+        if not self.workspace:
+            self.workspace = derive_workspace_name(self.workdir)
+        disks = {"workdir": self.workdir}
+        store_path = local_store_path(self.store_url)
+        if store_path:
+            disks["store"] = store_path
+        self.kernel_index: dict[int, KernelRef] = {}
+        self.sampler = Sampler(
+            self._make_gpu_reader(),
+            SystemReader(disks),
+            interval=self.sample_interval,
+            history_seconds=self.history_seconds,
+            kernels=lambda: self.kernel_index,
+            alerts=AlertTracker(
+                AlertPolicy(
+                    gpu_idle_percent=self.gpu_idle_percent,
+                    gpu_idle_seconds=self.gpu_idle_alert_minutes * 60,
+                    gpu_memory_fraction=self.gpu_memory_alert,
+                    disk_fraction=self.disk_alert,
+                )
+            ),
+        )
+        self.stream_clients: set[Any] = set()
+        self.sampler.subscribe(self._on_sample)
+        self.sampler.start()
+        self._kernel_poll = PeriodicCallback(self.refresh_kernel_index, max(2000, self.sample_interval * 1000))
+        self._kernel_poll.start()
+        self.log.info(
+            "GPU workspace: workdir %s, store %s, workspace %s", self.workdir, self.store_url, self.workspace
+        )
+
+    def _make_gpu_reader(self) -> NvmlReader:
+        if self.nvml_test_double:
+            from .monitor.fake_nvml import FakeNvml
+
+            self.log.warning("GPU workspace: reading simulated GPUs from %s", self.nvml_test_double)
+            return NvmlReader(FakeNvml(self.nvml_test_double))
+        return NvmlReader()
+
+    def initialize_handlers(self) -> None:
+        from .handlers import handlers
+
+        self.handlers.extend(handlers(self))
+
+    async def refresh_kernel_index(self) -> None:
+        """Which kernel runs as which PID, and which notebook uses it.
+
+        Only needed while a GPU has processes, so an idle or GPU-less server skips the work.
+        """
+        latest = self.sampler.latest
+        if latest is None or not any(gpu["processes"] or gpu["mig"] for gpu in latest["gpus"]):
+            return
+        server = self.serverapp
+        notebooks: dict[str, str] = {}
+        try:
+            for session in await ensure_async(server.session_manager.list_sessions()):
+                kernel = session.get("kernel") or {}
+                if kernel.get("id"):
+                    notebooks[kernel["id"]] = session.get("path")
+        except Exception as err:  # the session database is best effort here
+            self.log.debug("GPU workspace: sessions unavailable: %s", err)
+        index: dict[int, KernelRef] = {}
+        km = server.kernel_manager
+        for kernel_id in list(km.list_kernel_ids()):
+            try:
+                kernel = km.get_kernel(kernel_id)
+            except KeyError:
+                continue
+            pid = getattr(getattr(kernel, "provisioner", None), "pid", None)
+            if pid:
+                index[int(pid)] = KernelRef(kernel_id, kernel.kernel_name, notebooks.get(kernel_id))
+        self.kernel_index = index
+
+    def _on_sample(self, sample: dict[str, Any], text: str) -> None:
+        # Called on the sampler thread: hop onto the event loop to write to websockets.
+        if self.stream_clients:
+            self.io_loop.add_callback(self._broadcast, text)
+
+    def _broadcast(self, text: str) -> None:
+        for client in list(self.stream_clients):
+            client.send_sample(text)
+
+    @property
+    def io_loop(self) -> Any:
+        return self.serverapp.io_loop
+
+    async def stop_extension(self) -> None:
+        self._kernel_poll.stop()
+        for client in list(self.stream_clients):
+            client.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.sampler.stop)
+
+
+def derive_workspace_name(workdir: str) -> str:
+    """`<user>-<folder>-<hash>`: stable for the same user and path on a fresh machine."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "user"
+    folder = Path(workdir).name or "root"
+    digest = hashlib.sha1(os.path.abspath(workdir).encode()).hexdigest()[:8]
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in f"{user}-{folder}")
+    return f"{safe}-{digest}"

@@ -1,0 +1,124 @@
+// The one typed client of the jupyter_gpu_ws server API: REST requests and the metrics stream.
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+export interface IGpuProcess {
+  pid: number;
+  memory_used: number | null;
+  kernel_id: string | null;
+  kernel_name: string | null;
+  notebook: string | null;
+}
+
+export interface IMigDevice {
+  index: number;
+  uuid: string;
+  memory_used: number | null;
+  memory_total: number | null;
+  processes: IGpuProcess[];
+}
+
+export interface IGpu {
+  index: number;
+  name: string;
+  uuid: string;
+  utilization: number | null;
+  memory_used: number | null;
+  memory_total: number | null;
+  temperature: number | null;
+  power_draw: number | null;
+  power_limit: number | null;
+  sm_clock: number | null;
+  processes: IGpuProcess[];
+  mig: IMigDevice[];
+}
+
+export interface IDisk {
+  label: string;
+  path: string;
+  used: number;
+  total: number;
+}
+
+export interface ISystem {
+  cpu_percent: number;
+  cpu_count: number;
+  memory_used: number;
+  memory_total: number;
+  limits: 'cgroup' | 'host';
+  disks: IDisk[];
+}
+
+export interface IAlert {
+  id: string;
+  kind: 'gpu-idle' | 'gpu-memory' | 'disk';
+  subject: string;
+  message: string;
+  since: number;
+}
+
+export interface ISample {
+  time: number;
+  interval: number;
+  gpus: IGpu[];
+  gpu_error: string | null;
+  driver_version: string | null;
+  cuda_driver_version: string | null;
+  system: ISystem;
+  alerts: IAlert[];
+}
+
+export interface IMetricsWithHistory extends ISample {
+  history: ISample[];
+  history_seconds: number;
+}
+
+/** An error answered by the server, carrying its message for the user. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string
+  ) {
+    super(message);
+  }
+}
+
+/** Call `/gpuws/api/<endPoint>` and parse its JSON answer. */
+export async function requestAPI<T>(
+  endPoint: string,
+  init: RequestInit = {}
+): Promise<T> {
+  const settings = ServerConnection.makeSettings();
+  const url = URLExt.join(settings.baseUrl, 'gpuws', 'api', endPoint);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new ServerConnection.NetworkError(error as TypeError);
+  }
+  const text = await response.text();
+  let data: any = text;
+  if (text.length > 0) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      // not JSON: keep the text for the error message
+    }
+  }
+  if (!response.ok) {
+    const message =
+      (data && data.message) || response.statusText || String(data);
+    throw new ApiError(response.status, message);
+  }
+  return data as T;
+}
+
+/** The websocket URL of the metrics stream, with the token where the page needs it. */
+export function metricsStreamUrl(): string {
+  const settings = ServerConnection.makeSettings();
+  let url = URLExt.join(settings.wsUrl, 'gpuws', 'api', 'metrics', 'stream');
+  if (settings.token && settings.appendToken) {
+    url += `?token=${encodeURIComponent(settings.token)}`;
+  }
+  return url;
+}

@@ -1,0 +1,86 @@
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStatusBar } from '@jupyterlab/statusbar';
+
+import { AlertNotifier } from './alerts';
+import { gpuIcon } from './icons';
+import { MetricsModel } from './metrics';
+import { GpuWorkspacePanel } from './sidebar/Panel';
+import { GpuStatusItem } from './statusbar';
+
+const PLUGIN_ID = 'jupyter_gpu_ws:plugin';
+
+namespace CommandIDs {
+  export const openPanel = 'gpuws:open-panel';
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'GPU Workspace: GPU and system monitor in a sidebar and the status bar.',
+  autoStart: true,
+  optional: [ISettingRegistry, ILayoutRestorer, ICommandPalette, IStatusBar],
+  activate: async (
+    app: JupyterFrontEnd,
+    settingRegistry: ISettingRegistry | null,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null,
+    statusBar: IStatusBar | null
+  ) => {
+    const model = new MetricsModel();
+    const panel = new GpuWorkspacePanel(model, { sparklineSeconds: 300 });
+    app.shell.add(panel, 'left', { rank: 850 });
+    if (restorer) {
+      restorer.add(panel, 'gpuws-panel');
+    }
+
+    const openPanel = () => {
+      app.shell.activateById(panel.id);
+    };
+    app.commands.addCommand(CommandIDs.openPanel, {
+      label: 'Open GPU Workspace panel',
+      caption: 'Show GPU utilisation, memory and system figures',
+      icon: gpuIcon,
+      execute: openPanel
+    });
+    palette?.addItem({ command: CommandIDs.openPanel, category: 'GPU Workspace' });
+
+    const notifier = new AlertNotifier(model, openPanel);
+    let showStatusBar = true;
+    if (statusBar) {
+      statusBar.registerStatusItem(PLUGIN_ID, {
+        item: new GpuStatusItem(model, openPanel),
+        align: 'left',
+        rank: 50,
+        isActive: () => showStatusBar,
+        activeStateChanged: model.changed
+      });
+    }
+
+    if (settingRegistry) {
+      try {
+        const settings = await settingRegistry.load(PLUGIN_ID);
+        const apply = () => {
+          const seconds = settings.get('sparklineMinutes').composite as number;
+          model.historySeconds = Math.max(seconds * 60, 60);
+          panel.configure({ sparklineSeconds: seconds * 60 });
+          notifier.enabled = settings.get('alertNotifications').composite as boolean;
+          // The status bar re-reads isActive on the next sample.
+          showStatusBar = settings.get('showStatusBar').composite as boolean;
+        };
+        apply();
+        settings.changed.connect(apply);
+      } catch (reason) {
+        console.error('jupyter_gpu_ws: failed to load settings.', reason);
+      }
+    }
+
+    void model.start();
+  }
+};
+
+export default plugin;

@@ -1,0 +1,158 @@
+import React from 'react';
+
+import { IGpu, IGpuProcess, ISample } from '../api';
+import { formatBytes, formatPercent, percent, shortPath } from '../format';
+import { Bar } from './Bar';
+import { Sparkline } from './Sparkline';
+
+/** One card per GPU, or a plain statement of why there are none. */
+export function GpuSection(props: {
+  sample: ISample;
+  history: ISample[];
+  sparklineSeconds: number;
+}): JSX.Element {
+  const { sample } = props;
+  const driver = sample.driver_version
+    ? `Driver ${sample.driver_version}${sample.cuda_driver_version ? ` · CUDA ${sample.cuda_driver_version}` : ''}`
+    : null;
+  return (
+    <section className="jp-gpuws-section" aria-label="GPUs">
+      <h3 className="jp-gpuws-section-title">
+        GPUs
+        {driver && <span className="jp-gpuws-subtle">{driver}</span>}
+      </h3>
+      {sample.gpu_error && (
+        <div
+          className={
+            sample.gpus.length
+              ? 'jp-gpuws-message jp-gpuws-warning'
+              : 'jp-gpuws-message'
+          }
+          data-testid="gpuws-no-gpu"
+        >
+          {sample.gpus.length === 0 && <strong>No GPU found. </strong>}
+          {sample.gpu_error}.
+          {sample.gpus.length === 0 &&
+            ' The CPU, memory and disk figures below are still live.'}
+        </div>
+      )}
+      {sample.gpus.map(gpu => (
+        <GpuCard
+          key={gpu.uuid}
+          gpu={gpu}
+          history={props.history}
+          seconds={props.sparklineSeconds}
+          now={sample.time}
+        />
+      ))}
+    </section>
+  );
+}
+
+function GpuCard(props: {
+  gpu: IGpu;
+  history: ISample[];
+  seconds: number;
+  now: number;
+}): JSX.Element {
+  const { gpu } = props;
+  const memory = percent(gpu.memory_used, gpu.memory_total);
+  const util: Array<[number, number]> = [];
+  const mem: Array<[number, number]> = [];
+  for (const sample of props.history) {
+    const g = sample.gpus.find(item => item.uuid === gpu.uuid);
+    if (g) {
+      if (g.utilization !== null) {
+        util.push([sample.time, g.utilization]);
+      }
+      const m = percent(g.memory_used, g.memory_total);
+      if (m !== null) {
+        mem.push([sample.time, m]);
+      }
+    }
+  }
+  const details = [
+    gpu.temperature !== null ? `${gpu.temperature} °C` : null,
+    gpu.power_draw !== null
+      ? `${Math.round(gpu.power_draw)}${gpu.power_limit ? ` / ${Math.round(gpu.power_limit)}` : ''} W`
+      : null,
+    gpu.sm_clock !== null ? `${gpu.sm_clock} MHz` : null
+  ].filter(Boolean);
+  const processes = [
+    ...gpu.processes,
+    ...gpu.mig.flatMap(m => m.processes)
+  ];
+  return (
+    <div className="jp-gpuws-card" data-testid="gpuws-gpu-card">
+      <div className="jp-gpuws-card-title" title={gpu.uuid}>
+        <span className="jp-gpuws-gpu-index">GPU {gpu.index}</span>{' '}
+        <span className="jp-gpuws-gpu-name">{gpu.name}</span>
+      </div>
+      <Bar
+        label="Utilisation"
+        value={gpu.utilization}
+        text={formatPercent(gpu.utilization)}
+        testId="gpuws-gpu-util"
+      />
+      <Bar
+        label="Memory"
+        value={memory}
+        text={`${formatBytes(gpu.memory_used)} / ${formatBytes(gpu.memory_total)}`}
+        testId="gpuws-gpu-memory"
+      />
+      {details.length > 0 && (
+        <div className="jp-gpuws-details">{details.join(' · ')}</div>
+      )}
+      <Sparkline
+        title={`GPU ${gpu.index} utilisation and memory, last ${Math.round(props.seconds / 60)} min`}
+        seconds={props.seconds}
+        now={props.now}
+        series={[
+          { name: 'util', className: 'jp-gpuws-line-util', points: util },
+          { name: 'mem', className: 'jp-gpuws-line-mem', points: mem }
+        ]}
+      />
+      <div className="jp-gpuws-legend">
+        <span className="jp-gpuws-key-util">utilisation</span>
+        <span className="jp-gpuws-key-mem">memory</span>
+        <span className="jp-gpuws-subtle">last {Math.round(props.seconds / 60)} min</span>
+      </div>
+      {gpu.mig.length > 0 && (
+        <ul className="jp-gpuws-mig">
+          {gpu.mig.map(m => (
+            <li key={m.uuid} title={m.uuid}>
+              MIG {m.index}: {formatBytes(m.memory_used)} /{' '}
+              {formatBytes(m.memory_total)}
+            </li>
+          ))}
+        </ul>
+      )}
+      <ProcessList processes={processes} />
+    </div>
+  );
+}
+
+function ProcessList(props: { processes: IGpuProcess[] }): JSX.Element {
+  if (props.processes.length === 0) {
+    return <div className="jp-gpuws-subtle">No process holds memory on this GPU.</div>;
+  }
+  return (
+    <ul className="jp-gpuws-processes" aria-label="Processes using this GPU">
+      {props.processes.map(p => (
+        <li key={p.pid} data-testid="gpuws-gpu-process">
+          <span
+            className="jp-gpuws-process-name"
+            title={p.notebook ?? (p.kernel_id ? `kernel ${p.kernel_id}` : `PID ${p.pid}`)}
+          >
+            {p.notebook
+              ? shortPath(p.notebook)
+              : p.kernel_id
+                ? `kernel ${p.kernel_id.slice(0, 8)}`
+                : `PID ${p.pid} (not a kernel)`}
+          </span>
+          <span className="jp-gpuws-process-mem">{formatBytes(p.memory_used)}</span>
+        </li>
+      ))}
+    </ul>
+  );
+}

@@ -1,0 +1,78 @@
+import React from 'react';
+import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+
+import { MetricsModel } from '../metrics';
+import { gpuIcon } from '../icons';
+import { GpuSection } from './GpuSection';
+import { SystemSection } from './SystemSection';
+
+export interface IPanelOptions {
+  sparklineSeconds: number;
+}
+
+/** The "GPU Workspace" sidebar: one section per finished capability. */
+export class GpuWorkspacePanel extends ReactWidget {
+  constructor(
+    readonly model: MetricsModel,
+    public options: IPanelOptions
+  ) {
+    super();
+    this.id = 'jp-gpuws-panel';
+    this.addClass('jp-gpuws-panel');
+    this.title.icon = gpuIcon;
+    this.title.caption = 'GPU Workspace';
+  }
+
+  /** Apply changed settings. */
+  configure(options: IPanelOptions): void {
+    this.options = options;
+    this.update();
+  }
+
+  render(): JSX.Element {
+    return (
+      <UseSignal signal={this.model.changed}>
+        {() => <PanelBody model={this.model} options={this.options} />}
+      </UseSignal>
+    );
+  }
+}
+
+function PanelBody(props: {
+  model: MetricsModel;
+  options: IPanelOptions;
+}): JSX.Element {
+  const { model } = props;
+  const sample = model.latest;
+  return (
+    <div className="jp-gpuws-body">
+      <header className="jp-gpuws-header">
+        <h2>GPU Workspace</h2>
+        <span
+          className={`jp-gpuws-connection jp-gpuws-connection-${model.connection}`}
+          data-testid="gpuws-connection"
+          title={
+            model.connection === 'live'
+              ? 'Receiving live samples from the server'
+              : 'Reconnecting to the server…'
+          }
+        >
+          {model.connection === 'live' ? 'live' : model.connection === 'connecting' ? 'connecting…' : 'reconnecting…'}
+        </span>
+      </header>
+      {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
+      {sample ? (
+        <>
+          <GpuSection
+            sample={sample}
+            history={model.history}
+            sparklineSeconds={props.options.sparklineSeconds}
+          />
+          <SystemSection system={sample.system} />
+        </>
+      ) : (
+        !model.error && <div className="jp-gpuws-message">Waiting for the first sample…</div>
+      )}
+    </div>
+  );
+}

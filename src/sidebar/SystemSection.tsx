@@ -1,0 +1,53 @@
+import React from 'react';
+
+import { ISystem } from '../api';
+import { formatBytes, formatPercent, percent } from '../format';
+import { Bar } from './Bar';
+
+const DISK_LABELS: { [label: string]: string } = {
+  workdir: 'Work directory disk',
+  store: 'Store disk'
+};
+
+/** CPU, memory and disks, bounded by the container's limits where it has them. */
+export function SystemSection(props: { system: ISystem }): JSX.Element {
+  const { system } = props;
+  const cores = Number.isInteger(system.cpu_count)
+    ? system.cpu_count
+    : system.cpu_count.toFixed(1);
+  const memory = percent(system.memory_used, system.memory_total);
+  return (
+    <section className="jp-gpuws-section" aria-label="System">
+      <h3 className="jp-gpuws-section-title">
+        System
+        {system.limits === 'cgroup' && (
+          <span className="jp-gpuws-subtle" title="Figures are bounded by the container's cgroup limits">
+            container limits
+          </span>
+        )}
+      </h3>
+      <Bar
+        label={`CPU (${cores} cores)`}
+        value={system.cpu_percent}
+        text={formatPercent(system.cpu_percent)}
+        testId="gpuws-cpu"
+      />
+      <Bar
+        label="Memory"
+        value={memory}
+        text={`${formatBytes(system.memory_used)} / ${formatBytes(system.memory_total)}`}
+        testId="gpuws-memory"
+      />
+      {system.disks.map(disk => (
+        <div key={disk.label} title={disk.path}>
+          <Bar
+            label={DISK_LABELS[disk.label] ?? disk.label}
+            value={percent(disk.used, disk.total)}
+            text={`${formatBytes(disk.total - disk.used)} free of ${formatBytes(disk.total)}`}
+            testId={`gpuws-disk-${disk.label}`}
+          />
+        </div>
+      ))}
+    </section>
+  );
+}
