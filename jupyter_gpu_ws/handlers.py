@@ -28,11 +28,14 @@ class GpuWorkspaceHandler(APIHandler):
         self.app = app
 
     def query_params(self, allowed: set[str]) -> dict[str, str]:
-        """The query string as single values; an unknown or repeated parameter is a 400."""
+        """The known query parameters as single values; a repeated one is a 400.
+
+        Others are ignored: `token` and cache-busting parameters are legitimate.
+        """
         params: dict[str, str] = {}
         for name, values in self.request.query_arguments.items():
             if name not in allowed:
-                raise web.HTTPError(400, f"Unknown parameter {name!r}; expected one of: {', '.join(sorted(allowed)) or 'none'}")
+                continue
             if len(values) != 1:
                 raise web.HTTPError(400, f"Parameter {name!r} was given more than once")
             params[name] = values[0].decode("utf-8", "replace")

@@ -125,7 +125,8 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
         self._check(handle, "uuid")
         prefix = "MIG" if handle.parent else "GPU"
-        return handle.spec.get("uuid", f"{prefix}-00000000-0000-0000-0000-{handle.index:012d}")
+        parent = handle.parent.index if handle.parent else 0
+        return handle.spec.get("uuid", f"{prefix}-00000000-0000-0000-{parent:04d}-{handle.index:012d}")
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> Memory:
         self._check(handle, "memory")

@@ -177,8 +177,16 @@ class SystemReader:
         disks = []
         for label, path in self.disks.items():
             try:
-                usage = psutil.disk_usage(path)
+                usage = psutil.disk_usage(_nearest_existing(path))
             except OSError:
-                continue  # a folder not there yet (a store not created) is simply not shown
+                continue  # unreadable (a vanished mount): not shown rather than a failed tick
             disks.append(DiskInfo(label=label, path=os.fspath(path), used=usage.used, total=usage.total))
         return disks
+
+
+def _nearest_existing(path: str) -> str:
+    """A folder not made yet (a store before its first sync) lives on its parent's disk."""
+    current = Path(path)
+    while not current.exists() and current != current.parent:
+        current = current.parent
+    return os.fspath(current)

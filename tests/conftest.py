@@ -1,0 +1,90 @@
+"""Shared fixtures: a real Jupyter Server with the extension, reading simulated GPUs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest_plugins = ("pytest_jupyter.jupyter_server",)
+
+GIB = 2**30
+
+
+def gpu_spec(**overrides: Any) -> dict[str, Any]:
+    """Two A100s: one busy with a process, one MIG-partitioned."""
+    spec: dict[str, Any] = {
+        "driver_version": "550.54.15",
+        "cuda_driver_version": 12040,
+        "gpus": [
+            {
+                "name": "NVIDIA A100-SXM4-40GB",
+                "utilization": 87,
+                "memory_used": 12 * GIB,
+                "memory_total": 40 * GIB,
+                "temperature": 61,
+                "power_draw": 250.5,
+                "power_limit": 400.0,
+                "sm_clock": 1410,
+                "processes": [{"pid": 4242, "memory_used": 3 * GIB}],
+            },
+            {
+                "name": "NVIDIA A100-SXM4-40GB",
+                "utilization": 0,
+                "memory_used": 1 * GIB,
+                "memory_total": 40 * GIB,
+                "mig": [
+                    {"memory_used": 1 * GIB, "memory_total": 10 * GIB, "processes": [{"pid": 4343, "memory_used": GIB}]},
+                    {"memory_used": 0, "memory_total": 10 * GIB},
+                ],
+            },
+        ],
+    }
+    spec.update(overrides)
+    return spec
+
+
+def write_spec(path: Path, spec: dict[str, Any]) -> Path:
+    # Write then rename, so the sampler thread never reads a half-written file.
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(spec))
+    tmp.replace(path)
+    return path
+
+
+@pytest.fixture
+def fake_gpus(tmp_path: Path) -> Path:
+    return write_spec(tmp_path / "gpus.json", gpu_spec())
+
+
+@pytest.fixture
+def gpuws_config(fake_gpus: Path) -> dict[str, Any]:
+    """`c.GpuWorkspace` for the test server; tests override it to change the set-up."""
+    return {"nvml_test_double": str(fake_gpus), "sample_interval": 0.1}
+
+
+@pytest.fixture
+def server_authorizer() -> type | None:
+    """The test server's `ServerApp.authorizer_class`; parametrize it to deny access."""
+    return None
+
+
+@pytest.fixture
+def jp_server_config(gpuws_config: dict[str, Any], server_authorizer: type | None) -> dict[str, Any]:
+    server: dict[str, Any] = {
+        "jpserver_extensions": {"jupyter_gpu_ws": True},
+        "allow_unauthenticated_access": False,
+    }
+    if server_authorizer is not None:
+        server["authorizer_class"] = server_authorizer
+    return {"ServerApp": server, "GpuWorkspace": gpuws_config}
+
+
+@pytest.fixture
+def gpuws_app(jp_serverapp: Any) -> Any:
+    """The running GpuWorkspaceApp inside the test server."""
+    for ext in jp_serverapp.extension_manager.extensions["jupyter_gpu_ws"].extension_points.values():
+        return ext.app
+    raise AssertionError("jupyter_gpu_ws is not loaded")
