@@ -1,0 +1,24 @@
+"""Server configuration for the browser tests (Galata).
+
+GPUWS_UI_TEST_GPUS=1 selects the NVML test double with the GPUs in fake-gpus.json, copied to
+a scratch file (GPUWS_UI_GPUS_FILE, default <tmp>/gpuws-ui-gpus.json) that the tests and the
+kernels change; otherwise the real NVML binding runs, which on a machine without a GPU
+reports none.
+"""
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from jupyterlab.galata import configure_jupyter_server
+
+configure_jupyter_server(c)  # noqa: F821
+c.ServerApp.allow_root = True  # noqa: F821
+c.LabApp.extension_manager = "readonly"  # noqa: F821
+c.GpuWorkspace.sample_interval = 0.5  # noqa: F821
+
+if os.environ.get("GPUWS_UI_TEST_GPUS"):
+    scratch = Path(os.environ.setdefault("GPUWS_UI_GPUS_FILE", str(Path(tempfile.gettempdir()) / "gpuws-ui-gpus.json")))
+    shutil.copy(Path(__file__).with_name("fake-gpus.json"), scratch)
+    c.GpuWorkspace.nvml_test_double = str(scratch)  # noqa: F821

@@ -1,0 +1,35 @@
+/**
+ * Galata in Debian's Chromium. Two servers: the plain one (this machine has no GPU) and one
+ * reading simulated GPUs through the NVML test double, for the GPU cards.
+ */
+const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
+
+module.exports = {
+  ...baseConfig,
+  timeout: 90000,
+  retries: process.env.CI ? 1 : 0,
+  workers: 1,
+  use: {
+    ...baseConfig.use,
+    video: 'off',
+    trace: 'off',
+    launchOptions: {
+      executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium',
+      args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu']
+    }
+  },
+  webServer: [
+    {
+      command: 'jlpm start',
+      url: 'http://localhost:8888/lab',
+      timeout: 120 * 1000,
+      reuseExistingServer: !process.env.CI
+    },
+    {
+      command: 'jlpm start:gpus',
+      url: 'http://localhost:8889/lab',
+      timeout: 120 * 1000,
+      reuseExistingServer: !process.env.CI
+    }
+  ]
+};
