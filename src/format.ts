@@ -30,3 +30,8 @@ export function shortPath(path: string): string {
   const parts = path.split('/');
   return parts[parts.length - 1] || path;
 }
+
+/** "45 s", "3 min": how long a chart reaches back. */
+export function formatSpan(seconds: number): string {
+  return seconds < 90 ? `${Math.round(seconds)} s` : `${Math.round(seconds / 60)} min`;
+}

@@ -16,7 +16,10 @@ _UNLIMITED = 2**60
 
 @dataclass
 class CgroupFigures:
-    """What the process's cgroup says; None where it sets no limit or has no such file."""
+    """What the process's cgroup says; None where it sets no limit or has no such file.
+
+    Usage is read only where there is a limit: without one, the host's figures apply.
+    """
 
     version: int | None = None
     memory_limit: int | None = None
@@ -45,8 +48,9 @@ class SystemInfo:
 
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text().strip()
-    except OSError:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
         return None
 
 
@@ -75,15 +79,34 @@ def _own_cgroup_dir(root: Path, proc_cgroup: str, controller: str | None) -> Pat
     return base
 
 
-def read_cgroup(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str = "/proc/self/cgroup") -> CgroupFigures:
-    """Read memory and CPU limits and usage from cgroup v2, or v1 where v2 has none."""
-    v2 = _own_cgroup_dir(root, proc_cgroup, None)
-    if (v2 / "cgroup.controllers").exists():
+class CgroupReader:
+    """Reads memory and CPU limits and usage from cgroup v2, or v1 where v2 has none.
+
+    Which files to read is settled once; each `read()` then opens just those few files,
+    since it runs on every sampler tick.
+    """
+
+    def __init__(self, root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str = "/proc/self/cgroup") -> None:
+        v2 = _own_cgroup_dir(root, proc_cgroup, None)
+        self.version: int | None = 2 if (v2 / "cgroup.controllers").exists() else None
+        if self.version == 2:
+            self.memory_dir = self.cpu_dir = self.cpuacct_dir = v2
+        else:
+            self.memory_dir = _own_cgroup_dir(root, proc_cgroup, "memory")
+            self.cpu_dir = _own_cgroup_dir(root, proc_cgroup, "cpu")
+            self.cpuacct_dir = _own_cgroup_dir(root, proc_cgroup, "cpuacct")
+
+    def read(self) -> CgroupFigures:
+        return self._read_v2() if self.version == 2 else self._read_v1()
+
+    def _read_v2(self) -> CgroupFigures:
+        v2 = self.memory_dir
         figures = CgroupFigures(version=2)
         limit = _read(v2 / "memory.max")
         if limit and limit != "max":
             figures.memory_limit = int(limit)
-        current = _read(v2 / "memory.current")
+        # Usage files are costly to read (the kernel sums them up), and only matter under a limit.
+        current = _read(v2 / "memory.current") if figures.memory_limit else None
         if current is not None:
             # Like `docker stats`: page cache that can be dropped is not counted as used.
             inactive = _stat_value(_read(v2 / "memory.stat"), "inactive_file") or 0
@@ -91,31 +114,35 @@ def read_cgroup(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str = "/proc/s
         cpu = (_read(v2 / "cpu.max") or "max").split()
         if cpu[0] != "max" and len(cpu) == 2:
             figures.cpu_limit = int(cpu[0]) / int(cpu[1])
-        usage = _stat_value(_read(v2 / "cpu.stat"), "usage_usec")
+        usage = _stat_value(_read(v2 / "cpu.stat"), "usage_usec") if figures.cpu_limit else None
         if usage is not None:
             figures.cpu_usage_seconds = usage / 1e6
         return figures
 
-    figures = CgroupFigures()
-    memory = _own_cgroup_dir(root, proc_cgroup, "memory")
-    limit = _read(memory / "memory.limit_in_bytes")
-    if limit is not None:
-        figures.version = 1
-        if int(limit) < _UNLIMITED:
-            figures.memory_limit = int(limit)
-        usage = _read(memory / "memory.usage_in_bytes")
-        if usage is not None:
-            inactive = _stat_value(_read(memory / "memory.stat"), "total_inactive_file") or 0
-            figures.memory_used = max(int(usage) - inactive, 0)
-    cpu = _own_cgroup_dir(root, proc_cgroup, "cpu")
-    quota, period = _read(cpu / "cpu.cfs_quota_us"), _read(cpu / "cpu.cfs_period_us")
-    if quota and period and int(quota) > 0:
-        figures.version = 1
-        figures.cpu_limit = int(quota) / int(period)
-    acct = _read(_own_cgroup_dir(root, proc_cgroup, "cpuacct") / "cpuacct.usage")
-    if acct is not None:
-        figures.cpu_usage_seconds = int(acct) / 1e9
-    return figures
+    def _read_v1(self) -> CgroupFigures:
+        figures = CgroupFigures()
+        limit = _read(self.memory_dir / "memory.limit_in_bytes")
+        if limit is not None:
+            figures.version = 1
+            if int(limit) < _UNLIMITED:
+                figures.memory_limit = int(limit)
+            usage = _read(self.memory_dir / "memory.usage_in_bytes") if figures.memory_limit else None
+            if usage is not None:
+                inactive = _stat_value(_read(self.memory_dir / "memory.stat"), "total_inactive_file") or 0
+                figures.memory_used = max(int(usage) - inactive, 0)
+        quota, period = _read(self.cpu_dir / "cpu.cfs_quota_us"), _read(self.cpu_dir / "cpu.cfs_period_us")
+        if quota and period and int(quota) > 0:
+            figures.version = 1
+            figures.cpu_limit = int(quota) / int(period)
+        acct = _read(self.cpuacct_dir / "cpuacct.usage") if figures.cpu_limit else None
+        if acct is not None:
+            figures.cpu_usage_seconds = int(acct) / 1e9
+        return figures
+
+
+def read_cgroup(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str = "/proc/self/cgroup") -> CgroupFigures:
+    """One reading of this process's cgroup (see `CgroupReader`)."""
+    return CgroupReader(root, proc_cgroup).read()
 
 
 class SystemReader:
@@ -128,11 +155,11 @@ class SystemReader:
     def __init__(
         self,
         disks: dict[str, str],
-        cgroup: Callable[[], CgroupFigures] = read_cgroup,
+        cgroup: Callable[[], CgroupFigures] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.disks = disks
-        self._cgroup = cgroup
+        self._cgroup = cgroup or CgroupReader().read
         self._clock = clock
         self._last_cpu: tuple[float, float] | None = None
         psutil.cpu_percent(interval=None)  # prime psutil's delta

@@ -1,7 +1,7 @@
 import React from 'react';
 
 import { IGpu, IGpuProcess, ISample } from '../api';
-import { formatBytes, formatPercent, percent, shortPath } from '../format';
+import { formatBytes, formatPercent, formatSpan, percent, shortPath } from '../format';
 import { Bar } from './Bar';
 import { Sparkline } from './Sparkline';
 
@@ -71,6 +71,9 @@ function GpuCard(props: {
       }
     }
   }
+  // Until the window has filled, span what there is rather than a mostly empty chart.
+  const oldest = props.history.length ? props.history[0].time : props.now;
+  const span = Math.max(Math.min(props.seconds, props.now - oldest), 1);
   const details = [
     gpu.temperature !== null ? `${gpu.temperature} °C` : null,
     gpu.power_draw !== null
@@ -84,9 +87,9 @@ function GpuCard(props: {
   ];
   return (
     <div className="jp-gpuws-card" data-testid="gpuws-gpu-card">
-      <div className="jp-gpuws-card-title" title={gpu.uuid}>
+      <div className="jp-gpuws-card-title" title={`${gpu.name}\n${gpu.uuid}`}>
         <span className="jp-gpuws-gpu-index">GPU {gpu.index}</span>{' '}
-        <span className="jp-gpuws-gpu-name">{gpu.name}</span>
+        <span className="jp-gpuws-gpu-name">{gpu.name.replace(/^NVIDIA /, '')}</span>
       </div>
       <Bar
         label="Utilisation"
@@ -104,8 +107,8 @@ function GpuCard(props: {
         <div className="jp-gpuws-details">{details.join(' · ')}</div>
       )}
       <Sparkline
-        title={`GPU ${gpu.index} utilisation and memory, last ${Math.round(props.seconds / 60)} min`}
-        seconds={props.seconds}
+        title={`GPU ${gpu.index} utilisation and memory, last ${formatSpan(span)}`}
+        seconds={span}
         now={props.now}
         series={[
           { name: 'util', className: 'jp-gpuws-line-util', points: util },
@@ -115,7 +118,7 @@ function GpuCard(props: {
       <div className="jp-gpuws-legend">
         <span className="jp-gpuws-key-util">utilisation</span>
         <span className="jp-gpuws-key-mem">memory</span>
-        <span className="jp-gpuws-subtle">last {Math.round(props.seconds / 60)} min</span>
+        <span className="jp-gpuws-subtle">last {formatSpan(span)}</span>
       </div>
       {gpu.mig.length > 0 && (
         <ul className="jp-gpuws-mig">

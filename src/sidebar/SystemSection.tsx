@@ -5,8 +5,8 @@ import { formatBytes, formatPercent, percent } from '../format';
 import { Bar } from './Bar';
 
 const DISK_LABELS: { [label: string]: string } = {
-  workdir: 'Work directory disk',
-  store: 'Store disk'
+  workdir: 'Disk (work dir)',
+  store: 'Disk (store)'
 };
 
 /** CPU, memory and disks, bounded by the container's limits where it has them. */
@@ -39,11 +39,14 @@ export function SystemSection(props: { system: ISystem }): JSX.Element {
         testId="gpuws-memory"
       />
       {system.disks.map(disk => (
-        <div key={disk.label} title={disk.path}>
+        <div
+          key={disk.label}
+          title={`${disk.path}: ${formatBytes(disk.total - disk.used)} free`}
+        >
           <Bar
             label={DISK_LABELS[disk.label] ?? disk.label}
             value={percent(disk.used, disk.total)}
-            text={`${formatBytes(disk.total - disk.used)} free of ${formatBytes(disk.total)}`}
+            text={`${formatBytes(disk.used)} / ${formatBytes(disk.total)}`}
             testId={`gpuws-disk-${disk.label}`}
           />
         </div>

@@ -30,7 +30,7 @@ test.describe('GPU Workspace panel without a GPU', () => {
       `CPU (${metrics.system.cpu_count} cores)`
     );
     await expect(panel.getByTestId('gpuws-cpu')).toContainText(/\d+%/);
-    await expect(panel.getByTestId('gpuws-disk-workdir')).toContainText('free of');
+    await expect(panel.getByTestId('gpuws-disk-workdir')).toContainText(/Disk \(work dir\).*GiB \/ .*GiB/);
 
     // Live: the memory meter's value is re-rendered from new samples.
     const meter = panel.getByTestId('gpuws-memory').locator('[role=meter]');

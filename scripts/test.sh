@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install everything the tests need, from scratch, then run every test: Python and browser.
+# Usage: bash scripts/test.sh        (CI runs exactly this through .ci/run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${GPUWS_VENV:-$ROOT/.venv}
+REPORTS=$ROOT/.test-reports
+step() { printf '\n==> %s\n' "$*"; }
+
+step "Python environment in $VENV"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+# torch is pinned in the test extra (the CPU wheel); the frontend is built by the build hook.
+"$VENV/bin/python" -m pip install -q -e ".[test]"
+export PATH="$VENV/bin:$PATH"
+jupyter labextension develop . --overwrite >/dev/null
+jlpm build
+jupyter labextension list 2>&1 | grep -q "jupyter_gpu_ws.*enabled.*OK"
+jupyter server extension list 2>&1 | grep -q "jupyter_gpu_ws enabled"
+
+step "Chromium (Debian's package) for the browser tests"
+if ! command -v chromium >/dev/null; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium
+fi
+export CHROMIUM_PATH=${CHROMIUM_PATH:-$(command -v chromium)}
+
+step "Browser test dependencies (Galata)"
+(cd ui-tests && jlpm install)
+
+rm -rf "$REPORTS" && mkdir -p "$REPORTS"
+status=0
+step "Python tests (pytest: real Jupyter Server, real kernels)"
+python -m pytest -v --junitxml="$REPORTS/pytest.xml" tests || status=1
+
+step "Browser tests (Galata in Chromium)"
+(cd ui-tests && CI=1 PLAYWRIGHT_JSON_OUTPUT_NAME="$REPORTS/playwright.json" \
+  jlpm playwright test --reporter=list,json) || status=1
+
+step "Summary"
+python scripts/test_summary.py "$REPORTS" || status=1
+exit $status
