@@ -17,7 +17,7 @@ export PATH="$VENV/bin:$PATH"
 jupyter labextension develop . --overwrite >/dev/null
 jlpm build
 jupyter labextension list 2>&1 | grep -q "jupyter_gpu_ws.*enabled.*OK"
-jupyter server extension list 2>&1 | grep -q "jupyter_gpu_ws enabled"
+jupyter server extension list 2>&1 | grep -q "jupyter_gpu_ws.*enabled"
 
 step "Chromium (Debian's package) for the browser tests"
 if ! command -v chromium >/dev/null; then
