@@ -14,10 +14,11 @@ step "Python environment in $VENV"
 # torch is pinned in the test extra (the CPU wheel); the frontend is built by the build hook.
 "$VENV/bin/python" -m pip install -q -e ".[test]"
 export PATH="$VENV/bin:$PATH"
-jupyter labextension develop . --overwrite >/dev/null
+jupyter-builder develop . --overwrite >/dev/null
 jlpm build
-jupyter labextension list 2>&1 | grep -q "jupyter_gpu_ws.*enabled.*OK"
-jupyter server extension list 2>&1 | grep -q "jupyter_gpu_ws.*enabled"
+# Both halves installed and enabled (grep reads all the output: no SIGPIPE under pipefail).
+jupyter labextension list 2>&1 | grep "jupyter_gpu_ws.*enabled.*OK" >/dev/null
+jupyter server extension list 2>&1 | grep "jupyter_gpu_ws.*enabled" >/dev/null
 
 step "Chromium (Debian's package) for the browser tests"
 if ! command -v chromium >/dev/null; then

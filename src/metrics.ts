@@ -1,5 +1,6 @@
 // The browser's copy of the monitor: the latest sample and a bounded history, kept live
 // from the server's websocket stream (with REST to catch up after a reconnect).
+import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { IDisposable } from '@lumino/disposable';
 
@@ -10,9 +11,12 @@ import {
   requestAPI
 } from './api';
 
-export type ConnectionState = 'connecting' | 'live' | 'reconnecting';
+/** 'polling': websockets fail here (a proxy that blocks them), so samples come by REST. */
+export type ConnectionState = 'connecting' | 'live' | 'reconnecting' | 'polling';
 
 const MAX_BACKOFF_MS = 30000;
+/** Failed websocket attempts in a row before falling back to polling. */
+const ATTEMPTS_BEFORE_POLLING = 3;
 
 export class MetricsModel implements IDisposable {
   /** Samples kept for sparklines, oldest first. */
@@ -44,10 +48,12 @@ export class MetricsModel implements IDisposable {
     this._disposed = true;
     window.clearTimeout(this._retryTimer);
     this._socket?.close();
+    this._poll?.dispose();
     Signal.clearData(this);
   }
 
   private async _catchUp(): Promise<void> {
+    // Only the samples not seen yet; all the server keeps on the first call.
     const since = this.latest ? this.latest.time : 0;
     try {
       const data = await requestAPI<IMetricsWithHistory>(
@@ -70,7 +76,10 @@ export class MetricsModel implements IDisposable {
     }
     const socket = new WebSocket(metricsStreamUrl());
     this._socket = socket;
+    let opened = false;
     socket.onopen = () => {
+      opened = true;
+      this._failures = 0;
       this._backoff = 1000;
       this.connection = 'live';
       this.error = null;
@@ -83,6 +92,11 @@ export class MetricsModel implements IDisposable {
       if (this._disposed) {
         return;
       }
+      this._failures = opened ? 0 : this._failures + 1;
+      if (this._failures >= ATTEMPTS_BEFORE_POLLING) {
+        this._startPolling();
+        return;
+      }
       this.connection = 'reconnecting';
       this._changed.emit();
       this._retryTimer = window.setTimeout(async () => {
@@ -91,6 +105,22 @@ export class MetricsModel implements IDisposable {
       }, this._backoff);
       this._backoff = Math.min(this._backoff * 2, MAX_BACKOFF_MS);
     };
+  }
+
+  private _startPolling(): void {
+    this.connection = 'polling';
+    this._changed.emit();
+    const interval = Math.max((this.latest?.interval ?? 1) * 1000, 1000);
+    this._poll = new Poll({
+      factory: async () => {
+        await this._catchUp();
+        if (this.error) {
+          throw new Error(this.error);
+        }
+      },
+      frequency: { interval, backoff: true, max: MAX_BACKOFF_MS },
+      standby: 'when-hidden'
+    });
   }
 
   private _add(sample: ISample, emit: boolean): void {
@@ -113,4 +143,6 @@ export class MetricsModel implements IDisposable {
   private _socket: WebSocket | null = null;
   private _backoff = 1000;
   private _retryTimer = 0;
+  private _failures = 0;
+  private _poll: Poll | null = null;
 }

@@ -1,10 +1,24 @@
 import React from 'react';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 
-import { MetricsModel } from '../metrics';
+import { ConnectionState, MetricsModel } from '../metrics';
 import { gpuIcon } from '../icons';
 import { GpuSection } from './GpuSection';
 import { SystemSection } from './SystemSection';
+
+const CONNECTION_LABELS: { [state in ConnectionState]: string } = {
+  connecting: 'connecting…',
+  live: 'live',
+  reconnecting: 'reconnecting…',
+  polling: 'polling'
+};
+
+const CONNECTION_TITLES: { [state in ConnectionState]: string } = {
+  connecting: 'Connecting to the server…',
+  live: 'Receiving live samples from the server',
+  reconnecting: 'The connection dropped; reconnecting…',
+  polling: 'Websockets do not get through here; asking the server for samples instead'
+};
 
 export interface IPanelOptions {
   sparklineSeconds: number;
@@ -51,13 +65,9 @@ function PanelBody(props: {
         <span
           className={`jp-gpuws-connection jp-gpuws-connection-${model.connection}`}
           data-testid="gpuws-connection"
-          title={
-            model.connection === 'live'
-              ? 'Receiving live samples from the server'
-              : 'Reconnecting to the server…'
-          }
+          title={CONNECTION_TITLES[model.connection]}
         >
-          {model.connection === 'live' ? 'live' : model.connection === 'connecting' ? 'connecting…' : 'reconnecting…'}
+          {CONNECTION_LABELS[model.connection]}
         </span>
       </header>
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}

@@ -37,6 +37,14 @@ test.describe('GPU Workspace panel without a GPU', () => {
     await expect(meter).toHaveAttribute('aria-valuenow', /\d+/);
   });
 
+  test('has a palette command that opens the panel', async ({ page }) => {
+    await page.keyboard.press('Control+Shift+C');
+    const palette = page.locator('#command-palette');
+    await palette.locator('.lm-CommandPalette-input').fill('GPU Workspace');
+    await palette.locator('.lm-CommandPalette-item', { hasText: 'Open GPU Workspace panel' }).click();
+    await expect(page.locator(PANEL)).toBeVisible();
+  });
+
   test('says plainly that no GPU was found', async ({ page }) => {
     await openPanel(page);
     const message = page.locator(PANEL).getByTestId('gpuws-no-gpu');
