@@ -1,14 +1,24 @@
 import React from 'react';
 
-/** A labelled horizontal gauge; turns amber then red as it fills. */
+/**
+ * A labelled horizontal gauge. A capacity gauge (memory, disk) turns amber then red as it
+ * fills; a busy gauge (utilisation, CPU) does not, since busy is what the user paid for.
+ */
 export function Bar(props: {
   label: string;
   value: number | null;
   text: string;
+  capacity?: boolean;
   testId?: string;
 }): JSX.Element {
   const value = props.value === null ? 0 : Math.max(0, Math.min(100, props.value));
-  const level = value >= 95 ? 'critical' : value >= 80 ? 'high' : 'normal';
+  const level = !props.capacity
+    ? 'normal'
+    : value >= 95
+      ? 'critical'
+      : value >= 80
+        ? 'high'
+        : 'normal';
   return (
     <div className="jp-gpuws-bar" data-testid={props.testId}>
       <div className="jp-gpuws-bar-label">

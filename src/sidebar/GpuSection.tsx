@@ -101,6 +101,7 @@ function GpuCard(props: {
         label="Memory"
         value={memory}
         text={`${formatBytes(gpu.memory_used)} / ${formatBytes(gpu.memory_total)}`}
+        capacity
         testId="gpuws-gpu-memory"
       />
       {details.length > 0 && (

@@ -36,6 +36,7 @@ export function SystemSection(props: { system: ISystem }): JSX.Element {
         label="Memory"
         value={memory}
         text={`${formatBytes(system.memory_used)} / ${formatBytes(system.memory_total)}`}
+        capacity
         testId="gpuws-memory"
       />
       {system.disks.map(disk => (
@@ -47,6 +48,7 @@ export function SystemSection(props: { system: ISystem }): JSX.Element {
             label={DISK_LABELS[disk.label] ?? disk.label}
             value={percent(disk.used, disk.total)}
             text={`${formatBytes(disk.used)} / ${formatBytes(disk.total)}`}
+            capacity
             testId={`gpuws-disk-${disk.label}`}
           />
         </div>

@@ -33,7 +33,8 @@ test.describe('GPU Workspace panel with GPUs', () => {
     await expect(cards).toHaveCount(2);
     const first = cards.nth(0);
     await expect(first).toContainText('GPU 0');
-    await expect(first).toContainText('NVIDIA A100-SXM4-40GB');
+    await expect(first).toContainText('A100-SXM4-40GB');
+    await expect(first.locator('.jp-gpuws-card-title')).toHaveAttribute('title', /NVIDIA A100-SXM4-40GB/);
     await expect(first.getByTestId('gpuws-gpu-memory')).toContainText('15.0 GiB / 40.0 GiB');
     await expect(first.getByTestId('gpuws-gpu-util')).toContainText(/\d+%/);
     await expect(first).toContainText('63 °C · 287 / 400 W · 1410 MHz');
