@@ -1,0 +1,22 @@
+"""The storage sync engine: mirrors the work directory to a store through fsspec."""
+
+from .engine import PassReport, Progress, RestoreReport, SyncEngine, SyncSettings
+from .errors import (
+    CancelledError,
+    DeletionGuardError,
+    LeaseHeldError,
+    QuotaExceededError,
+    StoreConfigError,
+    StoreFullError,
+    StoreUnavailableError,
+    SyncError,
+    WorkdirError,
+)
+from .store import Backend, FsspecBackend, LocalBackend, Store, open_backend
+
+__all__ = [
+    "Backend", "CancelledError", "DeletionGuardError", "FsspecBackend", "LeaseHeldError",
+    "LocalBackend", "PassReport", "Progress", "QuotaExceededError", "RestoreReport", "Store",
+    "StoreConfigError", "StoreFullError", "StoreUnavailableError", "SyncEngine", "SyncError",
+    "SyncSettings", "WorkdirError", "open_backend",
+]

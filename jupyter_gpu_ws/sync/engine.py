@@ -1,0 +1,655 @@
+"""The sync engine: mirrors the work directory to the store, lossless and atomic.
+
+A pass plans from the local record (no walk or listing when the changed paths are known),
+uploads in parallel, makes the data durable, and only then records it as synced. Previous
+versions of overwritten or deleted files are kept under .gpuws/versions/. Restore brings back
+what the work directory lacks and never overwrites or deletes local work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable
+
+from .errors import (
+    CancelledError,
+    DeletionGuardError,
+    LeaseHeldError,
+    QuotaExceededError,
+    StoreConfigError,
+    StoreFullError,
+    StoreUnavailableError,
+    SyncError,
+    WorkdirError,
+)
+from .hashing import file_hash
+from .ignore import IgnoreRules
+from .index import Record, SyncIndex
+from .lease import Lease
+from .scan import LocalFile, scan, stat_path
+from .store import PART_SUFFIX, Backend, SourceChangedError, Store, open_backend, version_stamp
+
+log = logging.getLogger(__name__)
+
+# Below this many deletions the share guard does not apply (deleting 2 of 3 files is normal).
+GUARD_MIN_DELETIONS = 10
+
+
+@dataclass
+class SyncSettings:
+    """Plain values from the app's traits (or the command line)."""
+
+    workdir: str
+    store_url: str
+    workspace: str
+    state_dir: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    concurrency: int = 8
+    max_file_size: int | None = None
+    bandwidth_limit: int | None = None  # bytes per second, all transfers together
+    quota_bytes: int | None = None
+    max_delete_fraction: float = 0.5
+    keep_versions: int = 10
+    version_max_age: float = 30 * 86400.0
+    lease_ttl: float = 60.0
+    durable: bool = True
+    retries: int = 4
+    retry_backoff: float = 0.5
+    excludes: list[str] = field(default_factory=list)
+
+
+class Progress:
+    """Files and bytes done of total; one instance per job, updated from worker threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.files_total = 0
+        self.files_done = 0
+        self.bytes_total = 0
+        self.bytes_done = 0
+        self.phase = "planning"
+        self.current: str | None = None
+
+    def plan(self, files: int, size: int, phase: str) -> None:
+        with self._lock:
+            self.files_total += files
+            self.bytes_total += size
+            self.phase = phase
+
+    def add_bytes(self, n: int) -> None:
+        with self._lock:
+            self.bytes_done += n
+
+    def file_done(self, path: str) -> None:
+        with self._lock:
+            self.files_done += 1
+            self.current = path
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "phase": self.phase,
+                "files_done": self.files_done,
+                "files_total": self.files_total,
+                "bytes_done": self.bytes_done,
+                "bytes_total": self.bytes_total,
+                "current": self.current,
+            }
+
+
+class RateLimiter:
+    """A token bucket shared by every transfer thread."""
+
+    def __init__(self, bytes_per_second: int) -> None:
+        self.rate = float(bytes_per_second)
+        self._lock = threading.Lock()
+        self._allowance = self.rate
+        self._last = time.monotonic()
+
+    def take(self, n: int) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._allowance = min(self.rate, self._allowance + (now - self._last) * self.rate)
+            self._last = now
+            self._allowance -= n
+            wait = -self._allowance / self.rate if self._allowance < 0 else 0.0
+        if wait > 0:
+            time.sleep(wait)
+
+
+@dataclass
+class PassReport:
+    uploaded: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    bytes_uploaded: int = 0
+    errors: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # too large, ignored
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+@dataclass
+class RestoreReport:
+    restored: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)  # the conflict copies written
+    already_present: int = 0
+    bytes_restored: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def index_path(state_dir: str, settings_workdir: str, backend: Backend, workspace: str) -> str:
+    key = hashlib.sha1(f"{os.path.abspath(settings_workdir)}\0{backend.description}\0{workspace}".encode())
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in workspace)
+    return os.path.join(state_dir, f"{safe}-{key.hexdigest()[:12]}.sqlite3")
+
+
+class SyncEngine:
+    def __init__(self, settings: SyncSettings, backend: Backend | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.workdir = os.path.abspath(os.path.expanduser(settings.workdir))
+        self.clock = clock
+        check_workdir(self.workdir)
+        self.backend = backend or open_backend(settings.store_url, settings.storage_options,
+                                               settings.durable, settings.concurrency)
+        self.store = Store(self.backend, settings.workspace)
+        self.index = SyncIndex(index_path(settings.state_dir, self.workdir, self.backend, settings.workspace))
+        self.rules = IgnoreRules(self.workdir, settings.excludes)
+        self.lease = Lease(self.store, settings.lease_ttl, clock)
+        self.limiter = RateLimiter(settings.bandwidth_limit) if settings.bandwidth_limit else None
+        self.read_only_reason: str | None = None
+        self.state = "idle"
+        self.last_sync: float | None = None
+        self.last_error: str | None = None
+        self.quota_warning: str | None = None
+        self._pass_lock = threading.Lock()
+        self._dirty: set[str] = set()
+        self._dirty_lock = threading.Lock()
+        self._pending: dict[str, int] = {}  # path → size, known to differ from the store
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def open(self, take_over: bool = False) -> None:
+        """Reach the store and take the lease; a held lease leaves the engine read-only."""
+        try:
+            self.lease.acquire(take_over=take_over)
+            self.read_only_reason = None
+        except LeaseHeldError as err:
+            self.read_only_reason = str(err)
+            self.state = "read-only"
+            log.warning("Sync: %s", err)
+
+    def heartbeat(self) -> None:
+        if self.read_only_reason is None and self.lease.held:
+            try:
+                self.lease.renew()
+            except LeaseHeldError as err:
+                self.read_only_reason = str(err)
+                self.state = "read-only"
+
+    def close(self) -> None:
+        try:
+            self.lease.release()
+        finally:
+            self.index.close()
+
+    @property
+    def read_only(self) -> bool:
+        return self.read_only_reason is not None
+
+    # -- what is pending ---------------------------------------------------------------------
+
+    def mark_dirty(self, paths: Iterable[str]) -> None:
+        """Paths (relative, '/'-separated) that may have changed, from the watcher."""
+        with self._dirty_lock:
+            for rel in paths:
+                self._dirty.add(rel)
+                local = stat_path(self.workdir, rel, self.rules)
+                record = self.index.get(rel)
+                if local is not None and not _same(local, record):
+                    self._pending[rel] = local.size
+                elif local is None and record is not None and not os.path.lexists(self._abs(rel)):
+                    self._pending[rel] = 0  # a deletion to carry to the store
+                else:
+                    self._pending.pop(rel, None)
+
+    def pending(self) -> tuple[int, int]:
+        with self._dirty_lock:
+            return len(self._pending), sum(self._pending.values())
+
+    def take_dirty(self) -> set[str]:
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, set()
+            return dirty
+
+    # -- sync --------------------------------------------------------------------------------
+
+    def sync(self, paths: Iterable[str] | None = None, progress: Progress | None = None,
+             cancel: threading.Event | None = None) -> PassReport:
+        """One pass. `paths`: just these (from the watcher); None: a full rescan."""
+        if self.read_only:
+            raise LeaseHeldError(self.read_only_reason or "read-only")
+        progress = progress or Progress()
+        with self._pass_lock:
+            self.state = "syncing"
+            try:
+                report = self._sync(paths, progress, cancel)
+            except SyncError as err:
+                self.state, self.last_error = "error", str(err)
+                raise
+            except Exception as err:
+                self.state, self.last_error = "error", f"Sync failed: {err}"
+                log.exception("Sync pass failed")
+                raise SyncError(self.last_error) from err
+            if report.errors:
+                self.state, self.last_error = "error", report.errors[0]
+            else:
+                self.state, self.last_error = "idle", None
+                self.last_sync = self.clock()
+            return report
+
+    def _sync(self, paths: Iterable[str] | None, progress: Progress,
+              cancel: threading.Event | None) -> PassReport:
+        check_workdir(self.workdir)
+        self.rules.reload()
+        report = PassReport()
+        changed: list[LocalFile] = []
+        deleted: list[str] = []
+        if paths is None:
+            local = {f.path: f for f in scan(self.workdir, self.rules)}
+            records = self.index.all()
+            for f in local.values():
+                if _same(f, records.get(f.path)):
+                    report.unchanged += 1
+                else:
+                    changed.append(f)
+            deleted = [p for p in records if p not in local and not os.path.lexists(self._abs(p))]
+            total_records = len(records)
+            if records and not local:
+                raise DeletionGuardError(
+                    f"The work directory {self.workdir} is empty but the store mirrors {len(records)} "
+                    "files: nothing was deleted. Restore it, or delete the files from the store by hand."
+                )
+        else:
+            total_records = self.index.count_and_bytes()[0]
+            for rel in sorted(set(paths)):
+                f = stat_path(self.workdir, rel, self.rules)
+                record = self.index.get(rel)
+                if f is not None:
+                    if _same(f, record):
+                        report.unchanged += 1
+                    else:
+                        changed.append(f)
+                elif record is not None and not os.path.lexists(self._abs(rel)):
+                    deleted.append(rel)
+        if len(deleted) >= GUARD_MIN_DELETIONS and len(deleted) > self.settings.max_delete_fraction * total_records:
+            raise DeletionGuardError(
+                f"This pass would remove {len(deleted)} of the {total_records} files in the store "
+                f"(more than {self.settings.max_delete_fraction:.0%}): stopped, nothing was deleted. "
+                "Check the work directory; previous versions stay in the store."
+            )
+
+        changed = self._apply_limits(changed, report)
+        progress.plan(len(changed) + len(deleted), sum(f.size for f in changed), "uploading")
+        records_done = self._upload_all(changed, progress, cancel, report)
+        self.backend.flush()  # durable before the record says "synced"
+        self.index.put_many(records_done)
+        for record in records_done:
+            self._clear_pending(record.path)
+        if cancel is not None and cancel.is_set():
+            raise CancelledError(f"Cancelled after {len(records_done)} of {len(changed)} files")
+
+        progress.phase = "deleting"
+        for rel in deleted:
+            self._delete_in_store(rel, report)
+            progress.file_done(rel)
+        self.index.delete_many([rel for rel in deleted if rel in report.deleted])
+        for rel in report.deleted:
+            self._clear_pending(rel)
+        self._prune_versions({f.path for f in changed} | set(report.deleted))
+        progress.phase = "done"
+        return report
+
+    def _apply_limits(self, changed: list[LocalFile], report: PassReport) -> list[LocalFile]:
+        """Leave out files over max_file_size; refuse what would exceed the quota."""
+        keep = []
+        limit = self.settings.max_file_size
+        for f in changed:
+            if limit is not None and f.size > limit:
+                report.skipped.append(f.path)
+                continue
+            keep.append(f)
+        quota = self.settings.quota_bytes
+        if quota is None:
+            return keep
+        _, used = self.index.count_and_bytes()
+        allowed = []
+        for f in sorted(keep, key=lambda item: item.size):
+            record = self.index.get(f.path)
+            after = used - (record.size if record else 0) + f.size
+            if after > quota:
+                report.errors.append(
+                    f"Quota exceeded: {f.path} ({_mb(f.size)}) would take the store to {_mb(after)} "
+                    f"of its {_mb(quota)} quota. The file stays here, pending."
+                )
+                continue
+            used = after
+            allowed.append(f)
+        self.quota_warning = (
+            f"The store is {used / quota:.0%} full ({_mb(used)} of {_mb(quota)})" if used >= 0.9 * quota else None
+        )
+        return allowed
+
+    def _upload_all(self, files: list[LocalFile], progress: Progress, cancel: threading.Event | None,
+                    report: PassReport) -> list[Record]:
+        if not files:
+            return []
+        done: list[Record] = []
+        lock = threading.Lock()
+        # Large files first: they set the pass's length; small ones fill the gaps.
+        ordered = sorted(files, key=lambda f: -f.size)
+        batches: list[list[LocalFile]] = []
+        small: list[LocalFile] = []
+        for f in ordered:
+            if f.size >= 1 << 20:
+                batches.append([f])
+            else:
+                small.append(f)
+                if len(small) == 64:
+                    batches.append(small)
+                    small = []
+        if small:
+            batches.append(small)
+
+        def run(batch: list[LocalFile]) -> None:
+            for f in batch:
+                if cancel is not None and cancel.is_set():
+                    return
+                try:
+                    record = self._upload_one(f, progress)
+                except SyncError as err:
+                    with lock:
+                        report.errors.append(str(err))
+                    continue
+                except FileNotFoundError:
+                    continue  # deleted meanwhile: the next pass carries the deletion
+                with lock:
+                    if record is not None:
+                        done.append(record)
+                        report.uploaded.append(f.path)
+                        report.bytes_uploaded += record.size
+                progress.file_done(f.path)
+
+        workers = max(1, min(self.settings.concurrency, len(batches)))
+        if workers == 1:
+            for batch in batches:
+                run(batch)
+        else:
+            with ThreadPoolExecutor(workers, thread_name_prefix="gpuws-sync") as pool:
+                list(pool.map(run, batches))
+        return done
+
+    def _upload_one(self, f: LocalFile, progress: Progress) -> Record | None:
+        path = self._abs(f.path)
+        key = self.store.file_key(f.path)
+        record = self.index.get(f.path)
+        attempt = 0
+        versioned = False
+        while True:
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                raise
+            if record is not None and record.size == st.st_size and record.hash is not None:
+                # Touched but maybe not changed: a hash settles it without an upload.
+                digest = file_hash(path)
+                if digest == record.hash:
+                    return Record(f.path, st.st_size, st.st_mtime_ns, digest, self.clock())
+            before = (st.st_size, st.st_mtime_ns)
+
+            def unchanged() -> bool:
+                try:
+                    now = os.stat(path)
+                except FileNotFoundError:
+                    return False
+                return (now.st_size, now.st_mtime_ns) == before
+
+            try:
+                if record is not None and not versioned:
+                    self._keep_version(f.path)
+                    versioned = True
+                per_chunk = None
+                if self.limiter is not None or st.st_size >= 64 << 20:
+                    limiter = self.limiter
+
+                    def per_chunk(n: int) -> None:
+                        if limiter is not None:
+                            limiter.take(n)
+                        progress.add_bytes(n)
+
+                self.backend.put(path, key, per_chunk, check=unchanged)
+                if per_chunk is None:
+                    progress.add_bytes(st.st_size)
+                return Record(f.path, before[0], before[1], None, self.clock())
+            except SourceChangedError:
+                attempt += 1  # it changed while we read it: read it again, never store it torn
+                if attempt > 20:
+                    raise SyncError(f"{f.path} keeps changing; it will be synced once it settles") from None
+            except StoreUnavailableError as err:
+                attempt += 1
+                if attempt > self.settings.retries:
+                    raise StoreUnavailableError(f"{f.path}: {err} (after {attempt} attempts)") from err
+                time.sleep(self.settings.retry_backoff * 2 ** (attempt - 1))
+
+    def _keep_version(self, rel: str) -> None:
+        """Before an overwrite: the store's current copy becomes a version."""
+        key = self.store.file_key(rel)
+        if self.backend.stat(key) is not None:
+            self.backend.copy(key, self.store.version_key(rel, version_stamp(self.clock())))
+
+    def _delete_in_store(self, rel: str, report: PassReport) -> None:
+        """A deletion reaches the store only as a move into versions."""
+        key = self.store.file_key(rel)
+        try:
+            if self.backend.stat(key) is not None:
+                self.backend.move(key, self.store.version_key(rel, version_stamp(self.clock())))
+            report.deleted.append(rel)
+        except SyncError as err:
+            report.errors.append(f"{rel}: {err}")
+
+    def _prune_versions(self, paths: set[str]) -> None:
+        if not paths:
+            return
+        keep, max_age = self.settings.keep_versions, self.settings.version_max_age
+        cutoff = version_stamp(self.clock() - max_age)
+        for rel in paths:
+            try:
+                versions = self.store.list_versions(rel)
+            except SyncError:
+                continue
+            stamps = [stamp for _, stamp, _ in versions]
+            doomed = stamps[: max(0, len(stamps) - keep)] + [s for s in stamps[-keep:] if s < cutoff]
+            for stamp in set(doomed):
+                self.backend.delete(self.store.version_key(rel, stamp))
+
+    # -- restore -----------------------------------------------------------------------------
+
+    def restore(self, progress: Progress | None = None, cancel: threading.Event | None = None) -> RestoreReport:
+        """Bring back what the work directory lacks; where both differ, keep both."""
+        progress = progress or Progress()
+        report = RestoreReport()
+        with self._pass_lock:
+            check_workdir(self.workdir)
+            remote = self.store.list_files()
+            progress.plan(len(remote), sum(f.size for f in remote.values()), "restoring")
+            records: list[Record] = []
+            for rel, remote_file in sorted(remote.items()):
+                if cancel is not None and cancel.is_set():
+                    break
+                try:
+                    record = self._restore_one(rel, remote_file, report)
+                except (SyncError, OSError) as err:
+                    report.errors.append(f"{rel}: {err}")
+                    record = None
+                if record is not None:
+                    records.append(record)
+                progress.add_bytes(remote_file.size)
+                progress.file_done(rel)
+            self.index.put_many(records)
+            progress.phase = "done"
+        if cancel is not None and cancel.is_set():
+            raise CancelledError(f"Restore cancelled after {len(report.restored)} files")
+        return report
+
+    def _restore_one(self, rel: str, remote: Any, report: RestoreReport) -> Record | None:
+        target = self._abs(rel)
+        if not _inside(self.workdir, target) or PART_SUFFIX in rel:
+            return None
+        if os.path.isfile(target) and not os.path.islink(target):
+            st = os.stat(target)
+            record = self.index.get(rel)
+            if record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):
+                report.already_present += 1
+                return None
+            if st.st_size == remote.size:
+                tmp = self._download(rel, remote)
+                same = file_hash(tmp) == file_hash(target)
+                if same:
+                    os.unlink(tmp)
+                    report.already_present += 1
+                    return Record(rel, st.st_size, st.st_mtime_ns, None, self.clock())
+                return self._keep_both(rel, tmp, report)
+            return self._keep_both(rel, self._download(rel, remote), report)
+        if os.path.lexists(target):
+            return self._keep_both(rel, self._download(rel, remote), report)
+        tmp = self._download(rel, remote)
+        try:
+            os.link(tmp, target)  # fails if the user created the file meanwhile: keep both then
+        except FileExistsError:
+            return self._keep_both(rel, tmp, report)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        st = os.stat(target)
+        report.restored.append(rel)
+        report.bytes_restored += st.st_size
+        return Record(rel, st.st_size, st.st_mtime_ns, None, self.clock())
+
+    def _download(self, rel: str, remote: Any) -> str:
+        target = self._abs(rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        tmp = f"{os.path.dirname(target)}/.~{os.path.basename(target)}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}"
+        try:
+            size = self.backend.get(self.store.file_key(rel), tmp)
+            if size != remote.size:
+                raise StoreUnavailableError(f"got {size} of {remote.size} bytes")
+            if remote.mtime:
+                os.utime(tmp, (remote.mtime, remote.mtime))
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return tmp
+
+    def _keep_both(self, rel: str, tmp: str, report: RestoreReport) -> None:
+        """The store's copy lands beside the local one as name.conflict-<time>.ext."""
+        base, ext = os.path.splitext(self._abs(rel))
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.clock()))
+        target = f"{base}.conflict-{stamp}{ext}"
+        n = 1
+        while os.path.lexists(target):
+            n += 1
+            target = f"{base}.conflict-{stamp}-{n}{ext}"
+        os.rename(tmp, target)
+        report.conflicts.append(os.path.relpath(target, self.workdir).replace(os.sep, "/"))
+        return None
+
+    # -- versions ----------------------------------------------------------------------------
+
+    def versions(self, rel: str) -> list[dict[str, Any]]:
+        return [{"path": p, "version": stamp, "size": f.size} for p, stamp, f in self.store.list_versions(rel)]
+
+    def restore_version(self, rel: str, version: str, target: str | None = None) -> str:
+        """Write a kept version to `target` (default: beside the file, never over it)."""
+        base, ext = os.path.splitext(rel)
+        target = target or f"{base}.version-{version.split('.')[0]}{ext}"
+        dest = self._abs(target)
+        if os.path.lexists(dest):
+            raise SyncError(f"{target} exists already; choose another name")
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        tmp = dest + PART_SUFFIX
+        self.backend.get(self.store.version_key(rel, version), tmp)
+        os.rename(tmp, dest)
+        return target
+
+    # -- status ------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        files, size = self.pending()
+        count, used = self.index.count_and_bytes()
+        lease = None
+        try:
+            current = self.lease.current()
+            lease = asdict(current) if current else None
+        except SyncError:
+            pass
+        return {
+            "state": "read-only" if self.read_only else self.state,
+            "pending_files": files,
+            "pending_bytes": size,
+            "last_sync": self.last_sync,
+            "last_error": self.last_error,
+            "read_only_reason": self.read_only_reason,
+            "synced_files": count,
+            "store_bytes": used,
+            "quota_bytes": self.settings.quota_bytes,
+            "quota_warning": self.quota_warning,
+            "store": self.backend.description,
+            "workspace": self.store.workspace,
+            "lease": lease,
+            "lease_held": self.lease.held,
+        }
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _abs(self, rel: str) -> str:
+        return os.path.join(self.workdir, *rel.split("/"))
+
+    def _clear_pending(self, rel: str) -> None:
+        with self._dirty_lock:
+            self._pending.pop(rel, None)
+
+
+def _same(local: LocalFile, record: Record | None) -> bool:
+    return record is not None and record.size == local.size and record.mtime_ns == local.mtime_ns
+
+
+def _inside(root: str, path: str) -> bool:
+    return os.path.commonpath([root, os.path.abspath(path)]) == root
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def check_workdir(workdir: str) -> None:
+    if not os.path.isdir(workdir):
+        raise WorkdirError(f"The work directory {workdir} does not exist (or is not a directory)")
+    if not os.access(workdir, os.R_OK | os.X_OK):
+        raise WorkdirError(f"The work directory {workdir} is not readable")
+
+
+__all__ = [
+    "PassReport", "Progress", "RestoreReport", "SyncEngine", "SyncSettings", "StoreConfigError",
+    "StoreFullError", "QuotaExceededError",
+]

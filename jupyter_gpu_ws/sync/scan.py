@@ -1,0 +1,66 @@
+"""Walks the work directory with os.scandir, pruning ignored folders and virtual environments."""
+
+from __future__ import annotations
+
+import os
+import stat as stat_module
+from dataclasses import dataclass
+from typing import Iterator
+
+from .ignore import IgnoreRules
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: str  # relative, '/' separated
+    size: int
+    mtime_ns: int
+
+
+def is_environment(dir_path: str) -> bool:
+    """A Python virtual environment or conda environment: rebuilt, never mirrored."""
+    return os.path.exists(os.path.join(dir_path, "pyvenv.cfg")) or os.path.isdir(
+        os.path.join(dir_path, "conda-meta")
+    )
+
+
+def scan(workdir: str, rules: IgnoreRules) -> Iterator[LocalFile]:
+    """Every regular file to mirror. Symbolic links are not followed (they may loop or leave
+    the work directory)."""
+    stack = [("", workdir)]
+    while stack:
+        rel_dir, abs_dir = stack.pop()
+        try:
+            entries = list(os.scandir(abs_dir))
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+        for entry in entries:
+            rel = f"{rel_dir}{entry.name}"
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if not rules.ignored(rel, is_dir=True) and not is_environment(entry.path):
+                        stack.append((rel + "/", entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    if not rules.ignored(rel):
+                        st = entry.stat(follow_symlinks=False)
+                        yield LocalFile(rel, st.st_size, st.st_mtime_ns)
+            except FileNotFoundError:
+                continue  # vanished while we looked
+
+
+def stat_path(workdir: str, rel: str, rules: IgnoreRules) -> LocalFile | None:
+    """One path as the scan would see it, or None if it is gone, not a file, or ignored."""
+    parts = rel.split("/")
+    if rules.ignored(rel):
+        return None
+    for depth in range(1, len(parts)):
+        parent = "/".join(parts[:depth])
+        if rules.ignored(parent, is_dir=True) or is_environment(os.path.join(workdir, parent)):
+            return None
+    try:
+        st = os.lstat(os.path.join(workdir, rel))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat_module.S_ISREG(st.st_mode):
+        return None
+    return LocalFile(rel, st.st_size, st.st_mtime_ns)

@@ -1,0 +1,526 @@
+"""The store: where the mirror and the engine's state live, behind a small backend interface.
+
+Layout, so that the mirror stays browsable with ordinary tools:
+
+    <store_url>/<workspace>/files/<relative path>    the mirror
+    <store_url>/<workspace>/.gpuws/                   lease.json, versions/, …
+
+A backend makes each write atomic (a reader never sees a partial file) and each read land
+complete or not at all. `LocalBackend` writes a temporary name beside the target and renames
+it; `FsspecBackend` relies on the object store's single PUT or completed multipart upload,
+and on temporary name + move elsewhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol
+from urllib.parse import urlparse
+
+from .errors import StoreConfigError, StoreFullError, StoreUnavailableError
+
+PART_SUFFIX = ".gpuws-part"
+CHUNK = 8 * 2**20
+# Up to this size a file is read whole and sent in one PUT: a consistent snapshot, one request.
+SMALL_FILE = 16 * 2**20
+
+
+@dataclass
+class RemoteFile:
+    key: str  # relative to the backend's root, '/' separated
+    size: int
+    mtime: float | None
+
+
+class Backend(Protocol):
+    """The operations the engine needs from any storage; keys are '/'-separated."""
+
+    description: str
+    supports_rename: bool
+
+    def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
+            check: Callable[[], bool] | None = None) -> int: ...
+    def copy(self, src: str, dst: str) -> None: ...
+    def get(self, key: str, local: str, progress: Callable[[int], None] | None = None) -> int: ...
+    def stat(self, key: str) -> RemoteFile | None: ...
+    def move(self, src: str, dst: str) -> None: ...
+    def delete(self, key: str) -> None: ...
+    def list(self, prefix: str) -> Iterator[RemoteFile]: ...
+    def read_bytes(self, key: str) -> bytes | None: ...
+    def write_bytes(self, key: str, data: bytes) -> None: ...
+    def flush(self) -> None: ...
+
+
+def _raise_os_error(err: OSError, what: str) -> None:
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise StoreFullError(f"The store's disk is full ({what})") from err
+    raise StoreUnavailableError(f"Cannot write to the store ({what}): {err.strerror or err}") from err
+
+
+class SourceChangedError(Exception):
+    """The local file changed while it was read: nothing was made visible; try again."""
+
+
+class LocalBackend:
+    """A folder on a mounted disk (the embedded default, NFS, a FUSE mount of a bucket)."""
+
+    supports_rename = True
+
+    def __init__(self, root: str, durable: bool = True) -> None:
+        self.root = os.path.abspath(root)
+        self.description = self.root
+        self.durable = durable
+        self._dirs: set[str] = set()
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *key.split("/"))
+
+    def _parent(self, path: str) -> None:
+        parent = os.path.dirname(path)
+        if parent not in self._dirs:
+            os.makedirs(parent, exist_ok=True)
+            self._dirs.add(parent)
+
+    def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
+            check: Callable[[], bool] | None = None) -> int:
+        """Copy to a temporary name beside the target, verify, then rename into place.
+
+        `check` runs once the data is written and before it becomes visible: False means the
+        source changed meanwhile, and the copy is discarded.
+        """
+        target = self._path(key)
+        tmp = f"{os.path.dirname(target)}/.~{os.path.basename(target)}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}"
+        try:
+            self._parent(target)
+            if progress is None:
+                shutil.copyfile(local, tmp)  # sendfile / copy_file_range: no bytes through Python
+                size = os.path.getsize(local)
+            else:
+                with open(local, "rb") as src, open(tmp, "wb") as dst:
+                    size = _copy(src, dst, progress)
+            stored = os.path.getsize(tmp)
+            if stored != size:
+                raise SourceChangedError(key)
+            if check is not None and not check():
+                raise SourceChangedError(key)
+            os.replace(tmp, target)
+        except SourceChangedError:
+            _remove_quietly(tmp)
+            raise
+        except OSError as err:
+            _remove_quietly(tmp)
+            if isinstance(err, FileNotFoundError) and not os.path.exists(local):
+                raise
+            _raise_os_error(err, key)
+        except BaseException:
+            _remove_quietly(tmp)
+            raise
+        return size
+
+    def copy(self, src: str, dst: str) -> None:
+        """Keep a version: a hard link costs no space and no time; a copy where links fail."""
+        target = self._path(dst)
+        self._parent(target)
+        try:
+            os.link(self._path(src), target)
+        except FileExistsError:
+            pass
+        except OSError:
+            try:
+                shutil.copy2(self._path(src), target)
+            except OSError as err:
+                _raise_os_error(err, dst)
+
+    def get(self, key: str, local: str, progress: Callable[[int], None] | None = None) -> int:
+        with open(self._path(key), "rb") as src, open(local, "wb") as dst:
+            return _copy(src, dst, progress)
+
+    def stat(self, key: str) -> RemoteFile | None:
+        try:
+            st = os.stat(self._path(key))
+        except FileNotFoundError:
+            return None
+        return RemoteFile(key, st.st_size, st.st_mtime)
+
+    def move(self, src: str, dst: str) -> None:
+        target = self._path(dst)
+        self._parent(target)
+        try:
+            os.replace(self._path(src), target)
+        except OSError as err:
+            _raise_os_error(err, src)
+
+    def delete(self, key: str) -> None:
+        _remove_quietly(self._path(key))
+
+    def list(self, prefix: str) -> Iterator[RemoteFile]:
+        base = self._path(prefix)
+        for dirpath, dirnames, filenames in os.walk(base):
+            rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            for name in filenames:
+                if PART_SUFFIX in name:
+                    continue
+                try:
+                    st = os.stat(os.path.join(dirpath, name))
+                except FileNotFoundError:
+                    continue
+                yield RemoteFile(f"{rel_dir}/{name}", st.st_size, st.st_mtime)
+
+    def read_bytes(self, key: str) -> bytes | None:
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        target = self._path(key)
+        tmp = f"{target}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}"
+        try:
+            self._parent(target)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except OSError as err:
+            _remove_quietly(tmp)
+            _raise_os_error(err, key)
+
+    def flush(self) -> None:
+        """Make everything written so far durable (one syncfs for the whole pass)."""
+        if self.durable:
+            _syncfs(self.root)
+
+
+class FsspecBackend:
+    """Any fsspec file system: s3://, gs://, az://, sftp://, memory://, …"""
+
+    def __init__(self, fs: Any, root: str, max_concurrency: int = 4) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/")
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        self.description = f"{protocol}://{self.root}"
+        # Object stores make a PUT visible only once complete; file-like ones need a rename.
+        self.object_store = protocol in ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory")
+        self.supports_rename = not self.object_store
+        self.max_concurrency = max_concurrency
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
+            check: Callable[[], bool] | None = None) -> int:
+        """Make `key` hold the file, complete or not at all.
+
+        Small files are read into memory and sent in one PUT once `check` confirms the read
+        was consistent. Larger ones go to a temporary key first and are copied into place
+        (a server-side copy on object stores) only once `check` passes.
+        """
+        size = os.path.getsize(local)
+        target = self._path(key)
+        tmp = f"{self.root}/.gpuws-tmp/{uuid.uuid4().hex}{PART_SUFFIX}"
+        try:
+            if self.object_store and size <= SMALL_FILE:
+                with open(local, "rb") as f:
+                    data = f.read()
+                if len(data) != size or (check is not None and not check()):
+                    raise SourceChangedError(key)
+                self.fs.pipe_file(target, data)
+                if progress:
+                    progress(size)
+            else:
+                callback = _FsspecCallback(progress) if progress else None
+                kwargs: dict[str, Any] = {"callback": callback} if callback else {}
+                if not self.object_store:
+                    self.fs.makedirs(self.fs._parent(tmp), exist_ok=True)
+                    self.fs.makedirs(self.fs._parent(target), exist_ok=True)
+                self.fs.put_file(local, tmp, **kwargs)
+                try:
+                    if int(self.fs.info(tmp)["size"]) != size or (check is not None and not check()):
+                        raise SourceChangedError(key)
+                    if self.object_store:
+                        self.fs.copy(tmp, target)
+                    else:
+                        self.fs.mv(tmp, target)
+                finally:
+                    try:
+                        self.fs.rm_file(tmp)
+                    except Exception:
+                        pass
+            info = self.fs.info(target)
+        except SourceChangedError:
+            raise
+        except FileNotFoundError:
+            if not os.path.exists(local):
+                raise
+            raise StoreUnavailableError(f"The store lost {key} while writing it") from None
+        except OSError as err:
+            _raise_os_error(err, key)
+        except Exception as err:  # botocore and friends: map to one clear line
+            raise _remote_error(err, key) from err
+        if int(info.get("size", -1)) != size:
+            raise StoreUnavailableError(f"{key}: the store has {info.get('size')} bytes, expected {size}")
+        return size
+
+    def copy(self, src: str, dst: str) -> None:
+        try:
+            self.fs.copy(self._path(src), self._path(dst))
+        except Exception as err:
+            raise _remote_error(err, src) from err
+
+    def get(self, key: str, local: str, progress: Callable[[int], None] | None = None) -> int:
+        try:
+            self.fs.get_file(self._path(key), local)
+        except Exception as err:
+            raise _remote_error(err, key) from err
+        size = os.path.getsize(local)
+        if progress:
+            progress(size)
+        return size
+
+    def stat(self, key: str) -> RemoteFile | None:
+        try:
+            info = self.fs.info(self._path(key))
+        except FileNotFoundError:
+            return None
+        except Exception as err:
+            raise _remote_error(err, key) from err
+        if info.get("type") == "directory":
+            return None
+        return RemoteFile(key, int(info["size"]), _mtime(info))
+
+    def move(self, src: str, dst: str) -> None:
+        try:
+            self.fs.mv(self._path(src), self._path(dst))
+        except Exception as err:
+            raise _remote_error(err, src) from err
+
+    def delete(self, key: str) -> None:
+        try:
+            self.fs.rm_file(self._path(key))
+        except FileNotFoundError:
+            pass
+        except Exception as err:
+            raise _remote_error(err, key) from err
+
+    def list(self, prefix: str) -> Iterator[RemoteFile]:
+        base = self._path(prefix)
+        try:
+            self.fs.invalidate_cache(base)
+            found = self.fs.find(base, detail=True)
+        except FileNotFoundError:
+            return
+        except Exception as err:
+            raise _remote_error(err, prefix) from err
+        for path, info in found.items():
+            if PART_SUFFIX in path or info.get("type") == "directory":
+                continue
+            yield RemoteFile(path[len(self.root) + 1:], int(info["size"]), _mtime(info))
+
+    def read_bytes(self, key: str) -> bytes | None:
+        try:
+            return self.fs.cat_file(self._path(key))
+        except FileNotFoundError:
+            return None
+        except Exception as err:
+            raise _remote_error(err, key) from err
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        try:
+            if self.object_store:
+                self.fs.pipe_file(self._path(key), data)
+            else:
+                tmp = f"{self._path(key)}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}"
+                self.fs.makedirs(self.fs._parent(tmp), exist_ok=True)
+                self.fs.pipe_file(tmp, data)
+                self.fs.mv(tmp, self._path(key))
+        except Exception as err:
+            raise _remote_error(err, key) from err
+
+    def flush(self) -> None:
+        pass  # a completed PUT is durable
+
+
+class _FsspecCallback:
+    """fsspec's callback protocol, reporting bytes as they go."""
+
+    def __init__(self, progress: Callable[[int], None]) -> None:
+        self.progress = progress
+        self.value = 0
+
+    def set_size(self, size: int) -> None:
+        pass
+
+    def absolute_update(self, value: int) -> None:
+        self.relative_update(value - self.value)
+
+    def relative_update(self, inc: int = 1) -> None:
+        self.value += inc
+        self.progress(inc)
+
+    def branched(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def call(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def _mtime(info: dict[str, Any]) -> float | None:
+    value = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
+    if value is None:
+        return None
+    if hasattr(value, "timestamp"):
+        return float(value.timestamp())
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _remote_error(err: Exception, key: str) -> Exception:
+    """One clear line for the many ways a remote store fails."""
+    name = type(err).__name__
+    text = str(err) or name
+    if isinstance(err, (StoreUnavailableError, StoreFullError, StoreConfigError)):
+        return err
+    if name in ("NoCredentialsError", "PartialCredentialsError") or "credentials" in text.lower():
+        return StoreConfigError(f"No credentials for the store: {text}")
+    if isinstance(err, PermissionError) or "AccessDenied" in text or "Forbidden" in text:
+        return StoreConfigError(f"The store refused access to {key}: {text}")
+    if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+        return StoreConfigError(f"The store's bucket does not exist: {text}")
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StoreFullError(f"The store is full ({key})")
+    return StoreUnavailableError(f"The store failed on {key}: {text}")
+
+
+def _copy(src: Any, dst: Any, progress: Callable[[int], None] | None) -> int:
+    if progress is None:
+        # Kernel-side copy where possible (copy_file_range / sendfile).
+        shutil.copyfileobj(src, dst, CHUNK)
+        return dst.tell()
+    total = 0
+    while True:
+        chunk = src.read(CHUNK)
+        if not chunk:
+            return total
+        dst.write(chunk)
+        total += len(chunk)
+        progress(len(chunk))
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _syncfs(path: str) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if libc.syncfs(fd) != 0:
+                os.sync()
+        finally:
+            os.close(fd)
+    except (OSError, AttributeError):
+        os.sync()
+
+
+def open_backend(url: str, storage_options: dict[str, Any] | None = None, durable: bool = True,
+                 max_concurrency: int = 4) -> Backend:
+    """A backend for a store URL: a local path or file:// URL, or any fsspec URL."""
+    if not url or not url.strip():
+        raise StoreConfigError("The store URL is empty: set GPUWS_STORE or c.GpuWorkspace.store_url")
+    url = url.strip()
+    parsed = urlparse(url)
+    if "://" not in url:
+        if "::" in url:
+            raise StoreConfigError(f"Chained URLs are not supported as a store: {url!r}")
+        return LocalBackend(os.path.expanduser(url), durable)
+    if parsed.scheme in ("file", "local"):
+        if parsed.netloc not in ("", "localhost"):
+            raise StoreConfigError(f"A file:// store URL cannot name a host: {url!r}")
+        return LocalBackend(parsed.path, durable)
+    try:
+        import fsspec
+        from fsspec.core import url_to_fs
+
+        fsspec.get_filesystem_class(parsed.scheme)
+    except ValueError:
+        raise StoreConfigError(f"Unknown storage protocol {parsed.scheme!r} in {url!r}") from None
+    except ImportError as err:
+        raise StoreConfigError(f"The {parsed.scheme}:// store needs a package that is not installed: {err}") from None
+    if not parsed.netloc and parsed.scheme in ("s3", "gs", "gcs", "az", "abfs"):
+        raise StoreConfigError(f"The store URL {url!r} names no bucket")
+    options = dict(storage_options or {})
+    if parsed.scheme in ("s3", "s3a"):
+        options.setdefault("use_listings_cache", False)
+        options.setdefault("max_concurrency", max_concurrency)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            options.setdefault("endpoint_url", endpoint)
+    try:
+        fs, root = url_to_fs(url, **options)
+    except ImportError as err:
+        raise StoreConfigError(f"The {parsed.scheme}:// store needs a package that is not installed: {err}") from None
+    except Exception as err:
+        raise StoreConfigError(f"Cannot open the store {url!r}: {err}") from err
+    return FsspecBackend(fs, root, max_concurrency)
+
+
+class Store:
+    """One workspace inside a backend: the mirror under files/, the state under .gpuws/."""
+
+    def __init__(self, backend: Backend, workspace: str) -> None:
+        if not workspace or "/" in workspace or workspace in (".", ".."):
+            raise StoreConfigError(f"Invalid workspace name {workspace!r}")
+        self.backend = backend
+        self.workspace = workspace
+
+    def file_key(self, rel: str) -> str:
+        return f"{self.workspace}/files/{rel}"
+
+    def state_key(self, name: str) -> str:
+        return f"{self.workspace}/.gpuws/{name}"
+
+    def version_key(self, rel: str, stamp: str) -> str:
+        return f"{self.workspace}/.gpuws/versions/{rel}/{stamp}"
+
+    def read_json(self, name: str) -> Any:
+        data = self.backend.read_bytes(self.state_key(name))
+        return None if data is None else json.loads(data)
+
+    def write_json(self, name: str, value: Any) -> None:
+        self.backend.write_bytes(self.state_key(name), json.dumps(value, indent=1).encode())
+
+    def list_files(self) -> dict[str, RemoteFile]:
+        prefix = f"{self.workspace}/files/"
+        return {f.key[len(prefix):]: f for f in self.backend.list(f"{self.workspace}/files")}
+
+    def list_versions(self, rel: str | None = None) -> list[tuple[str, str, RemoteFile]]:
+        """(relative path, stamp, file) for every kept version, or those of one path."""
+        prefix = f"{self.workspace}/.gpuws/versions/"
+        base = prefix + rel if rel else prefix.rstrip("/")
+        out = []
+        for f in self.backend.list(base):
+            path, _, stamp = f.key[len(prefix):].rpartition("/")
+            if rel is None or path == rel:
+                out.append((path, stamp, f))
+        return sorted(out, key=lambda item: (item[0], item[1]))
+
+
+def version_stamp(now: float | None = None) -> str:
+    """Sortable UTC time with microseconds: 20261129T154210.123456Z."""
+    now = time.time() if now is None else now
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"

@@ -1,0 +1,285 @@
+"""The sync engine on the embedded default store (a local folder), with real files."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from jupyter_gpu_ws.sync import (
+    DeletionGuardError,
+    LeaseHeldError,
+    LocalBackend,
+    StoreConfigError,
+    SyncEngine,
+    WorkdirError,
+)
+from jupyter_gpu_ws.sync.store import PART_SUFFIX
+from tests.sync.conftest import same_trees, tree_files, write
+
+Make = Callable[..., SyncEngine]
+
+
+def mirror(store_dir: Path, workspace: str = "ws") -> Path:
+    return store_dir / workspace / "files"
+
+
+def test_round_trip_of_many_small_and_a_few_large_files(workdir: Path, store_dir: Path, tmp_path: Path,
+                                                         make_engine: Make) -> None:
+    for i in range(3000):
+        write(workdir, f"data/part{i % 30:02d}/file{i:05d}.txt", f"line {i}\n" * (i % 7))
+    for i in range(3):
+        write(workdir, f"models/big{i}.bin", os.urandom(5 * 2**20 + i))
+    engine = make_engine(workdir)
+    report = engine.sync()
+    assert report.ok and len(report.uploaded) == 3003
+    assert same_trees(workdir, mirror(store_dir))
+
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    restored = make_engine(fresh, state="state2").restore()
+    assert len(restored.restored) == 3003 and not restored.conflicts
+    assert same_trees(workdir, fresh)
+
+
+def test_second_pass_with_nothing_changed_uploads_nothing(workdir: Path, make_engine: Make) -> None:
+    write(workdir, "a.txt", "a")
+    engine = make_engine(workdir)
+    engine.sync()
+    report = engine.sync()
+    assert report.uploaded == [] and report.unchanged == 1
+
+
+def test_changed_file_is_uploaded_and_its_previous_version_kept(workdir: Path, store_dir: Path,
+                                                                make_engine: Make) -> None:
+    write(workdir, "notes.md", "first")
+    engine = make_engine(workdir)
+    engine.sync()
+    time.sleep(0.01)
+    write(workdir, "notes.md", "second version")
+    assert engine.sync(["notes.md"]).uploaded == ["notes.md"]
+    assert (mirror(store_dir) / "notes.md").read_text() == "second version"
+    versions = engine.versions("notes.md")
+    assert len(versions) == 1
+    restored_as = engine.restore_version("notes.md", versions[0]["version"])
+    assert (workdir / restored_as).read_text() == "first"
+    assert (workdir / "notes.md").read_text() == "second version"
+
+
+def test_deleted_file_leaves_the_mirror_but_stays_as_a_version(workdir: Path, store_dir: Path,
+                                                                make_engine: Make) -> None:
+    write(workdir, "keep.txt", "k")
+    write(workdir, "gone.txt", "precious")
+    engine = make_engine(workdir)
+    engine.sync()
+    (workdir / "gone.txt").unlink()
+    assert engine.sync(["gone.txt"]).deleted == ["gone.txt"]
+    assert not (mirror(store_dir) / "gone.txt").exists()
+    [version] = engine.versions("gone.txt")
+    target = engine.restore_version("gone.txt", version["version"], "gone.txt")
+    assert (workdir / target).read_text() == "precious"
+
+
+def test_rename_is_followed(workdir: Path, store_dir: Path, make_engine: Make) -> None:
+    write(workdir, "old/name.py", "print(1)")
+    engine = make_engine(workdir)
+    engine.sync()
+    (workdir / "new").mkdir()
+    (workdir / "old" / "name.py").rename(workdir / "new" / "name.py")
+    report = engine.sync()
+    assert report.uploaded == ["new/name.py"] and report.deleted == ["old/name.py"]
+    assert tree_files(mirror(store_dir)) == {"new/name.py": b"print(1)"}
+    assert engine.versions("old/name.py")
+
+
+def test_emptied_work_directory_does_not_empty_the_store(workdir: Path, store_dir: Path,
+                                                         make_engine: Make) -> None:
+    for i in range(5):
+        write(workdir, f"f{i}.txt", str(i))
+    engine = make_engine(workdir)
+    engine.sync()
+    for path in workdir.iterdir():
+        path.unlink()
+    with pytest.raises(DeletionGuardError, match="empty"):
+        engine.sync()
+    assert len(tree_files(mirror(store_dir))) == 5
+    assert engine.status()["state"] == "error"
+
+
+def test_a_pass_deleting_most_of_the_store_stops_before_deleting(workdir: Path, store_dir: Path,
+                                                                 make_engine: Make) -> None:
+    for i in range(30):
+        write(workdir, f"f{i:02d}.txt", str(i))
+    engine = make_engine(workdir)
+    engine.sync()
+    for i in range(20):
+        (workdir / f"f{i:02d}.txt").unlink()
+    with pytest.raises(DeletionGuardError, match="20 of the 30"):
+        engine.sync()
+    assert len(tree_files(mirror(store_dir))) == 30
+
+
+def test_vanished_work_directory_is_a_clear_error_and_deletes_nothing(workdir: Path, store_dir: Path,
+                                                                     make_engine: Make) -> None:
+    write(workdir, "a.txt", "a")
+    engine = make_engine(workdir)
+    engine.sync()
+    (workdir / "a.txt").unlink()
+    workdir.rmdir()
+    with pytest.raises(WorkdirError, match="does not exist"):
+        engine.sync()
+    assert (mirror(store_dir) / "a.txt").exists()
+
+
+def test_missing_work_directory_refused_at_start(tmp_path: Path, make_engine: Make) -> None:
+    with pytest.raises(WorkdirError):
+        make_engine(tmp_path / "nope")
+
+
+@pytest.mark.parametrize("url", ["", "nosuchproto://bucket/x", "s3://", "file://host/x"])
+def test_malformed_store_url_is_a_clear_error(workdir: Path, make_engine: Make, url: str) -> None:
+    with pytest.raises(StoreConfigError):
+        make_engine(workdir, store_url=url or " ")
+
+
+def test_excludes_defaults_gpuwsignore_and_virtual_environments(workdir: Path, store_dir: Path,
+                                                                 make_engine: Make) -> None:
+    write(workdir, "train.py", "x")
+    write(workdir, ".ipynb_checkpoints/train-checkpoint.ipynb", "x")
+    write(workdir, "pkg/__pycache__/m.cpython-311.pyc", "x")
+    write(workdir, "node_modules/left-pad/index.js", "x")
+    write(workdir, "myenv/pyvenv.cfg", "home = /usr")
+    write(workdir, "myenv/lib/site.py", "x")
+    write(workdir, "data/raw/huge.csv", "x")
+    write(workdir, "data/keep.csv", "x")
+    write(workdir, ".gpuwsignore", "data/raw/\n*.tmp\n")
+    write(workdir, "scratch.tmp", "x")
+    engine = make_engine(workdir)
+    engine.sync()
+    assert set(tree_files(mirror(store_dir))) == {"train.py", "data/keep.csv", ".gpuwsignore"}
+    # The watcher path applies the same rules.
+    write(workdir, "myenv/lib/other.py", "x")
+    write(workdir, "data/raw/more.csv", "x")
+    assert engine.sync(["myenv/lib/other.py", "data/raw/more.csv"]).uploaded == []
+
+
+def test_max_file_size_skips_and_reports(workdir: Path, make_engine: Make) -> None:
+    write(workdir, "small.txt", "x")
+    write(workdir, "big.bin", b"x" * 2000)
+    report = make_engine(workdir, max_file_size=1000).sync()
+    assert report.uploaded == ["small.txt"] and report.skipped == ["big.bin"]
+
+
+def test_quota_refuses_with_a_clear_error_and_keeps_the_file_pending(workdir: Path, store_dir: Path,
+                                                                      make_engine: Make) -> None:
+    write(workdir, "a.bin", b"a" * 600)
+    engine = make_engine(workdir, quota_bytes=1000)
+    engine.sync()
+    write(workdir, "b.bin", b"b" * 600)
+    engine.mark_dirty(["b.bin"])
+    report = engine.sync(["b.bin"])
+    assert report.uploaded == []
+    assert "Quota exceeded" in report.errors[0] and "b.bin" in report.errors[0]
+    assert (workdir / "b.bin").exists() and not (mirror(store_dir) / "b.bin").exists()
+    assert engine.pending() == (1, 600)
+    status = engine.status()
+    assert status["state"] == "error" and "Quota" in status["last_error"]
+    assert status["quota_warning"] is None  # 600 of 1000 is under 90 %
+
+
+def test_quota_warns_at_90_percent(workdir: Path, make_engine: Make) -> None:
+    write(workdir, "a.bin", b"a" * 950)
+    engine = make_engine(workdir, quota_bytes=1000)
+    engine.sync()
+    assert "95%" in engine.status()["quota_warning"]
+
+
+def test_pending_counts_changed_files_and_clears_after_sync(workdir: Path, make_engine: Make) -> None:
+    engine = make_engine(workdir)
+    write(workdir, "a.txt", "12345")
+    write(workdir, "b.txt", "123")
+    engine.mark_dirty(["a.txt", "b.txt"])
+    assert engine.pending() == (2, 8)
+    engine.sync(engine.take_dirty())
+    assert engine.pending() == (0, 0)
+
+
+class ChangingSource(LocalBackend):
+    """Appends to the source file while the first copy of it is being made."""
+
+    def __init__(self, root: str, source: Path) -> None:
+        super().__init__(root)
+        self.source = source
+        self.puts = 0
+
+    def put(self, local: str, key: str, progress: Any = None, check: Any = None) -> int:
+        self.puts += 1
+        if self.puts == 1:
+            time.sleep(0.01)
+            with open(self.source, "ab") as f:
+                f.write(b" and more")
+        return super().put(local, key, progress, check)
+
+
+def test_file_changing_during_upload_is_uploaded_again_never_torn(workdir: Path, store_dir: Path,
+                                                                   make_engine: Make) -> None:
+    source = write(workdir, "log.txt", "start")
+    backend = ChangingSource(str(store_dir), source)
+    engine = make_engine(workdir, backend=backend)
+    engine.sync()
+    assert backend.puts == 2
+    assert (mirror(store_dir) / "log.txt").read_text() == "start and more"
+    assert not [p for p in store_dir.rglob("*") if PART_SUFFIX in p.name]
+
+
+def test_restore_never_overwrites_local_work_and_keeps_both(workdir: Path, store_dir: Path, tmp_path: Path,
+                                                           make_engine: Make) -> None:
+    write(workdir, "same.txt", "identical")
+    write(workdir, "differs.txt", "store version")
+    write(workdir, "only-in-store.txt", "s")
+    make_engine(workdir).sync()
+    fresh = tmp_path / "fresh"
+    write(fresh, "same.txt", "identical")
+    write(fresh, "differs.txt", "local edits, longer")
+    write(fresh, "only-local.txt", "mine")
+    report = make_engine(fresh, state="state2").restore()
+    files = tree_files(fresh)
+    assert files["differs.txt"] == b"local edits, longer"
+    [conflict] = report.conflicts
+    assert conflict.startswith("differs.conflict-") and conflict.endswith(".txt")
+    assert files[conflict] == b"store version"
+    assert files["only-in-store.txt"] == b"s" and files["only-local.txt"] == b"mine"
+    assert report.restored == ["only-in-store.txt"] and report.already_present == 1
+
+
+def test_second_engine_on_the_same_workspace_is_read_only(workdir: Path, tmp_path: Path,
+                                                           make_engine: Make) -> None:
+    write(workdir, "a.txt", "a")
+    first = make_engine(workdir)
+    other = tmp_path / "other"
+    other.mkdir()
+    second = make_engine(other, state="state2")
+    assert second.read_only and "Another runtime is writing this workspace" in (second.read_only_reason or "")
+    with pytest.raises(LeaseHeldError):
+        second.sync()
+    assert second.status()["state"] == "read-only"
+    first.sync()  # the holder keeps writing
+    first.close()  # releases: the next start gets the lease
+    third = make_engine(other, state="state3")
+    assert not third.read_only
+
+
+def test_expired_lease_can_be_taken_over(workdir: Path, tmp_path: Path, make_engine: Make) -> None:
+    first = make_engine(workdir, lease_ttl=0.2)
+    other = tmp_path / "other"
+    other.mkdir()
+    second = make_engine(other, state="state2", lease_ttl=0.2)
+    assert second.read_only
+    time.sleep(0.3)  # the first runtime vanished without renewing
+    second.open(take_over=True)
+    assert not second.read_only
+    first.heartbeat()
+    assert first.read_only and "took over" in (first.read_only_reason or "")
