@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import getpass
-import hashlib
 import os
-from pathlib import Path
 from typing import Any
 
-from jupyter_core.paths import jupyter_data_dir
 from jupyter_core.utils import ensure_async
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
@@ -17,21 +13,8 @@ from traitlets import Float, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
 from . import __version__
+from .defaults import default_store_url, derive_workspace_name, local_store_path
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
-
-
-def default_store_url() -> str:
-    """`GPUWS_STORE`, or the embedded default: a local folder that needs no credentials."""
-    return os.environ.get("GPUWS_STORE") or (Path(jupyter_data_dir()) / "gpuws" / "store").as_uri()
-
-
-def local_store_path(url: str) -> str | None:
-    """The folder behind a local store URL, for showing its disk; None for remote stores."""
-    if url.startswith("file://"):
-        return url[len("file://"):]
-    if "://" not in url and "::" not in url:
-        return url
-    return None
 
 
 class GpuWorkspace(Configurable):
@@ -201,15 +184,3 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         for client in list(self.stream_clients):
             client.close()
         await asyncio.get_running_loop().run_in_executor(None, self.sampler.stop)
-
-
-def derive_workspace_name(workdir: str) -> str:
-    """`<user>-<folder>-<hash>`: stable for the same user and path on a fresh machine."""
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = "user"
-    folder = Path(workdir).name or "root"
-    digest = hashlib.sha1(os.path.abspath(workdir).encode()).hexdigest()[:8]
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in f"{user}-{folder}")
-    return f"{safe}-{digest}"

@@ -13,7 +13,8 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
-from jupyter_gpu_ws.app import GpuWorkspace, GpuWorkspaceApp, default_store_url, derive_workspace_name
+from jupyter_gpu_ws.app import GpuWorkspace, GpuWorkspaceApp
+from jupyter_gpu_ws.defaults import default_store_url, derive_workspace_name
 from tests.conftest import gpu_spec, write_spec
 
 

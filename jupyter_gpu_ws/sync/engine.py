@@ -282,7 +282,7 @@ class SyncEngine:
                 )
         else:
             total_records = self.index.count_and_bytes()[0]
-            for rel in sorted(set(paths)):
+            for rel in sorted(self._expand(paths)):
                 f = stat_path(self.workdir, rel, self.rules)
                 record = self.index.get(rel)
                 if f is not None:
@@ -319,6 +319,25 @@ class SyncEngine:
         self._prune_versions({f.path for f in changed} | set(report.deleted))
         progress.phase = "done"
         return report
+
+    def _expand(self, paths: Iterable[str]) -> set[str]:
+        """A folder event stands for every file in it: created or moved in (scan it), or
+        deleted or moved away (the recorded files under it)."""
+        out: set[str] = set()
+        for rel in paths:
+            rel = rel.strip("/")
+            if not rel:
+                continue
+            path = self._abs(rel)
+            if os.path.isdir(path) and not os.path.islink(path):
+                if not self.rules.ignored(rel, is_dir=True):
+                    out.update(f.path for f in scan(self.workdir, self.rules, rel))
+                out.update(p for p in self.index.paths_under(rel) if not os.path.lexists(self._abs(p)))
+            else:
+                out.add(rel)
+                if not os.path.lexists(path):
+                    out.update(self.index.paths_under(rel))
+        return out
 
     def _apply_limits(self, changed: list[LocalFile], report: PassReport) -> list[LocalFile]:
         """Leave out files over max_file_size; refuse what would exceed the quota."""

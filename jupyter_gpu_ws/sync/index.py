@@ -51,6 +51,15 @@ class SyncIndex:
             rows = self._db.execute("SELECT path FROM files").fetchall()
         return (row[0] for row in rows)
 
+    def paths_under(self, folder: str) -> list[str]:
+        """Recorded paths inside `folder` (a folder deleted or moved away as a whole)."""
+        prefix = folder.rstrip("/") + "/"
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT path FROM files WHERE path >= ? AND path < ?", (prefix, prefix[:-1] + "0")
+            ).fetchall()
+        return [row[0] for row in rows]
+
     def put_many(self, records: Iterable[Record]) -> None:
         with self._lock:
             self._db.execute("BEGIN")

@@ -24,10 +24,10 @@ def is_environment(dir_path: str) -> bool:
     )
 
 
-def scan(workdir: str, rules: IgnoreRules) -> Iterator[LocalFile]:
-    """Every regular file to mirror. Symbolic links are not followed (they may loop or leave
-    the work directory)."""
-    stack = [("", workdir)]
+def scan(workdir: str, rules: IgnoreRules, under: str = "") -> Iterator[LocalFile]:
+    """Every regular file to mirror (below the folder `under`, when given). Symbolic links are
+    not followed (they may loop or leave the work directory)."""
+    stack = [(f"{under}/" if under else "", os.path.join(workdir, *under.split("/")) if under else workdir)]
     while stack:
         rel_dir, abs_dir = stack.pop()
         try:

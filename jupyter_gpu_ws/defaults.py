@@ -1,0 +1,41 @@
+"""Defaults shared by the server extension and the command line (no Tornado here)."""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import os
+from pathlib import Path
+
+from jupyter_core.paths import jupyter_data_dir
+
+
+def default_store_url() -> str:
+    """`GPUWS_STORE`, or the embedded default: a local folder that needs no credentials."""
+    return os.environ.get("GPUWS_STORE") or (Path(jupyter_data_dir()) / "gpuws" / "store").as_uri()
+
+
+def default_state_dir() -> str:
+    """Where the local record of what was synced lives: local disk, outside the work directory."""
+    return str(Path(jupyter_data_dir()) / "gpuws" / "state")
+
+
+def local_store_path(url: str) -> str | None:
+    """The folder behind a local store URL, for showing its disk; None for remote stores."""
+    if url.startswith("file://"):
+        return url[len("file://"):]
+    if "://" not in url and "::" not in url:
+        return url
+    return None
+
+
+def derive_workspace_name(workdir: str) -> str:
+    """`<user>-<folder>-<hash>`: stable for the same user and path on a fresh machine."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "user"
+    folder = Path(workdir).name or "root"
+    digest = hashlib.sha1(os.path.abspath(workdir).encode()).hexdigest()[:8]
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in f"{user}-{folder}")
+    return f"{safe}-{digest}"

@@ -1,0 +1,157 @@
+"""Keeps the store in step with the work directory, in the background: file-system events feed
+passes over just the changed paths, a periodic rescan is the backstop, and the lease gets its
+heartbeat. The server and `jupyter gpuws sync` both run one of these."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Callable
+
+import watchfiles
+
+from .engine import PassReport, Progress, SyncEngine
+from .errors import LeaseHeldError, SyncError
+from .store import PART_SUFFIX
+
+log = logging.getLogger(__name__)
+
+
+class SyncService:
+    def __init__(
+        self,
+        engine: SyncEngine,
+        *,
+        debounce: float = 0.05,
+        rescan_interval: float = 300.0,
+        on_pass: Callable[[PassReport | None, str | None], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.debounce = debounce
+        self.rescan_interval = rescan_interval
+        self.on_pass = on_pass
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._last_logged: str | None = None
+        self.passes = 0
+
+    def start(self, initial_pass: bool = True) -> None:
+        self._stop.clear()
+        self._need_rescan = initial_pass
+        if initial_pass:
+            self._wake.set()
+        for target, name in ((self._watch, "gpuws-watch"), (self._loop, "gpuws-sync")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads = []
+
+    def request_rescan(self) -> None:
+        self._need_rescan = True
+        self._wake.set()
+
+    def flush(self, progress: Progress | None = None, cancel: threading.Event | None = None) -> PassReport:
+        """A full pass now (Persist now): everything on disk reaches the store."""
+        self.engine.take_dirty()  # the full pass covers them
+        return self._run(None, progress, cancel, raise_errors=True)  # type: ignore[return-value]
+
+    # -- threads -----------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        workdir = self.engine.workdir
+        rules = self.engine.rules
+
+        def wanted(change: watchfiles.Change, path: str) -> bool:
+            if PART_SUFFIX in path:
+                return False
+            rel = os.path.relpath(path, workdir).replace(os.sep, "/")
+            return not rel.startswith("..") and not rules.ignored(rel)
+
+        while not self._stop.is_set():
+            try:
+                for changes in watchfiles.watch(
+                    workdir,
+                    watch_filter=wanted,
+                    debounce=max(1, int(self.debounce * 1000)),
+                    step=max(1, int(self.debounce * 1000 / 2)),
+                    stop_event=self._stop,
+                    rust_timeout=1000,
+                    yield_on_timeout=False,
+                    raise_interrupt=False,
+                ):
+                    rels = {os.path.relpath(p, workdir).replace(os.sep, "/") for _, p in changes}
+                    self.engine.mark_dirty(rels)
+                    self._wake.set()
+            except Exception as err:  # the folder vanished, too many watches, …: rescans still run
+                log.warning("Sync: file watching stopped (%s); relying on periodic rescans", err)
+                self._stop.wait(30)
+
+    def _loop(self) -> None:
+        next_rescan = time.monotonic() + self.rescan_interval
+        next_beat = time.monotonic() + self.engine.lease.ttl / 3
+        while not self._stop.is_set():
+            now = time.monotonic()
+            timeout = max(0.0, min(next_rescan, next_beat) - now)
+            self._wake.wait(timeout)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + self.engine.lease.ttl / 3
+                self._safely(self.engine.heartbeat)
+            if self.engine.read_only:
+                continue
+            if self._need_rescan or now >= next_rescan:
+                self._need_rescan = False
+                next_rescan = now + self.rescan_interval
+                self.engine.take_dirty()
+                self._run(None)
+                continue
+            dirty = self.engine.take_dirty()
+            if dirty:
+                self._run(dirty)
+        # A last pass over what changed since, so a clean stop loses nothing.
+        dirty = self.engine.take_dirty()
+        if dirty and not self.engine.read_only:
+            self._run(dirty)
+
+    def _run(self, paths: set[str] | None, progress: Progress | None = None,
+             cancel: threading.Event | None = None, raise_errors: bool = False) -> PassReport | None:
+        try:
+            report = self.engine.sync(paths, progress, cancel)
+        except (SyncError, LeaseHeldError) as err:
+            self._log_once(str(err))
+            if self.on_pass:
+                self.on_pass(None, str(err))
+            if raise_errors:
+                raise
+            return None
+        self.passes += 1
+        self._log_once(report.errors[0] if report.errors else None)
+        if self.on_pass:
+            self.on_pass(report, report.errors[0] if report.errors else None)
+        return report
+
+    def _safely(self, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except SyncError as err:
+            self._log_once(str(err))
+
+    def _log_once(self, error: str | None) -> None:
+        if error != self._last_logged:
+            if error:
+                log.warning("Sync: %s", error)
+            elif self._last_logged:
+                log.info("Sync: working again")
+            self._last_logged = error

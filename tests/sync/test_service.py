@@ -1,0 +1,72 @@
+"""The background service: file-system events become passes without anyone asking."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from jupyter_gpu_ws.sync import SyncEngine
+from jupyter_gpu_ws.sync.service import SyncService
+from tests.sync.conftest import tree_files, write
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError("not reached in time")
+
+
+@pytest.fixture
+def service(workdir: Path, make_engine: Callable[..., SyncEngine]):
+    write(workdir, "existing.txt", "old")
+    svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+def files(store_dir: Path) -> dict[str, bytes]:
+    root = store_dir / "ws" / "files"
+    return tree_files(root) if root.exists() else {}
+
+
+def test_start_mirrors_what_is_there(service: SyncService, store_dir: Path) -> None:
+    eventually(lambda: files(store_dir).get("existing.txt") == b"old")
+
+
+def test_a_written_file_reaches_the_store_by_itself(service: SyncService, workdir: Path, store_dir: Path) -> None:
+    eventually(lambda: "existing.txt" in files(store_dir))
+    write(workdir, "notebooks/new.ipynb", "{}")
+    eventually(lambda: files(store_dir).get("notebooks/new.ipynb") == b"{}")
+    assert service.engine.pending() == (0, 0)
+
+
+def test_a_renamed_folder_is_followed(service: SyncService, workdir: Path, store_dir: Path) -> None:
+    write(workdir, "run1/a.txt", "a")
+    write(workdir, "run1/b.txt", "b")
+    eventually(lambda: {"run1/a.txt", "run1/b.txt"} <= set(files(store_dir)))
+    (workdir / "run1").rename(workdir / "run2")
+    eventually(lambda: set(files(store_dir)) == {"existing.txt", "run2/a.txt", "run2/b.txt"})
+    assert service.engine.versions("run1/a.txt")
+
+
+def test_flush_carries_everything_now(service: SyncService, workdir: Path, store_dir: Path) -> None:
+    write(workdir, "late.txt", "x")
+    report = service.flush()
+    assert report.ok and files(store_dir)["late.txt"] == b"x"
+
+
+def test_a_clean_stop_loses_nothing(workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]) -> None:
+    svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
+    svc.start()
+    eventually(lambda: svc.passes >= 1)
+    write(workdir, "last-second.txt", "saved")
+    time.sleep(0.3)  # the watcher has seen it
+    svc.stop()
+    assert files(store_dir)["last-second.txt"] == b"saved"
