@@ -9,11 +9,14 @@ from typing import Any
 from jupyter_core.utils import ensure_async
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Float, TraitError, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Int, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
 from . import __version__
-from .defaults import default_store_url, derive_workspace_name, local_store_path
+from .defaults import default_state_dir, default_store_url, derive_workspace_name, local_store_path
+from .jobs import JobRunner
+from .sync import SyncSettings
+from .sync.supervisor import SyncSupervisor
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
 
 
@@ -59,6 +62,53 @@ class GpuWorkspace(Configurable):
     gpu_memory_alert = Float(0.95, help="Alert when a GPU's memory is fuller than this fraction.").tag(config=True)
 
     disk_alert = Float(0.90, help="Alert when the work directory's disk is fuller than this fraction.").tag(config=True)
+
+    storage_options = Dict(
+        help="""Options for the store's fsspec file system (e.g. {"endpoint_url": …} for S3).
+        Credentials belong in the environment or the provider's own files, not here.""",
+    ).tag(config=True)
+
+    sync_enabled = Bool(True, help="Mirror the work directory to the store.").tag(config=True)
+
+    restore_on_start = Bool(
+        True, help="When the server starts, bring back the files the work directory lacks."
+    ).tag(config=True)
+
+    quota_bytes = Int(
+        None, allow_none=True, help="Store quota in bytes: warn at 90 %, refuse uploads past it."
+    ).tag(config=True)
+
+    max_file_size = Int(None, allow_none=True, help="Files larger than this (bytes) are not mirrored.").tag(config=True)
+
+    sync_concurrency = Int(8, help="Transfers in parallel.").tag(config=True)
+
+    bandwidth_limit = Int(None, allow_none=True, help="Upload cap in bytes per second, all transfers together.").tag(
+        config=True
+    )
+
+    max_delete_fraction = Float(
+        0.5, help="A pass that would remove more than this share of the store stops with an error."
+    ).tag(config=True)
+
+    keep_versions = Int(10, help="Previous versions kept per file.").tag(config=True)
+
+    version_max_age_days = Float(30.0, help="Previous versions older than this are removed.").tag(config=True)
+
+    rescan_interval = Float(
+        300.0, help="Seconds between full rescans, the backstop for missed file-system events."
+    ).tag(config=True)
+
+    sync_debounce = Float(0.05, help="Seconds to let a burst of file events settle before a pass.").tag(config=True)
+
+    lease_ttl = Float(60.0, help="Seconds the workspace lease lives without a heartbeat.").tag(config=True)
+
+    state_dir = Unicode(help="Local folder for the record of what was synced (not in the work directory).").tag(
+        config=True
+    )
+
+    @default("state_dir")
+    def _default_state_dir(self) -> str:
+        return default_state_dir()
 
     @default("store_url")
     def _default_store_url(self) -> str:
@@ -120,6 +170,12 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         self.sampler.start()
         self._kernel_poll = PeriodicCallback(self.refresh_kernel_index, max(2000, self.sample_interval * 1000))
         self._kernel_poll.start()
+        self.jobs = JobRunner()
+        self.sync = SyncSupervisor(self, self.log)
+        if self.sync_enabled:
+            self.sync.start()
+        else:
+            self.sync.state = "disabled"
         self.log.info(
             "GPU workspace: workdir %s, store %s, workspace %s", self.workdir, self.store_url, self.workspace
         )
@@ -179,7 +235,25 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
     def io_loop(self) -> Any:
         return self.serverapp.io_loop
 
+    def sync_settings(self) -> SyncSettings:
+        return SyncSettings(
+            workdir=self.workdir,
+            store_url=self.store_url,
+            workspace=self.workspace,
+            state_dir=self.state_dir,
+            storage_options=dict(self.storage_options),
+            concurrency=self.sync_concurrency,
+            max_file_size=self.max_file_size,
+            bandwidth_limit=self.bandwidth_limit,
+            quota_bytes=self.quota_bytes,
+            max_delete_fraction=self.max_delete_fraction,
+            keep_versions=self.keep_versions,
+            version_max_age=self.version_max_age_days * 86400,
+            lease_ttl=self.lease_ttl,
+        )
+
     async def stop_extension(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.sync.stop)
         self._kernel_poll.stop()
         for client in list(self.stream_clients):
             client.close()

@@ -12,6 +12,16 @@ from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from tornado import web, websocket
 
+from .persist import start_persist, start_restore
+from .sync.errors import (
+    DeletionGuardError,
+    LeaseHeldError,
+    QuotaExceededError,
+    StoreFullError,
+    SyncError,
+    WorkdirError,
+)
+
 if TYPE_CHECKING:
     from .app import GpuWorkspaceApp
 
@@ -41,6 +51,15 @@ class GpuWorkspaceHandler(APIHandler):
             params[name] = values[0].decode("utf-8", "replace")
         return params
 
+    def json_body(self, empty: Any) -> Any:
+        """The request's JSON body (`empty` when there is none); malformed JSON is a 400."""
+        if not self.request.body.strip():
+            return empty
+        try:
+            return json.loads(self.request.body)
+        except ValueError as err:
+            raise web.HTTPError(400, f"The request body is not valid JSON: {err}") from None
+
 
 def parse_time(name: str, text: str) -> float:
     try:
@@ -50,6 +69,24 @@ def parse_time(name: str, text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise web.HTTPError(400, f"{name!r} must be a finite, non-negative number of seconds, not {text!r}")
     return value
+
+
+# Core errors to HTTP codes, in one place.
+ERROR_STATUS: list[tuple[type[Exception], int]] = [
+    (LeaseHeldError, 409),
+    (DeletionGuardError, 409),
+    (WorkdirError, 409),
+    (QuotaExceededError, 507),
+    (StoreFullError, 507),
+    (SyncError, 503),  # store unreachable or misconfigured, sync not running
+]
+
+
+def http_error(err: Exception) -> web.HTTPError:
+    for cls, status in ERROR_STATUS:
+        if isinstance(err, cls):
+            return web.HTTPError(status, str(err))
+    return web.HTTPError(500, f"Unexpected error: {err}")
 
 
 class MetricsHandler(GpuWorkspaceHandler):
@@ -73,6 +110,107 @@ class MetricsHandler(GpuWorkspaceHandler):
         body["history"] = history
         body["history_seconds"] = sampler.history_capacity * sampler.interval
         self.finish(json.dumps(body, separators=(",", ":")))
+
+
+class SyncHandler(GpuWorkspaceHandler):
+    """`GET /gpuws/api/sync`: state, pending files and bytes, last sync and error, quota, lease."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        status = await run_blocking(self.app.sync.status)
+        status["persist"] = _job_summary(self.app.jobs.latest("persist"))
+        self.finish(status)
+
+
+class PersistHandler(GpuWorkspaceHandler):
+    """`POST /gpuws/api/persist`: start the persist pipeline (or join the one running)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        self.json_body({})
+        try:
+            service = self.app.sync.require()
+            if service.engine.read_only:
+                raise LeaseHeldError(service.engine.read_only_reason or "This runtime is read-only")
+        except SyncError as err:
+            raise http_error(err) from err
+        job = start_persist(self.app.jobs, service)
+        self.set_status(202)
+        self.finish(job.to_dict())
+
+
+class RestoreHandler(GpuWorkspaceHandler):
+    """`POST /gpuws/api/sync/restore`: bring back what the work directory lacks, as a job."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        self.json_body({})
+        try:
+            service = self.app.sync.require()
+        except SyncError as err:
+            raise http_error(err) from err
+        job = start_restore(self.app.jobs, service)
+        self.set_status(202)
+        self.finish(job.to_dict())
+
+
+class JobHandler(GpuWorkspaceHandler):
+    """`GET` a job's state and progress; `DELETE` cancels it (what is done stays done)."""
+
+    def initialize(self, app: GpuWorkspaceApp, kind: str = "persist") -> None:  # type: ignore[override]
+        super().initialize(app)
+        self.kind = kind
+
+    def _job(self, job_id: str) -> Any:
+        job = self.app.jobs.get(job_id)
+        if job is None or job.kind != self.kind:
+            raise web.HTTPError(404, f"No {self.kind} job {job_id!r} (jobs are kept while the server runs)")
+        return job
+
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        self.finish(self._job(job_id).to_dict())
+
+    @web.authenticated
+    @authorized
+    async def delete(self, job_id: str) -> None:
+        job = self._job(job_id)
+        self.app.jobs.cancel(job.id)
+        self.set_status(202)
+        self.finish(job.to_dict())
+
+
+class LeaseHandler(GpuWorkspaceHandler):
+    """`POST /gpuws/api/sync/lease` with `{"take_over": true}`: take over an expired lease."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.json_body(None)
+        if not isinstance(body, dict) or body.get("take_over") is not True:
+            raise web.HTTPError(400, 'Send {"take_over": true} to take over the workspace lease')
+        try:
+            service = self.app.sync.require()
+            await run_blocking(service.engine.open, True)
+        except SyncError as err:
+            raise http_error(err) from err
+        if service.engine.read_only:
+            raise web.HTTPError(409, service.engine.read_only_reason or "The lease is still held")
+        service.request_rescan()
+        self.finish(await run_blocking(self.app.sync.status))
+
+
+def _job_summary(job: Any) -> dict[str, Any] | None:
+    return None if job is None else job.to_dict()
+
+
+async def run_blocking(function: Any, *args: Any) -> Any:
+    """Store and disk I/O off the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
 
 class MetricsStreamHandler(JupyterHandler, websocket.WebSocketHandler):
@@ -117,7 +255,14 @@ class MetricsStreamHandler(JupyterHandler, websocket.WebSocketHandler):
 
 def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
     kwargs = {"app": app}
+    job_id = r"([0-9a-f]{12})"
     return [
         (r"/gpuws/api/metrics", MetricsHandler, kwargs),
         (r"/gpuws/api/metrics/stream", MetricsStreamHandler, kwargs),
+        (r"/gpuws/api/sync", SyncHandler, kwargs),
+        (r"/gpuws/api/sync/lease", LeaseHandler, kwargs),
+        (r"/gpuws/api/sync/restore", RestoreHandler, kwargs),
+        (rf"/gpuws/api/sync/restore/{job_id}", JobHandler, {"app": app, "kind": "restore"}),
+        (r"/gpuws/api/persist", PersistHandler, kwargs),
+        (rf"/gpuws/api/persist/{job_id}", JobHandler, {"app": app, "kind": "persist"}),
     ]

@@ -60,9 +60,21 @@ def fake_gpus(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def gpuws_config(fake_gpus: Path) -> dict[str, Any]:
+def store_dir(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def gpuws_config(fake_gpus: Path, store_dir: Path, tmp_path: Path) -> dict[str, Any]:
     """`c.GpuWorkspace` for the test server; tests override it to change the set-up."""
-    return {"nvml_test_double": str(fake_gpus), "sample_interval": 0.1}
+    return {
+        "nvml_test_double": str(fake_gpus),
+        "sample_interval": 0.1,
+        "store_url": str(store_dir),
+        "workspace": "test-ws",
+        "state_dir": str(tmp_path / "sync-state"),
+        "sync_debounce": 0.02,
+    }
 
 
 @pytest.fixture

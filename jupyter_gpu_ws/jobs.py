@@ -1,0 +1,113 @@
+"""Long work (persist, restore) as jobs: run in a thread, with progress, errors and cancel."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .sync.engine import Progress
+from .sync.errors import SyncError
+
+log = logging.getLogger(__name__)
+
+KEEP_JOBS = 50
+
+
+@dataclass
+class Step:
+    name: str
+    state: str = "pending"  # pending, running, done, failed, skipped
+    detail: str | None = None
+
+
+@dataclass
+class Job:
+    id: str
+    kind: str
+    steps: list[Step]
+    state: str = "running"  # running, done, failed, cancelled
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    errors: list[str] = field(default_factory=list)
+    result: dict[str, Any] = field(default_factory=dict)
+    progress: Progress = field(default_factory=Progress)
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "state": self.state,
+            "started": self.started,
+            "finished": self.finished,
+            "steps": [vars(step) for step in self.steps],
+            "progress": self.progress.snapshot(),
+            "errors": list(self.errors),
+            "result": dict(self.result),
+        }
+
+
+StepFunction = Callable[[Job, Step], None]
+
+
+class JobRunner:
+    """Runs one job of a kind at a time: asking again while one runs returns the running one."""
+
+    def __init__(self) -> None:
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def start(self, kind: str, steps: list[tuple[str, StepFunction]]) -> Job:
+        with self._lock:
+            for job in self._jobs.values():
+                if job.kind == kind and job.state == "running":
+                    return job
+            job = Job(uuid.uuid4().hex[:12], kind, [Step(name) for name, _ in steps])
+            self._jobs[job.id] = job
+            while len(self._jobs) > KEEP_JOBS:
+                self._jobs.popitem(last=False)
+        threading.Thread(target=self._run, args=(job, steps), name=f"gpuws-{kind}", daemon=True).start()
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def latest(self, kind: str) -> Job | None:
+        with self._lock:
+            found = [job for job in self._jobs.values() if job.kind == kind]
+        return found[-1] if found else None
+
+    def cancel(self, job_id: str) -> Job | None:
+        job = self.get(job_id)
+        if job is not None and job.state == "running":
+            job.cancel_event.set()
+        return job
+
+    def _run(self, job: Job, steps: list[tuple[str, StepFunction]]) -> None:
+        for step, (_, function) in zip(job.steps, steps):
+            if job.cancel_event.is_set():
+                step.state = "skipped"
+                continue
+            step.state = "running"
+            try:
+                function(job, step)
+                step.state = "done"
+            except Exception as err:  # every failure reaches the user through the job
+                step.state = "failed"
+                step.detail = str(err)
+                job.errors.append(str(err))
+                if not isinstance(err, SyncError):  # expected failures carry their own message
+                    log.exception("%s job %s: step %s failed", job.kind, job.id, step.name)
+        job.finished = time.time()
+        if job.cancel_event.is_set():
+            job.state = "cancelled"
+        elif job.errors:
+            job.state = "failed"
+        else:
+            job.state = "done"

@@ -1,0 +1,164 @@
+"""The sync and persist API against a real Jupyter Server and a local-folder store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
+from tests.test_handlers import DenyGpuws
+
+
+async def get(jp_fetch: Any, *path: str) -> dict[str, Any]:
+    return json.loads((await jp_fetch("gpuws", "api", *path)).body)
+
+
+async def wait_for(predicate: Any, timeout: float = 20.0) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+async def sync_running(jp_fetch: Any) -> dict[str, Any]:
+    async def running() -> Any:
+        status = await get(jp_fetch, "sync")
+        return status if status["state"] in ("idle", "syncing") and status.get("last_sync") else None
+
+    return await wait_for(running)
+
+
+def mirror(store_dir: Path) -> Path:
+    return store_dir / "test-ws" / "files"
+
+
+async def test_sync_status_reports_state_and_pending_files(jp_fetch: Any, jp_root_dir: Path) -> None:
+    status = await sync_running(jp_fetch)
+    assert status["workspace"] == "test-ws" and status["lease_held"] is True
+    assert status["pending_files"] == 0 and status["last_error"] is None
+    # A change is seen by the watcher and synced by itself.
+    (jp_root_dir / "new.py").write_text("print('hi')")
+
+    async def synced() -> Any:
+        s = await get(jp_fetch, "sync")
+        return s if s["synced_files"] >= 1 and s["pending_files"] == 0 else None
+
+    await wait_for(synced)
+
+
+async def test_persist_runs_a_job_with_progress_until_all_is_saved(jp_fetch: Any, jp_root_dir: Path,
+                                                                   store_dir: Path) -> None:
+    await sync_running(jp_fetch)
+    for i in range(20):
+        (jp_root_dir / f"f{i}.txt").write_text("x" * i)
+    response = await jp_fetch("gpuws", "api", "persist", method="POST", body="")
+    assert response.code == 202
+    job_id = json.loads(response.body)["id"]
+
+    async def finished() -> Any:
+        job = await get(jp_fetch, "persist", job_id)
+        return job if job["state"] != "running" else None
+
+    job = await wait_for(finished)
+    assert job["state"] == "done", job["errors"]
+    assert job["steps"][0]["name"] == "sync" and job["steps"][0]["state"] == "done"
+    assert job["progress"]["files_done"] == job["progress"]["files_total"]
+    assert sorted(p.name for p in mirror(store_dir).iterdir()) == sorted(f"f{i}.txt" for i in range(20))
+    status = await get(jp_fetch, "sync")
+    assert status["persist"]["id"] == job_id and status["pending_files"] == 0
+
+
+async def test_unknown_job_is_a_404(jp_fetch: Any) -> None:
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("gpuws", "api", "persist", "0123456789ab")
+    assert err.value.code == 404 and "No persist job" in json.loads(err.value.response.body)["message"]
+
+
+async def test_malformed_body_is_a_400(jp_fetch: Any) -> None:
+    await sync_running(jp_fetch)
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("gpuws", "api", "persist", method="POST", body="{not json")
+    assert err.value.code == 400 and "not valid JSON" in json.loads(err.value.response.body)["message"]
+
+
+async def test_lease_takeover_needs_an_explicit_body(jp_fetch: Any) -> None:
+    await sync_running(jp_fetch)
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("gpuws", "api", "sync", "lease", method="POST", body="{}")
+    assert err.value.code == 400 and "take_over" in json.loads(err.value.response.body)["message"]
+
+
+@pytest.mark.parametrize("server_authorizer", [DenyGpuws])
+@pytest.mark.parametrize(("method", "path"), [("GET", "sync"), ("POST", "persist"), ("POST", "sync/restore"),
+                                              ("GET", "persist/0123456789ab")])
+async def test_denied_user_gets_403_everywhere(jp_fetch: Any, server_authorizer: Any, method: str, path: str) -> None:
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("gpuws", "api", *path.split("/"), method=method, body="" if method == "POST" else None)
+    assert err.value.code == 403
+
+
+class TestBrokenStore:
+    @pytest.fixture
+    def gpuws_config(self, gpuws_config: dict[str, Any]) -> dict[str, Any]:
+        return {**gpuws_config, "store_url": "nosuchproto://bucket/x"}
+
+    async def test_status_says_why_and_persist_is_refused_with_the_reason(self, jp_fetch: Any) -> None:
+        async def failed() -> Any:
+            s = await get(jp_fetch, "sync")
+            return s if s["state"] == "error" else None
+
+        status = await wait_for(failed)
+        assert "Unknown storage protocol 'nosuchproto'" in status["last_error"]
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("gpuws", "api", "persist", method="POST", body="")
+        assert err.value.code == 503
+        assert "nosuchproto" in json.loads(err.value.response.body)["message"]
+
+
+class TestLeaseHeldElsewhere:
+    @pytest.fixture
+    def other_runtime(self, store_dir: Path, tmp_path: Path) -> Any:
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        engine = SyncEngine(SyncSettings(str(elsewhere), str(store_dir), "test-ws", str(tmp_path / "other-state")))
+        engine.open()
+        yield engine
+        engine.close()
+
+    async def test_second_runtime_is_read_only_and_says_who_holds_it(self, other_runtime: Any,
+                                                                     jp_fetch: Any) -> None:
+        async def read_only() -> Any:
+            s = await get(jp_fetch, "sync")
+            return s if s["state"] == "read-only" else None
+
+        status = await wait_for(read_only)
+        assert "Another runtime is writing this workspace" in status["read_only_reason"]
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("gpuws", "api", "persist", method="POST", body="")
+        assert err.value.code == 409
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}')
+        assert err.value.code == 409 and "expires in" in json.loads(err.value.response.body)["message"]
+
+
+class TestRestoreOnStart:
+    @pytest.fixture
+    def gpuws_config(self, gpuws_config: dict[str, Any], store_dir: Path) -> dict[str, Any]:
+        saved = mirror(store_dir) / "notebooks" / "yesterday.ipynb"
+        saved.parent.mkdir(parents=True)
+        saved.write_text('{"cells": []}')
+        return gpuws_config
+
+    async def test_files_come_back_into_a_fresh_work_directory(self, jp_fetch: Any, jp_root_dir: Path) -> None:
+        status = await sync_running(jp_fetch)
+        assert status["restore"]["restored"] == 1
+        assert (jp_root_dir / "notebooks" / "yesterday.ipynb").read_text() == '{"cells": []}'
