@@ -260,38 +260,8 @@ class SyncEngine:
 
     def _sync(self, paths: Iterable[str] | None, progress: Progress,
               cancel: threading.Event | None) -> PassReport:
-        check_workdir(self.workdir)
-        self.rules.reload()
         report = PassReport()
-        changed: list[LocalFile] = []
-        deleted: list[str] = []
-        if paths is None:
-            local = {f.path: f for f in scan(self.workdir, self.rules)}
-            records = self.index.all()
-            for f in local.values():
-                if _same(f, records.get(f.path)):
-                    report.unchanged += 1
-                else:
-                    changed.append(f)
-            deleted = [p for p in records if p not in local and not os.path.lexists(self._abs(p))]
-            total_records = len(records)
-            if records and not local:
-                raise DeletionGuardError(
-                    f"The work directory {self.workdir} is empty but the store mirrors {len(records)} "
-                    "files: nothing was deleted. Restore it, or delete the files from the store by hand."
-                )
-        else:
-            total_records = self.index.count_and_bytes()[0]
-            for rel in sorted(self._expand(paths)):
-                f = stat_path(self.workdir, rel, self.rules)
-                record = self.index.get(rel)
-                if f is not None:
-                    if _same(f, record):
-                        report.unchanged += 1
-                    else:
-                        changed.append(f)
-                elif record is not None and not os.path.lexists(self._abs(rel)):
-                    deleted.append(rel)
+        changed, deleted, report.unchanged, total_records = self.plan(paths)
         if len(deleted) >= GUARD_MIN_DELETIONS and len(deleted) > self.settings.max_delete_fraction * total_records:
             raise DeletionGuardError(
                 f"This pass would remove {len(deleted)} of the {total_records} files in the store "
@@ -319,6 +289,45 @@ class SyncEngine:
         self._prune_versions({f.path for f in changed} | set(report.deleted))
         progress.phase = "done"
         return report
+
+    def plan(self, paths: Iterable[str] | None = None) -> tuple[list[LocalFile], list[str], int, int]:
+        """What a pass would do: (files to upload, paths to delete, unchanged count, records).
+
+        Refuses an emptied work directory outright: that is a vanished mount, not a cleanup.
+        """
+        check_workdir(self.workdir)
+        self.rules.reload()
+        changed: list[LocalFile] = []
+        deleted: list[str] = []
+        unchanged = 0
+        if paths is None:
+            local = {f.path: f for f in scan(self.workdir, self.rules)}
+            records = self.index.all()
+            for f in local.values():
+                if _same(f, records.get(f.path)):
+                    unchanged += 1
+                else:
+                    changed.append(f)
+            deleted = [p for p in records if p not in local and not os.path.lexists(self._abs(p))]
+            total_records = len(records)
+            if records and not local:
+                raise DeletionGuardError(
+                    f"The work directory {self.workdir} is empty but the store mirrors {len(records)} "
+                    "files: nothing was deleted. Restore it, or delete the files from the store by hand."
+                )
+        else:
+            total_records = self.index.count_and_bytes()[0]
+            for rel in sorted(self._expand(paths)):
+                f = stat_path(self.workdir, rel, self.rules)
+                record = self.index.get(rel)
+                if f is not None:
+                    if _same(f, record):
+                        unchanged += 1
+                    else:
+                        changed.append(f)
+                elif record is not None and not os.path.lexists(self._abs(rel)):
+                    deleted.append(rel)
+        return changed, deleted, unchanged, total_records
 
     def _expand(self, paths: Iterable[str]) -> set[str]:
         """A folder event stands for every file in it: created or moved in (scan it), or

@@ -399,6 +399,8 @@ def _remote_error(err: Exception, key: str) -> Exception:
         return StoreConfigError(f"The store's bucket does not exist: {text}")
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return StoreFullError(f"The store is full ({key})")
+    if "connect" in text.lower() or isinstance(err, (ConnectionError, TimeoutError)):
+        return StoreUnavailableError(f"Cannot reach the store: {text}")
     return StoreUnavailableError(f"The store failed on {key}: {text}")
 
 
