@@ -98,7 +98,9 @@ class GpuWorkspace(Configurable):
         300.0, help="Seconds between full rescans, the backstop for missed file-system events."
     ).tag(config=True)
 
-    sync_debounce = Float(0.05, help="Seconds to let a burst of file events settle before a pass.").tag(config=True)
+    sync_debounce = Float(
+        0.05, help="Seconds a change must settle (no further writes) before it is uploaded."
+    ).tag(config=True)
 
     lease_ttl = Float(60.0, help="Seconds the workspace lease lives without a heartbeat.").tag(config=True)
 

@@ -122,3 +122,53 @@ export function metricsStreamUrl(): string {
   }
   return url;
 }
+
+export interface ILease {
+  holder: string;
+  host: string;
+  pid: number;
+  user: string;
+  acquired: number;
+  heartbeat: number;
+  expires: number;
+}
+
+export interface IJobProgress {
+  phase: string;
+  files_done: number;
+  files_total: number;
+  bytes_done: number;
+  bytes_total: number;
+  current: string | null;
+}
+
+export interface IJob {
+  id: string;
+  kind: 'persist' | 'restore';
+  state: 'running' | 'done' | 'failed' | 'cancelled';
+  started: number;
+  finished: number | null;
+  steps: Array<{ name: string; state: string; detail: string | null }>;
+  progress: IJobProgress;
+  errors: string[];
+  result: { [key: string]: any };
+}
+
+export interface ISyncStatus {
+  state: 'starting' | 'idle' | 'syncing' | 'error' | 'read-only' | 'disabled' | 'running';
+  pending_files: number;
+  pending_bytes: number;
+  last_sync?: number | null;
+  last_error: string | null;
+  read_only_reason?: string | null;
+  synced_files?: number;
+  store_bytes?: number;
+  quota_bytes?: number | null;
+  quota_warning?: string | null;
+  store?: string;
+  workspace?: string;
+  lease?: ILease | null;
+  lease_held?: boolean;
+  persist?: IJob | null;
+  restore?: { restored: number; conflicts: string[]; errors: string[] } | null;
+}

@@ -12,16 +12,18 @@ import { gpuIcon } from './icons';
 import { MetricsModel } from './metrics';
 import { GpuWorkspacePanel } from './sidebar/Panel';
 import { GpuStatusItem } from './statusbar';
+import { SyncModel } from './sync';
 
 const PLUGIN_ID = 'jupyter_gpu_ws:plugin';
 
 namespace CommandIDs {
   export const openPanel = 'gpuws:open-panel';
+  export const persist = 'gpuws:persist';
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
-  description: 'GPU Workspace: GPU and system monitor in a sidebar and the status bar.',
+  description: 'GPU Workspace: GPU and system monitor, storage sync and Persist now.',
   autoStart: true,
   optional: [ISettingRegistry, ILayoutRestorer, ICommandPalette, IStatusBar],
   activate: async (
@@ -32,7 +34,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     statusBar: IStatusBar | null
   ) => {
     const model = new MetricsModel();
-    const panel = new GpuWorkspacePanel(model, { sparklineSeconds: 300 });
+    const sync = new SyncModel();
+    const panel = new GpuWorkspacePanel(model, sync, { sparklineSeconds: 300 });
     app.shell.add(panel, 'left', { rank: 850 });
     if (restorer) {
       restorer.add(panel, 'gpuws-panel');
@@ -47,13 +50,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
       icon: gpuIcon,
       execute: openPanel
     });
+    app.commands.addCommand(CommandIDs.persist, {
+      label: 'Persist now',
+      caption: 'Upload everything in the work directory to the store now',
+      isEnabled: () => !sync.persisting,
+      execute: () => sync.persist()
+    });
     palette?.addItem({ command: CommandIDs.openPanel, category: 'GPU Workspace' });
+    palette?.addItem({ command: CommandIDs.persist, category: 'GPU Workspace' });
 
     const notifier = new AlertNotifier(model, openPanel);
     let showStatusBar = true;
     if (statusBar) {
       statusBar.registerStatusItem(PLUGIN_ID, {
-        item: new GpuStatusItem(model, openPanel),
+        item: new GpuStatusItem(model, sync, openPanel),
         align: 'left',
         rank: 50,
         isActive: () => showStatusBar,

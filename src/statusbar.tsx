@@ -4,6 +4,29 @@ import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import { ISample } from './api';
 import { formatBytes } from './format';
 import { MetricsModel } from './metrics';
+import { SyncModel, formatAge } from './sync';
+
+/** The status bar's few words on the sync. */
+export function syncWord(sync: SyncModel): { text: string; title: string; level: string } {
+  const status = sync.status;
+  if (!status) {
+    return { text: '', title: '', level: 'none' };
+  }
+  const title = status.last_error ?? status.read_only_reason ?? `Store: ${status.store ?? ''}`;
+  if (status.state === 'error') {
+    return { text: 'sync error', title, level: 'error' };
+  }
+  if (status.state === 'read-only') {
+    return { text: 'read-only', title, level: 'warning' };
+  }
+  if (status.pending_files > 0) {
+    return { text: `${status.pending_files} pending`, title, level: 'pending' };
+  }
+  if (status.last_sync) {
+    return { text: `saved ${formatAge(Date.now() / 1000 - status.last_sync)} ago`, title, level: 'ok' };
+  }
+  return { text: status.state, title, level: 'none' };
+}
 
 /** What the status bar says about the GPUs: mean utilisation and memory in use. */
 export function gpuSummary(sample: ISample | null): { text: string; title: string } {
@@ -36,6 +59,7 @@ export function gpuSummary(sample: ISample | null): { text: string; title: strin
 export class GpuStatusItem extends ReactWidget {
   constructor(
     private _model: MetricsModel,
+    private _sync: SyncModel,
     private _onClick: () => void
   ) {
     super();
@@ -44,21 +68,34 @@ export class GpuStatusItem extends ReactWidget {
 
   render(): JSX.Element {
     return (
-      <UseSignal signal={this._model.changed}>
-        {() => {
-          const { text, title } = gpuSummary(this._model.latest);
-          return (
-            <span
-              className="jp-gpuws-status-text"
-              data-testid="gpuws-status"
-              title={title}
-              onClick={this._onClick}
-            >
-              {text}
-            </span>
-          );
-        }}
-      </UseSignal>
+      <span className="jp-gpuws-status-item" onClick={this._onClick}>
+        <UseSignal signal={this._model.changed}>
+          {() => {
+            const { text, title } = gpuSummary(this._model.latest);
+            return (
+              <span className="jp-gpuws-status-text" data-testid="gpuws-status" title={title}>
+                {text}
+              </span>
+            );
+          }}
+        </UseSignal>
+        <UseSignal signal={this._sync.changed}>
+          {() => {
+            const { text, title, level } = syncWord(this._sync);
+            return text ? (
+              <span
+                className={`jp-gpuws-status-text jp-gpuws-status-sync jp-gpuws-status-${level}`}
+                data-testid="gpuws-status-sync"
+                title={title}
+              >
+                {text}
+              </span>
+            ) : (
+              <span />
+            );
+          }}
+        </UseSignal>
+      </span>
     );
   }
 }

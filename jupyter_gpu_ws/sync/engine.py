@@ -176,6 +176,7 @@ class SyncEngine:
         self._dirty: set[str] = set()
         self._dirty_lock = threading.Lock()
         self._pending: dict[str, int] = {}  # path → size, known to differ from the store
+        self.last_change = 0.0  # monotonic time of the last change the watcher reported
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -212,6 +213,7 @@ class SyncEngine:
     def mark_dirty(self, paths: Iterable[str]) -> None:
         """Paths (relative, '/'-separated) that may have changed, from the watcher."""
         with self._dirty_lock:
+            self.last_change = time.monotonic()
             for rel in paths:
                 self._dirty.add(rel)
                 local = stat_path(self.workdir, rel, self.rules)

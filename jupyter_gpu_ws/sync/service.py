@@ -32,6 +32,7 @@ class SyncService:
         self.debounce = debounce
         self.rescan_interval = rescan_interval
         self.on_pass = on_pass
+        self.final_pass = True
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -81,8 +82,8 @@ class SyncService:
                 for changes in watchfiles.watch(
                     workdir,
                     watch_filter=wanted,
-                    debounce=max(1, int(self.debounce * 1000)),
-                    step=max(1, int(self.debounce * 1000 / 2)),
+                    debounce=1600,
+                    step=20,
                     stop_event=self._stop,
                     rust_timeout=1000,
                     yield_on_timeout=False,
@@ -117,13 +118,20 @@ class SyncService:
                 self.engine.take_dirty()
                 self._run(None)
                 continue
+            settle = self.debounce - (time.monotonic() - self.engine.last_change)
+            if settle > 0:
+                # Let a burst of writes (a notebook saving, a checkpoint being written) settle.
+                self._stop.wait(settle)
+                self._wake.set()
+                continue
             dirty = self.engine.take_dirty()
             if dirty:
                 self._run(dirty)
-        # A last pass over what changed since, so a clean stop loses nothing.
-        dirty = self.engine.take_dirty()
-        if dirty and not self.engine.read_only:
-            self._run(dirty)
+        # A last full pass, so a clean stop loses nothing, whether or not the watcher
+        # has reported the last writes yet.
+        self.engine.take_dirty()
+        if not self.engine.read_only and self.final_pass:
+            self._run(None)
 
     def _run(self, paths: set[str] | None, progress: Progress | None = None,
              cancel: threading.Event | None = None, raise_errors: bool = False) -> PassReport | None:

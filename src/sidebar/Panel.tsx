@@ -3,7 +3,9 @@ import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 
 import { ConnectionState, MetricsModel } from '../metrics';
 import { gpuIcon } from '../icons';
+import { SyncModel } from '../sync';
 import { GpuSection } from './GpuSection';
+import { SyncSection } from './SyncSection';
 import { SystemSection } from './SystemSection';
 
 const CONNECTION_LABELS: { [state in ConnectionState]: string } = {
@@ -28,6 +30,7 @@ export interface IPanelOptions {
 export class GpuWorkspacePanel extends ReactWidget {
   constructor(
     readonly model: MetricsModel,
+    readonly sync: SyncModel,
     public options: IPanelOptions
   ) {
     super();
@@ -45,9 +48,14 @@ export class GpuWorkspacePanel extends ReactWidget {
 
   render(): JSX.Element {
     return (
-      <UseSignal signal={this.model.changed}>
-        {() => <PanelBody model={this.model} options={this.options} />}
-      </UseSignal>
+      <>
+        <UseSignal signal={this.model.changed}>
+          {() => <PanelBody model={this.model} options={this.options} />}
+        </UseSignal>
+        <div className="jp-gpuws-body jp-gpuws-body-sync">
+          <UseSignal signal={this.sync.changed}>{() => <SyncSection model={this.sync} />}</UseSignal>
+        </div>
+      </>
     );
   }
 }

@@ -1,0 +1,90 @@
+import React from 'react';
+
+import { formatBytes, percent } from '../format';
+import { SyncModel, syncSummary } from '../sync';
+import { Bar } from './Bar';
+
+/** Sync: state, what is pending or when all was saved, errors, quota, and Persist now. */
+export function SyncSection(props: { model: SyncModel }): JSX.Element {
+  const { model } = props;
+  const status = model.status;
+  const now = Date.now() / 1000;
+  const job = model.job;
+  const running = job?.state === 'running';
+  const leaseExpired = !!status?.lease && status.lease.expires < now;
+  return (
+    <section className="jp-gpuws-section" aria-label="Sync">
+      <h3 className="jp-gpuws-section-title">
+        Sync
+        {status?.store && (
+          <span className="jp-gpuws-subtle jp-gpuws-store" title={`${status.store}/${status.workspace}`}>
+            {status.store}
+          </span>
+        )}
+      </h3>
+      {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
+      <div
+        className={`jp-gpuws-sync-summary jp-gpuws-sync-${status?.state ?? 'unknown'}`}
+        data-testid="gpuws-sync-summary"
+      >
+        {syncSummary(status, now)}
+      </div>
+      {status?.last_error && (
+        <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-sync-error">
+          {status.last_error}
+        </div>
+      )}
+      {status?.state === 'read-only' && status.read_only_reason && (
+        <div className="jp-gpuws-message jp-gpuws-warning">
+          {status.read_only_reason}
+          {leaseExpired && (
+            <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.takeOver()}>
+              Take over
+            </button>
+          )}
+        </div>
+      )}
+      {status?.quota_bytes ? (
+        <Bar
+          label="Store quota"
+          value={percent(status.store_bytes ?? 0, status.quota_bytes)}
+          text={`${formatBytes(status.store_bytes ?? 0)} / ${formatBytes(status.quota_bytes)}`}
+          capacity
+          testId="gpuws-quota"
+        />
+      ) : null}
+      {status?.quota_warning && <div className="jp-gpuws-message jp-gpuws-warning">{status.quota_warning}</div>}
+      <div className="jp-gpuws-persist">
+        <button
+          className="jp-mod-styled jp-mod-accept jp-gpuws-button"
+          data-testid="gpuws-persist"
+          disabled={running || !status || ['starting', 'disabled', 'read-only'].includes(status.state)}
+          onClick={() => void model.persist()}
+          title="Upload everything now: the work directory reaches the store"
+        >
+          {running ? 'Persisting…' : 'Persist now'}
+        </button>
+        {running && (
+          <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.cancel()}>
+            Cancel
+          </button>
+        )}
+      </div>
+      {running && job && (
+        <Bar
+          label={`${job.progress.files_done} of ${job.progress.files_total} files`}
+          value={
+            job.progress.bytes_total
+              ? percent(job.progress.bytes_done, job.progress.bytes_total)
+              : percent(job.progress.files_done, job.progress.files_total)
+          }
+          text={`${formatBytes(job.progress.bytes_done)} / ${formatBytes(job.progress.bytes_total)}`}
+          testId="gpuws-persist-progress"
+        />
+      )}
+      {job && job.state === 'failed' && (
+        <div className="jp-gpuws-message jp-gpuws-error">Persist failed: {job.errors.join('; ')}</div>
+      )}
+    </section>
+  );
+}

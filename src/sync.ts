@@ -1,0 +1,165 @@
+// The browser's view of the sync: its status (polled), and the Persist now job it runs.
+import { Notification } from '@jupyterlab/apputils';
+import { Poll } from '@lumino/polling';
+import { ISignal, Signal } from '@lumino/signaling';
+import { IDisposable } from '@lumino/disposable';
+
+import { IJob, ISyncStatus, requestAPI } from './api';
+import { formatBytes } from './format';
+
+export class SyncModel implements IDisposable {
+  status: ISyncStatus | null = null;
+  error: string | null = null;
+  /** The persist job this page started or found running. */
+  job: IJob | null = null;
+
+  constructor() {
+    this._poll = new Poll({
+      factory: () => this.refresh(),
+      frequency: { interval: 2000, backoff: true, max: 30000 },
+      standby: 'when-hidden'
+    });
+  }
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  dispose(): void {
+    if (!this._disposed) {
+      this._disposed = true;
+      this._poll.dispose();
+      Signal.clearData(this);
+    }
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      this.status = await requestAPI<ISyncStatus>('sync');
+      this.error = null;
+    } catch (error) {
+      this.error = (error as Error).message;
+    }
+    this._changed.emit();
+  }
+
+  get persisting(): boolean {
+    return this.job?.state === 'running';
+  }
+
+  /** Persist now: start (or join) the server's persist job and follow it to the end. */
+  async persist(): Promise<IJob | null> {
+    let job: IJob;
+    try {
+      job = await requestAPI<IJob>('persist', { method: 'POST', body: '{}' });
+    } catch (error) {
+      Notification.error(`Persist failed: ${(error as Error).message}`, { autoClose: false });
+      return null;
+    }
+    const note = Notification.emit('Persisting the workspace…', 'in-progress', {
+      autoClose: false
+    });
+    this.job = job;
+    this._changed.emit();
+    while (job.state === 'running' && !this._disposed) {
+      await new Promise(resolve => setTimeout(resolve, 300));
+      try {
+        job = await requestAPI<IJob>(`persist/${job.id}`);
+      } catch (error) {
+        job = { ...job, state: 'failed', errors: [(error as Error).message] };
+      }
+      this.job = job;
+      this._changed.emit();
+      const p = job.progress;
+      if (job.state === 'running' && p.files_total) {
+        Notification.update({
+          id: note,
+          message: `Persisting: ${p.files_done} of ${p.files_total} files, ${formatBytes(p.bytes_done)} of ${formatBytes(p.bytes_total)}`
+        });
+      }
+    }
+    await this.refresh();
+    if (job.state === 'done') {
+      const uploaded = job.result.uploaded ?? 0;
+      Notification.update({
+        id: note,
+        type: 'success',
+        message: `All saved: ${uploaded} file${uploaded === 1 ? '' : 's'} uploaded (${formatBytes(job.result.bytes_uploaded ?? 0)}).`,
+        autoClose: 5000
+      });
+    } else if (job.state === 'cancelled') {
+      Notification.update({ id: note, type: 'warning', message: 'Persist cancelled. What was uploaded stays uploaded.', autoClose: 5000 });
+    } else {
+      Notification.update({
+        id: note,
+        type: 'error',
+        message: `Persist failed: ${job.errors.join('; ')}`,
+        autoClose: false
+      });
+    }
+    return job;
+  }
+
+  async cancel(): Promise<void> {
+    if (this.job && this.job.state === 'running') {
+      await requestAPI<IJob>(`persist/${this.job.id}`, { method: 'DELETE' });
+    }
+  }
+
+  async takeOver(): Promise<void> {
+    try {
+      await requestAPI('sync/lease', { method: 'POST', body: JSON.stringify({ take_over: true }) });
+      Notification.success('This runtime now writes the workspace.', { autoClose: 5000 });
+    } catch (error) {
+      Notification.error(`Cannot take over: ${(error as Error).message}`, { autoClose: false });
+    }
+    await this.refresh();
+  }
+
+  private _changed = new Signal<this, void>(this);
+  private _disposed = false;
+  private _poll: Poll;
+}
+
+/** "all saved 12 s ago", "3 files, 120 MiB pending", … in the user's words. */
+export function syncSummary(status: ISyncStatus | null, now: number): string {
+  if (!status) {
+    return 'Sync: …';
+  }
+  switch (status.state) {
+    case 'starting':
+      return 'Starting: opening the store and restoring…';
+    case 'disabled':
+      return 'Sync is turned off';
+    case 'read-only':
+      return 'Read-only: another runtime writes this workspace';
+  }
+  if (status.pending_files > 0) {
+    return `${status.pending_files} file${status.pending_files === 1 ? '' : 's'}, ${formatBytes(status.pending_bytes)} pending`;
+  }
+  if (status.state === 'error') {
+    return 'Sync error';
+  }
+  if (status.state === 'syncing') {
+    return 'Syncing…';
+  }
+  if (status.last_sync) {
+    return `All saved ${formatAge(now - status.last_sync)} ago`;
+  }
+  return 'Nothing synced yet';
+}
+
+export function formatAge(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 90) {
+    return `${s} s`;
+  }
+  if (s < 5400) {
+    return `${Math.round(s / 60)} min`;
+  }
+  return `${Math.round(s / 3600)} h`;
+}
