@@ -18,6 +18,21 @@ c.ServerApp.allow_root = True  # noqa: F821
 c.LabApp.extension_manager = "readonly"  # noqa: F821
 c.GpuWorkspace.sample_interval = 0.5  # noqa: F821
 
+# A fresh work directory and store for each server, at paths the tests know
+# (<tmp>/gpuws-ui[-gpus]-root and -store), so a test can write files as a user's program would.
+_name = "gpuws-ui-gpus" if os.environ.get("GPUWS_UI_TEST_GPUS") else "gpuws-ui"
+_tmp = Path(tempfile.gettempdir())
+for _part in ("root", "store", "state"):
+    shutil.rmtree(_tmp / f"{_name}-{_part}", ignore_errors=True)
+(_tmp / f"{_name}-root").mkdir()
+c.ServerApp.root_dir = str(_tmp / f"{_name}-root")  # noqa: F821
+c.GpuWorkspace.store_url = str(_tmp / f"{_name}-store")  # noqa: F821
+c.GpuWorkspace.state_dir = str(_tmp / f"{_name}-state")  # noqa: F821
+c.GpuWorkspace.workspace = "ui-tests"  # noqa: F821
+# Changes wait 4 s to settle and uploads are capped, so pending work and progress stay visible.
+c.GpuWorkspace.sync_debounce = 4.0  # noqa: F821
+c.GpuWorkspace.bandwidth_limit = 40 * 2**20  # noqa: F821
+
 if os.environ.get("GPUWS_UI_TEST_GPUS"):
     scratch = Path(os.environ.setdefault("GPUWS_UI_GPUS_FILE", str(Path(tempfile.gettempdir()) / "gpuws-ui-gpus.json")))
     shutil.copy(Path(__file__).with_name("fake-gpus.json"), scratch)

@@ -48,36 +48,38 @@ export class GpuWorkspacePanel extends ReactWidget {
 
   render(): JSX.Element {
     return (
-      <>
+      <div className="jp-gpuws-body">
+        <UseSignal signal={this.model.changed}>{() => <Header model={this.model} />}</UseSignal>
+        <UseSignal signal={this.sync.changed}>{() => <SyncSection model={this.sync} />}</UseSignal>
         <UseSignal signal={this.model.changed}>
-          {() => <PanelBody model={this.model} options={this.options} />}
+          {() => <Monitor model={this.model} options={this.options} />}
         </UseSignal>
-        <div className="jp-gpuws-body jp-gpuws-body-sync">
-          <UseSignal signal={this.sync.changed}>{() => <SyncSection model={this.sync} />}</UseSignal>
-        </div>
-      </>
+      </div>
     );
   }
 }
 
-function PanelBody(props: {
-  model: MetricsModel;
-  options: IPanelOptions;
-}): JSX.Element {
+function Header(props: { model: MetricsModel }): JSX.Element {
+  const { connection } = props.model;
+  return (
+    <header className="jp-gpuws-header">
+      <h2>GPU Workspace</h2>
+      <span
+        className={`jp-gpuws-connection jp-gpuws-connection-${connection}`}
+        data-testid="gpuws-connection"
+        title={CONNECTION_TITLES[connection]}
+      >
+        {CONNECTION_LABELS[connection]}
+      </span>
+    </header>
+  );
+}
+
+function Monitor(props: { model: MetricsModel; options: IPanelOptions }): JSX.Element {
   const { model } = props;
   const sample = model.latest;
   return (
-    <div className="jp-gpuws-body">
-      <header className="jp-gpuws-header">
-        <h2>GPU Workspace</h2>
-        <span
-          className={`jp-gpuws-connection jp-gpuws-connection-${model.connection}`}
-          data-testid="gpuws-connection"
-          title={CONNECTION_TITLES[model.connection]}
-        >
-          {CONNECTION_LABELS[model.connection]}
-        </span>
-      </header>
+    <>
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
       {sample ? (
         <>
@@ -91,6 +93,6 @@ function PanelBody(props: {
       ) : (
         !model.error && <div className="jp-gpuws-message">Waiting for the first sample…</div>
       )}
-    </div>
+    </>
   );
 }

@@ -23,11 +23,29 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
         )}
       </h3>
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
-      <div
-        className={`jp-gpuws-sync-summary jp-gpuws-sync-${status?.state ?? 'unknown'}`}
-        data-testid="gpuws-sync-summary"
-      >
-        {syncSummary(status, now)}
+      <div className="jp-gpuws-sync-row">
+        <span
+          className={`jp-gpuws-sync-summary jp-gpuws-sync-${status?.state ?? 'unknown'}`}
+          data-testid="gpuws-sync-summary"
+        >
+          {syncSummary(status, now)}
+        </span>
+        <span className="jp-gpuws-persist">
+          {running && (
+            <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.cancel()}>
+              Cancel
+            </button>
+          )}
+          <button
+            className="jp-mod-styled jp-mod-accept jp-gpuws-button"
+            data-testid="gpuws-persist"
+            disabled={running || !status || ['starting', 'disabled', 'read-only'].includes(status.state)}
+            onClick={() => void model.persist()}
+            title="Upload everything now: the work directory reaches the store"
+          >
+            {running ? 'Persisting…' : 'Persist now'}
+          </button>
+        </span>
       </div>
       {status?.last_error && (
         <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-sync-error">
@@ -54,22 +72,6 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
         />
       ) : null}
       {status?.quota_warning && <div className="jp-gpuws-message jp-gpuws-warning">{status.quota_warning}</div>}
-      <div className="jp-gpuws-persist">
-        <button
-          className="jp-mod-styled jp-mod-accept jp-gpuws-button"
-          data-testid="gpuws-persist"
-          disabled={running || !status || ['starting', 'disabled', 'read-only'].includes(status.state)}
-          onClick={() => void model.persist()}
-          title="Upload everything now: the work directory reaches the store"
-        >
-          {running ? 'Persisting…' : 'Persist now'}
-        </button>
-        {running && (
-          <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.cancel()}>
-            Cancel
-          </button>
-        )}
-      </div>
       {running && job && (
         <Bar
           label={`${job.progress.files_done} of ${job.progress.files_total} files`}

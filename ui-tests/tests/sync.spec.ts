@@ -1,0 +1,53 @@
+/**
+ * The Sync section and Persist now, against a real server mirroring its root folder to a
+ * local-folder store (see jupyter_server_test_config.py).
+ */
+import { expect, test } from '@jupyterlab/galata';
+import * as fs from 'fs';
+import * as os from 'os';
+import * as path from 'path';
+
+const PANEL = '#jp-gpuws-panel';
+const ROOT = path.join(os.tmpdir(), 'gpuws-ui-root');
+const STORE = path.join(os.tmpdir(), 'gpuws-ui-store', 'ui-tests', 'files');
+
+async function openPanel(page: any): Promise<void> {
+  await page.evaluate(async () => {
+    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+  });
+  await expect(page.locator(PANEL)).toBeVisible();
+}
+
+test.describe('Sync', () => {
+  test('shows a pending count after a file is written, then all saved', async ({ page }) => {
+    await openPanel(page);
+    const summary = page.locator(PANEL).getByTestId('gpuws-sync-summary');
+    await expect(summary).toContainText(/All saved|Nothing synced/, { timeout: 20000 });
+    fs.writeFileSync(path.join(ROOT, 'pending-check.txt'), 'x'.repeat(2048));
+    await expect(summary).toHaveText(/^1 file, 2\.0 KiB pending$/, { timeout: 10000 });
+    await expect(page.getByTestId('gpuws-status-sync')).toHaveText('1 pending');
+    // Once the change has settled, it is uploaded by itself.
+    await expect(summary).toContainText('All saved', { timeout: 20000 });
+    await expect(page.getByTestId('gpuws-status-sync')).toContainText('saved');
+    expect(fs.readFileSync(path.join(STORE, 'pending-check.txt'), 'utf-8')).toHaveLength(2048);
+  });
+
+  test('Persist now shows progress, then "all saved"', async ({ page }) => {
+    await openPanel(page);
+    const button = page.locator(PANEL).getByTestId('gpuws-persist');
+    await expect(button).toBeEnabled({ timeout: 20000 });
+    // 160 MiB at the test server's 40 MiB/s cap: a few seconds of visible progress.
+    fs.writeFileSync(path.join(ROOT, 'checkpoint.bin'), Buffer.alloc(160 * 2 ** 20, 7));
+    await button.click();
+    await expect(button).toHaveText('Persisting…');
+    const progress = page.locator(PANEL).getByTestId('gpuws-persist-progress');
+    await expect(progress).toBeVisible();
+    await expect(progress).toContainText(/MiB \/ 160 MiB/);
+    await expect(page.locator('.Toastify__toast', { hasText: 'All saved: 1 file uploaded (160 MiB)' })).toHaveCount(1, {
+      timeout: 30000
+    });
+    await expect(page.locator(PANEL).getByTestId('gpuws-sync-summary')).toContainText('All saved');
+    await expect(button).toHaveText('Persist now');
+    expect(fs.statSync(path.join(STORE, 'checkpoint.bin')).size).toBe(160 * 2 ** 20);
+  });
+});
