@@ -401,12 +401,19 @@ class SyncEngine:
         if small:
             batches.append(small)
 
+        full = threading.Event()  # a full store fails every file: stop at the first
+
         def run(batch: list[LocalFile]) -> None:
             for f in batch:
-                if cancel is not None and cancel.is_set():
+                if (cancel is not None and cancel.is_set()) or full.is_set():
                     return
                 try:
                     record = self._upload_one(f, progress)
+                except StoreFullError as err:
+                    full.set()
+                    with lock:
+                        report.errors.append(str(err))
+                    return
                 except SyncError as err:
                     with lock:
                         report.errors.append(str(err))

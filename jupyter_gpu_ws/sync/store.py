@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -234,6 +235,7 @@ class FsspecBackend:
                 if len(data) != size or (check is not None and not check()):
                     raise SourceChangedError(key)
                 self.fs.pipe_file(target, data)
+                self._verify_etag(target, data)
                 if progress:
                     progress(size)
             else:
@@ -269,6 +271,15 @@ class FsspecBackend:
         if int(info.get("size", -1)) != size:
             raise StoreUnavailableError(f"{key}: the store has {info.get('size')} bytes, expected {size}")
         return size
+
+    def _verify_etag(self, target: str, data: bytes) -> None:
+        """Where the store has a checksum (S3's ETag of a single PUT is its MD5), compare it."""
+        try:
+            etag = str(self.fs.info(target).get("ETag", "")).strip('"')
+        except Exception:
+            return
+        if etag and "-" not in etag and len(etag) == 32 and etag != hashlib.md5(data).hexdigest():
+            raise StoreUnavailableError(f"{target}: the store's checksum does not match what was sent")
 
     def copy(self, src: str, dst: str) -> None:
         try:

@@ -283,3 +283,20 @@ def test_expired_lease_can_be_taken_over(workdir: Path, tmp_path: Path, make_eng
     assert not second.read_only
     first.heartbeat()
     assert first.read_only and "took over" in (first.read_only_reason or "")
+
+
+def test_full_store_disk_is_a_clear_error_and_nothing_is_recorded(workdir: Path, store_dir: Path,
+                                                                  make_engine: Make) -> None:
+    from jupyter_gpu_ws.sync.store import _raise_os_error
+
+    class Full(LocalBackend):
+        def put(self, local: str, key: str, progress: Any = None, check: Any = None) -> int:
+            _raise_os_error(OSError(28, "No space left on device"), key)
+            return 0
+
+    write(workdir, "a.txt", "a")
+    engine = make_engine(workdir, backend=Full(str(store_dir)))
+    report = engine.sync()
+    assert report.uploaded == [] and "The store's disk is full" in report.errors[0]
+    assert engine.status()["state"] == "error" and engine.status()["synced_files"] == 0
+    assert (workdir / "a.txt").read_text() == "a"
