@@ -228,6 +228,7 @@ class FsspecBackend:
         size = os.path.getsize(local)
         target = self._path(key)
         tmp = f"{self.root}/.gpuws-tmp/{uuid.uuid4().hex}{PART_SUFFIX}"
+        sent: bytes | None = None
         try:
             if self.object_store and size <= SMALL_FILE:
                 with open(local, "rb") as f:
@@ -235,7 +236,7 @@ class FsspecBackend:
                 if len(data) != size or (check is not None and not check()):
                     raise SourceChangedError(key)
                 self.fs.pipe_file(target, data)
-                self._verify_etag(target, data)
+                sent = data
                 if progress:
                     progress(size)
             else:
@@ -270,16 +271,11 @@ class FsspecBackend:
             raise _remote_error(err, key) from err
         if int(info.get("size", -1)) != size:
             raise StoreUnavailableError(f"{key}: the store has {info.get('size')} bytes, expected {size}")
+        # Where the store has a checksum (S3's ETag of a single PUT is its MD5), compare it.
+        etag = str(info.get("ETag", "")).strip('"')
+        if sent is not None and len(etag) == 32 and etag != hashlib.md5(sent).hexdigest():
+            raise StoreUnavailableError(f"{key}: the store's checksum does not match what was sent")
         return size
-
-    def _verify_etag(self, target: str, data: bytes) -> None:
-        """Where the store has a checksum (S3's ETag of a single PUT is its MD5), compare it."""
-        try:
-            etag = str(self.fs.info(target).get("ETag", "")).strip('"')
-        except Exception:
-            return
-        if etag and "-" not in etag and len(etag) == 32 and etag != hashlib.md5(data).hexdigest():
-            raise StoreUnavailableError(f"{target}: the store's checksum does not match what was sent")
 
     def copy(self, src: str, dst: str) -> None:
         try:
