@@ -13,6 +13,36 @@ except ImportError:  # a source checkout that was never built
     __version__ = "dev"
 
 
+# The kernel API: `import jupyter_gpu_ws as gpuws`. torch is imported on first `track`.
+from .checkpoint.tracker import step  # noqa: E402  (the hot path: a plain function)
+
+
+def track(name: str | None = None, **objects: Any) -> Any:
+    """Track training state: `gpuws.track(model=m, optimizer=opt, scheduler=s, scaler=sc, epoch=0)`.
+
+    Anything with state_dict()/load_state_dict(), or plain values. RNG states (Python, NumPy,
+    torch CPU and CUDA) and the step are always saved. `name` keys the checkpoints (default:
+    the notebook's path); `every_steps`, `every_seconds` and `keep_last` set the policy.
+    """
+    from .checkpoint.tracker import default_tracker
+
+    return default_tracker().track(name, **objects)
+
+
+def checkpoint(wait: bool = False) -> Any:
+    """Save now; with `wait=True`, return the checkpoint once its files are complete."""
+    from .checkpoint.tracker import default_tracker
+
+    return default_tracker().checkpoint(wait=wait)
+
+
+def resume() -> int:
+    """Load the newest complete checkpoint into the tracked objects; the step to continue from."""
+    from .checkpoint.tracker import default_tracker
+
+    return default_tracker().resume()
+
+
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "jupyter_gpu_ws"}]
 

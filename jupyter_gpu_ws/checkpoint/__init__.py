@@ -1,0 +1,1 @@
+"""Kernel checkpoints: tracked training state saved at safe points, resumed exactly."""

@@ -1,0 +1,173 @@
+"""Checkpoints on disk: one folder per checkpoint, complete only once its manifest is there.
+
+    <root>/<run>/ckpt-000000123-20261129T154210Z/
+        state.pt        every tracked object's state (torch.save, tensors and plain values)
+        rng.pt          Python, NumPy and torch RNG states, as tensors and plain values
+        manifest.json   written last: step, time, objects, and size + xxh3 of each file
+
+A checkpoint is written under a temporary name, each file fsynced, the manifest written and
+fsynced, then the folder renamed: a reader sees a whole checkpoint or none (restic's order:
+data first, the index last).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+_NAME = re.compile(r"^ckpt-(\d{9})-(\d{8}T\d{6}Z)(?:-\d+)?$")
+TMP_PREFIX = ".tmp-ckpt-"
+
+
+class CheckpointError(Exception):
+    """A checkpoint could not be written or loaded; the message names the object or file."""
+
+
+@dataclass
+class CheckpointInfo:
+    path: Path
+    step: int
+    time: float
+    bytes: int
+    objects: list[str]
+    request_id: str | None = None
+
+
+def run_dir(root: str | os.PathLike[str], run: str) -> Path:
+    """A run's folder: the run name (a notebook path) made into one safe folder name."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", run.replace("/", "--")).strip("-") or "default"
+    return Path(root) / safe
+
+
+def checksum(path: Path) -> str:
+    hasher = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while chunk := f.read(16 << 20):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def new_tmp_dir(run_path: Path) -> Path:
+    run_path.mkdir(parents=True, exist_ok=True)
+    path = run_path / f"{TMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}"
+    path.mkdir()
+    return path
+
+
+def finish(tmp: Path, step: int, objects: list[str], extra: dict[str, Any]) -> CheckpointInfo:
+    """Checksum and fsync the files, write the manifest last, and rename into place."""
+    files = {}
+    total = 0
+    for path in sorted(tmp.iterdir()):
+        fsync_file(path)
+        size = path.stat().st_size
+        files[path.name] = {"size": size, "xxh3": checksum(path)}
+        total += size
+    now = time.time()
+    manifest = {"format": FORMAT, "step": step, "time": now, "objects": objects, "files": files,
+                "bytes": total, **extra}
+    with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    final = tmp.parent / f"ckpt-{step:09d}-{stamp}"
+    n = 1
+    while final.exists():
+        n += 1
+        final = tmp.parent / f"ckpt-{step:09d}-{stamp}-{n}"
+    os.rename(tmp, final)
+    fsync_file(tmp.parent)
+    return CheckpointInfo(final, step, now, total, objects, extra.get("request_id"))
+
+
+def read_manifest(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path / MANIFEST, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
+
+
+def verify(path: Path, manifest: dict[str, Any]) -> str | None:
+    """None if every file is there with its size and checksum; else what is wrong."""
+    for name, meta in manifest.get("files", {}).items():
+        file = path / name
+        try:
+            size = file.stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if size != meta["size"]:
+            return f"{name} has {size} bytes, the manifest says {meta['size']}"
+        if checksum(file) != meta["xxh3"]:
+            return f"{name} fails its checksum"
+    return None
+
+
+def complete_checkpoints(run_path: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Folders with a manifest, newest step last (not yet verified)."""
+    found = []
+    if not run_path.is_dir():
+        return found
+    for entry in run_path.iterdir():
+        if entry.is_dir() and _NAME.match(entry.name):
+            manifest = read_manifest(entry)
+            if manifest is not None:
+                found.append((entry, manifest))
+    return sorted(found, key=lambda item: (item[1]["step"], item[1]["time"]))
+
+
+def info_of(path: Path, manifest: dict[str, Any]) -> CheckpointInfo:
+    return CheckpointInfo(path, int(manifest["step"]), float(manifest["time"]), int(manifest.get("bytes", 0)),
+                          list(manifest.get("objects", [])), manifest.get("request_id"))
+
+
+def apply_retention(run_path: Path, keep_last: int, writing: Path | None = None) -> list[Path]:
+    """Keep the newest `keep_last` complete checkpoints (never fewer than one); remove older
+    ones and leftovers of interrupted writes. Returns what was removed."""
+    removed = []
+    complete = complete_checkpoints(run_path)
+    for path, _ in complete[: max(0, len(complete) - max(1, keep_last))]:
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    for entry in run_path.iterdir() if run_path.is_dir() else []:
+        if entry.name.startswith(TMP_PREFIX) and entry != writing and not _alive(entry.name):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _alive(tmp_name: str) -> bool:
+    """A temporary folder of a process still running is being written: leave it."""
+    try:
+        pid = int(tmp_name[len(TMP_PREFIX):].split("-")[0])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        return False  # ours: `writing` names the one in flight
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,396 @@
+"""Tracked training state: `track`, the `step` safe point, `checkpoint`, `resume`.
+
+At a safe point the tracked state is copied into reusable CPU staging buffers (pinned when on
+CUDA), and a background thread writes it, so the loop stalls for the copy alone. At most one
+write is in flight; requests arriving during a write are coalesced into the next safe point.
+torch is imported only when something is tracked, so `import jupyter_gpu_ws` stays light.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import random
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .files import (
+    CheckpointError,
+    CheckpointInfo,
+    apply_retention,
+    complete_checkpoints,
+    finish,
+    info_of,
+    new_tmp_dir,
+    run_dir,
+    verify,
+)
+
+log = logging.getLogger(__name__)
+
+PLAIN = (int, float, str, bool, type(None), list, tuple, dict)
+
+
+def default_root() -> str:
+    """Checkpoints live in the work directory (so the sync engine carries them to the store)."""
+    return os.path.join(os.environ.get("GPUWS_WORKDIR") or os.getcwd(), ".gpuws", "checkpoints")
+
+
+def default_run_name() -> str:
+    """The notebook's path (Jupyter Server tells the kernel), else the script's name."""
+    name = os.environ.get("JPY_SESSION_NAME")
+    if name:
+        workdir = os.environ.get("GPUWS_WORKDIR")
+        if workdir and os.path.isabs(name) and name.startswith(workdir.rstrip("/") + "/"):
+            name = name[len(workdir.rstrip("/")) + 1:]
+        return name
+    import sys
+
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    return os.path.basename(main) if main else "default"
+
+
+@dataclass
+class Policy:
+    every_steps: int | None = None
+    every_seconds: float | None = None
+    keep_last: int = 3
+
+
+@dataclass
+class Pending:
+    """A request to checkpoint at the next safe point (from the server, a callback, or the user)."""
+
+    request_id: str | None = None
+    requested: float = field(default_factory=time.time)
+
+
+class Tracker:
+    def __init__(self) -> None:
+        self.objects: dict[str, Any] = {}
+        self.run: str | None = None
+        self.root = default_root()
+        self.policy = Policy()
+        self.step_value = -1
+        self.last: CheckpointInfo | None = None
+        self.last_error: str | None = None
+        self.restored: dict[str, Any] = {}
+        self.on_change: Callable[[], None] | None = None
+        self._pending: Pending | None = None
+        self._next_time = float("inf")
+        self._staging: dict[str, Any] = {}
+        self._writer: threading.Thread | None = None
+        self._write_done = threading.Event()
+        self._write_done.set()
+        self._lock = threading.Lock()
+        self.cuda = False
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def track(self, name: str | None = None, *, every_steps: int | None = None, every_seconds: float | None = None,
+              keep_last: int | None = None, root: str | None = None, **objects: Any) -> Tracker:
+        for key, obj in objects.items():
+            stateful = callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+            if not stateful and not isinstance(obj, PLAIN):
+                raise TypeError(
+                    f"gpuws.track: {key!r} is a {type(obj).__name__} without state_dict()/load_state_dict(). "
+                    "Track models, optimizers, schedulers, AMP scalers, or plain values "
+                    "(numbers, strings, lists, dicts)."
+                )
+        if every_steps is not None and every_steps < 1:
+            raise ValueError("every_steps must be at least 1")
+        if every_seconds is not None and every_seconds <= 0:
+            raise ValueError("every_seconds must be positive")
+        if keep_last is not None and keep_last < 1:
+            raise ValueError("keep_last must be at least 1 (the newest checkpoint is always kept)")
+        import torch  # noqa: F401  (fail here, clearly, if torch is missing)
+
+        self.objects.update(objects)
+        self.run = name or self.run or default_run_name()
+        if root is not None:
+            self.root = root
+        if every_steps is not None:
+            self.policy.every_steps = every_steps
+        if every_seconds is not None:
+            self.policy.every_seconds = every_seconds
+            self._next_time = time.monotonic() + every_seconds
+        if keep_last is not None:
+            self.policy.keep_last = keep_last
+        self.cuda = _uses_cuda(self.objects.values())
+        self._changed()
+        return self
+
+    @property
+    def run_path(self) -> Path:
+        return run_dir(self.root, self.run or default_run_name())
+
+    # -- the safe point ----------------------------------------------------------------------
+
+    def step(self, i: int) -> None:
+        """Call once per iteration, after optimizer.step(): saves here when one is due."""
+        self.step_value = i
+        if self._pending is None:
+            every = self.policy.every_steps
+            if every and i % every == 0 and i > 0:
+                self._pending = Pending()
+            elif self._next_time <= time.monotonic():
+                self._pending = Pending()
+            else:
+                return
+        if not self._write_done.is_set():
+            return  # a write is in flight: this request joins the next safe point after it
+        self._save(i)
+
+    def request(self, request_id: str | None = None) -> None:
+        """Ask for a checkpoint at the next safe point (thread-safe; the comm handler calls it)."""
+        with self._lock:
+            if self._pending is None:
+                self._pending = Pending(request_id)
+            elif request_id:
+                self._pending.request_id = request_id
+        self._changed()
+
+    @property
+    def pending(self) -> Pending | None:
+        return self._pending
+
+    def checkpoint(self, wait: bool = False) -> CheckpointInfo | None:
+        """Save now, at the current step. With `wait`, return once the files are complete."""
+        if not self.objects:
+            raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
+        self._write_done.wait()
+        if self._pending is None:
+            self._pending = Pending()
+        self._save(max(self.step_value, 0))
+        if wait:
+            self._write_done.wait()
+            if self.last_error:
+                raise CheckpointError(self.last_error)
+            return self.last
+        return None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._write_done.wait(timeout)
+
+    # -- saving ------------------------------------------------------------------------------
+
+    def _save(self, step: int) -> None:
+        import torch
+
+        with self._lock:
+            pending, self._pending = self._pending, None
+        started = time.perf_counter()
+        state = {name: self._stage(name, _state_of(obj)) for name, obj in self.objects.items()}
+        rng = capture_rng(torch)
+        if self.cuda:
+            torch.cuda.synchronize()
+        stall = time.perf_counter() - started
+        if self.policy.every_seconds:
+            self._next_time = time.monotonic() + self.policy.every_seconds
+        self._write_done.clear()
+        self._writer = threading.Thread(
+            target=self._write, args=(state, rng, step, pending, stall), name="gpuws-checkpoint", daemon=True
+        )
+        self._writer.start()
+
+    def _stage(self, prefix: str, value: Any) -> Any:
+        """A copy whose tensors live in reused CPU buffers: the loop may go on at once."""
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            buffer = self._staging.get(prefix)
+            source = value.detach()
+            if buffer is None or buffer.shape != source.shape or buffer.dtype != source.dtype:
+                buffer = torch.empty(source.shape, dtype=source.dtype, device="cpu",
+                                     pin_memory=source.is_cuda)
+                self._staging[prefix] = buffer
+            buffer.copy_(source, non_blocking=source.is_cuda)
+            return buffer
+        if isinstance(value, dict):
+            return {k: self._stage(f"{prefix}.{k}", v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            staged = [self._stage(f"{prefix}.{i}", v) for i, v in enumerate(value)]
+            return type(value)(staged) if isinstance(value, tuple) else staged
+        return copy.deepcopy(value)
+
+    def _write(self, state: dict[str, Any], rng: dict[str, Any], step: int, pending: Pending | None,
+               stall: float) -> None:
+        import torch
+
+        started = time.perf_counter()
+        tmp: Path | None = None
+        try:
+            tmp = new_tmp_dir(self.run_path)
+            torch.save(state, tmp / "state.pt")
+            torch.save(rng, tmp / "rng.pt")
+            extra = {"run": self.run, "request_id": pending.request_id if pending else None,
+                     "stall_seconds": stall, "write_seconds": None}
+            info = finish(tmp, step, sorted(self.objects), extra)
+            info.request_id = pending.request_id if pending else None
+            self.last = info
+            self.last_seconds = stall + time.perf_counter() - started
+            self.last_error = None
+            apply_retention(self.run_path, self.policy.keep_last)
+        except Exception as err:  # the training goes on; the failure is reported
+            self.last_error = f"Checkpoint at step {step} failed: {err}"
+            log.error(self.last_error)
+            if tmp is not None:
+                import shutil
+
+                shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            self._write_done.set()
+            self._changed()
+
+    # -- resuming ----------------------------------------------------------------------------
+
+    def resume(self) -> int:
+        """Load the newest complete checkpoint into the tracked objects, restore the RNG
+        states, and return the step to continue from (0 when there is none)."""
+        import torch
+
+        if not self.objects:
+            raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
+        for path, manifest in reversed(complete_checkpoints(self.run_path)):
+            problem = verify(path, manifest)
+            if problem:
+                warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=2)
+                continue
+            try:
+                state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+                rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=True)
+            except Exception as err:
+                warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=2)
+                continue
+            self._load(state, path)
+            restore_rng(torch, rng)
+            self.last = info_of(path, manifest)
+            self.step_value = int(manifest["step"])
+            self._changed()
+            return self.step_value + 1
+        return 0
+
+    def _load(self, state: dict[str, Any], path: Path) -> None:
+        missing = [name for name in self.objects if name not in state]
+        if missing:
+            raise CheckpointError(f"Checkpoint {path.name} has no state for {', '.join(map(repr, missing))}")
+        for name, obj in self.objects.items():
+            value = state[name]
+            try:
+                if callable(getattr(obj, "load_state_dict", None)):
+                    obj.load_state_dict(value)
+                elif isinstance(obj, dict):
+                    obj.clear()
+                    obj.update(value)
+                elif isinstance(obj, list):
+                    obj[:] = value
+                else:
+                    self.restored[name] = value
+            except (RuntimeError, ValueError, KeyError, TypeError) as err:
+                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise CheckpointError(
+                    f"Checkpoint {path.name} does not fit the tracked {name!r}: {first}"
+                ) from err
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        last = self.last
+        return {
+            "run": self.run,
+            "objects": {name: type(obj).__name__ for name, obj in self.objects.items()},
+            "step": self.step_value,
+            "policy": vars(self.policy),
+            "pending": None if self._pending is None else vars(self._pending),
+            "writing": not self._write_done.is_set(),
+            "last": None if last is None else {
+                "step": last.step, "time": last.time, "bytes": last.bytes, "path": str(last.path),
+                "request_id": last.request_id, "seconds": getattr(self, "last_seconds", None),
+            },
+            "last_error": self.last_error,
+            "root": self.root,
+        }
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:
+                log.exception("gpuws: reporting the checkpoint state failed")
+
+
+def _state_of(obj: Any) -> Any:
+    if callable(getattr(obj, "state_dict", None)):
+        return obj.state_dict()
+    return obj
+
+
+def _uses_cuda(objects: Any) -> bool:
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    for obj in objects:
+        params = getattr(obj, "parameters", None)
+        if callable(params):
+            for p in params():
+                return bool(p.is_cuda)
+    return False
+
+
+def capture_rng(torch: Any) -> dict[str, Any]:
+    """Every RNG a training loop draws from, as tensors and plain values (weights_only-safe)."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy as np
+
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        state["numpy"] = {"kind": kind, "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
+                          "has_gauss": int(has_gauss), "gauss": float(gauss)}
+    except ImportError:
+        pass
+    if torch.cuda.is_available():
+        state["cuda"] = list(torch.cuda.get_rng_state_all())
+    return state
+
+
+def restore_rng(torch: Any, state: dict[str, Any]) -> None:
+    random.setstate(_tuples(state["python"]))
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        n = state["numpy"]
+        np.random.set_state((n["kind"], n["keys"].numpy().astype("uint32"), n["pos"], n["has_gauss"], n["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        devices = torch.cuda.device_count()
+        torch.cuda.set_rng_state_all(state["cuda"][:devices])
+
+
+def _tuples(value: Any) -> Any:
+    """random.setstate wants tuples all the way down."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+_default: Tracker | None = None
+
+
+def default_tracker() -> Tracker:
+    global _default
+    if _default is None:
+        _default = Tracker()
+    return _default
+
+
+def step(i: int) -> None:
+    """The safe point: module-level and cheap when nothing is due."""
+    tracker = _default
+    if tracker is not None:
+        tracker.step(i)

@@ -1,0 +1,172 @@
+"""The tracker in one process: save, resume, verify, retention, bad input (real PyTorch, CPU)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from jupyter_gpu_ws.checkpoint.files import CheckpointError, complete_checkpoints
+from jupyter_gpu_ws.checkpoint.tracker import Tracker
+
+
+def model_and_optimizer(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.2), torch.nn.Linear(16, 1))
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def train(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: Tracker, start: int, stop: int) -> None:
+    for i in range(start, stop):
+        x = torch.randn(32, 8)
+        y = x.sum(dim=1, keepdim=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        tracker.step(i)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> str:
+    return str(tmp_path / "ckpts")
+
+
+def test_resume_continues_bitwise_where_the_checkpoint_was_taken(root: str) -> None:
+    model, opt = model_and_optimizer()
+    straight = Tracker().track("run", model=model, optimizer=opt, root=root + "-unused")
+    train(model, opt, straight, 0, 30)
+    expected = [p.detach().clone() for p in model.parameters()]
+
+    model, opt = model_and_optimizer()
+    first = Tracker().track("run", model=model, optimizer=opt, root=root)
+    train(model, opt, first, 0, 15)
+    info = first.checkpoint(wait=True)
+    assert info is not None and info.step == 14
+
+    model, opt = model_and_optimizer(seed=123)  # a new process: different weights and RNG
+    torch.manual_seed(999)
+    second = Tracker().track("run", model=model, optimizer=opt, root=root)
+    start = second.resume()
+    assert start == 15
+    train(model, opt, second, start, 30)
+    assert all(torch.equal(a, b) for a, b in zip(expected, model.parameters()))
+
+
+def test_python_and_numpy_random_states_come_back(root: str) -> None:
+    model, opt = model_and_optimizer()
+    tracker = Tracker().track("rng", model=model, optimizer=opt, root=root)
+    random.seed(1)
+    np.random.seed(2)
+    tracker.checkpoint(wait=True)
+    expected = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    random.seed(77)
+    np.random.seed(78)
+    tracker.resume()
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == expected
+
+
+def test_nothing_to_resume_gives_step_zero(root: str) -> None:
+    model, opt = model_and_optimizer()
+    assert Tracker().track("fresh", model=model, optimizer=opt, root=root).resume() == 0
+
+
+def test_plain_values_are_saved_and_containers_restored_in_place(root: str) -> None:
+    model, _ = model_and_optimizer()
+    config = {"lr": 0.1, "layers": [1, 2]}
+    tracker = Tracker().track("plain", model=model, config=config, epoch=7, root=root)
+    tracker.checkpoint(wait=True)
+    config["lr"] = 99.0
+    tracker.resume()
+    assert config == {"lr": 0.1, "layers": [1, 2]} and tracker.restored["epoch"] == 7
+
+
+def test_tracking_an_object_without_state_dict_names_it(root: str) -> None:
+    with pytest.raises(TypeError, match="'loader' is a object without state_dict"):
+        Tracker().track("bad", loader=object(), root=root)
+
+
+def test_a_checkpoint_that_does_not_fit_names_the_object_and_damages_nothing(root: str) -> None:
+    model, opt = model_and_optimizer()
+    tracker = Tracker().track("fit", model=model, optimizer=opt, root=root)
+    info = tracker.checkpoint(wait=True)
+    before = {p.name: p.read_bytes() for p in info.path.iterdir()}
+    other = Tracker().track("fit", model=torch.nn.Linear(3, 3), root=root)
+    with pytest.raises(CheckpointError, match="does not fit the tracked 'model'"):
+        other.resume()
+    assert {p.name: p.read_bytes() for p in info.path.iterdir()} == before
+
+
+def test_corrupted_checkpoint_is_skipped_with_a_warning_for_the_previous(root: str) -> None:
+    model, opt = model_and_optimizer()
+    tracker = Tracker().track("corrupt", model=model, optimizer=opt, root=root, keep_last=5)
+    train(model, opt, tracker, 0, 3)
+    good = tracker.checkpoint(wait=True)
+    train(model, opt, tracker, 3, 6)
+    bad = tracker.checkpoint(wait=True)
+    data = bytearray((bad.path / "state.pt").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (bad.path / "state.pt").write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match="fails its checksum"):
+        assert tracker.resume() == good.step + 1
+
+
+def test_an_interrupted_write_is_not_a_checkpoint(root: str) -> None:
+    model, opt = model_and_optimizer()
+    tracker = Tracker().track("partial", model=model, optimizer=opt, root=root)
+    good = tracker.checkpoint(wait=True)
+    # What a write killed before its rename leaves behind: files, no manifest, a temporary name.
+    partial = good.path.parent / ".tmp-ckpt-999999-1"
+    shutil.copytree(good.path, partial)
+    (partial / "manifest.json").unlink()
+    assert [p for p, _ in complete_checkpoints(good.path.parent)] == [good.path]
+    assert tracker.resume() == good.step + 1
+
+
+def test_retention_keeps_the_last_k(root: str) -> None:
+    model, opt = model_and_optimizer()
+    tracker = Tracker().track("keep", model=model, optimizer=opt, root=root, keep_last=2)
+    steps = []
+    for i in range(5):
+        tracker.step_value = i
+        steps.append(tracker.checkpoint(wait=True).step)
+    kept = [m["step"] for _, m in complete_checkpoints(tracker.run_path)]
+    assert kept == steps[-2:]
+
+
+def test_every_steps_policy_saves_at_the_safe_point(root: str) -> None:
+    model, opt = model_and_optimizer()
+    tracker = Tracker().track("policy", model=model, optimizer=opt, root=root, every_steps=5, keep_last=10)
+    train(model, opt, tracker, 0, 12)
+    tracker.wait()
+    assert [m["step"] for _, m in complete_checkpoints(tracker.run_path)] == [5, 10]
+
+
+def test_requests_during_a_write_are_coalesced_into_one_later_save(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, opt = model_and_optimizer()
+    tracker = Tracker().track("coalesce", model=model, optimizer=opt, root=root, keep_last=10)
+    import jupyter_gpu_ws.checkpoint.tracker as module
+
+    real_finish = module.finish
+    gate = __import__("threading").Event()
+
+    def slow_finish(*args, **kwargs):  # hold the first write open
+        gate.wait(5)
+        return real_finish(*args, **kwargs)
+
+    monkeypatch.setattr(module, "finish", slow_finish)
+    tracker.request("first")
+    tracker.step(1)  # starts the write
+    for i, rid in ((2, "a"), (3, "b"), (4, "c")):
+        tracker.request(rid)
+        tracker.step(i)  # write in flight: coalesced, no second staging copy
+    gate.set()
+    tracker.wait()
+    tracker.step(5)  # the next safe point after the write honours the coalesced request
+    tracker.wait()
+    saved = [(m["step"], m["request_id"]) for _, m in complete_checkpoints(tracker.run_path)]
+    assert saved == [(1, "first"), (5, "c")]
