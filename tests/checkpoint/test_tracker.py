@@ -141,8 +141,9 @@ def test_retention_keeps_the_last_k(root: str) -> None:
 def test_every_steps_policy_saves_at_the_safe_point(root: str) -> None:
     model, opt = model_and_optimizer()
     tracker = Tracker().track("policy", model=model, optimizer=opt, root=root, every_steps=5, keep_last=10)
-    train(model, opt, tracker, 0, 12)
-    tracker.wait()
+    for i in range(12):
+        train(model, opt, tracker, i, i + 1)
+        tracker.wait()  # each write done before the next step: no coalescing here
     assert [m["step"] for _, m in complete_checkpoints(tracker.run_path)] == [5, 10]
 
 
