@@ -14,7 +14,7 @@ except ImportError:  # a source checkout that was never built
 
 
 # The kernel API: `import jupyter_gpu_ws as gpuws`. torch is imported on first `track`.
-from .checkpoint.tracker import step  # noqa: E402  (the hot path: a plain function)
+from .checkpoints.tracker import step  # noqa: E402  (the hot path: a plain function)
 
 
 def track(name: str | None = None, **objects: Any) -> Any:
@@ -24,21 +24,21 @@ def track(name: str | None = None, **objects: Any) -> Any:
     torch CPU and CUDA) and the step are always saved. `name` keys the checkpoints (default:
     the notebook's path); `every_steps`, `every_seconds` and `keep_last` set the policy.
     """
-    from .checkpoint.tracker import default_tracker
+    from .checkpoints.tracker import default_tracker
 
     return default_tracker().track(name, **objects)
 
 
 def checkpoint(wait: bool = False) -> Any:
     """Save now; with `wait=True`, return the checkpoint once its files are complete."""
-    from .checkpoint.tracker import default_tracker
+    from .checkpoints.tracker import default_tracker
 
     return default_tracker().checkpoint(wait=wait)
 
 
 def resume() -> int:
     """Load the newest complete checkpoint into the tracked objects; the step to continue from."""
-    from .checkpoint.tracker import default_tracker
+    from .checkpoints.tracker import default_tracker
 
     return default_tracker().resume()
 

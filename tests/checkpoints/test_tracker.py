@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from jupyter_gpu_ws.checkpoint.files import CheckpointError, complete_checkpoints
-from jupyter_gpu_ws.checkpoint.tracker import Tracker
+from jupyter_gpu_ws.checkpoints.files import CheckpointError, complete_checkpoints
+from jupyter_gpu_ws.checkpoints.tracker import Tracker
 
 
 def model_and_optimizer(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -150,7 +150,7 @@ def test_every_steps_policy_saves_at_the_safe_point(root: str) -> None:
 def test_requests_during_a_write_are_coalesced_into_one_later_save(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
     model, opt = model_and_optimizer()
     tracker = Tracker().track("coalesce", model=model, optimizer=opt, root=root, keep_last=10)
-    import jupyter_gpu_ws.checkpoint.tracker as module
+    import jupyter_gpu_ws.checkpoints.tracker as module
 
     real_finish = module.finish
     gate = __import__("threading").Event()
