@@ -43,6 +43,13 @@ def resume() -> int:
     return default_tracker().resume()
 
 
+def load_ipython_extension(ip: Any) -> None:
+    """`%load_ext jupyter_gpu_ws`: the `%gpuws` magic, and the checkpoint agent in a kernel."""
+    from .magics import load
+
+    load(ip)
+
+
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "jupyter_gpu_ws"}]
 

@@ -15,6 +15,7 @@ from traitlets.config import Configurable
 from . import __version__
 from .defaults import default_state_dir, default_store_url, derive_workspace_name, local_store_path
 from .jobs import JobRunner
+from .checkpoints.coordinator import CheckpointCoordinator
 from .sync import SyncSettings
 from .sync.supervisor import SyncSupervisor
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
@@ -104,6 +105,10 @@ class GpuWorkspace(Configurable):
 
     lease_ttl = Float(60.0, help="Seconds the workspace lease lives without a heartbeat.").tag(config=True)
 
+    checkpoint_timeout = Float(
+        60.0, help="Persist waits this long for tracked kernels to finish their checkpoints before syncing."
+    ).tag(config=True)
+
     state_dir = Unicode(help="Local folder for the record of what was synced (not in the work directory).").tag(
         config=True
     )
@@ -172,6 +177,11 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         self.sampler.start()
         self._kernel_poll = PeriodicCallback(self.refresh_kernel_index, max(2000, self.sample_interval * 1000))
         self._kernel_poll.start()
+        # Kernels started from here learn where the work directory is (checkpoints go there).
+        os.environ["GPUWS_WORKDIR"] = self.workdir
+        self.checkpoints = CheckpointCoordinator(
+            self.serverapp.kernel_manager, self.serverapp.runtime_dir, self.kernel_notebooks
+        )
         self.jobs = JobRunner()
         self.sync = SyncSupervisor(self, self.log)
         if self.sync_enabled:
@@ -195,6 +205,23 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
 
         self.handlers.extend(handlers(self))
 
+    async def kernel_notebooks(self) -> dict[str, str]:
+        """Kernel id → the path of the notebook (or console) session using it."""
+        notebooks: dict[str, str] = {}
+        try:
+            for session in await ensure_async(self.serverapp.session_manager.list_sessions()):
+                kernel = session.get("kernel") or {}
+                if kernel.get("id"):
+                    notebooks[kernel["id"]] = session.get("path")
+        except Exception as err:  # the session database is best effort here
+            self.log.debug("GPU workspace: sessions unavailable: %s", err)
+        return notebooks
+
+    def run_async(self, coroutine: Any, timeout: float | None = None) -> Any:
+        """Run a coroutine on the server's event loop from a worker thread; wait for it."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.serverapp.io_loop.asyncio_loop)
+        return future.result(timeout)
+
     async def refresh_kernel_index(self) -> None:
         """Which kernel runs as which PID, and which notebook uses it.
 
@@ -204,14 +231,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         if latest is None or not any(gpu["processes"] or gpu["mig"] for gpu in latest["gpus"]):
             return
         server = self.serverapp
-        notebooks: dict[str, str] = {}
-        try:
-            for session in await ensure_async(server.session_manager.list_sessions()):
-                kernel = session.get("kernel") or {}
-                if kernel.get("id"):
-                    notebooks[kernel["id"]] = session.get("path")
-        except Exception as err:  # the session database is best effort here
-            self.log.debug("GPU workspace: sessions unavailable: %s", err)
+        notebooks = await self.kernel_notebooks()
         index: dict[int, KernelRef] = {}
         km = server.kernel_manager
         for kernel_id in list(km.list_kernel_ids()):

@@ -12,6 +12,7 @@ from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from tornado import web, websocket
 
+from .checkpoints.coordinator import CheckpointRequestError
 from .persist import start_persist, start_restore
 from .sync.errors import (
     DeletionGuardError,
@@ -136,7 +137,8 @@ class PersistHandler(GpuWorkspaceHandler):
                 raise LeaseHeldError(service.engine.read_only_reason or "This runtime is read-only")
         except SyncError as err:
             raise http_error(err) from err
-        job = start_persist(self.app.jobs, service)
+        job = start_persist(self.app.jobs, service, self.app.checkpoints, self.app.run_async,
+                            self.app.checkpoint_timeout)
         self.set_status(202)
         self.finish(job.to_dict())
 
@@ -204,6 +206,33 @@ class LeaseHandler(GpuWorkspaceHandler):
         self.finish(await run_blocking(self.app.sync.status))
 
 
+class CheckpointsHandler(GpuWorkspaceHandler):
+    """`GET /gpuws/api/checkpoints`: kernels running the agent, what they track, their last
+    checkpoint and pending request. `POST` `{"kernel_id": …}` or `{"all": true}`: ask for one."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.finish({"kernels": await self.app.checkpoints.list()})
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.json_body(None)
+        coordinator = self.app.checkpoints
+        if isinstance(body, dict) and body.get("all") is True:
+            results = await coordinator.request_all()
+        elif isinstance(body, dict) and isinstance(body.get("kernel_id"), str) and body["kernel_id"]:
+            try:
+                results = [await coordinator.request(body["kernel_id"])]
+            except CheckpointRequestError as err:
+                raise web.HTTPError(err.status, str(err)) from err
+        else:
+            raise web.HTTPError(400, 'Send {"kernel_id": "<id>"} or {"all": true}')
+        self.set_status(202)
+        self.finish({"requests": results})
+
+
 def _job_summary(job: Any) -> dict[str, Any] | None:
     return None if job is None else job.to_dict()
 
@@ -263,6 +292,7 @@ def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/gpuws/api/sync/lease", LeaseHandler, kwargs),
         (r"/gpuws/api/sync/restore", RestoreHandler, kwargs),
         (rf"/gpuws/api/sync/restore/{job_id}", JobHandler, {"app": app, "kind": "restore"}),
+        (r"/gpuws/api/checkpoints", CheckpointsHandler, kwargs),
         (r"/gpuws/api/persist", PersistHandler, kwargs),
         (rf"/gpuws/api/persist/{job_id}", JobHandler, {"app": app, "kind": "persist"}),
     ]

@@ -1,9 +1,9 @@
-"""The one pipeline behind "Persist now": today a full flush of the sync; the checkpoint,
-environment and Git steps join it in later issues, in that order before the flush."""
+"""The one pipeline behind "Persist now": checkpoint every tracked kernel, then flush the sync
+(newest checkpoints first). Environment and Git steps join it before the flush in later issues."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from .jobs import Job, JobRunner, Step
 from .sync.errors import CancelledError, SyncError
@@ -32,8 +32,35 @@ def _sync_step(service: SyncService):
     return run
 
 
-def start_persist(runner: JobRunner, service: SyncService) -> Job:
-    return runner.start("persist", [("sync", _sync_step(service))])
+def _checkpoint_step(coordinator: Any, run_async: Callable[..., Any], timeout: float):
+    def run(job: Job, step: Step) -> None:
+        if not coordinator.agent_states():
+            step.detail = "no kernel tracks anything"
+            return
+        results = run_async(coordinator.request_all(), timeout + 15)
+        failed = [r for r in results if r["state"] == "error"]
+        waiting = [r["request_id"] for r in results if r["state"] in ("accepted", "sent")]
+        late = run_async(coordinator.wait_done(waiting, timeout), timeout + 15) if waiting else []
+        done = len(results) - len(failed) - len(late)
+        job.result["checkpoints"] = results
+        step.detail = f"{done} of {len(results)} kernels checkpointed"
+        problems = [f"kernel {r['kernel_id'][:8]}: {r.get('message')}" for r in failed]
+        problems += [f"kernel {coordinator.requests[rid]['kernel_id'][:8]}: no checkpoint within {timeout:.0f} s"
+                     for rid in late]
+        if problems:
+            # Report, but go on to the sync: the files on disk still need to reach the store.
+            job.errors.extend(problems)
+
+    return run
+
+
+def start_persist(runner: JobRunner, service: SyncService, coordinator: Any = None,
+                  run_async: Callable[..., Any] | None = None, checkpoint_timeout: float = 60.0) -> Job:
+    steps = []
+    if coordinator is not None and run_async is not None:
+        steps.append(("checkpoints", _checkpoint_step(coordinator, run_async, checkpoint_timeout)))
+    steps.append(("sync", _sync_step(service)))
+    return runner.start("persist", steps)
 
 
 def start_restore(runner: JobRunner, service: SyncService) -> Job:

@@ -38,6 +38,9 @@ from .store import PART_SUFFIX, Backend, SourceChangedError, Store, open_backend
 
 log = logging.getLogger(__name__)
 
+# Where kernels write their checkpoints, relative to the work directory (checkpoints/tracker.py).
+CHECKPOINTS_PREFIX = ".gpuws/checkpoints/"
+
 # Below this many deletions the share guard does not apply (deleting 2 of 3 files is normal).
 GUARD_MIN_DELETIONS = 10
 
@@ -386,8 +389,10 @@ class SyncEngine:
             return []
         done: list[Record] = []
         lock = threading.Lock()
-        # Large files first: they set the pass's length; small ones fill the gaps.
-        ordered = sorted(files, key=lambda f: -f.size)
+        # Checkpoints first, newest first (what a preempted run needs most), then large files:
+        # they set the pass's length; small ones fill the gaps.
+        ordered = sorted(files, key=lambda f: (not f.path.startswith(CHECKPOINTS_PREFIX),
+                                               -f.mtime_ns if f.path.startswith(CHECKPOINTS_PREFIX) else -f.size))
         batches: list[list[LocalFile]] = []
         small: list[LocalFile] = []
         for f in ordered:

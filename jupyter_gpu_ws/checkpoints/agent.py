@@ -1,0 +1,128 @@
+"""The kernel side: answers checkpoint requests arriving over a comm and tells the server,
+through a small registration file, what this kernel tracks and its last checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from . import protocol
+from .tracker import Tracker, default_tracker
+
+log = logging.getLogger(__name__)
+
+
+def kernel_identity() -> tuple[str | None, Path | None]:
+    """This kernel's id and the runtime folder it shares with its server."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        path = Path(get_connection_file())
+    except Exception:
+        return None, None
+    name = path.stem
+    return (name[len("kernel-"):] if name.startswith("kernel-") else name), path.parent
+
+
+class Agent:
+    def __init__(self, ip: Any, tracker: Tracker | None = None) -> None:
+        self.ip = ip
+        self.tracker = tracker or default_tracker()
+        self.kernel_id, runtime = kernel_identity()
+        self.file = runtime / protocol.AGENTS_DIR / f"{self.kernel_id}.json" if runtime and self.kernel_id else None
+        self.cell_running = False
+        self._write_lock = threading.Lock()
+        self.tracker.on_change = self.publish
+        ip.events.register("pre_run_cell", self._pre_run)
+        ip.events.register("post_run_cell", self._post_run)
+        from comm import get_comm_manager
+
+        get_comm_manager().register_target(protocol.TARGET, self._on_open)
+        self.publish()
+
+    # -- the cell in progress ----------------------------------------------------------------
+
+    def _pre_run(self, info: Any) -> None:
+        self.cell_running = True
+
+    def _post_run(self, result: Any) -> None:
+        self.cell_running = False
+        pending = self.tracker.pending
+        if pending is not None and self.tracker.objects:
+            # A request that arrived during the cell, never honoured by a step(): save now.
+            self._save_now()
+
+    # -- comm --------------------------------------------------------------------------------
+
+    def _on_open(self, comm: Any, msg: dict[str, Any]) -> None:
+        comm.on_msg(lambda m: self._on_msg(comm, m))
+        data = msg.get("content", {}).get("data") or {}
+        if data:
+            self._handle(comm, data)
+
+    def _on_msg(self, comm: Any, msg: dict[str, Any]) -> None:
+        self._handle(comm, msg.get("content", {}).get("data") or {})
+
+    def _handle(self, comm: Any, data: dict[str, Any]) -> None:
+        kind = data.get("type")
+        if kind == protocol.STATUS:
+            comm.send({"type": protocol.STATUS, **self.state()})
+        elif kind == protocol.CHECKPOINT:
+            if not self.tracker.objects:
+                comm.send({"type": protocol.ERROR, "message": "This kernel tracks nothing yet (gpuws.track)"})
+                return
+            request_id = data.get("request_id")
+            self.tracker.request(request_id)
+            if self.cell_running:
+                comm.send({"type": protocol.ACCEPTED, "request_id": request_id, "at": "next step"})
+            else:
+                # The main thread is idle: nothing races us for the tracked state.
+                info = self._save_now()
+                if info is None:
+                    comm.send({"type": protocol.ERROR, "request_id": request_id,
+                               "message": self.tracker.last_error or "checkpoint failed"})
+                else:
+                    comm.send({"type": protocol.DONE, "request_id": request_id, "step": info.step,
+                               "bytes": info.bytes, "path": str(info.path)})
+        else:
+            comm.send({"type": protocol.ERROR, "message": f"unknown request {kind!r}"})
+
+    def _save_now(self) -> Any:
+        try:
+            return self.tracker.checkpoint(wait=True)
+        except Exception as err:
+            self.tracker.last_error = str(err)
+            return None
+
+    # -- registration ------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {"kernel_id": self.kernel_id, "pid": os.getpid(), "cell_running": self.cell_running,
+                "updated": time.time(), **self.tracker.describe()}
+
+    def publish(self) -> None:
+        if self.file is None:
+            return
+        with self._write_lock:
+            try:
+                self.file.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.file.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_text(json.dumps(self.state(), default=str))
+                os.replace(tmp, self.file)
+            except OSError as err:
+                log.debug("gpuws agent: cannot write %s: %s", self.file, err)
+
+
+_agent: Agent | None = None
+
+
+def start(ip: Any) -> Agent:
+    global _agent
+    if _agent is None:
+        _agent = Agent(ip)
+    return _agent

@@ -1,0 +1,136 @@
+"""`%gpuws status|checkpoint|resume|persist|gpu` in a notebook (after `%load_ext jupyter_gpu_ws`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from IPython.core.magic import Magics, line_magic, magics_class
+
+
+class ServerUnreachable(Exception):
+    pass
+
+
+def find_server() -> tuple[str, str]:
+    """The Jupyter Server that started this kernel: its URL and token, from its runtime file."""
+    from .checkpoints.agent import kernel_identity
+
+    _, runtime = kernel_identity()
+    candidates = []
+    if runtime is not None:
+        candidates.append(runtime / f"jpserver-{os.getppid()}.json")
+        candidates += sorted(runtime.glob("jpserver-*.json"), key=lambda p: -p.stat().st_mtime)
+    for path in candidates:
+        try:
+            info = json.loads(Path(path).read_text())
+            return info["url"].rstrip("/") + "/", info.get("token", "")
+        except (OSError, ValueError, KeyError):
+            continue
+    raise ServerUnreachable("No Jupyter Server found for this kernel (is it running under Jupyter?)")
+
+
+def call(path: str, method: str = "GET", body: Any = None) -> Any:
+    url, token = find_server()
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data=data, method=method,
+                                     headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as err:
+        try:
+            message = json.loads(err.read()).get("message")
+        except Exception:
+            message = err.reason
+        raise ServerUnreachable(f"{err.code}: {message}") from None
+    except OSError as err:
+        raise ServerUnreachable(f"Cannot reach the Jupyter Server: {err}") from None
+
+
+def _mib(n: float | None) -> str:
+    return "—" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
+@magics_class
+class GpuwsMagics(Magics):
+    @line_magic
+    def gpuws(self, line: str) -> None:
+        """%gpuws status | checkpoint | resume | persist | gpu"""
+        command = (line.strip().split() or ["status"])[0]
+        handler = getattr(self, f"_{command}", None)
+        if handler is None:
+            print("usage: %gpuws status | checkpoint | resume | persist | gpu")
+            return
+        try:
+            handler()
+        except ServerUnreachable as err:
+            print(f"gpuws: {err}")
+
+    def _checkpoint(self) -> None:
+        from .checkpoints.tracker import default_tracker
+
+        info = default_tracker().checkpoint(wait=True)
+        if info is not None:
+            print(f"Checkpoint at step {info.step}: {_mib(info.bytes)} in {info.path}")
+
+    def _resume(self) -> None:
+        from .checkpoints.tracker import default_tracker
+
+        step = default_tracker().resume()
+        print(f"Resumed: continue from step {step}" if step else "No checkpoint yet: start from step 0")
+
+    def _gpu(self) -> None:
+        metrics = call("gpuws/api/metrics")
+        if not metrics["gpus"]:
+            print(f"No GPU: {metrics['gpu_error']}")
+        print(f"{'GPU':<4} {'name':<28} {'util':>5} {'memory':>22} {'temp':>5}  used by")
+        for g in metrics["gpus"]:
+            users = ", ".join(p.get("notebook") or f"pid {p['pid']}" for p in g["processes"]) or "—"
+            util = "—" if g["utilization"] is None else f"{g['utilization']}%"
+            print(f"{g['index']:<4} {g['name'][:28]:<28} {util:>5} "
+                  f"{_mib(g['memory_used']):>10} / {_mib(g['memory_total']):>9} "
+                  f"{g['temperature'] or '—':>4}°  {users}")
+
+    def _status(self) -> None:
+        self._gpu()
+        sync = call("gpuws/api/sync")
+        age = f", last sync {time.time() - sync['last_sync']:.0f} s ago" if sync.get("last_sync") else ""
+        print(f"\nSync: {sync['state']}, {sync['pending_files']} files ({_mib(sync['pending_bytes'])}) pending{age}")
+        if sync.get("last_error"):
+            print(f"  error: {sync['last_error']}")
+        checkpoints = call("gpuws/api/checkpoints")
+        print(f"\n{'notebook':<36} {'tracks':<30} {'step':>6} {'size':>12}  age")
+        for k in checkpoints["kernels"]:
+            last = k.get("last") or {}
+            age = f"{time.time() - last['time']:.0f} s" if last.get("time") else "—"
+            tracks = ", ".join(k.get("objects", {})) or "—"
+            print(f"{(k.get('notebook') or k['kernel_id'][:8])[:36]:<36} {tracks[:30]:<30} "
+                  f"{last.get('step', '—'):>6} {_mib(last.get('bytes')):>12}  {age}")
+
+    def _persist(self) -> None:
+        job = call("gpuws/api/persist", "POST", {})
+        while job["state"] == "running":
+            p = job["progress"]
+            print(f"\rPersisting: {p['files_done']}/{p['files_total']} files, "
+                  f"{_mib(p['bytes_done'])} of {_mib(p['bytes_total'])}   ", end="", flush=True)
+            time.sleep(0.5)
+            job = call(f"gpuws/api/persist/{job['id']}")
+        print()
+        if job["state"] == "done":
+            print(f"All saved: {job['result'].get('uploaded', 0)} files uploaded "
+                  f"({_mib(job['result'].get('bytes_uploaded', 0))}).")
+        else:
+            print(f"Persist {job['state']}: {'; '.join(job['errors'])}")
+
+
+def load(ip: Any) -> None:
+    ip.register_magics(GpuwsMagics)
+    if getattr(ip, "kernel", None) is not None:
+        from .checkpoints.agent import start
+
+        start(ip)
