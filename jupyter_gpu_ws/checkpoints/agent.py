@@ -49,9 +49,13 @@ class Agent:
 
     def _pre_run(self, info: Any) -> None:
         self.cell_running = True
+        if self.tracker.objects:
+            self.publish()
 
     def _post_run(self, result: Any) -> None:
         self.cell_running = False
+        if self.tracker.objects:
+            self.publish()
         pending = self.tracker.pending
         if pending is not None and self.tracker.objects:
             # A request that arrived during the cell, never honoured by a step(): save now.
@@ -79,7 +83,7 @@ class Agent:
             request_id = data.get("request_id")
             self.tracker.request(request_id)
             if self.cell_running:
-                comm.send({"type": protocol.ACCEPTED, "request_id": request_id, "at": "next step"})
+                comm.send({"type": protocol.ACCEPTED, "request_id": request_id, "step": self.tracker.step_value})
             else:
                 # The main thread is idle: nothing races us for the tracked state.
                 info = self._save_now()

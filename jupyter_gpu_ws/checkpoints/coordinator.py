@@ -95,7 +95,10 @@ class CheckpointCoordinator:
         return dict(record)
 
     async def _send(self, client: Any, request_id: str, timeout: float) -> dict[str, Any]:
-        info = await client.kernel_info(reply=True, timeout=timeout)
+        # kernel_info on the control channel: the shell one waits behind a running cell.
+        info_msg = client.session.msg("kernel_info_request", {})
+        client.control_channel.send(info_msg)
+        info = await self._reply(client.get_control_msg, info_msg["header"]["msg_id"], timeout)
         features = info["content"].get("supported_features", [])
         subshell_id = None
         if "kernel subshells" in features:
@@ -127,7 +130,8 @@ class CheckpointCoordinator:
                     if kind == protocol.DONE:
                         return {"state": "done", "subshell": True, "step": data.get("step"), "bytes": data.get("bytes")}
                     if kind == protocol.ACCEPTED:
-                        return {"state": "accepted", "subshell": True, "message": "Saving at the next step()"}
+                        return {"state": "accepted", "subshell": True, "step": data.get("step"),
+                                "message": "Saving at the next step()"}
                     return {"state": "error", "subshell": True, "message": data.get("message")}
                 if msg["msg_type"] == "comm_close" and content.get("comm_id") == comm_id:
                     return {"state": "error", "subshell": True, "message": "The kernel has no checkpoint agent"}

@@ -1,0 +1,160 @@
+"""Checkpoints in real kernels, requested through the real server (PyTorch on the CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tornado.httpclient import HTTPClientError
+
+from tests.kernels import Notebook, collect, wait_for
+
+SETUP = """
+%load_ext jupyter_gpu_ws
+import time, torch, jupyter_gpu_ws as gpuws
+torch.manual_seed({seed})
+model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.3), torch.nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+data = torch.randn(256, 8, generator=torch.Generator().manual_seed(7))
+target = data.mean(1, keepdim=True)
+gpuws.track({name}model=model, optimizer=opt)
+
+def train(start, stop, delay=0.0):
+    for i in range(start, stop):
+        idx = torch.randperm(256)[:32]  # shuffled batches, drawn from the tracked torch RNG
+        loss = torch.nn.functional.mse_loss(model(data[idx]), target[idx])
+        opt.zero_grad(); loss.backward(); opt.step()
+        gpuws.step(i)
+        time.sleep(delay)
+"""
+
+SAVE_FINAL = "torch.save({{'model': model.state_dict(), 'opt': opt.state_dict()}}, {path!r})"
+
+
+def same_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for key in a:
+        x, y = a[key], b[key]
+        if isinstance(x, torch.Tensor):
+            if not torch.equal(x, y):
+                return False
+        elif isinstance(x, dict):
+            if not same_state(x, y):
+                return False
+        elif isinstance(x, list) and x and isinstance(x[0], dict):
+            if len(x) != len(y) or not all(same_state(p, q) for p, q in zip(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+@pytest.fixture
+def gpuws_config(gpuws_config: dict[str, Any]) -> dict[str, Any]:
+    return {**gpuws_config, "sync_enabled": False}  # checkpoints alone here
+
+
+async def test_training_resumed_in_a_new_kernel_ends_bitwise_equal(jp_fetch: Any, gpuws_app: Any,
+                                                                   tmp_path: Path) -> None:
+    straight, resumed = tmp_path / "straight.pt", tmp_path / "resumed.pt"
+    async with Notebook(jp_fetch, gpuws_app, "straight.ipynb") as nb:
+        await nb.run(SETUP.format(seed=0, name=""))
+        await nb.run("train(0, 40)\n" + SAVE_FINAL.format(path=str(straight)))
+
+    async with Notebook(jp_fetch, gpuws_app, "exp/train.ipynb") as nb:
+        await nb.run(SETUP.format(seed=0, name=""))
+        await nb.run("train(0, 20)\ninfo = gpuws.checkpoint(wait=True)\nprint(info.step)")
+        os.kill(nb.pid, signal.SIGKILL)  # the runtime is gone
+
+    async with Notebook(jp_fetch, gpuws_app, "exp/train.ipynb") as nb:  # a new kernel, same notebook
+        await nb.run(SETUP.format(seed=12345, name=""))  # different initial weights and RNG
+        start = await nb.run("start = gpuws.resume()\nprint(start)")
+        assert start.strip() == "20"
+        await nb.run("train(start, 40)\n" + SAVE_FINAL.format(path=str(resumed)))
+
+    a, b = torch.load(straight), torch.load(resumed)
+    assert all(torch.isfinite(t).all() for t in a["model"].values())
+    assert same_state(a["model"], b["model"]) and same_state(a["opt"], b["opt"])
+
+
+async def test_checkpoint_requested_through_the_api_lands_while_the_cell_runs(jp_fetch: Any, gpuws_app: Any) -> None:
+    async with Notebook(jp_fetch, gpuws_app, "busy.ipynb") as nb:
+        await nb.run(SETUP.format(seed=0, name=""))
+        cell = nb.client.execute("train(0, 400, delay=0.1)")  # a blocking training cell, 40 s
+
+        async def registered() -> Any:
+            kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
+            return [k for k in kernels if k["kernel_id"] == nb.kernel_id and k["cell_running"]]
+
+        await wait_for(registered)
+        await __import__("asyncio").sleep(1.0)
+        response = await jp_fetch("gpuws", "api", "checkpoints", method="POST",
+                                  body=json.dumps({"kernel_id": nb.kernel_id}))
+        assert response.code == 202
+        [request] = json.loads(response.body)["requests"]
+        assert request["state"] == "accepted" and request["subshell"] is True
+        asked_at = request["step"]
+
+        async def landed() -> Any:
+            kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
+            mine = next(k for k in kernels if k["kernel_id"] == nb.kernel_id)
+            last = mine.get("last") or {}
+            return mine if last.get("request_id") == request["request_id"] else None
+
+        state = await wait_for(landed, timeout=20)
+        assert state["cell_running"] is True  # the cell has not ended
+        assert asked_at < state["last"]["step"] <= asked_at + 2
+        assert state["notebook"] == "busy.ipynb" and set(state["objects"]) == {"model", "optimizer"}
+        await jp_fetch("api", "kernels", nb.kernel_id, "interrupt", method="POST", body="")  # end it early
+        try:
+            await collect(nb.client, cell)
+        except AssertionError:
+            pass  # the KeyboardInterrupt
+
+
+async def test_kernel_killed_mid_write_resumes_from_the_previous_checkpoint(jp_fetch: Any, gpuws_app: Any,
+                                                                            jp_root_dir: Path) -> None:
+    big = """
+%load_ext jupyter_gpu_ws
+import torch, jupyter_gpu_ws as gpuws
+model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(12)])  # ~200 MB
+gpuws.track(model=model)
+"""
+    run_dir = jp_root_dir / ".gpuws" / "checkpoints" / "big.ipynb"
+    async with Notebook(jp_fetch, gpuws_app, "big.ipynb") as nb:
+        await nb.run(big)
+        await nb.run("gpuws.tracker = gpuws.checkpoint(wait=True); gpuws.step(5)")
+        nb.client.execute("gpuws.checkpoint()")  # in the background
+
+        async def writing() -> Any:
+            return [p for p in run_dir.iterdir() if p.name.startswith(".tmp-ckpt-")]
+
+        await wait_for(writing, timeout=30, interval=0.005)
+        os.kill(nb.pid, signal.SIGKILL)
+
+    complete = sorted(p.name for p in run_dir.iterdir() if p.name.startswith("ckpt-"))
+    assert len(complete) == 1  # the interrupted one never became a checkpoint
+    async with Notebook(jp_fetch, gpuws_app, "big.ipynb") as nb:
+        await nb.run(big)
+        assert (await nb.run("print(gpuws.resume())")).strip() == "1"
+        await nb.run("gpuws.checkpoint(wait=True)")
+    assert not [p for p in run_dir.iterdir() if p.name.startswith(".tmp-ckpt-")]  # cleaned up
+
+
+async def test_request_for_unknown_kernel_or_kernel_without_agent_is_refused(jp_fetch: Any, gpuws_app: Any) -> None:
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("gpuws", "api", "checkpoints", method="POST", body=json.dumps({"kernel_id": "nope"}))
+    assert err.value.code == 404 and "No running kernel 'nope'" in json.loads(err.value.response.body)["message"]
+    async with Notebook(jp_fetch, gpuws_app, "plain.ipynb") as nb:
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("gpuws", "api", "checkpoints", method="POST", body=json.dumps({"kernel_id": nb.kernel_id}))
+        assert err.value.code == 409 and "does not run the checkpoint agent" in json.loads(err.value.response.body)["message"]
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("gpuws", "api", "checkpoints", method="POST", body="[]")
+    assert err.value.code == 400

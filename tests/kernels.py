@@ -1,0 +1,71 @@
+"""Driving real kernels from tests: sessions as JupyterLab creates them, code run and awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+
+async def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.1) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+async def run_in_kernel(client: Any, code: str, timeout: float = 120) -> str:
+    """Execute `code` and return what it printed; raise with the traceback on error."""
+    msg_id = client.execute(code)
+    return await collect(client, msg_id, timeout)
+
+
+async def collect(client: Any, msg_id: str, timeout: float = 120) -> str:
+    out = []
+    while True:
+        msg = await client.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+        if msg["msg_type"] == "error":
+            raise AssertionError("\n".join(msg["content"]["traceback"]))
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return "".join(out)
+
+
+class Notebook:
+    """A notebook session with a real kernel, and a client to run code in it."""
+
+    def __init__(self, jp_fetch: Any, app: Any, path: str) -> None:
+        self.jp_fetch, self.app, self.path = jp_fetch, app, path
+
+    async def __aenter__(self) -> Notebook:
+        response = await self.jp_fetch("api", "sessions", method="POST", body=json.dumps(
+            {"path": self.path, "type": "notebook", "name": self.path.rsplit("/", 1)[-1],
+             "kernel": {"name": "python3"}}))
+        session = json.loads(response.body)
+        self.session_id, self.kernel_id = session["id"], session["kernel"]["id"]
+        self.kernel = self.app.serverapp.kernel_manager.get_kernel(self.kernel_id)
+        self.client = self.kernel.client()
+        self.client.start_channels()
+        await self.client.wait_for_ready(timeout=60)
+        return self
+
+    async def run(self, code: str, timeout: float = 120) -> str:
+        return await run_in_kernel(self.client, code, timeout)
+
+    @property
+    def pid(self) -> int:
+        return int(self.kernel.provisioner.pid)
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.client.stop_channels()
+        try:
+            await self.jp_fetch("api", "sessions", self.session_id, method="DELETE")
+        except Exception:
+            pass  # the kernel may have been killed on purpose
