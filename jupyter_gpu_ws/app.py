@@ -217,6 +217,22 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             self.log.debug("GPU workspace: sessions unavailable: %s", err)
         return notebooks
 
+    def is_synced(self, path: str | None) -> bool | None:
+        """Whether a checkpoint folder has reached the store (its manifest, written last, has)."""
+        service = self.sync.service
+        if service is None or not path:
+            return None
+        manifest = os.path.join(path, "manifest.json")
+        rel = os.path.relpath(manifest, self.workdir).replace(os.sep, "/")
+        if rel.startswith(".."):
+            return None
+        record = service.engine.index.get(rel)
+        try:
+            st = os.stat(manifest)
+        except OSError:
+            return False
+        return record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns)
+
     def run_async(self, coroutine: Any, timeout: float | None = None) -> Any:
         """Run a coroutine on the server's event loop from a worker thread; wait for it."""
         future = asyncio.run_coroutine_threadsafe(coroutine, self.serverapp.io_loop.asyncio_loop)

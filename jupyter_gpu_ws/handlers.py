@@ -213,7 +213,12 @@ class CheckpointsHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        self.finish({"kernels": await self.app.checkpoints.list()})
+        kernels = await self.app.checkpoints.list()
+        for kernel in kernels:
+            last = kernel.get("last")
+            if last:
+                last["synced"] = await run_blocking(self.app.is_synced, last.get("path"))
+        self.finish({"kernels": kernels})
 
     @web.authenticated
     @authorized

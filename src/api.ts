@@ -172,3 +172,33 @@ export interface ISyncStatus {
   persist?: IJob | null;
   restore?: { restored: number; conflicts: string[]; errors: string[] } | null;
 }
+
+export interface ICheckpointKernel {
+  kernel_id: string;
+  notebook: string | null;
+  run: string;
+  objects: { [name: string]: string };
+  step: number;
+  cell_running: boolean;
+  writing: boolean;
+  pending: { request_id: string | null; requested: number } | null;
+  last: {
+    step: number;
+    time: number;
+    bytes: number;
+    path: string;
+    seconds: number | null;
+    synced?: boolean | null;
+  } | null;
+  last_error: string | null;
+  request: { state: string; message: string | null } | null;
+}
+
+export interface ICheckpointRequest {
+  kernel_id: string;
+  request_id?: string;
+  state: 'sent' | 'accepted' | 'done' | 'error';
+  subshell?: boolean;
+  step?: number;
+  message?: string | null;
+}

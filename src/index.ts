@@ -13,6 +13,7 @@ import { MetricsModel } from './metrics';
 import { GpuWorkspacePanel } from './sidebar/Panel';
 import { GpuStatusItem } from './statusbar';
 import { SyncModel } from './sync';
+import { CheckpointsModel } from './checkpoints';
 
 const PLUGIN_ID = 'jupyter_gpu_ws:plugin';
 
@@ -35,7 +36,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
   ) => {
     const model = new MetricsModel();
     const sync = new SyncModel();
-    const panel = new GpuWorkspacePanel(model, sync, { sparklineSeconds: 300 });
+    const checkpoints = new CheckpointsModel();
+    const panel = new GpuWorkspacePanel(model, sync, checkpoints, { sparklineSeconds: 300 });
     app.shell.add(panel, 'left', { rank: 850 });
     if (restorer) {
       restorer.add(panel, 'gpuws-panel');

@@ -3,7 +3,9 @@ import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 
 import { ConnectionState, MetricsModel } from '../metrics';
 import { gpuIcon } from '../icons';
+import { CheckpointsModel } from '../checkpoints';
 import { SyncModel } from '../sync';
+import { CheckpointsSection } from './CheckpointsSection';
 import { GpuSection } from './GpuSection';
 import { SyncSection } from './SyncSection';
 import { SystemSection } from './SystemSection';
@@ -31,6 +33,7 @@ export class GpuWorkspacePanel extends ReactWidget {
   constructor(
     readonly model: MetricsModel,
     readonly sync: SyncModel,
+    readonly checkpoints: CheckpointsModel,
     public options: IPanelOptions
   ) {
     super();
@@ -51,6 +54,9 @@ export class GpuWorkspacePanel extends ReactWidget {
       <div className="jp-gpuws-body">
         <UseSignal signal={this.model.changed}>{() => <Header model={this.model} />}</UseSignal>
         <UseSignal signal={this.sync.changed}>{() => <SyncSection model={this.sync} />}</UseSignal>
+        <UseSignal signal={this.checkpoints.changed}>
+          {() => <CheckpointsSection model={this.checkpoints} />}
+        </UseSignal>
         <UseSignal signal={this.model.changed}>
           {() => <Monitor model={this.model} options={this.options} />}
         </UseSignal>

@@ -1,0 +1,74 @@
+import React from 'react';
+
+import { ICheckpointKernel } from '../api';
+import { CheckpointsModel } from '../checkpoints';
+import { formatBytes, shortPath } from '../format';
+import { formatAge } from '../sync';
+
+/** Each notebook with a checkpoint agent: what it tracks, its last checkpoint, Checkpoint now. */
+export function CheckpointsSection(props: { model: CheckpointsModel }): JSX.Element {
+  const { model } = props;
+  return (
+    <section className="jp-gpuws-section" aria-label="Checkpoints">
+      <h3 className="jp-gpuws-section-title">Checkpoints</h3>
+      {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
+      {model.kernels.length === 0 ? (
+        <div className="jp-gpuws-subtle jp-gpuws-hint">
+          No notebook tracks training state yet. In a notebook: <code>%load_ext jupyter_gpu_ws</code>,{' '}
+          <code>gpuws.track(model=model, optimizer=opt)</code>, <code>start = gpuws.resume()</code> and{' '}
+          <code>gpuws.step(i)</code> in the loop.
+        </div>
+      ) : (
+        model.kernels.map(kernel => (
+          <KernelCard key={kernel.kernel_id} kernel={kernel} model={model} />
+        ))
+      )}
+    </section>
+  );
+}
+
+function KernelCard(props: { kernel: ICheckpointKernel; model: CheckpointsModel }): JSX.Element {
+  const { kernel, model } = props;
+  const last = kernel.last;
+  const now = Date.now() / 1000;
+  const busy = kernel.writing || !!kernel.pending || model.requested.has(kernel.kernel_id);
+  const name = kernel.notebook ? shortPath(kernel.notebook) : kernel.run;
+  return (
+    <div className="jp-gpuws-card" data-testid="gpuws-checkpoint-kernel">
+      <div className="jp-gpuws-card-title" title={kernel.notebook ?? kernel.run}>
+        {name}
+      </div>
+      <div className="jp-gpuws-subtle">tracks {Object.keys(kernel.objects).join(', ') || 'nothing'}</div>
+      <div className="jp-gpuws-checkpoint-last" data-testid="gpuws-checkpoint-last">
+        {last ? (
+          <>
+            step {last.step} · {formatAge(now - last.time)} ago · {formatBytes(last.bytes)} ·{' '}
+            {last.synced === true ? (
+              <span className="jp-gpuws-ok">in the store</span>
+            ) : last.synced === false ? (
+              <span className="jp-gpuws-pending">not in the store yet</span>
+            ) : (
+              <span>local only</span>
+            )}
+          </>
+        ) : (
+          'no checkpoint yet'
+        )}
+      </div>
+      {kernel.pending && (
+        <div className="jp-gpuws-subtle" data-testid="gpuws-checkpoint-pending">
+          {kernel.cell_running ? 'requested: saving at the next step' : 'requested'}
+        </div>
+      )}
+      {kernel.last_error && <div className="jp-gpuws-message jp-gpuws-error">{kernel.last_error}</div>}
+      <button
+        className="jp-mod-styled jp-gpuws-button"
+        data-testid="gpuws-checkpoint-now"
+        disabled={busy}
+        onClick={() => void model.checkpointNow(kernel.kernel_id)}
+      >
+        {busy ? 'Checkpointing…' : 'Checkpoint now'}
+      </button>
+    </div>
+  );
+}
