@@ -113,8 +113,15 @@ class GpuwsMagics(Magics):
                   f"{last.get('step', '—'):>6} {_mib(last.get('bytes')):>12}  {age}")
 
     def _persist(self) -> None:
+        from .checkpoints.tracker import default_tracker
+
+        tracker = default_tracker()
         job = call("gpuws/api/persist", "POST", {})
         while job["state"] == "running":
+            # This cell is a safe point too: the pipeline's request to this very kernel is
+            # honoured here, or it would wait for a step() that this cell never reaches.
+            if tracker.pending is not None and tracker.objects:
+                tracker.checkpoint(wait=True)
             p = job["progress"]
             print(f"\rPersisting: {p['files_done']}/{p['files_total']} files, "
                   f"{_mib(p['bytes_done'])} of {_mib(p['bytes_total'])}   ", end="", flush=True)

@@ -198,7 +198,6 @@ export interface ICheckpointRequest {
   kernel_id: string;
   request_id?: string;
   state: 'sent' | 'accepted' | 'done' | 'error';
-  subshell?: boolean;
   step?: number;
   message?: string | null;
 }

@@ -63,10 +63,6 @@ export class CheckpointsModel implements IDisposable {
       const request = requests[0];
       if (request.state === 'error') {
         Notification.error(`Checkpoint failed: ${request.message}`, { autoClose: false });
-      } else if (request.state === 'accepted' && request.subshell === false) {
-        Notification.info(request.message ?? 'The checkpoint waits for the running cell to end.', {
-          autoClose: 8000
-        });
       }
     } catch (error) {
       this.requested.delete(kernelId);

@@ -25,17 +25,32 @@ async def run_in_kernel(client: Any, code: str, timeout: float = 120) -> str:
 
 
 async def collect(client: Any, msg_id: str, timeout: float = 120) -> str:
-    out = []
+    """What the cell printed, once it has ended.
+
+    The end is its execute_reply, not an idle status: a subshell handling a comm while the
+    cell runs publishes busy/idle under the cell's parent header (an ipykernel quirk).
+    """
+    import queue
+
     while True:
-        msg = await client.get_iopub_msg(timeout=timeout)
+        reply = await client.get_shell_msg(timeout=timeout)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            break
+    out, error = [], None
+    while True:
+        try:
+            msg = await client.get_iopub_msg(timeout=1.0)
+        except queue.Empty:
+            break
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         if msg["msg_type"] == "stream":
             out.append(msg["content"]["text"])
         if msg["msg_type"] == "error":
-            raise AssertionError("\n".join(msg["content"]["traceback"]))
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            return "".join(out)
+            error = "\n".join(msg["content"]["traceback"])
+    if error or reply["content"].get("status") == "error":
+        raise AssertionError(error or reply["content"].get("evalue"))
+    return "".join(out)
 
 
 class Notebook:

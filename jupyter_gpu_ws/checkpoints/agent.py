@@ -44,6 +44,41 @@ class Agent:
 
         get_comm_manager().register_target(protocol.TARGET, self._on_open)
         self.publish()
+        self._handled: str | None = None
+        if self.file is not None:
+            self.request_file = self.file.with_name(f"{self.kernel_id}{protocol.REQUEST_SUFFIX}")
+            threading.Thread(target=self._watch_requests, name="gpuws-agent", daemon=True).start()
+
+    # -- requests from the server ------------------------------------------------------------
+
+    def _watch_requests(self) -> None:
+        """Checks the request file ten times a second: one stat, no Python work otherwise."""
+        last_mtime = None
+        while True:
+            time.sleep(0.1)
+            try:
+                mtime = os.stat(self.request_file).st_mtime_ns
+            except FileNotFoundError:
+                continue
+            except OSError:
+                continue
+            if mtime == last_mtime:
+                continue
+            last_mtime = mtime
+            try:
+                request_id = json.loads(self.request_file.read_text()).get("request_id")
+            except (OSError, ValueError):
+                continue
+            if request_id and request_id != self._handled:
+                self._handled = request_id
+                self.on_request(request_id)
+
+    def on_request(self, request_id: str) -> None:
+        if not self.tracker.objects:
+            return
+        self.tracker.request(request_id)
+        if not self.cell_running:
+            self._save_now()  # the main thread is idle: nothing races us for the tracked state
 
     # -- the cell in progress ----------------------------------------------------------------
 

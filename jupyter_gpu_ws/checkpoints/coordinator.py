@@ -1,6 +1,6 @@
 """The server side: which kernels run the agent and what they track, and asking them to
-checkpoint over a comm opened on a kernel subshell, so the request arrives while a training
-cell runs. No browser is involved: the server is a client of the kernel itself."""
+checkpoint, also while a training cell runs (see protocol.py for the channel). No browser is
+involved."""
 
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ class CheckpointCoordinator:
         if not self.agents_dir.is_dir():
             return states
         for path in self.agents_dir.glob("*.json"):
+            if path.name.endswith(protocol.REQUEST_SUFFIX):
+                if path.name[: -len(protocol.REQUEST_SUFFIX)] not in alive:
+                    path.unlink(missing_ok=True)
+                continue
             kernel_id = path.stem
             if kernel_id not in alive:
                 path.unlink(missing_ok=True)
@@ -71,7 +75,8 @@ class CheckpointCoordinator:
 
     # -- asking --------------------------------------------------------------------------------
 
-    async def request(self, kernel_id: str, timeout: float = 10.0) -> dict[str, Any]:
+    async def request(self, kernel_id: str, timeout: float = 5.0) -> dict[str, Any]:
+        """Ask a kernel's agent for a checkpoint at its next safe point (at once if idle)."""
         if kernel_id not in set(self.kernel_manager.list_kernel_ids()):
             raise CheckpointRequestError(f"No running kernel {kernel_id!r}")
         if kernel_id not in self.agent_states():
@@ -79,74 +84,29 @@ class CheckpointCoordinator:
                 f"Kernel {kernel_id} does not run the checkpoint agent: run %load_ext jupyter_gpu_ws "
                 "and gpuws.track(...) in it", status=409)
         request_id = uuid.uuid4().hex[:12]
-        record = {"kernel_id": kernel_id, "request_id": request_id, "state": "sent", "time": time.time(),
-                  "subshell": False, "message": None}
+        record: dict[str, Any] = {"kernel_id": kernel_id, "request_id": request_id, "state": "sent",
+                                  "time": time.time(), "message": None}
         self.requests[request_id] = record
-        kernel = self.kernel_manager.get_kernel(kernel_id)
-        client = kernel.client()
-        client.start_channels()
-        try:
-            record.update(await self._send(client, request_id, timeout))
-        except (asyncio.TimeoutError, TimeoutError):
-            record.update(state="accepted" if not record["subshell"] else "error",
-                          message="The kernel did not answer in time; the request waits for it")
-        finally:
-            client.stop_channels()
+        path = self.agents_dir / f"{kernel_id}{protocol.REQUEST_SUFFIX}"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"request_id": request_id, "time": record["time"]}))
+        tmp.replace(path)
+        # The agent picks it up within ~0.1 s: say whether it is saving now or at the next step.
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.agent_states().get(kernel_id) or {}
+            last, pending = state.get("last") or {}, state.get("pending") or {}
+            if last.get("request_id") == request_id:
+                record.update(state="done", step=last.get("step"), bytes=last.get("bytes"))
+                break
+            if pending.get("request_id") == request_id or (state.get("writing") and not pending):
+                record.update(state="accepted", step=state.get("step"),
+                              message="Saving at the next step()" if state.get("cell_running") else "Saving")
+                break
+            await asyncio.sleep(0.05)
+        else:
+            record.update(state="accepted", message="The kernel has not picked up the request yet")
         return dict(record)
-
-    async def _send(self, client: Any, request_id: str, timeout: float) -> dict[str, Any]:
-        # kernel_info on the control channel: the shell one waits behind a running cell.
-        info_msg = client.session.msg("kernel_info_request", {})
-        client.control_channel.send(info_msg)
-        info = await self._reply(client.get_control_msg, info_msg["header"]["msg_id"], timeout)
-        features = info["content"].get("supported_features", [])
-        subshell_id = None
-        if "kernel subshells" in features:
-            msg = client.session.msg("create_subshell_request", {})
-            client.control_channel.send(msg)
-            reply = await self._reply(client.get_control_msg, msg["header"]["msg_id"], timeout)
-            subshell_id = reply["content"].get("subshell_id")
-        comm_id = uuid.uuid4().hex
-        open_msg = client.session.msg("comm_open", {
-            "comm_id": comm_id, "target_name": protocol.TARGET,
-            "data": {"type": protocol.CHECKPOINT, "request_id": request_id},
-        })
-        if subshell_id:
-            open_msg["header"]["subshell_id"] = subshell_id
-        client.shell_channel.send(open_msg)
-        if not subshell_id:
-            # Without subshells the kernel reads the request once the running cell ends.
-            return {"state": "accepted", "subshell": False,
-                    "message": "This kernel has no subshells: the checkpoint waits for the running cell to end"}
-        deadline = asyncio.get_running_loop().time() + timeout
-        try:
-            while True:
-                left = deadline - asyncio.get_running_loop().time()
-                msg = await client.get_iopub_msg(timeout=max(left, 0.01))
-                content = msg.get("content", {})
-                if msg["msg_type"] == "comm_msg" and content.get("comm_id") == comm_id:
-                    data = content.get("data", {})
-                    kind = data.get("type")
-                    if kind == protocol.DONE:
-                        return {"state": "done", "subshell": True, "step": data.get("step"), "bytes": data.get("bytes")}
-                    if kind == protocol.ACCEPTED:
-                        return {"state": "accepted", "subshell": True, "step": data.get("step"),
-                                "message": "Saving at the next step()"}
-                    return {"state": "error", "subshell": True, "message": data.get("message")}
-                if msg["msg_type"] == "comm_close" and content.get("comm_id") == comm_id:
-                    return {"state": "error", "subshell": True, "message": "The kernel has no checkpoint agent"}
-        finally:
-            if subshell_id:
-                msg = client.session.msg("delete_subshell_request", {"subshell_id": subshell_id})
-                client.control_channel.send(msg)
-
-    @staticmethod
-    async def _reply(get: Callable[..., Awaitable[dict[str, Any]]], msg_id: str, timeout: float) -> dict[str, Any]:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            msg = await get(timeout=max(deadline - asyncio.get_running_loop().time(), 0.01))
-            if msg.get("parent_header", {}).get("msg_id") == msg_id:
-                return msg
 
     async def request_all(self, timeout: float = 10.0) -> list[dict[str, Any]]:
         kernels = list(self.agent_states())

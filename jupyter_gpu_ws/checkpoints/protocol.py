@@ -1,10 +1,18 @@
 """The messages between the server and the kernel agent, defined once for both sides.
 
-The server opens a comm with target `TARGET` (on a kernel subshell, so it is handled while a
-training cell runs) and sends `{"type": "checkpoint", "request_id": ...}` or
-`{"type": "status"}`; the agent answers in its handler with `{"type": "accepted" | "done" |
-"status" | "error", ...}`. Everything else the server learns from the agent's registration
-file: `<runtime dir>/gpuws-agents/<kernel id>.json`, rewritten whenever the state changes.
+Both live in the runtime folder the server shares with its kernels:
+
+- `<runtime>/gpuws-agents/<kernel id>.json`: the agent's registration, rewritten whenever its
+  state changes (what it tracks, its last checkpoint, a pending request);
+- `<runtime>/gpuws-agents/<kernel id>.request.json`: `{"request_id": ...}`, written by the
+  server to ask for a checkpoint. An agent thread watches it, so the request arrives while a
+  training cell runs, on any kernel, and the kernel's Jupyter messaging is left alone.
+
+Why not a comm on an ipykernel 7 subshell: with ipykernel 7.4, any message a second client
+sends on a subshell while the main shell runs a cell takes over the main shell's reply
+routing, and that cell's execute_reply never reaches the notebook (docs/subshell_probe.py
+shows it). The agent still answers the comm target `TARGET` (`{"type": "checkpoint" |
+"status"}`), which suits clients on an idle kernel.
 """
 
 TARGET = "jupyter_gpu_ws.checkpoints"
@@ -15,3 +23,4 @@ STATUS = "status"
 ACCEPTED = "accepted"
 DONE = "done"
 ERROR = "error"
+REQUEST_SUFFIX = ".request.json"

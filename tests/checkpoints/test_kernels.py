@@ -98,7 +98,7 @@ async def test_checkpoint_requested_through_the_api_lands_while_the_cell_runs(jp
                                   body=json.dumps({"kernel_id": nb.kernel_id}))
         assert response.code == 202
         [request] = json.loads(response.body)["requests"]
-        assert request["state"] == "accepted" and request["subshell"] is True
+        assert request["state"] == "accepted" and request["message"] == "Saving at the next step()"
         asked_at = request["step"]
 
         async def landed() -> Any:
