@@ -1,7 +1,9 @@
 """Checkpoints on disk: one folder per checkpoint, complete only once its manifest is there.
 
     <root>/<run>/ckpt-000000123-20261129T154210Z/
-        state.pt        every tracked object's state (torch.save, tensors and plain values)
+        tensors.bin     the bytes of every tensor, back to back (written at disk speed)
+        state.pt        every tracked object's state with tensors replaced by their place in
+                        tensors.bin (torch.save of plain values: loads with weights_only=True)
         rng.pt          Python, NumPy and torch RNG states, as tensors and plain values
         manifest.json   written last: step, time, objects, and size + xxh3 of each file
 
@@ -72,14 +74,18 @@ def new_tmp_dir(run_path: Path) -> Path:
     return path
 
 
-def finish(tmp: Path, step: int, objects: list[str], extra: dict[str, Any]) -> CheckpointInfo:
-    """Checksum and fsync the files, write the manifest last, and rename into place."""
+def finish(tmp: Path, step: int, objects: list[str], extra: dict[str, Any],
+           known: dict[str, str] | None = None) -> CheckpointInfo:
+    """Checksum and fsync the files, write the manifest last, and rename into place.
+
+    `known` gives checksums computed while writing, so large files are not read again.
+    """
     files = {}
     total = 0
     for path in sorted(tmp.iterdir()):
         fsync_file(path)
         size = path.stat().st_size
-        files[path.name] = {"size": size, "xxh3": checksum(path)}
+        files[path.name] = {"size": size, "xxh3": (known or {}).get(path.name) or checksum(path)}
         total += size
     now = time.time()
     manifest = {"format": FORMAT, "step": step, "time": now, "objects": objects, "files": files,

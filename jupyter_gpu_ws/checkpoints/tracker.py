@@ -226,11 +226,12 @@ class Tracker:
         tmp: Path | None = None
         try:
             tmp = new_tmp_dir(self.run_path)
-            torch.save(state, tmp / "state.pt")
+            skeleton, digest = write_tensors(state, tmp / "tensors.bin")
+            torch.save(skeleton, tmp / "state.pt")
             torch.save(rng, tmp / "rng.pt")
             extra = {"run": self.run, "request_id": pending.request_id if pending else None,
-                     "stall_seconds": stall, "write_seconds": None}
-            info = finish(tmp, step, sorted(self.objects), extra)
+                     "stall_seconds": stall}
+            info = finish(tmp, step, sorted(self.objects), extra, known={"tensors.bin": digest})
             info.request_id = pending.request_id if pending else None
             self.last = info
             self.last_seconds = stall + time.perf_counter() - started
@@ -262,7 +263,8 @@ class Tracker:
                 warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=2)
                 continue
             try:
-                state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
+                state = read_tensors(torch.load(path / "state.pt", map_location="cpu", weights_only=True),
+                                     path / "tensors.bin")
                 rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=True)
             except Exception as err:
                 warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=2)
@@ -322,6 +324,63 @@ class Tracker:
                 self.on_change()
             except Exception:
                 log.exception("gpuws: reporting the checkpoint state failed")
+
+
+TENSOR = "__gpuws_tensor__"
+
+
+def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], str]:
+    """Write every tensor's bytes to `path` back to back, hashing as it goes; return the state
+    with each tensor replaced by where its bytes are, and the file's xxh3."""
+    import torch
+    import xxhash
+
+    hasher = xxhash.xxh3_128()
+    offset = 0
+    with open(path, "wb") as f:
+
+        def strip(value: Any) -> Any:
+            nonlocal offset
+            if isinstance(value, torch.Tensor):
+                flat = value.contiguous().reshape(-1)
+                data = flat.view(torch.uint8).numpy() if flat.numel() else b""
+                f.write(data)
+                hasher.update(data)
+                entry = {TENSOR: True, "dtype": str(value.dtype).replace("torch.", ""),
+                         "shape": list(value.shape), "offset": offset, "nbytes": len(data)}
+                offset += len(data)
+                return entry
+            if isinstance(value, dict):
+                return {k: strip(v) for k, v in value.items()}
+            if isinstance(value, (list, tuple)):
+                items = [strip(v) for v in value]
+                return tuple(items) if isinstance(value, tuple) else items
+            return value
+
+        skeleton = {name: strip(value) for name, value in state.items()}
+    return skeleton, hasher.hexdigest()
+
+
+def read_tensors(skeleton: dict[str, Any], path: Path) -> dict[str, Any]:
+    import torch
+
+    data = bytearray(path.read_bytes()) if path.exists() else bytearray()
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, dict) and value.get(TENSOR):
+            dtype = getattr(torch, value["dtype"])
+            if value["nbytes"] == 0:
+                return torch.empty(value["shape"], dtype=dtype)
+            flat = torch.frombuffer(data, dtype=torch.uint8, count=value["nbytes"], offset=value["offset"])
+            return flat.view(dtype).reshape(value["shape"])
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            items = [fill(v) for v in value]
+            return tuple(items) if isinstance(value, tuple) else items
+        return value
+
+    return {name: fill(value) for name, value in skeleton.items()}
 
 
 def _state_of(obj: Any) -> Any:
