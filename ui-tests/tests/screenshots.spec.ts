@@ -30,7 +30,15 @@ test.describe('with GPUs', () => {
         "p = os.environ['GPUWS_UI_GPUS_FILE']",
         'spec = json.load(open(p))',
         "spec['gpus'][0]['processes'] = [{'pid': os.getpid(), 'memory_used': 14 * 2**30}]",
-        "json.dump(spec, open(p + '.k', 'w')); os.replace(p + '.k', p)"
+        "json.dump(spec, open(p + '.k', 'w')); os.replace(p + '.k', p)",
+        '%load_ext jupyter_gpu_ws',
+        'import torch, jupyter_gpu_ws as gpuws',
+        'model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))',
+        'opt = torch.optim.AdamW(model.parameters())',
+        'gpuws.track(model=model, optimizer=opt)',
+        'for i in range(120):',
+        '    opt.zero_grad(); model(torch.randn(8, 512)).sum().backward(); opt.step(); gpuws.step(i)',
+        'gpuws.checkpoint(wait=True)'
       ].join('\n')
     );
     await page.notebook.run();
