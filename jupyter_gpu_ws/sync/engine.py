@@ -300,6 +300,8 @@ class SyncEngine:
             )
 
         changed = self._apply_limits(changed, report)
+        # Only a file the store had before can gain a version in this pass (see _keep_version).
+        overwritten = {f.path for f in changed if self.index.get(f.path) is not None}
         progress.plan(len(changed) + len(deleted), sum(f.size for f in changed), "uploading")
         records_done = self._upload_all(changed, progress, cancel, report)
         self.backend.flush()  # durable before the record says "synced"
@@ -316,7 +318,7 @@ class SyncEngine:
         self.index.delete_many([rel for rel in deleted if rel in report.deleted])
         for rel in report.deleted:
             self._clear_pending(rel)
-        self._prune_versions({f.path for f in changed} | set(report.deleted))
+        self._prune_versions(overwritten | set(report.deleted))
         progress.phase = "done"
         return report
 

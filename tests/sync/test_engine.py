@@ -283,3 +283,38 @@ def test_expired_lease_can_be_taken_over(workdir: Path, tmp_path: Path, make_eng
     assert not second.read_only
     first.heartbeat()
     assert first.read_only and "took over" in (first.read_only_reason or "")
+
+
+def test_only_the_newest_keep_versions_versions_are_kept(workdir: Path, store_dir: Path,
+                                                         make_engine: Make) -> None:
+    engine = make_engine(workdir, keep_versions=2)
+    for n in range(5):
+        write(workdir, "model.txt", f"v{n}" * (n + 1))  # a new size each time: always a change
+        assert engine.sync(["model.txt"]).uploaded == ["model.txt"]
+    kept = [(store_dir / "ws" / ".gpuws" / "versions" / "model.txt" / v["version"]).read_text()
+            for v in engine.versions("model.txt")]
+    assert kept == ["v2" * 3, "v3" * 4]
+
+
+class CountingBackend(LocalBackend):
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.listed: list[str] = []
+
+    def list(self, prefix: str) -> Any:
+        self.listed.append(prefix)
+        return super().list(prefix)
+
+
+def test_uploading_new_files_lists_nothing_in_the_store(workdir: Path, store_dir: Path,
+                                                        make_engine: Make) -> None:
+    # A listing per file (to prune versions a new file cannot have) doubles the requests on S3.
+    for i in range(50):
+        write(workdir, f"f{i:02d}.txt", str(i))
+    backend = CountingBackend(str(store_dir))
+    engine = make_engine(workdir, backend=backend)
+    assert len(engine.sync().uploaded) == 50
+    assert backend.listed == []
+    write(workdir, "f00.txt", "changed")
+    engine.sync(["f00.txt"])
+    assert backend.listed == ["ws/.gpuws/versions/f00.txt"]  # an overwrite does prune its versions
