@@ -242,8 +242,8 @@ class FsspecBackend:
                 if not self.object_store:
                     self.fs.makedirs(self.fs._parent(tmp), exist_ok=True)
                     self.fs.makedirs(self.fs._parent(target), exist_ok=True)
-                self.fs.put_file(local, tmp, **kwargs)
                 try:
+                    self.fs.put_file(local, tmp, **kwargs)  # a failure may leave part of it
                     if int(self.fs.info(tmp)["size"]) != size or (check is not None and not check()):
                         raise SourceChangedError(key)
                     if self.object_store:
@@ -270,8 +270,14 @@ class FsspecBackend:
             raise StoreUnavailableError(f"{key}: the store has {info.get('size')} bytes, expected {size}")
         return size
 
+    def _parent_dir(self, path: str) -> None:
+        """File-like stores (sftp, smb, local, …) need the folder before a copy or move into it."""
+        if not self.object_store:
+            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+
     def copy(self, src: str, dst: str) -> None:
         try:
+            self._parent_dir(self._path(dst))
             self.fs.copy(self._path(src), self._path(dst))
         except Exception as err:
             raise _remote_error(err, src) from err
@@ -299,6 +305,7 @@ class FsspecBackend:
 
     def move(self, src: str, dst: str) -> None:
         try:
+            self._parent_dir(self._path(dst))
             self.fs.mv(self._path(src), self._path(dst))
         except Exception as err:
             raise _remote_error(err, src) from err
@@ -340,8 +347,15 @@ class FsspecBackend:
             else:
                 tmp = f"{self._path(key)}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}"
                 self.fs.makedirs(self.fs._parent(tmp), exist_ok=True)
-                self.fs.pipe_file(tmp, data)
-                self.fs.mv(tmp, self._path(key))
+                try:
+                    self.fs.pipe_file(tmp, data)
+                    self.fs.mv(tmp, self._path(key))
+                except BaseException:
+                    try:
+                        self.fs.rm_file(tmp)
+                    except Exception:
+                        pass
+                    raise
         except Exception as err:
             raise _remote_error(err, key) from err
 
