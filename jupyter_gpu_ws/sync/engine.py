@@ -462,12 +462,23 @@ class SyncEngine:
     def _delete_in_store(self, rel: str, report: PassReport) -> None:
         """A deletion reaches the store only as a move into versions."""
         key = self.store.file_key(rel)
-        try:
-            if self.backend.stat(key) is not None:
-                self.backend.move(key, self.store.version_key(rel, version_stamp(self.clock())))
-            report.deleted.append(rel)
-        except SyncError as err:
-            report.errors.append(f"{rel}: {err}")
+        attempt = 0
+        while True:
+            try:
+                # Looked up again on a retry: a move whose reply was lost may have happened.
+                if self.backend.stat(key) is not None:
+                    self.backend.move(key, self.store.version_key(rel, version_stamp(self.clock())))
+                report.deleted.append(rel)
+                return
+            except StoreUnavailableError as err:
+                attempt += 1
+                if attempt > self.settings.retries:
+                    report.errors.append(f"{rel}: {err} (after {attempt} attempts)")
+                    return
+                time.sleep(self.settings.retry_backoff * 2 ** (attempt - 1))
+            except SyncError as err:
+                report.errors.append(f"{rel}: {err}")
+                return
 
     def _prune_versions(self, paths: set[str]) -> None:
         if not paths:
