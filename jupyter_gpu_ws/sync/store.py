@@ -262,9 +262,7 @@ class FsspecBackend:
             if not os.path.exists(local):
                 raise
             raise StoreUnavailableError(f"The store lost {key} while writing it") from None
-        except OSError as err:
-            _raise_os_error(err, key)
-        except Exception as err:  # botocore and friends: map to one clear line
+        except Exception as err:  # OSError, botocore and friends: map to one clear line
             raise _remote_error(err, key) from err
         if int(info.get("size", -1)) != size:
             raise StoreUnavailableError(f"{key}: the store has {info.get('size')} bytes, expected {size}")
