@@ -30,6 +30,9 @@ PART_SUFFIX = ".gpuws-part"
 CHUNK = 8 * 2**20
 # Up to this size a file is read whole and sent in one PUT: a consistent snapshot, one request.
 SMALL_FILE = 16 * 2**20
+# Moving or copying a complete upload into place: tries, and the first pause between them.
+FINISH_ATTEMPTS = 4
+FINISH_BACKOFF = 0.05
 
 
 @dataclass
@@ -246,10 +249,7 @@ class FsspecBackend:
                     self.fs.put_file(local, tmp, **kwargs)  # a failure may leave part of it
                     if int(self.fs.info(tmp)["size"]) != size or (check is not None and not check()):
                         raise SourceChangedError(key)
-                    if self.object_store:
-                        self.fs.copy(tmp, target)
-                    else:
-                        self.fs.mv(tmp, target)
+                    self._into_place(tmp, target)
                 finally:
                     try:
                         self.fs.rm_file(tmp)
@@ -267,6 +267,26 @@ class FsspecBackend:
         if int(info.get("size", -1)) != size:
             raise StoreUnavailableError(f"{key}: the store has {info.get('size')} bytes, expected {size}")
         return size
+
+    def _into_place(self, tmp: str, target: str) -> None:
+        """Copy (object stores) or move the complete temporary file to its name.
+
+        A transient failure here is retried on the spot: starting the whole upload again
+        would send all the data a second time for one lost reply.
+        """
+        for attempt in range(FINISH_ATTEMPTS):
+            try:
+                if self.object_store:
+                    self.fs.copy(tmp, target)
+                else:
+                    self.fs.mv(tmp, target)
+                return
+            except Exception as err:
+                if attempt + 1 == FINISH_ATTEMPTS or not isinstance(_remote_error(err, target), StoreUnavailableError):
+                    raise
+            if not self.object_store and not self.fs.exists(tmp):
+                return  # the move did happen and only its reply was lost; put() checks the size
+            time.sleep(FINISH_BACKOFF * 2**attempt)
 
     def _parent_dir(self, path: str) -> None:
         """File-like stores (sftp, smb, local, …) need the folder before a copy or move into it."""
