@@ -190,8 +190,10 @@ def small_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def large_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_large_tree(tmp_path_factory.mktemp("large") / "tree")
+def large_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    tree = make_large_tree(tmp_path_factory.mktemp("large") / "tree")
+    yield tree
+    shutil.rmtree(tree, ignore_errors=True)  # pytest keeps temporary folders of recent runs
 
 
 def measure_pass(tree: Path, scratch: Path) -> float:
@@ -221,8 +223,8 @@ def large_tree_seconds(large_tree: Path, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture
 def scratch(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
-    for store in tmp_path.glob("store*"):  # large stores: give the disk back
-        shutil.rmtree(store, ignore_errors=True)
+    for path in [*tmp_path.glob("store*"), *tmp_path.glob("work*")]:  # large copies: free the disk
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # -- first passes --------------------------------------------------------------------------
@@ -257,11 +259,12 @@ def test_kill_during_a_pass_of_large_files_leaves_only_complete_files(
 
 
 @pytest.fixture(scope="module")
-def change_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def change_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """What the store holds before the pass that gets killed."""
     root = make_small_tree(tmp_path_factory.mktemp("change") / "tree", 300, seed=3)
     (root / "model.pt").write_bytes(os.urandom(40 * MiB))
-    return root
+    yield root
+    shutil.rmtree(root, ignore_errors=True)  # pytest keeps temporary folders of recent runs
 
 
 def prepare_changes(old: Path, scratch: Path, n: int = 0) -> tuple[dict[str, Any], Path, list[str], list[str]]:
