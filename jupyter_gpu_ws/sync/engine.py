@@ -275,6 +275,8 @@ class SyncEngine:
             )
 
         changed = self._apply_limits(changed, report)
+        # Only a file the store had before can gain a version in this pass (see _keep_version).
+        overwritten = {f.path for f in changed if self.index.get(f.path) is not None}
         progress.plan(len(changed) + len(deleted), sum(f.size for f in changed), "uploading")
         records_done = self._upload_all(changed, progress, cancel, report)
         self.backend.flush()  # durable before the record says "synced"
@@ -291,7 +293,7 @@ class SyncEngine:
         self.index.delete_many([rel for rel in deleted if rel in report.deleted])
         for rel in report.deleted:
             self._clear_pending(rel)
-        self._prune_versions({f.path for f in changed} | set(report.deleted))
+        self._prune_versions(overwritten | set(report.deleted))
         progress.phase = "done"
         return report
 
@@ -502,12 +504,23 @@ class SyncEngine:
     def _delete_in_store(self, rel: str, report: PassReport) -> None:
         """A deletion reaches the store only as a move into versions."""
         key = self.store.file_key(rel)
-        try:
-            if self.backend.stat(key) is not None:
-                self.backend.move(key, self.store.version_key(rel, version_stamp(self.clock())))
-            report.deleted.append(rel)
-        except SyncError as err:
-            report.errors.append(f"{rel}: {err}")
+        attempt = 0
+        while True:
+            try:
+                # Looked up again on a retry: a move whose reply was lost may have happened.
+                if self.backend.stat(key) is not None:
+                    self.backend.move(key, self.store.version_key(rel, version_stamp(self.clock())))
+                report.deleted.append(rel)
+                return
+            except StoreUnavailableError as err:
+                attempt += 1
+                if attempt > self.settings.retries:
+                    report.errors.append(f"{rel}: {err} (after {attempt} attempts)")
+                    return
+                time.sleep(self.settings.retry_backoff * 2 ** (attempt - 1))
+            except SyncError as err:
+                report.errors.append(f"{rel}: {err}")
+                return
 
     def _prune_versions(self, paths: set[str]) -> None:
         if not paths:

@@ -31,6 +31,9 @@ PART_SUFFIX = ".gpuws-part"
 CHUNK = 8 * 2**20
 # Up to this size a file is read whole and sent in one PUT: a consistent snapshot, one request.
 SMALL_FILE = 16 * 2**20
+# Moving or copying a complete upload into place: tries, and the first pause between them.
+FINISH_ATTEMPTS = 4
+FINISH_BACKOFF = 0.05
 
 
 @dataclass
@@ -245,14 +248,11 @@ class FsspecBackend:
                 if not self.object_store:
                     self.fs.makedirs(self.fs._parent(tmp), exist_ok=True)
                     self.fs.makedirs(self.fs._parent(target), exist_ok=True)
-                self.fs.put_file(local, tmp, **kwargs)
                 try:
+                    self.fs.put_file(local, tmp, **kwargs)  # a failure may leave part of it
                     if int(self.fs.info(tmp)["size"]) != size or (check is not None and not check()):
                         raise SourceChangedError(key)
-                    if self.object_store:
-                        self.fs.copy(tmp, target)
-                    else:
-                        self.fs.mv(tmp, target)
+                    self._into_place(tmp, target)
                 finally:
                     try:
                         self.fs.rm_file(tmp)
@@ -265,9 +265,7 @@ class FsspecBackend:
             if not os.path.exists(local):
                 raise
             raise StoreUnavailableError(f"The store lost {key} while writing it") from None
-        except OSError as err:
-            _raise_os_error(err, key)
-        except Exception as err:  # botocore and friends: map to one clear line
+        except Exception as err:  # OSError, botocore and friends: map to one clear line
             raise _remote_error(err, key) from err
         if int(info.get("size", -1)) != size:
             raise StoreUnavailableError(f"{key}: the store has {info.get('size')} bytes, expected {size}")
@@ -277,8 +275,34 @@ class FsspecBackend:
             raise StoreUnavailableError(f"{key}: the store's checksum does not match what was sent")
         return size
 
+    def _into_place(self, tmp: str, target: str) -> None:
+        """Copy (object stores) or move the complete temporary file to its name.
+
+        A transient failure here is retried on the spot: starting the whole upload again
+        would send all the data a second time for one lost reply.
+        """
+        for attempt in range(FINISH_ATTEMPTS):
+            try:
+                if self.object_store:
+                    self.fs.copy(tmp, target)
+                else:
+                    self.fs.mv(tmp, target)
+                return
+            except Exception as err:
+                if attempt + 1 == FINISH_ATTEMPTS or not isinstance(_remote_error(err, target), StoreUnavailableError):
+                    raise
+            if not self.object_store and not self.fs.exists(tmp):
+                return  # the move did happen and only its reply was lost; put() checks the size
+            time.sleep(FINISH_BACKOFF * 2**attempt)
+
+    def _parent_dir(self, path: str) -> None:
+        """File-like stores (sftp, smb, local, …) need the folder before a copy or move into it."""
+        if not self.object_store:
+            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+
     def copy(self, src: str, dst: str) -> None:
         try:
+            self._parent_dir(self._path(dst))
             self.fs.copy(self._path(src), self._path(dst))
         except Exception as err:
             raise _remote_error(err, src) from err
@@ -306,6 +330,7 @@ class FsspecBackend:
 
     def move(self, src: str, dst: str) -> None:
         try:
+            self._parent_dir(self._path(dst))
             self.fs.mv(self._path(src), self._path(dst))
         except Exception as err:
             raise _remote_error(err, src) from err
@@ -347,8 +372,15 @@ class FsspecBackend:
             else:
                 tmp = f"{self._path(key)}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}"
                 self.fs.makedirs(self.fs._parent(tmp), exist_ok=True)
-                self.fs.pipe_file(tmp, data)
-                self.fs.mv(tmp, self._path(key))
+                try:
+                    self.fs.pipe_file(tmp, data)
+                    self.fs.mv(tmp, self._path(key))
+                except BaseException:
+                    try:
+                        self.fs.rm_file(tmp)
+                    except Exception:
+                        pass
+                    raise
         except Exception as err:
             raise _remote_error(err, key) from err
 

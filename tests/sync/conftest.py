@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import filecmp
 import os
+import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
+from tests.sync.s3server import S3Server, S3ServerError
+
+S3_ACCESS_KEY = "gpuws-test-key"
+S3_SECRET_KEY = "gpuws-test-secret-0123456789"
+S3_BUCKET = "gpuws-test"
 
 
 def write(root: Path, rel: str, data: bytes | str) -> Path:
@@ -73,3 +79,40 @@ def make_engine(tmp_path: Path, store_dir: Path) -> Callable[..., SyncEngine]:
             engine.close()
         except Exception:
             pass
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real SeaweedFS S3 server on 127.0.0.1 for the whole session, with one bucket.
+
+    A server that cannot start fails the tests that need it: they never skip silently.
+    """
+    server = S3Server(tmp_path_factory.mktemp("seaweedfs"), S3_ACCESS_KEY, S3_SECRET_KEY)
+    try:
+        server.start()
+        server.create_bucket(S3_BUCKET)
+    except S3ServerError as err:
+        pytest.fail(f"The SeaweedFS S3 server could not start: {err}", pytrace=False)
+    except Exception as err:
+        server.stop()
+        pytest.fail(f"The SeaweedFS S3 server started but does not work: {err}\n{server.log_tail()}",
+                    pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """This test talks to the session's server: credentials and endpoint from the environment."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE",
+                 "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    return s3_server
+
+
+@pytest.fixture
+def s3_url(s3_env: S3Server) -> str:
+    """A fresh prefix in the test bucket, so tests never see each other's objects."""
+    return f"s3://{S3_BUCKET}/{uuid.uuid4().hex[:12]}"

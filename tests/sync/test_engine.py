@@ -300,3 +300,38 @@ def test_full_store_disk_is_a_clear_error_and_nothing_is_recorded(workdir: Path,
     assert report.uploaded == [] and "The store's disk is full" in report.errors[0]
     assert engine.status()["state"] == "error" and engine.status()["synced_files"] == 0
     assert (workdir / "a.txt").read_text() == "a"
+
+
+def test_only_the_newest_keep_versions_versions_are_kept(workdir: Path, store_dir: Path,
+                                                         make_engine: Make) -> None:
+    engine = make_engine(workdir, keep_versions=2)
+    for n in range(5):
+        write(workdir, "model.txt", f"v{n}" * (n + 1))  # a new size each time: always a change
+        assert engine.sync(["model.txt"]).uploaded == ["model.txt"]
+    kept = [(store_dir / "ws" / ".gpuws" / "versions" / "model.txt" / v["version"]).read_text()
+            for v in engine.versions("model.txt")]
+    assert kept == ["v2" * 3, "v3" * 4]
+
+
+class CountingBackend(LocalBackend):
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.listed: list[str] = []
+
+    def list(self, prefix: str) -> Any:
+        self.listed.append(prefix)
+        return super().list(prefix)
+
+
+def test_uploading_new_files_lists_nothing_in_the_store(workdir: Path, store_dir: Path,
+                                                        make_engine: Make) -> None:
+    # A listing per file (to prune versions a new file cannot have) doubles the requests on S3.
+    for i in range(50):
+        write(workdir, f"f{i:02d}.txt", str(i))
+    backend = CountingBackend(str(store_dir))
+    engine = make_engine(workdir, backend=backend)
+    assert len(engine.sync().uploaded) == 50
+    assert backend.listed == []
+    write(workdir, "f00.txt", "changed")
+    engine.sync(["f00.txt"])
+    assert backend.listed == ["ws/.gpuws/versions/f00.txt"]  # an overwrite does prune its versions

@@ -1,0 +1,29 @@
+"""One sync pass in a process of its own, for test_kill.py to kill at any moment.
+
+Usage: python sync_child.py '<SyncSettings fields as JSON>'
+Prints "syncing" once the engine holds the lease and the pass begins, "done" when it ended.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main() -> int:
+    from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
+
+    engine = SyncEngine(SyncSettings(**json.loads(sys.argv[1])))
+    engine.open()
+    if engine.read_only:
+        print(f"read-only: {engine.read_only_reason}", flush=True)
+        return 3
+    print("syncing", flush=True)
+    report = engine.sync()
+    print(f"done {len(report.uploaded)} uploaded, {len(report.errors)} errors", flush=True)
+    engine.close()
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
