@@ -244,6 +244,8 @@ class SyncEngine:
         """One pass. `paths`: just these (from the watcher); None: a full rescan."""
         if self.read_only:
             raise LeaseHeldError(self.read_only_reason or "read-only")
+        if not self.lease.held:
+            raise LeaseHeldError("This runtime does not hold the workspace lease: open the engine first")
         progress = progress or Progress()
         with self._pass_lock:
             self.state = "syncing"
@@ -493,7 +495,7 @@ class SyncEngine:
                 attempt += 1
                 if attempt > self.settings.retries:
                     raise StoreUnavailableError(f"{f.path}: {err} (after {attempt} attempts)") from err
-                time.sleep(self.settings.retry_backoff * 2 ** (attempt - 1))
+                time.sleep(min(self.settings.retry_backoff * 2 ** (attempt - 1), 10.0))
 
     def _keep_version(self, rel: str) -> None:
         """Before an overwrite: the store's current copy becomes a version."""
@@ -517,7 +519,7 @@ class SyncEngine:
                 if attempt > self.settings.retries:
                     report.errors.append(f"{rel}: {err} (after {attempt} attempts)")
                     return
-                time.sleep(self.settings.retry_backoff * 2 ** (attempt - 1))
+                time.sleep(min(self.settings.retry_backoff * 2 ** (attempt - 1), 10.0))
             except SyncError as err:
                 report.errors.append(f"{rel}: {err}")
                 return

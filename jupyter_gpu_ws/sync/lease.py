@@ -62,7 +62,7 @@ class Lease:
         """
         now = self.clock()
         existing = self.current()
-        if existing and existing.holder != self.holder and existing.expires > now:
+        if existing and existing.holder != self.holder and existing.expires > now and not _dead_here(existing):
             hint = "" if take_over else "; it can be taken over once it expires"
             raise LeaseHeldError(
                 f"Another runtime is writing this workspace: {existing.describe(now)}. "
@@ -115,3 +115,17 @@ class Lease:
         )
         self.store.write_json(LEASE_NAME, asdict(info))
         return info
+
+
+def _dead_here(lease: LeaseInfo) -> bool:
+    """A lease held by a process of this machine that no longer exists (a crashed server
+    restarted on the same machine) need not be waited for."""
+    if lease.host != socket.gethostname() or lease.pid == os.getpid():
+        return False
+    try:
+        os.kill(lease.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

@@ -507,6 +507,8 @@ def open_backend(url: str, storage_options: dict[str, Any] | None = None, durabl
     options = dict(storage_options or {})
     if parsed.scheme in ("s3", "s3a"):
         options.setdefault("use_listings_cache", False)
+        # Fail fast on an unreachable endpoint: the engine has its own retries with back-off.
+        options.setdefault("config_kwargs", {"connect_timeout": 5, "retries": {"max_attempts": 2}})
         options.setdefault("max_concurrency", max_concurrency)
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:

@@ -335,3 +335,29 @@ def test_uploading_new_files_lists_nothing_in_the_store(workdir: Path, store_dir
     write(workdir, "f00.txt", "changed")
     engine.sync(["f00.txt"])
     assert backend.listed == ["ws/.gpuws/versions/f00.txt"]  # an overwrite does prune its versions
+
+
+def test_a_lease_left_by_a_crashed_process_of_this_machine_is_taken_at_start(workdir: Path, tmp_path: Path,
+                                                                          make_engine: Make) -> None:
+    import json
+    import subprocess
+
+    first = make_engine(workdir)
+    lease_file = Path(first.store.backend.root) / "ws" / ".gpuws" / "lease.json"  # type: ignore[attr-defined]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lease = json.loads(lease_file.read_text())
+    lease.update(holder="crashed", pid=dead.pid)  # as if a server on this machine died holding it
+    lease_file.write_text(json.dumps(lease))
+    other = tmp_path / "other"
+    other.mkdir()
+    assert not make_engine(other, state="state2").read_only
+
+
+def test_sync_without_the_lease_is_refused(workdir: Path, tmp_path: Path, store_dir: Path) -> None:
+    from jupyter_gpu_ws.sync import SyncSettings
+
+    engine = SyncEngine(SyncSettings(str(workdir), str(store_dir), "ws", str(tmp_path / "s")))
+    with pytest.raises(LeaseHeldError, match="does not hold the workspace lease"):
+        engine.sync()
+    engine.close()
