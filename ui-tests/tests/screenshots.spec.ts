@@ -36,8 +36,7 @@ test.describe('with GPUs', () => {
         'model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))',
         'opt = torch.optim.AdamW(model.parameters())',
         'gpuws.track(model=model, optimizer=opt)',
-        'for i in range(120):',
-        '    opt.zero_grad(); model(torch.randn(8, 512)).sum().backward(); opt.step(); gpuws.step(i)',
+        'for i in range(120): opt.zero_grad(); model(torch.randn(8, 512)).sum().backward(); opt.step(); gpuws.step(i)',
         'gpuws.checkpoint(wait=True)'
       ].join('\n')
     );
