@@ -118,6 +118,8 @@ class _LightningHooks(_Policy):
         self._fast_forward: tuple[int, dict[str, Any]] | None = None
         self._first_epoch: int | None = None
         self._stateful_data = False
+        self._deferred: int | None = None
+        self._resumed_epoch = -1
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         import torch
@@ -136,6 +138,7 @@ class _LightningHooks(_Policy):
         self._position.skip = 0
         if self.resume and tracker.resume():  # also restores the RNG states of the checkpoint
             self.resumed_step = trainer.global_step
+            self._resumed_epoch = trainer.current_epoch
             if self._position.skip:
                 # The resumed epoch's iterator must be made from the RNG its epoch began with;
                 # the checkpoint's RNG comes back once the consumed batches are drawn again.
@@ -149,6 +152,7 @@ class _LightningHooks(_Policy):
             # runs with the RNG isolated): from this state.
             self._position.epoch_rng = capture_rng(torch)
         self._last_step = trainer.global_step
+        self._deferred = None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         import torch
@@ -156,6 +160,12 @@ class _LightningHooks(_Policy):
         self._first_epoch = trainer.current_epoch
         fetcher = trainer.fit_loop._data_fetcher
         self._stateful_data = fetcher is not None and _stateful(fetcher.combined_loader.flattened)
+        if self.resumed_step is not None and trainer.current_epoch == self._resumed_epoch and \
+                trainer.fit_loop.epoch_loop.batch_progress.current.ready >= trainer.num_training_batches:
+            # Resumed after the closing validation of an epoch: Lightning ends that epoch without
+            # a batch and makes the next epoch's iterator anew, so the one it just made must not
+            # have drawn from the RNG.
+            restore_rng(torch, self._position.epoch_rng)
         if self._fast_forward is not None:
             skip, rng = self._fast_forward
             self._fast_forward = None
@@ -167,7 +177,7 @@ class _LightningHooks(_Policy):
         import torch
 
         if self._first_epoch is not None and trainer.current_epoch == self._first_epoch:
-            self._first_epoch = None  # its iterator was made before on_train_start: recorded in on_fit_start
+            self._first_epoch = None  # its iterator was made before on_train_start, from epoch_rng
             return
         self._first_epoch = None
         self._position.epoch_rng = capture_rng(torch)  # Lightning makes this epoch's iterator next
@@ -179,7 +189,18 @@ class _LightningHooks(_Policy):
         self._last_step = step
         last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
         self._position.skip = 0 if last or self._stateful_data else batch_idx + 1
+        fetcher = trainer.fit_loop._data_fetcher
+        if fetcher is not None and trainer.fit_loop.epoch_loop._should_check_val_fx(fetcher):
+            # A validation follows this batch, and its DataLoader draws from the RNG: save after it
+            # (where ModelCheckpoint saves too); a run resumed from there does not repeat it.
+            self._deferred = step
+            return
         self.tracker.step(step)
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._deferred is not None and not trainer.sanity_checking:
+            step, self._deferred = self._deferred, None
+            self.tracker.step(step)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         self.tracker.wait()  # fit returns with its last checkpoint complete on disk
