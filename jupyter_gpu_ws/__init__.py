@@ -43,6 +43,19 @@ def resume() -> int:
     return default_tracker().resume()
 
 
+def __getattr__(name: str) -> Any:
+    """`gpuws.LightningCallback` and `gpuws.TrainerCallback`, imported (with their framework) on use."""
+    if name == "LightningCallback":
+        from .checkpoints.callbacks import lightning_callback_class
+
+        return lightning_callback_class()
+    if name == "TrainerCallback":
+        from .checkpoints.callbacks import trainer_callback_class
+
+        return trainer_callback_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def load_ipython_extension(ip: Any) -> None:
     """`%load_ext jupyter_gpu_ws`: the `%gpuws` magic, and the checkpoint agent in a kernel."""
     from .magics import load
