@@ -265,14 +265,17 @@ class SyncEngine:
         report = PassReport()
         changed: list[LocalFile] = []
         deleted: list[str] = []
+        known: dict[str, Record | None] = {}  # the record of each changed path, looked up once
         if paths is None:
             local = {f.path: f for f in scan(self.workdir, self.rules)}
             records = self.index.all()
             for f in local.values():
-                if _same(f, records.get(f.path)):
+                record = records.get(f.path)
+                if _same(f, record):
                     report.unchanged += 1
                 else:
                     changed.append(f)
+                    known[f.path] = record
             deleted = [p for p in records if p not in local and not os.path.lexists(self._abs(p))]
             total_records = len(records)
             if records and not local:
@@ -290,6 +293,7 @@ class SyncEngine:
                         report.unchanged += 1
                     else:
                         changed.append(f)
+                        known[rel] = record
                 elif record is not None and not os.path.lexists(self._abs(rel)):
                     deleted.append(rel)
         if len(deleted) >= GUARD_MIN_DELETIONS and len(deleted) > self.settings.max_delete_fraction * total_records:
@@ -301,7 +305,7 @@ class SyncEngine:
 
         changed = self._apply_limits(changed, report)
         progress.plan(len(changed) + len(deleted), sum(f.size for f in changed), "uploading")
-        records_done = self._upload_all(changed, progress, cancel, report)
+        records_done = self._upload_all(changed, known, progress, cancel, report)
         self.backend.flush()  # durable before the record says "synced"
         self.index.put_many(records_done)
         for record in records_done:
@@ -316,7 +320,8 @@ class SyncEngine:
         self.index.delete_many([rel for rel in deleted if rel in report.deleted])
         for rel in report.deleted:
             self._clear_pending(rel)
-        self._prune_versions({f.path for f in changed} | set(report.deleted))
+        # Only paths that may have gained a version now can have too many: overwritten or deleted.
+        self._prune_versions({f.path for f in changed if known.get(f.path) is not None} | set(report.deleted))
         progress.phase = "done"
         return report
 
@@ -350,8 +355,8 @@ class SyncEngine:
         )
         return allowed
 
-    def _upload_all(self, files: list[LocalFile], progress: Progress, cancel: threading.Event | None,
-                    report: PassReport) -> list[Record]:
+    def _upload_all(self, files: list[LocalFile], known: dict[str, Record | None], progress: Progress,
+                    cancel: threading.Event | None, report: PassReport) -> list[Record]:
         if not files:
             return []
         done: list[Record] = []
@@ -376,7 +381,7 @@ class SyncEngine:
                 if cancel is not None and cancel.is_set():
                     return
                 try:
-                    record = self._upload_one(f, progress)
+                    record = self._upload_one(f, known.get(f.path), progress)
                 except SyncError as err:
                     with lock:
                         report.errors.append(str(err))
@@ -399,23 +404,23 @@ class SyncEngine:
                 list(pool.map(run, batches))
         return done
 
-    def _upload_one(self, f: LocalFile, progress: Progress) -> Record | None:
+    def _upload_one(self, f: LocalFile, record: Record | None, progress: Progress) -> Record | None:
+        """`record`: the path's record before this pass. The scan's stat, taken just before, is
+        the state the copy is checked against; after a change mid-copy the file is stat'ed again."""
         path = self._abs(f.path)
         key = self.store.file_key(f.path)
-        record = self.index.get(f.path)
         attempt = 0
         versioned = False
+        before = (f.size, f.mtime_ns)
         while True:
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                raise
-            if record is not None and record.size == st.st_size and record.hash is not None:
+            if attempt:
+                st = os.stat(path)  # FileNotFoundError: deleted meanwhile, the caller skips it
+                before = (st.st_size, st.st_mtime_ns)
+            if record is not None and record.size == before[0] and record.hash is not None:
                 # Touched but maybe not changed: a hash settles it without an upload.
                 digest = file_hash(path)
                 if digest == record.hash:
-                    return Record(f.path, st.st_size, st.st_mtime_ns, digest, self.clock())
-            before = (st.st_size, st.st_mtime_ns)
+                    return Record(f.path, before[0], before[1], digest, self.clock())
 
             def unchanged() -> bool:
                 try:
@@ -429,7 +434,7 @@ class SyncEngine:
                     self._keep_version(f.path)
                     versioned = True
                 per_chunk = None
-                if self.limiter is not None or st.st_size >= 64 << 20:
+                if self.limiter is not None or before[0] >= 64 << 20:
                     limiter = self.limiter
 
                     def per_chunk(n: int) -> None:
@@ -439,7 +444,7 @@ class SyncEngine:
 
                 self.backend.put(path, key, per_chunk, check=unchanged)
                 if per_chunk is None:
-                    progress.add_bytes(st.st_size)
+                    progress.add_bytes(before[0])
                 return Record(f.path, before[0], before[1], None, self.clock())
             except SourceChangedError:
                 attempt += 1  # it changed while we read it: read it again, never store it torn
