@@ -13,6 +13,7 @@ and on temporary name + move elsewhere.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import errno
 import itertools
@@ -31,6 +32,8 @@ PART_SUFFIX = ".gpuws-part"
 CHUNK = 8 * 2**20
 # Up to this size a file is read whole and sent in one PUT: a consistent snapshot, one request.
 SMALL_FILE = 16 * 2**20
+# Parts of a direct S3 multipart upload (S3 allows 5 MiB to 5 GiB, at most 10,000 parts).
+S3_PART = 16 * 2**20
 
 
 @dataclass
@@ -234,8 +237,9 @@ class FsspecBackend:
         """Make `key` hold the file, complete or not at all.
 
         Small files are read into memory and sent in one PUT once `check` confirms the read
-        was consistent. Larger ones go to a temporary key first and are copied into place
-        (a server-side copy on object stores) only once `check` passes.
+        was consistent. On S3, larger ones go straight to the key as a multipart upload that is
+        completed (made visible) only once `check` passes. Elsewhere they go to a temporary key
+        first and are copied into place (a server-side copy on object stores) once it passes.
         """
         size = os.path.getsize(local)
         target = self._path(key)
@@ -252,6 +256,11 @@ class FsspecBackend:
                 if progress:
                     progress(size)
                 return size
+            elif self.object_store and hasattr(self.fs, "_call_s3"):
+                from fsspec.asyn import sync
+
+                sync(self.fs.loop, self._s3_multipart, local, target, size, progress, check)
+                self.fs.invalidate_cache(target)
             else:
                 callback = _FsspecCallback(progress) if progress else None
                 kwargs: dict[str, Any] = {"callback": callback} if callback else {}
@@ -285,6 +294,51 @@ class FsspecBackend:
         if int(info.get("size", -1)) != size:
             raise StoreUnavailableError(f"{key}: the store has {info.get('size')} bytes, expected {size}")
         return size
+
+    async def _s3_multipart(self, local: str, target: str, size: int, progress: Callable[[int], None] | None,
+                            check: Callable[[], bool] | None) -> None:
+        """Parts in parallel (max_concurrency at a time), read from the file as they go; the
+        upload is completed only if every part read in full and the file did not change, and is
+        aborted otherwise, so the key never shows a partial or torn file."""
+        fs = self.fs
+        bucket, key, _ = fs.split_path(target)
+        part = max(S3_PART, -(-size // 10_000))
+        loop = asyncio.get_running_loop()
+        limit = asyncio.Semaphore(max(1, self.max_concurrency))
+        fd = os.open(local, os.O_RDONLY | O_CLOEXEC)
+        try:
+            upload = await fs._call_s3("create_multipart_upload", Bucket=bucket, Key=key)
+            upload_id = upload["UploadId"]
+
+            async def send(number: int, offset: int) -> dict[str, Any]:
+                async with limit:
+                    body = await loop.run_in_executor(None, os.pread, fd, part, offset)
+                    if len(body) != min(part, size - offset):
+                        raise SourceChangedError(target)
+                    out = await fs._call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload_id,
+                                            PartNumber=number, Body=body)
+                if progress:
+                    progress(len(body))
+                return {"PartNumber": number, "ETag": out["ETag"]}
+
+            tasks = [asyncio.ensure_future(send(i + 1, offset)) for i, offset in enumerate(range(0, size, part))]
+            try:
+                parts = await asyncio.gather(*tasks)
+                if check is not None and not check():
+                    raise SourceChangedError(target)
+                await fs._call_s3("complete_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id,
+                                  MultipartUpload={"Parts": parts})
+            except BaseException:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                try:
+                    await fs._call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+                except Exception:  # noqa: BLE001 - the store's lifecycle rules clear leftovers
+                    pass
+                raise
+        finally:
+            os.close(fd)
 
     def copy(self, src: str, dst: str) -> None:
         try:
