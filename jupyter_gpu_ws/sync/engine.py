@@ -277,14 +277,14 @@ class SyncEngine:
                     changed.append(f)
                     known[f.path] = record
             deleted = [p for p in records if p not in local and not os.path.lexists(self._abs(p))]
-            total_records = len(records)
+            total_records: int | None = len(records)
             if records and not local:
                 raise DeletionGuardError(
                     f"The work directory {self.workdir} is empty but the store mirrors {len(records)} "
                     "files: nothing was deleted. Restore it, or delete the files from the store by hand."
                 )
         else:
-            total_records = self.index.count_and_bytes()[0]
+            total_records = None  # counted only if the deletion guard may apply: a scan of the record
             for rel in sorted(set(paths)):
                 f = stat_path(self.workdir, rel, self.rules)
                 record = self.index.get(rel)
@@ -296,6 +296,8 @@ class SyncEngine:
                         known[rel] = record
                 elif record is not None and not os.path.lexists(self._abs(rel)):
                     deleted.append(rel)
+        if len(deleted) >= GUARD_MIN_DELETIONS and total_records is None:
+            total_records = self.index.count_and_bytes()[0]
         if len(deleted) >= GUARD_MIN_DELETIONS and len(deleted) > self.settings.max_delete_fraction * total_records:
             raise DeletionGuardError(
                 f"This pass would remove {len(deleted)} of the {total_records} files in the store "
