@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ PART_SUFFIX = ".gpuws-part"
 CHUNK = 8 * 2**20
 # Up to this size a file is read whole and sent in one PUT: a consistent snapshot, one request.
 SMALL_FILE = 16 * 2**20
+# A pass that wrote at most this many files fsyncs them and their folders; a larger one syncs
+# the store's file system once (syncfs), which then costs less than many fsyncs. A few fsyncs
+# never wait for unrelated dirty data (a checkpoint being written) as syncfs does.
+FSYNC_FILES = 16
 # Parts of a direct S3 multipart upload (S3 allows 5 MiB to 5 GiB, at most 10,000 parts).
 S3_PART = 16 * 2**20
 
@@ -85,6 +90,10 @@ class LocalBackend:
         # Temporary names: unique per process and writer without a random draw per file.
         self._tmp_tag = f"{os.getpid()}{uuid.uuid4().hex[:6]}"
         self._tmp_count = itertools.count()
+        # What flush() must make durable: files and folders written since the last flush.
+        self._unsynced_lock = threading.Lock()
+        self._unsynced: set[str] = set()
+        self._unsynced_many = False
 
     def _path(self, key: str) -> str:
         if os.sep == "/":
@@ -96,6 +105,25 @@ class LocalBackend:
         if parent not in self._dirs:
             os.makedirs(parent, exist_ok=True)
             self._dirs.add(parent)
+            # Folders it may have created: their entries must be durable too.
+            folder = parent
+            while len(folder) > len(self.root):
+                self._written(folder)
+                folder = os.path.dirname(folder)
+
+    def _written(self, *paths: str) -> None:
+        """Files or folders changed, to be fsynced by flush(): each path and its folder."""
+        if not self.durable:
+            return
+        with self._unsynced_lock:
+            if self._unsynced_many:
+                return
+            for path in paths:
+                self._unsynced.add(path)
+                self._unsynced.add(os.path.dirname(path))
+            if len(self._unsynced) > 2 * FSYNC_FILES:
+                self._unsynced_many = True
+                self._unsynced.clear()
 
     def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
             check: Callable[[], bool] | None = None) -> int:
@@ -125,6 +153,7 @@ class LocalBackend:
             if check is not None and not check():
                 raise SourceChangedError(key)
             os.replace(tmp, target)
+            self._written(target)
         except SourceChangedError:
             _remove_quietly(tmp)
             raise
@@ -153,6 +182,7 @@ class LocalBackend:
                 shutil.copy2(self._path(src), target)
             except OSError as err:
                 _raise_os_error(err, dst)
+        self._written(target)
 
     def get(self, key: str, local: str, progress: Callable[[int], None] | None = None) -> int:
         with open(self._path(key), "rb") as src, open(local, "wb") as dst:
@@ -172,6 +202,7 @@ class LocalBackend:
             os.replace(self._path(src), target)
         except OSError as err:
             _raise_os_error(err, src)
+        self._written(target, self._path(src))
 
     def delete(self, key: str) -> None:
         _remove_quietly(self._path(key))
@@ -211,9 +242,29 @@ class LocalBackend:
             _raise_os_error(err, key)
 
     def flush(self) -> None:
-        """Make everything written so far durable (one syncfs for the whole pass)."""
-        if self.durable:
+        """Make everything written since the last flush durable: an fsync of each file and
+        folder after a few changes, one syncfs of the store's file system after many."""
+        if not self.durable:
+            return
+        with self._unsynced_lock:
+            paths, many = self._unsynced, self._unsynced_many
+            self._unsynced, self._unsynced_many = set(), False
+        if many:
             _syncfs(self.root)
+            return
+        for path in sorted(paths, key=lambda p: (-p.count(os.sep), p)):  # files and deep folders first
+            try:
+                fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # moved or replaced since: what took its place is listed too
+            except OSError as err:
+                _raise_os_error(err, "flush")
+            try:
+                os.fsync(fd)
+            except OSError as err:
+                _raise_os_error(err, "flush")
+            finally:
+                os.close(fd)
 
 
 class FsspecBackend:

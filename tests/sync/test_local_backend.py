@@ -47,3 +47,44 @@ def test_put_makes_the_folder_again_if_it_vanished_from_the_store(tmp_path: Path
     with pytest.raises(Exception):
         backend.put(str(source), "ws/files/sub/a.txt")  # the first try finds the folder gone
     assert backend.put(str(source), "ws/files/sub/a.txt") == 3
+
+
+def test_flush_fsyncs_a_few_files_and_syncs_the_file_system_after_many(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_gpu_ws.sync import store
+
+    syncfs_calls: list[str] = []
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(store, "_syncfs", syncfs_calls.append)
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
+    source = tmp_path / "a.txt"
+    source.write_bytes(b"data")
+    backend = LocalBackend(str(tmp_path / "store"))
+
+    backend.put(str(source), "ws/files/sub/a.txt")
+    backend.flush()
+    assert not syncfs_calls and len(fsyncs) >= 2  # the file and its folder (and new parents)
+
+    fsyncs.clear()
+    backend.flush()
+    assert not syncfs_calls and not fsyncs  # nothing written since: nothing to do
+
+    for i in range(store.FSYNC_FILES * 2):
+        backend.put(str(source), f"ws/files/many/{i}.txt")
+    backend.flush()
+    assert syncfs_calls == [backend.root]
+
+
+def test_flush_does_nothing_when_not_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_gpu_ws.sync import store
+
+    calls: list[object] = []
+    monkeypatch.setattr(store, "_syncfs", calls.append)
+    monkeypatch.setattr(os, "fsync", calls.append)
+    source = tmp_path / "a.txt"
+    source.write_bytes(b"data")
+    backend = LocalBackend(str(tmp_path / "store"), durable=False)
+    backend.put(str(source), "ws/files/a.txt")
+    backend.flush()
+    assert not calls
