@@ -37,6 +37,8 @@ SMALL_FILE = 16 * 2**20
 # the store's file system once (syncfs), which then costs less than many fsyncs. A few fsyncs
 # never wait for unrelated dirty data (a checkpoint being written) as syncfs does.
 FSYNC_FILES = 16
+# From this size a durable copy asks the kernel to start writeback chunk by chunk.
+EARLY_WRITEBACK = 64 * 2**20
 # Parts of a direct S3 multipart upload (S3 allows 5 MiB to 5 GiB, at most 10,000 parts).
 S3_PART = 16 * 2**20
 
@@ -143,7 +145,10 @@ class LocalBackend:
                 size = os.fstat(src).st_size
                 dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
                 try:
-                    stored = _copy_fd(src, dst, progress)
+                    # Durable and large: start writing to disk while copying, so that the
+                    # flush at the end of the pass has little left to wait for.
+                    early = self.durable and size >= EARLY_WRITEBACK
+                    stored = _copy_fd(src, dst, progress, early)
                 finally:
                     os.close(dst)
             finally:
@@ -544,20 +549,24 @@ _NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, er
                    errno.EPERM}
 
 
-def _copy_fd(src: int, dst: int, progress: Callable[[int], None] | None) -> int:
+def _copy_fd(src: int, dst: int, progress: Callable[[int], None] | None, early_writeback: bool = False) -> int:
     """Copy from the current offsets to the end of `src`: in the kernel (copy_file_range) where
-    it can, else through a buffer. Progress is reported per chunk of at most CHUNK bytes."""
+    it can, else through a buffer. Progress is reported per chunk of at most CHUNK bytes;
+    `early_writeback` starts writing each chunk to disk without waiting for it."""
     total = 0
     kernel = hasattr(os, "copy_file_range")
+    step = CHUNK if progress or early_writeback else 1 << 30
     while kernel:
         try:
-            n = os.copy_file_range(src, dst, CHUNK if progress else 1 << 30)
+            n = os.copy_file_range(src, dst, step)
         except OSError as err:
             if err.errno not in _NO_KERNEL_COPY or total:
                 raise
             break
         if n == 0:
             break  # the end, or a file system that copies nothing this way: read to be sure
+        if early_writeback:
+            _start_writeback(dst, total, n)
         total += n
         if progress:
             progress(n)
@@ -568,9 +577,29 @@ def _copy_fd(src: int, dst: int, progress: Callable[[int], None] | None) -> int:
         view = memoryview(chunk)
         while view:
             view = view[os.write(dst, view):]
+        if early_writeback:
+            _start_writeback(dst, total, len(chunk))
         total += len(chunk)
         if progress:
             progress(len(chunk))
+
+
+_sync_file_range: Any = None
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    """sync_file_range(SYNC_FILE_RANGE_WRITE): queue the range for disk and return at once. A
+    hint only: where it is missing the final flush does all the work."""
+    global _sync_file_range
+    if _sync_file_range is None:
+        try:
+            func = ctypes.CDLL(None, use_errno=True).sync_file_range
+            func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+            _sync_file_range = func
+        except (OSError, AttributeError):
+            _sync_file_range = False
+    if _sync_file_range:
+        _sync_file_range(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
 
 
 def _remove_quietly(path: str) -> None:
