@@ -269,6 +269,7 @@ class SyncEngine:
               cancel: threading.Event | None) -> PassReport:
         report = PassReport()
         changed, deleted, report.unchanged, total_records = self.plan(paths)
+        known = {f.path: self.index.get(f.path) for f in changed}  # each record looked up once
         if len(deleted) >= GUARD_MIN_DELETIONS and len(deleted) > self.settings.max_delete_fraction * total_records:
             raise DeletionGuardError(
                 f"This pass would remove {len(deleted)} of the {total_records} files in the store "
@@ -278,9 +279,9 @@ class SyncEngine:
 
         changed = self._apply_limits(changed, report)
         # Only a file the store had before can gain a version in this pass (see _keep_version).
-        overwritten = {f.path for f in changed if self.index.get(f.path) is not None}
+        overwritten = {path for path, record in known.items() if record is not None}
         progress.plan(len(changed) + len(deleted), sum(f.size for f in changed), "uploading")
-        records_done = self._upload_all(changed, progress, cancel, report)
+        records_done = self._upload_all(changed, known, progress, cancel, report)
         self.backend.flush()  # durable before the record says "synced"
         self.index.put_many(records_done)
         for record in records_done:
@@ -387,8 +388,8 @@ class SyncEngine:
         )
         return allowed
 
-    def _upload_all(self, files: list[LocalFile], progress: Progress, cancel: threading.Event | None,
-                    report: PassReport) -> list[Record]:
+    def _upload_all(self, files: list[LocalFile], known: dict[str, Record | None], progress: Progress,
+                    cancel: threading.Event | None, report: PassReport) -> list[Record]:
         if not files:
             return []
         done: list[Record] = []
@@ -417,7 +418,7 @@ class SyncEngine:
                 if (cancel is not None and cancel.is_set()) or full.is_set():
                     return
                 try:
-                    record = self._upload_one(f, progress)
+                    record = self._upload_one(f, known.get(f.path), progress)
                 except StoreFullError as err:
                     full.set()
                     with lock:
@@ -445,23 +446,23 @@ class SyncEngine:
                 list(pool.map(run, batches))
         return done
 
-    def _upload_one(self, f: LocalFile, progress: Progress) -> Record | None:
+    def _upload_one(self, f: LocalFile, record: Record | None, progress: Progress) -> Record | None:
+        """`record`: the path's record before this pass. The scan's stat, taken just before, is
+        the state the copy is checked against; after a change mid-copy the file is stat'ed again."""
         path = self._abs(f.path)
         key = self.store.file_key(f.path)
-        record = self.index.get(f.path)
         attempt = 0
         versioned = False
+        before = (f.size, f.mtime_ns)
         while True:
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                raise
-            if record is not None and record.size == st.st_size and record.hash is not None:
+            if attempt:
+                st = os.stat(path)  # FileNotFoundError: deleted meanwhile, the caller skips it
+                before = (st.st_size, st.st_mtime_ns)
+            if record is not None and record.size == before[0] and record.hash is not None:
                 # Touched but maybe not changed: a hash settles it without an upload.
                 digest = file_hash(path)
                 if digest == record.hash:
-                    return Record(f.path, st.st_size, st.st_mtime_ns, digest, self.clock())
-            before = (st.st_size, st.st_mtime_ns)
+                    return Record(f.path, before[0], before[1], digest, self.clock())
 
             def unchanged() -> bool:
                 try:
@@ -475,7 +476,7 @@ class SyncEngine:
                     self._keep_version(f.path)
                     versioned = True
                 per_chunk = None
-                if self.limiter is not None or st.st_size >= 64 << 20:
+                if self.limiter is not None or before[0] >= 64 << 20:
                     limiter = self.limiter
 
                     def per_chunk(n: int) -> None:
@@ -485,7 +486,7 @@ class SyncEngine:
 
                 self.backend.put(path, key, per_chunk, check=unchanged)
                 if per_chunk is None:
-                    progress.add_bytes(st.st_size)
+                    progress.add_bytes(before[0])
                 return Record(f.path, before[0], before[1], None, self.clock())
             except SourceChangedError:
                 attempt += 1  # it changed while we read it: read it again, never store it torn

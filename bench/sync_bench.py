@@ -1,0 +1,733 @@
+"""Sync engine speed, side by side with the tools a user would use instead.
+
+    python bench/sync_bench.py [--quick] [--parts 1,2,3,4] [--tmp DIR]
+
+Prints, in one run, Markdown tables with ratios (no assertions; the machines are noisy):
+1. One changed file in a large tree of small files: from the write to the store having the new
+   bytes. The engine is fed by a `watchfiles` watcher thread, as the server feeds it; rclone
+   and rsync rescan both sides. Also the engine's resident memory while it watches the tree.
+2. Initial copy to a local-folder store (many small files; a few large ones): the engine's full
+   pass against `cp -r` (with and without `sync`), `rsync -a` and `rclone sync`.
+3. Upload to a real S3 server (SeaweedFS `weed mini` on 127.0.0.1): engine against `rclone sync`
+   and a plain s3fs recursive `put`.
+4. Content hashing: the engine's `file_hash` against xxhsum, python-xxhash and blake3.
+
+Every tool works warm (sources in the page cache; nothing is dropped from caches), each copy
+goes to a fresh empty destination, and dirty pages of the previous copy are flushed (untimed)
+before the next one starts. Temporary folders go under --tmp (default: the system's) and are
+removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import mmap
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
+from jupyter_gpu_ws.sync.hashing import file_hash  # noqa: E402
+
+MiB = 2**20
+GiB = 2**30
+S3_KEY, S3_SECRET, BUCKET = "gpuws-bench-key", "gpuws-bench-secret", "gpuws-bench"
+
+
+@dataclass
+class Sizes:
+    tree_dirs: int
+    tree_files_per_dir: int
+    watch_trials: int
+    small_files: int
+    large_files: int
+    large_size: int
+    copy_trials: int
+    s3_small_files: int
+    s3_large_size: int
+    s3_trials: int
+    hash_size: int
+    hash_trials: int
+
+
+FULL = Sizes(100, 1000, 5, 20_000, 4, 512 * MiB, 3, 2_000, 512 * MiB, 3, GiB, 5)
+QUICK = Sizes(10, 1000, 5, 2_000, 4, 64 * MiB, 2, 500, 64 * MiB, 2, 256 * MiB, 3)
+
+
+# -- small helpers ---------------------------------------------------------------------------
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def median(xs: list[float]) -> float:
+    xs = [x for x in xs if x == x]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def fmt_s(x: float) -> str:
+    if x != x:
+        return "failed"
+    return f"{x * 1000:.1f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def ratio(a: float, b: float) -> str:
+    if a != a or b != b or b == 0:
+        return "–"
+    return f"{a / b:.2f}x" if a / b < 10 else f"{a / b:.0f}x"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def emit(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def rss() -> int:
+    return psutil.Process().memory_info().rss
+
+
+def peak_rss() -> int:
+    """VmHWM: the largest resident set this process has had."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_cmd(cmd: list[str] | str, env: dict[str, str] | None = None, shell: bool = False) -> float:
+    """Seconds the command took; NaN (and a note on stderr) if it failed."""
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, shell=shell, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        log(f"FAILED ({proc.returncode}): {cmd}: {proc.stderr.decode(errors='replace')[-500:]}")
+        return float("nan")
+    return elapsed
+
+
+def flush_disk() -> None:
+    """Untimed: write back what the previous copy left dirty, so it does not slow the next."""
+    os.sync()
+
+
+def remove(path: Path) -> None:
+    if path.exists():
+        subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def rclone_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    # No AWS_* from the session (a CA bundle there breaks rclone's plain-HTTP transport).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["RCLONE_CONFIG"] = os.devnull  # no config file: remotes come from the environment
+    env.update(extra or {})
+    return env
+
+
+def engine_settings(workdir: Path, store: str, state: Path, **options: Any) -> SyncSettings:
+    return SyncSettings(workdir=str(workdir), store_url=store, workspace=options.pop("workspace", "bench"),
+                        state_dir=str(state), concurrency=8, **options)
+
+
+def run_engine_pass(workdir: Path, store: str, state: Path, **options: Any) -> float:
+    """An engine built, opened and run once in this process: a first full pass, then closed."""
+    gc.collect()
+    started = time.perf_counter()
+    engine = SyncEngine(engine_settings(workdir, store, state, **options))
+    try:
+        engine.open()
+        report = engine.sync()
+    finally:
+        engine.close()
+    elapsed = time.perf_counter() - started
+    if report.errors:
+        log(f"engine errors: {report.errors[:3]}")
+        return float("nan")
+    return elapsed
+
+
+def write_small_tree(root: Path, dirs: int, per_dir: int, lo: int, hi: int, seed: int) -> int:
+    rng = random.Random(seed)
+    total = 0
+    for d in range(dirs):
+        sub = root / f"d{d:03d}"
+        sub.mkdir(parents=True)
+        for i in range(per_dir):
+            size = rng.randint(lo, hi)
+            line = f"{d:03d}/{i:05d} ".encode()
+            data = (line * (size // len(line) + 1))[:size]
+            with open(sub / f"f{i:05d}.txt", "wb") as f:
+                f.write(data)
+            total += size
+    return total
+
+
+def write_large(path: Path, size: int, seed: int) -> None:
+    """Incompressible-looking data without paying os.urandom for every byte."""
+    block = random.Random(seed).randbytes(8 * MiB)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        written, n = 0, 0
+        while written < size:
+            chunk = n.to_bytes(8, "little") + block[8:]
+            chunk = chunk[: size - written]
+            f.write(chunk)
+            written += len(chunk)
+            n += 1
+
+
+def warm(path: Path) -> None:
+    """Read a tree or file once so that every tool starts with it in the page cache."""
+    subprocess.run(f"find {path} -type f -print0 | xargs -0 cat > /dev/null", shell=True, check=False)
+
+
+def machine_line() -> str:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = psutil.virtual_memory().total / GiB
+    return (f"{os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}")
+
+
+def tool_version(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+        return (out.stdout or out.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "not installed"
+
+
+def fs_type(path: str) -> str:
+    best, kind = "", "?"
+    for part in psutil.disk_partitions(all=True):
+        if path.startswith(part.mountpoint) and len(part.mountpoint) > len(best):
+            best, kind = part.mountpoint, part.fstype
+    return kind
+
+
+# -- 1. one change in a large tree ------------------------------------------------------------
+
+class WatcherFeed:
+    """What the server will do: a watchfiles thread that hands changed paths to engine.sync."""
+
+    def __init__(self, engine: SyncEngine, workdir: Path, debounce: int, step: int) -> None:
+        self.engine = engine
+        self.workdir = str(workdir)
+        self.debounce, self.step = debounce, step
+        self.stop = threading.Event()
+        self.synced: dict[str, float] = {}  # rel path → when engine.sync returned
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, name="bench-watcher", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        import watchfiles
+
+        prefix = self.workdir.rstrip(os.sep) + os.sep
+        for changes in watchfiles.watch(self.workdir, debounce=self.debounce, step=self.step,
+                                        stop_event=self.stop, rust_timeout=1000):
+            rels = sorted({p[len(prefix):].replace(os.sep, "/") for _, p in changes if p.startswith(prefix)})
+            if not rels:
+                continue
+            try:
+                self.engine.sync(rels)
+            except Exception as err:  # noqa: BLE001 - reported in the tables' notes
+                self.errors.append(str(err))
+            now = time.perf_counter()
+            for rel in rels:
+                self.synced[rel] = now
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+def modify(path: Path, trial: int) -> bytes:
+    """New content of about the same size, different every trial."""
+    data = f"changed in trial {trial} at {time.time_ns()}\n".encode()
+    data = (data * 3)[:100 + trial % 7]
+    t = path.open("wb")
+    t.write(data)
+    t.close()
+    return data
+
+
+def wait_for(path: Path, data: bytes, timeout: float = 30.0) -> bool:
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        try:
+            with open(path, "rb") as f:
+                if f.read() == data:
+                    return True
+        except FileNotFoundError:
+            pass
+        time.sleep(0.0002)
+    return False
+
+
+def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
+    n_files = sz.tree_dirs * sz.tree_files_per_dir
+    root = Path(tempfile.mkdtemp(prefix="watch-", dir=tmp))
+    try:
+        src, store, state = root / "src", root / "store", root / "state"
+        log(f"1: building a tree of {n_files:,} small files")
+        write_small_tree(src, sz.tree_dirs, sz.tree_files_per_dir, 80, 120, seed=1)
+        flush_disk()
+        warm(src)
+
+        initial: dict[str, float] = {}
+        log("1: initial copies (rclone, rsync)")
+        initial["rclone sync"] = run_cmd(["rclone", "sync", str(src), str(root / "rclone")], env=rclone_env())
+        initial["rsync -a --delete"] = run_cmd(["rsync", "-a", "--delete", f"{src}/", f"{root / 'rsync'}/"])
+        flush_disk()
+
+        gc.collect()
+        rss_before = rss()
+        log("1: engine initial full pass")
+        started = time.perf_counter()
+        engine = SyncEngine(engine_settings(src, str(store), state))
+        engine.open()
+        report = engine.sync()
+        initial["engine (full pass, durable)"] = time.perf_counter() - started if report.ok else float("nan")
+        gc.collect()
+        rss_after_pass = rss()
+
+        mirror = store / "bench" / "files"
+        feed = WatcherFeed(engine, src, debounce, step)
+        feed.start()
+        time.sleep(1.0)
+        rels = [f"d{(7 * i + 3) % sz.tree_dirs:03d}/f{(131 * i + 17) % sz.tree_files_per_dir:05d}.txt"
+                for i in range(sz.watch_trials * 4 + 1)]
+        modify(src / rels[-1], 99)  # warm-up: the watcher is live and the code paths are hot
+        wait_for(mirror / rels[-1], (src / rels[-1]).read_bytes())
+        time.sleep(0.3)
+
+        log("1: engine, watcher-fed")
+        visible, returned, missed = [], [], 0
+        for i in range(sz.watch_trials):
+            rel = rels[i]
+            started = time.perf_counter()
+            data = modify(src / rel, i)
+            ok = wait_for(mirror / rel, data)
+            seen = time.perf_counter()
+            deadline = seen + 10
+            while rel not in feed.synced and time.perf_counter() < deadline:
+                time.sleep(0.0005)
+            visible.append(seen - started if ok else float("nan"))
+            returned.append(feed.synced.get(rel, float("nan")) - started)
+            missed += not ok
+            time.sleep(0.3)
+        rss_watching = rss()
+        feed.close()
+
+        # A watcher with watchfiles' default step (50 ms), same debounce.
+        feed50 = WatcherFeed(engine, src, debounce, 50)
+        feed50.start()
+        time.sleep(1.0)
+        visible50 = []
+        for i in range(sz.watch_trials):
+            rel = rels[sz.watch_trials + i]
+            started = time.perf_counter()
+            data = modify(src / rel, 10 + i)
+            ok = wait_for(mirror / rel, data)
+            visible50.append(time.perf_counter() - started if ok else float("nan"))
+            time.sleep(0.3)
+        feed50.close()
+
+        log("1: engine.sync([path]) called directly")
+        direct = []
+        for i in range(sz.watch_trials):
+            rel = rels[2 * sz.watch_trials + i]
+            started = time.perf_counter()
+            modify(src / rel, 20 + i)
+            engine.sync([rel])
+            direct.append(time.perf_counter() - started)
+        watcher_errors = feed.errors + feed50.errors
+        engine.close()
+        flush_disk()
+
+        log("1: rclone and rsync, one change each")
+        results: dict[str, list[float]] = {"rclone sync": [], "rsync -a --delete": []}
+        for name, dst, cmd, env in [
+            ("rclone sync", root / "rclone", ["rclone", "sync", str(src), str(root / "rclone")], rclone_env()),
+            ("rsync -a --delete", root / "rsync", ["rsync", "-a", "--delete", f"{src}/", f"{root / 'rsync'}/"], None),
+        ]:
+            for i in range(sz.watch_trials):
+                rel = rels[3 * sz.watch_trials + i]
+                started = time.perf_counter()
+                data = modify(src / rel, 30 + i)
+                took = run_cmd(cmd, env=env)
+                elapsed = time.perf_counter() - started
+                ok = took == took and (dst / rel).read_bytes() == data
+                results[name].append(elapsed if ok else float("nan"))
+                time.sleep(0.3)
+
+        rclone_med = median(results["rclone sync"])
+        rows = [
+            ["engine, watcher-fed (debounce %d ms, step %d ms): visible in store" % (debounce, step),
+             fmt_s(median(visible)), fmt_s(min(visible)), fmt_s(max(visible)), ratio(rclone_med, median(visible))],
+            ["engine, watcher-fed: engine.sync returned (durable, recorded)",
+             fmt_s(median(returned)), fmt_s(min(returned)), fmt_s(max(returned)), ratio(rclone_med, median(returned))],
+            [f"engine, watcher-fed (debounce {debounce} ms, watchfiles' default step 50 ms): visible",
+             fmt_s(median(visible50)), fmt_s(min(visible50)), fmt_s(max(visible50)), ratio(rclone_med, median(visible50))],
+            ["engine.sync([path]) called directly (no watcher)",
+             fmt_s(median(direct)), fmt_s(min(direct)), fmt_s(max(direct)), ratio(rclone_med, median(direct))],
+        ]
+        for name, xs in results.items():
+            rows.append([f"`{name} SRC DST`", fmt_s(median(xs)), fmt_s(min(xs)), fmt_s(max(xs)),
+                         ratio(rclone_med, median(xs))])
+        emit(f"## 1. One changed file in a {n_files:,}-file tree (local folder store)")
+        emit()
+        emit(f"Time from the write to the store having the new bytes; {sz.watch_trials} trials each, "
+             "a different file each trial.")
+        emit()
+        emit(table(["what", "median", "min", "max", "rclone ÷ this"], rows))
+        if missed or watcher_errors:
+            emit(f"\nNote: {missed} trial(s) never showed the new bytes; watcher errors: {watcher_errors[:3]}")
+        emit()
+        emit(table(["engine process memory (RSS)", "MiB"], [
+            ["before building the engine", f"{rss_before / MiB:.0f}"],
+            [f"after its first full pass over {n_files:,} files", f"{rss_after_pass / MiB:.0f}"],
+            ["while watching the tree (after the trials)", f"{rss_watching / MiB:.0f}"],
+            ["growth while watching, from before the engine", f"{(rss_watching - rss_before) / MiB:+.0f}"],
+            ["peak of the process so far (VmHWM)", f"{peak_rss() / MiB:.0f}"],
+        ]))
+        emit()
+        emit(table(["initial copy of the tree (not a goal; rclone/rsync not durable)", "time", "÷ engine"],
+                   [[name, fmt_s(t), ratio(t, initial["engine (full pass, durable)"])] for name, t in initial.items()]))
+        emit()
+    finally:
+        remove(root)
+
+
+# -- 2. initial copy to a local folder ---------------------------------------------------------
+
+def part_local(sz: Sizes, tmp: Path) -> None:
+    root = Path(tempfile.mkdtemp(prefix="local-", dir=tmp))
+    try:
+        small, large = root / "small", root / "large"
+        log(f"2: building {sz.small_files:,} small files and {sz.large_files} x {sz.large_size // MiB} MiB")
+        write_small_tree(small, 100, sz.small_files // 100, 100, 4096, seed=2)
+        for i in range(sz.large_files):
+            write_large(large / f"big{i}.bin", sz.large_size, seed=10 + i)
+        flush_disk()
+
+        def variants(src: Path) -> list[tuple[str, Callable[[Path], float]]]:
+            return [
+                ("`cp -r`", lambda dst: run_cmd(["cp", "-r", str(src), str(dst)])),
+                ("`cp -r && sync`", lambda dst: run_cmd(f"cp -r {src} {dst} && sync", shell=True)),
+                ("`rsync -a`", lambda dst: run_cmd(["rsync", "-a", f"{src}/", f"{dst}/"])),
+                ("`rclone sync`", lambda dst: run_cmd(["rclone", "sync", str(src), str(dst)], env=rclone_env())),
+                ("engine full pass (durable: syncfs at the end)",
+                 lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state")),
+                ("engine full pass, `durable=False`",
+                 lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", durable=False)),
+            ]
+
+        for label, src, count in [
+            (f"{sz.small_files:,} small files (100 B – 4 KiB)", small, sz.small_files),
+            (f"{sz.large_files} x {sz.large_size // MiB} MiB", large, sz.large_files),
+        ]:
+            warm(src)
+            times: dict[str, list[float]] = {}
+            runs = variants(src)
+            log(f"2: {label}: {sz.copy_trials} rounds of {len(runs)} tools")
+            for trial in range(sz.copy_trials):
+                for name, fn in runs:  # round-robin: drifting noise hits every tool alike
+                    dst = root / "dst"
+                    flush_disk()
+                    times.setdefault(name, []).append(fn(dst))
+                    remove(dst)
+                    flush_disk()
+            cp, eng = median(times["`cp -r`"]), median(times[runs[4][0]])
+            rows = [[name, fmt_s(median(xs)), fmt_s(min(xs)), fmt_s(max(xs)), ratio(median(xs), cp),
+                     ratio(median(xs), eng)] for name, xs in times.items()]
+            emit(f"## 2. Initial copy to a local folder: {label}")
+            emit()
+            emit(f"Median of {sz.copy_trials}; fresh empty destination each time, source warm in the page cache.")
+            emit()
+            emit(table(["tool", "median", "min", "max", "÷ cp -r", "÷ engine (durable)"], rows))
+            emit()
+    finally:
+        remove(root)
+
+
+# -- 3. upload to a real S3 server -------------------------------------------------------------
+
+def free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def start_weed(data_dir: Path) -> tuple[subprocess.Popen, int]:
+    weed = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
+    ports = free_ports(11)
+    names = ["s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+             "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc", "webdav.port"]
+    cmd = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false",
+           "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false", f"-bucket={BUCKET}",
+           "-master.volumeSizeLimitMB=1024"]
+    cmd += [f"-{name}={port}" for name, port in zip(names, ports)]
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=S3_KEY, AWS_SECRET_ACCESS_KEY=S3_SECRET)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    logf = open(data_dir.parent / "weed.log", "wb")
+    proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, ports[0]
+
+
+def stop_weed(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def s3_options(port: int) -> dict[str, Any]:
+    return {"endpoint_url": f"http://127.0.0.1:{port}", "key": S3_KEY, "secret": S3_SECRET,
+            "skip_instance_cache": True}
+
+
+def wait_for_s3(port: int, proc: subprocess.Popen, timeout: float = 90) -> None:
+    import s3fs
+
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"weed mini exited with {proc.returncode}")
+        try:
+            fs = s3fs.S3FileSystem(**s3_options(port), use_listings_cache=False)
+            fs.pipe_file(f"{BUCKET}/probe", b"ok")
+            if fs.cat_file(f"{BUCKET}/probe") == b"ok":
+                fs.rm_file(f"{BUCKET}/probe")
+                return
+        except Exception as err:  # noqa: BLE001 - still starting
+            last = err
+        time.sleep(0.5)
+    raise RuntimeError(f"the S3 server did not come up: {last}")
+
+
+def part_s3(sz: Sizes, tmp: Path) -> None:
+    import s3fs
+
+    root = Path(tempfile.mkdtemp(prefix="s3-", dir=tmp))
+    proc = None
+    try:
+        small, large = root / "small", root / "large"
+        log(f"3: building {sz.s3_small_files:,} small files and one {sz.s3_large_size // MiB} MiB file")
+        write_small_tree(small, 20, sz.s3_small_files // 20, 100, 4096, seed=3)
+        write_large(large / "big.bin", sz.s3_large_size, seed=30)
+        flush_disk()
+        proc, port = start_weed(root / "weed")
+        wait_for_s3(port, proc)
+        log(f"3: weed mini is up on 127.0.0.1:{port}")
+        rclone = rclone_env({
+            "RCLONE_CONFIG_SW_TYPE": "s3", "RCLONE_CONFIG_SW_PROVIDER": "Other",
+            "RCLONE_CONFIG_SW_ENDPOINT": f"http://127.0.0.1:{port}", "RCLONE_CONFIG_SW_ACCESS_KEY_ID": S3_KEY,
+            "RCLONE_CONFIG_SW_SECRET_ACCESS_KEY": S3_SECRET, "RCLONE_CONFIG_SW_REGION": "us-east-1",
+        })
+        admin = s3fs.S3FileSystem(**s3_options(port), use_listings_cache=False)
+        counter = iter(range(10**6))
+
+        def s3fs_put(src: Path, prefix: str) -> float:
+            gc.collect()
+            started = time.perf_counter()
+            fs = s3fs.S3FileSystem(**s3_options(port))
+            fs.put(f"{src}/", f"{BUCKET}/{prefix}/", recursive=True)
+            return time.perf_counter() - started
+
+        def engine_put(src: Path, prefix: str) -> float:
+            return run_engine_pass(src, f"s3://{BUCKET}", root / f"state-{prefix}", workspace=prefix,
+                                   storage_options=s3_options(port))
+
+        variants: list[tuple[str, Callable[[Path, str], float]]] = [
+            ("engine full pass", engine_put),
+            ("`rclone sync`", lambda src, prefix: run_cmd(["rclone", "sync", str(src), f"sw:{BUCKET}/{prefix}"],
+                                                         env=rclone)),
+            ("s3fs `put(recursive=True)`", s3fs_put),
+        ]
+        for label, src, files, nbytes in [
+            (f"{sz.s3_small_files:,} small files (100 B – 4 KiB)", small, sz.s3_small_files, None),
+            (f"one {sz.s3_large_size // MiB} MiB file", large, 1, sz.s3_large_size),
+        ]:
+            warm(src)
+            log(f"3: {label}: {sz.s3_trials} rounds")
+            times: dict[str, list[float]] = {}
+            for _ in range(sz.s3_trials):
+                for name, fn in variants:
+                    prefix = f"t{next(counter):03d}"
+                    try:
+                        took = fn(src, prefix)
+                    except Exception as err:  # noqa: BLE001 - shown as "failed"
+                        log(f"{name} failed: {err}")
+                        took = float("nan")
+                    listed = admin.find(f"{BUCKET}/{prefix}")
+                    if len([p for p in listed if "/.gpuws/" not in p]) < files:
+                        log(f"{name}: only {len(listed)} objects under {prefix}")
+                    times.setdefault(name, []).append(took)
+                    try:
+                        admin.rm(f"{BUCKET}/{prefix}", recursive=True)
+                    except FileNotFoundError:
+                        pass
+                    for state in root.glob("state-*"):
+                        remove(state)
+                    time.sleep(0.5)
+            eng = median(times["engine full pass"])
+            rows = []
+            for name, xs in times.items():
+                row = [name, fmt_s(median(xs)), fmt_s(min(xs)), fmt_s(max(xs)), ratio(median(xs), eng)]
+                if nbytes:
+                    row.append(f"{nbytes / median(xs) / MiB:.0f} MiB/s")
+                rows.append(row)
+            emit(f"## 3. Upload to SeaweedFS S3 on 127.0.0.1: {label}")
+            emit()
+            emit(f"Median of {sz.s3_trials}; a fresh prefix (and engine state) each time. Engine concurrency 8.")
+            emit()
+            headers = ["tool", "median", "min", "max", "÷ engine"] + (["throughput"] if nbytes else [])
+            emit(table(headers, rows))
+            emit()
+    finally:
+        if proc is not None:
+            stop_weed(proc)
+        remove(root)
+
+
+# -- 4. hashing -------------------------------------------------------------------------------
+
+def part_hash(sz: Sizes, tmp: Path) -> None:
+    import xxhash
+
+    root = Path(tempfile.mkdtemp(prefix="hash-", dir=tmp))
+    try:
+        path = root / "data.bin"
+        write_large(path, sz.hash_size, seed=4)
+        warm(path)
+
+        def over_mmap(fn: Callable[[Any], Any]) -> Callable[[], Any]:
+            def go() -> Any:
+                with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                    return fn(m)
+            return go
+
+        candidates: list[tuple[str, Callable[[], Any]]] = [
+            ("engine `file_hash` (xxh3-128 over mmap)", lambda: file_hash(str(path))),
+            ("python-xxhash xxh3_64 over mmap", over_mmap(xxhash.xxh3_64_hexdigest)),
+        ]
+        if shutil.which("xxhsum"):
+            candidates += [
+                ("`xxhsum -H2` (XXH128, process)", lambda: run_cmd(["xxhsum", "-H2", str(path)])),
+                ("`xxhsum -H3` (XXH3-64, process)", lambda: run_cmd(["xxhsum", "-H3", str(path)])),
+            ]
+        try:
+            import blake3
+
+            candidates += [
+                ("blake3 over mmap, 1 thread", over_mmap(lambda m: blake3.blake3(m).hexdigest())),
+                ("blake3 `update_mmap`, all threads",
+                 lambda: blake3.blake3(max_threads=blake3.blake3.AUTO).update_mmap(str(path)).hexdigest()),
+            ]
+        except ImportError:
+            pass
+        log(f"4: hashing {sz.hash_size // MiB} MiB, {sz.hash_trials} times per tool")
+        times: dict[str, list[float]] = {name: [] for name, _ in candidates}
+        for name, fn in candidates:
+            fn()  # warm-up
+        for _ in range(sz.hash_trials):
+            for name, fn in candidates:  # round-robin: drifting noise hits every hasher alike
+                started = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - started)
+        speeds = {name: sz.hash_size / median(ts) / 1e9 for name, ts in times.items()}
+        fastest = max(speeds.values())
+        engine = speeds[candidates[0][0]]
+        emit(f"## 4. Hashing a {sz.hash_size // MiB} MiB file in the page cache")
+        emit()
+        emit(f"Median of {sz.hash_trials}; `xxhsum` timings include starting the process.")
+        emit()
+        emit(table(["hasher", "GB/s", "÷ fastest", "engine ÷ this"],
+                   [[n, f"{s:.2f}", f"{s / fastest:.2f}", f"{engine / s:.2f}"] for n, s in speeds.items()]))
+        emit()
+    finally:
+        remove(root)
+
+
+# -- main -------------------------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in under 2 minutes")
+    parser.add_argument("--parts", default="1,2,3,4", help="which parts to run, e.g. 1,4")
+    parser.add_argument("--tmp", default=tempfile.gettempdir(), help="where the temporary trees go")
+    parser.add_argument("--debounce", type=int, default=50, help="watcher debounce, ms")
+    parser.add_argument("--step", type=int, default=10, help="watcher step (quiet time before yielding), ms")
+    args = parser.parse_args()
+    sz = QUICK if args.quick else FULL
+    parts = {p.strip() for p in args.parts.split(",")}
+    tmp = Path(tempfile.mkdtemp(prefix="gpuws-sync-bench-", dir=args.tmp))
+    started = time.monotonic()
+    try:
+        emit(f"# sync_bench{' --quick' if args.quick else ''}: "
+             f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
+        emit()
+        emit(f"Machine: {machine_line()}; temporary files on {fs_type(str(tmp))} ({tmp.parent}).  ")
+        emit(f"Tools: {tool_version(['rclone', 'version'])}; {tool_version(['rsync', '--version'])}; "
+             f"{tool_version(['cp', '--version'])}; {tool_version(['xxhsum', '--version'])}.")
+        emit()
+        if "1" in parts:
+            part_watch(sz, tmp, args.debounce, args.step)
+        if "2" in parts:
+            part_local(sz, tmp)
+        if "3" in parts:
+            part_s3(sz, tmp)
+        if "4" in parts:
+            part_hash(sz, tmp)
+        emit(f"Total run time: {time.monotonic() - started:.0f} s.")
+    finally:
+        remove(tmp)
+
+
+if __name__ == "__main__":
+    main()
