@@ -66,7 +66,8 @@ from pathlib import Path
 from typing import Any
 
 from .files import CheckpointError, complete_checkpoints, info_of, run_dir, verify
-from .tracker import Tracker, _tuples, capture_rng, default_run_name, default_tracker, restore_rng
+from .tracker import (Tracker, _tuples, capture_rng, default_run_name, default_tracker, read_checkpoint,
+                      restore_rng)
 
 __all__ = ["GpuwsCallback", "GpuwsTrainerCallback", "lightning_callback_class", "trainer_callback_class"]
 
@@ -466,16 +467,13 @@ def _trainer_rng(torch: Any, rng: dict[str, Any]) -> dict[str, Any]:
 
 def _newest_checkpoint(run_path: Path) -> tuple[Path, dict[str, Any], dict[str, Any], dict[str, Any]] | None:
     """The newest complete checkpoint that verifies and loads (as Tracker.resume chooses it)."""
-    import torch
-
     for path, manifest in reversed(complete_checkpoints(run_path)):
         problem = verify(path, manifest)
         if problem:
             warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=3)
             continue
         try:
-            state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
-            rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=True)
+            state, rng = read_checkpoint(path)
         except Exception as err:
             warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=3)
             continue
