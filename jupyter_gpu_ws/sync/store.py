@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 from urllib.parse import urlparse
 
+from ..diskio import start_writeback
 from .errors import StoreConfigError, StoreFullError, StoreUnavailableError
 
 PART_SUFFIX = ".gpuws-part"
@@ -604,7 +605,7 @@ def _copy_fd(src: int, dst: int, progress: Callable[[int], None] | None, early_w
         if n == 0:
             break  # the end, or a file system that copies nothing this way: read to be sure
         if early_writeback:
-            _start_writeback(dst, total, n)
+            start_writeback(dst, total, n)
         total += n
         if progress:
             progress(n)
@@ -616,28 +617,10 @@ def _copy_fd(src: int, dst: int, progress: Callable[[int], None] | None, early_w
         while view:
             view = view[os.write(dst, view):]
         if early_writeback:
-            _start_writeback(dst, total, len(chunk))
+            start_writeback(dst, total, len(chunk))
         total += len(chunk)
         if progress:
             progress(len(chunk))
-
-
-_sync_file_range: Any = None
-
-
-def _start_writeback(fd: int, offset: int, length: int) -> None:
-    """sync_file_range(SYNC_FILE_RANGE_WRITE): queue the range for disk and return at once. A
-    hint only: where it is missing the final flush does all the work."""
-    global _sync_file_range
-    if _sync_file_range is None:
-        try:
-            func = ctypes.CDLL(None, use_errno=True).sync_file_range
-            func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-            _sync_file_range = func
-        except (OSError, AttributeError):
-            _sync_file_range = False
-    if _sync_file_range:
-        _sync_file_range(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
 
 
 def _remove_quietly(path: str) -> None:
