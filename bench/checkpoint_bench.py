@@ -1,11 +1,12 @@
 """Checkpoint cost, side by side with a blocking torch.save, in one run.
 
-    python bench/checkpoint_bench.py [--layers 8] [--trials 5] [--dir /path/on/the/disk]
+    python bench/checkpoint_bench.py [--layers 8] [--trials 5] [--dir /path/on/the/disk] [--device cuda]
 
 Prints: the training loop's stall per checkpoint (the copy into reused staging buffers)
 against `torch.save` + fsync (a checkpoint counts once durable) and `torch.save` alone; the
 background write's throughput against the disk's own (`dd` with fsync); and `gpuws.step()`
-with nothing pending. CPU model: `layers` x Linear(4096, 4096), about 67 MB each.
+with nothing pending. Model: `layers` x Linear(4096, 4096), about 64 MiB each, on the CPU or,
+with `--device cuda`, on the GPU (staged into pinned buffers; torch.save copies it out itself).
 """
 
 from __future__ import annotations
@@ -50,12 +51,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--device", default="cpu", help="where the model lives: cpu or cuda")
     parser.add_argument("--dir", default=None, help="a folder on the disk to measure (default: a temp dir)")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="gpuws-ckpt-bench-", dir=args.dir))
     try:
         torch.manual_seed(0)
-        model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(args.layers)])
+        model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(args.layers)]).to(args.device)
         state_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
         tracker = Tracker().track("bench", model=model, root=str(directory / "ckpts"), keep_last=1)
 
@@ -84,8 +86,9 @@ def main() -> None:
 
     stall, save, save_cached = statistics.median(stalls), statistics.median(durable), statistics.median(cached)
     write_mb_s = state_mb / statistics.median(writes)
+    where = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
     print(f"# checkpoint_bench: {state_mb:.0f} MiB of fp32 state ({args.layers} x Linear(4096, 4096)), "
-          f"CPU, {os.cpu_count()} cores, torch {torch.__version__}, median of {args.trials}\n")
+          f"{where}, {os.cpu_count()} cores, torch {torch.__version__}, median of {args.trials}\n")
     print("| measure | jupyter_gpu_ws | baseline | ratio |")
     print("|---|---|---|---|")
     print(f"| loop stall per checkpoint | {stall * 1e3:.0f} ms | torch.save + fsync {save * 1e3:.0f} ms | "
