@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
 from jupyter_gpu_ws.sync.hashing import file_hash  # noqa: E402
+from jupyter_gpu_ws.sync.service import WATCH_STEP_MS, SyncService  # noqa: E402
 
 MiB = 2**20
 GiB = 2**30
@@ -239,40 +240,27 @@ def fs_type(path: str) -> str:
 # -- 1. one change in a large tree ------------------------------------------------------------
 
 class WatcherFeed:
-    """What the server will do: a watchfiles thread that hands changed paths to engine.sync."""
+    """What the server runs: the real SyncService (its watcher thread, settle rule and loop)."""
 
-    def __init__(self, engine: SyncEngine, workdir: Path, debounce: int, step: int) -> None:
-        self.engine = engine
-        self.workdir = str(workdir)
-        self.debounce, self.step = debounce, step
-        self.stop = threading.Event()
-        self.synced: dict[str, float] = {}  # rel path → when engine.sync returned
+    def __init__(self, engine: SyncEngine, debounce: int, step: int) -> None:
+        self.synced: dict[str, float] = {}  # rel path → when the pass that carried it returned
         self.errors: list[str] = []
-        self.thread = threading.Thread(target=self._run, name="bench-watcher", daemon=True)
+        self.service = SyncService(engine, debounce=debounce / 1000, rescan_interval=3600,
+                                   watch_step=step, on_pass=self._on_pass)
+
+    def _on_pass(self, report: Any, error: str | None) -> None:
+        now = time.perf_counter()
+        if error:
+            self.errors.append(error)
+        for rel in report.uploaded if report is not None else ():
+            self.synced[rel] = now
 
     def start(self) -> None:
-        self.thread.start()
-
-    def _run(self) -> None:
-        import watchfiles
-
-        prefix = self.workdir.rstrip(os.sep) + os.sep
-        for changes in watchfiles.watch(self.workdir, debounce=self.debounce, step=self.step,
-                                        stop_event=self.stop, rust_timeout=1000):
-            rels = sorted({p[len(prefix):].replace(os.sep, "/") for _, p in changes if p.startswith(prefix)})
-            if not rels:
-                continue
-            try:
-                self.engine.sync(rels)
-            except Exception as err:  # noqa: BLE001 - reported in the tables' notes
-                self.errors.append(str(err))
-            now = time.perf_counter()
-            for rel in rels:
-                self.synced[rel] = now
+        self.service.start(initial_pass=False)
 
     def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
+        self.service.final_pass = False
+        self.service.stop()
 
 
 def modify(path: Path, trial: int) -> bytes:
@@ -326,7 +314,7 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
         rss_after_pass = rss()
 
         mirror = store / "bench" / "files"
-        feed = WatcherFeed(engine, src, debounce, step)
+        feed = WatcherFeed(engine, debounce, step)
         feed.start()
         time.sleep(1.0)
         rels = [f"d{(7 * i + 3) % sz.tree_dirs:03d}/f{(131 * i + 17) % sz.tree_files_per_dir:05d}.txt"
@@ -354,7 +342,7 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
         feed.close()
 
         # A watcher with watchfiles' default step (50 ms), same debounce.
-        feed50 = WatcherFeed(engine, src, debounce, 50)
+        feed50 = WatcherFeed(engine, debounce, 50)
         feed50.start()
         time.sleep(1.0)
         visible50 = []
@@ -397,11 +385,11 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
 
         rclone_med = median(results["rclone sync"])
         rows = [
-            ["engine, watcher-fed (debounce %d ms, step %d ms): visible in store" % (debounce, step),
+            ["engine, SyncService (settle %d ms, watch step %d ms): visible in store" % (debounce, step),
              fmt_s(median(visible)), fmt_s(min(visible)), fmt_s(max(visible)), ratio(rclone_med, median(visible))],
             ["engine, watcher-fed: engine.sync returned (durable, recorded)",
              fmt_s(median(returned)), fmt_s(min(returned)), fmt_s(max(returned)), ratio(rclone_med, median(returned))],
-            [f"engine, watcher-fed (debounce {debounce} ms, watchfiles' default step 50 ms): visible",
+            [f"engine, SyncService (settle {debounce} ms, watchfiles' default step 50 ms): visible",
              fmt_s(median(visible50)), fmt_s(min(visible50)), fmt_s(max(visible50)), ratio(rclone_med, median(visible50))],
             ["engine.sync([path]) called directly (no watcher)",
              fmt_s(median(direct)), fmt_s(min(direct)), fmt_s(max(direct)), ratio(rclone_med, median(direct))],
@@ -701,8 +689,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in under 2 minutes")
     parser.add_argument("--parts", default="1,2,3,4", help="which parts to run, e.g. 1,4")
     parser.add_argument("--tmp", default=tempfile.gettempdir(), help="where the temporary trees go")
-    parser.add_argument("--debounce", type=int, default=50, help="watcher debounce, ms")
-    parser.add_argument("--step", type=int, default=10, help="watcher step (quiet time before yielding), ms")
+    parser.add_argument("--debounce", type=int, default=50, help="the service's settle delay (sync_debounce), ms; the server's default")
+    parser.add_argument("--step", type=int, default=WATCH_STEP_MS,
+                        help="watcher step (quiet time before it reports), ms; the server's by default")
     args = parser.parse_args()
     sz = QUICK if args.quick else FULL
     parts = {p.strip() for p in args.parts.split(",")}

@@ -19,6 +19,26 @@ from .store import PART_SUFFIX
 log = logging.getLogger(__name__)
 
 
+# How long the watcher waits for quiet before it reports a change (watchfiles' `step`).
+WATCH_STEP_MS = 10
+# A change after a quiet spell is uploaded at once when it is this small: a burst that goes on
+# (a large file being written) waits for the settle delay instead, so no upload is wasted on it.
+LEADING_MAX_FILES = 8
+LEADING_MAX_BYTES = 4 * 2**20
+
+
+def _few_small(workdir: str, rels: set[str]) -> bool:
+    if len(rels) > LEADING_MAX_FILES:
+        return False
+    for rel in rels:
+        try:
+            if os.stat(os.path.join(workdir, rel)).st_size > LEADING_MAX_BYTES:
+                return False
+        except OSError:
+            pass  # gone: a deletion is small
+    return True
+
+
 class SyncService:
     def __init__(
         self,
@@ -26,10 +46,15 @@ class SyncService:
         *,
         debounce: float = 0.05,
         rescan_interval: float = 300.0,
+        watch_step: int = WATCH_STEP_MS,
         on_pass: Callable[[PassReport | None, str | None], None] | None = None,
     ) -> None:
         self.engine = engine
         self.debounce = debounce
+        self.watch_step = watch_step
+        # The watcher's last report came after a quiet spell and named a few small files: it is
+        # uploaded at once instead of after the settle delay (a saved notebook, an edited script).
+        self._leading = False
         self.rescan_interval = rescan_interval
         self.on_pass = on_pass
         self.final_pass = True
@@ -83,13 +108,15 @@ class SyncService:
                     workdir,
                     watch_filter=wanted,
                     debounce=1600,
-                    step=20,
+                    step=self.watch_step,
                     stop_event=self._stop,
                     rust_timeout=1000,
                     yield_on_timeout=False,
                     raise_interrupt=False,
                 ):
                     rels = {os.path.relpath(p, workdir).replace(os.sep, "/") for _, p in changes}
+                    quiet = time.monotonic() - self.engine.last_change >= self.debounce
+                    self._leading = quiet and _few_small(workdir, rels)
                     self.engine.mark_dirty(rels)
                     self._wake.set()
             except Exception as err:  # the folder vanished, too many watches, …: rescans still run
@@ -119,11 +146,12 @@ class SyncService:
                 self._run(None)
                 continue
             settle = self.debounce - (time.monotonic() - self.engine.last_change)
-            if settle > 0:
+            if settle > 0 and not self._leading:
                 # Let a burst of writes (a notebook saving, a checkpoint being written) settle.
                 self._stop.wait(settle)
                 self._wake.set()
                 continue
+            self._leading = False
             dirty = self.engine.take_dirty()
             if dirty:
                 self._run(dirty)

@@ -70,3 +70,28 @@ def test_a_clean_stop_loses_nothing(workdir: Path, store_dir: Path, make_engine:
     time.sleep(0.3)  # the watcher has seen it
     svc.stop()
     assert files(store_dir)["last-second.txt"] == b"saved"
+
+
+@pytest.fixture
+def slow_settle(workdir: Path, make_engine: Callable[..., SyncEngine]):
+    """A service whose settle delay is far longer than any test waits."""
+    svc = SyncService(make_engine(workdir), debounce=60.0, rescan_interval=3600)
+    svc.start(initial_pass=False)
+    time.sleep(0.3)  # the watcher is live
+    yield svc
+    svc.final_pass = False
+    svc.stop()
+
+
+def test_a_small_change_after_a_quiet_spell_goes_at_once(slow_settle: SyncService, workdir: Path,
+                                                        store_dir: Path) -> None:
+    write(workdir, "train.py", "print('edited')")
+    eventually(lambda: files(store_dir).get("train.py") == b"print('edited')", timeout=20)
+
+
+def test_a_large_write_waits_for_the_settle_delay(slow_settle: SyncService, workdir: Path,
+                                                  store_dir: Path) -> None:
+    (workdir / "weights.bin").write_bytes(b"\0" * (5 * 2**20))
+    time.sleep(2.0)  # well past the watcher's report, far inside the 60 s settle delay
+    assert "weights.bin" not in files(store_dir)
+    assert "weights.bin" in slow_settle.engine.take_dirty()  # noticed, held back
