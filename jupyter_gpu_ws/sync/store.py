@@ -312,10 +312,17 @@ class FsspecBackend:
                     data = f.read()
                 if len(data) != size or (check is not None and not check()):
                     raise SourceChangedError(key)
-                self.fs.pipe_file(target, data)
+                out = self.fs.pipe_file(target, data)
                 sent = data
                 if progress:
                     progress(size)
+                # S3 answers a PUT with the object's ETag, the MD5 of a single PUT: a match
+                # proves the whole body is stored, without a second request to look.
+                etag = str(out.get("ETag", "")).strip('"') if isinstance(out, dict) else ""
+                if len(etag) == 32 and "-" not in etag:
+                    if etag != hashlib.md5(data).hexdigest():
+                        raise StoreUnavailableError(f"{key}: the store's checksum does not match what was sent")
+                    return size
             elif self.object_store and hasattr(self.fs, "_call_s3"):
                 from fsspec.asyn import sync
 
