@@ -323,7 +323,7 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
         wait_for(mirror / rels[-1], (src / rels[-1]).read_bytes())
         time.sleep(0.3)
 
-        log("1: engine, watcher-fed")
+        log("1: engine, SyncService")
         visible, returned, missed = [], [], 0
         for i in range(sz.watch_trials):
             rel = rels[i]
@@ -387,7 +387,7 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
         rows = [
             ["engine, SyncService (settle %d ms, watch step %d ms): visible in store" % (debounce, step),
              fmt_s(median(visible)), fmt_s(min(visible)), fmt_s(max(visible)), ratio(rclone_med, median(visible))],
-            ["engine, watcher-fed: engine.sync returned (durable, recorded)",
+            ["engine, SyncService: the pass returned (durable, recorded)",
              fmt_s(median(returned)), fmt_s(min(returned)), fmt_s(max(returned)), ratio(rclone_med, median(returned))],
             [f"engine, SyncService (settle {debounce} ms, watchfiles' default step 50 ms): visible",
              fmt_s(median(visible50)), fmt_s(min(visible50)), fmt_s(max(visible50)), ratio(rclone_med, median(visible50))],
