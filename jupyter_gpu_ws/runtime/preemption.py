@@ -50,22 +50,40 @@ def _request(method: str, url: str, headers: dict[str, str], timeout: float) -> 
         raise OSError(f"{method} {url}: HTTP {err.code}") from None
 
 
-class AwsSpotCheck:
+class MetadataCheck:
+    """One cloud's check: its metadata server's base address and a bounded timeout per request."""
+
+    cloud = ""
+    default_url = ""
+
+    def __init__(self, base_url: str | None = None, timeout: float = 2.0) -> None:
+        self.base_url = (base_url or self.default_url).rstrip("/")
+        self.timeout = timeout
+
+    def __call__(self) -> PreemptionNotice | None:
+        raise NotImplementedError
+
+
+class AwsSpotCheck(MetadataCheck):
     """AWS spot `instance-action` through IMDSv2: a session token first, then the notice."""
 
     cloud = "aws"
+    default_url = AWS_URL
     TOKEN_TTL = 21600
 
-    def __init__(self, base_url: str = AWS_URL, timeout: float = 2.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
+    def __init__(self, base_url: str | None = None, timeout: float = 2.0) -> None:
+        super().__init__(base_url, timeout)
         self._token: str | None = None
         self._token_expires = 0.0
 
     def __call__(self) -> PreemptionNotice | None:
         token = self._session_token()
-        status, body = _request("GET", f"{self.base_url}/latest/meta-data/spot/instance-action",
-                                {"X-aws-ec2-metadata-token": token}, self.timeout)
+        try:
+            status, body = _request("GET", f"{self.base_url}/latest/meta-data/spot/instance-action",
+                                    {"X-aws-ec2-metadata-token": token}, self.timeout)
+        except OSError:
+            self._token = None  # perhaps refused (401): a fresh token on the next poll
+            raise
         if status == 404:
             return None
         action = json.loads(body)
@@ -81,14 +99,11 @@ class AwsSpotCheck:
         return self._token
 
 
-class GcpPreemptedCheck:
+class GcpPreemptedCheck(MetadataCheck):
     """GCP: `instance/preempted` answers TRUE once the machine is being preempted."""
 
     cloud = "gcp"
-
-    def __init__(self, base_url: str = GCP_URL, timeout: float = 2.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
+    default_url = GCP_URL
 
     def __call__(self) -> PreemptionNotice | None:
         status, body = _request("GET", f"{self.base_url}/computeMetadata/v1/instance/preempted",
@@ -99,14 +114,11 @@ class GcpPreemptedCheck:
         return PreemptionNotice(self.cloud, "instance preempted", now, now + DEFAULT_NOTICE_SECONDS)
 
 
-class AzureScheduledEventsCheck:
+class AzureScheduledEventsCheck(MetadataCheck):
     """Azure Scheduled Events: an event of type Preempt (Spot eviction)."""
 
     cloud = "azure"
-
-    def __init__(self, base_url: str = AZURE_URL, timeout: float = 2.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
+    default_url = AZURE_URL
 
     def __call__(self) -> PreemptionNotice | None:
         status, body = _request("GET", f"{self.base_url}/metadata/scheduledevents?api-version=2020-07-01",
@@ -131,7 +143,7 @@ def _azure_time(text: str | None) -> float | None:
         return None
 
 
-PreemptionCheck = Callable[[], "PreemptionNotice | None"]
+PreemptionCheck = Callable[[], "PreemptionNotice | None"]  # a MetadataCheck, or a test's function
 
 
 class PreemptionWatcher:
@@ -200,8 +212,8 @@ class PreemptionWatcher:
             self._stop.wait(self.interval)
 
 
-def make_checks(aws: bool = False, gcp: bool = False, azure: bool = False, aws_url: str = AWS_URL,
-                gcp_url: str = GCP_URL, azure_url: str = AZURE_URL, timeout: float = 2.0) -> list[PreemptionCheck]:
+def make_checks(aws: bool = False, gcp: bool = False, azure: bool = False, aws_url: str | None = None,
+                gcp_url: str | None = None, azure_url: str | None = None, timeout: float = 2.0) -> list[PreemptionCheck]:
     """The checks the configuration enables, each with its base address."""
     checks: list[PreemptionCheck] = []
     if aws:
