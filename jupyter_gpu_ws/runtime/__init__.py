@@ -11,8 +11,20 @@ from .deadline import (
     parse_deadline,
     parse_duration,
 )
+from .preemption import (
+    AwsSpotCheck,
+    AzureScheduledEventsCheck,
+    GcpPreemptedCheck,
+    PreemptionNotice,
+    PreemptionWatcher,
+    make_checks,
+)
+
+# The Git tier (GitPython) is imported from `jupyter_gpu_ws.runtime.gitrepo` by whoever needs it,
+# so the countdown does not pay for loading GitPython.
 
 __all__ = [
     "Deadline", "DeadlineFile", "IdleInputs", "KernelActivity", "RuntimeClock", "RuntimeEvent",
-    "RuntimeSettings", "parse_deadline", "parse_duration",
+    "RuntimeSettings", "parse_deadline", "parse_duration", "AwsSpotCheck", "AzureScheduledEventsCheck",
+    "GcpPreemptedCheck", "PreemptionNotice", "PreemptionWatcher", "make_checks",
 ]

@@ -11,8 +11,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-import git
 import pathspec
+
+# Without a git executable, GitPython refuses to import at all; "quiet" lets the server start
+# and each Git call fail with GitCommandNotFound, which the Git tier reports like any failure.
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+import git  # noqa: E402
 
 if TYPE_CHECKING:
     from ..jobs import Job, Step
@@ -106,6 +110,8 @@ def redact(text: str) -> str:
 
 
 def _one_line(err: Exception) -> str:
+    if isinstance(err, git.GitCommandNotFound):
+        return "git is not installed: no git executable on PATH"
     if isinstance(err, git.GitCommandError):
         text = (err.stderr or err.stdout or str(err)).strip().strip("'").strip()
         text = re.sub(r"^stderr:\s*", "", text)

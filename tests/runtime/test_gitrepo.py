@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import git
@@ -272,3 +273,19 @@ def test_history_survives_a_fresh_clone(work, tmp_path):
         versioning.commit()
     clone = git.Repo.clone_from(str(bare), tmp_path / "restored")
     assert len(list(clone.iter_commits())) == 3
+
+
+def test_without_a_git_executable_the_persist_reports_instead_of_crashing(work, tmp_path):
+    """A machine without git: the module still imports, and commit() names the problem."""
+    _write(work / "a.py")
+    script = (
+        "from jupyter_gpu_ws.runtime.gitrepo import GitSettings, GitVersioning\n"
+        f"result = GitVersioning(GitSettings(workdir={str(work)!r})).commit()\n"
+        "print('ERROR:', result.error)\n"
+    )
+    env = {"PATH": str(tmp_path / "empty-bin"), "PYTHONPATH": str(Path(__file__).parents[2]),
+           "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ERROR: git is not installed: no git executable on PATH"
+    assert _tracked(work) == set()
