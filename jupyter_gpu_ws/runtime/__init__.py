@@ -24,7 +24,19 @@ from .preemption import (
 # so the countdown does not pay for loading GitPython.
 
 __all__ = [
-    "Deadline", "DeadlineFile", "IdleInputs", "KernelActivity", "RuntimeClock", "RuntimeEvent",
-    "RuntimeSettings", "parse_deadline", "parse_duration", "AwsSpotCheck", "AzureScheduledEventsCheck",
-    "GcpPreemptedCheck", "PreemptionNotice", "PreemptionWatcher", "make_checks",
+    "AwsSpotCheck",
+    "AzureScheduledEventsCheck",
+    "Deadline",
+    "DeadlineFile",
+    "GcpPreemptedCheck",
+    "IdleInputs",
+    "KernelActivity",
+    "PreemptionNotice",
+    "PreemptionWatcher",
+    "RuntimeClock",
+    "RuntimeEvent",
+    "RuntimeSettings",
+    "make_checks",
+    "parse_deadline",
+    "parse_duration",
 ]

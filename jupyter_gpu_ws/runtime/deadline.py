@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +23,7 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])", re.IGNORECASE)
 _DURATION_WHOLE = re.compile(r"^(?:\s*\d+(?:\.\d+)?\s*[dhms]\s*)+$", re.IGNORECASE)
 
 
-def parse_duration(value: str | float | int) -> float:
+def parse_duration(value: str | float) -> float:
     """Seconds from "12h", "90m", "1h30m", "45s", "2d" or a bare number of seconds ("3600")."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
@@ -37,12 +39,12 @@ def parse_duration(value: str | float | int) -> float:
                     f"cannot read duration {text!r}: give seconds or e.g. '12h', '90m', '1h30m'"
                 ) from None
             seconds = sum(float(n) * _UNIT_SECONDS[unit.lower()] for n, unit in _DURATION_PART.findall(text))
-    if seconds < 0 or seconds != seconds or seconds == float("inf"):
+    if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"duration must be a finite number of seconds, at least 0, not {value!r}")
     return seconds
 
 
-def parse_deadline(value: str | float | int) -> float:
+def parse_deadline(value: str | float) -> float:
     """Epoch seconds from ISO 8601 (a time without a zone is UTC) or from epoch seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
@@ -108,7 +110,8 @@ class DeadlineFile:
 
     def _load(self) -> tuple[Deadline | None, str | None]:
         try:
-            text = open(self.path, encoding="utf-8").read().strip()
+            with open(self.path, encoding="utf-8") as f:
+                text = f.read().strip()
         except (OSError, UnicodeDecodeError) as err:
             return None, self._report(f"cannot read deadline file {self.path}: {err}")
         if not text:
@@ -206,7 +209,7 @@ class RuntimeSettings:
         persist_lead_time: str | float = DEFAULT_PERSIST_LEAD_TIME,
         warning_leads: Iterable[str | float] = DEFAULT_WARNING_LEADS,
         environ: dict[str, str] | None = None,
-    ) -> "RuntimeSettings":
+    ) -> RuntimeSettings:
         """Reads the config values and the environment (GPUWS_DEADLINE, GPUWS_DEADLINE_FILE).
 
         Raises ValueError naming the setting that cannot be read. The configured `deadline`

@@ -7,16 +7,17 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pathspec
 
 # Without a git executable, GitPython refuses to import at all; "quiet" lets the server start
 # and each Git call fail with GitCommandNotFound, which the Git tier reports like any failure.
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
-import git  # noqa: E402
+import git
 
 if TYPE_CHECKING:
     from ..jobs import Job, Step
@@ -321,7 +322,7 @@ class GitVersioning:
         return {"ahead": ahead, "behind": behind}
 
 
-def git_step(versioning: GitVersioning) -> Callable[["Job", "Step"], None]:
+def git_step(versioning: GitVersioning) -> Callable[[Job, Step], None]:
     """The persist pipeline's Git step: commit (and push); problems are reported in the job."""
 
     def run(job: Job, step: Step) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+
 import pytest
 
 from jupyter_gpu_ws.runtime.deadline import (

@@ -285,7 +285,8 @@ def test_without_a_git_executable_the_persist_reports_instead_of_crashing(work, 
     )
     env = {"PATH": str(tmp_path / "empty-bin"), "PYTHONPATH": str(Path(__file__).parents[2]),
            "HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60,
+                         check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ERROR: git is not installed: no git executable on PATH"
     assert _tracked(work) == set()
