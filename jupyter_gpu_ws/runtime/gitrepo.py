@@ -1,0 +1,362 @@
+"""The Git tier of a persist: commit the work directory's code, notebooks and configuration, then push."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import pathspec
+
+# Without a git executable, GitPython refuses to import at all; "quiet" lets the server start
+# and each Git call fail with GitCommandNotFound, which the Git tier reports like any failure.
+os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+import git
+
+if TYPE_CHECKING:
+    from ..jobs import Job, Step
+
+log = logging.getLogger(__name__)
+
+MIB = 2**20
+
+# Code, notebooks and configuration: small text a person wrote.
+DEFAULT_INCLUDE = (
+    "*.py", "*.ipynb", "*.md", "*.txt", "*.toml", "*.yaml", "*.yml", "*.json", "*.cfg", "*.ini", "*.sh",
+    "requirements*.txt", "Dockerfile", "Makefile", ".gitignore",
+)
+
+# Never data, weights or checkpoints, even when a pattern above would take them: they belong
+# to the sync tier, and a repository that swallows them once stays heavy forever.
+DEFAULT_EXCLUDE = (
+    ".gpuws/", ".ipynb_checkpoints/", "__pycache__/", ".venv/", "venv/", "node_modules/",
+    "data/", "datasets/", "checkpoints/", "wandb/", "mlruns/", "lightning_logs/",
+    "*.pt", "*.pth", "*.bin", "*.safetensors", "*.ckpt", "*.onnx", "*.h5", "*.npy", "*.npz", "*.pkl",
+    "*.parquet", "*.arrow",
+)
+
+# Written into a repository we create, so the user's own `git add .` stays clean too.
+NEW_REPO_GITIGNORE = ".gpuws/\n.ipynb_checkpoints/\n__pycache__/\n*.pt\n*.safetensors\n*.ckpt\n"
+
+# Never wait for a password prompt nobody can see; read-only commands take no index lock, so
+# they do not collide with the user's own git in a terminal.
+_QUIET_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_LITERAL_PATHSPECS": "1"}
+_READ_ENV = {**_QUIET_ENV, "GIT_OPTIONAL_LOCKS": "0"}
+_IN_PROGRESS = {"MERGE_HEAD": "merge", "CHERRY_PICK_HEAD": "cherry-pick", "REVERT_HEAD": "revert",
+                "rebase-merge": "rebase", "rebase-apply": "rebase"}
+_CHUNK = 200  # paths per git command, well under any argument-length limit
+
+
+@dataclass
+class GitSettings:
+    """The Git part of the app's configuration, as plain values."""
+
+    workdir: str
+    enabled: bool = True
+    init: bool = False  # create a repository in the work directory when there is none
+    include: Sequence[str] = DEFAULT_INCLUDE
+    exclude: Sequence[str] = DEFAULT_EXCLUDE
+    max_file_size: int = MIB
+    remote: str | None = None  # a remote's name or URL; None: no push
+    branch: str | None = None  # the remote branch; None: the current branch's name
+    author_name: str = "jupyter-gpuws"  # used only where git knows no user.name / user.email
+    author_email: str = "gpuws@localhost"
+    push_timeout: float = 60.0
+
+
+@dataclass
+class CommitResult:
+    """What one persist did to the repository."""
+
+    sha: str | None = None
+    message: str | None = None
+    files: list[str] = field(default_factory=list)
+    too_large: list[str] = field(default_factory=list)
+    pushed: bool | None = None  # None: no push was attempted
+    error: str | None = None
+
+    def summary(self) -> str:
+        parts = [f"committed {self.sha[:8]}: {len(self.files)} files" if self.sha else "nothing to commit"]
+        if self.too_large:
+            parts.append(f"{len(self.too_large)} files over the size limit left out")
+        if self.pushed is not None:
+            parts.append("pushed" if self.pushed else "push failed")
+        if self.error:
+            parts.append(self.error)
+        return "; ".join(parts)
+
+
+@dataclass
+class Pending:
+    """What the next commit would take, relative to the repository root."""
+
+    add: list[str] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)
+    too_large: list[str] = field(default_factory=list)
+
+
+class GitError(Exception):
+    """Git refused or failed; the message is one line, without credentials."""
+
+
+def redact(text: str) -> str:
+    """Remove user:password (or a token) from URLs in git's messages before anyone sees them."""
+    return re.sub(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1***@", text, flags=re.IGNORECASE)
+
+
+def _one_line(err: Exception) -> str:
+    if isinstance(err, git.GitCommandNotFound):
+        return "git is not installed: no git executable on PATH"
+    if isinstance(err, git.GitCommandError):
+        text = (err.stderr or err.stdout or str(err)).strip().strip("'").strip()
+        text = re.sub(r"^stderr:\s*", "", text)
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        text = " / ".join(lines[-3:]) if lines else f"git {err.command[1] if len(err.command) > 1 else ''} failed"
+    else:
+        text = str(err)
+    return redact(text)
+
+
+class GitVersioning:
+    """Commits on each persist and reports the repository's state for the sidebar.
+
+    One instance per server. `commit()` runs on the persist job's thread; `status()` runs git
+    too, so the server calls both off the event loop.
+    """
+
+    def __init__(self, settings: GitSettings, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.workdir = os.path.realpath(settings.workdir)
+        self._include = pathspec.GitIgnoreSpec.from_lines(settings.include)
+        self._exclude = pathspec.GitIgnoreSpec.from_lines(settings.exclude)
+        self._lock = threading.Lock()
+        self.last_error: str | None = None
+        self.last_result: CommitResult | None = None
+        self.push_state: dict[str, Any] = {"state": "never" if settings.remote else "disabled", "time": None}
+
+    # --- the repository ---------------------------------------------------------------------
+
+    def open(self, create: bool = False) -> git.Repo | None:
+        """The repository holding the work directory; a new one only if `create` and enabled."""
+        try:
+            return git.Repo(self.workdir, search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            if not (create and self.settings.init):
+                return None
+        repo = git.Repo.init(self.workdir, initial_branch="main")
+        gitignore = os.path.join(self.workdir, ".gitignore")
+        if not os.path.exists(gitignore):
+            with open(gitignore, "w", encoding="utf-8") as f:
+                f.write(NEW_REPO_GITIGNORE)
+        log.info("GPU workspace: created a Git repository in %s", self.workdir)
+        return repo
+
+    def wanted(self, rel: str) -> bool:
+        """Whether a path (relative to the work directory, '/' separators) is versioned."""
+        return self._include.match_file(rel) and not self._exclude.match_file(rel)
+
+    def pending(self, repo: git.Repo) -> Pending:
+        """Changes under the work directory that the next commit takes.
+
+        `git status` lists them, which honours the repository's .gitignore files, its
+        info/exclude and the user's global excludes; our patterns and size limit then narrow
+        the list. A tracked file deleted from disk is removed from the repository.
+        """
+        root = os.path.realpath(repo.working_tree_dir)
+        scope = os.path.relpath(self.workdir, root)
+        out = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--", scope,
+                              env=_READ_ENV, strip_newline_in_stdout=False)
+        pending = Pending()
+        for entry in out.split("\0"):
+            if len(entry) < 4 or entry.endswith("/"):  # "?? sub/" is a nested repository
+                continue
+            code, path = entry[:2], entry[3:]
+            full = os.path.join(root, path)
+            rel = os.path.relpath(full, self.workdir).replace(os.sep, "/")
+            if "D" in code and not os.path.lexists(full):
+                pending.remove.append(path)
+            elif not self.wanted(rel):
+                continue
+            elif _size(full) > self.settings.max_file_size:
+                pending.too_large.append(path)
+            else:
+                pending.add.append(path)
+        return pending
+
+    # --- a persist ---------------------------------------------------------------------------
+
+    def commit(self) -> CommitResult:
+        """Stage what changed, commit it, push if a remote is configured. Never raises."""
+        if not self.settings.enabled:
+            return CommitResult()
+        with self._lock:
+            result = CommitResult()
+            try:
+                repo = self.open(create=True)
+                if repo is None:
+                    result.error = f"no Git repository at {self.workdir} (enable git init to create one)"
+                else:
+                    self._commit(repo, result)
+                    if self.settings.remote and (result.sha or self.push_state["state"] != "pushed"):
+                        self._push(repo, result)
+            except (git.GitError, GitError, OSError) as err:
+                result.error = _one_line(err)
+            self.last_error = result.error
+            self.last_result = result
+            if result.error:
+                log.warning("GPU workspace: git: %s", result.error)
+            return result
+
+    def _commit(self, repo: git.Repo, result: CommitResult) -> None:
+        busy = [what for name, what in _IN_PROGRESS.items() if os.path.exists(os.path.join(repo.git_dir, name))]
+        if busy:
+            # Committing now would conclude the user's merge or rebase for them.
+            raise GitError(f"the repository is in the middle of a {busy[0]}; not committing until it is finished")
+        pending = self.pending(repo)
+        result.too_large = pending.too_large
+        for chunk in _chunks(pending.add):
+            repo.git.add("--", *chunk, env=_QUIET_ENV)
+        for chunk in _chunks(pending.remove):
+            repo.git.rm("--cached", "--quiet", "--ignore-unmatch", "--", *chunk, env=_QUIET_ENV)
+        staged = [p for p in repo.git.diff("--cached", "--name-only", "-z", env=_QUIET_ENV).split("\0") if p]
+        if not staged:
+            return
+        result.files = staged
+        result.message = self._message(staged)
+        # Hooks are the user's checks for their own commits; an automatic persist before the
+        # runtime ends must not be stopped by a linter.
+        repo.git.commit("--no-verify", "-q", "-m", result.message, env={**_QUIET_ENV, **self._author_env(repo)})
+        result.sha = repo.head.commit.hexsha
+
+    def _message(self, files: list[str]) -> str:
+        when = datetime.fromtimestamp(self.clock(), timezone.utc).strftime("%Y-%m-%d %H:%M")
+        noun = "file" if len(files) == 1 else "files"
+        body = "\n".join(files[:50]) + (f"\n… and {len(files) - 50} more" if len(files) > 50 else "")
+        return f"gpuws: persist {when} UTC — {len(files)} {noun} changed\n\n{body}\n"
+
+    def _author_env(self, repo: git.Repo) -> dict[str, str]:
+        """The configured author only where git has no identity: the user's config is not touched."""
+        env: dict[str, str] = {}
+        for key, value, names in (("user.name", self.settings.author_name, ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME")),
+                                  ("user.email", self.settings.author_email,
+                                   ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"))):
+            if _git_config(repo, key) is None and not any(os.environ.get(n) for n in names):
+                env.update(dict.fromkeys(names, value))
+        return env
+
+    def _push(self, repo: git.Repo, result: CommitResult) -> None:
+        """Push with the user's own credentials (environment, credential helper, SSH agent)."""
+        remote = self.settings.remote
+        branch = self.settings.branch or _current_branch(repo)
+        if not repo.head.is_valid():
+            return
+        try:
+            if branch is None:
+                raise GitError("HEAD is detached: set the Git branch to push to")
+            repo.git.push(remote, f"HEAD:refs/heads/{branch}", env=_QUIET_ENV,
+                          kill_after_timeout=self.settings.push_timeout)
+        except (git.GitError, GitError) as err:
+            # The commit stays; the next persist tries the push again.
+            result.pushed = False
+            result.error = f"push to {redact(str(remote))} failed: {_one_line(err)}"
+            self.push_state = {"state": "failed", "time": self.clock(), "error": result.error}
+            return
+        result.pushed = True
+        self.push_state = {"state": "pushed", "time": self.clock(), "branch": branch}
+
+    # --- the sidebar -------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Branch, last commit, uncommitted files, push state and the last error."""
+        state: dict[str, Any] = {
+            "enabled": self.settings.enabled,
+            "repository": None,
+            "branch": None,
+            "last_commit": None,
+            "uncommitted": None,
+            "too_large": None,
+            "remote": redact(self.settings.remote) if self.settings.remote else None,
+            "push": {**self.push_state, "ahead": None, "behind": None},
+            "last_persist": asdict(self.last_result) if self.last_result else None,
+            "last_error": self.last_error,
+        }
+        if not self.settings.enabled:
+            return state
+        try:
+            repo = self.open()
+            if repo is None:
+                return state
+            state["repository"] = repo.working_tree_dir
+            state["branch"] = _current_branch(repo)
+            pending = self.pending(repo)
+            state["uncommitted"] = len(pending.add) + len(pending.remove)
+            state["too_large"] = len(pending.too_large)
+            if repo.head.is_valid():
+                head = repo.head.commit
+                state["last_commit"] = {"sha": head.hexsha, "message": head.summary,
+                                        "time": float(head.committed_date)}
+                state["push"].update(self._ahead_behind(repo, state["branch"]))
+        except (git.GitError, OSError, ValueError) as err:
+            state["last_error"] = _one_line(err)
+        return state
+
+    def _ahead_behind(self, repo: git.Repo, current: str | None) -> dict[str, int]:
+        """Against the remote-tracking branch, when the remote is a named remote (no network)."""
+        branch = self.settings.branch or current
+        remote = self.settings.remote
+        if not remote or not branch or remote not in [r.name for r in repo.remotes]:
+            return {}
+        ref = f"refs/remotes/{remote}/{branch}"
+        try:
+            counts = repo.git.rev_list("--left-right", "--count", f"HEAD...{ref}", env=_READ_ENV)
+        except git.GitCommandError:
+            return {}  # never pushed or fetched: no tracking branch yet
+        ahead, behind = (int(n) for n in counts.split())
+        return {"ahead": ahead, "behind": behind}
+
+
+def git_step(versioning: GitVersioning) -> Callable[[Job, Step], None]:
+    """The persist pipeline's Git step: commit (and push); problems are reported in the job."""
+
+    def run(job: Job, step: Step) -> None:
+        result = versioning.commit()
+        job.result["git"] = asdict(result)
+        step.detail = result.summary()
+        if result.error:
+            # Report, and let the sync go on: the files reach the store either way.
+            job.errors.append(f"git: {result.error}")
+
+    return run
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _chunks(items: list[str]) -> list[list[str]]:
+    return [items[i:i + _CHUNK] for i in range(0, len(items), _CHUNK)]
+
+
+def _git_config(repo: git.Repo, key: str) -> str | None:
+    # Asking git itself honours GIT_CONFIG_GLOBAL, includes and every level, as a commit would.
+    try:
+        return repo.git.config("--get", key, env=_READ_ENV) or None
+    except git.GitCommandError:
+        return None
+
+
+def _current_branch(repo: git.Repo) -> str | None:
+    try:
+        return repo.active_branch.name
+    except TypeError:  # detached HEAD
+        return None
