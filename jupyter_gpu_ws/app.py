@@ -9,12 +9,14 @@ from typing import Any
 from jupyter_core.utils import ensure_async
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Dict, Float, Int, TraitError, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
 from . import __version__
 from .defaults import default_state_dir, default_store_url, derive_workspace_name, local_store_path
 from .jobs import JobRunner
+from .lifecycle import RuntimeSupervisor
+from .runtime import parse_deadline, parse_duration
 from .checkpoints.coordinator import CheckpointCoordinator
 from .sync import SyncSettings
 from .sync.supervisor import SyncSupervisor
@@ -109,6 +111,69 @@ class GpuWorkspace(Configurable):
         60.0, help="Persist waits this long for tracked kernels to finish their checkpoints before syncing."
     ).tag(config=True)
 
+    max_runtime = Unicode(
+        "", help="""How long this runtime may live from the server's start ("12h", "90m", "1h30m" or
+        seconds). Empty: no limit from this source."""
+    ).tag(config=True)
+
+    deadline = Unicode(
+        "", help="""When this runtime ends, absolute (ISO 8601, naive means UTC, or epoch seconds).
+        Also environment variable GPUWS_DEADLINE; a file named by GPUWS_DEADLINE_FILE may give
+        or move the deadline at any time. The earliest of all sources wins."""
+    ).tag(config=True)
+
+    persist_lead_time = Float(600.0, help="Seconds before the deadline at which everything is persisted.").tag(
+        config=True
+    )
+
+    warning_lead_times = List(
+        Float(), [1800.0, 600.0, 120.0], help="Seconds before the deadline at which the user is warned."
+    ).tag(config=True)
+
+    grace_period = Float(
+        25.0, help="Seconds the emergency persist (SIGTERM, a preemption notice) may take before the server exits."
+    ).tag(config=True)
+
+    preemption_clouds = List(
+        Unicode(), [], help="""Clouds whose preemption notices are polled: any of "aws" (spot
+        instance-action), "gcp" (preempted), "azure" (Scheduled Events Preempt)."""
+    ).tag(config=True)
+
+    preemption_poll_interval = Float(5.0, help="Seconds between two polls of the metadata servers.").tag(config=True)
+
+    aws_metadata_url = Unicode(
+        "", help="Base address of the AWS instance metadata service (default: the link-local one)."
+    ).tag(config=True)
+
+    gcp_metadata_url = Unicode(
+        "", help="Base address of the GCP metadata server (default: the link-local one)."
+    ).tag(config=True)
+
+    azure_metadata_url = Unicode(
+        "", help="Base address of the Azure instance metadata service (default: the link-local one)."
+    ).tag(config=True)
+
+    git_versioning = Bool(
+        False, help="""At each persist, commit code, notebooks and configuration of the work
+        directory's Git repository (never data or checkpoints)."""
+    ).tag(config=True)
+
+    git_init = Bool(
+        False, help="With git_versioning, create a repository in the work directory when there is none."
+    ).tag(config=True)
+
+    git_include = List(
+        Unicode(), [], help="Patterns of the files Git versioning commits (default: code, notebooks, configuration)."
+    ).tag(config=True)
+
+    git_max_file_size = Int(2**20, help="Files larger than this (bytes) are never committed.").tag(config=True)
+
+    git_remote = Unicode(
+        "", help="A remote name or URL to push to after each commit (the user's own credentials)."
+    ).tag(config=True)
+
+    git_branch = Unicode("", help="The remote branch to push to (default: the current branch's name).").tag(config=True)
+
     state_dir = Unicode(help="Local folder for the record of what was synced (not in the work directory).").tag(
         config=True
     )
@@ -131,6 +196,37 @@ class GpuWorkspace(Configurable):
     def _check_history(self, proposal: Any) -> float:
         if not 0 < proposal["value"] <= 7 * 24 * 3600:
             raise TraitError("history_seconds must be positive and at most a week")
+        return proposal["value"]
+
+    @validate("max_runtime", "persist_lead_time")
+    def _check_duration(self, proposal: Any) -> Any:
+        if proposal["value"] not in ("", None):
+            try:
+                parse_duration(proposal["value"])
+            except ValueError as err:
+                raise TraitError(f"{proposal['trait'].name}: {err}") from None
+        return proposal["value"]
+
+    @validate("deadline")
+    def _check_deadline(self, proposal: Any) -> str:
+        if proposal["value"]:
+            try:
+                parse_deadline(proposal["value"])
+            except ValueError as err:
+                raise TraitError(f"deadline: {err}") from None
+        return proposal["value"]
+
+    @validate("preemption_clouds")
+    def _check_clouds(self, proposal: Any) -> list[str]:
+        unknown = sorted(set(proposal["value"]) - {"aws", "gcp", "azure"})
+        if unknown:
+            raise TraitError(f"preemption_clouds: unknown {', '.join(unknown)} (use aws, gcp, azure)")
+        return proposal["value"]
+
+    @validate("grace_period")
+    def _check_grace(self, proposal: Any) -> float:
+        if not 1 <= proposal["value"] <= 3600:
+            raise TraitError("grace_period must be between 1 and 3600 seconds")
         return proposal["value"]
 
     @validate("gpu_memory_alert", "disk_alert")
@@ -188,6 +284,8 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             self.sync.start()
         else:
             self.sync.state = "disabled"
+        self.runtime = RuntimeSupervisor(self)
+        self.runtime.start()
         self.log.info(
             "GPU workspace: workdir %s, store %s, workspace %s", self.workdir, self.store_url, self.workspace
         )
@@ -291,6 +389,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         )
 
     async def stop_extension(self) -> None:
+        self.runtime.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.sync.stop)
         self._kernel_poll.stop()
         for client in list(self.stream_clients):

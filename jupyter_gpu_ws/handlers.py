@@ -13,7 +13,7 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from tornado import web, websocket
 
 from .checkpoints.coordinator import CheckpointRequestError
-from .persist import start_persist, start_restore
+from .persist import start_restore
 from .sync.errors import (
     DeletionGuardError,
     LeaseHeldError,
@@ -132,13 +132,38 @@ class PersistHandler(GpuWorkspaceHandler):
     async def post(self) -> None:
         self.json_body({})
         try:
-            service = self.app.sync.require()
-            if service.engine.read_only:
-                raise LeaseHeldError(service.engine.read_only_reason or "This runtime is read-only")
+            job = self.app.runtime.persist("user")
         except SyncError as err:
             raise http_error(err) from err
-        job = start_persist(self.app.jobs, service, self.app.checkpoints, self.app.run_async,
-                            self.app.checkpoint_timeout)
+        self.set_status(202)
+        self.finish(job.to_dict())
+
+
+class RuntimeHandler(GpuWorkspaceHandler):
+    """`GET /gpuws/api/runtime`: start, deadline and its source, time left, idle time, preemption,
+    the next automatic persist, notices for the browser, and the Git status."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(self.app.runtime.state(), default=str))
+
+
+class ReleaseHandler(GpuWorkspaceHandler):
+    """`POST /gpuws/api/runtime/release` `{"force": false}`: persist, then shut the server down.
+    A failed persist keeps the server running unless `force`."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.json_body({})
+        if not isinstance(body, dict) or set(body) - {"force"} or not isinstance(body.get("force", False), bool):
+            raise web.HTTPError(400, 'Expected {"force": true|false} or an empty body')
+        try:
+            job = self.app.runtime.persist_and_release(force=body.get("force", False))
+        except SyncError as err:
+            raise http_error(err) from err
         self.set_status(202)
         self.finish(job.to_dict())
 
@@ -299,5 +324,7 @@ def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
         (rf"/gpuws/api/sync/restore/{job_id}", JobHandler, {"app": app, "kind": "restore"}),
         (r"/gpuws/api/checkpoints", CheckpointsHandler, kwargs),
         (r"/gpuws/api/persist", PersistHandler, kwargs),
+        (r"/gpuws/api/runtime", RuntimeHandler, kwargs),
+        (r"/gpuws/api/runtime/release", ReleaseHandler, kwargs),
         (rf"/gpuws/api/persist/{job_id}", JobHandler, {"app": app, "kind": "persist"}),
     ]

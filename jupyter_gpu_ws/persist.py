@@ -1,11 +1,11 @@
 """The one pipeline behind "Persist now": checkpoint every tracked kernel, then flush the sync
-(newest checkpoints first). Environment and Git steps join it before the flush in later issues."""
+(newest checkpoints first), with the Git commit between them when Git versioning is on."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from .jobs import Job, JobRunner, Step
+from .jobs import Job, JobRunner, Step, StepFunction
 from .sync.errors import CancelledError, SyncError
 
 if TYPE_CHECKING:
@@ -55,12 +55,18 @@ def _checkpoint_step(coordinator: Any, run_async: Callable[..., Any], timeout: f
 
 
 def start_persist(runner: JobRunner, service: SyncService, coordinator: Any = None,
-                  run_async: Callable[..., Any] | None = None, checkpoint_timeout: float = 60.0) -> Job:
-    steps = []
+                  run_async: Callable[..., Any] | None = None, checkpoint_timeout: float = 60.0,
+                  git: StepFunction | None = None, trigger: str = "user") -> Job:
+    """Checkpoints first (so the sync carries them), then the Git commit, then the sync."""
+    steps: list[tuple[str, StepFunction]] = []
     if coordinator is not None and run_async is not None:
         steps.append(("checkpoints", _checkpoint_step(coordinator, run_async, checkpoint_timeout)))
+    if git is not None:
+        steps.append(("git", git))
     steps.append(("sync", _sync_step(service)))
-    return runner.start("persist", steps)
+    job = runner.start("persist", steps)
+    job.result.setdefault("trigger", trigger)
+    return job
 
 
 def start_restore(runner: JobRunner, service: SyncService) -> Job:

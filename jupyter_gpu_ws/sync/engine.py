@@ -43,6 +43,8 @@ CHECKPOINTS_PREFIX = ".gpuws/checkpoints/"
 
 # Below this many deletions the share guard does not apply (deleting 2 of 3 files is normal).
 GUARD_MIN_DELETIONS = 10
+# In an emergency pass, files under this size (outside checkpoints) go first.
+URGENT_SMALL = 1 << 20
 
 
 @dataclass
@@ -180,6 +182,9 @@ class SyncEngine:
         self._dirty_lock = threading.Lock()
         self._pending: dict[str, int] = {}  # path → size, known to differ from the store
         self.last_change = 0.0  # monotonic time of the last change the watcher reported
+        # Set for an emergency persist (SIGTERM, preemption): what is smallest and most needed
+        # goes first, in case the machine is gone before the pass ends.
+        self.urgent = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -394,10 +399,7 @@ class SyncEngine:
             return []
         done: list[Record] = []
         lock = threading.Lock()
-        # Checkpoints first, newest first (what a preempted run needs most), then large files:
-        # they set the pass's length; small ones fill the gaps.
-        ordered = sorted(files, key=lambda f: (not f.path.startswith(CHECKPOINTS_PREFIX),
-                                               -f.mtime_ns if f.path.startswith(CHECKPOINTS_PREFIX) else -f.size))
+        ordered = sorted(files, key=_urgent_order(files) if self.urgent else _normal_order)
         batches: list[list[LocalFile]] = []
         small: list[LocalFile] = []
         for f in ordered:
@@ -711,3 +713,30 @@ __all__ = [
     "PassReport", "Progress", "RestoreReport", "SyncEngine", "SyncSettings", "StoreConfigError",
     "StoreFullError", "QuotaExceededError",
 ]
+
+
+def _normal_order(f: LocalFile) -> tuple[bool, int]:
+    """Checkpoints first, newest first (what a preempted run needs most), then large files:
+    they set the pass's length; small ones fill the gaps."""
+    if f.path.startswith(CHECKPOINTS_PREFIX):
+        return (False, -f.mtime_ns)
+    return (True, -f.size)
+
+
+def _urgent_order(files: list[LocalFile]) -> Callable[[LocalFile], tuple[int, int, int, int]]:
+    """Small files (code, notebooks, configuration) first, then the checkpoints, newest folder
+    first and each folder's manifest after its data, then the rest, small before large."""
+    newest: dict[str, int] = {}
+    for f in files:
+        if f.path.startswith(CHECKPOINTS_PREFIX):
+            folder = f.path.rpartition("/")[0]
+            newest[folder] = max(newest.get(folder, 0), f.mtime_ns)
+
+    def key(f: LocalFile) -> tuple[int, int, int, int]:
+        if f.path.startswith(CHECKPOINTS_PREFIX):
+            return (1, -newest[f.path.rpartition("/")[0]], f.path.endswith("/manifest.json"), 0)
+        if f.size < URGENT_SMALL:
+            return (0, 0, 0, f.size)
+        return (2, 0, 0, f.size)
+
+    return key

@@ -1,0 +1,296 @@
+"""The runtime's end, on the server: the countdown ticks, warnings, the automatic persist before
+the deadline, the emergency persist on SIGTERM or a preemption notice, and persist-and-release."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from tornado.ioloop import PeriodicCallback
+
+from .jobs import Job
+from .persist import start_persist
+from .runtime import IdleInputs, KernelActivity, PreemptionNotice, PreemptionWatcher, RuntimeClock, RuntimeEvent
+from .runtime import RuntimeSettings, make_checks
+from .sync.errors import LeaseHeldError, SyncError
+
+if TYPE_CHECKING:
+    from .app import GpuWorkspaceApp
+
+# Notices kept for the browser (each shown once per browser, by id).
+KEEP_NOTICES = 20
+# How often the idle inputs (activity times, culling settings) are read from the server.
+IDLE_EVERY = 10.0
+# How often the Git status shown in the sidebar is refreshed (it runs `git status`).
+GIT_STATUS_EVERY = 30.0
+
+
+def _epoch(value: Any) -> float:
+    """Jupyter Server keeps activity as aware datetimes."""
+    return value.timestamp() if hasattr(value, "timestamp") else float(value or 0)
+
+
+class RuntimeSupervisor:
+    """Owns the RuntimeClock, the preemption watcher and the Git versioning for the server."""
+
+    def __init__(self, app: GpuWorkspaceApp) -> None:
+        self.app = app
+        self.log = app.log
+        self.clock = RuntimeClock(
+            RuntimeSettings.from_config(app.max_runtime or None, app.deadline or None, app.persist_lead_time,
+                                        app.warning_lead_times)
+        )
+        self.notices: list[dict[str, Any]] = []
+        self._notice_ids = 0
+        self.auto_persist: Job | None = None
+        self.emergency: dict[str, Any] | None = None
+        self.release: dict[str, Any] | None = None
+        self.git = self._make_git()
+        self.git_status: dict[str, Any] | None = None
+        self._git_checked = 0.0
+        self._idle_read = 0.0
+        self._ticker: PeriodicCallback | None = None
+        self._previous_sigterm: Any = None
+        self.watcher = PreemptionWatcher(
+            make_checks("aws" in app.preemption_clouds, "gcp" in app.preemption_clouds,
+                        "azure" in app.preemption_clouds, app.aws_metadata_url or None,
+                        app.gcp_metadata_url or None, app.azure_metadata_url or None),
+            self._on_preemption,
+            interval=app.preemption_poll_interval,
+        )
+
+    def _make_git(self) -> Any:
+        if not self.app.git_versioning:
+            return None
+        from .runtime.gitrepo import GitSettings, GitVersioning
+
+        app = self.app
+        return GitVersioning(GitSettings(workdir=app.workdir, init=app.git_init, max_file_size=app.git_max_file_size,
+                                         remote=app.git_remote or None, branch=app.git_branch or None,
+                                         **({"include": tuple(app.git_include)} if app.git_include else {})))
+
+    # -- start and stop ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._ticker = PeriodicCallback(self._tick, 1000)
+        self._ticker.start()
+        self.watcher.start()
+        # After the server has installed its own signal handlers: ours runs first, then theirs.
+        self.app.io_loop.add_callback(self._install_sigterm)
+
+    def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.stop()
+        self.watcher.stop(timeout=5)
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._previous_sigterm = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    # -- the countdown -----------------------------------------------------------------------
+
+    async def _tick(self) -> None:
+        now = time.monotonic()
+        if now - self._idle_read >= IDLE_EVERY:
+            self._idle_read = now
+            self.clock.update_idle(self._idle_inputs())
+        if self.git is not None and now - self._git_checked >= GIT_STATUS_EVERY:
+            self._git_checked = now
+            self.git_status = await asyncio.get_running_loop().run_in_executor(None, self.git.status)
+        for event in self.clock.poll():
+            self._on_event(event)
+
+    def _idle_inputs(self) -> IdleInputs | None:
+        server = self.app.serverapp
+        try:
+            km = server.kernel_manager
+            kernels = []
+            for kernel_id in list(km.list_kernel_ids()):
+                kernel = km.get_kernel(kernel_id)
+                kernels.append(KernelActivity(kernel_id, _epoch(getattr(kernel, "last_activity", 0)),
+                                              getattr(kernel, "execution_state", "") == "busy",
+                                              int(getattr(km, "_kernel_connections", {}).get(kernel_id, 0))))
+            return IdleInputs(
+                server_last_activity=_epoch(server.web_app.last_activity()),
+                shutdown_no_activity_timeout=float(getattr(server, "shutdown_no_activity_timeout", 0) or 0),
+                cull_idle_timeout=float(getattr(km, "cull_idle_timeout", 0) or 0),
+                cull_connected=bool(getattr(km, "cull_connected", False)),
+                cull_busy=bool(getattr(km, "cull_busy", False)),
+                kernels=tuple(kernels),
+            )
+        except Exception as err:  # activity is best effort: the other deadlines still count
+            self.log.debug("GPU workspace: idle inputs unavailable: %s", err)
+            return None
+
+    def _on_event(self, event: RuntimeEvent) -> None:
+        minutes = max(1, round(event.remaining / 60))
+        if event.kind == "warning":
+            self._notice("warning", f"This runtime ends in about {minutes} minute{'s' * (minutes != 1)} "
+                                    f"({event.source}). Persist now to keep your work.")
+        elif event.kind == "persist":
+            self.log.warning("GPU workspace: %s ends in %.0f s: persisting automatically", event.source,
+                             event.remaining)
+            job = self._persist("auto")
+            if job is not None:
+                self.auto_persist = job
+                self._notice("info", f"Persisting automatically: the runtime ends in about {minutes} "
+                                     f"minute{'s' * (minutes != 1)} ({event.source}).", job.id)
+
+    def _notice(self, level: str, message: str, job_id: str | None = None) -> None:
+        self._notice_ids += 1
+        self.notices.append({"id": self._notice_ids, "level": level, "message": message, "time": time.time(),
+                             "job_id": job_id})
+        del self.notices[:-KEEP_NOTICES]
+
+    def persist(self, trigger: str, checkpoint_timeout: float | None = None) -> Job:
+        """Start the persist pipeline (or join the one running): checkpoints, Git, sync.
+        A SyncError says why it cannot run (no sync, a read-only runtime)."""
+        app = self.app
+        service = app.sync.require()
+        if service.engine.read_only:
+            raise LeaseHeldError(service.engine.read_only_reason or "This runtime is read-only")
+        git = None
+        if self.git is not None:
+            from .runtime.gitrepo import git_step
+
+            git = git_step(self.git)
+        job = start_persist(app.jobs, service, app.checkpoints, app.run_async,
+                            checkpoint_timeout if checkpoint_timeout is not None else app.checkpoint_timeout,
+                            git=git, trigger=trigger)
+        self._git_checked = 0.0  # the sidebar shows the new commit soon after
+        return job
+
+    def _persist(self, trigger: str, checkpoint_timeout: float | None = None) -> Job | None:
+        try:
+            return self.persist(trigger, checkpoint_timeout)
+        except SyncError as err:
+            self.log.error("GPU workspace: cannot persist (%s): %s", trigger, err)
+            self._notice("error", f"Could not persist: {err}")
+            return None
+
+    # -- emergencies -------------------------------------------------------------------------
+
+    def _on_preemption(self, notice: PreemptionNotice) -> None:
+        # On the watcher's thread: the clock learns the new deadline, the loop runs the persist.
+        self.clock.record_preemption(notice.cloud, notice.detail, notice.noticed, notice.deadline)
+        self.app.io_loop.add_callback(self.emergency_persist, f"preemption:{notice.cloud}", False)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self.emergency is not None and self.emergency.get("exiting"):
+            self._stop_server()  # a second SIGTERM: stop now
+            return
+        self.app.io_loop.asyncio_loop.call_soon_threadsafe(
+            lambda: asyncio.ensure_future(self.emergency_persist("SIGTERM", True)))
+
+    async def emergency_persist(self, reason: str, exit_after: bool) -> dict[str, Any]:
+        """Checkpoint every tracked kernel briefly, sync what matters most first, report what
+        could not be persisted, all within `grace_period`; then stop the server if asked."""
+        grace = self.app.grace_period
+        started = time.monotonic()
+        self.emergency = {"reason": reason, "started": time.time(), "state": "running", "exiting": exit_after}
+        self.log.warning("GPU workspace: %s: emergency persist within %.0f s", reason, grace)
+        self._notice("error", f"{reason}: this runtime is going away. Persisting everything now.")
+        service = self.app.sync.service
+        if service is not None:
+            service.engine.urgent = True
+        job = self._persist(reason, checkpoint_timeout=max(1.0, min(self.app.checkpoint_timeout, grace * 0.3)))
+        if job is not None:
+            while job.state == "running" and time.monotonic() - started < grace - 1:
+                await asyncio.sleep(0.05)
+            if job.state == "running":
+                job.cancel_event.set()  # out of time: what is done is done
+        report = await asyncio.get_running_loop().run_in_executor(
+            None, self._emergency_report, reason, job, time.monotonic() - started)
+        self.emergency.update(report, state="done")
+        await asyncio.get_running_loop().run_in_executor(None, self._write_report, report)
+        if service is not None:
+            service.engine.urgent = False
+        if exit_after:
+            if service is not None and report["pending_files"]:
+                service.final_pass = False  # out of grace: do not start another full pass
+            self._stop_server()
+        return report
+
+    def _emergency_report(self, reason: str, job: Job | None, seconds: float) -> dict[str, Any]:
+        service = self.app.sync.service
+        errors = list(job.errors) if job is not None else ["the sync is not running"]
+        pending: list[str] = []
+        if service is not None:
+            try:  # what still differs from the store, by the same rule a pass uses
+                changed, deleted, _, _ = service.engine.plan()
+                pending = sorted([f.path for f in changed] + deleted)
+            except SyncError as err:
+                errors.append(str(err))
+        report = {"reason": reason, "time": time.time(), "seconds": round(seconds, 3),
+                  "job": job.to_dict() if job is not None else None, "errors": errors,
+                  "pending_files": pending[:200], "pending_count": len(pending)}
+        if pending or errors:
+            self.log.error("GPU workspace: emergency persist left %d files unpersisted; errors: %s",
+                           len(pending), "; ".join(errors) or "none")
+        else:
+            self.log.warning("GPU workspace: emergency persist complete in %.1f s", seconds)
+        return report
+
+    def _write_report(self, report: dict[str, Any]) -> None:
+        """Next to the sync record, and in the store, where the next runtime finds it."""
+        text = json.dumps(report, indent=1, default=str)
+        try:
+            os.makedirs(self.app.state_dir, exist_ok=True)
+            with open(os.path.join(self.app.state_dir, "emergency-report.json"), "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as err:
+            self.log.error("GPU workspace: cannot write the emergency report: %s", err)
+        service = self.app.sync.service
+        if service is not None:
+            try:
+                service.engine.store.write_json("emergency-report.json", json.loads(text))
+            except Exception as err:  # the store may be the reason
+                self.log.error("GPU workspace: cannot put the emergency report in the store: %s", err)
+
+    def _stop_server(self) -> None:
+        self.log.warning("GPU workspace: stopping the server")
+        self.app.serverapp.stop()
+
+    # -- persist and release -----------------------------------------------------------------
+
+    def persist_and_release(self, force: bool = False) -> Job | None:
+        """Persist, then shut the server down so a paid runtime stops. A persist that fails
+        leaves the server running (with the reason) unless `force`."""
+        job = self.persist("release")
+        self.release = {"job_id": job.id, "state": "persisting", "force": force, "error": None}
+        self.app.io_loop.add_callback(self._release_when_done, job, force)
+        return job
+
+    async def _release_when_done(self, job: Job, force: bool) -> None:
+        while job.state == "running":
+            await asyncio.sleep(0.1)
+        assert self.release is not None
+        if job.state != "done" and not force:
+            self.release.update(state="kept", error="; ".join(job.errors) or job.state)
+            self._notice("error", f"Persist failed, so the runtime was not released: {self.release['error']}")
+            return
+        self.release["state"] = "releasing"
+        self._notice("info", "Everything is persisted. Shutting the server down.")
+        await asyncio.sleep(1.0)  # the browser's next poll learns it before the server goes
+        self._stop_server()
+
+    # -- the API -----------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        state = self.clock.state()
+        state["preemption_watch"] = self.watcher.state()
+        state["notices"] = list(self.notices)
+        state["auto_persist"] = self.auto_persist.to_dict() if self.auto_persist is not None else None
+        state["emergency"] = {k: v for k, v in (self.emergency or {}).items() if k != "job"} or None
+        state["release"] = self.release
+        state["grace_period"] = self.app.grace_period
+        state["git"] = self.git_status if self.git is not None else {"enabled": False}
+        return state
+
