@@ -95,7 +95,9 @@ def resolve_python(python: str) -> str:
     found = shutil.which(python) if os.sep not in python else python
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise InterpreterError(f"Python interpreter not found: {python!r} (give the path to a python executable)")
-    return found
+    # Absolute, since the probe runs elsewhere; not resolved, since a venv's python is a link
+    # whose own path is what makes it the venv's.
+    return os.path.abspath(found)
 
 
 def probe_environment(python: str, include_torch: bool = True, timeout: float = 600) -> dict[str, Any]:

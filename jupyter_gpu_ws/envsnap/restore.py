@@ -215,7 +215,7 @@ def _from_index(packages: list[dict[str, Any]], offline: bool,
                                   "message": f"not reproducible: {unreproducible_reason(package)}"})
         elif offline:
             report.failed.append({"name": package["name"],
-                                  "message": f"{line}: no wheel of it in the store, and the restore is offline "
+                                  "message": f"no wheel of {line} in the store, and the restore is offline "
                                              "(snapshot with --keep-all-wheels, or restore without --offline)"})
         else:
             items.append((package, line))
