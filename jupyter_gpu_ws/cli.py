@@ -22,8 +22,8 @@ from typing import Any, Callable
 from . import envsnap
 from .defaults import default_state_dir, default_store_url, derive_workspace_name
 from .sync import Progress, SyncEngine, SyncError, SyncSettings
-from .sync.store import Store, open_backend
 from .sync.service import SyncService
+from .sync.store import Store, open_backend
 
 
 def _size(text: str) -> int:
@@ -282,7 +282,8 @@ def cmd_env_diff(args: argparse.Namespace) -> int:
     changes = envsnap.diff(current, snapshot)
     verdicts = envsnap.compatibility(snapshot, current.get("machine"), current["python"])
     if args.json:
-        _print_json({"snapshot": snapshot["id"], "diff": changes.to_dict(), "compatibility": [v.to_dict() for v in verdicts]})
+        _print_json({"snapshot": snapshot["id"], "diff": changes.to_dict(),
+                     "compatibility": [v.to_dict() for v in verdicts]})
         return 0
     if changes.matches:
         print(f"Matches the snapshot {snapshot['id']} ({changes.same} packages)")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from typing import Callable
 
 Log = Callable[[str], None]
@@ -33,3 +35,16 @@ def run_command(command: list[str], log: Log | None = None) -> str | None:
     # pip says "ERROR: …"; uv says "error: …" or draws "× …" / "╰─▶ …".
     errors = [line for line in tail if "error" in line.lower() or line.startswith(("×", "╰─▶"))]
     return " ".join((errors or tail or [f"exit status {proc.returncode}"])[-ERROR_LINES:])
+
+
+def find_uv() -> str | None:
+    """uv on PATH, beside our interpreter, or from the `uv` Python package."""
+    found = shutil.which("uv") or shutil.which("uv", path=os.path.dirname(sys.executable))
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin  # type: ignore[import-not-found]
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -12,7 +11,7 @@ from typing import Any, Callable, Literal
 
 from ..sync.store import Store
 from .capture import packages_by_name, probe_environment, resolve_python
-from .commands import Log, run_command
+from .commands import Log, find_uv, run_command
 from .errors import InstallerError
 from .lock import extra_indexes, requirement, unreproducible_reason
 from .wheels import WHEELS, find_wheels, pip_python, same_version, stored_wheels
@@ -60,19 +59,6 @@ class Installer:
         if self.kind == "uv":
             return [self.uv or "uv", "pip", "uninstall", "--python", self.python, *names]
         return [self.python, "-m", "pip", "uninstall", "--yes", "--disable-pip-version-check", *names]
-
-
-def find_uv() -> str | None:
-    """uv on PATH, beside our interpreter, or from the `uv` Python package."""
-    found = shutil.which("uv") or shutil.which("uv", path=os.path.dirname(sys.executable))
-    if found:
-        return found
-    try:
-        from uv import find_uv_bin  # type: ignore[import-not-found]
-
-        return find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        return None
 
 
 def choose_installer(python: str, prefer: InstallerChoice = "auto") -> Installer:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from ..sync.store import Store
-from .commands import Log, run_command
+from .commands import Log, find_uv, run_command
 
 WHEELS = "wheels"
 
@@ -97,7 +98,7 @@ def build_wheels(packages: list[dict[str, Any]], python: str, out_dir: str,
     from_source = [p for p in packages if p not in from_index]
     failures = _fetch(from_index, pip, out_dir, log)
     for package in from_source:
-        failure = _build(package, pip, out_dir, log)
+        failure = _build(package, python, pip, out_dir, log)
         if failure:
             failures.append(failure)
     return failures
@@ -122,17 +123,25 @@ def _fetch(packages: list[dict[str, Any]], pip: str, out_dir: str, log: Log | No
     return failures
 
 
-def _build(package: dict[str, Any], pip: str, out_dir: str, log: Log | None) -> WheelFailure | None:
-    """Build from the package's source with what the environment has installed; with an
-    isolated build environment (which needs the index) if that fails."""
+def _build(package: dict[str, Any], python: str, pip: str, out_dir: str, log: Log | None) -> WheelFailure | None:
+    """A wheel from the package's source: built with what the environment has installed, else
+    in an isolated build environment (which needs the index): uv's (fast) or pip's."""
     source = source_of(package)
     if source is None:
         url = (package.get("origin") or {}).get("url", "?")
         return WheelFailure(package["name"], f"its source {url} no longer exists: it cannot be rebuilt")
+    if source.endswith(".whl") and os.path.isfile(source):
+        shutil.copy(source, out_dir)  # installed from a wheel file that is still there
+        return None
     wheel = [pip, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out_dir]
-    error = run_command(wheel + ["--no-build-isolation", source], log)
-    if error is not None:
-        error = run_command(wheel + [source], log)
-    if error is not None:
-        return WheelFailure(package["name"], f"building a wheel from {source} failed: {error}")
-    return None
+    attempts = [wheel + ["--no-build-isolation", source]]
+    uv = find_uv()
+    if uv and os.path.exists(source):  # uv builds folders and source archives, not URLs
+        attempts.append([uv, "build", "--wheel", "--out-dir", out_dir, "--python", python, source])
+    attempts.append(wheel + [source])
+    error = None
+    for command in attempts:
+        error = run_command(command, log)
+        if error is None:
+            return None
+    return WheelFailure(package["name"], f"building a wheel from {source} failed: {error}")
