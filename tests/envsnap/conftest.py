@@ -6,6 +6,7 @@ python lies), which is all these tests and the code under test use.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -115,14 +116,16 @@ def store_copy(snapshot_store: tuple[Path, SaveResult], tmp_path: Path) -> Store
 
 
 @pytest.fixture
-def no_index(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any attempt to reach an index fails: what installs here came from the store."""
-    dead = "http://127.0.0.1:9/simple"
-    for name in ("PIP_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX"):
-        monkeypatch.setenv(name, dead)
-    for name in ("PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "UV_FIND_LINKS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+def no_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Call it to make any attempt to reach an index fail: what installs then came from the store."""
+    def block() -> None:
+        dead = "http://127.0.0.1:9/simple"
+        for name in ("PIP_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX"):
+            monkeypatch.setenv(name, dead)
+        for name in ("PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "UV_FIND_LINKS"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    return block
 
 
 def packages(snapshot: dict[str, Any]) -> dict[str, str]:
