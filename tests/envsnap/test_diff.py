@@ -101,4 +101,5 @@ def test_a_cpu_build_of_torch_with_a_gpu_here_is_a_warning() -> None:
 def test_another_python_minor_version_is_a_warning() -> None:
     verdicts = compatibility(cuda_snapshot("12.1"), None, {"implementation": "cpython", "version": "3.12.1"})
     assert levels(verdicts) == ["warn", "info"] and "3.11.7" in verdicts[0].message
-    assert levels(compatibility(cuda_snapshot("12.1"), None, {"implementation": "cpython", "version": "3.11.9"})) == ["info"]
+    same_minor = {"implementation": "cpython", "version": "3.11.9"}
+    assert levels(compatibility(cuda_snapshot("12.1"), None, same_minor)) == ["info"]

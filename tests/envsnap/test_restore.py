@@ -12,7 +12,15 @@ import pytest
 from jupyter_gpu_ws.envsnap import capture, diff, load_snapshot, restore, save_snapshot
 from jupyter_gpu_ws.envsnap.capture import packages_by_name
 from jupyter_gpu_ws.sync.store import Store
-from tests.envsnap.conftest import EDITABLE, LOCAL, PINNED, packages, run, store_at, versions
+from tests.envsnap.conftest import (
+    EDITABLE,
+    LOCAL,
+    PINNED,
+    packages,
+    run,
+    store_at,
+    versions,
+)
 
 Block = Callable[[], None]
 

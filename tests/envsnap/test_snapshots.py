@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from jupyter_gpu_ws.envsnap import (
-    SaveResult, SnapshotNotFoundError, capture, list_snapshots, load_snapshot, lock_text, save_snapshot,
+    SaveResult,
+    SnapshotNotFoundError,
+    capture,
+    list_snapshots,
+    load_snapshot,
+    lock_text,
+    save_snapshot,
 )
 from jupyter_gpu_ws.envsnap.capture import content_hash
 from jupyter_gpu_ws.envsnap.wheels import stored_wheels, wheel_identity
