@@ -51,6 +51,11 @@ def extra_indexes(snapshot: dict[str, Any]) -> list[str]:
     return [PYTORCH_INDEX.format(label=label) for label in sorted(labels)]
 
 
+def index_options(snapshot: dict[str, Any]) -> list[str]:
+    """Installer options for those indexes (pip and uv spell them alike)."""
+    return [option for url in extra_indexes(snapshot) for option in ("--extra-index-url", url)]
+
+
 def lock_text(snapshot: dict[str, Any]) -> str:
     """Requirements text for the whole snapshot; kept wheels come from `.gpuws/wheels/`."""
     wheels = snapshot.get("wheels") or {}

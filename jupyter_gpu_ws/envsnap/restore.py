@@ -13,7 +13,7 @@ from ..sync.store import Store
 from .capture import packages_by_name, probe_environment, resolve_python
 from .commands import Log, find_uv, run_command
 from .errors import InstallerError
-from .lock import extra_indexes, requirement, unreproducible_reason
+from .lock import index_options, requirement, unreproducible_reason
 from .wheels import WHEELS, find_wheels, pip_python, same_version, stored_wheels
 
 Progress = Callable[[int, int, str], None]  # (packages done, packages in all, what is being installed)
@@ -177,17 +177,13 @@ def restore(snapshot: dict[str, Any], store: Store, python: str = sys.executable
         asked = _from_index(from_index, offline, report)
         if len(asked) < len(from_index):
             run.step("", len(from_index) - len(asked))  # reported failed without a run
-        run.install(["--no-deps", *_index_options(snapshot)], asked, "from the index")
+        run.install(["--no-deps", *index_options(snapshot)], asked, "from the index")
     if removals and not run.cancelled():
         _remove(run, removals)
     elif removals:
         report.cancelled = True
     report.cancelled = report.cancelled or bool(report.pending)
     return report
-
-
-def _index_options(snapshot: dict[str, Any]) -> list[str]:
-    return [option for url in extra_indexes(snapshot) for option in ("--extra-index-url", url)]
 
 
 def _from_index(packages: list[dict[str, Any]], offline: bool,

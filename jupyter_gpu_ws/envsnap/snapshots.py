@@ -20,7 +20,7 @@ from typing import Any
 from ..sync.store import Store, version_stamp
 from .commands import Log
 from .errors import SnapshotNotFoundError
-from .lock import lock_text
+from .lock import index_options, lock_text
 from .wheels import WHEELS, build_wheels, find_wheels, stored_wheels, wheel_identity
 
 ENV = "env"
@@ -78,7 +78,8 @@ def save_snapshot(store: Store, snapshot: dict[str, Any], python: str | None = N
     kept = stored_wheels(store)
     wanted = [p for p in snapshot["packages"]
               if (needs_wheel(p) and new) or (keep_all_wheels and not find_wheels(kept, p["name"], p["version"]))]
-    added, failures = _store_wheels(store, wanted, python or snapshot["python"]["executable"], log)
+    added, failures = _store_wheels(store, wanted, python or snapshot["python"]["executable"], log,
+                                    index_options(snapshot))
     if not new:
         return SaveResult(latest["id"], new=False, wheels_added=added)
     kept = sorted(set(kept) | set(added))
@@ -94,13 +95,13 @@ def save_snapshot(store: Store, snapshot: dict[str, Any], python: str | None = N
     return SaveResult(snapshot["id"], new=True, wheels_added=added, not_reproducible=snapshot["not_reproducible"])
 
 
-def _store_wheels(store: Store, packages: list[dict[str, Any]], python: str,
-                  log: Log | None) -> tuple[list[str], list[Any]]:
+def _store_wheels(store: Store, packages: list[dict[str, Any]], python: str, log: Log | None,
+                  indexes: list[str]) -> tuple[list[str], list[Any]]:
     """Build or fetch wheels for `packages` into a temporary folder, then put them in the store."""
     if not packages:
         return [], []
     with tempfile.TemporaryDirectory(prefix="gpuws-wheels-") as out_dir:
-        failures = build_wheels(packages, python, out_dir, log)
+        failures = build_wheels(packages, python, out_dir, log, indexes)
         names = {p["name"] for p in packages}
         added = []
         for filename in sorted(os.listdir(out_dir)):

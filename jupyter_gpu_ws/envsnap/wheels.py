@@ -89,14 +89,15 @@ def source_of(package: dict[str, Any]) -> str | None:
     return url or None
 
 
-def build_wheels(packages: list[dict[str, Any]], python: str, out_dir: str,
-                 log: Log | None = None) -> list[WheelFailure]:
-    """Wheels into `out_dir` for every package: index ones fetched at their exact version,
-    the others built from their source. Returns the packages for which none could be made."""
+def build_wheels(packages: list[dict[str, Any]], python: str, out_dir: str, log: Log | None = None,
+                 indexes: list[str] | None = None) -> list[WheelFailure]:
+    """Wheels into `out_dir` for every package: index ones fetched at their exact version
+    (`indexes`: extra installer options, such as PyTorch's index), the others built from their
+    source. Returns the packages for which none could be made."""
     pip = pip_python(python)
     from_index = [p for p in packages if (p.get("origin") or {}).get("kind", "index") in ("index", "unknown")]
     from_source = [p for p in packages if p not in from_index]
-    failures = _fetch(from_index, pip, out_dir, log)
+    failures = _fetch(from_index, pip, out_dir, log, indexes or [])
     for package in from_source:
         failure = _build(package, python, pip, out_dir, log)
         if failure:
@@ -104,12 +105,13 @@ def build_wheels(packages: list[dict[str, Any]], python: str, out_dir: str,
     return failures
 
 
-def _fetch(packages: list[dict[str, Any]], pip: str, out_dir: str, log: Log | None) -> list[WheelFailure]:
+def _fetch(packages: list[dict[str, Any]], pip: str, out_dir: str, log: Log | None,
+           indexes: list[str]) -> list[WheelFailure]:
     """One `pip download` for all (fast); one by one only when the batch fails, to find which."""
     if not packages:
         return []
     pins = [f"{p['name']}=={p['version']}" for p in packages]
-    download = [pip, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", out_dir]
+    download = [pip, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", out_dir, *indexes]
     if run_command(download + pins, log) is None:
         return []
     failures = []
@@ -117,7 +119,7 @@ def _fetch(packages: list[dict[str, Any]], pip: str, out_dir: str, log: Log | No
         if run_command(download + [pin], log) is None:
             continue
         # No wheel on the index (an sdist only): build one at that exact version.
-        error = run_command([pip, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out_dir, pin], log)
+        error = run_command([pip, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out_dir, *indexes, pin], log)
         if error is not None:
             failures.append(WheelFailure(package["name"], f"no wheel of {pin} could be fetched or built: {error}"))
     return failures

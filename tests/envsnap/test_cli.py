@@ -47,8 +47,8 @@ def test_restore_from_an_empty_store_is_one_line_and_exit_1(tmp_path: Path) -> N
     result = gpuws_env("restore", "--store", tmp_path / "store", "--workspace", "ws")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"jupyter gpuws: error: No environment snapshot in the store {tmp_path / 'store'}/ws: "
-        "take one with `jupyter gpuws env snapshot`"]
+        (f"jupyter gpuws: error: No environment snapshot in the store {tmp_path / 'store'}/ws: "
+         "take one with `jupyter gpuws env snapshot`")]
 
 
 def test_a_missing_interpreter_is_one_line_and_exit_1(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from jupyter_gpu_ws.envsnap import (
     save_snapshot,
 )
 from jupyter_gpu_ws.envsnap.capture import content_hash
+from jupyter_gpu_ws.envsnap.lock import index_options
 from jupyter_gpu_ws.envsnap.wheels import stored_wheels, wheel_identity
 from tests.envsnap.conftest import EDITABLE, LOCAL, PINNED, packages, store_at
 
@@ -110,6 +111,7 @@ def test_lock_comments_what_cannot_be_reproduced_and_adds_pytorch_index() -> Non
     ]}
     lines = lock_text(snapshot).splitlines()
     assert "--extra-index-url https://download.pytorch.org/whl/cu121" in lines
+    assert index_options(snapshot) == ["--extra-index-url", "https://download.pytorch.org/whl/cu121"]
     assert "torch==2.5.1+cu121" in lines
     assert "tool @ git+https://g/t.git@abc123" in lines
     assert any(line.startswith("# mine==0.1: not reproducible: editable install from file:///gone/mine")
