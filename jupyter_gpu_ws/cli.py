@@ -1,8 +1,9 @@
-"""`jupyter gpuws …`: the sync engine from a terminal or a script, without a server.
+"""`jupyter gpuws …`: the sync engine and environment snapshots from a terminal or a script, without a server.
 
     jupyter gpuws sync    --workdir DIR --store URL [--workspace NAME] [--once]
     jupyter gpuws restore --workdir DIR --store URL [--workspace NAME]
     jupyter gpuws status  --workdir DIR --store URL [--workspace NAME]
+    jupyter gpuws env snapshot|diff|restore|list --store URL [--workspace NAME] [--python PATH] [--offline]
 
 Errors: one clear line on stderr and a non-zero exit.
 """
@@ -18,9 +19,11 @@ import threading
 import time
 from typing import Any, Callable
 
+from . import envsnap
 from .defaults import default_state_dir, default_store_url, derive_workspace_name
 from .sync import Progress, SyncEngine, SyncError, SyncSettings
 from .sync.service import SyncService
+from .sync.store import Store, open_backend
 
 
 def _size(text: str) -> int:
@@ -67,7 +70,44 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="the workspace in the store and what is pending here")
     store_args(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    add_env_commands(commands)
     return parser
+
+
+def add_env_commands(commands: Any) -> None:
+    env = commands.add_parser("env", help="snapshots of the Python environment: take, compare, restore")
+    env_commands = env.add_subparsers(dest="env_command", required=True)
+
+    def env_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--store", default=None, help="fsspec URL of the store (default: $GPUWS_STORE or a local folder)")
+        p.add_argument("--workspace", default=None,
+                       help="workspace name in the store (default: derived from user and --workdir)")
+        p.add_argument("--workdir", default=".", help="the work directory the default workspace name comes from")
+        p.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
+                       help="fsspec option for the store, e.g. endpoint_url=http://127.0.0.1:8333")
+        p.add_argument("--python", default=sys.executable,
+                       help="the interpreter whose environment is meant (default: this one, the kernels' Python)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    snapshot = env_commands.add_parser("snapshot", help="record the environment in the store (if it changed)")
+    env_args(snapshot)
+    snapshot.add_argument("--keep-all-wheels", action="store_true",
+                          help="keep a wheel of every package in the store, so that a restore needs no index")
+    snapshot.add_argument("--apt", action="store_true", help="also record the Debian packages installed by hand")
+    snapshot.add_argument("--conda", action="store_true", help="also record conda's package list")
+    diff = env_commands.add_parser("diff", help="how the environment differs from a snapshot, and GPU compatibility")
+    env_args(diff)
+    diff.add_argument("--snapshot", default=None, metavar="ID", help="the snapshot to compare with (default: latest)")
+    restore = env_commands.add_parser("restore", help="install what differs from a snapshot")
+    env_args(restore)
+    restore.add_argument("--snapshot", default=None, metavar="ID", help="the snapshot to restore (default: latest)")
+    restore.add_argument("--offline", action="store_true", help="only the store's wheels, never an index")
+    restore.add_argument("--uninstall", action="store_true", help="also remove packages the snapshot does not have")
+    restore.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto",
+                         help="uv (the default when installed) or pip")
+    restore.add_argument("--verbose", "-v", action="store_true", help="show the installer's output")
+    listing = env_commands.add_parser("list", help="the snapshots in the store")
+    env_args(listing)
 
 
 def make_engine(args: argparse.Namespace, take_lease: bool = True) -> SyncEngine:
@@ -207,12 +247,112 @@ def cmd_status(args: argparse.Namespace) -> int:
         engine.close()
 
 
+def env_store(args: argparse.Namespace) -> Store:
+    backend = open_backend(args.store or default_store_url(), dict(args.storage_option))
+    workspace = args.workspace or derive_workspace_name(os.path.abspath(os.path.expanduser(args.workdir)))
+    return Store(backend, workspace)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=1, default=str))
+
+
+def cmd_env_snapshot(args: argparse.Namespace) -> int:
+    store = env_store(args)
+    snapshot = envsnap.capture(args.python, apt=args.apt, conda=args.conda)
+    result = envsnap.save_snapshot(store, snapshot, keep_all_wheels=args.keep_all_wheels)
+    if args.json:
+        _print_json(result.to_dict())
+        return 0
+    if result.new:
+        print(f"New snapshot {result.id}: {len(snapshot['packages'])} packages, "
+              f"{len(result.wheels_added)} wheels added to the store")
+    else:
+        print(f"No change since snapshot {result.id}" +
+              (f" ({len(result.wheels_added)} wheels added to the store)" if result.wheels_added else ""))
+    for item in result.not_reproducible:
+        print(f"jupyter gpuws: warning: {item['name']} cannot be restored: {item['message']}", file=sys.stderr)
+    return 0
+
+
+def cmd_env_diff(args: argparse.Namespace) -> int:
+    store = env_store(args)
+    snapshot = envsnap.load_snapshot(store, args.snapshot)
+    current = envsnap.capture(args.python)
+    changes = envsnap.diff(current, snapshot)
+    verdicts = envsnap.compatibility(snapshot, current.get("machine"), current["python"])
+    if args.json:
+        _print_json({"snapshot": snapshot["id"], "diff": changes.to_dict(),
+                     "compatibility": [v.to_dict() for v in verdicts]})
+        return 0
+    if changes.matches:
+        print(f"Matches the snapshot {snapshot['id']} ({changes.same} packages)")
+    else:
+        print(f"Differs from the snapshot {snapshot['id']} ({changes.same} packages the same):")
+    for item in changes.added:
+        print(f"  + {item['name']} {item['version']}")
+    for item in changes.removed:
+        print(f"  - {item['name']} {item['version']}")
+    for change in changes.changed:
+        print(f"  ~ {change.name} {change.from_version} -> {change.to_version}")
+    for verdict in verdicts:
+        print(f"{verdict.level}: {verdict.message}")
+    return 0
+
+
+def cmd_env_restore(args: argparse.Namespace) -> int:
+    store = env_store(args)
+    snapshot = envsnap.load_snapshot(store, args.snapshot)
+    cancel = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())  # stop between packages, cleanly
+
+    def progress(done: int, total: int, current: str) -> None:
+        if current and sys.stderr.isatty():
+            print(f"[{done}/{total}] {current}", file=sys.stderr)
+
+    def log(line: str) -> None:
+        if args.verbose:
+            print(line, file=sys.stderr)
+
+    try:
+        report = envsnap.restore(snapshot, store, args.python, offline=args.offline, uninstall=args.uninstall,
+                                 progress=progress, cancel=cancel, log=log, installer=args.installer)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(f"{len(report.installed)} packages installed, {len(report.skipped)} already right, "
+              f"{len(report.removed)} removed, {len(report.failed)} failed (with {report.installer})")
+        if report.cancelled:
+            print(f"Cancelled: {len(report.pending)} packages not installed")
+    for item in report.failed:
+        print(f"jupyter gpuws: error: {item['name']}: {item['message']}", file=sys.stderr)
+    if report.installed or report.removed:
+        print("Restart the kernels that use this environment to load what changed.", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def cmd_env_list(args: argparse.Namespace) -> int:
+    snapshots = envsnap.list_snapshots(env_store(args))
+    if args.json:
+        _print_json([info.to_dict() for info in snapshots])
+    for info in [] if args.json else snapshots:
+        print(info.id)
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    commands = {"snapshot": cmd_env_snapshot, "diff": cmd_env_diff, "restore": cmd_env_restore, "list": cmd_env_list}
+    return commands[args.env_command](args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status}
+    commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env}
     try:
         return commands[args.command](args)
-    except SyncError as err:
+    except (SyncError, envsnap.EnvError) as err:
         print(f"jupyter gpuws: error: {err}", file=sys.stderr)
         return 1
 

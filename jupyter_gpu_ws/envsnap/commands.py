@@ -1,0 +1,50 @@
+"""Runs pip and uv: their output to a log callback line by line, a failure as one readable line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from typing import Callable
+
+Log = Callable[[str], None]
+# How many of the tool's last error lines explain a failure.
+ERROR_LINES = 3
+# pip's notice about a newer pip is noise in a restore's log.
+QUIET = {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def run_command(command: list[str], log: Log | None = None) -> str | None:
+    """None when `command` succeeded, else why it failed (its last error lines)."""
+    tail: list[str] = []
+    try:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **QUIET})
+    except OSError as err:
+        return f"cannot run {command[0]}: {err.strerror or err}"
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip()
+        if log:
+            log(line)
+        if line.strip():
+            tail = (tail + [line.strip()])[-40:]
+    if proc.wait() == 0:
+        return None
+    # pip says "ERROR: …"; uv says "error: …" or draws "× …" / "╰─▶ …".
+    errors = [line for line in tail if "error" in line.lower() or line.startswith(("×", "╰─▶"))]
+    return " ".join((errors or tail or [f"exit status {proc.returncode}"])[-ERROR_LINES:])
+
+
+def find_uv() -> str | None:
+    """uv on PATH, beside our interpreter, or from the `uv` Python package."""
+    found = shutil.which("uv") or shutil.which("uv", path=os.path.dirname(sys.executable))
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin  # type: ignore[import-not-found]
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return None

@@ -1,0 +1,132 @@
+"""Real virtual environments for the environment snapshot tests, made once and copied per test.
+
+A venv copied with its links keeps working for `python -m …` (its prefix comes from where its
+python lies), which is all these tests and the code under test use.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from jupyter_gpu_ws.envsnap import SaveResult, capture, save_snapshot
+from jupyter_gpu_ws.sync.store import Store, open_backend
+
+PINNED = {"six": "1.16.0", "idna": "3.7"}
+LOCAL = ("local-pkg", "0.3.1")
+EDITABLE = ("edit-pkg", "1.0")
+
+
+def run(*command: str | Path) -> str:
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{command}: {done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def python_of(venv: Path) -> str:
+    return str(venv / "bin" / "python")
+
+
+def make_project(root: Path, name: str, version: str) -> Path:
+    """A one-module setuptools project, as a user's own code would be."""
+    module = name.replace("-", "")
+    (root / "src" / module).mkdir(parents=True)
+    (root / "src" / module / "__init__.py").write_text(f"VALUE = {version!r}\n")
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "{version}"\n')
+    return root
+
+
+def versions(python: str) -> dict[str, str]:
+    return {p["name"]: p["version"] for p in capture(python, include_torch=False, machine=False)["packages"]}
+
+
+def store_at(path: Path) -> Store:
+    return Store(open_backend(str(path)), "ws")
+
+
+@pytest.fixture(scope="session")
+def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bare venv (pip and setuptools only), made once: `python -m venv` takes seconds."""
+    venv = tmp_path_factory.mktemp("base") / "venv"
+    run(sys.executable, "-m", "venv", venv)
+    return venv
+
+
+@pytest.fixture
+def new_venv(base_venv: Path, tmp_path: Path) -> Callable[[str], str]:
+    """A fresh copy of the bare venv: its python."""
+    def make(name: str = "fresh") -> str:
+        shutil.copytree(base_venv, tmp_path / name, symlinks=True)
+        return python_of(tmp_path / name)
+    return make
+
+
+@pytest.fixture(scope="session")
+def projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("projects")
+    return {LOCAL[0]: make_project(root / "local", *LOCAL), EDITABLE[0]: make_project(root / "edit", *EDITABLE)}
+
+
+@pytest.fixture(scope="session")
+def source_venv(base_venv: Path, projects: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The environment a user built: two pinned packages from PyPI, one from a local folder,
+    one editable. Never changed by a test: copy it (`copy_venv`) to change it."""
+    venv = tmp_path_factory.mktemp("source") / "venv"
+    shutil.copytree(base_venv, venv, symlinks=True)
+    python = python_of(venv)
+    run(python, "-m", "pip", "install", "-q", *(f"{n}=={v}" for n, v in PINNED.items()), projects[LOCAL[0]])
+    run(python, "-m", "pip", "install", "-q", "-e", projects[EDITABLE[0]])
+    return venv
+
+
+@pytest.fixture
+def source_python(source_venv: Path) -> str:
+    return python_of(source_venv)
+
+
+@pytest.fixture
+def copy_venv(tmp_path: Path) -> Callable[[Path, str], str]:
+    def copy(venv: Path, name: str = "copy") -> str:
+        shutil.copytree(venv, tmp_path / name, symlinks=True)
+        return python_of(tmp_path / name)
+    return copy
+
+
+@pytest.fixture(scope="session")
+def snapshot_store(source_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SaveResult]:
+    """The source environment snapshotted with every wheel kept, in a local-folder store.
+    Tests that change the store copy its folder first (`store_copy`)."""
+    root = tmp_path_factory.mktemp("store")
+    result = save_snapshot(store_at(root), capture(python_of(source_venv)), keep_all_wheels=True)
+    return root, result
+
+
+@pytest.fixture
+def store_copy(snapshot_store: tuple[Path, SaveResult], tmp_path: Path) -> Store:
+    shutil.copytree(snapshot_store[0], tmp_path / "store")
+    return store_at(tmp_path / "store")
+
+
+@pytest.fixture
+def no_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Call it to make any attempt to reach an index fail: what installs then came from the store."""
+    def block() -> None:
+        dead = "http://127.0.0.1:9/simple"
+        for name in ("PIP_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX"):
+            monkeypatch.setenv(name, dead)
+        for name in ("PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "UV_FIND_LINKS"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    return block
+
+
+def packages(snapshot: dict[str, Any]) -> dict[str, str]:
+    return {p["name"]: p["version"] for p in snapshot["packages"]}
