@@ -1,0 +1,187 @@
+"""Emergency persist: SIGTERM to a real server process with a training kernel and unsynced
+files, and a preemption notice from a fake metadata server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.test_sync_api import get, mirror, sync_running, wait_for
+
+TOKEN = "emergency-test-token"
+
+TRAINING = """\
+%load_ext jupyter_gpu_ws
+import time, torch, jupyter_gpu_ws as gpuws
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+opt = torch.optim.AdamW(model.parameters())
+gpuws.track(model=model, optimizer=opt)
+print("tracking", flush=True)
+for i in range(10**9):
+    opt.zero_grad(); model(torch.randn(16, 256)).sum().backward(); opt.step()
+    gpuws.step(i)
+    time.sleep(0.01)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api(port: int, path: str, method: str = "GET", body: Any = None) -> Any:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read() or b"null")
+
+
+def until(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except OSError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not reached in {timeout:.0f} s")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    root, store, state, runtime = (tmp_path / n for n in ("root", "store", "state", "runtime"))
+    for folder in (root, runtime):
+        folder.mkdir()
+    port = free_port()
+    config = {
+        "ServerApp": {"port": port, "root_dir": str(root), "open_browser": False, "allow_root": True,
+                      "jpserver_extensions": {"jupyter_gpu_ws": True}},
+        "IdentityProvider": {"token": TOKEN},
+        "GpuWorkspace": {"store_url": str(store), "workspace": "test-ws", "state_dir": str(state),
+                         "sync_debounce": 3600.0, "grace_period": 25.0},
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_CONFIG_DIR=str(tmp_path / "jcfg"))
+    log = open(tmp_path / "server.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "jupyter_server", f"--config={tmp_path / 'config.json'}"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    info = {"proc": proc, "port": port, "root": root, "store": store, "state": state, "runtime": runtime,
+            "log": tmp_path / "server.log"}
+    try:
+        until(lambda: api(port, "/gpuws/api/sync")["state"] in ("idle", "syncing"), 60, "the server and its sync")
+        yield info
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: dict[str, Any]) -> None:
+    from jupyter_client import BlockingKernelClient
+
+    port, root, store = server["port"], server["root"], server["store"]
+    session = api(port, "/api/sessions", "POST",
+                  {"path": "train.ipynb", "type": "notebook", "name": "train.ipynb", "kernel": {"name": "python3"}})
+    kernel_id = session["kernel"]["id"]
+    client = BlockingKernelClient(connection_file=str(server["runtime"] / f"kernel-{kernel_id}.json"))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        client.execute(TRAINING)  # runs until the server goes
+        until(lambda: any(k.get("run") for k in api(port, "/gpuws/api/checkpoints")["kernels"]), 90,
+              "the training kernel's agent")
+        data = os.urandom(6 * 2**20)  # large: the watcher holds it for the (endless) settle delay
+        (root / "results.bin").write_bytes(data)
+        (root / "notes.md").write_text("last words")
+        time.sleep(1.0)  # the watcher has seen them; nothing is synced yet
+        assert not (mirror(store) / "results.bin").exists()
+
+        signalled = time.time()
+        server["proc"].send_signal(signal.SIGTERM)
+        server["proc"].wait(timeout=60)
+    finally:
+        client.stop_channels()
+    took = time.time() - signalled
+
+    assert (mirror(store) / "results.bin").read_bytes() == data
+    assert (mirror(store) / "notes.md").read_text() == "last words"
+    manifests = list((mirror(store) / ".gpuws" / "checkpoints" / "train.ipynb").glob("ckpt-*/manifest.json"))
+    assert manifests, server["log"].read_text()[-3000:]
+    newest = max(json.loads(m.read_text())["time"] for m in manifests)
+    assert newest >= signalled  # a checkpoint taken because of the SIGTERM
+    report = json.loads((server["state"] / "emergency-report.json").read_text())
+    assert report["reason"] == "SIGTERM" and report["pending_count"] == 0 and report["errors"] == []
+    assert report["seconds"] < 25 and took < 60
+
+
+class FakeMetadata(http.server.BaseHTTPRequestHandler):
+    preempted = False
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.endswith("/instance/preempted") and self.headers.get("Metadata-Flavor") == "Google":
+            body = b"TRUE" if FakeMetadata.preempted else b"FALSE"
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self.send_response(404)
+            self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def metadata() -> Iterator[str]:
+    FakeMetadata.preempted = False
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeMetadata)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture
+def gpuws_config(gpuws_config: dict[str, Any], metadata: str) -> dict[str, Any]:
+    return {**gpuws_config, "preemption_clouds": ["gcp"], "gcp_metadata_url": metadata,
+            "preemption_poll_interval": 0.2}
+
+
+async def test_a_preemption_notice_runs_the_emergency_persist(jp_fetch: Any, jp_root_dir: Path, store_dir: Path,
+                                                              gpuws_app: Any) -> None:
+    await sync_running(jp_fetch)
+    gpuws_app.sync.service.debounce = 3600
+    (jp_root_dir / "model.bin").write_bytes(b"m" * (5 * 2**20))
+    state = await get(jp_fetch, "runtime")
+    assert state["preemption_watch"]["watching"] == ["gcp"] and state["emergency"] is None
+
+    FakeMetadata.preempted = True
+
+    async def handled() -> Any:
+        s = await get(jp_fetch, "runtime")
+        return s if s["emergency"] and s["emergency"]["state"] == "done" else None
+
+    state = await wait_for(handled, timeout=20)
+    assert state["emergency"]["reason"] == "preemption:gcp"
+    assert state["source"] == "preemption:gcp"  # the notice is now the deadline
+    assert (mirror(store_dir) / "model.bin").stat().st_size == 5 * 2**20
+    assert state["emergency"]["pending_count"] == 0
