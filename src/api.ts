@@ -201,3 +201,46 @@ export interface ICheckpointRequest {
   step?: number;
   message?: string | null;
 }
+
+export interface IRuntimeNotice {
+  id: number;
+  level: 'info' | 'warning' | 'error';
+  message: string;
+  time: number;
+  job_id: string | null;
+}
+
+export interface IGitStatus {
+  enabled: boolean;
+  repository?: string | null;
+  branch?: string | null;
+  last_commit?: { sha: string; message: string; time: number } | null;
+  uncommitted?: number;
+  too_large?: string[];
+  remote?: string | null;
+  push?: { state: string; time: number | null; ahead?: number; behind?: number } | null;
+  last_persist?: number | null;
+  last_error?: string | null;
+}
+
+export interface IRuntimeState {
+  now: number;
+  start: number;
+  elapsed: number;
+  deadline: number | null;
+  source: string | null;
+  remaining: number | null;
+  sources: Array<{ at: number; source: string; detail: string | null }>;
+  idle_seconds: number | null;
+  idle_deadline: number | null;
+  preemption: { cloud: string; detail: string; noticed: number; deadline: number | null } | null;
+  next_persist: number | null;
+  persist_lead_time: number;
+  grace_period: number;
+  errors: string[];
+  notices: IRuntimeNotice[];
+  auto_persist: IJob | null;
+  emergency: { reason: string; state: string; pending_count?: number; errors?: string[] } | null;
+  release: { job_id: string; state: 'persisting' | 'kept' | 'releasing'; error: string | null } | null;
+  git: IGitStatus | null;
+}

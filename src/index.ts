@@ -14,12 +14,14 @@ import { GpuWorkspacePanel } from './sidebar/Panel';
 import { GpuStatusItem } from './statusbar';
 import { SyncModel } from './sync';
 import { CheckpointsModel } from './checkpoints';
+import { RuntimeModel } from './runtime';
 
 const PLUGIN_ID = 'jupyter_gpu_ws:plugin';
 
 namespace CommandIDs {
   export const openPanel = 'gpuws:open-panel';
   export const persist = 'gpuws:persist';
+  export const release = 'gpuws:persist-and-release';
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {
@@ -37,7 +39,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const model = new MetricsModel();
     const sync = new SyncModel();
     const checkpoints = new CheckpointsModel();
-    const panel = new GpuWorkspacePanel(model, sync, checkpoints, { sparklineSeconds: 300 });
+    const runtime = new RuntimeModel(sync);
+    const panel = new GpuWorkspacePanel(model, sync, checkpoints, runtime, { sparklineSeconds: 300 });
     app.shell.add(panel, 'left', { rank: 850 });
     if (restorer) {
       restorer.add(panel, 'gpuws-panel');
@@ -58,14 +61,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
       isEnabled: () => !sync.persisting,
       execute: () => sync.persist()
     });
+    app.commands.addCommand(CommandIDs.release, {
+      label: 'Persist and release the runtime',
+      caption: 'Persist everything, then shut the server down so a paid runtime stops',
+      execute: () => runtime.release()
+    });
     palette?.addItem({ command: CommandIDs.openPanel, category: 'GPU Workspace' });
+    palette?.addItem({ command: CommandIDs.release, category: 'GPU Workspace' });
     palette?.addItem({ command: CommandIDs.persist, category: 'GPU Workspace' });
 
     const notifier = new AlertNotifier(model, openPanel);
     let showStatusBar = true;
     if (statusBar) {
       statusBar.registerStatusItem(PLUGIN_ID, {
-        item: new GpuStatusItem(model, sync, openPanel),
+        item: new GpuStatusItem(model, sync, runtime, openPanel),
         align: 'left',
         rank: 50,
         isActive: () => showStatusBar,

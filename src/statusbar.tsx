@@ -4,6 +4,7 @@ import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import { ISample } from './api';
 import { formatBytes } from './format';
 import { MetricsModel } from './metrics';
+import { RuntimeModel, runtimeWord } from './runtime';
 import { SyncModel, formatAge } from './sync';
 
 /** The status bar's few words on the sync. */
@@ -60,6 +61,7 @@ export class GpuStatusItem extends ReactWidget {
   constructor(
     private _model: MetricsModel,
     private _sync: SyncModel,
+    private _runtime: RuntimeModel,
     private _onClick: () => void
   ) {
     super();
@@ -86,6 +88,22 @@ export class GpuStatusItem extends ReactWidget {
               <span
                 className={`jp-gpuws-status-text jp-gpuws-status-sync jp-gpuws-status-${level}`}
                 data-testid="gpuws-status-sync"
+                title={title}
+              >
+                {text}
+              </span>
+            ) : (
+              <span />
+            );
+          }}
+        </UseSignal>
+        <UseSignal signal={this._runtime.changed}>
+          {() => {
+            const { text, title, level } = runtimeWord(this._runtime);
+            return text ? (
+              <span
+                className={`jp-gpuws-status-text jp-gpuws-status-runtime jp-gpuws-status-${level}`}
+                data-testid="gpuws-status-runtime"
                 title={title}
               >
                 {text}

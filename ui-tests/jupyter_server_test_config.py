@@ -37,3 +37,5 @@ if os.environ.get("GPUWS_UI_TEST_GPUS"):
     scratch = Path(os.environ.setdefault("GPUWS_UI_GPUS_FILE", str(Path(tempfile.gettempdir()) / "gpuws-ui-gpus.json")))
     shutil.copy(Path(__file__).with_name("fake-gpus.json"), scratch)
     c.GpuWorkspace.nvml_test_double = str(scratch)  # noqa: F821
+    # A 25-minute runtime: the 30-minute warning is due at once, the countdown is visible.
+    c.GpuWorkspace.max_runtime = "25m"  # noqa: F821

@@ -4,9 +4,11 @@ import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import { ConnectionState, MetricsModel } from '../metrics';
 import { gpuIcon } from '../icons';
 import { CheckpointsModel } from '../checkpoints';
+import { RuntimeModel } from '../runtime';
 import { SyncModel } from '../sync';
 import { CheckpointsSection } from './CheckpointsSection';
 import { GpuSection } from './GpuSection';
+import { GitSection, RuntimeSection } from './RuntimeSection';
 import { SyncSection } from './SyncSection';
 import { SystemSection } from './SystemSection';
 
@@ -34,6 +36,7 @@ export class GpuWorkspacePanel extends ReactWidget {
     readonly model: MetricsModel,
     readonly sync: SyncModel,
     readonly checkpoints: CheckpointsModel,
+    readonly runtime: RuntimeModel,
     public options: IPanelOptions
   ) {
     super();
@@ -53,9 +56,13 @@ export class GpuWorkspacePanel extends ReactWidget {
     return (
       <div className="jp-gpuws-body">
         <UseSignal signal={this.model.changed}>{() => <Header model={this.model} />}</UseSignal>
+        <UseSignal signal={this.runtime.changed}>{() => <RuntimeSection model={this.runtime} />}</UseSignal>
         <UseSignal signal={this.sync.changed}>{() => <SyncSection model={this.sync} />}</UseSignal>
         <UseSignal signal={this.checkpoints.changed}>
           {() => <CheckpointsSection model={this.checkpoints} />}
+        </UseSignal>
+        <UseSignal signal={this.runtime.changed}>
+          {() => (this.runtime.state?.git?.enabled ? <GitSection git={this.runtime.state.git} /> : null)}
         </UseSignal>
         <UseSignal signal={this.model.changed}>
           {() => <Monitor model={this.model} options={this.options} />}

@@ -1,0 +1,158 @@
+// The runtime's countdown (polled, ticking locally each second), its notices shown once as
+// notifications with a Persist now action, and Persist and release.
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { Poll } from '@lumino/polling';
+import { ISignal, Signal } from '@lumino/signaling';
+import { IDisposable } from '@lumino/disposable';
+
+import { IJob, IRuntimeState, requestAPI } from './api';
+import { SyncModel } from './sync';
+
+export class RuntimeModel implements IDisposable {
+  state: IRuntimeState | null = null;
+  error: string | null = null;
+
+  constructor(private _sync: SyncModel) {
+    this._poll = new Poll({
+      factory: () => this.refresh(),
+      frequency: { interval: 5000, backoff: true, max: 30000 },
+      standby: 'when-hidden'
+    });
+    // The countdown moves every second between two polls.
+    this._timer = window.setInterval(() => {
+      if (this.state?.deadline) {
+        this._changed.emit();
+      }
+    }, 1000);
+  }
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  dispose(): void {
+    if (!this._disposed) {
+      this._disposed = true;
+      this._poll.dispose();
+      window.clearInterval(this._timer);
+      Signal.clearData(this);
+    }
+  }
+
+  /** The server's "now", estimated from its last answer and the time since. */
+  now(): number {
+    return Date.now() / 1000 + this._offset;
+  }
+
+  /** Seconds left before the earliest deadline, or null when there is none. */
+  remaining(): number | null {
+    const deadline = this.state?.deadline;
+    return deadline ? Math.max(0, deadline - this.now()) : null;
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      const state = await requestAPI<IRuntimeState>('runtime');
+      this._offset = state.now - Date.now() / 1000;
+      this.state = state;
+      this.error = null;
+      this._announce(state);
+    } catch (error) {
+      this.error = (error as Error).message;
+    }
+    this._changed.emit();
+  }
+
+  /** Persist, then shut the server down (after the user confirms). */
+  async release(): Promise<void> {
+    const answer = await showDialog({
+      title: 'Persist and release this runtime?',
+      body:
+        'Everything is checkpointed and uploaded to the store, then the server shuts down so a ' +
+        'paid runtime stops. If the persist fails, the server keeps running.',
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Persist and release' })]
+    });
+    if (!answer.button.accept) {
+      return;
+    }
+    try {
+      const job = await requestAPI<IJob>('runtime/release', { method: 'POST', body: '{}' });
+      Notification.emit('Persisting before the release…', 'in-progress', { autoClose: 5000 });
+      this._sync.job = job;
+      await this.refresh();
+    } catch (error) {
+      Notification.error(`Release failed: ${(error as Error).message}`, { autoClose: false });
+    }
+  }
+
+  /** Each notice once per browser (remembered across reloads for this server's run); a page
+   * opened later shows the latest warning, with the time left as it is now. */
+  private _announce(state: IRuntimeState): void {
+    const key = `gpuws-runtime-notices-${Math.round(state.start)}`;
+    if (this._seen === null) {
+      const stored = window.localStorage.getItem(key);
+      this._seen = stored === null ? null : Number(stored);
+    }
+    const fresh = state.notices.filter(n => this._seen === null || n.id > this._seen);
+    for (const notice of fresh) {
+      const old = state.now - notice.time > 120;
+      if (old && notice.level !== 'warning') {
+        continue;
+      }
+      if (old && notice !== fresh.filter(n => n.level === 'warning').pop()) {
+        continue; // only the latest of the old warnings, told anew
+      }
+      const left = this.remaining();
+      const message =
+        old && left !== null
+          ? `This runtime ends in about ${minutes(left)}. Persist now to keep your work.`
+          : notice.message;
+      const actions =
+        notice.level === 'warning'
+          ? [{ label: 'Persist now', callback: () => void this._sync.persist() }]
+          : [];
+      const type = notice.level === 'error' ? 'error' : notice.level === 'warning' ? 'warning' : 'info';
+      Notification.emit(message, type, { autoClose: notice.level === 'info' ? 8000 : false, actions });
+    }
+    this._seen = Math.max(this._seen ?? 0, ...state.notices.map(n => n.id));
+    try {
+      window.localStorage.setItem(key, String(this._seen));
+    } catch {
+      // storage full or disabled: notices may repeat on reload, nothing worse
+    }
+  }
+
+  private _changed = new Signal<this, void>(this);
+  private _disposed = false;
+  private _poll: Poll;
+  private _timer: number;
+  private _offset = 0;
+  private _seen: number | null = null;
+}
+
+/** The few words the status bar says about the time left. */
+export function runtimeWord(model: RuntimeModel): { text: string; title: string; level: string } {
+  const state = model.state;
+  const left = model.remaining();
+  if (!state || left === null) {
+    return { text: '', title: '', level: 'none' };
+  }
+  const lead = state.persist_lead_time;
+  const level = left <= 120 ? 'error' : left <= Math.max(lead, 600) ? 'warning' : 'ok';
+  return { text: `${formatLeft(left)} left`, title: `Runtime ends (${state.source})`, level };
+}
+
+function formatLeft(seconds: number): string {
+  const h = Math.floor(seconds / 3600);
+  const m = Math.floor((seconds % 3600) / 60);
+  return h > 0 ? `${h} h ${String(m).padStart(2, '0')}` : m > 0 ? `${m} min` : `${Math.floor(seconds)} s`;
+}
+
+function minutes(seconds: number): string {
+  const m = Math.max(1, Math.round(seconds / 60));
+  return `${m} minute${m === 1 ? '' : 's'}`;
+}

@@ -1,0 +1,130 @@
+import React from 'react';
+
+import { IGitStatus } from '../api';
+import { formatClock, formatDuration } from '../format';
+import { RuntimeModel } from '../runtime';
+import { formatAge } from '../sync';
+import { Bar } from './Bar';
+
+const SOURCES: { [source: string]: string } = {
+  max_runtime: 'runtime limit',
+  deadline: 'configured deadline',
+  GPUWS_DEADLINE: 'GPUWS_DEADLINE',
+  deadline_file: 'deadline file',
+  idle_shutdown: 'idle shutdown',
+  'preemption:aws': 'AWS spot interruption',
+  'preemption:gcp': 'GCP preemption',
+  'preemption:azure': 'Azure eviction'
+};
+
+export function sourceLabel(source: string | null): string {
+  return source ? (SOURCES[source] ?? source) : '';
+}
+
+/** Runtime: the countdown, a bar of time used, its source, idle time, the next automatic
+ * persist, emergencies, and Persist and release. */
+export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
+  const { model } = props;
+  const state = model.state;
+  const now = model.now();
+  const left = model.remaining();
+  const releasing = state?.release && state.release.state !== 'kept';
+  return (
+    <section className="jp-gpuws-section" aria-label="Runtime">
+      <h3 className="jp-gpuws-section-title">
+        Runtime
+        {state?.source && <span className="jp-gpuws-subtle">{sourceLabel(state.source)}</span>}
+      </h3>
+      {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
+      {state && left !== null && state.deadline ? (
+        <>
+          <div
+            className={`jp-gpuws-countdown jp-gpuws-countdown-${left <= 120 ? 'critical' : left <= state.persist_lead_time ? 'high' : 'normal'}`}
+            data-testid="gpuws-countdown"
+            title={`Ends ${new Date(state.deadline * 1000).toLocaleString()}`}
+          >
+            {formatClock(left)} <span className="jp-gpuws-subtle">left</span>
+          </div>
+          <Bar
+            label="Time used"
+            value={Math.min(100, (100 * (now - state.start)) / Math.max(1, state.deadline - state.start))}
+            text={`${formatDuration(now - state.start)} of ${formatDuration(state.deadline - state.start)}`}
+            capacity
+            testId="gpuws-runtime-bar"
+          />
+          {state.next_persist && (
+            <div className="jp-gpuws-line" data-testid="gpuws-next-persist">
+              {state.auto_persist
+                ? `Automatic persist ${state.auto_persist.state === 'running' ? 'running' : state.auto_persist.state}`
+                : state.next_persist > now
+                  ? `Automatic persist in ${formatDuration(state.next_persist - now)}`
+                  : 'Automatic persist due'}
+            </div>
+          )}
+        </>
+      ) : (
+        state && (
+          <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-countdown">
+            No known end: running for {formatDuration(now - state.start)}
+          </div>
+        )
+      )}
+      {state?.idle_seconds !== null && state?.idle_seconds !== undefined && (
+        <div className="jp-gpuws-line jp-gpuws-subtle">
+          Idle for {formatDuration(state.idle_seconds)}
+          {state.idle_deadline ? `; idle shutdown in ${formatDuration(state.idle_deadline - now)}` : ''}
+        </div>
+      )}
+      {state?.emergency && (
+        <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-emergency">
+          {state.emergency.reason}: emergency persist {state.emergency.state}
+          {state.emergency.pending_count ? `, ${state.emergency.pending_count} files not persisted` : ''}
+        </div>
+      )}
+      {state?.errors.map(error => (
+        <div key={error} className="jp-gpuws-message jp-gpuws-warning">
+          {error}
+        </div>
+      ))}
+      {state?.release?.state === 'kept' && (
+        <div className="jp-gpuws-message jp-gpuws-error">
+          Not released: {state.release.error}
+        </div>
+      )}
+      <div className="jp-gpuws-actions">
+        <button
+          className="jp-mod-styled jp-gpuws-button"
+          data-testid="gpuws-release"
+          disabled={!state || !!releasing}
+          onClick={() => void model.release()}
+          title="Persist everything, then shut the server down so a paid runtime stops"
+        >
+          {releasing ? 'Releasing…' : 'Persist and release'}
+        </button>
+      </div>
+    </section>
+  );
+}
+
+/** Git: branch, last commit, uncommitted files, push state and the last error. */
+export function GitSection(props: { git: IGitStatus }): JSX.Element {
+  const { git } = props;
+  const now = Date.now() / 1000;
+  return (
+    <section className="jp-gpuws-section" data-testid="gpuws-git" aria-label="Git">
+      <h3 className="jp-gpuws-section-title">Git</h3>
+      <div className="jp-gpuws-line">
+        {git.branch ?? (git.repository ? 'detached' : 'no repository yet')}
+        {git.uncommitted ? ` · ${git.uncommitted} uncommitted` : ''}
+        {git.push?.state ? ` · push ${git.push.state}` : ''}
+      </div>
+      {git.last_commit && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" title={git.last_commit.message}>
+          {git.last_commit.sha.slice(0, 7)} {git.last_commit.message.split('\n')[0]} (
+          {formatAge(now - git.last_commit.time)} ago)
+        </div>
+      )}
+      {git.last_error && <div className="jp-gpuws-message jp-gpuws-error">{git.last_error}</div>}
+    </section>
+  );
+}
