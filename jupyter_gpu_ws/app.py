@@ -15,6 +15,7 @@ from traitlets.config import Configurable
 from . import __version__
 from .defaults import default_state_dir, default_store_url, derive_workspace_name, local_store_path
 from .jobs import JobRunner
+from .environment import EnvironmentSupervisor
 from .lifecycle import RuntimeSupervisor
 from .runtime import parse_deadline, parse_duration
 from .checkpoints.coordinator import CheckpointCoordinator
@@ -174,6 +175,19 @@ class GpuWorkspace(Configurable):
 
     git_branch = Unicode("", help="The remote branch to push to (default: the current branch's name).").tag(config=True)
 
+    env_python = Unicode(
+        "", help="""The Python whose environment is snapshotted and restored. Default: the
+        default kernel's interpreter."""
+    ).tag(config=True)
+
+    env_snapshot_on_persist = Bool(
+        True, help="Take an environment snapshot at each persist (a new one only when something changed)."
+    ).tag(config=True)
+
+    env_keep_all_wheels = Bool(
+        False, help="Keep a wheel of every package in the store, so a restore needs no package index at all."
+    ).tag(config=True)
+
     state_dir = Unicode(help="Local folder for the record of what was synced (not in the work directory).").tag(
         config=True
     )
@@ -284,6 +298,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             self.sync.start()
         else:
             self.sync.state = "disabled"
+        self.environment = EnvironmentSupervisor(self)
         self.runtime = RuntimeSupervisor(self)
         self.runtime.start()
         self.log.info(
@@ -390,6 +405,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
 
     async def stop_extension(self) -> None:
         self.runtime.stop()
+        self.environment.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.sync.stop)
         self._kernel_poll.stop()
         for client in list(self.stream_clients):

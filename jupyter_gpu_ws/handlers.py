@@ -13,6 +13,7 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from tornado import web, websocket
 
 from .checkpoints.coordinator import CheckpointRequestError
+from .envsnap import EnvError, InterpreterError, SnapshotNotFoundError
 from .persist import start_restore
 from .sync.errors import (
     DeletionGuardError,
@@ -80,6 +81,9 @@ ERROR_STATUS: list[tuple[type[Exception], int]] = [
     (QuotaExceededError, 507),
     (StoreFullError, 507),
     (SyncError, 503),  # store unreachable or misconfigured, sync not running
+    (SnapshotNotFoundError, 404),
+    (InterpreterError, 409),
+    (EnvError, 500),
 ]
 
 
@@ -163,6 +167,60 @@ class ReleaseHandler(GpuWorkspaceHandler):
         try:
             job = self.app.runtime.persist_and_release(force=body.get("force", False))
         except SyncError as err:
+            raise http_error(err) from err
+        self.set_status(202)
+        self.finish(job.to_dict())
+
+
+class EnvHandler(GpuWorkspaceHandler):
+    """`GET /gpuws/api/env`: the kernels' environment against the latest snapshot: the state
+    (`matches`, `differs`, `no-snapshot`, `capturing`, `error`), the diff, the CUDA / driver /
+    GPU verdicts, the snapshots in the store, and the latest snapshot and restore jobs."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.app.environment.watch()
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(await run_blocking(self.app.environment.state), default=str))
+
+
+class EnvSnapshotsHandler(GpuWorkspaceHandler):
+    """`POST /gpuws/api/env/snapshots`: take a snapshot now, as a job (a new one only when the
+    environment changed)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        self.json_body({})
+        try:
+            job = self.app.environment.start_snapshot()
+        except (SyncError, EnvError) as err:
+            raise http_error(err) from err
+        self.set_status(202)
+        self.finish(job.to_dict())
+
+
+class EnvRestoreHandler(GpuWorkspaceHandler):
+    """`POST /gpuws/api/env/restore` `{"snapshot": id?, "offline": false, "uninstall": false}`:
+    install what differs from the snapshot (the latest by default), as a job with progress."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.json_body({})
+        if not isinstance(body, dict) or set(body) - {"snapshot", "offline", "uninstall"}:
+            raise web.HTTPError(400, 'Expected {"snapshot": "<id>", "offline": bool, "uninstall": bool}')
+        snapshot = body.get("snapshot")
+        if snapshot is not None and not isinstance(snapshot, str):
+            raise web.HTTPError(400, '"snapshot" is a snapshot id (a string)')
+        for flag in ("offline", "uninstall"):
+            if not isinstance(body.get(flag, False), bool):
+                raise web.HTTPError(400, f'"{flag}" is true or false')
+        try:
+            job = await run_blocking(self.app.environment.start_restore, snapshot, body.get("offline", False),
+                                     body.get("uninstall", False))
+        except (SyncError, EnvError) as err:
             raise http_error(err) from err
         self.set_status(202)
         self.finish(job.to_dict())
@@ -325,6 +383,11 @@ def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/gpuws/api/checkpoints", CheckpointsHandler, kwargs),
         (r"/gpuws/api/persist", PersistHandler, kwargs),
         (r"/gpuws/api/runtime", RuntimeHandler, kwargs),
+        (r"/gpuws/api/env", EnvHandler, kwargs),
+        (r"/gpuws/api/env/snapshots", EnvSnapshotsHandler, kwargs),
+        (rf"/gpuws/api/env/snapshots/{job_id}", JobHandler, {"app": app, "kind": "env-snapshot"}),
+        (r"/gpuws/api/env/restore", EnvRestoreHandler, kwargs),
+        (rf"/gpuws/api/env/restore/{job_id}", JobHandler, {"app": app, "kind": "env-restore"}),
         (r"/gpuws/api/runtime/release", ReleaseHandler, kwargs),
         (rf"/gpuws/api/persist/{job_id}", JobHandler, {"app": app, "kind": "persist"}),
     ]

@@ -9,11 +9,11 @@ import os
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from tornado.ioloop import PeriodicCallback
 
-from .jobs import Job
+from .jobs import Job, Step
 from .persist import start_persist
 from .runtime import IdleInputs, KernelActivity, PreemptionNotice, PreemptionWatcher, RuntimeClock, RuntimeEvent
 from .runtime import RuntimeSettings, make_checks
@@ -161,9 +161,13 @@ class RuntimeSupervisor:
             from .runtime.gitrepo import git_step
 
             git = git_step(self.git)
+        # An emergency has no seconds to spare for reading the environment.
+        environment = None
+        if app.env_snapshot_on_persist and trigger in ("user", "auto", "release"):
+            environment = _tolerant(app.environment.snapshot_step())
         job = start_persist(app.jobs, service, app.checkpoints, app.run_async,
                             checkpoint_timeout if checkpoint_timeout is not None else app.checkpoint_timeout,
-                            git=git, trigger=trigger)
+                            git=git, environment=environment, trigger=trigger)
         self._git_checked = 0.0  # the sidebar shows the new commit soon after
         return job
 
@@ -294,3 +298,15 @@ class RuntimeSupervisor:
         state["git"] = self.git_status if self.git is not None else {"enabled": False}
         return state
 
+
+def _tolerant(step: Callable[[Job, Step], None]) -> Callable[[Job, Step], None]:
+    """A failed snapshot is reported in the job, and the sync still runs."""
+
+    def run(job: Job, current: Step) -> None:
+        try:
+            step(job, current)
+        except Exception as err:  # noqa: BLE001 - reported, not raised: the files matter more
+            current.detail = f"failed: {err}"
+            job.errors.append(f"environment snapshot: {err}")
+
+    return run

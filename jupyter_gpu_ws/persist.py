@@ -1,5 +1,5 @@
 """The one pipeline behind "Persist now": checkpoint every tracked kernel, then flush the sync
-(newest checkpoints first), with the Git commit between them when Git versioning is on."""
+(newest checkpoints first), with the environment snapshot and the Git commit between them."""
 
 from __future__ import annotations
 
@@ -56,11 +56,15 @@ def _checkpoint_step(coordinator: Any, run_async: Callable[..., Any], timeout: f
 
 def start_persist(runner: JobRunner, service: SyncService, coordinator: Any = None,
                   run_async: Callable[..., Any] | None = None, checkpoint_timeout: float = 60.0,
-                  git: StepFunction | None = None, trigger: str = "user") -> Job:
-    """Checkpoints first (so the sync carries them), then the Git commit, then the sync."""
+                  git: StepFunction | None = None, environment: StepFunction | None = None,
+                  trigger: str = "user") -> Job:
+    """Checkpoints first (so the sync carries them), then the environment snapshot and the Git
+    commit, then the sync."""
     steps: list[tuple[str, StepFunction]] = []
     if coordinator is not None and run_async is not None:
         steps.append(("checkpoints", _checkpoint_step(coordinator, run_async, checkpoint_timeout)))
+    if environment is not None:
+        steps.append(("environment", environment))
     if git is not None:
         steps.append(("git", git))
     steps.append(("sync", _sync_step(service)))

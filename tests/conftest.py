@@ -74,6 +74,9 @@ def gpuws_config(fake_gpus: Path, store_dir: Path, tmp_path: Path) -> dict[str, 
         "workspace": "test-ws",
         "state_dir": str(tmp_path / "sync-state"),
         "sync_debounce": 0.02,
+        # Snapshotting the test environment itself (torch, an editable install) is slow and
+        # beside the point; the environment tests turn it on with small virtual environments.
+        "env_snapshot_on_persist": False,
     }
 
 

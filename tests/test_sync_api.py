@@ -100,7 +100,9 @@ async def test_lease_takeover_needs_an_explicit_body(jp_fetch: Any) -> None:
 
 @pytest.mark.parametrize("server_authorizer", [DenyGpuws])
 @pytest.mark.parametrize(("method", "path"), [("GET", "sync"), ("POST", "persist"), ("POST", "sync/restore"),
-                                              ("GET", "persist/0123456789ab")])
+                                              ("GET", "persist/0123456789ab"), ("GET", "runtime"),
+                                              ("POST", "runtime/release"), ("GET", "env"), ("POST", "env/snapshots"),
+                                              ("POST", "env/restore"), ("DELETE", "env/restore/0123456789ab")])
 async def test_denied_user_gets_403_everywhere(jp_fetch: Any, server_authorizer: Any, method: str, path: str) -> None:
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("gpuws", "api", *path.split("/"), method=method, body="" if method == "POST" else None)

@@ -88,6 +88,11 @@ class Progress:
             self.bytes_total += size
             self.phase = phase
 
+    def set_items(self, done: int, total: int, current: str | None, phase: str) -> None:
+        """Progress counted in items other than files (packages of an environment restore)."""
+        with self._lock:
+            self.files_done, self.files_total, self.current, self.phase = done, total, current, phase
+
     def add_bytes(self, n: int) -> None:
         with self._lock:
             self.bytes_done += n

@@ -1,0 +1,224 @@
+"""The kernels' Python environment, on the server: what it holds now against the latest
+snapshot in the store, noticed when it changes, snapshots and restores run as jobs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from .envsnap import EnvError, SnapshotNotFoundError, capture, compatibility, diff, list_snapshots, load_snapshot
+from .envsnap import read_machine, restore, save_snapshot
+from .jobs import Job, Step
+from .sync.errors import SyncError
+
+if TYPE_CHECKING:
+    from .app import GpuWorkspaceApp
+    from .sync.store import Store
+
+# The installer's last lines kept for the panel.
+KEEP_LOG_LINES = 200
+# How often the site-packages folders are looked at for a change (an os.stat each).
+WATCH_EVERY = 10.0
+
+
+class EnvironmentSupervisor:
+    """Captures the kernels' environment in the background and compares it with the store's
+    latest snapshot; a change to its site-packages (a `pip install` in a cell) makes it look
+    again and, until a new snapshot is taken, says the snapshot is stale."""
+
+    def __init__(self, app: GpuWorkspaceApp) -> None:
+        self.app = app
+        self.log = app.log
+        self.current: dict[str, Any] | None = None
+        self.captured: float | None = None
+        self.compared: dict[str, Any] | None = None  # the latest snapshot's id, diff and verdicts
+        self.error: str | None = None
+        self.capturing = False
+        self._signature: tuple[float, ...] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- which Python -------------------------------------------------------------------------
+
+    def python(self) -> str:
+        """`env_python`, else the default kernel's interpreter, else the server's own."""
+        if self.app.env_python:
+            return self.app.env_python
+        try:
+            ksm = self.app.serverapp.kernel_spec_manager
+            argv = ksm.get_kernel_spec(self.app.serverapp.kernel_manager.default_kernel_name).argv
+            candidate = argv[0] if argv else ""
+            if candidate in ("python", "python3", "{python}"):
+                return sys.executable
+            if os.path.isabs(candidate) or shutil.which(candidate):
+                return candidate
+        except Exception as err:  # no kernel spec: the server's Python is the best guess
+            self.log.debug("GPU workspace: no default kernel interpreter: %s", err)
+        return sys.executable
+
+    def store(self) -> Store:
+        service = self.app.sync.require()
+        return service.engine.store
+
+    # -- watching ---------------------------------------------------------------------------
+
+    def watch(self) -> None:
+        """Start reading and watching the environment, once: on the first look at it (the
+        panel), so a server nobody asks about its environment never imports torch to tell."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._watch, name="gpuws-env", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        self.refresh()
+        while not self._stop.wait(WATCH_EVERY):
+            signature = self._site_signature()
+            if signature != self._signature:
+                self.refresh()
+
+    def _site_signature(self) -> tuple[float, ...] | None:
+        """The modification times of the folders packages are installed in: an install or
+        uninstall adds or removes a `*.dist-info` folder there, which changes its mtime."""
+        if not self.current:
+            return None
+        times = []
+        for folder in sorted({p.get("location") or "" for p in self.current.get("packages", [])}):
+            try:
+                times.append(os.stat(folder).st_mtime)
+            except OSError:
+                times.append(-1.0)
+        return tuple(times)
+
+    def refresh(self) -> None:
+        """Capture the environment and compare it with the latest snapshot (in this thread)."""
+        with self._lock:
+            if self.capturing:
+                return
+            self.capturing = True
+        try:
+            current = capture(self.python())
+            self.current, self.captured, self.error = current, time.time(), None
+            self._signature = self._site_signature()
+            self.compare()
+        except (EnvError, OSError) as err:
+            self.error = str(err)
+            self.log.warning("GPU workspace: cannot read the environment: %s", err)
+        finally:
+            self.capturing = False
+
+    def compare(self) -> None:
+        if self.current is None:
+            return
+        try:
+            snapshot = load_snapshot(self.store())
+        except SnapshotNotFoundError:
+            self.compared = {"latest": None, "diff": None, "compatibility": []}
+            return
+        except (SyncError, EnvError) as err:
+            self.compared = {"latest": None, "diff": None, "compatibility": [], "error": str(err)}
+            return
+        verdicts = compatibility(snapshot, read_machine(), self.current.get("python"))
+        self.compared = {
+            "latest": {"id": snapshot.get("id"), "captured_at": snapshot.get("captured_at"),
+                       "hash": snapshot.get("hash"), "packages": len(snapshot.get("packages", []))},
+            "diff": diff(self.current, snapshot).to_dict(),
+            "compatibility": [v.to_dict() for v in verdicts],
+        }
+
+    # -- the API -----------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        compared = self.compared or {}
+        latest = compared.get("latest")
+        current = self.current or {}
+        if self.error:
+            state = "error"
+        elif not self.current:
+            state = "capturing"
+        elif latest is None:
+            state = "no-snapshot"
+        else:
+            state = "matches" if current.get("hash") == latest["hash"] or compared["diff"]["matches"] else "differs"
+        try:
+            snapshots = [info.to_dict() for info in list_snapshots(self.store())]
+        except (SyncError, EnvError, OSError):
+            snapshots = []
+        return {
+            "state": state,
+            "python": self.python(),
+            "captured_at": self.captured,
+            "capturing": self.capturing,
+            "current": {"hash": current.get("hash"), "packages": len(current.get("packages", [])),
+                        "python": current.get("python"), "torch": current.get("torch"),
+                        "machine": current.get("machine")} if current else None,
+            "latest": latest,
+            "diff": compared.get("diff"),
+            "compatibility": compared.get("compatibility", []),
+            "snapshots": snapshots,
+            "error": self.error or compared.get("error"),
+            "snapshot_job": _summary(self.app.jobs.latest("env-snapshot")),
+            "restore_job": _summary(self.app.jobs.latest("env-restore")),
+        }
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def snapshot_step(self) -> Callable[[Job, Step], None]:
+        """Capture and keep a snapshot (a step of Persist now, or a job of its own)."""
+
+        def run(job: Job, step: Step) -> None:
+            step.detail = "reading the environment"
+            snapshot = capture(self.python())
+            result = save_snapshot(self.store(), snapshot, self.python(), self.app.env_keep_all_wheels,
+                                   log=lambda line: _log(job, line))
+            self.current, self.captured = snapshot, time.time()
+            self._signature = self._site_signature()
+            self.compare()
+            job.result["environment"] = result.to_dict()
+            step.detail = (f"new snapshot {result.id}" if result.new else f"unchanged since {result.id}") + (
+                f", {len(result.not_reproducible)} packages not reproducible" if result.not_reproducible else "")
+
+        return run
+
+    def start_snapshot(self) -> Job:
+        self.store()  # a clear SyncError now, not a failed job later
+        return self.app.jobs.start("env-snapshot", [("snapshot", self.snapshot_step())])
+
+    def start_restore(self, snapshot_id: str | None, offline: bool, uninstall: bool) -> Job:
+        store = self.store()
+        snapshot = load_snapshot(store, snapshot_id)  # SnapshotNotFoundError before any job
+
+        def run(job: Job, step: Step) -> None:
+            def progress(done: int, total: int, current: str) -> None:
+                job.progress.set_items(done, total, current, "installing")
+
+            report = restore(snapshot, store, self.python(), offline=offline, uninstall=uninstall,
+                             progress=progress, cancel=job.cancel_event, log=lambda line: _log(job, line))
+            job.result["restore"] = report.to_dict()
+            job.result["snapshot"] = snapshot.get("id")
+            step.detail = (f"{len(report.installed)} installed, {len(report.skipped)} already right"
+                           + (f", {len(report.failed)} failed" if report.failed else ""))
+            for failure in report.failed:
+                job.errors.append(f"{failure['name']}: {failure['message']}")
+            self.refresh()
+
+        return self.app.jobs.start("env-restore", [("restore", run)])
+
+
+def _log(job: Job, line: str) -> None:
+    lines = job.result.setdefault("log", [])
+    lines.append(line.rstrip())
+    del lines[:-KEEP_LOG_LINES]
+
+
+def _summary(job: Job | None) -> dict[str, Any] | None:
+    return job.to_dict() if job is not None else None

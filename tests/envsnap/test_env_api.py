@@ -1,0 +1,103 @@
+"""The environment API on a real Jupyter Server: the kernels' environment against the store's
+latest snapshot, a change noticed, a snapshot and an offline restore as jobs, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+import jupyter_gpu_ws.environment
+from tests.envsnap.conftest import PINNED
+from tests.test_sync_api import get, sync_running, wait_for
+
+
+@pytest.fixture
+def env_python(source_venv: Path, copy_venv: Callable[[Path, str], str]) -> str:
+    return copy_venv(source_venv, "kernel-env")
+
+
+@pytest.fixture
+def gpuws_config(gpuws_config: dict[str, Any], env_python: str, jp_environ: Any,
+                 monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    # pytest-jupyter puts the test environment's site-packages on PYTHONPATH (for kernels); the
+    # environment under test would then list them as its own.
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setattr(jupyter_gpu_ws.environment, "WATCH_EVERY", 0.3)
+    return {**gpuws_config, "env_python": env_python, "env_snapshot_on_persist": True, "env_keep_all_wheels": True}
+
+
+async def env_state(jp_fetch: Any, *states: str) -> dict[str, Any]:
+    async def reached() -> Any:
+        state = await get(jp_fetch, "env")
+        return state if state["state"] in states else None
+
+    return await wait_for(reached, timeout=120)
+
+
+async def finished(jp_fetch: Any, path: str, job_id: str) -> dict[str, Any]:
+    async def done() -> Any:
+        job = await get(jp_fetch, *path.split("/"), job_id)
+        return job if job["state"] != "running" else None
+
+    return await wait_for(done, timeout=300)
+
+
+async def snapshot_now(jp_fetch: Any) -> dict[str, Any]:
+    response = await jp_fetch("gpuws", "api", "env", "snapshots", method="POST", body="{}")
+    assert response.code == 202
+    return await finished(jp_fetch, "env/snapshots", json.loads(response.body)["id"])
+
+
+async def test_a_snapshot_then_a_change_then_an_offline_restore(jp_fetch: Any, env_python: str, store_dir: Path,
+                                                                no_index: Callable[[], None]) -> None:
+    await sync_running(jp_fetch)
+    state = await env_state(jp_fetch, "no-snapshot")
+    assert state["python"] == env_python and state["latest"] is None
+
+    job = await snapshot_now(jp_fetch)
+    assert job["state"] == "done", job["errors"]
+    snapshot_id = job["result"]["environment"]["id"]
+    assert (store_dir / "test-ws" / ".gpuws" / "env" / f"{snapshot_id}.json").exists()
+    state = await env_state(jp_fetch, "matches")
+    assert state["latest"]["id"] == snapshot_id and [s["id"] for s in state["snapshots"]] == [snapshot_id]
+
+    # A `pip uninstall` in a cell: noticed by itself, and the diff says what went.
+    subprocess.run([env_python, "-m", "pip", "uninstall", "-y", "-q", "six"], check=True)
+    state = await env_state(jp_fetch, "differs")
+    assert state["diff"]["removed"] == [{"name": "six", "version": PINNED["six"]}]
+
+    no_index()  # what comes back comes from the store's wheels
+    response = await jp_fetch("gpuws", "api", "env", "restore", method="POST", body='{"offline": true}')
+    job = await finished(jp_fetch, "env/restore", json.loads(response.body)["id"])
+    assert job["state"] == "done", job["errors"]
+    assert job["result"]["restore"]["installed"] == ["six"]
+    assert "idna" in job["result"]["restore"]["skipped"]
+    assert job["progress"]["files_total"] >= 1 and job["result"]["log"]
+    await env_state(jp_fetch, "matches")
+
+
+async def test_persist_takes_a_snapshot_too(jp_fetch: Any, store_dir: Path) -> None:
+    await sync_running(jp_fetch)
+    response = await jp_fetch("gpuws", "api", "persist", method="POST", body="{}")
+    job = await finished(jp_fetch, "persist", json.loads(response.body)["id"])
+    assert job["state"] == "done", job["errors"]
+    assert [s["name"] for s in job["steps"]] == ["checkpoints", "environment", "sync"]
+    snapshot_id = job["result"]["environment"]["id"]
+    assert (store_dir / "test-ws" / ".gpuws" / "env" / f"{snapshot_id}.json").exists()
+
+
+@pytest.mark.parametrize(("body", "code"), [('{"snapshot": 5}', 400), ('{"offline": "yes"}', 400),
+                                            ('{"other": 1}', 400), ("[]", 400), ('{"snapshot": "../../x"}', 404),
+                                            ("{}", 404)])
+async def test_restore_refuses_bad_input_and_a_missing_snapshot(jp_fetch: Any, body: str, code: int,
+                                                                gpuws_app: Any) -> None:
+    await sync_running(jp_fetch)
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("gpuws", "api", "env", "restore", method="POST", body=body)
+    assert err.value.code == code
+    assert gpuws_app.jobs.latest("env-restore") is None  # nothing was started
