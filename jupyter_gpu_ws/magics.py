@@ -1,4 +1,4 @@
-"""`%gpuws status|checkpoint|resume|persist|gpu` in a notebook (after `%load_ext jupyter_gpu_ws`)."""
+"""`%gpuws status|checkpoint|resume|persist|gpu|env` in a notebook (after `%load_ext jupyter_gpu_ws`)."""
 
 from __future__ import annotations
 
@@ -60,11 +60,11 @@ def _mib(n: float | None) -> str:
 class GpuwsMagics(Magics):
     @line_magic
     def gpuws(self, line: str) -> None:
-        """%gpuws status | checkpoint | resume | persist | gpu"""
+        """%gpuws status | checkpoint | resume | persist | gpu | env"""
         command = (line.strip().split() or ["status"])[0]
         handler = getattr(self, f"_{command}", None)
         if handler is None:
-            print("usage: %gpuws status | checkpoint | resume | persist | gpu")
+            print("usage: %gpuws status | checkpoint | resume | persist | gpu | env")
             return
         try:
             handler()
@@ -112,6 +112,15 @@ class GpuwsMagics(Magics):
             print(f"{(k.get('notebook') or k['kernel_id'][:8])[:36]:<36} {tracks[:30]:<30} "
                   f"{last.get('step', '—'):>6} {_mib(last.get('bytes')):>12}  {age}")
 
+    def _env(self) -> None:
+        env = call("gpuws/api/env")
+        for _ in range(120):  # the first look reads the environment (imports torch: seconds)
+            if env["state"] != "capturing":
+                break
+            time.sleep(0.5)
+            env = call("gpuws/api/env")
+        print(env_report(env))
+
     def _persist(self) -> None:
         from .checkpoints.tracker import default_tracker
 
@@ -133,6 +142,33 @@ class GpuwsMagics(Magics):
                   f"({_mib(job['result'].get('bytes_uploaded', 0))}).")
         else:
             print(f"Persist {job['state']}: {'; '.join(job['errors'])}")
+
+
+def env_report(env: dict[str, Any]) -> str:
+    """The environment against its latest snapshot, as `%gpuws env` prints it."""
+    lines = [f"Python: {env['python']}"]
+    latest = env.get("latest")
+    state = env["state"]
+    if state == "error":
+        lines.append(f"Cannot read the environment: {env.get('error')}")
+    elif state == "capturing":
+        lines.append("Still reading the environment; try again in a moment.")
+    elif latest is None:
+        lines.append("No snapshot in the store yet: Persist now or POST /gpuws/api/env/snapshots takes one.")
+    else:
+        taken = time.strftime("%Y-%m-%d %H:%M", time.localtime(latest["captured_at"]))
+        if state == "matches":
+            lines.append(f"Matches the snapshot of {taken} ({latest['packages']} packages).")
+        else:
+            d = env["diff"]
+            lines.append(f"Differs from the snapshot of {taken}:")
+            lines += [f"  + {a['name']} {a['version']}" for a in d["added"]]
+            lines += [f"  - {r['name']} {r['version']}" for r in d["removed"]]
+            lines += [f"  ~ {c['name']} {c['from_version']} -> {c['to_version']}" for c in d["changed"]]
+    for verdict in env.get("compatibility", []):
+        if verdict["level"] in ("warn", "error"):
+            lines.append(f"{verdict['level'].upper()}: {verdict['message']}")
+    return "\n".join(lines)
 
 
 def load(ip: Any) -> None:

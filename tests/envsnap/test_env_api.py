@@ -101,3 +101,16 @@ async def test_restore_refuses_bad_input_and_a_missing_snapshot(jp_fetch: Any, b
         await jp_fetch("gpuws", "api", "env", "restore", method="POST", body=body)
     assert err.value.code == code
     assert gpuws_app.jobs.latest("env-restore") is None  # nothing was started
+
+
+async def test_the_magic_shows_the_difference(jp_fetch: Any, gpuws_app: Any, env_python: str) -> None:
+    from tests.kernels import Notebook
+
+    await sync_running(jp_fetch)
+    assert (await snapshot_now(jp_fetch))["state"] == "done"
+    subprocess.run([env_python, "-m", "pip", "uninstall", "-y", "-q", "six"], check=True)
+    await env_state(jp_fetch, "differs")
+    async with Notebook(jp_fetch, gpuws_app, "env.ipynb") as nb:
+        out = await nb.run("%load_ext jupyter_gpu_ws\n%gpuws env")
+    assert f"Python: {env_python}" in out
+    assert "Differs from the snapshot of" in out and f"  - six {PINNED['six']}" in out
