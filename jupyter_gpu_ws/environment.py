@@ -92,7 +92,8 @@ class EnvironmentSupervisor:
         if not self.current:
             return None
         times = []
-        for folder in sorted({p.get("location") or "" for p in self.current.get("packages", [])}):
+        folders = {os.path.dirname(p["location"]) for p in self.current.get("packages", []) if p.get("location")}
+        for folder in sorted(folders):
             try:
                 times.append(os.stat(folder).st_mtime)
             except OSError:

@@ -144,7 +144,7 @@ export interface IJobProgress {
 
 export interface IJob {
   id: string;
-  kind: 'persist' | 'restore';
+  kind: 'persist' | 'restore' | 'env-snapshot' | 'env-restore';
   state: 'running' | 'done' | 'failed' | 'cancelled';
   started: number;
   finished: number | null;
@@ -243,4 +243,30 @@ export interface IRuntimeState {
   emergency: { reason: string; state: string; pending_count?: number; errors?: string[] } | null;
   release: { job_id: string; state: 'persisting' | 'kept' | 'releasing'; error: string | null } | null;
   git: IGitStatus | null;
+}
+
+export interface IEnvState {
+  state: 'capturing' | 'no-snapshot' | 'matches' | 'differs' | 'error';
+  python: string;
+  captured_at: number | null;
+  capturing: boolean;
+  current: {
+    hash: string;
+    packages: number;
+    python: { version: string; implementation: string } | null;
+    torch: { version: string | null; cuda: string | null } | null;
+  } | null;
+  latest: { id: string; captured_at: number; hash: string; packages: number } | null;
+  diff: {
+    added: Array<{ name: string; version: string }>;
+    removed: Array<{ name: string; version: string }>;
+    changed: Array<{ name: string; from_version: string; to_version: string }>;
+    same: number;
+    matches: boolean;
+  } | null;
+  compatibility: Array<{ level: 'ok' | 'info' | 'warn' | 'error'; message: string }>;
+  snapshots: Array<{ id: string; stamp: string; hash12: string }>;
+  error: string | null;
+  snapshot_job: IJob | null;
+  restore_job: IJob | null;
 }

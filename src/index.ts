@@ -14,6 +14,7 @@ import { GpuWorkspacePanel } from './sidebar/Panel';
 import { GpuStatusItem } from './statusbar';
 import { SyncModel } from './sync';
 import { CheckpointsModel } from './checkpoints';
+import { EnvironmentModel } from './environment';
 import { RuntimeModel } from './runtime';
 
 const PLUGIN_ID = 'jupyter_gpu_ws:plugin';
@@ -40,7 +41,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const sync = new SyncModel();
     const checkpoints = new CheckpointsModel();
     const runtime = new RuntimeModel(sync);
-    const panel = new GpuWorkspacePanel(model, sync, checkpoints, runtime, { sparklineSeconds: 300 });
+    const environment = new EnvironmentModel(app.serviceManager);
+    const panel = new GpuWorkspacePanel(model, sync, checkpoints, runtime, environment, {
+      sparklineSeconds: 300
+    });
     app.shell.add(panel, 'left', { rank: 850 });
     if (restorer) {
       restorer.add(panel, 'gpuws-panel');

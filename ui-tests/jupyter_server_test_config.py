@@ -8,6 +8,8 @@ reports none.
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -22,7 +24,7 @@ c.GpuWorkspace.sample_interval = 0.5  # noqa: F821
 # (<tmp>/gpuws-ui[-gpus]-root and -store), so a test can write files as a user's program would.
 _name = "gpuws-ui-gpus" if os.environ.get("GPUWS_UI_TEST_GPUS") else "gpuws-ui"
 _tmp = Path(tempfile.gettempdir())
-for _part in ("root", "store", "state"):
+for _part in ("root", "store", "state", "env"):
     shutil.rmtree(_tmp / f"{_name}-{_part}", ignore_errors=True)
 (_tmp / f"{_name}-root").mkdir()
 c.ServerApp.root_dir = str(_tmp / f"{_name}-root")  # noqa: F821
@@ -32,6 +34,10 @@ c.GpuWorkspace.workspace = "ui-tests"  # noqa: F821
 # Changes wait 4 s to settle and uploads are capped, so pending work and progress stay visible.
 c.GpuWorkspace.sync_debounce = 4.0  # noqa: F821
 c.GpuWorkspace.bandwidth_limit = 40 * 2**20  # noqa: F821
+# A small environment of its own (pip and setuptools), so the Environment section and the
+# snapshot at each persist see something a test can change (<tmp>/gpuws-ui[-gpus]-env).
+subprocess.run([sys.executable, "-m", "venv", str(_tmp / f"{_name}-env")], check=True)
+c.GpuWorkspace.env_python = str(_tmp / f"{_name}-env" / "bin" / "python")  # noqa: F821
 
 if os.environ.get("GPUWS_UI_TEST_GPUS"):
     scratch = Path(os.environ.setdefault("GPUWS_UI_GPUS_FILE", str(Path(tempfile.gettempdir()) / "gpuws-ui-gpus.json")))

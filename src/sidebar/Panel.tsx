@@ -4,9 +4,11 @@ import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import { ConnectionState, MetricsModel } from '../metrics';
 import { gpuIcon } from '../icons';
 import { CheckpointsModel } from '../checkpoints';
+import { EnvironmentModel } from '../environment';
 import { RuntimeModel } from '../runtime';
 import { SyncModel } from '../sync';
 import { CheckpointsSection } from './CheckpointsSection';
+import { EnvironmentSection } from './EnvironmentSection';
 import { GpuSection } from './GpuSection';
 import { GitSection, RuntimeSection } from './RuntimeSection';
 import { SyncSection } from './SyncSection';
@@ -37,6 +39,7 @@ export class GpuWorkspacePanel extends ReactWidget {
     readonly sync: SyncModel,
     readonly checkpoints: CheckpointsModel,
     readonly runtime: RuntimeModel,
+    readonly environment: EnvironmentModel,
     public options: IPanelOptions
   ) {
     super();
@@ -60,6 +63,9 @@ export class GpuWorkspacePanel extends ReactWidget {
         <UseSignal signal={this.sync.changed}>{() => <SyncSection model={this.sync} />}</UseSignal>
         <UseSignal signal={this.checkpoints.changed}>
           {() => <CheckpointsSection model={this.checkpoints} />}
+        </UseSignal>
+        <UseSignal signal={this.environment.changed}>
+          {() => <EnvironmentSection model={this.environment} />}
         </UseSignal>
         <UseSignal signal={this.runtime.changed}>
           {() => (this.runtime.state?.git?.enabled ? <GitSection git={this.runtime.state.git} /> : null)}

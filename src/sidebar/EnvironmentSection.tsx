@@ -1,0 +1,126 @@
+import React from 'react';
+
+import { EnvironmentModel } from '../environment';
+import { percent } from '../format';
+import { Bar } from './Bar';
+
+function when(epoch: number): string {
+  return new Date(epoch * 1000).toLocaleString(undefined, {
+    day: 'numeric',
+    month: 'short',
+    hour: '2-digit',
+    minute: '2-digit'
+  });
+}
+
+/** Environment: matches the snapshot of <date>, or the diff; CUDA / driver / GPU warnings;
+ * Snapshot now and Restore environment with progress and the installer's last line. */
+export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Element {
+  const { model } = props;
+  const env = model.state;
+  const job = model.job;
+  const running = job?.state === 'running';
+  const d = env?.diff;
+  const restorable = !!d && d.removed.length + d.changed.length > 0;
+  const log: string[] = job?.result?.log ?? [];
+  return (
+    <section className="jp-gpuws-section" aria-label="Environment">
+      <h3 className="jp-gpuws-section-title">
+        Environment
+        {env?.current?.python && (
+          <span className="jp-gpuws-subtle" title={env.python}>
+            Python {env.current.python.version}
+            {env.current.torch?.version ? ` · torch ${env.current.torch.version}` : ''}
+          </span>
+        )}
+      </h3>
+      {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
+      <div className={`jp-gpuws-line jp-gpuws-env-${env?.state ?? 'unknown'}`} data-testid="gpuws-env-summary">
+        {!env || env.state === 'capturing'
+          ? 'Reading the environment…'
+          : env.state === 'error'
+            ? `Cannot read the environment: ${env.error}`
+            : env.state === 'no-snapshot'
+              ? 'No snapshot yet: Persist now or Snapshot now takes one'
+              : env.state === 'matches'
+                ? `Matches the snapshot of ${when(env.latest!.captured_at)}`
+                : `Differs from the snapshot of ${when(env.latest!.captured_at)}`}
+      </div>
+      {env?.state === 'differs' && d && (
+        <ul className="jp-gpuws-env-diff" data-testid="gpuws-env-diff">
+          {d.removed.map(p => (
+            <li key={`-${p.name}`} title="In the snapshot, not installed here">
+              − {p.name} {p.version}
+            </li>
+          ))}
+          {d.changed.map(p => (
+            <li key={`~${p.name}`} title="Another version here than in the snapshot">
+              ~ {p.name} {p.to_version} → {p.from_version}
+            </li>
+          ))}
+          {d.added.map(p => (
+            <li key={`+${p.name}`} title="Installed here since the snapshot">
+              + {p.name} {p.version}
+            </li>
+          ))}
+        </ul>
+      )}
+      {env?.compatibility
+        .filter(v => v.level === 'warn' || v.level === 'error')
+        .map(v => (
+          <div
+            key={v.message}
+            className={`jp-gpuws-message jp-gpuws-${v.level === 'error' ? 'error' : 'warning'}`}
+            data-testid="gpuws-env-verdict"
+          >
+            {v.message}
+          </div>
+        ))}
+      {running && job && (
+        <>
+          <Bar
+            label={
+              job.kind === 'env-restore'
+                ? `${job.progress.files_done} of ${job.progress.files_total || '…'} packages`
+                : 'Taking a snapshot'
+            }
+            value={percent(job.progress.files_done, job.progress.files_total || null)}
+            text={job.progress.current ?? ''}
+            testId="gpuws-env-progress"
+          />
+          {log.length > 0 && <div className="jp-gpuws-env-log">{log[log.length - 1]}</div>}
+        </>
+      )}
+      {job && job.state === 'failed' && (
+        <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-env-error">
+          {job.kind === 'env-restore' ? 'Restore' : 'Snapshot'} failed: {job.errors.join('; ')}
+        </div>
+      )}
+      <div className="jp-gpuws-actions">
+        {running && (
+          <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.cancel()}>
+            Cancel
+          </button>
+        )}
+        <button
+          className="jp-mod-styled jp-gpuws-button"
+          data-testid="gpuws-env-snapshot"
+          disabled={running || !env || env.state === 'capturing'}
+          onClick={() => void model.snapshot()}
+          title="Keep the environment's package list (and wheels of what no index has) in the store"
+        >
+          Snapshot now
+        </button>
+        <button
+          className="jp-mod-styled jp-mod-accept jp-gpuws-button"
+          data-testid="gpuws-env-restore"
+          disabled={running || !restorable}
+          onClick={() => void model.restore()}
+          title="Install what the snapshot has and this environment lacks, from the store's wheels first"
+        >
+          Restore…
+        </button>
+      </div>
+    </section>
+  );
+}
