@@ -1,39 +1,16 @@
 // The kernels that track training state, their last checkpoint, and Checkpoint now.
 import { Notification } from '@jupyterlab/apputils';
-import { Poll } from '@lumino/polling';
-import { ISignal, Signal } from '@lumino/signaling';
-import { IDisposable } from '@lumino/disposable';
 
 import { ICheckpointKernel, ICheckpointRequest, requestAPI } from './api';
+import { PolledModel } from './polled';
 
-export class CheckpointsModel implements IDisposable {
+export class CheckpointsModel extends PolledModel {
   kernels: ICheckpointKernel[] = [];
-  error: string | null = null;
   /** Kernel ids with a request this page sent and not yet seen complete. */
   requested = new Set<string>();
 
   constructor() {
-    this._poll = new Poll({
-      factory: () => this.refresh(),
-      frequency: { interval: 3000, backoff: true, max: 30000 },
-      standby: 'when-hidden'
-    });
-  }
-
-  get changed(): ISignal<this, void> {
-    return this._changed;
-  }
-
-  get isDisposed(): boolean {
-    return this._disposed;
-  }
-
-  dispose(): void {
-    if (!this._disposed) {
-      this._disposed = true;
-      this._poll.dispose();
-      Signal.clearData(this);
-    }
+    super(3000, 30000);
   }
 
   async refresh(): Promise<void> {
@@ -71,7 +48,4 @@ export class CheckpointsModel implements IDisposable {
     await this.refresh();
   }
 
-  private _changed = new Signal<this, void>(this);
-  private _disposed = false;
-  private _poll: Poll;
 }

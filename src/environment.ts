@@ -2,44 +2,21 @@
 // environment followed to its end, then the offer to restart the kernels.
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { ServiceManager } from '@jupyterlab/services';
-import { Poll } from '@lumino/polling';
-import { ISignal, Signal } from '@lumino/signaling';
-import { IDisposable } from '@lumino/disposable';
 
 import { IEnvState, IJob, requestAPI } from './api';
+import { PolledModel } from './polled';
 
-export class EnvironmentModel implements IDisposable {
+export class EnvironmentModel extends PolledModel {
   state: IEnvState | null = null;
-  error: string | null = null;
   /** The job this page started and is following. */
   job: IJob | null = null;
 
   constructor(private _services: ServiceManager.IManager | null) {
-    this._poll = new Poll({
-      factory: () => this.refresh(),
-      frequency: { interval: 10000, backoff: true, max: 60000 },
-      standby: 'when-hidden'
-    });
-  }
-
-  get changed(): ISignal<this, void> {
-    return this._changed;
-  }
-
-  get isDisposed(): boolean {
-    return this._disposed;
+    super(10000, 60000);
   }
 
   get busy(): boolean {
     return this.job?.state === 'running';
-  }
-
-  dispose(): void {
-    if (!this._disposed) {
-      this._disposed = true;
-      this._poll.dispose();
-      Signal.clearData(this);
-    }
   }
 
   async refresh(): Promise<void> {
@@ -114,7 +91,7 @@ export class EnvironmentModel implements IDisposable {
     }
     this.job = job;
     this._changed.emit();
-    while (job.state === 'running' && !this._disposed) {
+    while (job.state === 'running' && !this.isDisposed) {
       await new Promise(resolve => setTimeout(resolve, 500));
       try {
         job = await requestAPI<IJob>(`${path}/${job.id}`);
@@ -145,7 +122,4 @@ export class EnvironmentModel implements IDisposable {
     Notification.success('Kernels restarted', { autoClose: 3000 });
   }
 
-  private _changed = new Signal<this, void>(this);
-  private _disposed = false;
-  private _poll: Poll;
 }

@@ -1,23 +1,16 @@
 // The runtime's countdown (polled, ticking locally each second), its notices shown once as
 // notifications with a Persist now action, and Persist and release.
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
-import { Poll } from '@lumino/polling';
-import { ISignal, Signal } from '@lumino/signaling';
-import { IDisposable } from '@lumino/disposable';
 
 import { IJob, IRuntimeState, requestAPI } from './api';
+import { PolledModel } from './polled';
 import { SyncModel } from './sync';
 
-export class RuntimeModel implements IDisposable {
+export class RuntimeModel extends PolledModel {
   state: IRuntimeState | null = null;
-  error: string | null = null;
 
   constructor(private _sync: SyncModel) {
-    this._poll = new Poll({
-      factory: () => this.refresh(),
-      frequency: { interval: 5000, backoff: true, max: 30000 },
-      standby: 'when-hidden'
-    });
+    super(5000, 30000);
     // The countdown moves every second between two polls.
     this._timer = window.setInterval(() => {
       if (this.state?.deadline) {
@@ -26,21 +19,9 @@ export class RuntimeModel implements IDisposable {
     }, 1000);
   }
 
-  get changed(): ISignal<this, void> {
-    return this._changed;
-  }
-
-  get isDisposed(): boolean {
-    return this._disposed;
-  }
-
   dispose(): void {
-    if (!this._disposed) {
-      this._disposed = true;
-      this._poll.dispose();
-      window.clearInterval(this._timer);
-      Signal.clearData(this);
-    }
+    window.clearInterval(this._timer);
+    super.dispose();
   }
 
   /** The server's "now", estimated from its last answer and the time since. */
@@ -126,9 +107,6 @@ export class RuntimeModel implements IDisposable {
     }
   }
 
-  private _changed = new Signal<this, void>(this);
-  private _disposed = false;
-  private _poll: Poll;
   private _timer: number;
   private _offset = 0;
   private _seen: number | null = null;

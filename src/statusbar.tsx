@@ -56,6 +56,22 @@ export function gpuSummary(sample: ISample | null): { text: string; title: strin
   };
 }
 
+/** A few coloured words (nothing when there is nothing to say). */
+function StatusWord(props: { word: { text: string; title: string; level: string }; kind: string }): JSX.Element {
+  const { text, title, level } = props.word;
+  return text ? (
+    <span
+      className={`jp-gpuws-status-text jp-gpuws-status-${props.kind} jp-gpuws-status-${level}`}
+      data-testid={`gpuws-status-${props.kind}`}
+      title={title}
+    >
+      {text}
+    </span>
+  ) : (
+    <span />
+  );
+}
+
 /** The status-bar item; a click opens the panel. */
 export class GpuStatusItem extends ReactWidget {
   constructor(
@@ -82,36 +98,10 @@ export class GpuStatusItem extends ReactWidget {
           }}
         </UseSignal>
         <UseSignal signal={this._sync.changed}>
-          {() => {
-            const { text, title, level } = syncWord(this._sync);
-            return text ? (
-              <span
-                className={`jp-gpuws-status-text jp-gpuws-status-sync jp-gpuws-status-${level}`}
-                data-testid="gpuws-status-sync"
-                title={title}
-              >
-                {text}
-              </span>
-            ) : (
-              <span />
-            );
-          }}
+          {() => <StatusWord word={syncWord(this._sync)} kind="sync" />}
         </UseSignal>
         <UseSignal signal={this._runtime.changed}>
-          {() => {
-            const { text, title, level } = runtimeWord(this._runtime);
-            return text ? (
-              <span
-                className={`jp-gpuws-status-text jp-gpuws-status-runtime jp-gpuws-status-${level}`}
-                data-testid="gpuws-status-runtime"
-                title={title}
-              >
-                {text}
-              </span>
-            ) : (
-              <span />
-            );
-          }}
+          {() => <StatusWord word={runtimeWord(this._runtime)} kind="runtime" />}
         </UseSignal>
       </span>
     );

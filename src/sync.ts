@@ -1,40 +1,17 @@
 // The browser's view of the sync: its status (polled), and the Persist now job it runs.
 import { Notification } from '@jupyterlab/apputils';
-import { Poll } from '@lumino/polling';
-import { ISignal, Signal } from '@lumino/signaling';
-import { IDisposable } from '@lumino/disposable';
 
 import { IJob, ISyncStatus, requestAPI } from './api';
+import { PolledModel } from './polled';
 import { formatBytes } from './format';
 
-export class SyncModel implements IDisposable {
+export class SyncModel extends PolledModel {
   status: ISyncStatus | null = null;
-  error: string | null = null;
   /** The persist job this page started or found running. */
   job: IJob | null = null;
 
   constructor() {
-    this._poll = new Poll({
-      factory: () => this.refresh(),
-      frequency: { interval: 2000, backoff: true, max: 30000 },
-      standby: 'when-hidden'
-    });
-  }
-
-  get changed(): ISignal<this, void> {
-    return this._changed;
-  }
-
-  get isDisposed(): boolean {
-    return this._disposed;
-  }
-
-  dispose(): void {
-    if (!this._disposed) {
-      this._disposed = true;
-      this._poll.dispose();
-      Signal.clearData(this);
-    }
+    super(2000, 30000);
   }
 
   async refresh(): Promise<void> {
@@ -65,7 +42,7 @@ export class SyncModel implements IDisposable {
     });
     this.job = job;
     this._changed.emit();
-    while (job.state === 'running' && !this._disposed) {
+    while (job.state === 'running' && !this.isDisposed) {
       await new Promise(resolve => setTimeout(resolve, 300));
       try {
         job = await requestAPI<IJob>(`persist/${job.id}`);
@@ -120,9 +97,6 @@ export class SyncModel implements IDisposable {
     await this.refresh();
   }
 
-  private _changed = new Signal<this, void>(this);
-  private _disposed = false;
-  private _poll: Poll;
 }
 
 /** "all saved 12 s ago", "3 files, 120 MiB pending", … in the user's words. */

@@ -147,3 +147,32 @@ class TestGit:
         committed = {item.path for item in repo.head.commit.tree.traverse()}
         assert "train.py" in committed and "weights.pt" not in committed
         assert repo.head.commit.message.startswith("gpuws: persist")
+
+    async def test_the_history_comes_back_with_the_work_directory(self, jp_fetch: Any, jp_root_dir: Path,
+                                                                    store_dir: Path, tmp_path: Path) -> None:
+        """After a reset (a fresh machine) and a restore, `git log` shows the history."""
+        from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
+
+        await sync_running(jp_fetch)
+        for n in range(2):
+            (jp_root_dir / "train.py").write_text(f"print({n})")
+            response = await jp_fetch("gpuws", "api", "persist", method="POST", body="{}")
+            job_id = json.loads(response.body)["id"]
+
+            async def done() -> Any:
+                job = await get(jp_fetch, "persist", job_id)
+                return job if job["state"] != "running" else None
+
+            assert (await wait_for(done))["state"] == "done"
+        fresh = tmp_path / "fresh-machine"
+        fresh.mkdir()
+        engine = SyncEngine(SyncSettings(workdir=str(fresh), store_url=str(store_dir), workspace="test-ws",
+                                         state_dir=str(tmp_path / "fresh-state")))
+        engine.open(take_over=True)
+        try:
+            engine.restore()
+        finally:
+            engine.close()
+        messages = [c.message for c in git.Repo(fresh).iter_commits()]
+        assert len(messages) == 2 and all(m.startswith("gpuws: persist") for m in messages)
+        assert (fresh / "train.py").read_text() == "print(1)"
