@@ -60,15 +60,52 @@ export class RuntimeModel extends PolledModel {
     if (!answer.button.accept) {
       return;
     }
+    let job: IJob;
     try {
-      const job = await requestAPI<IJob>('runtime/release', { method: 'POST', body: '{}' });
-      Notification.emit('Persisting before the release…', 'in-progress', { autoClose: 5000 });
-      this._sync.job = job;
-      await this.refresh();
+      job = await requestAPI<IJob>('runtime/release', { method: 'POST', body: '{}' });
     } catch (error) {
       Notification.error(`Release failed: ${(error as Error).message}`, { autoClose: false });
+      return;
     }
+    const note = Notification.emit('Persisting before the release…', 'in-progress', { autoClose: false });
+    // Follow the release until the server says it is going, or is gone.
+    for (;;) {
+      await new Promise(resolve => setTimeout(resolve, 500));
+      let state: IRuntimeState;
+      try {
+        state = await requestAPI<IRuntimeState>('runtime');
+      } catch {
+        break; // the server has stopped
+      }
+      this.state = state;
+      this._changed.emit();
+      if (state.release?.state === 'kept') {
+        Notification.update({
+          id: note,
+          type: 'error',
+          message: `Not released: the persist failed (${state.release.error}). The server keeps running.`,
+          autoClose: false
+        });
+        return;
+      }
+      if (state.release?.state === 'releasing') {
+        break;
+      }
+    }
+    this.released = true;
+    this._changed.emit();
+    this.dispose(); // nothing more to ask a server that is stopping
+    this._sync.dispose();
+    Notification.update({
+      id: note,
+      type: 'success',
+      message: `Released: everything was persisted (job ${job.id}) and the server is stopping. You can close this tab.`,
+      autoClose: false
+    });
   }
+
+  /** Set once a release has persisted everything and the server is stopping. */
+  released = false;
 
   /** Each notice once per browser (remembered across reloads for this server's run); a page
    * opened later shows the latest warning, with the time left as it is now. */

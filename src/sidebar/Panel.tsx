@@ -57,6 +57,14 @@ export class GpuWorkspacePanel extends ReactWidget {
 
   render(): JSX.Element {
     return (
+      <UseSignal signal={this.runtime.changed}>
+        {() => (this.runtime.released ? <Released /> : this._sections())}
+      </UseSignal>
+    );
+  }
+
+  private _sections(): JSX.Element {
+    return (
       <div className="jp-gpuws-body">
         <UseSignal signal={this.model.changed}>{() => <Header model={this.model} />}</UseSignal>
         <UseSignal signal={this.runtime.changed}>{() => <RuntimeSection model={this.runtime} />}</UseSignal>
@@ -76,6 +84,20 @@ export class GpuWorkspacePanel extends ReactWidget {
       </div>
     );
   }
+}
+
+function Released(): JSX.Element {
+  return (
+    <div className="jp-gpuws-body">
+      <header className="jp-gpuws-header">
+        <h2>GPU Workspace</h2>
+      </header>
+      <div className="jp-gpuws-message" data-testid="gpuws-released">
+        This runtime was released: everything was persisted to the store and the server stopped.
+        Close this tab; start a runtime again to pick up where you left off.
+      </div>
+    </div>
+  );
 }
 
 function Header(props: { model: MetricsModel }): JSX.Element {

@@ -116,7 +116,7 @@ export function GitSection(props: { git: IGitStatus }): JSX.Element {
       <div className="jp-gpuws-line">
         {git.branch ?? (git.repository ? 'detached' : 'no repository yet')}
         {git.uncommitted ? ` · ${git.uncommitted} uncommitted` : ''}
-        {git.push?.state ? ` · push ${git.push.state}` : ''}
+        {git.push?.state && git.push.state !== 'disabled' ? ` · push ${git.push.state}` : ''}
       </div>
       {git.last_commit && (
         <div className="jp-gpuws-line jp-gpuws-subtle" title={git.last_commit.message}>
