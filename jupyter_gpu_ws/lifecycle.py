@@ -87,6 +87,9 @@ class RuntimeSupervisor:
         if self._ticker is not None:
             self._ticker.stop()
         self.watcher.stop(timeout=5)
+        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
