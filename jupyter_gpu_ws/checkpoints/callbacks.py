@@ -65,8 +65,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .files import CheckpointError, complete_checkpoints, info_of, run_dir, verify
-from .tracker import (Tracker, _tuples, capture_rng, default_run_name, default_tracker, read_checkpoint,
+from .files import CheckpointError, info_of, run_dir
+from .tracker import (Tracker, _tuples, capture_rng, default_run_name, default_tracker, newest_checkpoint,
                       restore_rng)
 
 __all__ = ["GpuwsCallback", "GpuwsTrainerCallback", "lightning_callback_class", "trainer_callback_class"]
@@ -359,7 +359,7 @@ class _TrainerHooks(_Policy):
         import torch
 
         self._remove_resume_dir()
-        found = _newest_checkpoint(self.run_path)
+        found = newest_checkpoint(self.run_path, stacklevel=4)
         if found is None:
             self.resumed_step = None
             return None
@@ -463,22 +463,6 @@ def _trainer_rng(torch: Any, rng: dict[str, Any]) -> dict[str, Any]:
         index = torch.cuda.current_device() if torch.cuda.is_available() else 0
         out["cuda"] = rng["cuda"][min(index, len(rng["cuda"]) - 1)]
     return out
-
-
-def _newest_checkpoint(run_path: Path) -> tuple[Path, dict[str, Any], dict[str, Any], dict[str, Any]] | None:
-    """The newest complete checkpoint that verifies and loads (as Tracker.resume chooses it)."""
-    for path, manifest in reversed(complete_checkpoints(run_path)):
-        problem = verify(path, manifest)
-        if problem:
-            warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=3)
-            continue
-        try:
-            state, rng = read_checkpoint(path)
-        except Exception as err:
-            warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=3)
-            continue
-        return path, manifest, state, rng
-    return None
 
 
 # -- the classes, made on first use -------------------------------------------------------------

@@ -258,23 +258,16 @@ class Tracker:
 
         if not self.objects:
             raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
-        for path, manifest in reversed(complete_checkpoints(self.run_path)):
-            problem = verify(path, manifest)
-            if problem:
-                warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=2)
-                continue
-            try:
-                state, rng = read_checkpoint(path)
-            except Exception as err:
-                warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=2)
-                continue
-            self._load(state, path)
-            restore_rng(torch, rng)
-            self.last = info_of(path, manifest)
-            self.step_value = int(manifest["step"])
-            self._changed()
-            return self.step_value + 1
-        return 0
+        found = newest_checkpoint(self.run_path, stacklevel=3)
+        if found is None:
+            return 0
+        path, manifest, state, rng = found
+        self._load(state, path)
+        restore_rng(torch, rng)
+        self.last = info_of(path, manifest)
+        self.step_value = int(manifest["step"])
+        self._changed()
+        return self.step_value + 1
 
     def _load(self, state: dict[str, Any], path: Path) -> None:
         missing = [name for name in self.objects if name not in state]
@@ -373,6 +366,24 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
 
         skeleton = {name: strip(value) for name, value in state.items()}
     return skeleton, hasher.hexdigest()
+
+
+def newest_checkpoint(run_path: Path, stacklevel: int = 2) -> tuple[Path, dict[str, Any], dict[str, Any],
+                                                                  dict[str, Any]] | None:
+    """The newest complete checkpoint that passes its checksums and loads: (folder, manifest,
+    state, RNG states). The others are skipped with a warning saying why."""
+    for path, manifest in reversed(complete_checkpoints(run_path)):
+        problem = verify(path, manifest)
+        if problem:
+            warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=stacklevel)
+            continue
+        try:
+            state, rng = read_checkpoint(path)
+        except Exception as err:
+            warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=stacklevel)
+            continue
+        return path, manifest, state, rng
+    return None
 
 
 def read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
