@@ -66,7 +66,13 @@ def until(check: Any, timeout: float, what: str) -> Any:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
+def extra_config() -> dict[str, Any]:
+    """More `c.GpuWorkspace` settings for the server process; a test class overrides it."""
+    return {}
+
+
+@pytest.fixture
+def server(tmp_path: Path, extra_config: dict[str, Any]) -> Iterator[dict[str, Any]]:
     root, store, state, runtime = (tmp_path / n for n in ("root", "store", "state", "runtime"))
     for folder in (root, runtime):
         folder.mkdir()
@@ -76,7 +82,7 @@ def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
                       "jpserver_extensions": {"jupyter_gpu_ws": True}},
         "IdentityProvider": {"token": TOKEN},
         "GpuWorkspace": {"store_url": str(store), "workspace": "test-ws", "state_dir": str(state),
-                         "sync_debounce": 3600.0, "grace_period": 25.0},
+                         "sync_debounce": 3600.0, "grace_period": 25.0, **extra_config},
     }
     (tmp_path / "config.json").write_text(json.dumps(config))
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_CONFIG_DIR=str(tmp_path / "jcfg"))
@@ -132,6 +138,27 @@ def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: dict[
     report = json.loads((server["state"] / "emergency-report.json").read_text())
     assert report["reason"] == "SIGTERM" and report["pending_count"] == 0 and report["errors"] == []
     assert report["seconds"] < 25 and took < 60
+
+
+class TestDeadline:
+    @pytest.fixture
+    def extra_config(self) -> dict[str, Any]:
+        return {"max_runtime": "1m", "persist_lead_time": 40}
+
+    def test_a_server_process_persists_by_itself_before_its_deadline(self, server: dict[str, Any]) -> None:
+        port, root, store = server["port"], server["root"], server["store"]
+        (root / "results.bin").write_bytes(b"r" * (6 * 2**20))  # held back by the hour-long settle delay
+        state = api(port, "/gpuws/api/runtime")
+        assert state["source"] == "max_runtime" and state["next_persist"] < state["deadline"]
+
+        def persisted() -> Any:
+            job = api(port, "/gpuws/api/runtime")["auto_persist"]
+            return job if job and job["state"] != "running" else None
+
+        job = until(persisted, 50, "the automatic persist")
+        assert job["state"] == "done" and job["result"]["trigger"] == "auto"
+        assert job["finished"] < state["deadline"]
+        assert (mirror(store) / "results.bin").stat().st_size == 6 * 2**20
 
 
 class FakeMetadata(http.server.BaseHTTPRequestHandler):
