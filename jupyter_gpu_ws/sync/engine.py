@@ -43,6 +43,8 @@ CHECKPOINTS_PREFIX = ".gpuws/checkpoints/"
 
 # Below this many deletions the share guard does not apply (deleting 2 of 3 files is normal).
 GUARD_MIN_DELETIONS = 10
+# Temporary files of interrupted writes older than this are removed when the lease is taken.
+STALE_PART_SECONDS = 3600.0
 # In an emergency pass, files under this size (outside checkpoints) go first.
 URGENT_SMALL = 1 << 20
 
@@ -202,6 +204,10 @@ class SyncEngine:
             self.read_only_reason = str(err)
             self.state = "read-only"
             log.warning("Sync: %s", err)
+            return
+        swept = self.backend.sweep_parts(self.settings.workspace, STALE_PART_SECONDS)
+        if swept:
+            log.info("Sync: removed %d temporary files left by interrupted writes", swept)
 
     def heartbeat(self) -> None:
         if self.read_only_reason is None and self.lease.held:

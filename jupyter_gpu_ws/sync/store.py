@@ -69,6 +69,11 @@ class Backend(Protocol):
     def move(self, src: str, dst: str) -> None: ...
     def delete(self, key: str) -> None: ...
     def list(self, prefix: str) -> Iterator[RemoteFile]: ...
+
+    def sweep_parts(self, prefix: str, older_than: float) -> int:
+        """Remove temporary files of writes that died (a killed process) older than that many
+        seconds; return how many. Younger ones may be another writer's, in flight."""
+        ...
     def read_bytes(self, key: str) -> bytes | None: ...
     def write_bytes(self, key: str, data: bytes) -> None: ...
     def flush(self) -> None: ...
@@ -229,6 +234,20 @@ class LocalBackend:
                 except FileNotFoundError:
                     continue
                 yield RemoteFile(f"{rel_dir}/{name}", st.st_size, st.st_mtime)
+
+    def sweep_parts(self, prefix: str, older_than: float) -> int:
+        cutoff = time.time() - older_than
+        removed = 0
+        for dirpath, _, filenames in os.walk(self._path(prefix)):
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                try:
+                    if PART_SUFFIX in name and os.stat(path).st_mtime < cutoff:
+                        os.unlink(path)
+                        removed += 1
+                except OSError:
+                    continue
+        return removed
 
     def read_bytes(self, key: str) -> bytes | None:
         try:
@@ -487,6 +506,27 @@ class FsspecBackend:
             if PART_SUFFIX in path or info.get("type") == "directory":
                 continue
             yield RemoteFile(path[len(self.root) + 1:], int(info["size"]), _mtime(info))
+
+    def sweep_parts(self, prefix: str, older_than: float) -> int:
+        cutoff = time.time() - older_than
+        removed = 0
+        for base in (self._path(prefix), f"{self.root}/.gpuws-tmp"):
+            try:
+                self.fs.invalidate_cache(base)
+                found = self.fs.find(base, detail=True)
+            except Exception:  # nothing there, or the store is away: the next start sweeps
+                continue
+            for path, info in found.items():
+                mtime = _mtime(info)
+                if mtime is None:  # stores that only say when an object was created
+                    mtime = _mtime({"mtime": info.get("created")})
+                if PART_SUFFIX in path and mtime is not None and mtime < cutoff:
+                    try:
+                        self.fs.rm_file(path)
+                        removed += 1
+                    except Exception:
+                        continue
+        return removed
 
     def read_bytes(self, key: str) -> bytes | None:
         try:

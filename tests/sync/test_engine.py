@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import os
+import uuid
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -361,3 +363,36 @@ def test_sync_without_the_lease_is_refused(workdir: Path, tmp_path: Path, store_
     with pytest.raises(LeaseHeldError, match="does not hold the workspace lease"):
         engine.sync()
     engine.close()
+
+
+@pytest.mark.parametrize("url", ["local", "memory"])
+def test_temporary_files_of_interrupted_writes_are_swept_when_the_lease_is_taken(
+        url: str, workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]) -> None:
+    import fsspec
+
+    store_url = str(store_dir) if url == "local" else f"memory://sweep-{uuid.uuid4().hex[:8]}"
+    stale = f"ws/files/models/.~w.pt{PART_SUFFIX}-dead1"
+    fresh = f"ws/files/models/.~w.pt{PART_SUFFIX}-live2"
+    if url == "local":
+        for key in (stale, fresh):
+            (store_dir / key).parent.mkdir(parents=True, exist_ok=True)
+            (store_dir / key).write_bytes(b"partial")
+        old = time.time() - 7200
+        os.utime(store_dir / stale, (old, old))
+        kept = store_dir / "ws" / "files" / "keep.txt"
+        kept.write_text("a user's file")
+    else:
+        fs = fsspec.filesystem("memory")
+        root = store_url[len("memory://"):]
+        for key in (stale, fresh):
+            fs.pipe_file(f"/{root}/{key}", b"partial")
+        fs.store[f"/{root}/{stale}"].created = datetime.datetime.fromtimestamp(time.time() - 7200,
+                                                                                 tz=datetime.timezone.utc)
+    engine = make_engine(workdir, store_url)
+    names = {f.key for f in engine.backend.list("ws")}  # parts are never listed
+    assert not any(PART_SUFFIX in name for name in names)
+    if url == "local":
+        assert not (store_dir / stale).exists() and (store_dir / fresh).exists()
+        assert kept.read_text() == "a user's file"
+    else:
+        assert not fs.exists(f"/{root}/{stale}") and fs.exists(f"/{root}/{fresh}")
