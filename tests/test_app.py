@@ -14,6 +14,7 @@ from traitlets.config import Config
 from jupyter_gpu_ws.app import GpuWorkspace, GpuWorkspaceApp
 from jupyter_gpu_ws.defaults import default_store_url, derive_workspace_name
 from tests.conftest import gpu_spec, write_spec
+from tests.kernels import wait_for
 
 
 def test_store_url_comes_from_gpuws_store(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,17 +62,6 @@ async def test_stop_extension_stops_the_sampler(gpuws_app: Any) -> None:
     ticks = sampler.ticks
     await asyncio.sleep(0.3)
     assert sampler.ticks == ticks
-
-
-async def wait_for(predicate: Any, timeout: float = 30.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        value = await predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 async def run_in_kernel(client: Any, code: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -11,22 +10,12 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
+from tests.kernels import wait_for
 from tests.test_handlers import DenyGpuws
 
 
 async def get(jp_fetch: Any, *path: str) -> dict[str, Any]:
     return json.loads((await jp_fetch("gpuws", "api", *path)).body)
-
-
-async def wait_for(predicate: Any, timeout: float = 20.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        value = await predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 async def sync_running(jp_fetch: Any) -> dict[str, Any]:
