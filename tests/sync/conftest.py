@@ -26,12 +26,17 @@ def write(root: Path, rel: str, data: bytes | str) -> Path:
 
 
 def tree_files(root: Path) -> dict[str, bytes]:
-    """Every file under root (relative path → content), skipping none."""
+    """Every file under root (relative path → content), skipping none that stays: a file that
+    vanishes between the listing and the read (a write's temporary file renamed into place
+    by a running engine) was never there for a reader either."""
     out = {}
     for dirpath, _, files in os.walk(root):
         for name in files:
             path = Path(dirpath) / name
-            out[path.relative_to(root).as_posix()] = path.read_bytes()
+            try:
+                out[path.relative_to(root).as_posix()] = path.read_bytes()
+            except FileNotFoundError:
+                continue
     return out
 
 
