@@ -14,7 +14,7 @@ from tornado.httpclient import HTTPClientError
 from traitlets import TraitError
 
 from jupyter_gpu_ws.app import GpuWorkspace
-from tests.test_sync_api import get, mirror, sync_running, wait_for
+from tests.test_sync_api import finished, get, mirror, sync_running, wait_for
 
 
 @pytest.fixture
@@ -134,13 +134,7 @@ class TestGit:
         (jp_root_dir / "train.py").write_text("print('train')")
         (jp_root_dir / "weights.pt").write_bytes(b"w" * 1000)
         response = await jp_fetch("gpuws", "api", "persist", method="POST", body="{}")
-        job_id = json.loads(response.body)["id"]
-
-        async def done() -> Any:
-            job = await get(jp_fetch, "persist", job_id)
-            return job if job["state"] != "running" else None
-
-        job = await wait_for(done)
+        job = await finished(jp_fetch, "persist", json.loads(response.body)["id"])
         assert job["state"] == "done", job["errors"]
         assert [s["name"] for s in job["steps"]] == ["checkpoints", "git", "sync"]
         repo = git.Repo(jp_root_dir)
@@ -157,13 +151,7 @@ class TestGit:
         for n in range(2):
             (jp_root_dir / "train.py").write_text(f"print({n})")
             response = await jp_fetch("gpuws", "api", "persist", method="POST", body="{}")
-            job_id = json.loads(response.body)["id"]
-
-            async def done() -> Any:
-                job = await get(jp_fetch, "persist", job_id)
-                return job if job["state"] != "running" else None
-
-            assert (await wait_for(done))["state"] == "done"
+            assert (await finished(jp_fetch, "persist", json.loads(response.body)["id"]))["state"] == "done"
         fresh = tmp_path / "fresh-machine"
         fresh.mkdir()
         engine = SyncEngine(SyncSettings(workdir=str(fresh), store_url=str(store_dir), workspace="test-ws",

@@ -18,6 +18,15 @@ async def get(jp_fetch: Any, *path: str) -> dict[str, Any]:
     return json.loads((await jp_fetch("gpuws", "api", *path)).body)
 
 
+async def finished(jp_fetch: Any, path: str, job_id: str, timeout: float = 300) -> dict[str, Any]:
+    """The job at `gpuws/api/<path>/<job_id>` once it is no longer running."""
+    async def ended() -> Any:
+        job = await get(jp_fetch, *path.split("/"), job_id)
+        return job if job["state"] != "running" else None
+
+    return await wait_for(ended, timeout=timeout)
+
+
 async def sync_running(jp_fetch: Any) -> dict[str, Any]:
     async def running() -> Any:
         status = await get(jp_fetch, "sync")
@@ -51,20 +60,14 @@ async def test_persist_runs_a_job_with_progress_until_all_is_saved(jp_fetch: Any
         (jp_root_dir / f"f{i}.txt").write_text("x" * i)
     response = await jp_fetch("gpuws", "api", "persist", method="POST", body="")
     assert response.code == 202
-    job_id = json.loads(response.body)["id"]
-
-    async def finished() -> Any:
-        job = await get(jp_fetch, "persist", job_id)
-        return job if job["state"] != "running" else None
-
-    job = await wait_for(finished)
+    job = await finished(jp_fetch, "persist", json.loads(response.body)["id"])
     assert job["state"] == "done", job["errors"]
     assert [(s["name"], s["state"]) for s in job["steps"]] == [("checkpoints", "done"), ("sync", "done")]
     assert job["steps"][0]["detail"] == "no kernel tracks anything"
     assert job["progress"]["files_done"] == job["progress"]["files_total"]
     assert sorted(p.name for p in mirror(store_dir).iterdir()) == sorted(f"f{i}.txt" for i in range(20))
     status = await get(jp_fetch, "sync")
-    assert status["persist"]["id"] == job_id and status["pending_files"] == 0
+    assert status["persist"]["id"] == job["id"] and status["pending_files"] == 0
 
 
 async def test_unknown_job_is_a_404(jp_fetch: Any) -> None:

@@ -13,7 +13,7 @@ from tornado.httpclient import HTTPClientError
 
 import jupyter_gpu_ws.environment
 from tests.envsnap.conftest import PINNED
-from tests.test_sync_api import get, sync_running, wait_for
+from tests.test_sync_api import finished, get, sync_running, wait_for
 
 
 @pytest.fixture
@@ -37,14 +37,6 @@ async def env_state(jp_fetch: Any, *states: str) -> dict[str, Any]:
         return state if state["state"] in states else None
 
     return await wait_for(reached, timeout=120)
-
-
-async def finished(jp_fetch: Any, path: str, job_id: str) -> dict[str, Any]:
-    async def done() -> Any:
-        job = await get(jp_fetch, *path.split("/"), job_id)
-        return job if job["state"] != "running" else None
-
-    return await wait_for(done, timeout=300)
 
 
 async def snapshot_now(jp_fetch: Any) -> dict[str, Any]:
