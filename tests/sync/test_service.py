@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -91,7 +92,11 @@ def test_a_small_change_after_a_quiet_spell_goes_at_once(slow_settle: SyncServic
 
 def test_a_large_write_waits_for_the_settle_delay(slow_settle: SyncService, workdir: Path,
                                                   store_dir: Path) -> None:
-    (workdir / "weights.bin").write_bytes(b"\0" * (5 * 2**20))
+    # Written elsewhere and moved in, so the watcher's first report already sees 5 MiB (a file
+    # reported while still small goes at once; its upload is checked and retried if it grew).
+    staged = workdir.parent / "weights.staged"
+    staged.write_bytes(b"\0" * (5 * 2**20))
+    os.replace(staged, workdir / "weights.bin")
     time.sleep(2.0)  # well past the watcher's report, far inside the 60 s settle delay
     assert "weights.bin" not in files(store_dir)
     assert "weights.bin" in slow_settle.engine.take_dirty()  # noticed, held back
