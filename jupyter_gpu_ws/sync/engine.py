@@ -222,6 +222,9 @@ class SyncEngine:
             self.lease.release()
         finally:
             self.index.close()
+            close = getattr(self.backend, "close", None)
+            if close is not None:
+                close()
 
     @property
     def read_only(self) -> bool:

@@ -29,7 +29,9 @@ from typing import Any, Callable, Iterator, Protocol
 from urllib.parse import urlparse
 
 from ..diskio import start_writeback
+from . import s3direct
 from .errors import StoreConfigError, StoreFullError, StoreUnavailableError
+from .s3direct import DirectPut
 
 PART_SUFFIX = ".gpuws-part"
 CHUNK = 8 * 2**20
@@ -308,9 +310,26 @@ class FsspecBackend:
         self.object_store = protocol in ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory")
         self.supports_rename = not self.object_store
         self.max_concurrency = max_concurrency
+        # Small files to S3: one lean signed PUT each (s3direct), made on first use.
+        self._direct: DirectPut | None = None
+        self._direct_ready = protocol not in ("s3", "s3a")
+        self._direct_lock = threading.Lock()
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
+
+    def direct_put(self) -> DirectPut | None:
+        """The lean PUT for small files where the store is a plain S3 bucket, else None."""
+        if not self._direct_ready:
+            with self._direct_lock:
+                if not self._direct_ready:
+                    self._direct = s3direct.for_s3fs(self.fs, self.root.partition("/")[0])
+                    self._direct_ready = True
+        return self._direct
+
+    def close(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
 
     def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
             check: Callable[[], bool] | None = None) -> int:
@@ -331,6 +350,14 @@ class FsspecBackend:
                     data = f.read()
                 if len(data) != size or (check is not None and not check()):
                     raise SourceChangedError(key)
+                md5 = hashlib.md5(data).digest()
+                direct = self.direct_put()
+                if direct is not None and direct.put(target.partition("/")[2], data, md5):
+                    if progress:
+                        progress(size)
+                    return size  # stored, and its ETag is the MD5 of what was sent
+                # Anything else (a failure above included) goes through s3fs, with its retries
+                # and its errors.
                 out = self.fs.pipe_file(target, data)
                 sent = data
                 if progress:
@@ -339,7 +366,7 @@ class FsspecBackend:
                 # proves the whole body is stored, without a second request to look.
                 etag = str(out.get("ETag", "")).strip('"') if isinstance(out, dict) else ""
                 if len(etag) == 32 and "-" not in etag:
-                    if etag != hashlib.md5(data).hexdigest():
+                    if etag != md5.hex():
                         raise StoreUnavailableError(f"{key}: the store's checksum does not match what was sent")
                     return size
             elif self.object_store and hasattr(self.fs, "_call_s3"):

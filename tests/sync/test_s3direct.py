@@ -1,0 +1,125 @@
+"""Small files to S3 by one lean signed PUT each (sync/s3direct.py), against botocore's own
+signer and a real S3 server (SeaweedFS on loopback checks every signature)."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from pathlib import Path
+from typing import Callable
+
+import botocore.auth
+import pytest
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials as BotoCredentials
+
+from jupyter_gpu_ws.sync import SyncEngine
+from jupyter_gpu_ws.sync.s3direct import Credentials, authorization
+from jupyter_gpu_ws.sync.store import FsspecBackend
+from tests.sync.conftest import tree_files, write
+from tests.sync.s3server import S3Server
+from tests.sync.test_s3 import bucket_read, mirror_keys
+
+Make = Callable[..., SyncEngine]
+
+# Names whose encoding a signer gets wrong first: spaces, reserved and non-ASCII characters.
+ODD_NAMES = [
+    "plain.txt",
+    "with space/and+plus.txt",
+    "percent%20literal.txt",
+    "q?mark#hash.txt",
+    "eq=amp&semi;comma,.txt",
+    "tilde~star*bang!quote'(paren)[br]{cu}$@.txt",
+    "ünïcødé/日本語.txt",
+    "deep/a/b/c/d/e/f.txt",
+]
+
+
+@pytest.mark.parametrize("token", [None, "a-session-token"])
+@pytest.mark.parametrize("key", ["bucket/plain.txt", "bucket/with%20space/and%2Bplus.txt",
+                                 "bucket/%C3%BC%2A%21.txt"])
+def test_signature_is_the_one_botocore_computes(monkeypatch: pytest.MonkeyPatch, key: str, token: str | None) -> None:
+    when = datetime.datetime(2026, 11, 30, 1, 2, 3, tzinfo=datetime.timezone.utc)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: when)
+    body = b"some bytes of a small file\n"
+    payload = hashlib.sha256(body).hexdigest()
+    url = f"http://127.0.0.1:8333/{key}"
+    request = AWSRequest(method="PUT", url=url, data=body,
+                         headers={"Content-MD5": "abc=", "X-Amz-Content-SHA256": payload})
+    signer = botocore.auth.S3SigV4Auth(BotoCredentials("AKIDEXAMPLE", "secret/key+1", token), "s3", "eu-west-3")
+    signer.add_auth(request)
+
+    headers = {"host": "127.0.0.1:8333", "content-md5": "abc=", "x-amz-content-sha256": payload,
+               "x-amz-date": "20261130T010203Z"}
+    if token:
+        headers["x-amz-security-token"] = token
+    ours = authorization("PUT", f"/{key}", headers, payload, "20261130T010203Z", "eu-west-3",
+                         Credentials("AKIDEXAMPLE", "secret/key+1", token))
+    assert ours == request.headers["Authorization"]
+
+
+def _backend(engine: SyncEngine) -> FsspecBackend:
+    backend = engine.backend
+    assert isinstance(backend, FsspecBackend)
+    return backend
+
+
+def test_small_files_go_by_direct_put_and_arrive_whole(
+        workdir: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    for i, name in enumerate(ODD_NAMES):
+        write(workdir, name, f"file {i}: {name}\n".encode() * (i + 1))
+    write(workdir, "empty.txt", b"")
+    engine = make_engine(workdir, store_url=s3_url)
+    report = engine.sync()
+    assert report.ok, report.errors
+    direct = _backend(engine).direct_put()
+    assert direct is not None, "a plain S3 store should use the direct PUT"
+    assert direct.sent == len(ODD_NAMES) + 1
+    # Read back by botocore itself: the keys are the names, the bytes are the files'.
+    assert mirror_keys(s3_env, s3_url) == set(tree_files(workdir))
+    for name, data in tree_files(workdir).items():
+        assert bucket_read(s3_env, s3_url, f"ws/files/{name}") == data
+
+
+def test_a_refused_direct_put_falls_back_to_s3fs(
+        workdir: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    write(workdir, "a.txt", "first")
+    engine = make_engine(workdir, store_url=s3_url)
+    assert engine.sync().ok
+    direct = _backend(engine).direct_put()
+    assert direct is not None and direct.sent == 1
+    # The shortcut's credentials go stale (as rotated keys would): the server refuses it.
+    direct._fetch_credentials = lambda: Credentials("wrong-key", "wrong-secret")
+    direct.forget_credentials()
+    write(workdir, "a.txt", "second")
+    write(workdir, "b.txt", "new")
+    report = engine.sync()
+    assert report.ok, report.errors
+    assert direct.sent == 1  # nothing more went the short way
+    assert bucket_read(s3_env, s3_url, "ws/files/a.txt") == b"second"
+    assert bucket_read(s3_env, s3_url, "ws/files/b.txt") == b"new"
+
+
+def test_a_server_that_closed_the_kept_alive_connection_is_no_failure(
+        workdir: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    write(workdir, "a.txt", "one")
+    engine = make_engine(workdir, store_url=s3_url)
+    assert engine.sync().ok
+    direct = _backend(engine).direct_put()
+    assert direct is not None and direct._idle
+    for conn in direct._idle:
+        conn.sock.close()  # as if the server had closed it while idle  # type: ignore[union-attr]
+    write(workdir, "a.txt", "two")
+    assert engine.sync().ok
+    assert direct.sent == 2
+    assert bucket_read(s3_env, s3_url, "ws/files/a.txt") == b"two"
+
+
+def test_no_direct_put_where_requests_carry_extra_arguments(
+        workdir: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    write(workdir, "a.txt", "x")
+    engine = make_engine(workdir, store_url=s3_url,
+                         storage_options={"s3_additional_kwargs": {"StorageClass": "STANDARD"}})
+    assert engine.sync().ok
+    assert _backend(engine).direct_put() is None
+    assert bucket_read(s3_env, s3_url, "ws/files/a.txt") == b"x"
