@@ -120,6 +120,14 @@ def peak_rss() -> int:
     return 0
 
 
+def rotated(runs: list[Any], trial: int) -> list[Any]:
+    """Round-robin, the order turned by one each round: drifting noise hits every tool alike,
+    and no tool always follows the same one (a disk still busy with the previous tool's writes
+    would otherwise slow the same durable tool every round)."""
+    k = trial % len(runs)
+    return runs[k:] + runs[:k]
+
+
 def run_cmd(cmd: list[str] | str, env: dict[str, str] | None = None, shell: bool = False) -> float:
     """Seconds the command took; NaN (and a note on stderr) if it failed."""
     started = time.perf_counter()
@@ -454,7 +462,7 @@ def part_local(sz: Sizes, tmp: Path) -> None:
             runs = variants(src)
             log(f"2: {label}: {sz.copy_trials} rounds of {len(runs)} tools")
             for trial in range(sz.copy_trials):
-                for name, fn in runs:  # round-robin: drifting noise hits every tool alike
+                for name, fn in rotated(runs, trial):
                     dst = root / "dst"
                     flush_disk()
                     times.setdefault(name, []).append(fn(dst))
@@ -584,8 +592,8 @@ def part_s3(sz: Sizes, tmp: Path) -> None:
             warm(src)
             log(f"3: {label}: {sz.s3_trials} rounds")
             times: dict[str, list[float]] = {}
-            for _ in range(sz.s3_trials):
-                for name, fn in variants:
+            for trial in range(sz.s3_trials):
+                for name, fn in rotated(variants, trial):
                     prefix = f"t{next(counter):03d}"
                     try:
                         took = fn(src, prefix)
