@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 KEEP_LOG_LINES = 200
 # How often the site-packages folders are looked at for a change (an os.stat each).
 WATCH_EVERY = 10.0
+# The store's list of snapshots is read again after this long (each panel polls GET /env),
+# and at once after this server takes or compares a snapshot.
+SNAPSHOT_LIST_TTL = 60.0
 
 
 class EnvironmentSupervisor:
@@ -39,6 +42,7 @@ class EnvironmentSupervisor:
         self.error: str | None = None
         self.capturing = False
         self._signature: tuple[float, ...] | None = None
+        self._listed: tuple[float, list[dict[str, Any]]] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,12 +91,14 @@ class EnvironmentSupervisor:
                 self.refresh()
 
     def _site_signature(self) -> tuple[float, ...] | None:
-        """The modification times of the folders packages are installed in: an install or
-        uninstall adds or removes a `*.dist-info` folder there, which changes its mtime."""
+        """The modification times of the folders packages are installed in, and of the
+        interpreter's own site-packages (an empty environment's first install goes there): an
+        install or uninstall adds or removes a `*.dist-info` folder, which changes its mtime."""
         if not self.current:
             return None
         times = []
         folders = {os.path.dirname(p["location"]) for p in self.current.get("packages", []) if p.get("location")}
+        folders.update((self.current.get("python") or {}).get("site") or [])
         for folder in sorted(folders):
             try:
                 times.append(os.stat(folder).st_mtime)
@@ -117,7 +123,19 @@ class EnvironmentSupervisor:
         finally:
             self.capturing = False
 
+    def snapshots(self) -> list[dict[str, Any]]:
+        """The store's snapshots, newest last, listed at most once a minute."""
+        listed = self._listed
+        if listed is None or time.monotonic() - listed[0] > SNAPSHOT_LIST_TTL:
+            try:
+                listed = (time.monotonic(), [info.to_dict() for info in list_snapshots(self.store())])
+            except (SyncError, EnvError, OSError):
+                return []  # asked again next time
+            self._listed = listed
+        return listed[1]
+
     def compare(self) -> None:
+        self._listed = None  # a snapshot may have been added: list them again
         if self.current is None:
             return
         try:
@@ -150,10 +168,6 @@ class EnvironmentSupervisor:
             state = "no-snapshot"
         else:
             state = "matches" if current.get("hash") == latest["hash"] or compared["diff"]["matches"] else "differs"
-        try:
-            snapshots = [info.to_dict() for info in list_snapshots(self.store())]
-        except (SyncError, EnvError, OSError):
-            snapshots = []
         return {
             "state": state,
             "python": self.python(),
@@ -165,7 +179,7 @@ class EnvironmentSupervisor:
             "latest": latest,
             "diff": compared.get("diff"),
             "compatibility": compared.get("compatibility", []),
-            "snapshots": snapshots,
+            "snapshots": self.snapshots(),
             "error": self.error or compared.get("error"),
             "snapshot_job": _summary(self.app.jobs.latest("env-snapshot")),
             "restore_job": _summary(self.app.jobs.latest("env-restore")),

@@ -22,7 +22,7 @@ MARKER = "@@gpuws-env@@"
 # Runs inside the TARGET interpreter, which may be older than ours: plain 3.8 syntax, standard
 # library only.
 PROBE = r"""
-import importlib.metadata as md, json, platform, re, sys
+import importlib.metadata as md, json, platform, re, sys, sysconfig
 
 def norm(name):
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -80,7 +80,8 @@ if WANT_TORCH and "torch" in seen:
 
 result = {
     "python": {"implementation": sys.implementation.name, "version": platform.python_version(),
-               "executable": sys.executable, "prefix": sys.prefix},
+               "executable": sys.executable, "prefix": sys.prefix,
+               "site": sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})},
     "platform": {"system": platform.system(), "machine": platform.machine(), "release": platform.release(),
                  "libc": "-".join(platform.libc_ver()).strip("-") or None},
     "packages": packages,

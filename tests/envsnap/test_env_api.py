@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -106,3 +107,46 @@ async def test_the_magic_shows_the_difference(jp_fetch: Any, gpuws_app: Any, env
         out = await nb.run("%load_ext jupyter_gpu_ws\n%gpuws env")
     assert f"Python: {env_python}" in out
     assert "Differs from the snapshot of" in out and f"  - six {PINNED['six']}" in out
+
+
+async def test_the_store_is_listed_once_a_minute_and_again_after_a_snapshot(
+        jp_fetch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    listing = jupyter_gpu_ws.environment.list_snapshots
+
+    def counted(store: Any) -> Any:
+        calls.append(1)
+        return listing(store)
+
+    monkeypatch.setattr(jupyter_gpu_ws.environment, "list_snapshots", counted)
+    await sync_running(jp_fetch)
+    await env_state(jp_fetch, "no-snapshot")
+    before = len(calls)
+    for _ in range(5):  # five panels polling
+        assert (await get(jp_fetch, "env"))["snapshots"] == []
+    assert len(calls) == before  # no store listing per poll
+
+    job = await snapshot_now(jp_fetch)
+    state = await get(jp_fetch, "env")
+    assert [s["id"] for s in state["snapshots"]] == [job["result"]["environment"]["id"]]  # listed anew
+    assert len(calls) == before + 1
+
+
+async def test_the_first_install_into_an_empty_environment_is_noticed(
+        jp_fetch: Any, gpuws_app: Any, tmp_path: Path) -> None:
+    venv = tmp_path / "empty-env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    gpuws_app.env_python = str(venv / "bin" / "python")
+    await sync_running(jp_fetch)
+    state = await env_state(jp_fetch, "no-snapshot")
+    assert state["current"]["packages"] == 0
+    site = next(venv.glob("lib/python3*/site-packages"))
+    # What an installer leaves: a *.dist-info folder with the package's metadata.
+    (site / "tinypkg-1.0.dist-info").mkdir()
+    (site / "tinypkg-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n")
+
+    async def listed() -> Any:
+        state = await get(jp_fetch, "env")
+        return state if state["current"]["packages"] == 1 else None
+
+    await wait_for(listed, timeout=30)
