@@ -234,6 +234,8 @@ export interface IRuntimeState {
   idle_seconds: number | null;
   idle_deadline: number | null;
   preemption: { cloud: string; detail: string; noticed: number; deadline: number | null } | null;
+  /** The clouds whose metadata servers are polled for notices, and why a poll failed. */
+  preemption_watch?: { watching: string[]; errors: { [cloud: string]: string } };
   next_persist: number | null;
   persist_lead_time: number;
   grace_period: number;

@@ -45,3 +45,8 @@ if os.environ.get("GPUWS_UI_TEST_GPUS"):
     c.GpuWorkspace.nvml_test_double = str(scratch)  # noqa: F821
     # A 25-minute runtime: the 30-minute warning is due at once, the countdown is visible.
     c.GpuWorkspace.max_runtime = "25m"  # noqa: F821
+    # A GCP preemption watch whose metadata server cannot be reached (nothing listens on port
+    # 1): the Runtime section says it cannot read the notices.
+    c.GpuWorkspace.preemption_clouds = ["gcp"]  # noqa: F821
+    c.GpuWorkspace.gcp_metadata_url = "http://127.0.0.1:1"  # noqa: F821
+    c.GpuWorkspace.preemption_poll_interval = 1.0  # noqa: F821

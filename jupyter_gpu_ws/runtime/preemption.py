@@ -48,6 +48,11 @@ def _request(method: str, url: str, headers: dict[str, str], timeout: float) -> 
         if err.code == 404:
             return 404, ""
         raise OSError(f"{method} {url}: HTTP {err.code}") from None
+    except urllib.error.URLError as err:  # refused, no route, a name that does not resolve
+        reason = getattr(err.reason, "strerror", None) or str(err.reason)
+        raise OSError(f"{url.split('?')[0]} cannot be reached: {reason}") from None
+    except TimeoutError:
+        raise OSError(f"{url.split('?')[0]} did not answer within {timeout:g} s") from None
 
 
 class MetadataCheck:

@@ -21,6 +21,12 @@ export function sourceLabel(source: string | null): string {
   return source ? (SOURCES[source] ?? source) : '';
 }
 
+const NOTICES: { [cloud: string]: string } = {
+  aws: 'AWS spot interruption',
+  gcp: 'GCP preemption',
+  azure: 'Azure eviction'
+};
+
 /** Runtime: the countdown, a bar of time used, its source, idle time, the next automatic
  * persist, emergencies, and Persist and release. */
 export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
@@ -81,6 +87,18 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
           {state.emergency.pending_count ? `, ${state.emergency.pending_count} files not persisted` : ''}
         </div>
       )}
+      {state?.preemption_watch && state.preemption_watch.watching.length > 0 && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-preemption-watch">
+          Watching for {state.preemption_watch.watching.map(cloud => NOTICES[cloud] ?? cloud).join(', ')}{' '}
+          notices
+        </div>
+      )}
+      {Object.entries(state?.preemption_watch?.errors ?? {}).map(([cloud, error]) => (
+        <div key={cloud} className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-preemption-error">
+          Cannot read {NOTICES[cloud] ?? cloud} notices: {error}. A notice would go unseen; SIGTERM still
+          triggers the emergency persist.
+        </div>
+      ))}
       {state?.errors.map(error => (
         <div key={error} className="jp-gpuws-message jp-gpuws-warning">
           {error}

@@ -201,6 +201,8 @@ def test_unreachable_metadata_server_is_reported_not_fatal(caplog):
         for _ in range(3):
             assert watcher.poll_once() is None
     assert sorted(watcher.errors) == ["aws", "azure", "gcp"]
+    for error in watcher.errors.values():  # one plain line a user can act on, naming the address
+        assert error.startswith(url) and "cannot be reached: " in error and "urlopen" not in error
     assert len(caplog.records) == 3  # one line per cloud, not one per poll
     assert heard == []
 

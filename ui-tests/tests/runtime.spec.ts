@@ -1,6 +1,7 @@
 /**
  * The Runtime section on a server with a 25-minute max_runtime (port 8889): a countdown that
- * goes down, a warning with a Persist now action, and the time left in the status bar.
+ * goes down, a warning with a Persist now action, the time left in the status bar, and a
+ * preemption watch whose metadata server is away.
  */
 import { expect, test } from '@jupyterlab/galata';
 
@@ -27,6 +28,17 @@ test.describe('Runtime', () => {
     await expect(page.locator(PANEL).getByLabel('Runtime')).toContainText('runtime limit');
     await expect(page.locator(PANEL).getByTestId('gpuws-next-persist')).toContainText(/Automatic persist in \d+ min/);
     await expect(page.getByTestId('gpuws-status-runtime')).toContainText(/\d+ min left/);
+  });
+
+  test('a preemption watch that cannot reach its metadata server says so', async ({ page }) => {
+    await page.evaluate(async () => {
+      await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+    });
+    const runtime = page.locator(PANEL).getByLabel('Runtime');
+    await expect(runtime.getByTestId('gpuws-preemption-watch')).toHaveText('Watching for GCP preemption notices');
+    await expect(runtime.getByTestId('gpuws-preemption-error')).toContainText('Cannot read GCP preemption notices: ', {
+      timeout: 15000
+    });
   });
 
   test('a warning notification offers Persist now', async ({ page }) => {
