@@ -6,21 +6,26 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from typing import Callable
 
 import watchfiles
 
+from . import inotify
 from .engine import PassReport, Progress, SyncEngine
 from .errors import LeaseHeldError, SyncError
+from .ignore import IGNORE_FILE
+from .scan import is_environment
 from .store import PART_SUFFIX
 
 log = logging.getLogger(__name__)
 
 
-# How long the watcher waits for quiet before it reports a change (watchfiles' `step`).
-WATCH_STEP_MS = 10
+# How long the watcher waits for quiet before it reports a change (inotify: after the last
+# event; watchfiles: its `step`, which is also how often it wakes to look).
+WATCH_STEP_MS = 5
 # A change after a quiet spell is uploaded at once when it is this small: a burst that goes on
 # (a large file being written) waits for the settle delay instead, so no upload is wasted on it.
 LEADING_MAX_FILES = 8
@@ -32,10 +37,11 @@ def _few_small(workdir: str, rels: set[str]) -> bool:
         return False
     for rel in rels:
         try:
-            if os.stat(os.path.join(workdir, rel)).st_size > LEADING_MAX_BYTES:
-                return False
+            st = os.stat(os.path.join(workdir, rel))
         except OSError:
-            pass  # gone: a deletion is small
+            continue  # gone: a deletion is small
+        if st.st_size > LEADING_MAX_BYTES or stat.S_ISDIR(st.st_mode):
+            return False  # a folder that appeared may hold anything
     return True
 
 
@@ -47,11 +53,15 @@ class SyncService:
         debounce: float = 0.05,
         rescan_interval: float = 300.0,
         watch_step: int = WATCH_STEP_MS,
+        watcher: str = "auto",
         on_pass: Callable[[PassReport | None, str | None], None] | None = None,
     ) -> None:
         self.engine = engine
         self.debounce = debounce
         self.watch_step = watch_step
+        # "auto": inotify on Linux, else watchfiles; "watchfiles" forces the portable one.
+        self.watcher = watcher
+        self._tree_watcher: inotify.TreeWatcher | None = None
         # The watcher's last report came after a quiet spell and named a few small files: it is
         # uploaded at once instead of after the settle delay (a saved notebook, an edited script).
         self._leading = False
@@ -77,6 +87,9 @@ class SyncService:
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._wake.set()
+        watcher = self._tree_watcher
+        if watcher is not None:
+            watcher.close()
         for thread in self._threads:
             thread.join(timeout)
         self._threads = []
@@ -93,35 +106,67 @@ class SyncService:
     # -- threads -----------------------------------------------------------------------------
 
     def _watch(self) -> None:
-        workdir = self.engine.workdir
-        rules = self.engine.rules
-
-        def wanted(change: watchfiles.Change, path: str) -> bool:
-            if PART_SUFFIX in path:
-                return False
-            rel = os.path.relpath(path, workdir).replace(os.sep, "/")
-            return not rel.startswith("..") and not rules.ignored(rel)
-
+        use_inotify = self.watcher != "watchfiles" and inotify.available()
         while not self._stop.is_set():
             try:
-                for changes in watchfiles.watch(
-                    workdir,
-                    watch_filter=wanted,
-                    debounce=1600,
-                    step=self.watch_step,
-                    stop_event=self._stop,
-                    rust_timeout=1000,
-                    yield_on_timeout=False,
-                    raise_interrupt=False,
-                ):
-                    rels = {os.path.relpath(p, workdir).replace(os.sep, "/") for _, p in changes}
-                    quiet = time.monotonic() - self.engine.last_change >= self.debounce
-                    self._leading = quiet and _few_small(workdir, rels)
-                    self.engine.mark_dirty(rels)
-                    self._wake.set()
+                if use_inotify:
+                    self._watch_inotify()
+                else:
+                    self._watch_watchfiles()
             except Exception as err:  # the folder vanished, too many watches, …: rescans still run
                 log.warning("Sync: file watching stopped (%s); relying on periodic rescans", err)
                 self._stop.wait(30)
+
+    def _report(self, rels: set[str], writing: bool = False) -> None:
+        """The watcher's news: mark the paths dirty and wake the loop. `writing`: a file among
+        them is still open for writing, so it waits for the settle delay."""
+        rules = self.engine.rules
+        rels = {rel for rel in rels if PART_SUFFIX not in rel and not rules.ignored(rel)}
+        if not rels:
+            return
+        quiet = time.monotonic() - self.engine.last_change >= self.debounce
+        self._leading = quiet and not writing and _few_small(self.engine.workdir, rels)
+        self.engine.mark_dirty(rels)
+        self._wake.set()
+
+    def _watch_inotify(self) -> None:
+        """Linux: the thread sleeps in the kernel until something changes (see inotify.py)."""
+        engine = self.engine
+
+        def skip(rel: str, path: str) -> bool:
+            return engine.rules.ignored(rel, is_dir=True) or is_environment(path)
+
+        watcher = inotify.TreeWatcher(engine.workdir, skip)
+        self._tree_watcher = watcher
+        try:
+            if self._stop.is_set():
+                return
+            for batch in watcher.changes(self.watch_step):
+                if batch is None:  # the kernel's queue overflowed: look at everything
+                    self.request_rescan()
+                    continue
+                if IGNORE_FILE in batch.paths:  # folders it no longer excludes are watched from now on
+                    engine.rules.reload()
+                    watcher.add_tree("")
+                self._report(batch.paths, writing=bool(batch.writing))
+        finally:
+            self._tree_watcher = None
+            watcher.release()
+
+    def _watch_watchfiles(self) -> None:
+        """Elsewhere: watchfiles, which looks for news every `watch_step` ms."""
+        workdir = self.engine.workdir
+        for changes in watchfiles.watch(
+            workdir,
+            debounce=1600,
+            step=self.watch_step,
+            stop_event=self._stop,
+            rust_timeout=1000,
+            yield_on_timeout=False,
+            raise_interrupt=False,
+        ):
+            rels = {os.path.relpath(p, workdir).replace(os.sep, "/") for _, p in changes}
+            self._report({rel for rel in rels if not rel.startswith("..")})
 
     def _loop(self) -> None:
         next_rescan = time.monotonic() + self.rescan_interval

@@ -10,6 +10,7 @@ from typing import Callable
 import pytest
 
 from jupyter_gpu_ws.sync import SyncEngine
+from jupyter_gpu_ws.sync import inotify
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.conftest import tree_files, write
 
@@ -23,10 +24,11 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
     raise AssertionError("not reached in time")
 
 
-@pytest.fixture
-def service(workdir: Path, make_engine: Callable[..., SyncEngine]):
+@pytest.fixture(params=["auto", "watchfiles"])
+def service(workdir: Path, make_engine: Callable[..., SyncEngine], request: pytest.FixtureRequest):
+    """The service with each watcher: inotify on Linux ("auto"), and the portable watchfiles."""
     write(workdir, "existing.txt", "old")
-    svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
+    svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600, watcher=request.param)
     svc.start()
     yield svc
     svc.stop()
@@ -55,6 +57,24 @@ def test_a_renamed_folder_is_followed(service: SyncService, workdir: Path, store
     (workdir / "run1").rename(workdir / "run2")
     eventually(lambda: set(files(store_dir)) == {"existing.txt", "run2/a.txt", "run2/b.txt"})
     assert service.engine.versions("run1/a.txt")
+
+
+@pytest.mark.parametrize("watcher", ["auto", "watchfiles"])
+def test_a_folder_no_longer_ignored_is_watched(workdir: Path, store_dir: Path, watcher: str,
+                                               make_engine: Callable[..., SyncEngine]) -> None:
+    write(workdir, ".gpuwsignore", "scratch/\n")
+    write(workdir, "scratch/a.txt", "a")
+    svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600, watcher=watcher)
+    svc.start()
+    try:
+        eventually(lambda: ".gpuwsignore" in files(store_dir))
+        assert "scratch/a.txt" not in files(store_dir)
+        write(workdir, ".gpuwsignore", "# nothing ignored now\n")
+        eventually(lambda: files(store_dir).get(".gpuwsignore") == b"# nothing ignored now\n")
+        write(workdir, "scratch/a.txt", "written after")  # seen by the watcher: no rescan for an hour
+        eventually(lambda: files(store_dir).get("scratch/a.txt") == b"written after")
+    finally:
+        svc.stop()
 
 
 def test_flush_carries_everything_now(service: SyncService, workdir: Path, store_dir: Path) -> None:
@@ -100,3 +120,14 @@ def test_a_large_write_waits_for_the_settle_delay(slow_settle: SyncService, work
     time.sleep(2.0)  # well past the watcher's report, far inside the 60 s settle delay
     assert "weights.bin" not in files(store_dir)
     assert "weights.bin" in slow_settle.engine.take_dirty()  # noticed, held back
+
+
+@pytest.mark.skipif(not inotify.available(), reason="only inotify tells an open file from a closed one")
+def test_a_file_still_open_for_writing_waits_for_the_settle_delay(slow_settle: SyncService, workdir: Path,
+                                                                  store_dir: Path) -> None:
+    with open(workdir / "train.log", "w") as log:
+        log.write("epoch 1\n")
+        log.flush()  # small, after a quiet spell, but its writer has not closed it
+        time.sleep(2.0)
+        assert "train.log" not in files(store_dir)
+    assert "train.log" in slow_settle.engine.take_dirty()  # noticed, held back
