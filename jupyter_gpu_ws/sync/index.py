@@ -23,6 +23,10 @@ class Record:
     synced_at: float
 
 
+# Paths looked up in one query (SQLite allows at least 999 parameters).
+LOOKUP_CHUNK = 500
+
+
 class SyncIndex:
     def __init__(self, db_path: str) -> None:
         os.makedirs(os.path.dirname(db_path) or ".", exist_ok=True)
@@ -36,6 +40,7 @@ class SyncIndex:
             "mtime_ns INTEGER NOT NULL, hash TEXT, synced_at REAL NOT NULL)"
         )
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        self._totals: tuple[int, int] | None = None  # (paths, bytes), once counted
 
     def get(self, path: str) -> Record | None:
         with self._lock:
@@ -60,25 +65,57 @@ class SyncIndex:
             ).fetchall()
         return [row[0] for row in rows]
 
+    def _sizes(self, paths: list[str]) -> dict[str, int]:
+        """The recorded size of each of `paths` that has a record (under the lock)."""
+        out: dict[str, int] = {}
+        for start in range(0, len(paths), LOOKUP_CHUNK):
+            chunk = paths[start:start + LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            out.update(self._db.execute(f"SELECT path, size FROM files WHERE path IN ({marks})", chunk).fetchall())
+        return out
+
     def put_many(self, records: Iterable[Record]) -> None:
+        rows = [(r.path, r.size, r.mtime_ns, r.hash, r.synced_at) for r in records]
         with self._lock:
             self._db.execute("BEGIN")
-            self._db.executemany(
-                "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)",
-                [(r.path, r.size, r.mtime_ns, r.hash, r.synced_at) for r in records],
-            )
-            self._db.execute("COMMIT")
+            try:
+                before = self._sizes([row[0] for row in rows]) if self._totals is not None else {}
+                self._db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)", rows)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            if self._totals is not None:
+                count, total = self._totals
+                for path, size, *_ in {row[0]: row for row in rows}.values():
+                    if path in before:
+                        total += size - before[path]
+                    else:
+                        count, total = count + 1, total + size
+                self._totals = (count, total)
 
     def delete_many(self, paths: Iterable[str]) -> None:
+        paths = list(dict.fromkeys(paths))
         with self._lock:
             self._db.execute("BEGIN")
-            self._db.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in paths])
-            self._db.execute("COMMIT")
+            try:
+                before = self._sizes(paths) if self._totals is not None else {}
+                self._db.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in paths])
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            if self._totals is not None:
+                self._totals = (self._totals[0] - len(before), self._totals[1] - sum(before.values()))
 
     def count_and_bytes(self) -> tuple[int, int]:
+        """How many paths are recorded and their total size: counted once, then kept up to
+        date by put_many and delete_many, so a pass over one file never counts the table."""
         with self._lock:
-            count, total = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM files").fetchone()
-        return int(count), int(total)
+            if self._totals is None:
+                count, total = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM files").fetchone()
+                self._totals = (int(count), int(total))
+            return self._totals
 
     def get_meta(self, key: str) -> str | None:
         with self._lock:
