@@ -4,6 +4,9 @@ GPUWS_UI_TEST_GPUS=1 selects the NVML test double with the GPUs in fake-gpus.jso
 a scratch file (GPUWS_UI_GPUS_FILE, default <tmp>/gpuws-ui-gpus.json) that the tests and the
 kernels change; otherwise the real NVML binding runs, which on a machine without a GPU
 reports none.
+
+GPUWS_UI_TEST_RELEASE=1 is the server that release.spec.ts releases (port 8890): a test stops
+it, so it has folders of its own and no other test uses it.
 """
 
 import os
@@ -21,8 +24,15 @@ c.LabApp.extension_manager = "readonly"  # noqa: F821
 c.GpuWorkspace.sample_interval = 0.5  # noqa: F821
 
 # A fresh work directory and store for each server, at paths the tests know
-# (<tmp>/gpuws-ui[-gpus]-root and -store), so a test can write files as a user's program would.
-_name = "gpuws-ui-gpus" if os.environ.get("GPUWS_UI_TEST_GPUS") else "gpuws-ui"
+# (<tmp>/gpuws-ui[-gpus|-release]-root and -store), so a test can write files as a user's program
+# would.
+_release = bool(os.environ.get("GPUWS_UI_TEST_RELEASE"))
+if _release:
+    _name = "gpuws-ui-release"
+elif os.environ.get("GPUWS_UI_TEST_GPUS"):
+    _name = "gpuws-ui-gpus"
+else:
+    _name = "gpuws-ui"
 _tmp = Path(tempfile.gettempdir())
 for _part in ("root", "store", "state", "env"):
     shutil.rmtree(_tmp / f"{_name}-{_part}", ignore_errors=True)
@@ -35,8 +45,11 @@ c.GpuWorkspace.workspace = "ui-tests"  # noqa: F821
 c.GpuWorkspace.sync_debounce = 4.0  # noqa: F821
 c.GpuWorkspace.bandwidth_limit = 40 * 2**20  # noqa: F821
 # A small environment of its own (pip and setuptools), so the Environment section and the
-# snapshot at each persist see something a test can change (<tmp>/gpuws-ui[-gpus]-env).
-subprocess.run([sys.executable, "-m", "venv", str(_tmp / f"{_name}-env")], check=True)
+# snapshot at each persist see something a test can change (<tmp>/gpuws-ui[-gpus]-env). The
+# release server's is empty: its persist still snapshots an environment, and it starts without
+# the seconds that installing pip takes.
+_venv_options = ["--without-pip"] if _release else []
+subprocess.run([sys.executable, "-m", "venv", *_venv_options, str(_tmp / f"{_name}-env")], check=True)
 c.GpuWorkspace.env_python = str(_tmp / f"{_name}-env" / "bin" / "python")  # noqa: F821
 
 if os.environ.get("GPUWS_UI_TEST_GPUS"):
@@ -50,3 +63,8 @@ if os.environ.get("GPUWS_UI_TEST_GPUS"):
     c.GpuWorkspace.preemption_clouds = ["gcp"]  # noqa: F821
     c.GpuWorkspace.gcp_metadata_url = "http://127.0.0.1:1"  # noqa: F821
     c.GpuWorkspace.preemption_poll_interval = 1.0  # noqa: F821
+
+if _release:
+    # Changes wait 10 minutes to settle, so the file the test writes (larger than an immediate
+    # upload takes) stays pending until the release's persist uploads it.
+    c.GpuWorkspace.sync_debounce = 600.0  # noqa: F821

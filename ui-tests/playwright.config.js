@@ -1,6 +1,8 @@
 /**
- * Galata in Debian's Chromium. Two servers: the plain one (this machine has no GPU) and one
- * reading simulated GPUs through the NVML test double, for the GPU cards.
+ * Galata in Debian's Chromium. Three servers: the plain one (this machine has no GPU), one
+ * reading simulated GPUs through the NVML test double, for the GPU cards, and one that
+ * release.spec.ts releases, which stops it (Playwright does not mind a web server that exits
+ * once it has started: it only watches for that while waiting for the server's URL).
  */
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 
@@ -28,6 +30,12 @@ module.exports = {
     {
       command: 'jlpm start:gpus',
       url: 'http://localhost:8889/lab',
+      timeout: 120 * 1000,
+      reuseExistingServer: !process.env.CI
+    },
+    {
+      command: 'jlpm start:release',
+      url: 'http://localhost:8890/lab',
       timeout: 120 * 1000,
       reuseExistingServer: !process.env.CI
     }
