@@ -95,7 +95,7 @@ export class RuntimeModel extends PolledModel {
     this.released = true;
     this._changed.emit();
     this.dispose(); // nothing more to ask a server that is stopping
-    this._sync.dispose();
+    this._sync.finish();
     Notification.update({
       id: note,
       type: 'success',
@@ -151,6 +151,9 @@ export class RuntimeModel extends PolledModel {
 
 /** The few words the status bar says about the time left. */
 export function runtimeWord(model: RuntimeModel): { text: string; title: string; level: string } {
+  if (model.released) {
+    return { text: 'released', title: 'This runtime was released: the server has stopped', level: 'none' };
+  }
   const state = model.state;
   const left = model.remaining();
   if (!state || left === null) {

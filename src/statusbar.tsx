@@ -9,6 +9,9 @@ import { SyncModel, formatAge } from './sync';
 
 /** The status bar's few words on the sync. */
 export function syncWord(sync: SyncModel): { text: string; title: string; level: string } {
+  if (sync.released) {
+    return { text: 'all saved', title: 'Everything was persisted before the release', level: 'ok' };
+  }
   const status = sync.status;
   if (!status) {
     return { text: '', title: '', level: 'none' };

@@ -28,6 +28,16 @@ export class SyncModel extends PolledModel {
     return this.job?.state === 'running';
   }
 
+  /** Set once a release has persisted everything: the last word, as the server is gone. */
+  released = false;
+
+  /** The release persisted everything and the server is stopping: say so, then stop asking. */
+  finish(): void {
+    this.released = true;
+    this._changed.emit();
+    this.dispose();
+  }
+
   /** Persist now: start (or join) the server's persist job and follow it to the end. */
   async persist(): Promise<IJob | null> {
     let job: IJob;

@@ -53,6 +53,9 @@ test('Persist and release uploads pending work, shows the released view and stop
 
   await expect(panel.getByTestId('gpuws-released')).toContainText('This runtime was released', { timeout: 30000 });
   await expect(panel.getByTestId('gpuws-release')).toHaveCount(0);
+  // The status bar's last words: nothing pending any more, and the runtime released.
+  await expect(page.getByTestId('gpuws-status-sync')).toHaveText('all saved');
+  await expect(page.getByTestId('gpuws-status-runtime')).toHaveText('released');
   await expect(page.locator('.Toastify__toast', { hasText: 'Released: everything was persisted' })).toHaveCount(1);
   expect(fs.readFileSync(path.join(STORE, 'files', 'results.bin')).equals(bytes)).toBe(true);
   // The release's persist also snapshots the environment.
