@@ -65,6 +65,15 @@ class EnvironmentSupervisor:
             self.log.debug("GPU workspace: no default kernel interpreter: %s", err)
         return sys.executable
 
+    def nvml(self) -> Any:
+        """Where the machine's GPUs are read: the NVML test double when one is configured (as
+        the monitor does), else the real binding (None)."""
+        if self.app.nvml_test_double:
+            from .monitor.fake_nvml import FakeNvml
+
+            return FakeNvml(self.app.nvml_test_double)
+        return None
+
     def store(self) -> Store:
         service = self.app.sync.require()
         return service.engine.store
@@ -113,7 +122,7 @@ class EnvironmentSupervisor:
                 return
             self.capturing = True
         try:
-            current = capture(self.python())
+            current = capture(self.python(), nvml=self.nvml())
             self.current, self.captured, self.error = current, time.time(), None
             self._signature = self._site_signature()
             self.compare()
@@ -146,7 +155,7 @@ class EnvironmentSupervisor:
         except (SyncError, EnvError) as err:
             self.compared = {"latest": None, "diff": None, "compatibility": [], "error": str(err)}
             return
-        verdicts = compatibility(snapshot, read_machine(), self.current.get("python"))
+        verdicts = compatibility(snapshot, read_machine(self.nvml()), self.current.get("python"))
         self.compared = {
             "latest": {"id": snapshot.get("id"), "captured_at": snapshot.get("captured_at"),
                        "hash": snapshot.get("hash"), "packages": len(snapshot.get("packages", []))},
@@ -192,7 +201,7 @@ class EnvironmentSupervisor:
 
         def run(job: Job, step: Step) -> None:
             step.detail = "reading the environment"
-            snapshot = capture(self.python())
+            snapshot = capture(self.python(), nvml=self.nvml())
             result = save_snapshot(self.store(), snapshot, self.python(), self.app.env_keep_all_wheels,
                                    log=lambda line: _log(job, line))
             self.current, self.captured = snapshot, time.time()

@@ -8,6 +8,9 @@
    stall against `torch.save` + fsync of the same state, and a resume in a fresh process that
    goes on bitwise like the uninterrupted run (parameters, optimizer, and the CUDA RNG that
    dropout and the data draw from).
+3. An environment snapshot there: torch's CUDA build and the machine (driver, GPUs) read
+   through NVML, and the compatibility verdicts (none on its own machine; a warning for a
+   build without this GPU's architecture).
 
 Prints one line per figure and `GPU CHECK PASSED` or the first failure.
 """
@@ -176,6 +179,32 @@ def check_checkpoint(layers: int = 8, total: int = 12, at: int = 5) -> None:
     assert result["digest"] == reference
 
 
+def check_environment() -> None:
+    """3. An environment snapshot on a GPU machine: torch's CUDA build and arch list and the
+    machine's driver and GPUs through real NVML, then the compatibility verdicts: none against
+    its own machine, a warning for a build that lacks this GPU's architecture."""
+    from jupyter_gpu_ws.envsnap import capture, compatibility, read_machine
+
+    snapshot = capture(sys.executable)
+    machine = read_machine()
+    torch_info, python = snapshot["torch"], snapshot["python"]
+    print(f"snapshot: {len(snapshot['packages'])} packages, torch {torch_info.get('version')} CUDA "
+          f"{torch_info.get('cuda')} archs {','.join(torch_info.get('arch_list') or [])}")
+    assert machine and machine.get("gpus"), machine
+    gpu = machine["gpus"][0]
+    print(f"machine: driver {machine.get('driver_version')}, CUDA driver {machine.get('cuda_driver_version')}, "
+          f"{len(machine['gpus'])} GPU(s): {gpu}")
+    own = compatibility(snapshot, machine, python)
+    for verdict in own:
+        print(f"  own machine: {verdict.level}: {verdict.message}")
+    assert not [v for v in own if v.level in ("warn", "error")], own
+    old = dict(snapshot, torch=dict(torch_info, arch_list=["sm_50", "sm_60", "sm_70"]))
+    verdicts = compatibility(old, machine, python)
+    for verdict in verdicts:
+        print(f"  a build without this GPU's architecture: {verdict.level}: {verdict.message}")
+    assert [v for v in verdicts if v.level in ("warn", "error")], verdicts
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
         child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
@@ -188,6 +217,7 @@ def main() -> None:
         print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}")
         check_nvml()
         check_checkpoint()
+        check_environment()
     print("GPU CHECK PASSED")
 
 

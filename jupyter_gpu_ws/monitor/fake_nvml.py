@@ -122,6 +122,11 @@ class FakeNvml:
         self._check(handle, "name")
         return handle.spec.get("name", "NVIDIA Test GPU")
 
+    def nvmlDeviceGetCudaComputeCapability(self, handle: _Handle) -> tuple[int, int]:
+        self._check(handle, "compute_capability")
+        major, minor = handle.spec.get("compute_capability", [8, 0])
+        return int(major), int(minor)
+
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
         self._check(handle, "uuid")
         prefix = "MIG" if handle.parent else "GPU"

@@ -150,3 +150,17 @@ async def test_the_first_install_into_an_empty_environment_is_noticed(
         return state if state["current"]["packages"] == 1 else None
 
     await wait_for(listed, timeout=30)
+
+
+async def test_the_machine_is_read_where_the_monitor_reads_it(jp_fetch: Any, gpuws_app: Any, tmp_path: Path) -> None:
+    # The server reads simulated GPUs (nvml_test_double); the environment's machine is the same one.
+    from tests.conftest import gpu_spec, write_spec
+
+    spec = gpu_spec()
+    spec["gpus"][0]["compute_capability"] = [9, 0]
+    gpuws_app.nvml_test_double = str(write_spec(tmp_path / "h100.json", spec))
+    await sync_running(jp_fetch)
+    state = await env_state(jp_fetch, "no-snapshot")
+    machine = state["current"]["machine"]
+    assert machine["driver_version"] == "550.54.15" and machine["cuda_driver_version"] == "12.4"
+    assert [g["compute_capability"] for g in machine["gpus"]] == ["9.0", "8.0"]
