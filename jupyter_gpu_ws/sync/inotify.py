@@ -88,7 +88,7 @@ class TreeWatcher:
         libc = _lib()
         if libc is None or not hasattr(os, "eventfd"):
             raise WatchError("inotify is not available here")
-        self.root = os.path.abspath(root)
+        self.root = os.path.realpath(root)  # a work directory reached through a link is watched where it is
         self.skip = skip
         self._libc = libc
         fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -104,9 +104,12 @@ class TreeWatcher:
         self.limited = False  # the system's limit on watches was reached: some folders unwatched
         self.closed = False
         if not os.path.isdir(self.root):
-            self.close()
+            self.release()
             raise WatchError(f"The work directory {self.root} does not exist")
         self.add_tree("")
+        if "" not in self.wds:
+            self.release()
+            raise WatchError(f"Cannot watch the work directory {self.root}")
 
     # -- watches ---------------------------------------------------------------------------
 

@@ -169,3 +169,14 @@ def test_close_ends_the_watch_at_once(tree: Path) -> None:
     watching.stop()
     assert time.monotonic() - started < 1.0
     assert os.path.isdir(tree)
+
+
+def test_a_work_directory_reached_through_a_link_is_watched(tree: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link-to-work"
+    link.symlink_to(tree, target_is_directory=True)
+    watching = Running(link)
+    try:
+        (tree / "src" / "pkg" / "mod.py").write_text("x = 9\n")
+        assert watching.collect({"src/pkg/mod.py"}) == {"src/pkg/mod.py"}
+    finally:
+        watching.stop()
