@@ -103,6 +103,7 @@ class TreeWatcher:
         self.wds: dict[str, int] = {}
         self.limited = False  # the system's limit on watches was reached: some folders unwatched
         self.closed = False
+        self._open = True  # the descriptors, until release()
         if not os.path.isdir(self.root):
             self.release()
             raise WatchError(f"The work directory {self.root} does not exist")
@@ -241,25 +242,27 @@ class TreeWatcher:
             return True
         return False
 
-    def wake(self) -> None:
-        """Make `changes()` return (call `close()` first, or set the caller's stop flag)."""
-        try:
-            os.eventfd_write(self._wake, 1)
-        except OSError:
-            pass
-
     def close(self) -> None:
-        with self._lock:
+        """Make `changes()` return, from any thread."""
+        with self._lock:  # release() closes the descriptors under the same lock
             if self.closed:
                 return
             self.closed = True
-        self.wake()
+            if self._open:
+                try:
+                    os.eventfd_write(self._wake, 1)
+                except OSError:
+                    pass
 
     def release(self) -> None:
         """Free the descriptors (after the thread that reads `changes()` has returned)."""
         self.close()
-        for fd in (self.fd, self._wake):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        with self._lock:
+            if not self._open:
+                return
+            self._open = False
+            for fd in (self.fd, self._wake):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
