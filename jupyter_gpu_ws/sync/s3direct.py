@@ -20,6 +20,7 @@ import base64
 import hashlib
 import hmac
 import http.client
+import logging
 import os
 import ssl
 import threading
@@ -29,12 +30,17 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
+log = logging.getLogger(__name__)
+
 PROBE_KEY = "gpuws-probe"
 ALGORITHM = "AWS4-HMAC-SHA256"
 # Frozen credentials are asked for again after this long (refreshable ones renew themselves).
 CREDENTIALS_TTL = 300.0
 # Kept-alive connections held between requests (the engine's workers take one each).
 MAX_IDLE = 32
+# After this many refusals in a row the shortcut rests this many seconds (s3fs sends meanwhile).
+FAILURES_TO_PAUSE = 5
+PAUSE = 600
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,9 @@ class DirectPut:
         self._idle: list[http.client.HTTPConnection] = []
         self._closed = False
         self.sent = 0  # objects stored this way, for the curious and for the tests
+        self.requests = 0
+        self._failures = 0  # refusals in a row
+        self._paused_until = 0.0
 
     def credentials(self) -> Credentials:
         held = self._credentials
@@ -119,14 +128,42 @@ class DirectPut:
 
     def put(self, key: str, data: bytes, md5: bytes) -> bool:
         """Store `data` as `key` (relative to the bucket). True only when the store answered
-        200 with the MD5 of `data` as the object's ETag; False for anything else."""
+        200 with the MD5 of `data` as the object's ETag; False for anything else.
+
+        A store that names the bucket's region in a refusal (`x-amz-bucket-region`) is asked
+        again in that region. After FAILURES_TO_PAUSE refusals in a row the shortcut rests for
+        PAUSE seconds (False at once): each refusal costs a request before s3fs sends the file.
+        """
+        if time.monotonic() < self._paused_until:
+            return False
+        for _ in range(2):
+            status, region = self._send(key, data, md5)
+            if status == 200:
+                self.sent += 1
+                self._failures = 0
+                return True
+            if region and region != self.region and status in (301, 400):
+                self.region = region  # signed for the wrong region: once more, in the bucket's
+                continue
+            break
+        self._failures += 1
+        if self._failures >= FAILURES_TO_PAUSE:
+            self._failures = 0
+            self._paused_until = time.monotonic() + PAUSE
+            log.info("S3: small files go through s3fs for %d s: the direct PUT was refused %d times in a row "
+                     "(last answer: %s)", PAUSE, FAILURES_TO_PAUSE, status)
+        return False
+
+    def _send(self, key: str, data: bytes, md5: bytes) -> tuple[int | None, str | None]:
+        """One signed PUT: (200 only if the ETag is the MD5 sent, else the status, or None for no
+        answer; the region the store says the bucket is in, if it says)."""
         creds = self.credentials()
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        day = amz_date[:8]
-        signing = self._keys.get((creds.secret_key, day))
+        cache = (creds.secret_key, amz_date[:8], self.region)
+        signing = self._keys.get(cache)
         if signing is None:
-            signing = signing_key(creds.secret_key, day, self.region)
-            self._keys = {(creds.secret_key, day): signing}
+            signing = signing_key(creds.secret_key, amz_date[:8], self.region)
+            self._keys = {cache: signing}
         # Over TLS the body is protected in transit and by Content-MD5; in the clear it is signed.
         payload = "UNSIGNED-PAYLOAD" if self.scheme == "https" else hashlib.sha256(data).hexdigest()
         headers = {
@@ -142,6 +179,7 @@ class DirectPut:
         headers["content-length"] = str(len(data))
         while True:
             conn, reused = self._connection()
+            self.requests += 1
             try:
                 conn.request("PUT", path, body=data, headers=headers)
                 response = conn.getresponse()
@@ -150,19 +188,16 @@ class DirectPut:
                 conn.close()
                 if reused:
                     continue  # a kept-alive connection the server had closed: try a fresh one
-                return False
+                return None, None
             if response.will_close:
                 conn.close()
             else:
                 self._release(conn)
             if response.status == 403:
                 self.forget_credentials()  # maybe renewed since: ask again next time
-            if response.status != 200:
-                return False
-            if (response.getheader("ETag") or "").strip('"') != md5.hex():
-                return False
-            self.sent += 1
-            return True
+            if response.status == 200 and (response.getheader("ETag") or "").strip('"') != md5.hex():
+                return 502, None  # stored something else than was sent: not a success
+            return response.status, response.getheader("x-amz-bucket-region")
 
     def close(self) -> None:
         with self._lock:

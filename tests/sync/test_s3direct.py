@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import http.server
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -14,7 +16,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
 
 from jupyter_gpu_ws.sync import SyncEngine
-from jupyter_gpu_ws.sync.s3direct import Credentials, authorization
+from jupyter_gpu_ws.sync.s3direct import FAILURES_TO_PAUSE, Credentials, DirectPut, authorization
 from jupyter_gpu_ws.sync.store import FsspecBackend
 from tests.sync.conftest import tree_files, write
 from tests.sync.s3server import S3Server
@@ -81,23 +83,64 @@ def test_small_files_go_by_direct_put_and_arrive_whole(
         assert bucket_read(s3_env, s3_url, f"ws/files/{name}") == data
 
 
-def test_a_refused_direct_put_falls_back_to_s3fs(
+def test_a_refused_direct_put_falls_back_to_s3fs_and_rests_after_a_few(
         workdir: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
     write(workdir, "a.txt", "first")
-    engine = make_engine(workdir, store_url=s3_url)
+    engine = make_engine(workdir, store_url=s3_url, concurrency=1)
     assert engine.sync().ok
     direct = _backend(engine).direct_put()
     assert direct is not None and direct.sent == 1
     # The shortcut's credentials go stale (as rotated keys would): the server refuses it.
     direct._fetch_credentials = lambda: Credentials("wrong-key", "wrong-secret")
     direct.forget_credentials()
+    requests = direct.requests
     write(workdir, "a.txt", "second")
-    write(workdir, "b.txt", "new")
+    for i in range(FAILURES_TO_PAUSE + 3):
+        write(workdir, f"new/{i}.txt", f"new {i}")
     report = engine.sync()
     assert report.ok, report.errors
     assert direct.sent == 1  # nothing more went the short way
+    assert direct.requests == requests + FAILURES_TO_PAUSE  # then it rested: s3fs alone
     assert bucket_read(s3_env, s3_url, "ws/files/a.txt") == b"second"
-    assert bucket_read(s3_env, s3_url, "ws/files/b.txt") == b"new"
+    for i in range(FAILURES_TO_PAUSE + 3):
+        assert bucket_read(s3_env, s3_url, f"ws/files/new/{i}.txt") == f"new {i}".encode()
+
+
+class RegionalStore(http.server.BaseHTTPRequestHandler):
+    """An S3 stand-in that only takes signatures for eu-west-1 and says so otherwise, as S3
+    does for a bucket in another region than the request was signed for."""
+
+    def do_PUT(self) -> None:  # noqa: N802 - the http.server name
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if "/eu-west-1/s3/aws4_request" in self.headers["Authorization"]:
+            self.send_response(200)
+            self.send_header("ETag", f'"{hashlib.md5(body).hexdigest()}"')
+        else:
+            self.send_response(400)
+            self.send_header("x-amz-bucket-region", "eu-west-1")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_bucket_in_another_region_is_signed_for_its_own_after_one_refusal() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RegionalStore)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        direct = DirectPut("http", f"127.0.0.1:{server.server_port}", "/bucket/", "us-east-1",
+                           lambda: Credentials("AKID", "secret"))
+        data = b"a small file"
+        assert direct.put("a.txt", data, hashlib.md5(data).digest())
+        assert direct.region == "eu-west-1" and direct.requests == 2
+        assert direct.put("b.txt", data, hashlib.md5(data).digest())
+        assert direct.requests == 3  # straight to the right region from then on
+        assert not direct.put("c.txt", data, hashlib.md5(b"other bytes").digest())  # an ETag that does not match
+        direct.close()
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_server_that_closed_the_kept_alive_connection_is_no_failure(
