@@ -171,6 +171,14 @@ export interface ISyncStatus {
   lease_held?: boolean;
   persist?: IJob | null;
   restore?: { restored: number; conflicts: string[]; errors: string[] } | null;
+  /** How changes are noticed, and what the periodic rescan has to cover for. */
+  watch?: {
+    watcher: 'inotify' | 'watchfiles';
+    folders: number | null;
+    limited: boolean;
+    error: string | null;
+    rescan_interval: number;
+  };
 }
 
 export interface ICheckpointKernel {

@@ -43,6 +43,9 @@ async def test_sync_status_reports_state_and_pending_files(jp_fetch: Any, jp_roo
     status = await sync_running(jp_fetch)
     assert status["workspace"] == "test-ws" and status["lease_held"] is True
     assert status["pending_files"] == 0 and status["last_error"] is None
+    watch = status["watch"]  # how changes are noticed: every folder watched, nothing stopped
+    assert watch["folders"] >= 1 and watch["limited"] is False and watch["error"] is None
+    assert watch["watcher"] in ("inotify", "watchfiles") and watch["rescan_interval"] > 0
     # A change is seen by the watcher and synced by itself.
     (jp_root_dir / "new.py").write_text("print('hi')")
 

@@ -61,7 +61,9 @@ class SyncService:
         self.watch_step = watch_step
         # "auto": inotify on Linux, else watchfiles; "watchfiles" forces the portable one.
         self.watcher = watcher
+        self._use_inotify = watcher != "watchfiles" and inotify.available()
         self._tree_watcher: inotify.TreeWatcher | None = None
+        self.watch_error: str | None = None
         # The watcher's last report came after a quiet spell and named a few small files: it is
         # uploaded at once instead of after the settle delay (a saved notebook, an edited script).
         self._leading = False
@@ -105,15 +107,27 @@ class SyncService:
 
     # -- threads -----------------------------------------------------------------------------
 
+    def watch_status(self) -> dict[str, object]:
+        """How changes are noticed: the watcher, whether some folders go unwatched (the
+        system's limit), why watching stopped if it did, and the rescan that covers for it."""
+        watcher = self._tree_watcher
+        return {
+            "watcher": "inotify" if self._use_inotify else "watchfiles",
+            "folders": len(watcher.wds) if watcher is not None else None,
+            "limited": bool(watcher is not None and watcher.limited),
+            "error": self.watch_error,
+            "rescan_interval": self.rescan_interval,
+        }
+
     def _watch(self) -> None:
-        use_inotify = self.watcher != "watchfiles" and inotify.available()
         while not self._stop.is_set():
             try:
-                if use_inotify:
+                if self._use_inotify:
                     self._watch_inotify()
                 else:
                     self._watch_watchfiles()
             except Exception as err:  # the folder vanished, too many watches, …: rescans still run
+                self.watch_error = f"File watching stopped: {err}"
                 log.warning("Sync: file watching stopped (%s); relying on periodic rescans", err)
                 self._stop.wait(30)
 
@@ -138,6 +152,7 @@ class SyncService:
 
         watcher = inotify.TreeWatcher(engine.workdir, skip)
         self._tree_watcher = watcher
+        self.watch_error = None
         try:
             if self._stop.is_set():
                 return
@@ -156,6 +171,7 @@ class SyncService:
     def _watch_watchfiles(self) -> None:
         """Elsewhere: watchfiles, which looks for news every `watch_step` ms."""
         workdir = self.engine.workdir
+        self.watch_error = None
         for changes in watchfiles.watch(
             workdir,
             debounce=1600,

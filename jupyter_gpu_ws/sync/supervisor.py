@@ -85,4 +85,5 @@ class SyncSupervisor:
                     "pending_files": 0, "pending_bytes": 0, "restore": self.restore_summary}
         status = self.service.engine.status()
         status["restore"] = self.restore_summary
+        status["watch"] = self.service.watch_status()
         return status

@@ -1,6 +1,6 @@
 import React from 'react';
 
-import { formatBytes, percent } from '../format';
+import { formatBytes, formatDuration, percent } from '../format';
 import { SyncModel, syncSummary } from '../sync';
 import { Bar } from './Bar';
 
@@ -72,6 +72,14 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
         />
       ) : null}
       {status?.quota_warning && <div className="jp-gpuws-message jp-gpuws-warning">{status.quota_warning}</div>}
+      {status?.watch && (status.watch.error || status.watch.limited) && (
+        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-watch-warning">
+          {status.watch.error
+            ? `${status.watch.error}. Changes are found`
+            : 'Some folders are not watched: the system allows no more (fs.inotify.max_user_watches). Changes in them are found'}{' '}
+          by the rescan every {formatDuration(status.watch.rescan_interval)}, or by Persist now.
+        </div>
+      )}
       {running && job && (
         <Bar
           label={`${job.progress.files_done} of ${job.progress.files_total} files`}

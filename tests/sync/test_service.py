@@ -131,3 +131,47 @@ def test_a_file_still_open_for_writing_waits_for_the_settle_delay(slow_settle: S
         time.sleep(2.0)
         assert "train.log" not in files(store_dir)
     assert "train.log" in slow_settle.engine.take_dirty()  # noticed, held back
+
+
+@pytest.mark.skipif(not inotify.available(), reason="inotify's limit on watches")
+def test_folders_beyond_the_watch_limit_are_reported_and_left_to_the_rescan(
+        workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine], monkeypatch: pytest.MonkeyPatch) -> None:
+    add = inotify.TreeWatcher._add
+
+    def limited(self: inotify.TreeWatcher, rel: str, path: str) -> bool:
+        if rel.startswith("data"):  # as inotify_add_watch answers ENOSPC at the system's limit
+            self.limited = True
+            return False
+        return add(self, rel, path)
+
+    monkeypatch.setattr(inotify.TreeWatcher, "_add", limited)
+    write(workdir, "data/shard0/a.bin", "a")
+    svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
+    svc.start()
+    try:
+        eventually(lambda: "data/shard0/a.bin" in files(store_dir))
+        status = svc.watch_status()
+        assert status["watcher"] == "inotify" and status["limited"] and status["error"] is None
+        assert status["folders"] == 1  # the root; data/ and below are beyond the limit
+        write(workdir, "data/shard0/a.bin", "changed")
+        time.sleep(1.0)
+        assert files(store_dir)["data/shard0/a.bin"] == b"a"  # unwatched: waits for a rescan
+        assert svc.flush().ok and files(store_dir)["data/shard0/a.bin"] == b"changed"
+    finally:
+        svc.stop()
+
+
+def test_a_vanished_work_directory_stops_the_watch_with_its_reason(
+        workdir: Path, make_engine: Callable[..., SyncEngine]) -> None:
+    write(workdir, "a.txt", "a")
+    svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
+    svc.start()
+    try:
+        eventually(lambda: svc.passes >= 1)
+        assert svc.watch_status()["error"] is None
+        moved = workdir.parent / "moved-away"
+        workdir.rename(moved)
+        eventually(lambda: "File watching stopped" in (svc.watch_status()["error"] or ""))
+    finally:
+        svc.final_pass = False
+        svc.stop()
