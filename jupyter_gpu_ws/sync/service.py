@@ -23,9 +23,10 @@ from .store import PART_SUFFIX
 log = logging.getLogger(__name__)
 
 
-# How long the watcher waits for quiet before it reports a change (inotify: after the last
-# event; watchfiles: its `step`, which is also how often it wakes to look).
+# How long the inotify watcher waits for quiet after the last event before it reports.
 WATCH_STEP_MS = 5
+# watchfiles' `step` (elsewhere than Linux): also how often it wakes to look, so it is longer.
+WATCHFILES_STEP_MS = 10
 # A change after a quiet spell is uploaded at once when it is this small: a burst that goes on
 # (a large file being written) waits for the settle delay instead, so no upload is wasted on it.
 LEADING_MAX_FILES = 8
@@ -169,13 +170,13 @@ class SyncService:
             watcher.release()
 
     def _watch_watchfiles(self) -> None:
-        """Elsewhere: watchfiles, which looks for news every `watch_step` ms."""
+        """Elsewhere: watchfiles, which looks for news every step (at least 10 ms)."""
         workdir = self.engine.workdir
         self.watch_error = None
         for changes in watchfiles.watch(
             workdir,
             debounce=1600,
-            step=self.watch_step,
+            step=max(self.watch_step, WATCHFILES_STEP_MS),
             stop_event=self._stop,
             rust_timeout=1000,
             yield_on_timeout=False,
