@@ -21,12 +21,6 @@ export function sourceLabel(source: string | null): string {
   return source ? (SOURCES[source] ?? source) : '';
 }
 
-const NOTICES: { [cloud: string]: string } = {
-  aws: 'AWS spot interruption',
-  gcp: 'GCP preemption',
-  azure: 'Azure eviction'
-};
-
 /** Runtime: the countdown, a bar of time used, its source, idle time, the next automatic
  * persist, emergencies, and Persist and release. */
 export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
@@ -89,13 +83,13 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
       )}
       {state?.preemption_watch && state.preemption_watch.watching.length > 0 && (
         <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-preemption-watch">
-          Watching for {state.preemption_watch.watching.map(cloud => NOTICES[cloud] ?? cloud).join(', ')}{' '}
+          Watching for {state.preemption_watch.watching.map(cloud => sourceLabel(`preemption:${cloud}`)).join(', ')}{' '}
           notices
         </div>
       )}
       {Object.entries(state?.preemption_watch?.errors ?? {}).map(([cloud, error]) => (
         <div key={cloud} className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-preemption-error">
-          Cannot read {NOTICES[cloud] ?? cloud} notices: {error}. A notice would go unseen; SIGTERM still
+          Cannot read {sourceLabel(`preemption:${cloud}`)} notices: {error}. A notice would go unseen; SIGTERM still
           triggers the emergency persist.
         </div>
       ))}
