@@ -60,8 +60,7 @@ class SyncService:
         self.engine = engine
         self.debounce = debounce
         self.watch_step = watch_step
-        # "auto": inotify on Linux, else watchfiles; "watchfiles" forces the portable one.
-        self.watcher = watcher
+        # `watcher`: "auto" is inotify on Linux, else watchfiles; "watchfiles" forces the portable one.
         self._use_inotify = watcher != "watchfiles" and inotify.available()
         self._tree_watcher: inotify.TreeWatcher | None = None
         self.watch_error: str | None = None
