@@ -222,9 +222,7 @@ class SyncEngine:
             self.lease.release()
         finally:
             self.index.close()
-            close = getattr(self.backend, "close", None)
-            if close is not None:
-                close()
+            self.backend.close()
 
     @property
     def read_only(self) -> bool:

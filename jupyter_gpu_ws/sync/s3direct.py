@@ -8,10 +8,10 @@ Version 4 and one request on a kept-alive connection, so that is all this module
 It is used only where that is the whole story: a plain `s3fs.S3FileSystem` with signed
 requests, no extra request arguments (encryption, requester pays), no proxy. Where to send is
 asked of botocore itself once (a presigned URL gives the endpoint and the addressing style);
-the signing region and the credentials are the client's own. A bucket in another region than
-the client's refuses the signature, which is one of the failures below. Any answer but a
-verified success makes `put` return False, and the caller sends the file through s3fs, whose
-errors and retries are the ones the user sees.
+the signing region and the credentials are the client's own, and a refusal that names the
+bucket's own region is signed again for it. Any answer but a verified success makes `put`
+return False, and the caller sends the file through s3fs, whose errors and retries are the
+ones the user sees.
 """
 
 from __future__ import annotations

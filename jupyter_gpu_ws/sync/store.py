@@ -31,7 +31,6 @@ from urllib.parse import urlparse
 from ..diskio import start_writeback
 from . import s3direct
 from .errors import StoreConfigError, StoreFullError, StoreUnavailableError
-from .s3direct import DirectPut
 
 PART_SUFFIX = ".gpuws-part"
 CHUNK = 8 * 2**20
@@ -79,6 +78,7 @@ class Backend(Protocol):
     def read_bytes(self, key: str) -> bytes | None: ...
     def write_bytes(self, key: str, data: bytes) -> None: ...
     def flush(self) -> None: ...
+    def close(self) -> None: ...
 
 
 def _raise_os_error(err: OSError, what: str) -> None:
@@ -272,6 +272,9 @@ class LocalBackend:
             _remove_quietly(tmp)
             _raise_os_error(err, key)
 
+    def close(self) -> None:
+        """Nothing held between calls."""
+
     def flush(self) -> None:
         """Make everything written since the last flush durable: an fsync of each file and
         folder after a few changes, one syncfs of the store's file system after many."""
@@ -311,14 +314,14 @@ class FsspecBackend:
         self.supports_rename = not self.object_store
         self.max_concurrency = max_concurrency
         # Small files to S3: one lean signed PUT each (s3direct), made on first use.
-        self._direct: DirectPut | None = None
+        self._direct: s3direct.DirectPut | None = None
         self._direct_ready = protocol not in ("s3", "s3a")
         self._direct_lock = threading.Lock()
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
 
-    def direct_put(self) -> DirectPut | None:
+    def direct_put(self) -> s3direct.DirectPut | None:
         """The lean PUT for small files where the store is a plain S3 bucket, else None."""
         if not self._direct_ready:
             with self._direct_lock:
