@@ -1,8 +1,11 @@
 """The sync engine: mirrors the work directory to the store, lossless and atomic.
 
 A pass plans from the local record (no walk or listing when the changed paths are known),
-uploads in parallel, makes the data durable, and only then records it as synced. Previous
-versions of overwritten or deleted files are kept under .gpuws/versions/. Restore brings back
+uploads in parallel and records what reached the store. Where the store's writes are not durable
+at once (a local folder), the records say so until a flush has made them durable: at the end of
+the pass (Persist now, the command line, a release) or just after it in the background (the
+watcher's passes). An unclean stop before that flush makes the next start send those files
+again. A reader of the store sees whole files only, either way. Previous versions of overwritten or deleted files are kept under .gpuws/versions/. Restore brings back
 what the work directory lacks and never overwrites or deletes local work.
 """
 
@@ -192,6 +195,11 @@ class SyncEngine:
         # Set for an emergency persist (SIGTERM, preemption): what is smallest and most needed
         # goes first, in case the machine is gone before the pass ends.
         self.urgent = False
+        # The background flush after a pass that did not wait for one.
+        self._flush_wanted = threading.Condition()
+        self._flush_requested = False
+        self._flusher: threading.Thread | None = None
+        self._closing = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -205,6 +213,10 @@ class SyncEngine:
             self.state = "read-only"
             log.warning("Sync: %s", err)
             return
+        # Recorded just before an unclean stop, maybe never made durable: send them again.
+        forgotten = self.index.forget_unflushed()
+        if forgotten:
+            log.info("Sync: %d files recorded just before an unclean stop will be sent again", len(forgotten))
         swept = self.backend.sweep_parts(self.settings.workspace, STALE_PART_SECONDS)
         if swept:
             log.info("Sync: removed %d temporary files left by interrupted writes", swept)
@@ -218,7 +230,17 @@ class SyncEngine:
                 self.state = "read-only"
 
     def close(self) -> None:
+        with self._flush_wanted:
+            self._closing = True
+            self._flush_wanted.notify_all()
+        if self._flusher is not None:
+            self._flusher.join()
         try:
+            if self.lease.held:
+                try:
+                    self.flush()
+                except SyncError as err:
+                    log.warning("Sync: %s", err)
             self.lease.release()
         finally:
             self.index.close()
@@ -257,8 +279,12 @@ class SyncEngine:
     # -- sync --------------------------------------------------------------------------------
 
     def sync(self, paths: Iterable[str] | None = None, progress: Progress | None = None,
-             cancel: threading.Event | None = None) -> PassReport:
-        """One pass. `paths`: just these (from the watcher); None: a full rescan."""
+             cancel: threading.Event | None = None, durable: bool = True) -> PassReport:
+        """One pass. `paths`: just these (from the watcher); None: a full rescan.
+
+        `durable`: return once what the pass wrote is durable in the store; False: once it is
+        in the store, whole, with the flush following in the background.
+        """
         if self.read_only:
             raise LeaseHeldError(self.read_only_reason or "read-only")
         if not self.lease.held:
@@ -267,7 +293,13 @@ class SyncEngine:
         with self._pass_lock:
             self.state = "syncing"
             try:
-                report = self._sync(paths, progress, cancel)
+                try:
+                    report = self._sync(paths, progress, cancel)
+                finally:
+                    if durable:
+                        self.flush()
+                    elif self.backend.unflushed():
+                        self._flush_soon()
             except SyncError as err:
                 self.state, self.last_error = "error", str(err)
                 raise
@@ -299,8 +331,7 @@ class SyncEngine:
         overwritten = {path for path, record in known.items() if record is not None}
         progress.plan(len(changed) + len(deleted), sum(f.size for f in changed), "uploading")
         records_done = self._upload_all(changed, known, progress, cancel, report)
-        self.backend.flush()  # durable before the record says "synced"
-        self.index.put_many(records_done)
+        self.index.put_many(records_done, unflushed=self.backend.unflushed())
         for record in records_done:
             self._clear_pending(record.path)
         if cancel is not None and cancel.is_set():
@@ -316,6 +347,44 @@ class SyncEngine:
         self._prune_versions(overwritten | set(report.deleted))
         progress.phase = "done"
         return report
+
+    def flush(self) -> None:
+        """Make everything written to the store durable, and the records say so. If the store
+        fails to, the records since the last flush are dropped and the files become pending."""
+        upto = self.index.unflushed_mark()
+        try:
+            self.backend.flush()
+        except SyncError as err:
+            lost = self.index.forget_unflushed(upto)
+            self.mark_dirty(lost)
+            raise type(err)(f"{err}: the last writes may not be durable, so {len(lost)} files will be "
+                            "sent again") from err
+        if upto:
+            self.index.clear_unflushed(upto)
+
+    def _flush_soon(self) -> None:
+        with self._flush_wanted:
+            if self._closing:
+                return
+            self._flush_requested = True
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_loop, name="gpuws-flush", daemon=True)
+                self._flusher.start()
+            self._flush_wanted.notify()
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._flush_wanted:
+                while not self._flush_requested and not self._closing:
+                    self._flush_wanted.wait()
+                if self._closing:
+                    return  # close() flushes what is left
+                self._flush_requested = False
+            try:
+                self.flush()
+            except SyncError as err:
+                self.state, self.last_error = "error", str(err)
+                log.warning("Sync: %s", err)
 
     def plan(self, paths: Iterable[str] | None = None) -> tuple[list[LocalFile], list[str], int, int]:
         """What a pass would do: (files to upload, paths to delete, unchanged count, records).

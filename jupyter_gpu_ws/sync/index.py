@@ -3,6 +3,10 @@
 SQLite on the local disk, outside the work directory: a lookup per changed path, so an idle
 workspace costs nothing and one change in a 100,000-file tree needs no walk and no listing.
 Lost on a fresh machine, and rebuilt by the restore.
+
+A pass may record files before the store has made them durable (the flush follows in the
+background): those paths are also listed as unflushed, in the same transaction, until the flush
+is done. After an unclean stop the engine forgets their records, and sends them again.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ class SyncIndex:
             "mtime_ns INTEGER NOT NULL, hash TEXT, synced_at REAL NOT NULL)"
         )
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        # Recorded, not yet durable in the store; the rowid orders them against a flush.
+        self._db.execute("CREATE TABLE IF NOT EXISTS unflushed (path TEXT PRIMARY KEY)")
         self._totals: tuple[int, int] | None = None  # (paths, bytes), once counted
 
     def get(self, path: str) -> Record | None:
@@ -74,13 +80,17 @@ class SyncIndex:
             out.update(self._db.execute(f"SELECT path, size FROM files WHERE path IN ({marks})", chunk).fetchall())
         return out
 
-    def put_many(self, records: Iterable[Record]) -> None:
+    def put_many(self, records: Iterable[Record], unflushed: bool = False) -> None:
+        """Record `records`; `unflushed`: the store has not made them durable yet."""
         rows = [(r.path, r.size, r.mtime_ns, r.hash, r.synced_at) for r in records]
         with self._lock:
             self._db.execute("BEGIN")
             try:
                 before = self._sizes([row[0] for row in rows]) if self._totals is not None else {}
                 self._db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)", rows)
+                if unflushed:
+                    # REPLACE gives a path recorded again a new, higher rowid.
+                    self._db.executemany("INSERT OR REPLACE INTO unflushed VALUES (?)", [row[:1] for row in rows])
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -107,6 +117,32 @@ class SyncIndex:
                 raise
             if self._totals is not None:
                 self._totals = (self._totals[0] - len(before), self._totals[1] - sum(before.values()))
+
+    def unflushed_mark(self) -> int:
+        """Taken before a flush: every path listed up to this mark is durable once it is done."""
+        with self._lock:
+            return int(self._db.execute("SELECT COALESCE(MAX(rowid), 0) FROM unflushed").fetchone()[0])
+
+    def unflushed_paths(self) -> list[str]:
+        with self._lock:
+            return [row[0] for row in self._db.execute("SELECT path FROM unflushed ORDER BY rowid")]
+
+    def clear_unflushed(self, upto: int) -> None:
+        """The flush that began after unflushed_mark() returned `upto` is done."""
+        with self._lock:
+            self._db.execute("DELETE FROM unflushed WHERE rowid <= ?", (upto,))
+
+    def forget_unflushed(self, upto: int | None = None) -> list[str]:
+        """Drop the records of paths not known to be durable (up to a mark, or all): a failed
+        flush, or an unclean stop before one. The next pass sends them again."""
+        with self._lock:
+            query = "SELECT path FROM unflushed" + (" WHERE rowid <= ?" if upto is not None else "")
+            paths = [row[0] for row in self._db.execute(query, () if upto is None else (upto,))]
+        if paths:
+            self.delete_many(paths)
+            with self._lock:
+                self._db.executemany("DELETE FROM unflushed WHERE path = ?", [(p,) for p in paths])
+        return paths
 
     def count_and_bytes(self) -> tuple[int, int]:
         """How many paths are recorded and their total size: counted once, then kept up to

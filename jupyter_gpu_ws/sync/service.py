@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 WATCH_STEP_MS = 5
 # watchfiles' `step` (elsewhere than Linux): also how often it wakes to look, so it is longer.
 WATCHFILES_STEP_MS = 10
+# The first pass waits at most this long for the watch to be in place (a very large tree).
+WATCH_READY_TIMEOUT = 30.0
 # A change after a quiet spell is uploaded at once when it is this small: a burst that goes on
 # (a large file being written) waits for the settle delay instead, so no upload is wasted on it.
 LEADING_MAX_FILES = 8
@@ -72,12 +74,16 @@ class SyncService:
         self.final_pass = True
         self._stop = threading.Event()
         self._wake = threading.Event()
+        # Set once the watch is in place (or has failed): the first pass waits for it, so that a
+        # file written between that pass's scan and the watch is not left to the next rescan.
+        self._watching = threading.Event()
         self._threads: list[threading.Thread] = []
         self._last_logged: str | None = None
         self.passes = 0
 
     def start(self, initial_pass: bool = True) -> None:
         self._stop.clear()
+        self._watching.clear()
         self._need_rescan = initial_pass
         if initial_pass:
             self._wake.set()
@@ -103,7 +109,7 @@ class SyncService:
     def flush(self, progress: Progress | None = None, cancel: threading.Event | None = None) -> PassReport:
         """A full pass now (Persist now): everything on disk reaches the store."""
         self.engine.take_dirty()  # the full pass covers them
-        return self._run(None, progress, cancel, raise_errors=True)  # type: ignore[return-value]
+        return self._run(None, progress, cancel, raise_errors=True, durable=True)  # type: ignore[return-value]
 
     # -- threads -----------------------------------------------------------------------------
 
@@ -127,6 +133,7 @@ class SyncService:
                 else:
                     self._watch_watchfiles()
             except Exception as err:  # the folder vanished, too many watches, …: rescans still run
+                self._watching.set()
                 self.watch_error = f"File watching stopped: {err}"
                 log.warning("Sync: file watching stopped (%s); relying on periodic rescans", err)
                 self._stop.wait(30)
@@ -152,6 +159,7 @@ class SyncService:
 
         watcher = inotify.TreeWatcher(engine.workdir, skip)
         self._tree_watcher = watcher
+        self._watching.set()
         self.watch_error = None
         try:
             if self._stop.is_set():
@@ -172,6 +180,7 @@ class SyncService:
         """Elsewhere: watchfiles, which looks for news every step (at least 10 ms)."""
         workdir = self.engine.workdir
         self.watch_error = None
+        self._watching.set()  # watchfiles says nothing when it is ready
         for changes in watchfiles.watch(
             workdir,
             debounce=1600,
@@ -185,6 +194,7 @@ class SyncService:
             self._report({rel for rel in rels if not rel.startswith("..")})
 
     def _loop(self) -> None:
+        self._watching.wait(WATCH_READY_TIMEOUT)
         next_rescan = time.monotonic() + self.rescan_interval
         next_beat = time.monotonic() + self.engine.lease.ttl / 3
         while not self._stop.is_set():
@@ -220,12 +230,15 @@ class SyncService:
         # has reported the last writes yet.
         self.engine.take_dirty()
         if not self.engine.read_only and self.final_pass:
-            self._run(None)
+            self._run(None, durable=True)
 
     def _run(self, paths: set[str] | None, progress: Progress | None = None,
-             cancel: threading.Event | None = None, raise_errors: bool = False) -> PassReport | None:
+             cancel: threading.Event | None = None, raise_errors: bool = False,
+             durable: bool = False) -> PassReport | None:
+        """A pass; the watcher's and the rescan's leave the flush to the background, so that
+        the next change is not kept waiting behind the disk."""
         try:
-            report = self.engine.sync(paths, progress, cancel)
+            report = self.engine.sync(paths, progress, cancel, durable=durable)
         except (SyncError, LeaseHeldError) as err:
             self._log_once(str(err))
             if self.on_pass:

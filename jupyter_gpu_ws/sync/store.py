@@ -77,7 +77,17 @@ class Backend(Protocol):
         ...
     def read_bytes(self, key: str) -> bytes | None: ...
     def write_bytes(self, key: str, data: bytes) -> None: ...
-    def flush(self) -> None: ...
+
+    def flush(self) -> None:
+        """Make what was written so far durable (a no-op where a completed write already is);
+        safe to call from several threads: it returns once everything written before the call
+        is durable."""
+        ...
+
+    def unflushed(self) -> bool:
+        """Whether writes since the last flush are not yet durable."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -108,6 +118,9 @@ class LocalBackend:
         self._unsynced_lock = threading.Lock()
         self._unsynced: set[str] = set()
         self._unsynced_many = False
+        # One flush at a time, so that a flush that finds nothing left to do returns only once
+        # the one that took it is done.
+        self._flush_lock = threading.Lock()
 
     def _path(self, key: str) -> str:
         if os.sep == "/":
@@ -275,30 +288,35 @@ class LocalBackend:
     def close(self) -> None:
         """Nothing held between calls."""
 
+    def unflushed(self) -> bool:
+        with self._unsynced_lock:
+            return bool(self._unsynced or self._unsynced_many)
+
     def flush(self) -> None:
         """Make everything written since the last flush durable: an fsync of each file and
         folder after a few changes, one syncfs of the store's file system after many."""
         if not self.durable:
             return
-        with self._unsynced_lock:
-            paths, many = self._unsynced, self._unsynced_many
-            self._unsynced, self._unsynced_many = set(), False
-        if many:
-            _syncfs(self.root)
-            return
-        for path in sorted(paths, key=lambda p: (-p.count(os.sep), p)):  # files and deep folders first
-            try:
-                fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
-            except FileNotFoundError:
-                continue  # moved or replaced since: what took its place is listed too
-            except OSError as err:
-                _raise_os_error(err, "flush")
-            try:
-                os.fsync(fd)
-            except OSError as err:
-                _raise_os_error(err, "flush")
-            finally:
-                os.close(fd)
+        with self._flush_lock:
+            with self._unsynced_lock:
+                paths, many = self._unsynced, self._unsynced_many
+                self._unsynced, self._unsynced_many = set(), False
+            if many:
+                _syncfs(self.root)
+                return
+            for path in sorted(paths, key=lambda p: (-p.count(os.sep), p)):  # files and deep folders first
+                try:
+                    fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
+                except FileNotFoundError:
+                    continue  # moved or replaced since: what took its place is listed too
+                except OSError as err:
+                    _raise_os_error(err, "flush")
+                try:
+                    os.fsync(fd)
+                except OSError as err:
+                    _raise_os_error(err, "flush")
+                finally:
+                    os.close(fd)
 
 
 class FsspecBackend:
@@ -587,6 +605,9 @@ class FsspecBackend:
 
     def flush(self) -> None:
         pass  # a completed PUT is durable
+
+    def unflushed(self) -> bool:
+        return False
 
 
 class _FsspecCallback:

@@ -34,3 +34,36 @@ def test_totals_follow_every_put_replace_and_delete(tmp_path: Path) -> None:
     reopened = SyncIndex(str(db))
     assert reopened.count_and_bytes() == counted(db)
     reopened.close()
+
+
+def test_a_flush_clears_only_what_was_recorded_before_it_began(tmp_path: Path) -> None:
+    db = tmp_path / "index.sqlite"
+    index = SyncIndex(str(db))
+    index.put_many([Record("durable.txt", 5, 1, None, 0.0)])
+    index.put_many([Record("a.txt", 1, 1, None, 0.0), Record("b.txt", 2, 1, None, 0.0)], unflushed=True)
+    mark = index.unflushed_mark()
+    # Recorded while the flush runs: "a.txt" again (written anew) and "c.txt".
+    index.put_many([Record("a.txt", 3, 2, None, 0.0), Record("c.txt", 4, 1, None, 0.0)], unflushed=True)
+    index.clear_unflushed(mark)
+    assert index.unflushed_paths() == ["a.txt", "c.txt"]
+    index.close()
+
+    # An unclean stop here: the reopened record forgets what may not be durable, totals too.
+    reopened = SyncIndex(str(db))
+    assert sorted(reopened.forget_unflushed()) == ["a.txt", "c.txt"]
+    assert reopened.get("a.txt") is None and reopened.get("c.txt") is None
+    assert reopened.get("b.txt") is not None and reopened.get("durable.txt") is not None
+    assert reopened.unflushed_paths() == [] and reopened.count_and_bytes() == counted(db) == (2, 7)
+    assert reopened.forget_unflushed() == []
+    reopened.close()
+
+
+def test_a_failed_flush_forgets_up_to_its_mark_only(tmp_path: Path) -> None:
+    index = SyncIndex(str(tmp_path / "index.sqlite"))
+    index.put_many([Record("a.txt", 1, 1, None, 0.0)], unflushed=True)
+    mark = index.unflushed_mark()
+    index.put_many([Record("b.txt", 2, 1, None, 0.0)], unflushed=True)
+    assert index.forget_unflushed(mark) == ["a.txt"]
+    assert index.unflushed_paths() == ["b.txt"] and index.get("b.txt") is not None
+    assert index.count_and_bytes() == (1, 2)
+    index.close()

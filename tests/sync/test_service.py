@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -13,6 +14,7 @@ from jupyter_gpu_ws.sync import SyncEngine
 from jupyter_gpu_ws.sync import inotify
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.conftest import tree_files, write
+from tests.sync.test_flush import GatedBackend
 
 
 def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -47,7 +49,7 @@ def test_a_written_file_reaches_the_store_by_itself(service: SyncService, workdi
     eventually(lambda: "existing.txt" in files(store_dir))
     write(workdir, "notebooks/new.ipynb", "{}")
     eventually(lambda: files(store_dir).get("notebooks/new.ipynb") == b"{}")
-    eventually(lambda: service.engine.pending() == (0, 0))  # recorded once durable, just after
+    eventually(lambda: service.engine.pending() == (0, 0))  # recorded just after
 
 
 def test_a_renamed_folder_is_followed(service: SyncService, workdir: Path, store_dir: Path) -> None:
@@ -77,10 +79,58 @@ def test_a_folder_no_longer_ignored_is_watched(workdir: Path, store_dir: Path, w
         svc.stop()
 
 
+def test_the_first_pass_waits_for_the_watch_so_no_early_write_is_missed(
+        workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    setup = inotify.TreeWatcher.__init__
+
+    def slow_setup(self: inotify.TreeWatcher, *args: object, **kwargs: object) -> None:
+        time.sleep(0.6)  # a large tree takes a while to watch
+        setup(self, *args, **kwargs)
+
+    monkeypatch.setattr(inotify.TreeWatcher, "__init__", slow_setup)
+    svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
+    svc.start()
+    try:
+        time.sleep(0.2)
+        write(workdir, "early.txt", "before the watch was in place")  # and no rescan for an hour
+        eventually(lambda: files(store_dir).get("early.txt") == b"before the watch was in place")
+    finally:
+        svc.stop()
+
+
 def test_flush_carries_everything_now(service: SyncService, workdir: Path, store_dir: Path) -> None:
     write(workdir, "late.txt", "x")
     report = service.flush()
     assert report.ok and files(store_dir)["late.txt"] == b"x"
+
+
+def test_the_watchers_passes_flush_in_the_background_and_persist_waits_for_the_flush(
+        workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]) -> None:
+    backend = GatedBackend(str(store_dir))
+    engine = make_engine(workdir, backend=backend)
+    svc = SyncService(engine, debounce=0.02, rescan_interval=3600)
+    svc.start()
+    try:
+        eventually(lambda: svc.passes >= 1)
+        write(workdir, "a.txt", "a")
+        # In the store and recorded while the disk has not confirmed it (the flush is held).
+        eventually(lambda: files(store_dir).get("a.txt") == b"a" and engine.pending() == (0, 0))
+        eventually(lambda: backend.flushed_in == ["gpuws-flush"])
+        assert engine.index.unflushed_paths() == ["a.txt"]
+
+        write(workdir, "b.txt", "b")
+        persisted = threading.Thread(target=svc.flush)  # Persist now
+        persisted.start()
+        time.sleep(0.3)
+        assert persisted.is_alive() and files(store_dir).get("b.txt") == b"b"  # waiting for the disk
+        backend.gate.set()
+        persisted.join(10)
+        assert not persisted.is_alive()
+        assert engine.index.unflushed_paths() == [] and not backend.unflushed()
+    finally:
+        backend.gate.set()
+        svc.stop()
 
 
 def test_a_clean_stop_loses_nothing(workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]) -> None:
