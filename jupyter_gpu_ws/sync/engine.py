@@ -200,6 +200,7 @@ class SyncEngine:
         self._flush_requested = False
         self._flusher: threading.Thread | None = None
         self._closing = False
+        self._flush_after_pass = True  # the running pass waits for the flush (sync's `durable`)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -292,6 +293,7 @@ class SyncEngine:
         progress = progress or Progress()
         with self._pass_lock:
             self.state = "syncing"
+            self._flush_after_pass = durable
             try:
                 try:
                     report = self._sync(paths, progress, cancel)
@@ -567,7 +569,7 @@ class SyncEngine:
                             limiter.take(n)
                         progress.add_bytes(n)
 
-                self.backend.put(path, key, per_chunk, check=unchanged)
+                self.backend.put(path, key, per_chunk, check=unchanged, flush_soon=self._flush_after_pass)
                 if per_chunk is None:
                     progress.add_bytes(before[0])
                 return Record(f.path, before[0], before[1], None, self.clock())

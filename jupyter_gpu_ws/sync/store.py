@@ -43,7 +43,8 @@ FINISH_BACKOFF = 0.05
 # the store's file system once (syncfs), which then costs less than many fsyncs. A few fsyncs
 # never wait for unrelated dirty data (a checkpoint being written) as syncfs does.
 FSYNC_FILES = 16
-# From this size a durable copy asks the kernel to start writeback chunk by chunk.
+# From this size a copy that is to be flushed right after asks the kernel to start writing it
+# to disk chunk by chunk.
 EARLY_WRITEBACK = 64 * 2**20
 # Parts of a direct S3 multipart upload (S3 allows 5 MiB to 5 GiB, at most 10,000 parts).
 S3_PART = 16 * 2**20
@@ -63,7 +64,10 @@ class Backend(Protocol):
     supports_rename: bool
 
     def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
-            check: Callable[[], bool] | None = None) -> int: ...
+            check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
+        """Make `key` hold the local file, whole or not at all. `flush_soon`: the caller will
+        wait for a flush right after, so the write may as well head for the disk at once."""
+        ...
     def copy(self, src: str, dst: str) -> None: ...
     def get(self, key: str, local: str, progress: Callable[[int], None] | None = None) -> int: ...
     def stat(self, key: str) -> RemoteFile | None: ...
@@ -153,11 +157,13 @@ class LocalBackend:
                 self._unsynced.clear()
 
     def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
-            check: Callable[[], bool] | None = None) -> int:
+            check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
         """Copy to a temporary name beside the target, verify, then rename into place.
 
         `check` runs once the data is written and before it becomes visible: False means the
-        source changed meanwhile, and the copy is discarded.
+        source changed meanwhile, and the copy is discarded. `flush_soon`: a large file starts
+        going to disk while it is copied, so that the flush after it has little left to do;
+        otherwise the copy runs at memory speed and the disk gets it at the flush.
         """
         target = self._path(key)
         parent, _, name = target.rpartition(os.sep)
@@ -170,9 +176,7 @@ class LocalBackend:
                 size = os.fstat(src).st_size
                 dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
                 try:
-                    # Durable and large: start writing to disk while copying, so that the
-                    # flush at the end of the pass has little left to wait for.
-                    early = self.durable and size >= EARLY_WRITEBACK
+                    early = flush_soon and self.durable and size >= EARLY_WRITEBACK
                     stored = _copy_fd(src, dst, progress, early)
                 finally:
                     os.close(dst)
@@ -353,8 +357,8 @@ class FsspecBackend:
             self._direct.close()
 
     def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
-            check: Callable[[], bool] | None = None) -> int:
-        """Make `key` hold the file, complete or not at all.
+            check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
+        """Make `key` hold the file, complete or not at all (a completed PUT is durable).
 
         Small files are read into memory and sent in one PUT once `check` confirms the read
         was consistent. On S3, larger ones go straight to the key as a multipart upload that is

@@ -217,13 +217,13 @@ class ChangingSource(LocalBackend):
         self.source = source
         self.puts = 0
 
-    def put(self, local: str, key: str, progress: Any = None, check: Any = None) -> int:
+    def put(self, local: str, key: str, progress: Any = None, check: Any = None, **options: Any) -> int:
         self.puts += 1
         if self.puts == 1:
             time.sleep(0.01)
             with open(self.source, "ab") as f:
                 f.write(b" and more")
-        return super().put(local, key, progress, check)
+        return super().put(local, key, progress, check, **options)
 
 
 def test_file_changing_during_upload_is_uploaded_again_never_torn(workdir: Path, store_dir: Path,
@@ -292,7 +292,7 @@ def test_full_store_disk_is_a_clear_error_and_nothing_is_recorded(workdir: Path,
     from jupyter_gpu_ws.sync.store import _raise_os_error
 
     class Full(LocalBackend):
-        def put(self, local: str, key: str, progress: Any = None, check: Any = None) -> int:
+        def put(self, local: str, key: str, progress: Any = None, check: Any = None, **options: Any) -> int:
             _raise_os_error(OSError(28, "No space left on device"), key)
             return 0
 

@@ -29,6 +29,11 @@ class GatedBackend(LocalBackend):
         self.gate = threading.Event()
         self.flushed_in: list[str] = []  # the thread of each flush that had work to do
         self.fail_next = False
+        self.flush_soon: list[bool] = []  # each put's: does a flush follow at once?
+
+    def put(self, *args: Any, flush_soon: bool = False, **kwargs: Any) -> int:
+        self.flush_soon.append(flush_soon)
+        return super().put(*args, flush_soon=flush_soon, **kwargs)
 
     def flush(self) -> None:
         if self.unflushed():
@@ -60,6 +65,7 @@ def test_a_durable_pass_returns_only_after_the_flush(workdir: Path, store_dir: P
     engine = make_engine(workdir, backend=backend)
     assert engine.sync().uploaded == ["a.txt"]
     assert backend.flushed_in == [threading.current_thread().name]
+    assert backend.flush_soon == [True]  # a large file would head for the disk while copied
     assert unflushed(engine) == 0 and not backend.unflushed()
 
 
@@ -74,6 +80,7 @@ def test_a_pass_that_does_not_wait_is_flushed_in_the_background(workdir: Path, s
     assert (store_dir / "ws/files/sub/b.txt").read_text() == "bb"  # whole, in the store already
     assert unflushed(engine) == 2
     assert engine.pending() == (0, 0) and engine.state == "idle"
+    assert backend.flush_soon == [False, False]  # copied at memory speed; the disk gets it at the flush
     wait_until(lambda: backend.flushed_in)
     assert backend.flushed_in == ["gpuws-flush"]
     backend.gate.set()

@@ -88,3 +88,21 @@ def test_flush_does_nothing_when_not_durable(tmp_path: Path, monkeypatch: pytest
     backend.put(str(source), "ws/files/a.txt")
     backend.flush()
     assert not calls
+
+
+@pytest.mark.parametrize("flush_soon", [True, False])
+def test_a_large_file_heads_for_the_disk_while_copied_only_when_a_flush_follows(
+        flush_soon: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_gpu_ws.sync import store
+
+    started: list[tuple[int, int]] = []
+    monkeypatch.setattr(store, "start_writeback", lambda fd, offset, n: started.append((offset, n)))
+    monkeypatch.setattr(store, "EARLY_WRITEBACK", CHUNK)
+    source = tmp_path / "big.bin"
+    data = os.urandom(2 * CHUNK + 5)
+    source.write_bytes(data)
+    backend = LocalBackend(str(tmp_path / "store"))
+    assert backend.put(str(source), "ws/files/big.bin", flush_soon=flush_soon) == len(data)
+    assert (tmp_path / "store/ws/files/big.bin").read_bytes() == data
+    # Chunk by chunk while copying, or not at all: the flush that comes later writes it then.
+    assert started == ([(0, CHUNK), (CHUNK, CHUNK), (2 * CHUNK, 5)] if flush_soon else [])
