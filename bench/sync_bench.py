@@ -619,8 +619,8 @@ def part_s3(sz: Sizes, tmp: Path) -> None:
             return time.perf_counter() - started
 
         def engine_put(src: Path, prefix: str) -> float:
-            return run_engine_pass(src, f"s3://{BUCKET}", root / f"state-{prefix}", workspace=prefix,
-                                   storage_options=s3_options(port))
+            return run_engine_pass(src, f"s3://{BUCKET}", root / f"state-{prefix}", wait=True, workspace=prefix,
+                                   storage_options=s3_options(port))[ENGINE_PERSIST]
 
         variants: list[tuple[str, Callable[[Path, str], float]]] = [
             ("engine full pass", engine_put),

@@ -5,8 +5,9 @@ uploads in parallel and records what reached the store. Where the store's writes
 at once (a local folder), the records say so until a flush has made them durable: at the end of
 the pass (Persist now, the command line, a release) or just after it in the background (the
 watcher's passes). An unclean stop before that flush makes the next start send those files
-again. A reader of the store sees whole files only, either way. Previous versions of overwritten or deleted files are kept under .gpuws/versions/. Restore brings back
-what the work directory lacks and never overwrites or deletes local work.
+again. A reader of the store sees whole files only, either way. Previous versions of
+overwritten or deleted files are kept under .gpuws/versions/. Restore brings back what the work
+directory lacks and never overwrites or deletes local work.
 """
 
 from __future__ import annotations
@@ -359,7 +360,7 @@ class SyncEngine:
         except SyncError as err:
             lost = self.index.forget_unflushed(upto)
             self.mark_dirty(lost)
-            raise type(err)(f"{err}: the last writes may not be durable, so {len(lost)} files will be "
+            raise type(err)(f"{err}: the last writes may not be durable, so {_files(len(lost))} will be "
                             "sent again") from err
         if upto:
             self.index.clear_unflushed(upto)
@@ -779,6 +780,10 @@ def _same(local: LocalFile, record: Record | None) -> bool:
 
 def _inside(root: str, path: str) -> bool:
     return os.path.commonpath([root, os.path.abspath(path)]) == root
+
+
+def _files(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
 
 
 def _mb(n: float) -> str:

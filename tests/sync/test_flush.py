@@ -147,7 +147,7 @@ def test_a_failed_background_flush_shows_as_an_error_and_keeps_the_files_pending
     engine.sync(durable=False)
     backend.gate.set()
     wait_until(lambda: engine.state == "error")
-    assert "may not be durable, so 1 files will be sent again" in (engine.last_error or "")
+    assert "may not be durable, so 1 file will be sent again" in (engine.last_error or "")
     assert engine.pending() == (1, 1) and engine.index.get("a.txt") is None
     assert engine.sync(engine.take_dirty()).uploaded == ["a.txt"]
     assert engine.state == "idle" and unflushed(engine) == 0
