@@ -180,3 +180,22 @@ def test_a_work_directory_reached_through_a_link_is_watched(tree: Path, tmp_path
         assert watching.collect({"src/pkg/mod.py"}) == {"src/pkg/mod.py"}
     finally:
         watching.stop()
+
+
+def overflowing_file_count() -> int:
+    """Empty files whose creation queues more events (a create and a close each) than the
+    kernel keeps for one watcher (fs.inotify.max_queued_events), with some to spare."""
+    return int(Path("/proc/sys/fs/inotify/max_queued_events").read_text()) // 2 + 2000
+
+
+def test_an_overflowing_queue_is_reported_as_a_rescan(tree: Path) -> None:
+    watcher = TreeWatcher(str(tree))
+    try:
+        for i in range(overflowing_file_count()):  # nobody reads meanwhile: the queue overflows
+            (tree / "src" / f"f{i:05d}").touch()
+        reports = watcher.changes(20)
+        assert next(reports) is None  # "look at everything", not a partial list of paths
+        (tree / "after.txt").write_text("x")  # and it goes on watching
+        assert next(reports) == Batch({"after.txt"}, set())
+    finally:
+        watcher.release()

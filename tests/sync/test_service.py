@@ -99,6 +99,34 @@ def test_the_first_pass_waits_for_the_watch_so_no_early_write_is_missed(
         svc.stop()
 
 
+@pytest.mark.skipif(not inotify.available(), reason="inotify is Linux only")
+def test_a_watch_queue_that_overflowed_brings_a_full_rescan(workdir: Path, store_dir: Path,
+                                                            make_engine: Callable[..., SyncEngine],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.sync.test_inotify import overflowing_file_count
+
+    busy = threading.Event()
+    changes = inotify.TreeWatcher.changes
+
+    def late(self: inotify.TreeWatcher, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        busy.wait(30)  # a busy machine: the watcher's thread gets no time while files pour in
+        yield from changes(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(inotify.TreeWatcher, "changes", late)
+    svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
+    svc.start()
+    try:
+        eventually(lambda: svc.passes >= 1)
+        count = overflowing_file_count()
+        for i in range(count):
+            (workdir / f"f{i:05d}").touch()
+        busy.set()  # the kernel kept only part of the events: the rest needs a full rescan
+        eventually(lambda: len(files(store_dir)) == count, timeout=60)
+    finally:
+        busy.set()
+        svc.stop()
+
+
 def test_flush_carries_everything_now(service: SyncService, workdir: Path, store_dir: Path) -> None:
     write(workdir, "late.txt", "x")
     report = service.flush()
