@@ -301,7 +301,7 @@ class SyncEngine:
                 finally:
                     if durable:
                         self.flush()
-                    elif self.backend.unflushed():
+                    elif self.backend.unflushed() or self.index.unflushed_mark():
                         self._flush_soon()
             except SyncError as err:
                 self.state, self.last_error = "error", str(err)
@@ -334,7 +334,9 @@ class SyncEngine:
         overwritten = {path for path, record in known.items() if record is not None}
         progress.plan(len(changed) + len(deleted), sum(f.size for f in changed), "uploading")
         records_done = self._upload_all(changed, known, progress, cancel, report)
-        self.index.put_many(records_done, unflushed=self.backend.unflushed())
+        # Listed as not yet durable whether or not a flush has started on them meanwhile: only
+        # a flush that begins after this records them as durable.
+        self.index.put_many(records_done, unflushed=self.backend.flushes)
         for record in records_done:
             self._clear_pending(record.path)
         if cancel is not None and cancel.is_set():

@@ -62,6 +62,8 @@ class Backend(Protocol):
 
     description: str
     supports_rename: bool
+    # Whether a write becomes durable only at flush() (a local folder), not once it completes.
+    flushes: bool
 
     def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
             check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
@@ -114,6 +116,7 @@ class LocalBackend:
         self.root = os.path.abspath(root)
         self.description = self.root
         self.durable = durable
+        self.flushes = durable
         self._dirs: set[str] = set()
         # Temporary names: unique per process and writer without a random draw per file.
         self._tmp_tag = f"{os.getpid()}{uuid.uuid4().hex[:6]}"
@@ -607,8 +610,10 @@ class FsspecBackend:
         except Exception as err:
             raise _remote_error(err, key) from err
 
+    flushes = False  # a completed PUT is durable
+
     def flush(self) -> None:
-        pass  # a completed PUT is durable
+        pass
 
     def unflushed(self) -> bool:
         return False
