@@ -116,7 +116,6 @@ class LocalBackend:
         self.root = os.path.abspath(root)
         self.description = self.root
         self.durable = durable
-        self.flushes = durable
         self._dirs: set[str] = set()
         # Temporary names: unique per process and writer without a random draw per file.
         self._tmp_tag = f"{os.getpid()}{uuid.uuid4().hex[:6]}"
@@ -294,6 +293,10 @@ class LocalBackend:
 
     def close(self) -> None:
         """Nothing held between calls."""
+
+    @property
+    def flushes(self) -> bool:
+        return self.durable
 
     def unflushed(self) -> bool:
         with self._unsynced_lock:
