@@ -311,22 +311,25 @@ class LocalBackend:
             with self._unsynced_lock:
                 paths, many = self._unsynced, self._unsynced_many
                 self._unsynced, self._unsynced_many = set(), False
-            if many:
-                _syncfs(self.root)
-                return
-            for path in sorted(paths, key=lambda p: (-p.count(os.sep), p)):  # files and deep folders first
-                try:
-                    fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
-                except FileNotFoundError:
-                    continue  # moved or replaced since: what took its place is listed too
-                except OSError as err:
-                    _raise_os_error(err, "flush")
-                try:
-                    os.fsync(fd)
-                except OSError as err:
-                    _raise_os_error(err, "flush")
-                finally:
-                    os.close(fd)
+            self._sync_to_disk(paths, many)
+
+    def _sync_to_disk(self, paths: set[str], many: bool) -> None:
+        if many:
+            _syncfs(self.root)
+            return
+        for path in sorted(paths, key=lambda p: (-p.count(os.sep), p)):  # files and deep folders first
+            try:
+                fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # moved or replaced since: what took its place is listed too
+            except OSError as err:
+                _raise_os_error(err, "flush")
+            try:
+                os.fsync(fd)
+            except OSError as err:
+                _raise_os_error(err, "flush")
+            finally:
+                os.close(fd)
 
 
 class FsspecBackend:

@@ -165,3 +165,41 @@ def test_close_flushes_what_the_background_has_not_yet(workdir: Path, store_dir:
     backend.gate.set()
     closed.join(10)
     assert not closed.is_alive() and not backend.unflushed()
+
+
+class SlowDisk(LocalBackend):
+    """A local folder whose disk takes its time: a flush that has taken the writes waits at a
+    gate before they reach the disk."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.gate = threading.Event()
+        self.taken = threading.Event()
+
+    def _sync_to_disk(self, paths: set[str], many: bool) -> None:
+        self.taken.set()
+        self.gate.wait(30)
+        super()._sync_to_disk(paths, many)
+
+
+def test_writes_a_running_flush_took_before_the_pass_recorded_them_stay_listed(
+        workdir: Path, store_dir: Path, make_engine: Make) -> None:
+    backend = SlowDisk(str(store_dir))
+    engine = make_engine(workdir, backend=backend)
+    write(workdir, "b.txt", "b")
+    put = backend.put
+
+    def put_then_a_flush_takes_it(*args: Any, **kwargs: Any) -> int:
+        size = put(*args, **kwargs)
+        threading.Thread(target=backend.flush, daemon=True).start()  # a flush from an earlier pass
+        assert backend.taken.wait(10)
+        return size
+
+    backend.put = put_then_a_flush_takes_it  # type: ignore[method-assign]
+    try:
+        engine.sync(durable=False)
+        assert not backend.unflushed()  # nothing waits for a flush: the running one has it all
+        assert engine.index.unflushed_paths() == ["b.txt"]  # yet it is not on disk: still listed
+    finally:
+        backend.gate.set()
+    wait_until(lambda: engine.index.unflushed_paths() == [])
