@@ -201,7 +201,6 @@ class SyncEngine:
         self._flush_requested = False
         self._flusher: threading.Thread | None = None
         self._closing = False
-        self._flush_after_pass = True  # the running pass waits for the flush (sync's `durable`)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -294,15 +293,15 @@ class SyncEngine:
         progress = progress or Progress()
         with self._pass_lock:
             self.state = "syncing"
-            self._flush_after_pass = durable
             try:
                 try:
-                    report = self._sync(paths, progress, cancel)
+                    report = self._sync(paths, progress, cancel, durable)
                 finally:
-                    if durable:
-                        self.flush()
-                    elif self.backend.unflushed() or self.index.unflushed_mark():
-                        self._flush_soon()
+                    if self.backend.flushes:  # elsewhere a write is durable once it completes
+                        if durable:
+                            self.flush()
+                        elif self.backend.unflushed() or self.index.unflushed_mark():
+                            self._flush_soon()
             except SyncError as err:
                 self.state, self.last_error = "error", str(err)
                 raise
@@ -318,7 +317,7 @@ class SyncEngine:
             return report
 
     def _sync(self, paths: Iterable[str] | None, progress: Progress,
-              cancel: threading.Event | None) -> PassReport:
+              cancel: threading.Event | None, flush_soon: bool) -> PassReport:
         report = PassReport()
         changed, deleted, report.unchanged, total_records = self.plan(paths)
         known = {f.path: self.index.get(f.path) for f in changed}  # each record looked up once
@@ -333,7 +332,7 @@ class SyncEngine:
         # Only a file the store had before can gain a version in this pass (see _keep_version).
         overwritten = {path for path, record in known.items() if record is not None}
         progress.plan(len(changed) + len(deleted), sum(f.size for f in changed), "uploading")
-        records_done = self._upload_all(changed, known, progress, cancel, report)
+        records_done = self._upload_all(changed, known, progress, cancel, report, flush_soon)
         # Listed as not yet durable whether or not a flush has started on them meanwhile: only
         # a flush that begins after this records them as durable.
         self.index.put_many(records_done, unflushed=self.backend.flushes)
@@ -480,7 +479,7 @@ class SyncEngine:
         return allowed
 
     def _upload_all(self, files: list[LocalFile], known: dict[str, Record | None], progress: Progress,
-                    cancel: threading.Event | None, report: PassReport) -> list[Record]:
+                    cancel: threading.Event | None, report: PassReport, flush_soon: bool) -> list[Record]:
         if not files:
             return []
         done: list[Record] = []
@@ -506,7 +505,7 @@ class SyncEngine:
                 if (cancel is not None and cancel.is_set()) or full.is_set():
                     return
                 try:
-                    record = self._upload_one(f, known.get(f.path), progress)
+                    record = self._upload_one(f, known.get(f.path), progress, flush_soon)
                 except StoreFullError as err:
                     full.set()
                     with lock:
@@ -534,7 +533,8 @@ class SyncEngine:
                 list(pool.map(run, batches))
         return done
 
-    def _upload_one(self, f: LocalFile, record: Record | None, progress: Progress) -> Record | None:
+    def _upload_one(self, f: LocalFile, record: Record | None, progress: Progress,
+                    flush_soon: bool) -> Record | None:
         """`record`: the path's record before this pass. The scan's stat, taken just before, is
         the state the copy is checked against; after a change mid-copy the file is stat'ed again."""
         path = self._abs(f.path)
@@ -572,7 +572,7 @@ class SyncEngine:
                             limiter.take(n)
                         progress.add_bytes(n)
 
-                self.backend.put(path, key, per_chunk, check=unchanged, flush_soon=self._flush_after_pass)
+                self.backend.put(path, key, per_chunk, check=unchanged, flush_soon=flush_soon)
                 if per_chunk is None:
                     progress.add_bytes(before[0])
                 return Record(f.path, before[0], before[1], None, self.clock())

@@ -22,11 +22,13 @@ Make = Callable[..., SyncEngine]
 
 
 class GatedBackend(LocalBackend):
-    """A local folder whose flush waits for the test to open a gate, and may fail."""
+    """A local folder whose disk takes its time: a flush that has taken the writes waits at a
+    gate before they reach the disk, and may then fail as a disk does."""
 
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self.gate = threading.Event()
+        self.taken = threading.Event()
         self.flushed_in: list[str] = []  # the thread of each flush that had work to do
         self.fail_next = False
         self.flush_soon: list[bool] = []  # each put's: does a flush follow at once?
@@ -35,16 +37,16 @@ class GatedBackend(LocalBackend):
         self.flush_soon.append(flush_soon)
         return super().put(*args, flush_soon=flush_soon, **kwargs)
 
-    def flush(self) -> None:
-        if self.unflushed():
-            self.flushed_in.append(threading.current_thread().name)
-            self.gate.wait(30)
-            if self.fail_next:
-                self.fail_next = False
-                with self._unsynced_lock:  # what a failed fsync leaves: nothing left to retry
-                    self._unsynced, self._unsynced_many = set(), False
-                raise StoreUnavailableError("Cannot write to the store (flush): Input/output error")
-        super().flush()
+    def _sync_to_disk(self, paths: set[str], many: bool) -> None:
+        if not paths and not many:
+            return
+        self.flushed_in.append(threading.current_thread().name)
+        self.taken.set()
+        self.gate.wait(30)
+        if self.fail_next:  # the writes are taken: a failed fsync leaves nothing to retry
+            self.fail_next = False
+            raise StoreUnavailableError("Cannot write to the store (flush): Input/output error")
+        super()._sync_to_disk(paths, many)
 
 
 def unflushed(engine: SyncEngine) -> int:
@@ -167,24 +169,9 @@ def test_close_flushes_what_the_background_has_not_yet(workdir: Path, store_dir:
     assert not closed.is_alive() and not backend.unflushed()
 
 
-class SlowDisk(LocalBackend):
-    """A local folder whose disk takes its time: a flush that has taken the writes waits at a
-    gate before they reach the disk."""
-
-    def __init__(self, root: str) -> None:
-        super().__init__(root)
-        self.gate = threading.Event()
-        self.taken = threading.Event()
-
-    def _sync_to_disk(self, paths: set[str], many: bool) -> None:
-        self.taken.set()
-        self.gate.wait(30)
-        super()._sync_to_disk(paths, many)
-
-
 def test_writes_a_running_flush_took_before_the_pass_recorded_them_stay_listed(
         workdir: Path, store_dir: Path, make_engine: Make) -> None:
-    backend = SlowDisk(str(store_dir))
+    backend = GatedBackend(str(store_dir))
     engine = make_engine(workdir, backend=backend)
     write(workdir, "b.txt", "b")
     put = backend.put
