@@ -12,7 +12,10 @@ from .errors import (
     SyncError,
     WorkdirError,
 )
-from .store import Backend, FsspecBackend, LocalBackend, Store, open_backend
+from .backend import Backend
+from .local import LocalBackend
+from .remote import FsspecBackend
+from .store import Store, open_backend
 
 __all__ = [
     "Backend", "CancelledError", "DeletionGuardError", "FsspecBackend", "LeaseHeldError",

@@ -38,7 +38,8 @@ from .ignore import IgnoreRules
 from .index import Record, SyncIndex
 from .lease import Lease
 from .scan import LocalFile, scan, stat_path
-from .store import PART_SUFFIX, Backend, SourceChangedError, Store, open_backend, version_stamp
+from .backend import PART_SUFFIX, Backend, SourceChangedError
+from .store import Store, open_backend, version_stamp
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from .engine import PassReport, Progress, SyncEngine
 from .errors import LeaseHeldError, SyncError
 from .ignore import IGNORE_FILE
 from .scan import is_environment
-from .store import PART_SUFFIX
+from .backend import PART_SUFFIX
 
 log = logging.getLogger(__name__)
 

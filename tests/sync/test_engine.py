@@ -19,7 +19,7 @@ from jupyter_gpu_ws.sync import (
     SyncEngine,
     WorkdirError,
 )
-from jupyter_gpu_ws.sync.store import PART_SUFFIX
+from jupyter_gpu_ws.sync.backend import PART_SUFFIX
 from tests.sync.conftest import same_trees, tree_files, write
 
 Make = Callable[..., SyncEngine]
@@ -289,7 +289,7 @@ def test_expired_lease_can_be_taken_over(workdir: Path, tmp_path: Path, make_eng
 
 def test_full_store_disk_is_a_clear_error_and_nothing_is_recorded(workdir: Path, store_dir: Path,
                                                                   make_engine: Make) -> None:
-    from jupyter_gpu_ws.sync.store import _raise_os_error
+    from jupyter_gpu_ws.sync.local import _raise_os_error
 
     class Full(LocalBackend):
         def put(self, local: str, key: str, progress: Any = None, check: Any = None, **options: Any) -> int:

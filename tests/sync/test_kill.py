@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
-from jupyter_gpu_ws.sync.store import PART_SUFFIX
+from jupyter_gpu_ws.sync.backend import PART_SUFFIX
 from tests.sync.conftest import S3_BUCKET
 from tests.sync.s3server import S3Server
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpu_ws.sync import LocalBackend
-from jupyter_gpu_ws.sync.store import CHUNK, PART_SUFFIX
+from jupyter_gpu_ws.sync.backend import CHUNK, PART_SUFFIX
 
 
 def test_put_copies_the_bytes_and_reports_progress_per_chunk(tmp_path: Path) -> None:
@@ -51,7 +51,7 @@ def test_put_makes_the_folder_again_if_it_vanished_from_the_store(tmp_path: Path
 
 def test_flush_fsyncs_a_few_files_and_syncs_the_file_system_after_many(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_gpu_ws.sync import store
+    from jupyter_gpu_ws.sync import local as store
 
     syncfs_calls: list[str] = []
     fsyncs: list[int] = []
@@ -77,7 +77,7 @@ def test_flush_fsyncs_a_few_files_and_syncs_the_file_system_after_many(tmp_path:
 
 
 def test_flush_does_nothing_when_not_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_gpu_ws.sync import store
+    from jupyter_gpu_ws.sync import local as store
 
     calls: list[object] = []
     monkeypatch.setattr(store, "_syncfs", calls.append)
@@ -93,7 +93,7 @@ def test_flush_does_nothing_when_not_durable(tmp_path: Path, monkeypatch: pytest
 @pytest.mark.parametrize("flush_soon", [True, False])
 def test_a_large_file_heads_for_the_disk_while_copied_only_when_a_flush_follows(
         flush_soon: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_gpu_ws.sync import store
+    from jupyter_gpu_ws.sync import local as store
 
     started: list[tuple[int, int]] = []
     monkeypatch.setattr(store, "start_writeback", lambda fd, offset, n: started.append((offset, n)))

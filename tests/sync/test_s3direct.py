@@ -17,7 +17,7 @@ from botocore.credentials import Credentials as BotoCredentials
 
 from jupyter_gpu_ws.sync import SyncEngine
 from jupyter_gpu_ws.sync.s3direct import FAILURES_TO_PAUSE, Credentials, DirectPut, authorization
-from jupyter_gpu_ws.sync.store import FsspecBackend
+from jupyter_gpu_ws.sync.remote import FsspecBackend
 from tests.sync.conftest import tree_files, write
 from tests.sync.s3server import S3Server
 from tests.sync.test_s3 import bucket_read, mirror_keys

@@ -1,0 +1,65 @@
+"""The interface every store backend offers the engine, and what backends share.
+
+A backend makes each write atomic (a reader never sees a partial file) and each read land
+complete or not at all. Keys are '/'-separated and relative to the backend's root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol
+
+# The mark of a temporary name: never listed, never restored, swept when stale.
+PART_SUFFIX = ".gpuws-part"
+CHUNK = 8 * 2**20
+
+
+@dataclass
+class RemoteFile:
+    key: str  # relative to the backend's root, '/' separated
+    size: int
+    mtime: float | None
+
+
+class Backend(Protocol):
+    """The operations the engine needs from any storage; keys are '/'-separated."""
+
+    description: str
+    supports_rename: bool
+    # Whether a write becomes durable only at flush() (a local folder), not once it completes.
+    flushes: bool
+
+    def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
+            check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
+        """Make `key` hold the local file, whole or not at all. `flush_soon`: the caller will
+        wait for a flush right after, so the write may as well head for the disk at once."""
+        ...
+    def copy(self, src: str, dst: str) -> None: ...
+    def get(self, key: str, local: str, progress: Callable[[int], None] | None = None) -> int: ...
+    def stat(self, key: str) -> RemoteFile | None: ...
+    def move(self, src: str, dst: str) -> None: ...
+    def delete(self, key: str) -> None: ...
+    def list(self, prefix: str) -> Iterator[RemoteFile]: ...
+
+    def sweep_parts(self, prefix: str, older_than: float) -> int:
+        """Remove temporary files of writes that died (a killed process) older than that many
+        seconds; return how many. Younger ones may be another writer's, in flight."""
+        ...
+    def read_bytes(self, key: str) -> bytes | None: ...
+    def write_bytes(self, key: str, data: bytes) -> None: ...
+
+    def flush(self) -> None:
+        """Make what was written so far durable (a no-op where a completed write already is);
+        safe to call from several threads: it returns once everything written before the call
+        is durable."""
+        ...
+
+    def unflushed(self) -> bool:
+        """Whether writes since the last flush are not yet durable."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SourceChangedError(Exception):
+    """The local file changed while it was read: nothing was made visible; try again."""

@@ -1,0 +1,377 @@
+"""A store on any fsspec file system: s3://, gs://, az://, sftp://, memory://, …
+
+Object stores make a PUT visible only once complete; file-like systems get a temporary name
+and a move. Small files to S3 go as one lean signed PUT (s3direct).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import hashlib
+import os
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterator
+
+from . import s3direct
+from .backend import PART_SUFFIX, RemoteFile, SourceChangedError
+from .errors import StoreConfigError, StoreFullError, StoreUnavailableError
+from .local import O_CLOEXEC
+
+# Up to this size a file is read whole and sent in one PUT: a consistent snapshot, one request.
+SMALL_FILE = 16 * 2**20
+# Moving or copying a complete upload into place: tries, and the first pause between them.
+FINISH_ATTEMPTS = 4
+FINISH_BACKOFF = 0.05
+# Parts of a direct S3 multipart upload (S3 allows 5 MiB to 5 GiB, at most 10,000 parts).
+S3_PART = 16 * 2**20
+
+
+class FsspecBackend:
+    """Any fsspec file system: s3://, gs://, az://, sftp://, memory://, …"""
+
+    def __init__(self, fs: Any, root: str, max_concurrency: int = 4) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/")
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        self.description = f"{protocol}://{self.root}"
+        # Object stores make a PUT visible only once complete; file-like ones need a rename.
+        self.object_store = protocol in ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory")
+        self.supports_rename = not self.object_store
+        self.max_concurrency = max_concurrency
+        # Small files to S3: one lean signed PUT each (s3direct), made on first use.
+        self._direct: s3direct.DirectPut | None = None
+        self._direct_ready = protocol not in ("s3", "s3a")
+        self._direct_lock = threading.Lock()
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    def direct_put(self) -> s3direct.DirectPut | None:
+        """The lean PUT for small files where the store is a plain S3 bucket, else None."""
+        if not self._direct_ready:
+            with self._direct_lock:
+                if not self._direct_ready:
+                    self._direct = s3direct.for_s3fs(self.fs, self.root.partition("/")[0])
+                    self._direct_ready = True
+        return self._direct
+
+    def close(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
+
+    def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
+            check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
+        """Make `key` hold the file, complete or not at all (a completed PUT is durable).
+
+        Small files are read into memory and sent in one PUT once `check` confirms the read
+        was consistent. On S3, larger ones go straight to the key as a multipart upload that is
+        completed (made visible) only once `check` passes. Elsewhere they go to a temporary key
+        first and are copied into place (a server-side copy on object stores) once it passes.
+        """
+        size = os.path.getsize(local)
+        target = self._path(key)
+        tmp = f"{self.root}/.gpuws-tmp/{uuid.uuid4().hex}{PART_SUFFIX}"
+        sent: bytes | None = None
+        try:
+            if self.object_store and size <= SMALL_FILE:
+                with open(local, "rb") as f:
+                    data = f.read()
+                if len(data) != size or (check is not None and not check()):
+                    raise SourceChangedError(key)
+                md5 = hashlib.md5(data).digest()
+                direct = self.direct_put()
+                if direct is not None and direct.put(target.partition("/")[2], data, md5):
+                    if progress:
+                        progress(size)
+                    return size  # stored, and its ETag is the MD5 of what was sent
+                # Anything else (a failure above included) goes through s3fs, with its retries
+                # and its errors.
+                out = self.fs.pipe_file(target, data)
+                sent = data
+                if progress:
+                    progress(size)
+                # S3 answers a PUT with the object's ETag, the MD5 of a single PUT: a match
+                # proves the whole body is stored, without a second request to look.
+                etag = str(out.get("ETag", "")).strip('"') if isinstance(out, dict) else ""
+                if len(etag) == 32 and "-" not in etag:
+                    if etag != md5.hex():
+                        raise StoreUnavailableError(f"{key}: the store's checksum does not match what was sent")
+                    return size
+            elif self.object_store and hasattr(self.fs, "_call_s3"):
+                from fsspec.asyn import sync
+
+                sync(self.fs.loop, self._s3_multipart, local, target, size, progress, check)
+                self.fs.invalidate_cache(target)
+            else:
+                callback = _FsspecCallback(progress) if progress else None
+                kwargs: dict[str, Any] = {"callback": callback} if callback else {}
+                if not self.object_store:
+                    self.fs.makedirs(self.fs._parent(tmp), exist_ok=True)
+                    self.fs.makedirs(self.fs._parent(target), exist_ok=True)
+                try:
+                    self.fs.put_file(local, tmp, **kwargs)  # a failure may leave part of it
+                    if int(self.fs.info(tmp)["size"]) != size or (check is not None and not check()):
+                        raise SourceChangedError(key)
+                    self._into_place(tmp, target)
+                finally:
+                    try:
+                        self.fs.rm_file(tmp)
+                    except Exception:
+                        pass
+            info = self.fs.info(target)
+        except SourceChangedError:
+            raise
+        except FileNotFoundError:
+            if not os.path.exists(local):
+                raise
+            raise StoreUnavailableError(f"The store lost {key} while writing it") from None
+        except Exception as err:  # OSError, botocore and friends: map to one clear line
+            raise _remote_error(err, key) from err
+        if int(info.get("size", -1)) != size:
+            raise StoreUnavailableError(f"{key}: the store has {info.get('size')} bytes, expected {size}")
+        # Where the store has a checksum (S3's ETag of a single PUT is its MD5), compare it.
+        etag = str(info.get("ETag", "")).strip('"')
+        if sent is not None and len(etag) == 32 and etag != hashlib.md5(sent).hexdigest():
+            raise StoreUnavailableError(f"{key}: the store's checksum does not match what was sent")
+        return size
+
+    def _into_place(self, tmp: str, target: str) -> None:
+        """Copy (object stores) or move the complete temporary file to its name.
+
+        A transient failure here is retried on the spot: starting the whole upload again
+        would send all the data a second time for one lost reply.
+        """
+        for attempt in range(FINISH_ATTEMPTS):
+            try:
+                if self.object_store:
+                    self.fs.copy(tmp, target)
+                else:
+                    self.fs.mv(tmp, target)
+                return
+            except Exception as err:
+                if attempt + 1 == FINISH_ATTEMPTS or not isinstance(_remote_error(err, target), StoreUnavailableError):
+                    raise
+            if not self.object_store and not self.fs.exists(tmp):
+                return  # the move did happen and only its reply was lost; put() checks the size
+            time.sleep(FINISH_BACKOFF * 2**attempt)
+
+    def _parent_dir(self, path: str) -> None:
+        """File-like stores (sftp, smb, local, …) need the folder before a copy or move into it."""
+        if not self.object_store:
+            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+
+    async def _s3_multipart(self, local: str, target: str, size: int, progress: Callable[[int], None] | None,
+                            check: Callable[[], bool] | None) -> None:
+        """Parts in parallel (max_concurrency at a time), read from the file as they go; the
+        upload is completed only if every part read in full and the file did not change, and is
+        aborted otherwise, so the key never shows a partial or torn file."""
+        fs = self.fs
+        bucket, key, _ = fs.split_path(target)
+        part = max(S3_PART, -(-size // 10_000))
+        loop = asyncio.get_running_loop()
+        limit = asyncio.Semaphore(max(1, self.max_concurrency))
+        fd = os.open(local, os.O_RDONLY | O_CLOEXEC)
+        try:
+            upload = await fs._call_s3("create_multipart_upload", Bucket=bucket, Key=key)
+            upload_id = upload["UploadId"]
+
+            async def send(number: int, offset: int) -> dict[str, Any]:
+                async with limit:
+                    body = await loop.run_in_executor(None, os.pread, fd, part, offset)
+                    if len(body) != min(part, size - offset):
+                        raise SourceChangedError(target)
+                    out = await fs._call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload_id,
+                                            PartNumber=number, Body=body)
+                if progress:
+                    progress(len(body))
+                return {"PartNumber": number, "ETag": out["ETag"]}
+
+            tasks = [asyncio.ensure_future(send(i + 1, offset)) for i, offset in enumerate(range(0, size, part))]
+            try:
+                parts = await asyncio.gather(*tasks)
+                if check is not None and not check():
+                    raise SourceChangedError(target)
+                await fs._call_s3("complete_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id,
+                                  MultipartUpload={"Parts": parts})
+            except BaseException:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                try:
+                    await fs._call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+                except Exception:  # noqa: BLE001 - the store's lifecycle rules clear leftovers
+                    pass
+                raise
+        finally:
+            os.close(fd)
+
+    def copy(self, src: str, dst: str) -> None:
+        try:
+            self._parent_dir(self._path(dst))
+            self.fs.copy(self._path(src), self._path(dst))
+        except Exception as err:
+            raise _remote_error(err, src) from err
+
+    def get(self, key: str, local: str, progress: Callable[[int], None] | None = None) -> int:
+        try:
+            self.fs.get_file(self._path(key), local)
+        except Exception as err:
+            raise _remote_error(err, key) from err
+        size = os.path.getsize(local)
+        if progress:
+            progress(size)
+        return size
+
+    def stat(self, key: str) -> RemoteFile | None:
+        try:
+            info = self.fs.info(self._path(key))
+        except FileNotFoundError:
+            return None
+        except Exception as err:
+            raise _remote_error(err, key) from err
+        if info.get("type") == "directory":
+            return None
+        return RemoteFile(key, int(info["size"]), _mtime(info))
+
+    def move(self, src: str, dst: str) -> None:
+        try:
+            self._parent_dir(self._path(dst))
+            self.fs.mv(self._path(src), self._path(dst))
+        except Exception as err:
+            raise _remote_error(err, src) from err
+
+    def delete(self, key: str) -> None:
+        try:
+            self.fs.rm_file(self._path(key))
+        except FileNotFoundError:
+            pass
+        except Exception as err:
+            raise _remote_error(err, key) from err
+
+    def list(self, prefix: str) -> Iterator[RemoteFile]:
+        base = self._path(prefix)
+        try:
+            self.fs.invalidate_cache(base)
+            found = self.fs.find(base, detail=True)
+        except FileNotFoundError:
+            return
+        except Exception as err:
+            raise _remote_error(err, prefix) from err
+        for path, info in found.items():
+            if PART_SUFFIX in path or info.get("type") == "directory":
+                continue
+            yield RemoteFile(path[len(self.root) + 1:], int(info["size"]), _mtime(info))
+
+    def sweep_parts(self, prefix: str, older_than: float) -> int:
+        cutoff = time.time() - older_than
+        removed = 0
+        for base in (self._path(prefix), f"{self.root}/.gpuws-tmp"):
+            try:
+                self.fs.invalidate_cache(base)
+                found = self.fs.find(base, detail=True)
+            except Exception:  # nothing there, or the store is away: the next start sweeps
+                continue
+            for path, info in found.items():
+                mtime = _mtime(info)
+                if mtime is None:  # stores that only say when an object was created
+                    mtime = _mtime({"mtime": info.get("created")})
+                if PART_SUFFIX in path and mtime is not None and mtime < cutoff:
+                    try:
+                        self.fs.rm_file(path)
+                        removed += 1
+                    except Exception:
+                        continue
+        return removed
+
+    def read_bytes(self, key: str) -> bytes | None:
+        try:
+            return self.fs.cat_file(self._path(key))
+        except FileNotFoundError:
+            return None
+        except Exception as err:
+            raise _remote_error(err, key) from err
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        try:
+            if self.object_store:
+                self.fs.pipe_file(self._path(key), data)
+            else:
+                tmp = f"{self._path(key)}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}"
+                self.fs.makedirs(self.fs._parent(tmp), exist_ok=True)
+                try:
+                    self.fs.pipe_file(tmp, data)
+                    self.fs.mv(tmp, self._path(key))
+                except BaseException:
+                    try:
+                        self.fs.rm_file(tmp)
+                    except Exception:
+                        pass
+                    raise
+        except Exception as err:
+            raise _remote_error(err, key) from err
+
+    flushes = False  # a completed PUT is durable
+
+    def flush(self) -> None:
+        pass
+
+    def unflushed(self) -> bool:
+        return False
+
+
+class _FsspecCallback:
+    """fsspec's callback protocol, reporting bytes as they go."""
+
+    def __init__(self, progress: Callable[[int], None]) -> None:
+        self.progress = progress
+        self.value = 0
+
+    def set_size(self, size: int) -> None:
+        pass
+
+    def absolute_update(self, value: int) -> None:
+        self.relative_update(value - self.value)
+
+    def relative_update(self, inc: int = 1) -> None:
+        self.value += inc
+        self.progress(inc)
+
+    def branched(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def call(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def _mtime(info: dict[str, Any]) -> float | None:
+    value = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
+    if value is None:
+        return None
+    if hasattr(value, "timestamp"):
+        return float(value.timestamp())
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _remote_error(err: Exception, key: str) -> Exception:
+    """One clear line for the many ways a remote store fails."""
+    name = type(err).__name__
+    text = str(err) or name
+    if isinstance(err, (StoreUnavailableError, StoreFullError, StoreConfigError)):
+        return err
+    if name in ("NoCredentialsError", "PartialCredentialsError") or "credentials" in text.lower():
+        return StoreConfigError(f"No credentials for the store: {text}")
+    if isinstance(err, PermissionError) or "AccessDenied" in text or "Forbidden" in text:
+        return StoreConfigError(f"The store refused access to {key}: {text}")
+    if "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+        return StoreConfigError(f"The store's bucket does not exist: {text}")
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StoreFullError(f"The store is full ({key})")
+    if "connect" in text.lower() or isinstance(err, (ConnectionError, TimeoutError)):
+        return StoreUnavailableError(f"Cannot reach the store: {text}")
+    return StoreUnavailableError(f"The store failed on {key}: {text}")
