@@ -106,7 +106,11 @@ class GpuWorkspace(Configurable):
         0.05, help="Seconds a change must settle (no further writes) before it is uploaded."
     ).tag(config=True)
 
-    lease_ttl = Float(60.0, help="Seconds the workspace lease lives without a heartbeat.").tag(config=True)
+    lease_ttl = Float(
+        20.0, help="""Seconds the workspace lease lives without a heartbeat (renewed every quarter of it).
+        A runtime that finds the lease held takes it over by itself once its heartbeat is older
+        than this: after a crash, a successor writes within about this long."""
+    ).tag(config=True)
 
     checkpoint_timeout = Float(
         60.0, help="Persist waits this long for tracked kernels to finish their checkpoints before syncing."
@@ -235,6 +239,12 @@ class GpuWorkspace(Configurable):
         unknown = sorted(set(proposal["value"]) - {"aws", "gcp", "azure"})
         if unknown:
             raise TraitError(f"preemption_clouds: unknown {', '.join(unknown)} (use aws, gcp, azure)")
+        return proposal["value"]
+
+    @validate("lease_ttl")
+    def _check_lease_ttl(self, proposal: Any) -> float:
+        if not 2 <= proposal["value"] <= 3600:
+            raise TraitError("lease_ttl must be between 2 and 3600 seconds")
         return proposal["value"]
 
     @validate("grace_period")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -348,6 +349,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The engine's log lines are the server's; here every error is said once, on stderr.
+    logging.getLogger("jupyter_gpu_ws").addHandler(logging.NullHandler())
     args = build_parser().parse_args(argv)
     commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env}
     try:

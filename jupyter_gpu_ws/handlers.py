@@ -270,7 +270,9 @@ class JobHandler(GpuWorkspaceHandler):
 
 
 class LeaseHandler(GpuWorkspaceHandler):
-    """`POST /gpuws/api/sync/lease` with `{"take_over": true}`: take over an expired lease."""
+    """`POST /gpuws/api/sync/lease` with `{"take_over": true}`: this runtime becomes the writer,
+    also from a live holder (its writes wait until that holder's lease has run out) or over an
+    unreadable lease; then it restores and rescans."""
 
     @web.authenticated
     @authorized
@@ -280,13 +282,31 @@ class LeaseHandler(GpuWorkspaceHandler):
             raise web.HTTPError(400, 'Send {"take_over": true} to take over the workspace lease')
         try:
             service = self.app.sync.require()
-            await run_blocking(service.engine.open, True)
+            await run_blocking(service.engine.take_over)
         except SyncError as err:
             raise http_error(err) from err
-        if service.engine.read_only:
-            raise web.HTTPError(409, service.engine.read_only_reason or "The lease is still held")
-        service.request_rescan()
         self.finish(await run_blocking(self.app.sync.status))
+
+
+class PendingHandler(GpuWorkspaceHandler):
+    """`GET /gpuws/api/sync/pending[?limit=N]`: the files not yet in the store, each with why
+    (waiting, uploading, failing with the error, deleting), and the files that cannot be synced."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        params = self.query_params({"limit"})
+        try:
+            limit = int(params.get("limit", "200"))
+        except ValueError:
+            raise web.HTTPError(400, f"'limit' must be a whole number, not {params['limit']!r}") from None
+        if not 0 <= limit <= 10000:
+            raise web.HTTPError(400, "'limit' must be between 0 and 10000")
+        engine = self.app.sync.engine
+        if engine is None:
+            self.finish({"files": [], "total": 0, "problems": [], "problems_total": 0})
+            return
+        self.finish(await run_blocking(engine.pending_list, limit))
 
 
 class CheckpointsHandler(GpuWorkspaceHandler):
@@ -378,6 +398,7 @@ def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/gpuws/api/metrics/stream", MetricsStreamHandler, kwargs),
         (r"/gpuws/api/sync", SyncHandler, kwargs),
         (r"/gpuws/api/sync/lease", LeaseHandler, kwargs),
+        (r"/gpuws/api/sync/pending", PendingHandler, kwargs),
         (r"/gpuws/api/sync/restore", RestoreHandler, kwargs),
         (rf"/gpuws/api/sync/restore/{job_id}", JobHandler, {"app": app, "kind": "restore"}),
         (r"/gpuws/api/checkpoints", CheckpointsHandler, kwargs),

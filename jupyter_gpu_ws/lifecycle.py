@@ -157,8 +157,9 @@ class RuntimeSupervisor:
         A SyncError says why it cannot run (no sync, a read-only runtime)."""
         app = self.app
         service = app.sync.require()
-        if service.engine.read_only:
-            raise LeaseHeldError(service.engine.read_only_reason or "This runtime is read-only")
+        refusal = service.engine.why_not_writable()
+        if refusal is not None:
+            raise LeaseHeldError(refusal)
         git = None
         if self.git is not None:
             from .runtime.gitrepo import git_step
@@ -257,7 +258,7 @@ class RuntimeSupervisor:
         service = self.app.sync.service
         if service is not None:
             try:
-                service.engine.store.write_json("emergency-report.json", json.loads(text))
+                service.engine.write_state("emergency-report.json", json.loads(text))
             except Exception as err:  # the store may be the reason
                 self.log.error("GPU workspace: cannot put the emergency report in the store: %s", err)
 

@@ -143,9 +143,15 @@ class TestLeaseHeldElsewhere:
         with pytest.raises(HTTPClientError) as err:
             await jp_fetch("gpuws", "api", "persist", method="POST", body="")
         assert err.value.code == 409
+        # Take over, as the user's word, works on a live holder too: writing waits for its time.
+        response = await jp_fetch("gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}')
+        status = json.loads(response.body)
+        assert status["state"] == "taking-over" and status["lease_held"] and status["writes_start_in"] > 0
         with pytest.raises(HTTPClientError) as err:
-            await jp_fetch("gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}')
-        assert err.value.code == 409 and "expires in" in json.loads(err.value.response.body)["message"]
+            await jp_fetch("gpuws", "api", "persist", method="POST", body="")
+        assert err.value.code == 409 and "writing starts in" in json.loads(err.value.response.body)["message"]
+        await wait_for(lambda: _true(other_runtime.read_only), timeout=15)  # the other one stops
+        assert "took the workspace lease" in other_runtime.read_only_reason
 
 
 class TestRestoreOnStart:
@@ -160,3 +166,7 @@ class TestRestoreOnStart:
         status = await sync_running(jp_fetch)
         assert status["restore"]["restored"] == 1
         assert (jp_root_dir / "notebooks" / "yesterday.ipynb").read_text() == '{"cells": []}'
+
+
+async def _true(value: Any) -> Any:
+    return value

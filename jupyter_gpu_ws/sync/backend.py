@@ -19,6 +19,7 @@ class RemoteFile:
     key: str  # relative to the backend's root, '/' separated
     size: int
     mtime: float | None
+    etag: str | None = None  # where the store gives one (S3): the MD5 of a single PUT's body
 
 
 class Backend(Protocol):
@@ -45,8 +46,36 @@ class Backend(Protocol):
         """Remove temporary files of writes that died (a killed process) older than that many
         seconds; return how many. Younger ones may be another writer's, in flight."""
         ...
+
+    def abort_uploads(self, prefix: str) -> int:
+        """Abort multipart uploads under `prefix` that this process does not have in flight
+        (left by a killed writer or by an abort that failed during an outage); only the lease
+        holder calls it, so no other writer can be using them. Returns how many."""
+        ...
     def read_bytes(self, key: str) -> bytes | None: ...
     def write_bytes(self, key: str, data: bytes) -> None: ...
+
+    # -- one small object written by compare-and-swap (the lease) ------------------------------
+
+    def read_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The object's bytes and a tag that changes with every write (an ETag), or None."""
+        ...
+
+    def write_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """Write only if the object is still the one read with `tag` (or, with None, absent);
+        return the new tag. Raises PreconditionFailed when another writer got there first."""
+        ...
+
+    def conditional_writes(self) -> str | None:
+        """None where write_if is a true compare-and-swap against other machines; otherwise the
+        reason it is not (the lease is then advisory). May ask the store once."""
+        ...
+
+    def same_content(self, key: str, local: str, remote: RemoteFile | None = None) -> bool | None:
+        """Whether the store's object holds the same bytes as the local file: True or False
+        where the store lets us tell (a hash, an MD5 ETag), None where it does not. `remote`:
+        what a listing said of the object, if the caller has it."""
+        ...
 
     def flush(self) -> None:
         """Make what was written so far durable (a no-op where a completed write already is);
@@ -63,3 +92,7 @@ class Backend(Protocol):
 
 class SourceChangedError(Exception):
     """The local file changed while it was read: nothing was made visible; try again."""
+
+
+class PreconditionFailed(Exception):
+    """A conditional write found the object changed since it was read: another writer won."""

@@ -5,9 +5,14 @@ uploads in parallel and records what reached the store. Where the store's writes
 at once (a local folder), the records say so until a flush has made them durable: at the end of
 the pass (Persist now, the command line, a release) or just after it in the background (the
 watcher's passes). An unclean stop before that flush makes the next start send those files
-again. A reader of the store sees whole files only, either way. Previous versions of
-overwritten or deleted files are kept under .gpuws/versions/. Restore brings back what the work
-directory lacks and never overwrites or deletes local work.
+again. A reader of the store sees whole files only, either way.
+
+Nothing is overwritten or deleted without a version (versions.py), also where this runtime has
+no record of a path (a new machine, a lost record): the store's copy is compared first. Only the
+lease holder writes, and every write is fenced (lease.py). A file that cannot be read here is a
+problem of its own (pending.py), never the store's fault; a store that stops answering stops the
+pass at once (not one timeout per file) and is asked again until it answers. Restore brings back
+what the work directory lacks and never overwrites or deletes local work.
 """
 
 from __future__ import annotations
@@ -15,17 +20,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from .backend import PART_SUFFIX, Backend, RemoteFile, SourceChangedError
 from .errors import (
     CancelledError,
     DeletionGuardError,
+    LeaseCorruptError,
     LeaseHeldError,
+    LocalFileError,
     QuotaExceededError,
     StoreConfigError,
     StoreFullError,
@@ -34,17 +43,22 @@ from .errors import (
     WorkdirError,
 )
 from .hashing import file_hash
-from .ignore import IgnoreRules
+from .ignore import IGNORE_FILE, IgnoreRules
 from .index import Record, SyncIndex
-from .lease import Lease
+from .lease import LEASE_NAME, Lease, LeaseKeeper, lease_status
+from .pending import PendingSet
+from .progress import Progress, RateLimiter
 from .scan import LocalFile, scan, stat_path
-from .backend import PART_SUFFIX, Backend, SourceChangedError
-from .store import Store, open_backend, version_stamp
+from .store import Store, open_backend
+from .versions import Versions
 
 log = logging.getLogger(__name__)
 
 # Where kernels write their checkpoints, relative to the work directory (checkpoints/tracker.py).
 CHECKPOINTS_PREFIX = ".gpuws/checkpoints/"
+# A checkpoint folder's name (checkpoints/files.py), and the file written last in it.
+CHECKPOINT_FOLDER = re.compile(r"^ckpt-\d{9}-\d{8}T\d{6}Z(?:-\d+)?$")
+MANIFEST = "manifest.json"
 
 # Below this many deletions the share guard does not apply (deleting 2 of 3 files is normal).
 GUARD_MIN_DELETIONS = 10
@@ -52,6 +66,9 @@ GUARD_MIN_DELETIONS = 10
 STALE_PART_SECONDS = 3600.0
 # In an emergency pass, files under this size (outside checkpoints) go first.
 URGENT_SMALL = 1 << 20
+# From this many unrecorded files in a pass, one listing of the store answers "is it there
+# already?" instead of a request per file.
+LIST_INSTEAD_OF_STAT = 32
 
 
 @dataclass
@@ -70,75 +87,15 @@ class SyncSettings:
     max_delete_fraction: float = 0.5
     keep_versions: int = 10
     version_max_age: float = 30 * 86400.0
-    lease_ttl: float = 60.0
+    lease_ttl: float = 20.0
+    host: str | None = None  # this runtime's name in the lease (default: the host name)
     durable: bool = True
     retries: int = 4
     retry_backoff: float = 0.5
+    # A file that fails after every retry stops the pass (the store is taken to be down) when
+    # no write has succeeded for this long; otherwise it is that file's error, and others go on.
+    store_down_after: float = 5.0
     excludes: list[str] = field(default_factory=list)
-
-
-class Progress:
-    """Files and bytes done of total; one instance per job, updated from worker threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.files_total = 0
-        self.files_done = 0
-        self.bytes_total = 0
-        self.bytes_done = 0
-        self.phase = "planning"
-        self.current: str | None = None
-
-    def plan(self, files: int, size: int, phase: str) -> None:
-        with self._lock:
-            self.files_total += files
-            self.bytes_total += size
-            self.phase = phase
-
-    def set_items(self, done: int, total: int, current: str | None, phase: str) -> None:
-        """Progress counted in items other than files (packages of an environment restore)."""
-        with self._lock:
-            self.files_done, self.files_total, self.current, self.phase = done, total, current, phase
-
-    def add_bytes(self, n: int) -> None:
-        with self._lock:
-            self.bytes_done += n
-
-    def file_done(self, path: str) -> None:
-        with self._lock:
-            self.files_done += 1
-            self.current = path
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "phase": self.phase,
-                "files_done": self.files_done,
-                "files_total": self.files_total,
-                "bytes_done": self.bytes_done,
-                "bytes_total": self.bytes_total,
-                "current": self.current,
-            }
-
-
-class RateLimiter:
-    """A token bucket shared by every transfer thread."""
-
-    def __init__(self, bytes_per_second: int) -> None:
-        self.rate = float(bytes_per_second)
-        self._lock = threading.Lock()
-        self._allowance = self.rate
-        self._last = time.monotonic()
-
-    def take(self, n: int) -> None:
-        with self._lock:
-            now = time.monotonic()
-            self._allowance = min(self.rate, self._allowance + (now - self._last) * self.rate)
-            self._last = now
-            self._allowance -= n
-            wait = -self._allowance / self.rate if self._allowance < 0 else 0.0
-        if wait > 0:
-            time.sleep(wait)
 
 
 @dataclass
@@ -149,10 +106,18 @@ class PassReport:
     bytes_uploaded: int = 0
     errors: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # too large, ignored
+    problems: list[str] = field(default_factory=list)  # "path: reason", files that cannot be synced
+    stopped: str | None = None  # why the pass stopped before trying every file
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    def include(self, other: PassReport) -> None:
+        """Count what an earlier pass (one a Persist now waited for) put in the store."""
+        self.uploaded = list(dict.fromkeys(other.uploaded + self.uploaded))
+        self.deleted = list(dict.fromkeys(other.deleted + self.deleted))
+        self.bytes_uploaded += other.bytes_uploaded
 
 
 @dataclass
@@ -181,22 +146,38 @@ class SyncEngine:
                                                settings.durable, settings.concurrency)
         self.store = Store(self.backend, settings.workspace)
         self.index = SyncIndex(index_path(settings.state_dir, self.workdir, self.backend, settings.workspace))
+        if self.index.rebuilt:
+            log.warning("Sync: %s", self.index.rebuilt)
         self.rules = IgnoreRules(self.workdir, settings.excludes)
-        self.lease = Lease(self.store, settings.lease_ttl, clock)
+        self.lease = Lease(self.store, settings.lease_ttl, clock, host=settings.host)
+        self.keeper = LeaseKeeper(self.lease, self._lease_changed)
+        self.kept_versions = Versions(self.store, settings.keep_versions, settings.version_max_age, clock,
+                                 self.lease.fence)
+        self.pending_set = PendingSet(self.workdir, self.index.get)
         self.limiter = RateLimiter(settings.bandwidth_limit) if settings.bandwidth_limit else None
         self.read_only_reason: str | None = None
+        self.lease_corrupt = False
         self.state = "idle"
         self.last_sync: float | None = None
         self.last_error: str | None = None
         self.quota_warning: str | None = None
+        # Why the store is taken to be down (a file failed after every retry), or None: while set,
+        # files are not retried one after another, and each pass first asks the store once.
+        self.store_down: str | None = None
+        self._failing_since: float | None = None  # monotonic: the first failure since a success
+        # Told when this runtime becomes the writer (a take-over): the service restores and rescans.
+        self.on_writable: Callable[[], None] | None = None
         self._pass_lock = threading.Lock()
+        self._running: tuple[Progress, PassReport] | None = None  # the pass in progress
         self._dirty: set[str] = set()
         self._dirty_lock = threading.Lock()
-        self._pending: dict[str, int] = {}  # path → size, known to differ from the store
         self.last_change = 0.0  # monotonic time of the last change the watcher reported
         # Set for an emergency persist (SIGTERM, preemption): what is smallest and most needed
         # goes first, in case the machine is gone before the pass ends.
         self.urgent = False
+        # Housekeeping owed once the lease is taken or the store is back: temporaries of dead
+        # writes, abandoned multipart uploads, the whole-store prune of versions.
+        self._maintenance_due = False
         # The background flush after a pass that did not wait for one.
         self._flush_wanted = threading.Condition()
         self._flush_requested = False
@@ -206,32 +187,72 @@ class SyncEngine:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open(self, take_over: bool = False) -> None:
-        """Reach the store and take the lease; a held lease leaves the engine read-only."""
+        """Take the lease and start keeping it. A lease held by another runtime, an unreadable
+        lease or a store that does not answer leave the engine read-only, with the reason; the
+        lease's thread keeps looking and makes it the writer as soon as it can."""
         try:
             self.lease.acquire(take_over=take_over)
-            self.read_only_reason = None
+        except LeaseCorruptError as err:
+            self.read_only_reason, self.lease_corrupt = str(err), True
+            log.warning("Sync: %s", err)
         except LeaseHeldError as err:
             self.read_only_reason = str(err)
-            self.state = "read-only"
             log.warning("Sync: %s", err)
+        except StoreConfigError:
+            raise
+        except SyncError as err:
+            self.read_only_reason = f"Cannot take the workspace lease: {err}"
+            self.keeper.error = self.read_only_reason
+            log.warning("Sync: %s", self.read_only_reason)
+        else:
+            self._acquired()
+        self.keeper.start()
+
+    def take_over(self) -> None:
+        """The user's Take over: the lease becomes ours even from a live holder (writes wait
+        until its time is up), or replaces an unreadable lease."""
+        self.lease.acquire(take_over=True)
+        self._lease_changed(True, None)
+
+    def _lease_changed(self, held: bool, reason: str | None) -> None:
+        if not held:
+            self.read_only_reason = reason or "Another runtime writes this workspace"
             return
+        self.read_only_reason, self.lease_corrupt = None, False
+        if self.state in ("read-only", "error"):
+            self.state, self.last_error = "idle", None
+        self._acquired()
+        callback = self.on_writable
+        if callback is not None:
+            callback()
+
+    def _acquired(self) -> None:
         # Recorded just before an unclean stop, maybe never made durable: send them again.
         forgotten = self.index.forget_unflushed()
         if forgotten:
             log.info("Sync: %d files recorded just before an unclean stop will be sent again", len(forgotten))
+            self.mark_dirty(forgotten)
+        self._maintenance_due = True
+
+    def _maintain(self) -> None:
+        """Housekeeping owed by the writer (run at the start of a pass, off the lease's thread)."""
+        self._maintenance_due = False
         swept = self.backend.sweep_parts(self.settings.workspace, STALE_PART_SECONDS)
         if swept:
             log.info("Sync: removed %d temporary files left by interrupted writes", swept)
+        aborted = self.backend.abort_uploads(f"{self.settings.workspace}/")
+        if aborted:
+            log.info("Sync: aborted %d multipart uploads left by interrupted writes", aborted)
 
-    def heartbeat(self) -> None:
-        if self.read_only_reason is None and self.lease.held:
-            try:
-                self.lease.renew()
-            except LeaseHeldError as err:
-                self.read_only_reason = str(err)
-                self.state = "read-only"
+    def prune_versions(self) -> int:
+        """Prune the whole store's versions by count and age, and count what they hold."""
+        if not self.writable:
+            return 0
+        with self._pass_lock:
+            return self.kept_versions.prune(None)
 
     def close(self) -> None:
+        self.keeper.stop()
         with self._flush_wanted:
             self._closing = True
             self._flush_wanted.notify_all()
@@ -252,6 +273,26 @@ class SyncEngine:
     def read_only(self) -> bool:
         return self.read_only_reason is not None
 
+    @property
+    def writable(self) -> bool:
+        """Whether a pass may write now: the lease is ours and in force."""
+        return not self.read_only and self.lease.valid()
+
+    def why_not_writable(self) -> str | None:
+        """None when a pass may write now; else why not, in the user's words."""
+        if self.read_only:
+            return self.read_only_reason
+        try:
+            self.lease.fence()
+        except LeaseHeldError as err:
+            return str(err)
+        return None
+
+    def write_state(self, name: str, value: Any) -> None:
+        """A JSON file under .gpuws/ (a report for the next runtime), fenced like every write."""
+        self.lease.fence()
+        self.store.write_json(name, value)
+
     # -- what is pending ---------------------------------------------------------------------
 
     def mark_dirty(self, paths: Iterable[str]) -> None:
@@ -261,17 +302,12 @@ class SyncEngine:
             for rel in paths:
                 self._dirty.add(rel)
                 local = stat_path(self.workdir, rel, self.rules)
-                record = self.index.get(rel)
-                if local is not None and not _same(local, record):
-                    self._pending[rel] = local.size
-                elif local is None and record is not None and not os.path.lexists(self._abs(rel)):
-                    self._pending[rel] = 0  # a deletion to carry to the store
-                else:
-                    self._pending.pop(rel, None)
+                self.pending_set.note(rel, local, self.index.get(rel),
+                                      local is not None or os.path.lexists(self._abs(rel)))
 
     def pending(self) -> tuple[int, int]:
-        with self._dirty_lock:
-            return len(self._pending), sum(self._pending.values())
+        """Files and bytes not in the store (what the last look found; vanished paths dropped)."""
+        return self.pending_set.totals()
 
     def take_dirty(self) -> set[str]:
         with self._dirty_lock:
@@ -285,26 +321,37 @@ class SyncEngine:
         """One pass. `paths`: just these (from the watcher); None: a full rescan.
 
         `durable`: return once what the pass wrote is durable in the store; False: once it is
-        in the store, whole, with the flush following in the background.
+        in the store, whole, with the flush following in the background. A pass already
+        running is waited for, and its work counts in this one's progress and report.
         """
         if self.read_only:
             raise LeaseHeldError(self.read_only_reason or "read-only")
         if not self.lease.held:
             raise LeaseHeldError("This runtime does not hold the workspace lease: open the engine first")
         progress = progress or Progress()
+        running = self._running
+        if running is not None:
+            running[0].attach(progress)
         with self._pass_lock:
+            report = PassReport()
+            self._running = (progress, report)
             self.state = "syncing"
             try:
                 try:
-                    report = self._sync(paths, progress, cancel, durable)
+                    self.lease.fence()
+                    self._check_store()
+                    if self._maintenance_due:
+                        self._maintain()
+                    self._sync(paths, progress, cancel, durable, report)
                 finally:
-                    if self.backend.flushes:  # elsewhere a write is durable once it completes
+                    self._running = None
+                    if self.backend.flushes and self.lease.held:  # elsewhere a completed write is durable
                         if durable:
                             self.flush()
                         elif self.backend.unflushed() or self.index.unflushed_mark():
                             self._flush_soon()
             except SyncError as err:
-                self.state, self.last_error = "error", str(err)
+                self.state, self.last_error = ("read-only" if self.read_only else "error"), str(err)
                 raise
             except Exception as err:
                 self.state, self.last_error = "error", f"Sync failed: {err}"
@@ -315,43 +362,66 @@ class SyncEngine:
             else:
                 self.state, self.last_error = "idle", None
                 self.last_sync = self.clock()
+            if running is not None:
+                report.include(running[1])
             return report
 
-    def _sync(self, paths: Iterable[str] | None, progress: Progress,
-              cancel: threading.Event | None, flush_soon: bool) -> PassReport:
-        report = PassReport()
+    def _check_store(self) -> None:
+        """A store taken to be down is asked once (a read) before a pass tries any file."""
+        if self.store_down is None:
+            return
+        self.backend.stat(self.store.state_key(LEASE_NAME))  # StoreUnavailableError: still down
+        log.info("Sync: the store answers again (%s before)", self.store_down)
+        self.store_down = None
+        self._maintenance_due = True  # uploads aborted during the outage are cleared
+
+    def _sync(self, paths: Iterable[str] | None, progress: Progress, cancel: threading.Event | None,
+              flush_soon: bool, report: PassReport) -> None:
         changed, deleted, report.unchanged, total_records = self.plan(paths)
+        if paths is None:
+            self.pending_set.replace(changed, deleted)
+        changed = [f for f in changed if not self.pending_set.known_problem(f)]
         known = {f.path: self.index.get(f.path) for f in changed}  # each record looked up once
         if len(deleted) >= GUARD_MIN_DELETIONS and len(deleted) > self.settings.max_delete_fraction * total_records:
             raise DeletionGuardError(
                 f"This pass would remove {len(deleted)} of the {total_records} files in the store "
                 f"(more than {self.settings.max_delete_fraction:.0%}): stopped, nothing was deleted. "
-                "Check the work directory; previous versions stay in the store."
+                "Check the work directory and .gpuwsignore; previous versions stay in the store."
             )
 
         changed = self._apply_limits(changed, report)
-        # Only a file the store had before can gain a version in this pass (see _keep_version).
+        # Only a file the store had before can gain a version in this pass.
         overwritten = {path for path, record in known.items() if record is not None}
         progress.plan(len(changed) + len(deleted), sum(f.size for f in changed), "uploading")
-        records_done = self._upload_all(changed, known, progress, cancel, report, flush_soon)
+        in_store = self._store_listing(changed, known)
+        records_done = self._upload_all(changed, known, in_store, progress, cancel, report, flush_soon)
         # Listed as not yet durable whether or not a flush has started on them meanwhile: only
         # a flush that begins after this records them as durable.
         self.index.put_many(records_done, unflushed=self.backend.flushes)
         for record in records_done:
-            self._clear_pending(record.path)
+            self.pending_set.done(record.path)
         if cancel is not None and cancel.is_set():
             raise CancelledError(f"Cancelled after {len(records_done)} of {len(changed)} files")
+        if report.stopped:
+            return  # deletions wait for a store that answers and a lease in force
 
-        progress.phase = "deleting"
+        progress.set_phase("deleting")
         for rel in deleted:
             self._delete_in_store(rel, report)
             progress.file_done(rel)
         self.index.delete_many([rel for rel in deleted if rel in report.deleted])
         for rel in report.deleted:
-            self._clear_pending(rel)
-        self._prune_versions(overwritten | set(report.deleted))
-        progress.phase = "done"
-        return report
+            self.pending_set.done(rel)
+        self.kept_versions.prune(overwritten | set(report.deleted))
+        progress.set_phase("done")
+
+    def _store_listing(self, changed: list[LocalFile], known: dict[str, Record | None]) -> dict[str, RemoteFile] | None:
+        """For a pass with many files this runtime has no record of (a new machine, a lost
+        record), what the store holds, from one listing; None: ask per file."""
+        unknown = sum(1 for f in changed if known.get(f.path) is None)
+        if unknown < LIST_INSTEAD_OF_STAT:
+            return None
+        return self.store.list_files()
 
     def flush(self) -> None:
         """Make everything written to the store durable, and the records say so. If the store
@@ -402,7 +472,10 @@ class SyncEngine:
         deleted: list[str] = []
         unchanged = 0
         if paths is None:
-            local = {f.path: f for f in scan(self.workdir, self.rules)}
+            unreadable: dict[str, str] = {}
+            local = {f.path: f for f in scan(self.workdir, self.rules, problems=unreadable.__setitem__)}
+            for folder, reason in unreadable.items():
+                self.pending_set.problem(folder, reason)
             records = self.index.all()
             for f in local.values():
                 if _same(f, records.get(f.path)):
@@ -412,6 +485,12 @@ class SyncEngine:
             deleted = [p for p in records if p not in local and not os.path.lexists(self._abs(p))]
             total_records = len(records)
             if records and not local:
+                if _has_entries(self.workdir):
+                    raise DeletionGuardError(
+                        f"Nothing in the work directory is mirrored any more (every file is excluded by "
+                        f"{IGNORE_FILE} or the defaults), but the store mirrors {len(records)} files: nothing "
+                        f"was deleted. Check {IGNORE_FILE}."
+                    )
                 raise DeletionGuardError(
                     f"The work directory {self.workdir} is empty but the store mirrors {len(records)} "
                     "files: nothing was deleted. Restore it, or delete the files from the store by hand."
@@ -461,34 +540,103 @@ class SyncEngine:
         quota = self.settings.quota_bytes
         if quota is None:
             return keep
-        _, used = self.index.count_and_bytes()
+        used = self.store_usage()
         allowed = []
         for f in sorted(keep, key=lambda item: item.size):
             record = self.index.get(f.path)
             after = used - (record.size if record else 0) + f.size
             if after > quota:
-                report.errors.append(
-                    f"Quota exceeded: {f.path} ({_mb(f.size)}) would take the store to {_mb(after)} "
-                    f"of its {_mb(quota)} quota. The file stays here, pending."
-                )
+                error = (f"Quota exceeded: {f.path} ({_size(f.size)}) would take the store to {_size(after)} "
+                         f"of its {_size(quota)} quota (previous versions included). The file stays here, pending.")
+                report.errors.append(error)
+                self.pending_set.failing(f.path, f.size, error)
                 continue
             used = after
             allowed.append(f)
         self.quota_warning = (
-            f"The store is {used / quota:.0%} full ({_mb(used)} of {_mb(quota)})" if used >= 0.9 * quota else None
+            f"The store is {used / quota:.0%} full ({_size(used)} of {_size(quota)}, previous versions included)"
+            if used >= 0.9 * quota else None
         )
         return allowed
 
-    def _upload_all(self, files: list[LocalFile], known: dict[str, Record | None], progress: Progress,
+    def store_usage(self) -> int:
+        """What this workspace takes in the store: the mirror and its previous versions."""
+        return self.index.count_and_bytes()[1] + (self.kept_versions.bytes or 0)
+
+    def _upload_all(self, files: list[LocalFile], known: dict[str, Record | None],
+                    in_store: dict[str, RemoteFile] | None, progress: Progress,
                     cancel: threading.Event | None, report: PassReport, flush_soon: bool) -> list[Record]:
+        """Upload in parallel. A checkpoint folder's manifest goes only once the folder's other
+        files are in the store (a reader elsewhere never finds a manifest without its data); a
+        full store, a store that stopped answering or a lease no longer in force stop the pass
+        at once instead of failing file after file."""
         if not files:
             return []
         done: list[Record] = []
         lock = threading.Lock()
+        stop = threading.Event()
+        failed_folders: set[str] = set()
+        tried: set[str] = set()
+
+        def run(batch: list[LocalFile]) -> None:
+            for f in batch:
+                if (cancel is not None and cancel.is_set()) or stop.is_set():
+                    return
+                if f.path.endswith("/" + MANIFEST) and f.path.rpartition("/")[0] in failed_folders:
+                    continue  # its data did not all reach the store: no manifest without it
+                with lock:
+                    tried.add(f.path)
+                self.pending_set.uploading(f.path)
+                try:
+                    record = self._upload_one(f, known.get(f.path), in_store, progress, flush_soon)
+                except LocalFileError as err:
+                    self.pending_set.problem(f.path, str(err), f)
+                    with lock:
+                        report.problems.append(f"{f.path}: {err}")
+                    continue
+                except FileNotFoundError:
+                    self.pending_set.done(f.path)
+                    continue  # deleted meanwhile: the next pass carries the deletion
+                except SyncError as err:
+                    self.pending_set.failing(f.path, f.size, str(err))
+                    with lock:
+                        report.errors.append(str(err))
+                        failed_folders.add(f.path.rpartition("/")[0])
+                    if isinstance(err, (StoreFullError, LeaseHeldError)) or self.store_down is not None:
+                        with lock:
+                            report.stopped = report.stopped or str(err)
+                        stop.set()
+                        return
+                    continue
+                with lock:
+                    if record is not None:
+                        done.append(record)
+                        report.uploaded.append(f.path)
+                        report.bytes_uploaded += record.size
+                progress.file_done(f.path)
+
         ordered = sorted(files, key=_urgent_order(files) if self.urgent else _normal_order)
+        is_manifest = [_checkpoint_manifest(f.path) for f in ordered]
+        phases = [
+            [f for f, m in zip(ordered, is_manifest) if not m and f.path.startswith(CHECKPOINTS_PREFIX)],
+            [f for f, m in zip(ordered, is_manifest) if m],
+            [f for f in ordered if not f.path.startswith(CHECKPOINTS_PREFIX)],
+        ]
+        if self.urgent:  # small files first, then the checkpoints (data, then manifests), then the rest
+            small = [f for f in phases[2] if f.size < URGENT_SMALL]
+            phases = [small, phases[0], phases[1], [f for f in phases[2] if f.size >= URGENT_SMALL]]
+        for phase in phases:
+            if stop.is_set() or (cancel is not None and cancel.is_set()):
+                break
+            self._run_batches(phase, run)
+        self.pending_set.waiting(f.path for f in files if f.path not in tried)
+        return done
+
+    def _run_batches(self, files: list[LocalFile], run: Callable[[list[LocalFile]], None]) -> None:
+        """Large files one to a worker, small ones 64 to a batch: few thread hand-offs."""
         batches: list[list[LocalFile]] = []
         small: list[LocalFile] = []
-        for f in ordered:
+        for f in files:
             if f.size >= 1 << 20:
                 batches.append([f])
             else:
@@ -498,33 +646,8 @@ class SyncEngine:
                     small = []
         if small:
             batches.append(small)
-
-        full = threading.Event()  # a full store fails every file: stop at the first
-
-        def run(batch: list[LocalFile]) -> None:
-            for f in batch:
-                if (cancel is not None and cancel.is_set()) or full.is_set():
-                    return
-                try:
-                    record = self._upload_one(f, known.get(f.path), progress, flush_soon)
-                except StoreFullError as err:
-                    full.set()
-                    with lock:
-                        report.errors.append(str(err))
-                    return
-                except SyncError as err:
-                    with lock:
-                        report.errors.append(str(err))
-                    continue
-                except FileNotFoundError:
-                    continue  # deleted meanwhile: the next pass carries the deletion
-                with lock:
-                    if record is not None:
-                        done.append(record)
-                        report.uploaded.append(f.path)
-                        report.bytes_uploaded += record.size
-                progress.file_done(f.path)
-
+        if not batches:
+            return
         workers = max(1, min(self.settings.concurrency, len(batches)))
         if workers == 1:
             for batch in batches:
@@ -532,12 +655,12 @@ class SyncEngine:
         else:
             with ThreadPoolExecutor(workers, thread_name_prefix="gpuws-sync") as pool:
                 list(pool.map(run, batches))
-        return done
 
-    def _upload_one(self, f: LocalFile, record: Record | None, progress: Progress,
-                    flush_soon: bool) -> Record | None:
+    def _upload_one(self, f: LocalFile, record: Record | None, in_store: dict[str, RemoteFile] | None,
+                    progress: Progress, flush_soon: bool) -> Record | None:
         """`record`: the path's record before this pass. The scan's stat, taken just before, is
-        the state the copy is checked against; after a change mid-copy the file is stat'ed again."""
+        the state the copy is checked against; after a change mid-copy the file is stat'ed again.
+        `in_store`: the store's files from one listing, when the pass made one."""
         path = self._abs(f.path)
         key = self.store.file_key(f.path)
         attempt = 0
@@ -549,11 +672,12 @@ class SyncEngine:
                 before = (st.st_size, st.st_mtime_ns)
             if record is not None and record.size == before[0] and record.hash is not None:
                 # Touched but maybe not changed: a hash settles it without an upload.
-                digest = file_hash(path)
+                digest = _local_hash(path)
                 if digest == record.hash:
                     return Record(f.path, before[0], before[1], digest, self.clock())
 
             def unchanged() -> bool:
+                self.lease.fence()  # the last moment before the copy becomes visible
                 try:
                     now = os.stat(path)
                 except FileNotFoundError:
@@ -561,8 +685,18 @@ class SyncEngine:
                 return (now.st_size, now.st_mtime_ns) == before
 
             try:
-                if record is not None and not versioned:
-                    self._keep_version(f.path)
+                if not versioned:
+                    self.lease.fence()
+                    # Nothing is overwritten without a version, whether or not we recorded it;
+                    # with no record, the store's copy may even be this very file already.
+                    if record is None:
+                        existing = self._in_store(f.path, key, in_store)
+                        if existing is not None:
+                            if existing.size == before[0] and self.backend.same_content(key, path, existing):
+                                return Record(f.path, before[0], before[1], None, self.clock())
+                            self.kept_versions.keep(f.path, existing)
+                    else:
+                        self.kept_versions.keep(f.path)
                     versioned = True
                 per_chunk = None
                 if self.limiter is not None or before[0] >= 64 << 20:
@@ -574,6 +708,7 @@ class SyncEngine:
                         progress.add_bytes(n)
 
                 self.backend.put(path, key, per_chunk, check=unchanged, flush_soon=flush_soon)
+                self._failing_since = None
                 if per_chunk is None:
                     progress.add_bytes(before[0])
                 return Record(f.path, before[0], before[1], None, self.clock())
@@ -583,51 +718,70 @@ class SyncEngine:
                     raise SyncError(f"{f.path} keeps changing; it will be synced once it settles") from None
             except StoreUnavailableError as err:
                 attempt += 1
+                now = time.monotonic()
+                if self._failing_since is None:
+                    self._failing_since = now
+                if self.store_down is not None:
+                    raise  # another file found the store down: no retries one after another
+                # Seen at once in the status, while the retries go on.
+                self.state, self.last_error = "error", f"The store is not answering ({err}); retrying"
                 if attempt > self.settings.retries:
+                    if now - self._failing_since >= self.settings.store_down_after:
+                        self.store_down = str(err)
+                        raise StoreUnavailableError(
+                            f"The store is not answering: {err} (nothing written for "
+                            f"{now - self._failing_since:.0f} s). Pending files go as soon as it answers again."
+                        ) from err
                     raise StoreUnavailableError(f"{f.path}: {err} (after {attempt} attempts)") from err
                 time.sleep(min(self.settings.retry_backoff * 2 ** (attempt - 1), 10.0))
 
-    def _keep_version(self, rel: str) -> None:
-        """Before an overwrite: the store's current copy becomes a version."""
-        key = self.store.file_key(rel)
-        if self.backend.stat(key) is not None:
-            self.backend.copy(key, self.store.version_key(rel, version_stamp(self.clock())))
+    def _in_store(self, rel: str, key: str, in_store: dict[str, RemoteFile] | None) -> RemoteFile | None:
+        """What the store holds at a path this runtime has no record of: from the pass's one
+        listing when it made one, else asked."""
+        if in_store is not None:
+            return in_store.get(rel)
+        return self.backend.stat(key)
 
     def _delete_in_store(self, rel: str, report: PassReport) -> None:
-        """A deletion reaches the store only as a move into versions."""
+        """A deletion reaches the store as a move into versions; a checkpoint that the run's
+        retention removed (a newer complete one is here) is deleted outright, else versions
+        would keep every checkpoint ever written."""
         key = self.store.file_key(rel)
         attempt = 0
         while True:
             try:
-                # Looked up again on a retry: a move whose reply was lost may have happened.
-                if self.backend.stat(key) is not None:
-                    self.backend.move(key, self.store.version_key(rel, version_stamp(self.clock())))
+                self.lease.fence()
+                if self._retired_checkpoint(rel):
+                    self.backend.delete(key)
+                else:
+                    self.kept_versions.retire(rel)
                 report.deleted.append(rel)
                 return
             except StoreUnavailableError as err:
                 attempt += 1
-                if attempt > self.settings.retries:
+                if attempt > self.settings.retries or self.store_down is not None:
                     report.errors.append(f"{rel}: {err} (after {attempt} attempts)")
+                    self.pending_set.failing(rel, 0, str(err))
                     return
                 time.sleep(min(self.settings.retry_backoff * 2 ** (attempt - 1), 10.0))
             except SyncError as err:
                 report.errors.append(f"{rel}: {err}")
+                self.pending_set.failing(rel, 0, str(err))
                 return
 
-    def _prune_versions(self, paths: set[str]) -> None:
-        if not paths:
-            return
-        keep, max_age = self.settings.keep_versions, self.settings.version_max_age
-        cutoff = version_stamp(self.clock() - max_age)
-        for rel in paths:
-            try:
-                versions = self.store.list_versions(rel)
-            except SyncError:
-                continue
-            stamps = [stamp for _, stamp, _ in versions]
-            doomed = stamps[: max(0, len(stamps) - keep)] + [s for s in stamps[-keep:] if s < cutoff]
-            for stamp in set(doomed):
-                self.backend.delete(self.store.version_key(rel, stamp))
+    def _retired_checkpoint(self, rel: str) -> bool:
+        """A file of a checkpoint folder whose run still has a complete checkpoint here."""
+        if not rel.startswith(CHECKPOINTS_PREFIX):
+            return False
+        parts = rel[len(CHECKPOINTS_PREFIX):].split("/")
+        if len(parts) != 3 or not CHECKPOINT_FOLDER.match(parts[1]):
+            return False
+        run = self._abs(CHECKPOINTS_PREFIX + parts[0])
+        try:
+            return any(CHECKPOINT_FOLDER.match(entry.name) and entry.is_dir(follow_symlinks=False)
+                       and os.path.isfile(os.path.join(entry.path, MANIFEST)) for entry in os.scandir(run))
+        except OSError:
+            return False
 
     # -- restore -----------------------------------------------------------------------------
 
@@ -742,43 +896,75 @@ class SyncEngine:
     # -- status ------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        files, size = self.pending()
+        files, size = self.pending_set.totals()
         count, used = self.index.count_and_bytes()
-        lease = None
-        try:
-            current = self.lease.current()
-            lease = asdict(current) if current else None
-        except SyncError:
-            pass
+        running = self._running
+        lease = lease_status(self.lease, self.keeper)
+        if self.lease_corrupt or (lease["lease_error"] and not self.lease.held):
+            state = "error"
+        elif self.read_only:
+            state = "read-only"
+        elif self.lease.held and not self.lease.valid() and self.state != "syncing":
+            state = "taking-over" if lease["writes_start_in"] else "error"
+        else:
+            state = self.state
+        problems = self.pending_set.listing(0)
         return {
-            "state": "read-only" if self.read_only else self.state,
+            "state": state,
             "pending_files": files,
             "pending_bytes": size,
+            "problem_files": problems["problems_total"],
+            "progress": running[0].snapshot() if running is not None else None,
             "last_sync": self.last_sync,
-            "last_error": self.last_error,
+            "last_error": self.last_error or lease["lease_error"],
             "read_only_reason": self.read_only_reason,
+            "can_take_over": self.read_only or self.lease_corrupt,
+            "store_down": self.store_down,
             "synced_files": count,
             "store_bytes": used,
+            "versions_bytes": self.kept_versions.bytes,
+            "versions_count": self.kept_versions.count,
             "quota_bytes": self.settings.quota_bytes,
             "quota_warning": self.quota_warning,
+            "record_rebuilt": self.index.rebuilt,
+            "ignore_problems": list(self.rules.problems),
             "store": self.backend.description,
             "workspace": self.store.workspace,
-            "lease": lease,
-            "lease_held": self.lease.held,
+            **lease,
         }
+
+    def pending_list(self, limit: int = 200) -> dict[str, Any]:
+        """The pending files with why (waiting, uploading, failing with the error) and the
+        files that cannot be synced, for the panel's expandable list."""
+        return self.pending_set.listing(limit)
 
     # -- helpers -----------------------------------------------------------------------------
 
     def _abs(self, rel: str) -> str:
         return os.path.join(self.workdir, *rel.split("/"))
 
-    def _clear_pending(self, rel: str) -> None:
-        with self._dirty_lock:
-            self._pending.pop(rel, None)
-
 
 def _same(local: LocalFile, record: Record | None) -> bool:
     return record is not None and record.size == local.size and record.mtime_ns == local.mtime_ns
+
+
+def _local_hash(path: str) -> str:
+    try:
+        return file_hash(path)
+    except PermissionError as err:
+        raise LocalFileError(f"cannot be read: {err.strerror}") from None
+
+
+def _checkpoint_manifest(rel: str) -> bool:
+    return rel.startswith(CHECKPOINTS_PREFIX) and rel.endswith("/" + MANIFEST)
+
+
+def _has_entries(folder: str) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return any(True for _ in entries)
+    except OSError:
+        return False
 
 
 def _inside(root: str, path: str) -> bool:
@@ -789,8 +975,11 @@ def _files(n: int) -> str:
     return f"{n} file" if n == 1 else f"{n} files"
 
 
-def _mb(n: float) -> str:
-    return f"{n / 2**20:.1f} MiB"
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
 
 
 def check_workdir(workdir: str) -> None:

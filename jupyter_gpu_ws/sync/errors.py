@@ -23,12 +23,29 @@ class WorkdirError(SyncError):
     """The work directory is missing or unreadable; nothing is deleted because of it."""
 
 
+class LocalFileError(SyncError):
+    """A file of the work directory cannot be synced for a reason of its own (unreadable, a name
+    the store refuses): it is listed as such, and the rest of the pass goes on."""
+
+
 class QuotaExceededError(SyncError):
     """The upload would take the store past `quota_bytes`; the local file stays pending."""
 
 
 class LeaseHeldError(SyncError):
     """Another runtime holds the workspace's lease: this one is read-only."""
+
+
+class LeaseLostError(LeaseHeldError):
+    """This runtime lost the lease (taken over, or not renewed in time): it writes nothing more."""
+
+
+class LeaseCorruptError(SyncError):
+    """The lease in the store is unreadable: only an explicit take-over replaces it."""
+
+
+class WorkspaceNotFoundError(SyncError):
+    """The named workspace does not exist in the store (the message names those that do)."""
 
 
 class DeletionGuardError(SyncError):

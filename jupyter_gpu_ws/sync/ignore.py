@@ -21,16 +21,21 @@ DEFAULT_EXCLUDES = [
     ".DS_Store",
     "*.gpuws-part",  # our own temporary files
     ".~*.gpuws-part-*",
+    ".tmp-ckpt-*/",  # a checkpoint still being written: it is renamed into place when complete
 ]
 
 
 class IgnoreRules:
-    """Default excludes plus the work directory's `.gpuwsignore` (re-read when it changes)."""
+    """Default excludes plus the work directory's `.gpuwsignore` (re-read when it changes).
+
+    A line that is not a valid pattern is named in `problems` and skipped; the others apply.
+    """
 
     def __init__(self, workdir: str, extra: list[str] | None = None) -> None:
         self.workdir = Path(workdir)
         self.extra = list(extra or [])
         self._mtime: int | None = -1
+        self.problems: list[str] = []
         self._spec = pathspec.GitIgnoreSpec.from_lines(DEFAULT_EXCLUDES + self.extra)
         self.reload()
 
@@ -43,9 +48,23 @@ class IgnoreRules:
         if mtime == self._mtime:
             return
         lines = DEFAULT_EXCLUDES + self.extra
+        problems: list[str] = []
         if mtime is not None:
-            lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
+            try:
+                own = path.read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError as err:
+                own = []
+                problems.append(f"{IGNORE_FILE} cannot be read ({err.strerror or err}): only the default excludes apply")
+            for number, line in enumerate(own, 1):
+                try:
+                    pathspec.GitIgnoreSpec.from_lines([line])
+                except Exception as err:  # noqa: BLE001 - pathspec raises several kinds
+                    problems.append(f"{IGNORE_FILE} line {number} ({line.strip()!r}) is not a valid pattern "
+                                    f"and is skipped: {err}")
+                    continue
+                lines.append(line)
         self._spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        self.problems = problems
         self._mtime = mtime
 
     def ignored(self, rel: str, is_dir: bool = False) -> bool:

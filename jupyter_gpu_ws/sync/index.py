@@ -11,9 +11,11 @@ is done. After an unclean stop the engine forgets their records, and sends them 
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -31,12 +33,39 @@ class Record:
 LOOKUP_CHUNK = 500
 
 
+log = logging.getLogger(__name__)
+
+
 class SyncIndex:
+    """Opened from `db_path`; a file that is not a readable record (corrupt, truncated, another
+    program's) is moved aside and an empty record started, with `rebuilt` saying so. Every path
+    is then unknown to the engine, which compares each with the store before writing it, so
+    nothing is overwritten without a version and nothing is deleted."""
+
     def __init__(self, db_path: str) -> None:
         os.makedirs(os.path.dirname(db_path) or ".", exist_ok=True)
         self.db_path = db_path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
+        self.rebuilt: str | None = None
+        try:
+            self._open()
+        except sqlite3.DatabaseError as err:
+            try:
+                self._db.close()
+            except Exception:  # noqa: BLE001 - it may never have opened
+                pass
+            aside = f"{db_path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.exists(db_path + suffix):
+                    os.replace(db_path + suffix, aside + suffix)
+            self.rebuilt = (f"The local sync record was unreadable ({err}) and was started afresh "
+                            f"(the old one is kept as {os.path.basename(aside)}): every file is compared "
+                            "with the store once before it is sent")
+            self._open()
+        self._totals: tuple[int, int] | None = None  # (paths, bytes), once counted
+
+    def _open(self) -> None:
+        self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(
@@ -46,7 +75,10 @@ class SyncIndex:
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         # Recorded, not yet durable in the store; the rowid orders them against a flush.
         self._db.execute("CREATE TABLE IF NOT EXISTS unflushed (path TEXT PRIMARY KEY)")
-        self._totals: tuple[int, int] | None = None  # (paths, bytes), once counted
+        # A damaged file can open and fail only when read: read it whole once here.
+        row = self._db.execute("PRAGMA quick_check").fetchone()
+        if row is None or row[0] != "ok":
+            raise sqlite3.DatabaseError(f"integrity check: {row[0] if row else 'no answer'}")
 
     def get(self, path: str) -> Record | None:
         with self._lock:

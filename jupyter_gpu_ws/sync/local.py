@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
+import hashlib
 import itertools
 import os
 import shutil
@@ -17,8 +19,9 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from ..diskio import start_writeback
-from .backend import CHUNK, PART_SUFFIX, RemoteFile, SourceChangedError
-from .errors import StoreFullError, StoreUnavailableError
+from .backend import CHUNK, PART_SUFFIX, PreconditionFailed, RemoteFile, SourceChangedError
+from .errors import LocalFileError, StoreFullError, StoreUnavailableError
+from .hashing import file_hash
 
 # A pass that wrote at most this many files fsyncs them and their folders; a larger one syncs
 # the store's file system once (syncfs), which then costs less than many fsyncs. A few fsyncs
@@ -96,12 +99,13 @@ class LocalBackend:
         otherwise the copy runs at memory speed and the disk gets it at the flush.
         """
         target = self._path(key)
-        parent, _, name = target.rpartition(os.sep)
-        tmp = f"{parent}{os.sep}.~{name}{PART_SUFFIX}-{self._tmp_tag}{next(self._tmp_count)}"
+        parent = target.rpartition(os.sep)[0]
+        # Short, whatever the name: any name the work directory's file system accepts can sync.
+        tmp = f"{parent}{os.sep}.~{self._tmp_tag}{next(self._tmp_count)}{PART_SUFFIX}"
         try:
             self._parent(target)
             # Plain descriptors and a kernel-side copy: the fewest system calls per file.
-            src = os.open(local, os.O_RDONLY | O_CLOEXEC)
+            src = _open_source(local)
             try:
                 size = os.fstat(src).st_size
                 dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
@@ -127,11 +131,16 @@ class LocalBackend:
                 if not os.path.exists(local):
                     raise
                 self._dirs.discard(parent)  # the store's folder went away: make it again next time
+            if err.errno == errno.ENAMETOOLONG:
+                raise LocalFileError(f"its name is too long for the store ({err.strerror})") from None
             _raise_os_error(err, key)
         except BaseException:
             _remove_quietly(tmp)
             raise
         return size
+
+    def abort_uploads(self, prefix: str) -> int:
+        return 0  # a temporary file is all an interrupted write leaves here (sweep_parts)
 
     def copy(self, src: str, dst: str) -> None:
         """Keep a version: a hard link costs no space and no time; a copy where links fail."""
@@ -218,6 +227,46 @@ class LocalBackend:
         except OSError as err:
             _remove_quietly(tmp)
             _raise_os_error(err, key)
+
+    def read_tagged(self, key: str) -> tuple[bytes, str] | None:
+        data = self.read_bytes(key)
+        return None if data is None else (data, content_tag(data))
+
+    def write_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """Compare and swap under an exclusive lock on a file beside the object: every writer of
+        the object takes it, so reading, comparing and replacing happen as one step. The kernel
+        drops the lock when its holder dies, so a killed runtime never leaves it taken."""
+        target = self._path(key)
+        try:
+            self._parent(target)
+            fd = os.open(f"{target}.lock", os.O_RDWR | os.O_CREAT | O_CLOEXEC, 0o666)
+        except OSError as err:
+            _raise_os_error(err, key)
+        try:
+            _lock(fd, key)
+            current = self.read_tagged(key)
+            if (current is None) != (tag is None) or (current is not None and current[1] != tag):
+                raise PreconditionFailed(key)
+            self.write_bytes(key, data)
+            _fsync_folder(os.path.dirname(target))
+            return content_tag(data)
+        finally:
+            os.close(fd)  # releases the lock
+
+    def conditional_writes(self) -> str | None:
+        fstype = mount_type(self.root)
+        if fstype.startswith("fuse"):
+            return (f"the store is a FUSE mount ({fstype}): its file locks do not reach other machines, "
+                    "so the lease cannot stop a runtime elsewhere from writing")
+        return None
+
+    def same_content(self, key: str, local: str, remote: RemoteFile | None = None) -> bool | None:
+        try:
+            if os.path.getsize(self._path(key)) != os.path.getsize(local):
+                return False
+            return file_hash(self._path(key)) == file_hash(local)
+        except FileNotFoundError:
+            return False
 
     def close(self) -> None:
         """Nothing held between calls."""
@@ -314,6 +363,65 @@ def _copy_fd(src: int, dst: int, progress: Callable[[int], None] | None, early_w
         total += len(chunk)
         if progress:
             progress(len(chunk))
+
+
+def _open_source(local: str) -> int:
+    """The work directory's file, for reading; a failure is the file's, never the store's."""
+    try:
+        return os.open(local, os.O_RDONLY | O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise LocalFileError(f"cannot be read: {err.strerror or err}") from None
+
+
+def content_tag(data: bytes) -> str:
+    """A tag that changes with every write of a small object: a hash of its bytes."""
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+# How long a writer waits for another's compare-and-swap before calling the store unavailable.
+LOCK_WAIT = 10.0
+
+
+def _lock(fd: int, key: str) -> None:
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise StoreUnavailableError(f"{key} stayed locked by another writer for {LOCK_WAIT:.0f} s") from None
+            time.sleep(0.01)
+        except OSError as err:
+            _raise_os_error(err, f"locking {key}")
+
+
+def _fsync_folder(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def mount_type(path: str) -> str:
+    """The file-system type of the mount holding `path` (Linux's mountinfo), or '' if unknown."""
+    real = os.path.realpath(path)
+    best, fstype = "", ""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            for line in f:
+                fields = line.split()
+                point = fields[4].encode().decode("unicode_escape")
+                rest = fields[fields.index("-") + 1:]
+                inside = real == point or real.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, fstype = point, rest[0]
+    except (OSError, ValueError, IndexError):
+        return ""
+    return fstype
 
 
 def _remove_quietly(path: str) -> None:

@@ -7,6 +7,7 @@ and a move. Small files to S3 go as one lean signed PUT (s3direct).
 from __future__ import annotations
 
 import asyncio
+import logging
 import errno
 import hashlib
 import os
@@ -16,9 +17,15 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from . import s3direct
-from .backend import PART_SUFFIX, RemoteFile, SourceChangedError
-from .errors import StoreConfigError, StoreFullError, StoreUnavailableError
-from .local import O_CLOEXEC
+from fsspec.asyn import sync as fsspec_sync
+
+from .backend import PART_SUFFIX, PreconditionFailed, RemoteFile, SourceChangedError
+from .errors import LocalFileError, StoreConfigError, StoreFullError, StoreUnavailableError, SyncError
+from .local import O_CLOEXEC, content_tag
+
+CHUNK_READ = 8 * 2**20
+
+log = logging.getLogger(__name__)
 
 # Up to this size a file is read whole and sent in one PUT: a consistent snapshot, one request.
 SMALL_FILE = 16 * 2**20
@@ -45,6 +52,10 @@ class FsspecBackend:
         self._direct: s3direct.DirectPut | None = None
         self._direct_ready = protocol not in ("s3", "s3a")
         self._direct_lock = threading.Lock()
+        self.protocol = protocol
+        self._swap_lock = threading.Lock()
+        self._swap_checked: str | None = None  # "" once the store proved its conditional writes
+        self._uploads: set[str] = set()  # multipart uploads this process has in flight
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
@@ -71,7 +82,7 @@ class FsspecBackend:
         completed (made visible) only once `check` passes. Elsewhere they go to a temporary key
         first and are copied into place (a server-side copy on object stores) once it passes.
         """
-        size = os.path.getsize(local)
+        size = _readable_size(local)
         target = self._path(key)
         tmp = f"{self.root}/.gpuws-tmp/{uuid.uuid4().hex}{PART_SUFFIX}"
         sent: bytes | None = None
@@ -122,7 +133,7 @@ class FsspecBackend:
                     except Exception:
                         pass
             info = self.fs.info(target)
-        except SourceChangedError:
+        except (SourceChangedError, SyncError):
             raise
         except FileNotFoundError:
             if not os.path.exists(local):
@@ -174,9 +185,11 @@ class FsspecBackend:
         loop = asyncio.get_running_loop()
         limit = asyncio.Semaphore(max(1, self.max_concurrency))
         fd = os.open(local, os.O_RDONLY | O_CLOEXEC)
+        upload_id = None
         try:
             upload = await fs._call_s3("create_multipart_upload", Bucket=bucket, Key=key)
             upload_id = upload["UploadId"]
+            self._uploads.add(upload_id)
 
             async def send(number: int, offset: int) -> dict[str, Any]:
                 async with limit:
@@ -202,11 +215,12 @@ class FsspecBackend:
                 await asyncio.gather(*tasks, return_exceptions=True)
                 try:
                     await fs._call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
-                except Exception:  # noqa: BLE001 - the store's lifecycle rules clear leftovers
+                except Exception:  # noqa: BLE001 - abort_uploads() clears it once the store answers
                     pass
                 raise
         finally:
             os.close(fd)
+            self._uploads.discard(upload_id)
 
     def copy(self, src: str, dst: str) -> None:
         try:
@@ -234,7 +248,7 @@ class FsspecBackend:
             raise _remote_error(err, key) from err
         if info.get("type") == "directory":
             return None
-        return RemoteFile(key, int(info["size"]), _mtime(info))
+        return RemoteFile(key, int(info["size"]), _mtime(info), _etag(info))
 
     def move(self, src: str, dst: str) -> None:
         try:
@@ -263,7 +277,7 @@ class FsspecBackend:
         for path, info in found.items():
             if PART_SUFFIX in path or info.get("type") == "directory":
                 continue
-            yield RemoteFile(path[len(self.root) + 1:], int(info["size"]), _mtime(info))
+            yield RemoteFile(path[len(self.root) + 1:], int(info["size"]), _mtime(info), _etag(info))
 
     def sweep_parts(self, prefix: str, older_than: float) -> int:
         cutoff = time.time() - older_than
@@ -313,6 +327,129 @@ class FsspecBackend:
         except Exception as err:
             raise _remote_error(err, key) from err
 
+    # -- compare-and-swap (the lease) and content comparison ------------------------------------
+
+    @property
+    def _is_s3(self) -> bool:
+        return hasattr(self.fs, "_call_s3")
+
+    def read_tagged(self, key: str) -> tuple[bytes, str] | None:
+        if not self._is_s3:
+            data = self.read_bytes(key)
+            return None if data is None else (data, content_tag(data))
+        bucket, path, _ = self.fs.split_path(self._path(key))
+
+        async def get() -> tuple[bytes, str]:
+            answer = await self.fs._call_s3("get_object", Bucket=bucket, Key=path)
+            body = answer["Body"]
+            try:
+                data = await body.read()
+            finally:
+                body.close()
+            return data, str(answer["ETag"])
+
+        try:
+            return fsspec_sync(self.fs.loop, get)
+        except FileNotFoundError:
+            return None
+        except Exception as err:
+            raise _remote_error(err, key) from err
+
+    def write_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """On S3, a PUT with If-None-Match: * (create) or If-Match: <ETag> (replace), which the
+        store refuses when another writer got there first. Elsewhere, read, compare and write under
+        a lock of this process: exact for memory://, and only advisory between machines."""
+        if not self._is_s3:
+            with self._swap_lock:
+                current = self.read_tagged(key)
+                if (current is None) != (tag is None) or (current is not None and current[1] != tag):
+                    raise PreconditionFailed(key)
+                self.write_bytes(key, data)
+                return content_tag(data)
+        bucket, path, _ = self.fs.split_path(self._path(key))
+        condition = {"IfNoneMatch": "*"} if tag is None else {"IfMatch": tag}
+        try:
+            answer = fsspec_sync(self.fs.loop, self.fs._call_s3, "put_object", Bucket=bucket, Key=path,
+                                 Body=data, **condition)
+        except Exception as err:
+            if _precondition_failed(err):
+                raise PreconditionFailed(key) from err
+            raise _remote_error(err, key) from err
+        return str(answer["ETag"])
+
+    def conditional_writes(self) -> str | None:
+        if self.protocol == "memory":
+            return None  # one process holds the whole store
+        if not self._is_s3:
+            return (f"{self.protocol}:// offers no compare-and-swap through fsspec here, so the lease "
+                    "cannot stop a runtime elsewhere from writing")
+        if self._swap_checked is None:
+            self._swap_checked = self._probe_conditional_writes()
+        return self._swap_checked or None
+
+    def _probe_conditional_writes(self) -> str:
+        """Some S3-compatible servers ignore If-None-Match and If-Match: ask once whether this
+        one refuses a create over an existing object and a replace with a stale ETag."""
+        probe = f".gpuws-tmp/swap-probe-{uuid.uuid4().hex}"
+        try:
+            self.write_if(probe, b"1", None)
+            for stale in (None, '"0123456789abcdef0123456789abcdef"'):
+                try:
+                    self.write_if(probe, b"2", stale)
+                except PreconditionFailed:
+                    continue
+                return ("this S3 server ignores conditional writes (If-None-Match / If-Match), so the lease "
+                        "cannot stop a runtime elsewhere from writing")
+            return ""
+        finally:
+            try:
+                self.fs.rm_file(self._path(probe))
+            except Exception:  # noqa: BLE001 - a leftover probe is swept with the temporaries
+                pass
+
+    def same_content(self, key: str, local: str, remote: RemoteFile | None = None) -> bool | None:
+        """S3 only: an ETag is the MD5 of a single PUT's body, or of the parts' MD5s for a
+        multipart upload, which can be recomputed when the parts were cut as this engine cuts them."""
+        if not self._is_s3:
+            return None
+        if remote is None or remote.etag is None:
+            remote = self.stat(key)
+            if remote is None:
+                return False
+        size = os.path.getsize(local)
+        if remote.size != size:
+            return False
+        etag = (remote.etag or "").strip('"')
+        if len(etag) == 32 and "-" not in etag:
+            return _md5_file(local) == etag
+        digest, _, parts = etag.partition("-")
+        part = max(S3_PART, -(-size // 10_000))
+        if parts.isdigit() and int(parts) == max(1, -(-size // part)):
+            return _multipart_etag(local, part) == digest
+        return None  # uploaded with other part sizes: cannot tell without reading it back
+
+    def abort_uploads(self, prefix: str) -> int:
+        if not self._is_s3:
+            return 0
+        bucket, path, _ = self.fs.split_path(self._path(prefix))
+
+        async def abort_all() -> int:
+            aborted = 0
+            answer = await self.fs._call_s3("list_multipart_uploads", Bucket=bucket, Prefix=path)
+            for upload in answer.get("Uploads", []):
+                if upload["UploadId"] in self._uploads:
+                    continue  # ours, in flight
+                await self.fs._call_s3("abort_multipart_upload", Bucket=bucket, Key=upload["Key"],
+                                       UploadId=upload["UploadId"])
+                aborted += 1
+            return aborted
+
+        try:
+            return fsspec_sync(self.fs.loop, abort_all)
+        except Exception as err:  # noqa: BLE001 - tried again when the lease is next taken
+            log.warning("Sync: cannot list or abort the store's unfinished uploads: %s", err)
+            return 0
+
     flushes = False  # a completed PUT is durable
 
     def flush(self) -> None:
@@ -346,6 +483,58 @@ class _FsspecCallback:
         pass
 
 
+def _readable_size(local: str) -> int:
+    """The work directory's file's size, once it is known to open; a failure is the file's."""
+    try:
+        fd = os.open(local, os.O_RDONLY | O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise LocalFileError(f"cannot be read: {err.strerror or err}") from None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def _precondition_failed(err: BaseException) -> bool:
+    """S3's answer to a conditional write that lost (412, or 409 for a concurrent one), which
+    s3fs hands on as an OSError caused by botocore's ClientError."""
+    seen: BaseException | None = err
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            code = str(response.get("Error", {}).get("Code", ""))
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                return True
+        if "pre-condition" in str(seen).lower() or "precondition" in str(seen).lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _md5_file(path: str) -> str:
+    md5 = hashlib.md5()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK_READ):
+            md5.update(chunk)
+    return md5.hexdigest()
+
+
+def _multipart_etag(path: str, part: int) -> str:
+    digests = b""
+    with open(path, "rb") as f:
+        while chunk := f.read(part):
+            digests += hashlib.md5(chunk).digest()
+    return hashlib.md5(digests).hexdigest()
+
+
+def _etag(info: dict[str, Any]) -> str | None:
+    value = info.get("ETag") or info.get("etag")
+    return str(value).strip('"') if value else None
+
+
 def _mtime(info: dict[str, Any]) -> float | None:
     value = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
     if value is None:
@@ -362,8 +551,10 @@ def _remote_error(err: Exception, key: str) -> Exception:
     """One clear line for the many ways a remote store fails."""
     name = type(err).__name__
     text = str(err) or name
-    if isinstance(err, (StoreUnavailableError, StoreFullError, StoreConfigError)):
+    if isinstance(err, SyncError):
         return err
+    if "KeyTooLong" in text or getattr(err, "errno", None) == errno.ENAMETOOLONG:
+        return LocalFileError(f"its name is too long for the store ({text})")
     if name in ("NoCredentialsError", "PartialCredentialsError") or "credentials" in text.lower():
         return StoreConfigError(f"No credentials for the store: {text}")
     if isinstance(err, PermissionError) or "AccessDenied" in text or "Forbidden" in text:

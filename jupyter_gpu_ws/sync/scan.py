@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat as stat_module
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .ignore import IgnoreRules
 
@@ -24,15 +24,21 @@ def is_environment(dir_path: str) -> bool:
     )
 
 
-def scan(workdir: str, rules: IgnoreRules, under: str = "") -> Iterator[LocalFile]:
+def scan(workdir: str, rules: IgnoreRules, under: str = "",
+         problems: Callable[[str, str], None] | None = None) -> Iterator[LocalFile]:
     """Every regular file to mirror (below the folder `under`, when given). Symbolic links are
-    not followed (they may loop or leave the work directory)."""
+    not followed (they may loop or leave the work directory). A folder that cannot be read is
+    told to `problems` (its path with a trailing '/', and why), not skipped without a word."""
     stack = [(f"{under}/" if under else "", os.path.join(workdir, *under.split("/")) if under else workdir)]
     while stack:
         rel_dir, abs_dir = stack.pop()
         try:
             entries = list(os.scandir(abs_dir))
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as err:  # unreadable: its files cannot be synced, and the user is told
+            if problems is not None and rel_dir:
+                problems(rel_dir, f"folder cannot be read: {err.strerror or err}")
             continue
         for entry in entries:
             rel = f"{rel_dir}{entry.name}"

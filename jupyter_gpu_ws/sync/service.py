@@ -1,6 +1,7 @@
 """Keeps the store in step with the work directory, in the background: file-system events feed
-passes over just the changed paths, a periodic rescan is the backstop, and the lease gets its
-heartbeat. The server and `jupyter gpuws sync` both run one of these."""
+passes over just the changed paths, a periodic rescan is the backstop, a store that failed a
+pass is tried again by itself, and a take-over of the lease is followed by a restore and a
+rescan. The server and `jupyter gpuws sync` both run one of these."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ WATCH_STEP_MS = 5
 WATCHFILES_STEP_MS = 10
 # The first pass waits at most this long for the watch to be in place (a very large tree).
 WATCH_READY_TIMEOUT = 30.0
+# After a pass that the store failed (not answering, full), the next try waits this long,
+# doubling up to the cap: each try costs one request while the store stays down.
+RETRY_FIRST = 2.0
+RETRY_MAX = 15.0
+# The whole store's versions are pruned (and counted) after the first pass, then this often.
+PRUNE_EVERY = 3600.0
 # A change after a quiet spell is uploaded at once when it is this small: a burst that goes on
 # (a large file being written) waits for the settle delay instead, so no upload is wasted on it.
 LEADING_MAX_FILES = 8
@@ -58,8 +65,16 @@ class SyncService:
         watch_step: int = WATCH_STEP_MS,
         watcher: str = "auto",
         on_pass: Callable[[PassReport | None, str | None], None] | None = None,
+        on_takeover: Callable[[], None] | None = None,
     ) -> None:
+        """`on_takeover`: run in the service's thread when this runtime becomes the writer
+        after another (the server restores there), before the full pass that follows."""
         self.engine = engine
+        self.on_takeover = on_takeover
+        self._need_takeover_work = False
+        self._retry_delay = 0.0
+        self._retry_at: float | None = None
+        self._next_prune: float | None = None
         self.debounce = debounce
         self.watch_step = watch_step
         # `watcher`: "auto" is inotify on Linux, else watchfiles; "watchfiles" forces the portable one.
@@ -82,6 +97,7 @@ class SyncService:
         self.passes = 0
 
     def start(self, initial_pass: bool = True) -> None:
+        self.engine.on_writable = self._on_writable
         self._stop.clear()
         self._watching.clear()
         self._need_rescan = initial_pass
@@ -105,6 +121,11 @@ class SyncService:
     def request_rescan(self) -> None:
         self._need_rescan = True
         self._wake.set()
+
+    def _on_writable(self) -> None:
+        """The lease's thread made this runtime the writer (a take-over): restore, then rescan."""
+        self._need_takeover_work = True
+        self.request_rescan()
 
     def flush(self, progress: Progress | None = None, cancel: threading.Event | None = None) -> PassReport:
         """A full pass now (Persist now): everything on disk reaches the store."""
@@ -195,42 +216,70 @@ class SyncService:
 
     def _loop(self) -> None:
         self._watching.wait(WATCH_READY_TIMEOUT)
+        engine = self.engine
         next_rescan = time.monotonic() + self.rescan_interval
-        next_beat = time.monotonic() + self.engine.lease.ttl / 3
         while not self._stop.is_set():
             now = time.monotonic()
-            timeout = max(0.0, min(next_rescan, next_beat) - now)
-            self._wake.wait(timeout)
+            due = [next_rescan]
+            if self._retry_at is not None:
+                due.append(self._retry_at)
+            if self._next_prune is not None:
+                due.append(self._next_prune)
+            if not engine.writable and engine.lease.held:
+                due.append(now + 1.0)  # taking over, or the lease awaits a renewal: look again soon
+            self._wake.wait(max(0.0, min(due) - now))
             self._wake.clear()
             if self._stop.is_set():
                 break
             now = time.monotonic()
-            if now >= next_beat:
-                next_beat = now + self.engine.lease.ttl / 3
-                self._safely(self.engine.heartbeat)
-            if self.engine.read_only:
-                continue
+            if self._need_takeover_work and self.on_takeover is not None and not engine.read_only:
+                self._need_takeover_work = False
+                self._safely(self.on_takeover)
+            if not engine.writable:
+                continue  # another runtime writes, or ours is not yet in force: changes wait
+            if self._next_prune is not None and now >= self._next_prune:
+                self._next_prune = now + PRUNE_EVERY
+                self._safely(engine.prune_versions)
+            if self._retry_at is not None and now >= self._retry_at:
+                self._retry_at = None
+                engine.mark_dirty(engine.pending_set.paths())  # everything that waits goes now
             if self._need_rescan or now >= next_rescan:
                 self._need_rescan = False
                 next_rescan = now + self.rescan_interval
-                self.engine.take_dirty()
-                self._run(None)
+                engine.take_dirty()
+                self._after(self._run(None))
                 continue
-            settle = self.debounce - (time.monotonic() - self.engine.last_change)
+            settle = self.debounce - (time.monotonic() - engine.last_change)
             if settle > 0 and not self._leading:
                 # Let a burst of writes (a notebook saving, a checkpoint being written) settle.
                 self._stop.wait(settle)
                 self._wake.set()
                 continue
             self._leading = False
-            dirty = self.engine.take_dirty()
+            dirty = engine.take_dirty()
             if dirty:
-                self._run(dirty)
+                self._after(self._run(dirty))
         # A last full pass, so a clean stop loses nothing, whether or not the watcher
         # has reported the last writes yet.
-        self.engine.take_dirty()
-        if not self.engine.read_only and self.final_pass:
+        engine.take_dirty()
+        if engine.writable and self.final_pass:
             self._run(None, durable=True)
+
+    def _after(self, report: PassReport | None) -> None:
+        """After a pass: a store that failed it is tried again by itself, sooner at first; the
+        whole store's versions are pruned once the first pass is done."""
+        engine = self.engine
+        if self._next_prune is None and report is not None:
+            self._next_prune = time.monotonic()
+        if engine.store_down is not None or (report is not None and report.stopped) or (
+                report is None and engine.state == "error" and engine.pending_set.paths()):
+            self._retry_delay = min(RETRY_MAX, self._retry_delay * 2) if self._retry_delay else RETRY_FIRST
+            self._retry_at = time.monotonic() + self._retry_delay
+        elif report is not None and report.errors and engine.pending_set.paths():
+            self._retry_delay = RETRY_MAX  # a file failing for its own reason: not in a tight loop
+            self._retry_at = time.monotonic() + self._retry_delay
+        else:
+            self._retry_delay = 0.0
 
     def _run(self, paths: set[str] | None, progress: Progress | None = None,
              cancel: threading.Event | None = None, raise_errors: bool = False,
@@ -252,11 +301,13 @@ class SyncService:
             self.on_pass(report, report.errors[0] if report.errors else None)
         return report
 
-    def _safely(self, action: Callable[[], None]) -> None:
+    def _safely(self, action: Callable[[], object]) -> None:
         try:
             action()
         except SyncError as err:
             self._log_once(str(err))
+        except Exception:  # noqa: BLE001 - the service thread must live on
+            log.exception("Sync: %s failed", getattr(action, "__name__", "a step"))
 
     def _log_once(self, error: str | None) -> None:
         if error != self._last_logged:

@@ -1,10 +1,14 @@
 """Starts the sync for the server off the event loop: open the store, restore, then follow the
-work directory; and says, at any moment, what state it is in (also when it could not start)."""
+work directory; and says, at any moment, what state it is in (also when it could not start).
+
+Restoring needs no lease: a runtime that starts while another still holds the workspace (a
+successor seconds after a crash) restores at once, and writes once the lease is its own."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Protocol
 
 from .engine import SyncEngine, SyncSettings
@@ -28,6 +32,8 @@ class SyncSupervisor:
         self.state = "starting"
         self.error: str | None = None
         self.restore_summary: dict[str, Any] | None = None
+        self.engine: SyncEngine | None = None  # once opened, before the service runs
+        self.restoring = False
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
 
@@ -36,32 +42,41 @@ class SyncSupervisor:
         self._thread.start()
 
     def _start(self) -> None:
-        settings = self.config.sync_settings()
         try:
+            settings = self.config.sync_settings()
             engine = SyncEngine(settings)
             engine.open()
-        except SyncError as err:
-            self.state, self.error = "error", str(err)
-            self.log.error("GPU workspace sync is off: %s", err)
+        except Exception as err:  # any fault at start shows, with its message, in the panel
+            self.state, self.error = "error", _one_line(err)
+            self.log.error("GPU workspace sync is off: %s", self.error)
             return
-        if self.config.restore_on_start and not engine.read_only:
-            try:
-                report = engine.restore()
-                self.restore_summary = {"restored": len(report.restored), "conflicts": report.conflicts,
-                                        "errors": report.errors}
-                if report.restored or report.conflicts:
-                    self.log.info("GPU workspace: restored %d files (%d conflict copies)",
-                                  len(report.restored), len(report.conflicts))
-            except SyncError as err:
-                self.restore_summary = {"restored": 0, "conflicts": [], "errors": [str(err)]}
-                self.log.error("GPU workspace restore failed: %s", err)
+        self.engine = engine
+        if self.config.restore_on_start:
+            self.restore(engine)
         if self._stopping.is_set():
             engine.close()
             return
         self.service = SyncService(engine, debounce=self.config.sync_debounce,
-                                   rescan_interval=self.config.rescan_interval)
+                                   rescan_interval=self.config.rescan_interval,
+                                   on_takeover=lambda: self.restore(engine) if self.config.restore_on_start else None)
         self.service.start()
         self.state, self.error = "running", None
+
+    def restore(self, engine: SyncEngine) -> None:
+        """Bring back what the work directory lacks (whoever holds the lease), and say so."""
+        self.restoring = True
+        try:
+            report = engine.restore()
+            self.restore_summary = {"restored": len(report.restored), "conflicts": report.conflicts,
+                                    "errors": report.errors, "time": time.time()}
+            if report.restored or report.conflicts:
+                self.log.info("GPU workspace: restored %d files (%d conflict copies)",
+                              len(report.restored), len(report.conflicts))
+        except Exception as err:  # noqa: BLE001 - reported; the sync goes on without it
+            self.restore_summary = {"restored": 0, "conflicts": [], "errors": [_one_line(err)], "time": time.time()}
+            self.log.error("GPU workspace restore failed: %s", _one_line(err))
+        finally:
+            self.restoring = False
 
     def stop(self) -> None:
         self._stopping.set()
@@ -70,6 +85,8 @@ class SyncSupervisor:
         if self.service is not None:
             self.service.stop()
             self.service.engine.close()
+        elif self.engine is not None and (self._thread is None or not self._thread.is_alive()):
+            self.engine.close()
 
     def require(self) -> SyncService:
         """The running service, or a SyncError saying why there is none."""
@@ -80,10 +97,22 @@ class SyncSupervisor:
         return self.service
 
     def status(self) -> dict[str, Any]:
-        if self.service is None:
+        engine = self.service.engine if self.service is not None else self.engine
+        if engine is None:
             return {"state": self.state, "last_error": self.error,
                     "pending_files": 0, "pending_bytes": 0, "restore": self.restore_summary}
-        status = self.service.engine.status()
+        status = engine.status()
+        if self.service is None and status["state"] not in ("error", "read-only"):
+            status["state"] = "starting"  # restoring, before the watcher runs
         status["restore"] = self.restore_summary
-        status["watch"] = self.service.watch_status()
+        status["restoring"] = self.restoring
+        status["watch"] = self.service.watch_status() if self.service is not None else None
         return status
+
+
+def _one_line(err: BaseException) -> str:
+    """An error as the panel and the CLI show it: the core's own message, or the exception's."""
+    if isinstance(err, SyncError):
+        return str(err)
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

@@ -274,19 +274,6 @@ def test_second_engine_on_the_same_workspace_is_read_only(workdir: Path, tmp_pat
     assert not third.read_only
 
 
-def test_expired_lease_can_be_taken_over(workdir: Path, tmp_path: Path, make_engine: Make) -> None:
-    first = make_engine(workdir, lease_ttl=0.2)
-    other = tmp_path / "other"
-    other.mkdir()
-    second = make_engine(other, state="state2", lease_ttl=0.2)
-    assert second.read_only
-    time.sleep(0.3)  # the first runtime vanished without renewing
-    second.open(take_over=True)
-    assert not second.read_only
-    first.heartbeat()
-    assert first.read_only and "took over" in (first.read_only_reason or "")
-
-
 def test_full_store_disk_is_a_clear_error_and_nothing_is_recorded(workdir: Path, store_dir: Path,
                                                                   make_engine: Make) -> None:
     from jupyter_gpu_ws.sync.local import _raise_os_error
@@ -319,21 +306,29 @@ class CountingBackend(LocalBackend):
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self.listed: list[str] = []
+        self.stats: list[str] = []
 
     def list(self, prefix: str) -> Any:
         self.listed.append(prefix)
         return super().list(prefix)
 
+    def stat(self, key: str) -> Any:
+        self.stats.append(key)
+        return super().stat(key)
 
-def test_uploading_new_files_lists_nothing_in_the_store(workdir: Path, store_dir: Path,
-                                                        make_engine: Make) -> None:
-    # A listing per file (to prune versions a new file cannot have) doubles the requests on S3.
+
+def test_uploading_many_new_files_asks_the_store_once(workdir: Path, store_dir: Path,
+                                                      make_engine: Make) -> None:
+    # A request per file (to learn whether the store holds it already, or to prune versions a
+    # new file cannot have) doubles the requests on S3: one listing answers for all of them.
     for i in range(50):
         write(workdir, f"f{i:02d}.txt", str(i))
     backend = CountingBackend(str(store_dir))
     engine = make_engine(workdir, backend=backend)
     assert len(engine.sync().uploaded) == 50
-    assert backend.listed == []
+    assert backend.listed == ["ws/files"]
+    assert backend.stats == []
+    backend.listed.clear()
     write(workdir, "f00.txt", "changed")
     engine.sync(["f00.txt"])
     assert backend.listed == ["ws/.gpuws/versions/f00.txt"]  # an overwrite does prune its versions
@@ -345,6 +340,7 @@ def test_a_lease_left_by_a_crashed_process_of_this_machine_is_taken_at_start(wor
     import subprocess
 
     first = make_engine(workdir)
+    first.keeper.stop()  # it "crashes": nothing renews its lease any more
     lease_file = Path(first.store.backend.root) / "ws" / ".gpuws" / "lease.json"  # type: ignore[attr-defined]
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -366,7 +362,7 @@ def test_sync_without_the_lease_is_refused(workdir: Path, tmp_path: Path, store_
 
 
 @pytest.mark.parametrize("url", ["local", "memory"])
-def test_temporary_files_of_interrupted_writes_are_swept_when_the_lease_is_taken(
+def test_temporary_files_of_interrupted_writes_are_swept_by_the_first_pass_of_the_lease_holder(
         url: str, workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]) -> None:
     import fsspec
 
@@ -389,6 +385,7 @@ def test_temporary_files_of_interrupted_writes_are_swept_when_the_lease_is_taken
         fs.store[f"/{root}/{stale}"].created = datetime.datetime.fromtimestamp(time.time() - 7200,
                                                                                  tz=datetime.timezone.utc)
     engine = make_engine(workdir, store_url)
+    engine.sync()  # the writer's housekeeping runs off the lease's thread, before its first pass
     names = {f.key for f in engine.backend.list("ws")}  # parts are never listed
     assert not any(PART_SUFFIX in name for name in names)
     if url == "local":

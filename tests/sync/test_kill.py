@@ -9,8 +9,8 @@ final name. The kills land at different moments of the pass: the delays are stra
 its length, with a seeded jitter; a pass that ends before its signal is run again on a fresh
 store and killed twice as early, so every test does interrupt a pass.
 
-The killed process's lease cannot be released: the child takes it with a very short time to
-live, standing for a runtime that vanished long enough ago for its lease to have expired.
+The killed process's lease cannot be released: the next run, on the same machine, finds its
+holder's process gone and takes it at once (as a server restarted after a crash does).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def child_settings(workdir: Path, store_url: str, state_dir: Path) -> dict[str, 
     # durable=False: a killed process loses nothing the kernel has, so the syncfs() that makes a
     # pass survive a power cut changes nothing here, and costs seconds of writeback per pass.
     return {"workdir": str(workdir), "store_url": store_url, "workspace": "ws", "state_dir": str(state_dir),
-            "lease_ttl": 0.01, "durable": False}
+            "lease_ttl": 60.0, "durable": False}
 
 
 @dataclass

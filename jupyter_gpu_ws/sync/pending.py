@@ -1,0 +1,183 @@
+"""What differs from the store and why, kept true: the files waiting to go, going or failing,
+and those that cannot be synced for a local reason (unreadable, a name too long), each with
+its reason, so the panel never says "all saved" when something is not in the store."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable
+
+from .index import Record
+from .scan import LocalFile
+
+# How many pending paths a status check re-examines (a lstat each) for having vanished.
+RECHECK_LIMIT = 5000
+
+
+@dataclass
+class PendingFile:
+    path: str
+    size: int
+    state: str = "waiting"  # waiting, uploading, failing, deleting
+    error: str | None = None
+    since: float = 0.0
+
+
+@dataclass
+class LocalProblem:
+    """A file (or folder, path ending in '/') that cannot be synced for a reason of its own; it is
+    not tried again until it changes (its size or mtime) or a Persist now asks for everything."""
+
+    path: str
+    reason: str
+    size: int = 0
+    mtime_ns: int = 0
+
+
+class PendingSet:
+    """Fed by the watcher (one path at a time), set whole by each full plan, and told by each
+    pass what it did; a path that vanished without a record is dropped whenever it is looked at."""
+
+    def __init__(self, workdir: str, record_of: Callable[[str], Record | None]) -> None:
+        self.workdir = workdir
+        self.record_of = record_of
+        self._lock = threading.Lock()
+        self._items: dict[str, PendingFile] = {}
+        self.problems: dict[str, LocalProblem] = {}
+
+    # -- what differs ----------------------------------------------------------------------------
+
+    def note(self, rel: str, local: LocalFile | None, record: Record | None, exists: bool) -> None:
+        """One path, as it is now: a file differing from its record is pending; a recorded file
+        that is gone is a deletion to carry; anything else is not pending."""
+        with self._lock:
+            if local is not None and not (record is not None and (record.size, record.mtime_ns)
+                                          == (local.size, local.mtime_ns)):
+                self._set(rel, local.size, "waiting")
+                self._clear_problem_if_changed(rel, local)
+            elif local is None and record is not None and not exists:
+                self._set(rel, 0, "deleting")
+            else:
+                self._items.pop(rel, None)
+            if local is None and not exists:
+                # A folder that went away (a checkpoint renamed into place, a tree deleted):
+                # nothing under it is pending any more unless recorded (then it is a deletion).
+                prefix = rel.rstrip("/") + "/"
+                for path in [p for p in self._items if p.startswith(prefix)]:
+                    if self.record_of(path) is None:
+                        del self._items[path]
+                for path in [p for p in self.problems if p.startswith(prefix) or p == rel]:
+                    del self.problems[path]
+
+    def replace(self, changed: Iterable[LocalFile], deleted: Iterable[str]) -> None:
+        """After a full plan: exactly these differ (their states and errors are kept)."""
+        with self._lock:
+            items: dict[str, PendingFile] = {}
+            for f in changed:
+                old = self._items.get(f.path)
+                items[f.path] = old if old is not None else PendingFile(f.path, f.size, since=time.time())
+                items[f.path].size = f.size
+            for rel in deleted:
+                old = self._items.get(rel)
+                items[rel] = old if old is not None else PendingFile(rel, 0, "deleting", since=time.time())
+            self._items = items
+
+    def _set(self, rel: str, size: int, state: str) -> None:
+        item = self._items.get(rel)
+        if item is None:
+            self._items[rel] = PendingFile(rel, size, state, since=time.time())
+        else:
+            item.size = size
+            if item.state != "failing":
+                item.state = state
+
+    # -- what a pass does ------------------------------------------------------------------------
+
+    def uploading(self, rel: str) -> None:
+        with self._lock:
+            item = self._items.get(rel)
+            if item is not None:
+                item.state = "uploading"
+
+    def done(self, rel: str) -> None:
+        with self._lock:
+            self._items.pop(rel, None)
+            self.problems.pop(rel, None)
+
+    def failing(self, rel: str, size: int, error: str) -> None:
+        with self._lock:
+            item = self._items.setdefault(rel, PendingFile(rel, size, since=time.time()))
+            item.state, item.error = "failing", error
+
+    def waiting(self, rels: Iterable[str]) -> None:
+        """A pass ended (stopped, cancelled) before these were tried: they wait again."""
+        with self._lock:
+            for rel in rels:
+                item = self._items.get(rel)
+                if item is not None and item.state == "uploading":
+                    item.state = "waiting"
+
+    # -- local problems --------------------------------------------------------------------------
+
+    def problem(self, rel: str, reason: str, local: LocalFile | None = None) -> None:
+        with self._lock:
+            self._items.pop(rel, None)
+            self.problems[rel] = LocalProblem(rel, reason, local.size if local else 0,
+                                              local.mtime_ns if local else 0)
+
+    def known_problem(self, f: LocalFile) -> bool:
+        """A file that failed for a local reason and has not changed since: not tried again."""
+        with self._lock:
+            known = self.problems.get(f.path)
+            return known is not None and (known.size, known.mtime_ns) == (f.size, f.mtime_ns)
+
+    def forget_problems(self) -> None:
+        with self._lock:
+            self.problems.clear()
+
+    def _clear_problem_if_changed(self, rel: str, local: LocalFile) -> None:
+        known = self.problems.get(rel)
+        if known is not None and (known.size, known.mtime_ns) != (local.size, local.mtime_ns):
+            del self.problems[rel]
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _prune_vanished(self) -> None:
+        """Drop what is gone from the work directory and was never in the store."""
+        with self._lock:
+            candidates = [p for p, item in self._items.items() if item.state != "deleting"][:RECHECK_LIMIT]
+        gone = [p for p in candidates if not os.path.lexists(os.path.join(self.workdir, *p.split("/")))]
+        gone = [p for p in gone if self.record_of(p) is None]
+        if gone:
+            with self._lock:
+                for path in gone:
+                    item = self._items.get(path)
+                    if item is not None and item.state != "uploading":
+                        del self._items[path]
+
+    def totals(self) -> tuple[int, int]:
+        self._prune_vanished()
+        with self._lock:
+            return len(self._items), sum(item.size for item in self._items.values())
+
+    def paths(self) -> list[str]:
+        with self._lock:
+            return list(self._items)
+
+    def listing(self, limit: int = 200) -> dict[str, Any]:
+        """The pending files (failing first, then uploading, then waiting; largest first within
+        each) and the files that cannot be synced, for the panel's expandable list."""
+        self._prune_vanished()
+        order = {"failing": 0, "uploading": 1, "deleting": 2, "waiting": 3}
+        with self._lock:
+            items = sorted(self._items.values(), key=lambda i: (order.get(i.state, 9), -i.size, i.path))
+            problems = sorted(self.problems.values(), key=lambda p: p.path)
+            return {
+                "files": [asdict(item) for item in items[:limit]],
+                "total": len(items),
+                "problems": [asdict(problem) for problem in problems[:limit]],
+                "problems_total": len(problems),
+            }
