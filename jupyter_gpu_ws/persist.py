@@ -24,8 +24,13 @@ def _sync_step(service: SyncService):
             deleted=len(report.deleted),
             bytes_uploaded=report.bytes_uploaded,
             skipped=report.skipped,
+            # Files that cannot be synced for a reason of their own are named, and do not fail
+            # the persist of everything else.
+            problems=[f"{p['path']}: {p['reason']}" for p in service.engine.pending_list(100)["problems"]],
+            stored=service.engine.stored_summary(),
         )
-        step.detail = f"{len(report.uploaded)} files uploaded, {len(report.deleted)} removed"
+        step.detail = f"{len(report.uploaded)} files uploaded, {len(report.deleted)} removed" + (
+            f", {len(job.result['problems'])} cannot be synced" if job.result["problems"] else "")
         if report.errors:
             raise SyncError("; ".join(report.errors[:3]) + (" …" if len(report.errors) > 3 else ""))
 

@@ -933,6 +933,34 @@ class SyncEngine:
             **lease,
         }
 
+    def stored_summary(self) -> dict[str, Any]:
+        """What is now in the store, as a persist ends: files and bytes of the mirror and of the
+        versions, and the newest checkpoint of each run whose manifest (written last) is there."""
+        count, used = self.index.count_and_bytes()
+        runs = []
+        root = self._abs(CHECKPOINTS_PREFIX.rstrip("/"))
+        try:
+            run_dirs = sorted(entry.name for entry in os.scandir(root) if entry.is_dir(follow_symlinks=False))
+        except OSError:
+            run_dirs = []
+        for run in run_dirs:
+            try:
+                folders = sorted((e.name for e in os.scandir(os.path.join(root, run))
+                                  if CHECKPOINT_FOLDER.match(e.name)), reverse=True)
+            except OSError:
+                continue
+            for folder in folders:
+                rel = f"{CHECKPOINTS_PREFIX}{run}/{folder}/{MANIFEST}"
+                record = self.index.get(rel)
+                try:
+                    st = os.stat(self._abs(rel))
+                except OSError:
+                    continue
+                if record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):
+                    runs.append({"run": run, "step": int(folder.split("-")[1]), "folder": folder})
+                    break
+        return {"files": count, "bytes": used, "versions_bytes": self.kept_versions.bytes, "checkpoints": runs}
+
     def pending_list(self, limit: int = 200) -> dict[str, Any]:
         """The pending files with why (waiting, uploading, failing with the error) and the
         files that cannot be synced, for the panel's expandable list."""

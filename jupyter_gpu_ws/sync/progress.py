@@ -37,6 +37,10 @@ class Progress:
             self._followers.append(follower)
             files_done, files_total = self.files_done, self.files_total
             bytes_done, bytes_total, phase = self.bytes_done, self.bytes_total, self.phase
+            started = self.started
+        with follower._lock:  # its speed counts from when the work it joins began
+            if started is not None and (follower.started is None or started < follower.started):
+                follower.started = started
         follower.plan(files_total, bytes_total, phase)
         follower._count(files_done, bytes_done, self.current)
 
