@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
@@ -54,13 +55,74 @@ class GpuWorkspaceHandler(APIHandler):
         return params
 
     def json_body(self, empty: Any) -> Any:
-        """The request's JSON body (`empty` when there is none); malformed JSON is a 400."""
-        if not self.request.body.strip():
+        """The request's JSON body (`empty` when there is none); anything that is not JSON text in
+        UTF-8 (RFC 8259) is a 400 that says why.
+
+        NaN, Infinity and numbers too large for a float are refused: they are not JSON, and no
+        value this API takes can be one. Nesting too deep for the parser is refused too, rather
+        than let its RecursionError become a 500.
+        """
+        body = self.request.body
+        if not body.strip():
             return empty
         try:
-            return json.loads(self.request.body)
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise web.HTTPError(400, f"The request body is not UTF-8 text: {err.reason} at byte {err.start}") from None
+        try:
+            return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        except RecursionError:
+            raise web.HTTPError(400, "The request body is not valid JSON: it is nested too deeply") from None
         except ValueError as err:
             raise web.HTTPError(400, f"The request body is not valid JSON: {err}") from None
+
+    def json_object(self, fields: Mapping[str, str | tuple[str, ...]]) -> dict[str, Any]:
+        """The request's body as a JSON object with no keys but `fields`, each value of the JSON
+        type (or one of the types) given there; no body reads as `{}`. Anything else is a 400
+        that names what is wrong."""
+        body = self.json_body({})
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, f"The request body must be a JSON object, not {json_type(body)}")
+        unknown = [name for name in body if name not in fields]
+        if unknown:
+            expected = f"expected only {', '.join(fields)}" if fields else "this request takes none"
+            raise web.HTTPError(400, f"Unknown {'key' if len(unknown) == 1 else 'keys'} in the request body: "
+                                     f"{', '.join(_quoted(name) for name in unknown[:5])}"
+                                     f"{' …' if len(unknown) > 5 else ''} ({expected})")
+        for name, types in fields.items():
+            allowed = (types,) if isinstance(types, str) else types
+            if name in body and json_type(body[name]) not in allowed:
+                raise web.HTTPError(400, f"{_quoted(name)} must be {' or '.join(allowed)}, not {json_type(body[name])}")
+        return body
+
+
+def json_type(value: Any) -> str:
+    """A parsed JSON value's type in JSON's own words, for checks and messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):  # before the numbers: a bool is an int in Python
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is too large a number")
+    return value
+
+
+def _quoted(name: str) -> str:
+    """A key from the request for a message: quoted, and cut short, since it may be huge."""
+    return json.dumps(name if len(name) <= 40 else name[:40] + "…")
 
 
 def parse_time(name: str, text: str) -> float:
@@ -134,7 +196,7 @@ class PersistHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        self.json_body({})
+        self.json_object({})
         try:
             job = self.app.runtime.persist("user")
         except SyncError as err:
@@ -161,9 +223,7 @@ class ReleaseHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_body({})
-        if not isinstance(body, dict) or set(body) - {"force"} or not isinstance(body.get("force", False), bool):
-            raise web.HTTPError(400, 'Expected {"force": true|false} or an empty body')
+        body = self.json_object({"force": "boolean"})
         try:
             job = self.app.runtime.persist_and_release(force=body.get("force", False))
         except SyncError as err:
@@ -192,7 +252,7 @@ class EnvSnapshotsHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        self.json_body({})
+        self.json_object({})
         try:
             job = self.app.environment.start_snapshot()
         except (SyncError, EnvError) as err:
@@ -208,18 +268,11 @@ class EnvRestoreHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_body({})
-        if not isinstance(body, dict) or set(body) - {"snapshot", "offline", "uninstall"}:
-            raise web.HTTPError(400, 'Expected {"snapshot": "<id>", "offline": bool, "uninstall": bool}')
-        snapshot = body.get("snapshot")
-        if snapshot is not None and not isinstance(snapshot, str):
-            raise web.HTTPError(400, '"snapshot" is a snapshot id (a string)')
-        for flag in ("offline", "uninstall"):
-            if not isinstance(body.get(flag, False), bool):
-                raise web.HTTPError(400, f'"{flag}" is true or false')
+        # A null snapshot, like none, means the latest.
+        body = self.json_object({"snapshot": ("string", "null"), "offline": "boolean", "uninstall": "boolean"})
         try:
-            job = await run_blocking(self.app.environment.start_restore, snapshot, body.get("offline", False),
-                                     body.get("uninstall", False))
+            job = await run_blocking(self.app.environment.start_restore, body.get("snapshot"),
+                                     body.get("offline", False), body.get("uninstall", False))
         except (SyncError, EnvError) as err:
             raise http_error(err) from err
         self.set_status(202)
@@ -232,7 +285,7 @@ class RestoreHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        self.json_body({})
+        self.json_object({})
         try:
             service = self.app.sync.require()
         except SyncError as err:
@@ -252,7 +305,7 @@ class JobHandler(GpuWorkspaceHandler):
     def _job(self, job_id: str) -> Any:
         job = self.app.jobs.get(job_id)
         if job is None or job.kind != self.kind:
-            raise web.HTTPError(404, f"No {self.kind} job {job_id!r} (jobs are kept while the server runs)")
+            raise web.HTTPError(404, f"No {self.kind} job {_quoted(job_id)} (jobs are kept while the server runs)")
         return job
 
     @web.authenticated
@@ -263,6 +316,7 @@ class JobHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def delete(self, job_id: str) -> None:
+        self.json_object({})
         job = self._job(job_id)
         self.app.jobs.cancel(job.id)
         self.set_status(202)
@@ -275,8 +329,8 @@ class LeaseHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_body(None)
-        if not isinstance(body, dict) or body.get("take_over") is not True:
+        body = self.json_object({"take_over": "boolean"})
+        if body.get("take_over") is not True:
             raise web.HTTPError(400, 'Send {"take_over": true} to take over the workspace lease')
         try:
             service = self.app.sync.require()
@@ -306,11 +360,13 @@ class CheckpointsHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_body(None)
+        body = self.json_object({"kernel_id": "string", "all": "boolean"})
         coordinator = self.app.checkpoints
-        if isinstance(body, dict) and body.get("all") is True:
+        if "kernel_id" in body and "all" in body:
+            raise web.HTTPError(400, 'Send {"kernel_id": "<id>"} or {"all": true}, not both')
+        if body.get("all") is True:
             results = await coordinator.request_all()
-        elif isinstance(body, dict) and isinstance(body.get("kernel_id"), str) and body["kernel_id"]:
+        elif body.get("kernel_id"):
             try:
                 results = [await coordinator.request(body["kernel_id"])]
             except CheckpointRequestError as err:
