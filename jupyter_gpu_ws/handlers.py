@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
+from jupyter_server.base.websocket import WebSocketMixin
 from tornado import web, websocket
 
 from .checkpoints.coordinator import CheckpointRequestError
@@ -39,6 +40,13 @@ class GpuWorkspaceHandler(APIHandler):
 
     def initialize(self, app: GpuWorkspaceApp) -> None:
         self.app = app
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        if status_code == 405:  # RFC 9110: a 405 says which methods the address does take
+            own = [m for m in self.SUPPORTED_METHODS
+                   if getattr(type(self), m.lower()) is not getattr(web.RequestHandler, m.lower())]
+            self.set_header("Allow", ", ".join(own))
+        super().write_error(status_code, **kwargs)
 
     def query_params(self, allowed: set[str]) -> dict[str, str]:
         """The known query parameters as single values; a repeated one is a 400.
@@ -185,9 +193,7 @@ class SyncHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        status = await run_blocking(self.app.sync.status)
-        status["persist"] = _job_summary(self.app.jobs.latest("persist"))
-        self.finish(status)
+        self.finish(await sync_status(self.app))
 
 
 class PersistHandler(GpuWorkspaceHandler):
@@ -340,7 +346,7 @@ class LeaseHandler(GpuWorkspaceHandler):
         if service.engine.read_only:
             raise web.HTTPError(409, service.engine.read_only_reason or "The lease is still held")
         service.request_rescan()
-        self.finish(await run_blocking(self.app.sync.status))
+        self.finish(await sync_status(self.app))
 
 
 class CheckpointsHandler(GpuWorkspaceHandler):
@@ -377,8 +383,12 @@ class CheckpointsHandler(GpuWorkspaceHandler):
         self.finish({"requests": results})
 
 
-def _job_summary(job: Any) -> dict[str, Any] | None:
-    return None if job is None else job.to_dict()
+async def sync_status(app: GpuWorkspaceApp) -> dict[str, Any]:
+    """The answer of `GET /gpuws/api/sync`, also sent after a lease take-over."""
+    status = await run_blocking(app.sync.status)
+    latest = app.jobs.latest("persist")
+    status["persist"] = None if latest is None else latest.to_dict()
+    return status
 
 
 async def run_blocking(function: Any, *args: Any) -> Any:
@@ -386,8 +396,12 @@ async def run_blocking(function: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
 
-class MetricsStreamHandler(JupyterHandler, websocket.WebSocketHandler):
-    """`/gpuws/api/metrics/stream`: a websocket that receives every sample as it is taken."""
+class MetricsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
+    """`/gpuws/api/metrics/stream`: a websocket that receives every sample as it is taken.
+
+    Built as Jupyter Server builds its kernel websocket: the mixin answers a request without
+    credentials with 403 (not the login page), checks the origin and keeps the socket alive.
+    """
 
     auth_resource = AUTH_RESOURCE
 
@@ -409,6 +423,7 @@ class MetricsStreamHandler(JupyterHandler, websocket.WebSocketHandler):
             await result
 
     def open(self, *args: Any, **kwargs: Any) -> None:
+        super().open(*args, **kwargs)
         self.app.stream_clients.add(self)
         if self.app.sampler.latest_json is not None:
             self.send_sample(self.app.sampler.latest_json)
@@ -428,7 +443,9 @@ class MetricsStreamHandler(JupyterHandler, websocket.WebSocketHandler):
 
 def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
     kwargs = {"app": app}
-    job_id = r"([0-9a-f]{12})"
+    # Any last segment reaches the job handler, so an id that is not one gets this API's JSON 404
+    # rather than the server's page for unknown addresses.
+    job_id = r"([^/]+)"
     return [
         (r"/gpuws/api/metrics", MetricsHandler, kwargs),
         (r"/gpuws/api/metrics/stream", MetricsStreamHandler, kwargs),

@@ -21,7 +21,7 @@ def body_routes(app: Any) -> list[tuple[str, str]]:
     for pattern, cls, _ in handlers(app):
         for method in ("post", "put", "patch", "delete"):
             if method in vars(cls):
-                routes.append((method.upper(), pattern.replace("([0-9a-f]{12})", JOB_ID)))
+                routes.append((method.upper(), pattern.replace("([^/]+)", JOB_ID)))
     return routes
 
 
@@ -97,3 +97,9 @@ async def test_a_value_of_the_wrong_type_is_named_in_the_400(jp_fetch: Any, gpuw
     assert json.loads(err.value.response.body)["message"] == message
     assert gpuws_app.jobs.latest("persist") is None and gpuws_app.runtime.release is None
 
+
+async def test_a_method_not_taken_is_a_405_that_names_those_taken(jp_fetch: Any) -> None:
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("gpuws", "api", "persist", method="PUT", body=b"{}")
+    assert err.value.code == 405
+    assert err.value.response.headers["Allow"] == "POST, OPTIONS"
