@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
+from jupyter_server.base.websocket import WebSocketMixin
 from tornado import web, websocket
 
 from .checkpoints.coordinator import CheckpointRequestError
@@ -39,6 +41,13 @@ class GpuWorkspaceHandler(APIHandler):
     def initialize(self, app: GpuWorkspaceApp) -> None:
         self.app = app
 
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        if status_code == 405:  # RFC 9110: a 405 says which methods the address does take
+            own = [m for m in self.SUPPORTED_METHODS
+                   if getattr(type(self), m.lower()) is not getattr(web.RequestHandler, m.lower())]
+            self.set_header("Allow", ", ".join(own))
+        super().write_error(status_code, **kwargs)
+
     def query_params(self, allowed: set[str]) -> dict[str, str]:
         """The known query parameters as single values; a repeated one is a 400.
 
@@ -54,13 +63,74 @@ class GpuWorkspaceHandler(APIHandler):
         return params
 
     def json_body(self, empty: Any) -> Any:
-        """The request's JSON body (`empty` when there is none); malformed JSON is a 400."""
-        if not self.request.body.strip():
+        """The request's JSON body (`empty` when there is none); anything that is not JSON text in
+        UTF-8 (RFC 8259) is a 400 that says why.
+
+        NaN, Infinity and numbers too large for a float are refused: they are not JSON, and no
+        value this API takes can be one. Nesting too deep for the parser is refused too, rather
+        than let its RecursionError become a 500.
+        """
+        body = self.request.body
+        if not body.strip():
             return empty
         try:
-            return json.loads(self.request.body)
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise web.HTTPError(400, f"The request body is not UTF-8 text: {err.reason} at byte {err.start}") from None
+        try:
+            return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        except RecursionError:
+            raise web.HTTPError(400, "The request body is not valid JSON: it is nested too deeply") from None
         except ValueError as err:
             raise web.HTTPError(400, f"The request body is not valid JSON: {err}") from None
+
+    def json_object(self, fields: Mapping[str, str | tuple[str, ...]]) -> dict[str, Any]:
+        """The request's body as a JSON object with no keys but `fields`, each value of the JSON
+        type (or one of the types) given there; no body reads as `{}`. Anything else is a 400
+        that names what is wrong."""
+        body = self.json_body({})
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, f"The request body must be a JSON object, not {json_type(body)}")
+        unknown = [name for name in body if name not in fields]
+        if unknown:
+            expected = f"expected only {', '.join(fields)}" if fields else "this request takes none"
+            raise web.HTTPError(400, f"Unknown {'key' if len(unknown) == 1 else 'keys'} in the request body: "
+                                     f"{', '.join(_quoted(name) for name in unknown[:5])}"
+                                     f"{' …' if len(unknown) > 5 else ''} ({expected})")
+        for name, types in fields.items():
+            allowed = (types,) if isinstance(types, str) else types
+            if name in body and json_type(body[name]) not in allowed:
+                raise web.HTTPError(400, f"{_quoted(name)} must be {' or '.join(allowed)}, not {json_type(body[name])}")
+        return body
+
+
+def json_type(value: Any) -> str:
+    """A parsed JSON value's type in JSON's own words, for checks and messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):  # before the numbers: a bool is an int in Python
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is too large a number")
+    return value
+
+
+def _quoted(name: str) -> str:
+    """A key from the request for a message: quoted, and cut short, since it may be huge."""
+    return json.dumps(name if len(name) <= 40 else name[:40] + "…")
 
 
 def parse_time(name: str, text: str) -> float:
@@ -123,9 +193,7 @@ class SyncHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        status = await run_blocking(self.app.sync.status)
-        status["persist"] = _job_summary(self.app.jobs.latest("persist"))
-        self.finish(status)
+        self.finish(await sync_status(self.app))
 
 
 class PersistHandler(GpuWorkspaceHandler):
@@ -134,7 +202,7 @@ class PersistHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        self.json_body({})
+        self.json_object({})
         try:
             job = self.app.runtime.persist("user")
         except SyncError as err:
@@ -161,9 +229,7 @@ class ReleaseHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_body({})
-        if not isinstance(body, dict) or set(body) - {"force"} or not isinstance(body.get("force", False), bool):
-            raise web.HTTPError(400, 'Expected {"force": true|false} or an empty body')
+        body = self.json_object({"force": "boolean"})
         try:
             job = self.app.runtime.persist_and_release(force=body.get("force", False))
         except SyncError as err:
@@ -192,7 +258,7 @@ class EnvSnapshotsHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        self.json_body({})
+        self.json_object({})
         try:
             job = self.app.environment.start_snapshot()
         except (SyncError, EnvError) as err:
@@ -208,18 +274,11 @@ class EnvRestoreHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_body({})
-        if not isinstance(body, dict) or set(body) - {"snapshot", "offline", "uninstall"}:
-            raise web.HTTPError(400, 'Expected {"snapshot": "<id>", "offline": bool, "uninstall": bool}')
-        snapshot = body.get("snapshot")
-        if snapshot is not None and not isinstance(snapshot, str):
-            raise web.HTTPError(400, '"snapshot" is a snapshot id (a string)')
-        for flag in ("offline", "uninstall"):
-            if not isinstance(body.get(flag, False), bool):
-                raise web.HTTPError(400, f'"{flag}" is true or false')
+        # A null snapshot, like none, means the latest.
+        body = self.json_object({"snapshot": ("string", "null"), "offline": "boolean", "uninstall": "boolean"})
         try:
-            job = await run_blocking(self.app.environment.start_restore, snapshot, body.get("offline", False),
-                                     body.get("uninstall", False))
+            job = await run_blocking(self.app.environment.start_restore, body.get("snapshot"),
+                                     body.get("offline", False), body.get("uninstall", False))
         except (SyncError, EnvError) as err:
             raise http_error(err) from err
         self.set_status(202)
@@ -232,7 +291,7 @@ class RestoreHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        self.json_body({})
+        self.json_object({})
         try:
             service = self.app.sync.require()
         except SyncError as err:
@@ -252,7 +311,7 @@ class JobHandler(GpuWorkspaceHandler):
     def _job(self, job_id: str) -> Any:
         job = self.app.jobs.get(job_id)
         if job is None or job.kind != self.kind:
-            raise web.HTTPError(404, f"No {self.kind} job {job_id!r} (jobs are kept while the server runs)")
+            raise web.HTTPError(404, f"No {self.kind} job {_quoted(job_id)} (jobs are kept while the server runs)")
         return job
 
     @web.authenticated
@@ -263,6 +322,7 @@ class JobHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def delete(self, job_id: str) -> None:
+        self.json_object({})
         job = self._job(job_id)
         self.app.jobs.cancel(job.id)
         self.set_status(202)
@@ -277,15 +337,15 @@ class LeaseHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_body(None)
-        if not isinstance(body, dict) or body.get("take_over") is not True:
+        body = self.json_object({"take_over": "boolean"})
+        if body.get("take_over") is not True:
             raise web.HTTPError(400, 'Send {"take_over": true} to take over the workspace lease')
         try:
             service = self.app.sync.require()
             await run_blocking(service.engine.take_over)
         except SyncError as err:
             raise http_error(err) from err
-        self.finish(await run_blocking(self.app.sync.status))
+        self.finish(await sync_status(self.app))
 
 
 class PendingHandler(GpuWorkspaceHandler):
@@ -326,11 +386,13 @@ class CheckpointsHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_body(None)
+        body = self.json_object({"kernel_id": "string", "all": "boolean"})
         coordinator = self.app.checkpoints
-        if isinstance(body, dict) and body.get("all") is True:
+        if "kernel_id" in body and "all" in body:
+            raise web.HTTPError(400, 'Send {"kernel_id": "<id>"} or {"all": true}, not both')
+        if body.get("all") is True:
             results = await coordinator.request_all()
-        elif isinstance(body, dict) and isinstance(body.get("kernel_id"), str) and body["kernel_id"]:
+        elif body.get("kernel_id"):
             try:
                 results = [await coordinator.request(body["kernel_id"])]
             except CheckpointRequestError as err:
@@ -341,8 +403,12 @@ class CheckpointsHandler(GpuWorkspaceHandler):
         self.finish({"requests": results})
 
 
-def _job_summary(job: Any) -> dict[str, Any] | None:
-    return None if job is None else job.to_dict()
+async def sync_status(app: GpuWorkspaceApp) -> dict[str, Any]:
+    """The answer of `GET /gpuws/api/sync`, also sent after a lease take-over."""
+    status = await run_blocking(app.sync.status)
+    latest = app.jobs.latest("persist")
+    status["persist"] = None if latest is None else latest.to_dict()
+    return status
 
 
 async def run_blocking(function: Any, *args: Any) -> Any:
@@ -350,8 +416,12 @@ async def run_blocking(function: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
 
-class MetricsStreamHandler(JupyterHandler, websocket.WebSocketHandler):
-    """`/gpuws/api/metrics/stream`: a websocket that receives every sample as it is taken."""
+class MetricsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
+    """`/gpuws/api/metrics/stream`: a websocket that receives every sample as it is taken.
+
+    Built as Jupyter Server builds its kernel websocket: the mixin answers a request without
+    credentials with 403 (not the login page), checks the origin and keeps the socket alive.
+    """
 
     auth_resource = AUTH_RESOURCE
 
@@ -373,6 +443,7 @@ class MetricsStreamHandler(JupyterHandler, websocket.WebSocketHandler):
             await result
 
     def open(self, *args: Any, **kwargs: Any) -> None:
+        super().open(*args, **kwargs)
         self.app.stream_clients.add(self)
         if self.app.sampler.latest_json is not None:
             self.send_sample(self.app.sampler.latest_json)
@@ -392,7 +463,9 @@ class MetricsStreamHandler(JupyterHandler, websocket.WebSocketHandler):
 
 def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
     kwargs = {"app": app}
-    job_id = r"([0-9a-f]{12})"
+    # Any last segment reaches the job handler, so an id that is not one gets this API's JSON 404
+    # rather than the server's page for unknown addresses.
+    job_id = r"([^/]+)"
     return [
         (r"/gpuws/api/metrics", MetricsHandler, kwargs),
         (r"/gpuws/api/metrics/stream", MetricsStreamHandler, kwargs),
