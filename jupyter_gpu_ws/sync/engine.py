@@ -165,6 +165,10 @@ class SyncEngine:
         # files are not retried one after another, and each pass first asks the store once.
         self.store_down: str | None = None
         self._failing_since: float | None = None  # monotonic: the first failure since a success
+        # Paths whose last write here may not be durable (a failed flush, an unclean stop before
+        # one): sent again as they are, without comparing (after a failed fsync the page cache can
+        # hold bytes the disk lost) and without a version of our own undurable copy.
+        self._resend: set[str] = set()
         # Told when this runtime becomes the writer (a take-over): the service restores and rescans.
         self.on_writable: Callable[[], None] | None = None
         self._pass_lock = threading.Lock()
@@ -231,6 +235,7 @@ class SyncEngine:
         forgotten = self.index.forget_unflushed()
         if forgotten:
             log.info("Sync: %d files recorded just before an unclean stop will be sent again", len(forgotten))
+            self._resend.update(forgotten)
             self.mark_dirty(forgotten)
         self._maintenance_due = True
 
@@ -382,9 +387,11 @@ class SyncEngine:
             self.pending_set.replace(changed, deleted)
         changed = [f for f in changed if not self.pending_set.known_problem(f)]
         known = {f.path: self.index.get(f.path) for f in changed}  # each record looked up once
-        if len(deleted) >= GUARD_MIN_DELETIONS and len(deleted) > self.settings.max_delete_fraction * total_records:
+        # Checkpoints that their run's retention replaced are no sign of a vanished work directory.
+        guarded = [rel for rel in deleted if not self._retired_checkpoint(rel)] if deleted else []
+        if len(guarded) >= GUARD_MIN_DELETIONS and len(guarded) > self.settings.max_delete_fraction * total_records:
             raise DeletionGuardError(
-                f"This pass would remove {len(deleted)} of the {total_records} files in the store "
+                f"This pass would remove {len(guarded)} of the {total_records} files in the store "
                 f"(more than {self.settings.max_delete_fraction:.0%}): stopped, nothing was deleted. "
                 "Check the work directory and .gpuwsignore; previous versions stay in the store."
             )
@@ -431,6 +438,7 @@ class SyncEngine:
             self.backend.flush()
         except SyncError as err:
             lost = self.index.forget_unflushed(upto)
+            self._resend.update(lost)
             self.mark_dirty(lost)
             raise type(err)(f"{err}: the last writes may not be durable, so {_files(len(lost))} will be "
                             "sent again") from err
@@ -485,7 +493,7 @@ class SyncEngine:
             deleted = [p for p in records if p not in local and not os.path.lexists(self._abs(p))]
             total_records = len(records)
             if records and not local:
-                if _has_entries(self.workdir):
+                if _has_files(self.workdir):
                     raise DeletionGuardError(
                         f"Nothing in the work directory is mirrored any more (every file is excluded by "
                         f"{IGNORE_FILE} or the defaults), but the store mirrors {len(records)} files: nothing "
@@ -588,7 +596,7 @@ class SyncEngine:
                     tried.add(f.path)
                 self.pending_set.uploading(f.path)
                 try:
-                    record = self._upload_one(f, known.get(f.path), in_store, progress, flush_soon)
+                    record, sent = self._upload_one(f, known.get(f.path), in_store, progress, flush_soon)
                 except LocalFileError as err:
                     self.pending_set.problem(f.path, str(err), f)
                     with lock:
@@ -609,10 +617,12 @@ class SyncEngine:
                         return
                     continue
                 with lock:
-                    if record is not None:
-                        done.append(record)
+                    done.append(record)
+                    if sent:
                         report.uploaded.append(f.path)
                         report.bytes_uploaded += record.size
+                    else:
+                        report.unchanged += 1  # the store had these bytes already
                 progress.file_done(f.path)
 
         ordered = sorted(files, key=_urgent_order(files) if self.urgent else _normal_order)
@@ -657,10 +667,11 @@ class SyncEngine:
                 list(pool.map(run, batches))
 
     def _upload_one(self, f: LocalFile, record: Record | None, in_store: dict[str, RemoteFile] | None,
-                    progress: Progress, flush_soon: bool) -> Record | None:
+                    progress: Progress, flush_soon: bool) -> tuple[Record, bool]:
         """`record`: the path's record before this pass. The scan's stat, taken just before, is
         the state the copy is checked against; after a change mid-copy the file is stat'ed again.
-        `in_store`: the store's files from one listing, when the pass made one."""
+        `in_store`: the store's files from one listing, when the pass made one. Returns the new
+        record, and whether bytes were sent (not when the store had them already)."""
         path = self._abs(f.path)
         key = self.store.file_key(f.path)
         attempt = 0
@@ -674,7 +685,7 @@ class SyncEngine:
                 # Touched but maybe not changed: a hash settles it without an upload.
                 digest = _local_hash(path)
                 if digest == record.hash:
-                    return Record(f.path, before[0], before[1], digest, self.clock())
+                    return Record(f.path, before[0], before[1], digest, self.clock()), False
 
             def unchanged() -> bool:
                 self.lease.fence()  # the last moment before the copy becomes visible
@@ -685,6 +696,8 @@ class SyncEngine:
                 return (now.st_size, now.st_mtime_ns) == before
 
             try:
+                if not versioned and f.path in self._resend:
+                    versioned = True  # the store's copy is our own write that may not have lasted
                 if not versioned:
                     self.lease.fence()
                     # Nothing is overwritten without a version, whether or not we recorded it;
@@ -693,7 +706,7 @@ class SyncEngine:
                         existing = self._in_store(f.path, key, in_store)
                         if existing is not None:
                             if existing.size == before[0] and self.backend.same_content(key, path, existing):
-                                return Record(f.path, before[0], before[1], None, self.clock())
+                                return Record(f.path, before[0], before[1], None, self.clock()), False
                             self.kept_versions.keep(f.path, existing)
                     else:
                         self.kept_versions.keep(f.path)
@@ -709,9 +722,10 @@ class SyncEngine:
 
                 self.backend.put(path, key, per_chunk, check=unchanged, flush_soon=flush_soon)
                 self._failing_since = None
+                self._resend.discard(f.path)
                 if per_chunk is None:
                     progress.add_bytes(before[0])
-                return Record(f.path, before[0], before[1], None, self.clock())
+                return Record(f.path, before[0], before[1], None, self.clock()), True
             except SourceChangedError:
                 attempt += 1  # it changed while we read it: read it again, never store it torn
                 if attempt > 20:
@@ -987,12 +1001,12 @@ def _checkpoint_manifest(rel: str) -> bool:
     return rel.startswith(CHECKPOINTS_PREFIX) and rel.endswith("/" + MANIFEST)
 
 
-def _has_entries(folder: str) -> bool:
-    try:
-        with os.scandir(folder) as entries:
-            return any(True for _ in entries)
-    except OSError:
-        return False
+def _has_files(folder: str) -> bool:
+    """Whether any regular file lies below `folder` (stops at the first one found)."""
+    for _, _, files in os.walk(folder):
+        if files:
+            return True
+    return False
 
 
 def _inside(root: str, path: str) -> bool:

@@ -176,9 +176,25 @@ class LocalBackend:
         except OSError as err:
             _raise_os_error(err, src)
         self._written(target, self._path(src))
+        self._prune_folders(os.path.dirname(self._path(src)))
 
     def delete(self, key: str) -> None:
-        _remove_quietly(self._path(key))
+        path = self._path(key)
+        _remove_quietly(path)
+        self._prune_folders(os.path.dirname(path))
+
+    def _prune_folders(self, folder: str) -> None:
+        """Folders left empty by a move or a deletion go too (up to the workspace's top folders),
+        so the store stays as browsable as the work directory: no trail of empty checkpoint
+        folders. rmdir refuses a folder that is not empty, so nothing else is ever removed."""
+        while len(folder) > len(self.root) and folder.count(os.sep) - self.root.count(os.sep) > 2:
+            try:
+                os.rmdir(folder)
+            except OSError:
+                return
+            self._dirs.discard(folder)
+            self._written(os.path.dirname(folder))
+            folder = os.path.dirname(folder)
 
     def list(self, prefix: str) -> Iterator[RemoteFile]:
         base = self._path(prefix)
