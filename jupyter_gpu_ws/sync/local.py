@@ -102,11 +102,12 @@ class LocalBackend:
         parent = target.rpartition(os.sep)[0]
         # Short, whatever the name: any name the work directory's file system accepts can sync.
         tmp = f"{parent}{os.sep}.~{self._tmp_tag}{next(self._tmp_count)}{PART_SUFFIX}"
+        # The source first: a file deleted meanwhile leaves no folder behind in the store.
+        src = _open_source(local)
         try:
-            self._parent(target)
-            # Plain descriptors and a kernel-side copy: the fewest system calls per file.
-            src = _open_source(local)
             try:
+                self._parent(target)
+                # Plain descriptors and a kernel-side copy: the fewest system calls per file.
                 size = os.fstat(src).st_size
                 dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
                 try:
@@ -124,11 +125,14 @@ class LocalBackend:
             self._written(target)
         except SourceChangedError:
             _remove_quietly(tmp)
+            if not os.path.exists(local):
+                self._prune_folders(parent)  # deleted while copied: no empty folder stays
             raise
         except OSError as err:
             _remove_quietly(tmp)
             if isinstance(err, FileNotFoundError):
                 if not os.path.exists(local):
+                    self._prune_folders(parent)
                     raise
                 self._dirs.discard(parent)  # the store's folder went away: make it again next time
             if err.errno == errno.ENAMETOOLONG:
