@@ -19,6 +19,7 @@ from .environment import EnvironmentSupervisor
 from .lifecycle import RuntimeSupervisor
 from .runtime import parse_deadline, parse_duration
 from .checkpoints.coordinator import CheckpointCoordinator
+from .checkpoints.protocol import SERVER_ID_ENV
 from .sync import SyncSettings
 from .sync.supervisor import SyncSupervisor
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
@@ -297,11 +298,14 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         self.sampler.start()
         self._kernel_poll = PeriodicCallback(self.refresh_kernel_index, max(2000, self.sample_interval * 1000))
         self._kernel_poll.start()
-        # Kernels started from here learn where the work directory is (checkpoints go there).
-        os.environ["GPUWS_WORKDIR"] = self.workdir
         self.checkpoints = CheckpointCoordinator(
             self.serverapp.kernel_manager, self.serverapp.runtime_dir, self.kernel_notebooks
         )
+        # Kernels started from here learn where the work directory is (checkpoints go there)
+        # and which server they belong to (their agents register in its folder). Always this
+        # server's own: one started from another server's terminal inherits that one's.
+        os.environ["GPUWS_WORKDIR"] = self.workdir
+        os.environ[SERVER_ID_ENV] = self.checkpoints.server_id
         self.jobs = JobRunner()
         self.sync = SyncSupervisor(self, self.log)
         if self.sync_enabled:
@@ -421,3 +425,4 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         for client in list(self.stream_clients):
             client.close()
         await asyncio.get_running_loop().run_in_executor(None, self.sampler.stop)
+        self.checkpoints.close()

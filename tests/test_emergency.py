@@ -7,20 +7,15 @@ import http.server
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
+from tests.servers import ServerProcess, api, server_process, until
 from tests.test_sync_api import get, mirror, sync_running, wait_for
-
-TOKEN = "emergency-test-token"
 
 TRAINING = """\
 %load_ext jupyter_gpu_ws
@@ -36,35 +31,6 @@ for i in range(10**9):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def api(port: int, path: str, method: str = "GET", body: Any = None) -> Any:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", method=method,
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read() or b"null")
-
-
-def until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not reached in {timeout:.0f} s")
-
-
 @pytest.fixture
 def extra_config() -> dict[str, Any]:
     """More `c.GpuWorkspace` settings for the server process; a test class overrides it."""
@@ -72,43 +38,22 @@ def extra_config() -> dict[str, Any]:
 
 
 @pytest.fixture
-def server(tmp_path: Path, extra_config: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    root, store, state, runtime = (tmp_path / n for n in ("root", "store", "state", "runtime"))
-    for folder in (root, runtime):
-        folder.mkdir()
-    port = free_port()
-    config = {
-        "ServerApp": {"port": port, "root_dir": str(root), "open_browser": False, "allow_root": True,
-                      "jpserver_extensions": {"jupyter_gpu_ws": True}},
-        "IdentityProvider": {"token": TOKEN},
-        "GpuWorkspace": {"store_url": str(store), "workspace": "test-ws", "state_dir": str(state),
-                         "sync_debounce": 3600.0, "grace_period": 25.0, **extra_config},
-    }
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_CONFIG_DIR=str(tmp_path / "jcfg"))
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "jupyter_server", f"--config={tmp_path / 'config.json'}"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    info = {"proc": proc, "port": port, "root": root, "store": store, "state": state, "runtime": runtime,
-            "log": tmp_path / "server.log"}
-    try:
-        until(lambda: api(port, "/gpuws/api/sync")["state"] in ("idle", "syncing"), 60, "the server and its sync")
-        yield info
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+def server(tmp_path: Path, extra_config: dict[str, Any]) -> Iterator[ServerProcess]:
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    with server_process(tmp_path, runtime, extra_config) as running:
+        until(lambda: running.api("/gpuws/api/sync")["state"] in ("idle", "syncing"), 60, "the server's sync")
+        yield running
 
 
-def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: dict[str, Any]) -> None:
+def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: ServerProcess) -> None:
     from jupyter_client import BlockingKernelClient
 
-    port, root, store = server["port"], server["root"], server["store"]
+    port, root, store = server.port, server.root, server.store
     session = api(port, "/api/sessions", "POST",
                   {"path": "train.ipynb", "type": "notebook", "name": "train.ipynb", "kernel": {"name": "python3"}})
     kernel_id = session["kernel"]["id"]
-    client = BlockingKernelClient(connection_file=str(server["runtime"] / f"kernel-{kernel_id}.json"))
+    client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{kernel_id}.json"))
     client.load_connection_file()
     client.start_channels()
     try:
@@ -123,8 +68,8 @@ def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: dict[
         assert not (mirror(store) / "results.bin").exists()
 
         signalled = time.time()
-        server["proc"].send_signal(signal.SIGTERM)
-        server["proc"].wait(timeout=60)
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=60)
     finally:
         client.stop_channels()
     took = time.time() - signalled
@@ -132,10 +77,10 @@ def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: dict[
     assert (mirror(store) / "results.bin").read_bytes() == data
     assert (mirror(store) / "notes.md").read_text() == "last words"
     manifests = list((mirror(store) / ".gpuws" / "checkpoints" / "train.ipynb").glob("ckpt-*/manifest.json"))
-    assert manifests, server["log"].read_text()[-3000:]
+    assert manifests, server.log.read_text()[-3000:]
     newest = max(json.loads(m.read_text())["time"] for m in manifests)
     assert newest >= signalled  # a checkpoint taken because of the SIGTERM
-    report = json.loads((server["state"] / "emergency-report.json").read_text())
+    report = json.loads((server.state / "emergency-report.json").read_text())
     assert report["reason"] == "SIGTERM" and report["pending_count"] == 0 and report["errors"] == []
     assert report["seconds"] < 25 and took < 60
 
@@ -145,8 +90,8 @@ class TestDeadline:
     def extra_config(self) -> dict[str, Any]:
         return {"max_runtime": "1m", "persist_lead_time": 40}
 
-    def test_a_server_process_persists_by_itself_before_its_deadline(self, server: dict[str, Any]) -> None:
-        port, root, store = server["port"], server["root"], server["store"]
+    def test_a_server_process_persists_by_itself_before_its_deadline(self, server: ServerProcess) -> None:
+        port, root, store = server.port, server.root, server.store
         (root / "results.bin").write_bytes(b"r" * (6 * 2**20))  # held back by the hour-long settle delay
         state = api(port, "/gpuws/api/runtime")
         assert state["source"] == "max_runtime" and state["next_persist"] < state["deadline"]

@@ -34,7 +34,13 @@ class Agent:
         self.ip = ip
         self.tracker = tracker or default_tracker()
         self.kernel_id, runtime = kernel_identity()
-        self.file = runtime / protocol.AGENTS_DIR / f"{self.kernel_id}.json" if runtime and self.kernel_id else None
+        # The server that started this kernel exported its identity: register in its folder,
+        # where no other server of this user removes us. Without one, at the top, as before.
+        server_id = os.environ.get(protocol.SERVER_ID_ENV)
+        self.server_id = server_id if protocol.valid_server_id(server_id) else None
+        self.process = protocol.process_identity()
+        self.file = (protocol.registration_file(protocol.registrations_folder(runtime, self.server_id), self.kernel_id)
+                     if runtime and self.kernel_id else None)
         self.cell_running = False
         self._write_lock = threading.Lock()
         self.tracker.on_change = self.publish
@@ -46,7 +52,7 @@ class Agent:
         self.publish()
         self._handled: str | None = None
         if self.file is not None:
-            self.request_file = self.file.with_name(f"{self.kernel_id}{protocol.REQUEST_SUFFIX}")
+            self.request_file = protocol.request_file(self.file.parent, self.kernel_id)
             threading.Thread(target=self._watch_requests, name="gpuws-agent", daemon=True).start()
 
     # -- requests from the server ------------------------------------------------------------
@@ -141,15 +147,18 @@ class Agent:
     # -- registration ------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        return {"kernel_id": self.kernel_id, "pid": os.getpid(), "cell_running": self.cell_running,
-                "updated": time.time(), **self.tracker.describe()}
+        return {"kernel_id": self.kernel_id, "server_id": self.server_id, **self.process,
+                "cell_running": self.cell_running, "updated": time.time(), **self.tracker.describe()}
 
     def publish(self) -> None:
         if self.file is None:
             return
         with self._write_lock:
             try:
-                self.file.parent.mkdir(parents=True, exist_ok=True)
+                if self.server_id is None:
+                    self.file.parent.mkdir(parents=True, exist_ok=True)
+                # A server's folder is its own to make: once the server has gone (and its folder
+                # with it), nobody could ask this kernel for anything, so nothing is written.
                 tmp = self.file.with_suffix(f".tmp{os.getpid()}")
                 tmp.write_text(json.dumps(self.state(), default=str))
                 os.replace(tmp, self.file)

@@ -7,10 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
+
+import psutil
 
 from . import protocol
 
@@ -26,35 +31,86 @@ class CheckpointRequestError(Exception):
 
 
 class CheckpointCoordinator:
+    """One server's view of the kernel agents: its own registrations folder (see protocol.py),
+    the kernels it runs that registered without a server identity, and the clean-up of what
+    provably nobody needs any more."""
+
     def __init__(self, kernel_manager: Any, runtime_dir: str,
-                 notebooks: Callable[[], Awaitable[dict[str, str]]]) -> None:
+                 notebooks: Callable[[], Awaitable[dict[str, str]]], server_id: str | None = None) -> None:
         self.kernel_manager = kernel_manager
-        self.agents_dir = Path(runtime_dir) / protocol.AGENTS_DIR
+        self.server_id = server_id or uuid.uuid4().hex
+        self.root = protocol.agents_root(runtime_dir)
+        self.agents_dir = protocol.registrations_folder(runtime_dir, self.server_id)
         self.notebooks = notebooks
         self.requests: dict[str, dict[str, Any]] = {}  # request id → what we asked and heard
+        self._claim_folder()
+        self.sweep()
+
+    def _claim_folder(self) -> None:
+        """Make this server's folder, with its server file already inside.
+
+        Built under a hidden name and renamed into place, so no other server ever sees the
+        folder without the file that says whose it is and whether that server still runs.
+        """
+        staging = None
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{self.server_id}-", dir=self.root))
+            (staging / protocol.SERVER_FILE).write_text(
+                json.dumps({**protocol.process_identity(), "started": time.time()}))
+            os.rename(staging, self.agents_dir)
+        except OSError as err:
+            log.warning("GPU workspace: cannot make the kernel agents folder %s: %s", self.agents_dir, err)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def close(self) -> None:
+        """Remove this server's folder: the server is stopping, nobody can ask its kernels now."""
+        shutil.rmtree(self.agents_dir, ignore_errors=True)
 
     # -- what runs -----------------------------------------------------------------------------
 
     def agent_states(self) -> dict[str, dict[str, Any]]:
-        """Registration files of kernels still running (stale ones are removed)."""
+        """The registrations of the kernels this server runs, by kernel id."""
+        return {kernel_id: state for kernel_id, (_, state) in self._registrations().items()}
+
+    def _registrations(self) -> dict[str, tuple[Path, dict[str, Any]]]:
         alive = set(self.kernel_manager.list_kernel_ids())
-        states = {}
         if not self.agents_dir.is_dir():
-            return states
-        for path in self.agents_dir.glob("*.json"):
-            if path.name.endswith(protocol.REQUEST_SUFFIX):
-                if path.name[: -len(protocol.REQUEST_SUFFIX)] not in alive:
-                    path.unlink(missing_ok=True)
-                continue
-            kernel_id = path.stem
+            self._claim_folder()  # removed under us (a tidy-up by hand): kernels re-register into it
+        found: dict[str, tuple[Path, dict[str, Any]]] = {}
+        # Our folder holds only our kernels: one we no longer run has gone for good.
+        for kernel_id, path, state in _read_folder(self.agents_dir):
             if kernel_id not in alive:
-                path.unlink(missing_ok=True)
+                _remove_kernel_files(self.agents_dir, kernel_id)
+            elif state is not None:
+                found[kernel_id] = (path, state)
+        # Kernels started without our identity register at the top, beside other servers' such
+        # kernels: ours are those we run, and the others are not ours to judge.
+        for kernel_id, path, state in _read_folder(self.root):
+            if kernel_id in alive and kernel_id not in found and state is not None:
+                found[kernel_id] = (path, state)
+        self.sweep()  # a few stats per registration: cheap beside the reads above
+        return found
+
+    def sweep(self) -> None:
+        """Remove, in every folder but ours, what provably nobody needs: the folder of a server
+        whose process has ended, and the registration of a kernel whose process has ended."""
+        try:
+            folders = [p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        except OSError:
+            return
+        for folder in [self.root, *folders]:
+            if folder == self.agents_dir:
                 continue
-            try:
-                states[kernel_id] = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-        return states
+            if folder != self.root:
+                server = _read_json(folder / protocol.SERVER_FILE)
+                if server is not None and process_ended(server):
+                    shutil.rmtree(folder, ignore_errors=True)
+                    continue
+            for kernel_id, _, state in _read_folder(folder):
+                if state is not None and process_ended(state):
+                    _remove_kernel_files(folder, kernel_id)
 
     async def list(self) -> list[dict[str, Any]]:
         notebooks = await self.notebooks()
@@ -79,7 +135,8 @@ class CheckpointCoordinator:
         """Ask a kernel's agent for a checkpoint at its next safe point (at once if idle)."""
         if kernel_id not in set(self.kernel_manager.list_kernel_ids()):
             raise CheckpointRequestError(f"No running kernel {kernel_id!r}")
-        if kernel_id not in self.agent_states():
+        registration = self._registrations().get(kernel_id)
+        if registration is None:
             raise CheckpointRequestError(
                 f"Kernel {kernel_id} does not run the checkpoint agent: run %load_ext jupyter_gpu_ws "
                 "and gpuws.track(...) in it", status=409)
@@ -87,7 +144,7 @@ class CheckpointCoordinator:
         record: dict[str, Any] = {"kernel_id": kernel_id, "request_id": request_id, "state": "sent",
                                   "time": time.time(), "message": None}
         self.requests[request_id] = record
-        path = self.agents_dir / f"{kernel_id}{protocol.REQUEST_SUFFIX}"
+        path = protocol.request_file(registration[0].parent, kernel_id)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"request_id": request_id, "time": record["time"]}))
         tmp.replace(path)
@@ -134,3 +191,56 @@ class CheckpointCoordinator:
             if waiting:
                 await asyncio.sleep(0.2)
         return waiting
+
+
+# -- the files (see protocol.py for the layout and who removes what) ---------------------------
+
+def process_ended(record: dict[str, Any]) -> bool:
+    """Whether the process a registration or server file describes has provably ended: no
+    process has its pid, or only a zombie, or one started after it (the pid was reused).
+
+    Anything unsure counts as running: a pid written in another process space (another
+    container or machine sharing the folder) or one that is not a number.
+    """
+    pid, started = record.get("pid"), record.get("process_started")
+    space = record.get("process_space")
+    if space is not None and space != protocol.process_space():
+        return False
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return True
+        # create_time is rounded differently across reads: a second of slack.
+        return isinstance(started, (int, float)) and process.create_time() > started + 1.0
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # it exists, and is not ours to inspect
+        return False
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _read_folder(folder: Path) -> Iterator[tuple[str, Path, dict[str, Any] | None]]:
+    """(kernel id, registration file, its content or None when unreadable) for each kernel
+    registered in `folder`."""
+    try:
+        paths = list(folder.iterdir())
+    except OSError:
+        return
+    for path in paths:
+        kernel_id = protocol.registered_kernel(path)
+        if kernel_id is not None:
+            yield kernel_id, path, _read_json(path)
+
+
+def _remove_kernel_files(folder: Path, kernel_id: str) -> None:
+    protocol.registration_file(folder, kernel_id).unlink(missing_ok=True)
+    protocol.request_file(folder, kernel_id).unlink(missing_ok=True)

@@ -1,12 +1,30 @@
-"""The messages between the server and the kernel agent, defined once for both sides.
+"""The messages between the server and the kernel agent, and the files that carry them, defined
+once for both sides.
 
-Both live in the runtime folder the server shares with its kernels:
+They live in the runtime folder a server shares with its kernels, and with every other Jupyter
+server of the same user on the machine:
 
-- `<runtime>/gpuws-agents/<kernel id>.json`: the agent's registration, rewritten whenever its
-  state changes (what it tracks, its last checkpoint, a pending request);
-- `<runtime>/gpuws-agents/<kernel id>.request.json`: `{"request_id": ...}`, written by the
-  server to ask for a checkpoint. An agent thread watches it, so the request arrives while a
-  training cell runs, on any kernel, and the kernel's Jupyter messaging is left alone.
+    <runtime>/gpuws-agents/<server id>/server.json            the server: pid, process start, process space
+    <runtime>/gpuws-agents/<server id>/<kernel id>.json       a kernel's registration
+    <runtime>/gpuws-agents/<server id>/<kernel id>.request.json
+    <runtime>/gpuws-agents/<kernel id>.json                   a kernel without a server identity
+    <runtime>/gpuws-agents/<kernel id>.request.json
+
+- `<server id>`: each server process makes a fresh one and exports it to its kernels as
+  `GPUWS_SERVER_ID` (they inherit the server's environment). A kernel started without it (or
+  with a malformed one) registers at the top, as before servers had folders; a server reads
+  there only the kernels it runs.
+- The registration: the agent's state, rewritten whenever it changes (what it tracks, its last
+  checkpoint, a pending request), with the kernel process's identity (`process_identity`).
+- The request: `{"request_id": ...}`, written by the server to ask for a checkpoint. An agent
+  thread watches it, so the request arrives while a training cell runs, on any kernel, and the
+  kernel's Jupyter messaging is left alone.
+
+Who removes what, so that no server unprotects another's training: a server removes the
+registrations in its own folder whose kernel it no longer runs; anyone removes a registration
+whose kernel process has provably ended, and the whole folder of a server whose process has.
+"Provably" means in the same process space (`process_space`): a pid written on another machine
+or in another container that shares the folder says nothing here, and is left alone.
 
 Why not a comm on an ipykernel 7 subshell: with ipykernel 7.4, any message a second client
 sends on a subshell while the main shell runs a cell takes over the main shell's reply
@@ -15,12 +33,87 @@ shows it). The agent still answers the comm target `TARGET` (`{"type": "checkpoi
 "status"}`), which suits clients on an idle kernel.
 """
 
+from __future__ import annotations
+
+import functools
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
+import psutil
+
 TARGET = "jupyter_gpu_ws.checkpoints"
 AGENTS_DIR = "gpuws-agents"
+SERVER_ID_ENV = "GPUWS_SERVER_ID"
+SERVER_FILE = "server.json"
+REGISTRATION_SUFFIX = ".json"
+REQUEST_SUFFIX = ".request.json"
 
 CHECKPOINT = "checkpoint"
 STATUS = "status"
 ACCEPTED = "accepted"
 DONE = "done"
 ERROR = "error"
-REQUEST_SUFFIX = ".request.json"
+
+# A server id becomes a folder name: nothing that could climb out of the agents folder.
+_SERVER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def agents_root(runtime_dir: str | Path) -> Path:
+    return Path(runtime_dir) / AGENTS_DIR
+
+
+def valid_server_id(value: str | None) -> bool:
+    return value is not None and _SERVER_ID.fullmatch(value) is not None
+
+
+def registrations_folder(runtime_dir: str | Path, server_id: str | None) -> Path:
+    """Where the kernels of server `server_id` register; the top for a kernel without one."""
+    root = agents_root(runtime_dir)
+    return root / server_id if valid_server_id(server_id) else root
+
+
+def registration_file(folder: Path, kernel_id: str) -> Path:
+    return folder / f"{kernel_id}{REGISTRATION_SUFFIX}"
+
+
+def request_file(folder: Path, kernel_id: str) -> Path:
+    return folder / f"{kernel_id}{REQUEST_SUFFIX}"
+
+
+def registered_kernel(path: Path) -> str | None:
+    """The kernel id a registration file is named after; None for any other file."""
+    name = path.name
+    if name == SERVER_FILE or name.endswith(REQUEST_SUFFIX) or not name.endswith(REGISTRATION_SUFFIX):
+        return None
+    return name[: -len(REGISTRATION_SUFFIX)] or None
+
+
+@functools.lru_cache(maxsize=1)
+def process_space() -> str:
+    """What makes a pid mean one process: this host, its boot, and the pid namespace.
+
+    Two containers, or two machines sharing a home folder, number their processes
+    independently; a pid recorded under another space cannot be checked from here.
+    """
+    parts = [socket.gethostname()]
+    for probe in (lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+                  lambda: str(os.stat("/proc/self/ns/pid").st_ino)):
+        try:
+            parts.append(probe())
+        except OSError:
+            pass  # not Linux, or /proc hidden: the host name alone
+    return "/".join(parts)
+
+
+def process_identity() -> dict[str, Any]:
+    """This process, as recorded in a registration or server file so that others can tell
+    when it has ended (its start time tells a reused pid from the original)."""
+    pid = os.getpid()
+    try:
+        started: float | None = psutil.Process(pid).create_time()
+    except psutil.Error:
+        started = None
+    return {"pid": pid, "process_started": started, "process_space": process_space()}

@@ -1,0 +1,94 @@
+"""Jupyter servers with the extension as separate processes, the way users run them, for tests
+that need more than the in-process test server: signals, several servers on one machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+TOKEN = "server-process-test-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api(port: int, path: str, method: str = "GET", body: Any = None) -> Any:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )
+    # Generous: POST /gpuws/api/checkpoints waits up to 10 s for the kernels to pick it up.
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read() or b"null")
+
+
+def until(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except OSError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not reached in {timeout:.0f} s")
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    root: Path
+    store: Path
+    state: Path
+    runtime: Path
+    log: Path
+
+    def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
+        return api(self.port, path, method, body)
+
+
+@contextmanager
+def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | None = None) -> Iterator[ServerProcess]:
+    """A server with its own root, local store and state under `folder`, its kernels' connection
+    files (and agents' registrations) in `runtime`, which other servers may share; killed at
+    the end. Yields once the extension answers."""
+    root, store, state = (folder / n for n in ("root", "store", "state"))
+    root.mkdir(parents=True)
+    port = free_port()
+    config = {
+        "ServerApp": {"port": port, "root_dir": str(root), "open_browser": False, "allow_root": True,
+                      "jpserver_extensions": {"jupyter_gpu_ws": True}},
+        "IdentityProvider": {"token": TOKEN},
+        "GpuWorkspace": {"store_url": str(store), "workspace": "test-ws", "state_dir": str(state),
+                         "sync_debounce": 3600.0, "grace_period": 25.0, **(extra_config or {})},
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_CONFIG_DIR=str(folder / "jcfg"))
+    log = open(folder / "server.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "jupyter_server", f"--config={folder / 'config.json'}"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = ServerProcess(proc, port, root, store, state, runtime, folder / "server.log")
+    try:
+        until(lambda: server.api("/gpuws/api/runtime"), 60, "the server with the extension")
+        yield server
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
