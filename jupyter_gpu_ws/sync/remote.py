@@ -46,6 +46,11 @@ class FsspecBackend:
         self._direct_ready = protocol not in ("s3", "s3a")
         self._direct_lock = threading.Lock()
 
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Nothing is skipped here: what a key holds is the remote file system's own answer."""
+        return {}
+
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
 
