@@ -52,6 +52,8 @@ GUARD_MIN_DELETIONS = 10
 STALE_PART_SECONDS = 3600.0
 # In an emergency pass, files under this size (outside checkpoints) go first.
 URGENT_SMALL = 1 << 20
+# The status names at most this many entries of the store that are skipped (and counts them all).
+SHOWN_SKIPPED = 100
 
 
 @dataclass
@@ -750,6 +752,7 @@ class SyncEngine:
             lease = asdict(current) if current else None
         except SyncError:
             pass
+        skipped = self.backend.skipped
         return {
             "state": "read-only" if self.read_only else self.state,
             "pending_files": files,
@@ -765,6 +768,9 @@ class SyncEngine:
             "workspace": self.store.workspace,
             "lease": lease,
             "lease_held": self.lease.held,
+            # Links and special files found in the store, never followed nor read (key → why).
+            "store_skipped": {key: skipped[key] for key in sorted(skipped)[:SHOWN_SKIPPED]},
+            "store_skipped_count": len(skipped),
         }
 
     # -- helpers -----------------------------------------------------------------------------
