@@ -21,7 +21,7 @@ import stat
 import threading
 import time
 import uuid
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NoReturn
 
 from ..diskio import start_writeback
 from .backend import CHUNK, PART_SUFFIX, RemoteFile, SourceChangedError
@@ -41,7 +41,7 @@ EARLY_WRITEBACK = 64 * 2**20
 FOLDER_TRUST_SECONDS = 2.0
 
 
-def _raise_os_error(err: OSError, what: str) -> None:
+def _raise_os_error(err: OSError, what: str) -> NoReturn:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         raise StoreFullError(f"The store's disk is full ({what})") from err
     raise StoreUnavailableError(f"Cannot write to the store ({what}): {err.strerror or err}") from err
