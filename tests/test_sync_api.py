@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,25 @@ class TestRestoreOnStart:
 
 async def _true(value: Any) -> Any:
     return value
+
+
+class TestStoreWrittenBySomeoneElse:
+    @pytest.fixture
+    def gpuws_config(self, gpuws_config: dict[str, Any], store_dir: Path, tmp_path: Path) -> dict[str, Any]:
+        saved = mirror(store_dir) / "notes.md"
+        saved.parent.mkdir(parents=True)
+        saved.write_text("notes")
+        host_file = tmp_path / "host" / "passwd"
+        host_file.parent.mkdir()
+        host_file.write_text("root:x:0:0")
+        (mirror(store_dir) / "passwd").symlink_to(host_file)
+        return gpuws_config
+
+    async def test_a_link_in_the_store_is_not_restored_and_the_status_names_it(
+            self, jp_fetch: Any, jp_root_dir: Path) -> None:
+        status = await sync_running(jp_fetch)
+        assert status["restore"]["restored"] == 1 and not status["restore"]["errors"]
+        assert (jp_root_dir / "notes.md").read_text() == "notes"
+        assert not os.path.lexists(jp_root_dir / "passwd")
+        assert "symbolic link" in status["store_skipped"]["test-ws/files/passwd"]
+        assert status["store_skipped_count"] == 1

@@ -10,6 +10,7 @@ from .errors import (
     StoreFullError,
     StoreUnavailableError,
     SyncError,
+    UnsafeStoreEntryError,
     WorkdirError,
 )
 from .backend import Backend
@@ -21,5 +22,5 @@ __all__ = [
     "Backend", "CancelledError", "DeletionGuardError", "FsspecBackend", "LeaseHeldError",
     "LocalBackend", "PassReport", "Progress", "QuotaExceededError", "RestoreReport", "Store",
     "StoreConfigError", "StoreFullError", "StoreUnavailableError", "SyncEngine", "SyncError",
-    "SyncSettings", "WorkdirError", "open_backend",
+    "SyncSettings", "UnsafeStoreEntryError", "WorkdirError", "open_backend",
 ]

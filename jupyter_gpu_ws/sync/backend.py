@@ -87,6 +87,13 @@ class Backend(Protocol):
         """Whether writes since the last flush are not yet durable."""
         ...
 
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Entries of the store left alone because they are not regular files (key → why):
+        symbolic links, FIFOs, sockets, devices in a local folder; empty where the store holds
+        objects only. What the last look at each found; gone once the entry is."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -69,6 +69,8 @@ URGENT_SMALL = 1 << 20
 # From this many unrecorded files in a pass, one listing of the store answers "is it there
 # already?" instead of a request per file.
 LIST_INSTEAD_OF_STAT = 32
+# The status names at most this many entries of the store that are skipped (and counts them all).
+SHOWN_SKIPPED = 100
 
 
 @dataclass
@@ -923,6 +925,7 @@ class SyncEngine:
         else:
             state = self.state
         problems = self.pending_set.listing(0)
+        skipped = self.backend.skipped
         return {
             "state": state,
             "pending_files": files,
@@ -944,6 +947,9 @@ class SyncEngine:
             "ignore_problems": list(self.rules.problems),
             "store": self.backend.description,
             "workspace": self.store.workspace,
+            # Links and special files found in the store, never followed nor read (key → why).
+            "store_skipped": {key: skipped[key] for key in sorted(skipped)[:SHOWN_SKIPPED]},
+            "store_skipped_count": len(skipped),
             **lease,
         }
 

@@ -54,3 +54,8 @@ class DeletionGuardError(SyncError):
 
 class CancelledError(SyncError):
     """The user cancelled the job; what was done stays done, nothing is half-written."""
+
+
+class UnsafeStoreEntryError(SyncError):
+    """The store holds a symbolic link or a special file (FIFO, socket, device) where the sync
+    needs a file or a folder: it is never followed, opened or written through."""

@@ -2,6 +2,12 @@
 
 Writes go to a temporary name beside the target and are renamed into place; a flush makes them
 durable (an fsync per file and folder after a few writes, one syncfs after many).
+
+The folder may have been written by someone else (a copied folder, a shared mount), so nothing
+in it is trusted: only regular files are listed and read, a symbolic link below the root is
+never followed (for reading, writing, renaming or deleting), and a FIFO, socket or device is
+never opened in a way that could block. Such entries are skipped, warned about once each, and
+kept in `skipped` for the engine's status. The root itself may be a link: it is resolved once.
 """
 
 from __future__ import annotations
@@ -11,17 +17,20 @@ import errno
 import fcntl
 import hashlib
 import itertools
+import logging
 import os
-import shutil
+import stat
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator, NoReturn
 
 from ..diskio import start_writeback
 from .backend import CHUNK, PART_SUFFIX, PreconditionFailed, RemoteFile, SourceChangedError
-from .errors import LocalFileError, StoreFullError, StoreUnavailableError
-from .hashing import file_hash
+from .errors import LocalFileError, StoreFullError, StoreUnavailableError, UnsafeStoreEntryError
+from .hashing import fd_hash, file_hash
+
+log = logging.getLogger(__name__)
 
 # A pass that wrote at most this many files fsyncs them and their folders; a larger one syncs
 # the store's file system once (syncfs), which then costs less than many fsyncs. A few fsyncs
@@ -30,9 +39,12 @@ FSYNC_FILES = 16
 # From this size a copy that is to be flushed right after asks the kernel to start writing it
 # to disk chunk by chunk.
 EARLY_WRITEBACK = 64 * 2**20
+# How long a folder checked to be a real folder under the root is taken on trust, so that a pass
+# writing many files into one folder checks it once, not once per file (see _real_folder).
+FOLDER_TRUST_SECONDS = 2.0
 
 
-def _raise_os_error(err: OSError, what: str) -> None:
+def _raise_os_error(err: OSError, what: str) -> NoReturn:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         raise StoreFullError(f"The store's disk is full ({what})") from err
     raise StoreUnavailableError(f"Cannot write to the store ({what}): {err.strerror or err}") from err
@@ -44,10 +56,19 @@ class LocalBackend:
     supports_rename = True
 
     def __init__(self, root: str, durable: bool = True) -> None:
+        # As configured: it names the store (and so the local record of what was synced).
         self.root = os.path.abspath(root)
         self.description = self.root
+        # Where the store really is: `~/store -> /mnt/disk/store` is a legitimate root, resolved
+        # once here; below it no link is followed.
+        self._root = os.path.realpath(self.root)
+        self._prefix = self._root.rstrip(os.sep) + os.sep
         self.durable = durable
-        self._dirs: set[str] = set()
+        # Folder → when it was last found to be a real folder under the root (see _real_folder).
+        self._dirs: dict[str, float] = {}
+        # Entries of the store that are skipped (key → why), each warned about once.
+        self._skipped: dict[str, str] = {}
+        self._skipped_lock = threading.Lock()
         # Temporary names: unique per process and writer without a random draw per file.
         self._tmp_tag = f"{os.getpid()}{uuid.uuid4().hex[:6]}"
         self._tmp_count = itertools.count()
@@ -59,21 +80,127 @@ class LocalBackend:
         # the one that took it is done.
         self._flush_lock = threading.Lock()
 
+    # -- what is in the store, and what is not to be touched ---------------------------------
+
     def _path(self, key: str) -> str:
         if os.sep == "/":
-            return f"{self.root}/{key}"
-        return os.path.join(self.root, *key.split("/"))
+            return self._prefix + key
+        return os.path.join(self._root, *key.split("/"))
 
-    def _parent(self, path: str) -> None:
-        parent = os.path.dirname(path)
-        if parent not in self._dirs:
-            os.makedirs(parent, exist_ok=True)
-            self._dirs.add(parent)
-            # Folders it may have created: their entries must be durable too.
-            folder = parent
-            while len(folder) > len(self.root):
-                self._written(folder)
-                folder = os.path.dirname(folder)
+    def _key(self, path: str) -> str:
+        return path[len(self._prefix):].replace(os.sep, "/")
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Entries of the store skipped as links or special files (key → why), as last seen."""
+        with self._skipped_lock:
+            return dict(self._skipped)
+
+    def _skip(self, path: str, mode: int) -> str:
+        """Note an entry that is not followed or opened; return why, for an error message."""
+        key = self._key(path)
+        reason = _why_skipped(mode)
+        with self._skipped_lock:
+            new = self._skipped.get(key) != reason
+            self._skipped[key] = reason
+        if new:
+            log.warning("Sync: skipped %s in the store %s: %s", key, self._root, reason)
+        return reason
+
+    def _fine(self, path: str) -> None:
+        """The entry at `path` is what it should be (again): no longer skipped."""
+        if self._skipped:  # the usual case costs no lock
+            with self._skipped_lock:
+                self._skipped.pop(self._key(path), None)
+
+    def _refuse(self, path: str, mode: int, doing: str) -> UnsafeStoreEntryError:
+        reason = self._skip(path, mode)
+        return UnsafeStoreEntryError(
+            f"Cannot {doing}: {self._key(path)} in the store is {reason}; replace it with a real "
+            "folder or file")
+
+    def _real_folder(self, folder: str, create: bool, doing: str) -> bool:
+        """Whether `folder`, a path under the root, is a real folder there: itself and every
+        folder between it and the root a directory, none a link. With `create`, missing ones
+        are made (never through a link: one folder at a time, each checked). Raises
+        UnsafeStoreEntryError where a link or special file stands in the way; without `create`,
+        False where a folder is missing or is an ordinary file.
+
+        Checking each folder below the root with lstat is the same as checking that the path,
+        resolved, still lies under the root's real path, without resolving it again each time.
+        A positive answer is kept for FOLDER_TRUST_SECONDS, so that a pass writing many files
+        into one folder checks it once (the write path is measured against `cp -r`).
+
+        The race accepted: someone with write access to the store who, while this process
+        writes, swaps a checked folder for a link (within that time, or between a check and the
+        system call that uses the path) can make that one call act through the link. Closing
+        it would mean holding an open handle on every folder of the tree and making each call
+        relative to it (openat and the like). What these checks stop is a store prepared
+        beforehand (a copied folder, a shared mount), which is the case the store's contents
+        can bring about on their own; and a file opened for reading is a regular file whatever
+        happens (its open descriptor is checked, see _open_file).
+        """
+        now = time.monotonic()
+        checked = self._dirs.get(folder)
+        if checked is not None and now - checked < FOLDER_TRUST_SECONDS:
+            return True
+        if len(folder) < len(self._prefix):  # the root: the user's own choice, trusted
+            if create:
+                os.makedirs(self._root, exist_ok=True)
+            elif not os.path.isdir(self._root):
+                return False
+            self._dirs[folder] = now
+            return True
+        parent, _, name = folder.rpartition(os.sep)
+        if name in ("", ".", ".."):
+            raise ValueError(f"Not a folder inside the store: {folder!r}")
+        if not self._real_folder(parent, create, doing):
+            return False
+        if create:
+            try:
+                os.mkdir(folder)  # never follows a link: an existing one fails with EEXIST
+                self._written(folder)  # a new entry in its parent: to be made durable too
+            except FileExistsError:
+                pass
+        try:
+            mode = os.lstat(folder).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            if create:
+                raise
+            return False
+        if not stat.S_ISDIR(mode):
+            if not stat.S_ISREG(mode):
+                raise self._refuse(folder, mode, doing)
+            if create:
+                raise NotADirectoryError(errno.ENOTDIR, "A file is where a folder should be", folder)
+            return False
+        self._fine(folder)
+        self._dirs[folder] = now
+        return True
+
+    def _open_file(self, path: str, doing: str) -> int:
+        """A descriptor for reading the regular file at `path`, in a folder the caller checked:
+        never a link's target, and never blocking (a FIFO opened without O_NONBLOCK waits for a
+        writer that may never come)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+        except OSError as err:
+            if err.errno == errno.ELOOP:  # the name is a link: O_NOFOLLOW refused it
+                raise self._refuse(path, stat.S_IFLNK, doing) from None
+            raise
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise self._refuse(path, mode, doing)
+            # Back to ordinary reads: some network and FUSE file systems honour the flag on files.
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fine(path)
+        return fd
+
+    # -- the operations ----------------------------------------------------------------------
 
     def _written(self, *paths: str) -> None:
         """Files or folders changed, to be fsynced by flush(): each path and its folder."""
@@ -101,12 +228,13 @@ class LocalBackend:
         target = self._path(key)
         parent = target.rpartition(os.sep)[0]
         # Short, whatever the name: any name the work directory's file system accepts can sync.
+        # The rename replaces a link or special file at the target itself, never its target.
         tmp = f"{parent}{os.sep}.~{self._tmp_tag}{next(self._tmp_count)}{PART_SUFFIX}"
         # The source first: a file deleted meanwhile leaves no folder behind in the store.
         src = _open_source(local)
         try:
             try:
-                self._parent(target)
+                self._real_folder(parent, True, f"write {key}")
                 # Plain descriptors and a kernel-side copy: the fewest system calls per file.
                 size = os.fstat(src).st_size
                 dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
@@ -123,6 +251,7 @@ class LocalBackend:
                 raise SourceChangedError(key)
             os.replace(tmp, target)
             self._written(target)
+            self._fine(target)  # whatever was skipped there is replaced now
         except SourceChangedError:
             _remove_quietly(tmp)
             if not os.path.exists(local):
@@ -134,7 +263,7 @@ class LocalBackend:
                 if not os.path.exists(local):
                     self._prune_folders(parent)
                     raise
-                self._dirs.discard(parent)  # the store's folder went away: make it again next time
+                self._dirs.pop(parent, None)  # the store's folder went away: make it again next time
             if err.errno == errno.ENAMETOOLONG:
                 raise LocalFileError(f"its name is too long for the store ({err.strerror})") from None
             _raise_os_error(err, key)
@@ -146,46 +275,101 @@ class LocalBackend:
     def abort_uploads(self, prefix: str) -> int:
         return 0  # a temporary file is all an interrupted write leaves here (sweep_parts)
 
+    def _folder_of(self, path: str, doing: str) -> None:
+        """Check the folder of an entry that is to exist: FileNotFoundError where it does not."""
+        if not self._real_folder(os.path.dirname(path), False, doing):
+            raise FileNotFoundError(errno.ENOENT, "No such file in the store", path)
+
     def copy(self, src: str, dst: str) -> None:
         """Keep a version: a hard link costs no space and no time; a copy where links fail."""
+        source = self._path(src)
         target = self._path(dst)
-        self._parent(target)
+        doing = f"keep a version of {src}"
         try:
-            os.link(self._path(src), target)
-        except FileExistsError:
-            pass
-        except OSError:
+            self._folder_of(source, doing)
+            fd = self._open_file(source, doing)  # a regular file, not a link to one
+        except OSError as err:
+            _raise_os_error(err, src)
+        try:
+            self._real_folder(os.path.dirname(target), True, doing)
             try:
-                shutil.copy2(self._path(src), target)
-            except OSError as err:
-                _raise_os_error(err, dst)
+                # Not following: had the name become a link since it was checked, the version
+                # would be that link, inside the store, and never listed.
+                os.link(source, target, follow_symlinks=False)
+            except FileExistsError:
+                pass
+            except OSError:
+                self._copy_from(fd, target)
+        except OSError as err:
+            _raise_os_error(err, dst)
+        finally:
+            os.close(fd)
         self._written(target)
 
+    def _copy_from(self, fd: int, target: str) -> None:
+        """Where a hard link is refused: copy what `fd` reads to a temporary name, then rename."""
+        parent, _, name = target.rpartition(os.sep)
+        tmp = f"{parent}{os.sep}.~{name}{PART_SUFFIX}-{self._tmp_tag}{next(self._tmp_count)}"
+        try:
+            dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
+            try:
+                _copy_fd(fd, dst, None)
+            finally:
+                os.close(dst)
+            os.replace(tmp, target)
+        except BaseException:
+            _remove_quietly(tmp)
+            raise
+
     def get(self, key: str, local: str, progress: Callable[[int], None] | None = None) -> int:
-        with open(self._path(key), "rb") as src, open(local, "wb") as dst:
-            return _copy(src, dst, progress)
+        path = self._path(key)
+        self._folder_of(path, f"read {key}")
+        src = self._open_file(path, f"read {key}")
+        try:
+            dst = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_CLOEXEC, 0o666)
+            try:
+                return _copy_fd(src, dst, progress)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
 
     def stat(self, key: str) -> RemoteFile | None:
-        try:
-            st = os.stat(self._path(key))
-        except FileNotFoundError:
+        """The regular file at `key`; None where there is none (a link or special file counts
+        as none, and is reported as skipped)."""
+        path = self._path(key)
+        if not self._real_folder(os.path.dirname(path), False, f"look up {key}"):
             return None
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            if not stat.S_ISDIR(st.st_mode):
+                self._skip(path, st.st_mode)
+            return None
+        self._fine(path)
         return RemoteFile(key, st.st_size, st.st_mtime)
 
     def move(self, src: str, dst: str) -> None:
+        source = self._path(src)
         target = self._path(dst)
-        self._parent(target)
+        doing = f"move {src}"
         try:
-            os.replace(self._path(src), target)
+            self._folder_of(source, doing)
+            self._real_folder(os.path.dirname(target), True, doing)
+            # A rename moves the entry itself: a link stays a link, inside the store.
+            os.replace(source, target)
         except OSError as err:
             _raise_os_error(err, src)
-        self._written(target, self._path(src))
-        self._prune_folders(os.path.dirname(self._path(src)))
+        self._written(target, source)
+        self._prune_folders(os.path.dirname(source))
 
     def delete(self, key: str) -> None:
         path = self._path(key)
-        _remove_quietly(path)
-        self._prune_folders(os.path.dirname(path))
+        if self._real_folder(os.path.dirname(path), False, f"delete {key}"):
+            _remove_quietly(path)  # unlink removes a link itself, never its target
+            self._prune_folders(os.path.dirname(path))
 
     def _prune_folders(self, folder: str) -> None:
         """Folders left empty by a move or a deletion go too (up to the workspace's top folders),
@@ -196,50 +380,98 @@ class LocalBackend:
                 os.rmdir(folder)
             except OSError:
                 return
-            self._dirs.discard(folder)
+            self._dirs.pop(folder, None)
             self._written(os.path.dirname(folder))
             folder = os.path.dirname(folder)
 
     def list(self, prefix: str) -> Iterator[RemoteFile]:
+        """Every regular file under `prefix`; links and special files are skipped (and noted),
+        folders that are links are not entered."""
         base = self._path(prefix)
-        for dirpath, dirnames, filenames in os.walk(base):
-            rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
-            for name in filenames:
-                if PART_SUFFIX in name:
+        if not self._real_folder(base, False, f"list {prefix}"):
+            return
+        found: set[str] = set()
+        for entry in self._walk(base):
+            if PART_SUFFIX in entry.name:
+                continue
+            try:
+                if entry.is_file(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    yield RemoteFile(self._key(entry.path), st.st_size, st.st_mtime)
                     continue
-                try:
-                    st = os.stat(os.path.join(dirpath, name))
-                except FileNotFoundError:
-                    continue
-                yield RemoteFile(f"{rel_dir}/{name}", st.st_size, st.st_mtime)
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue
+            self._skip(entry.path, mode)
+            found.add(self._key(entry.path))
+        # Whatever was skipped under this prefix before and is gone now, or fine now: forgotten.
+        under = self._key(base) + "/"
+        with self._skipped_lock:
+            for key in [k for k in self._skipped if k.startswith(under) and k not in found]:
+                del self._skipped[key]
+
+    def _walk(self, base: str) -> Iterator[os.DirEntry[str]]:
+        """Each entry under `base` that is not a real folder, entering real folders only (an
+        entry's type as the folder listing gives it, which never follows a link)."""
+        pending = [base]
+        while pending:
+            folder = pending.pop()
+            try:
+                entries = os.scandir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            with entries:
+                for entry in entries:
+                    try:
+                        is_folder = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if is_folder:
+                        pending.append(entry.path)
+                    else:
+                        yield entry
 
     def sweep_parts(self, prefix: str, older_than: float) -> int:
         cutoff = time.time() - older_than
         removed = 0
-        for dirpath, _, filenames in os.walk(self._path(prefix)):
-            for name in filenames:
-                path = os.path.join(dirpath, name)
-                try:
-                    if PART_SUFFIX in name and os.stat(path).st_mtime < cutoff:
-                        os.unlink(path)
-                        removed += 1
-                except OSError:
-                    continue
+        base = self._path(prefix)
+        if not self._real_folder(base, False, f"clean up {prefix}"):
+            return 0
+        for entry in self._walk(base):
+            if PART_SUFFIX not in entry.name:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+            except OSError:
+                continue
         return removed
 
     def read_bytes(self, key: str) -> bytes | None:
-        try:
-            with open(self._path(key), "rb") as f:
-                return f.read()
-        except FileNotFoundError:
+        """The content of the regular file at `key`; None where there is none (a link or a
+        special file counts as none, and is reported as skipped)."""
+        path = self._path(key)
+        if not self._real_folder(os.path.dirname(path), False, f"read {key}"):
             return None
+        try:
+            fd = self._open_file(path, f"read {key}")
+        except (FileNotFoundError, NotADirectoryError, UnsafeStoreEntryError):
+            return None  # a link or special file: as if absent (a write replaces the entry itself)
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
 
     def write_bytes(self, key: str, data: bytes) -> None:
         target = self._path(key)
         tmp = f"{target}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}"
         try:
-            self._parent(target)
-            with open(tmp, "wb") as f:
+            self._real_folder(os.path.dirname(target), True, f"write {key}")
+        except OSError as err:
+            _raise_os_error(err, key)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
+            with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
@@ -247,6 +479,7 @@ class LocalBackend:
         except OSError as err:
             _remove_quietly(tmp)
             _raise_os_error(err, key)
+        self._fine(target)
 
     def read_tagged(self, key: str) -> tuple[bytes, str] | None:
         data = self.read_bytes(key)
@@ -258,8 +491,8 @@ class LocalBackend:
         drops the lock when its holder dies, so a killed runtime never leaves it taken."""
         target = self._path(key)
         try:
-            self._parent(target)
-            fd = os.open(f"{target}.lock", os.O_RDWR | os.O_CREAT | O_CLOEXEC, 0o666)
+            self._real_folder(os.path.dirname(target), True, f"write {key}")
+            fd = os.open(f"{target}.lock", os.O_RDWR | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o666)
         except OSError as err:
             _raise_os_error(err, key)
         try:
@@ -281,12 +514,17 @@ class LocalBackend:
         return None
 
     def same_content(self, key: str, local: str, remote: RemoteFile | None = None) -> bool | None:
+        stored = self.stat(key)  # a regular file, in real folders (no link followed)
         try:
-            if os.path.getsize(self._path(key)) != os.path.getsize(local):
+            if stored is None or stored.size != os.path.getsize(local):
                 return False
-            return file_hash(self._path(key)) == file_hash(local)
-        except FileNotFoundError:
+            fd = self._open_file(self._path(key), f"compare {key}")
+        except (FileNotFoundError, UnsafeStoreEntryError):
             return False
+        try:
+            return fd_hash(fd) == file_hash(local)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         """Nothing held between calls."""
@@ -316,35 +554,41 @@ class LocalBackend:
             return
         for path in sorted(paths, key=lambda p: (-p.count(os.sep), p)):  # files and deep folders first
             try:
-                fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
+                # Opened as everything in the store: a link or FIFO put in place of what was
+                # written is neither followed nor waited for (an fsync changes nothing anyway).
+                fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
             except FileNotFoundError:
                 continue  # moved or replaced since: what took its place is listed too
             except OSError as err:
+                if err.errno == errno.ELOOP:
+                    continue  # replaced by a link since: nothing of ours left to flush
                 _raise_os_error(err, "flush")
             try:
-                os.fsync(fd)
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                    os.fsync(fd)
             except OSError as err:
                 _raise_os_error(err, "flush")
             finally:
                 os.close(fd)
 
 
-def _copy(src: Any, dst: Any, progress: Callable[[int], None] | None) -> int:
-    if progress is None:
-        # Kernel-side copy where possible (copy_file_range / sendfile).
-        shutil.copyfileobj(src, dst, CHUNK)
-        return dst.tell()
-    total = 0
-    while True:
-        chunk = src.read(CHUNK)
-        if not chunk:
-            return total
-        dst.write(chunk)
-        total += len(chunk)
-        progress(len(chunk))
+def _why_skipped(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link, which is never followed"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO), which is never read"
+    if stat.S_ISSOCK(mode):
+        return "a socket, which is never read"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device, which is never read"
+    return "not a regular file"
 
 
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+O_NOCTTY = getattr(os, "O_NOCTTY", 0)
 # copy_file_range refusals that mean "not between these two files": fall back to read/write.
 _NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF,
                    errno.EPERM}

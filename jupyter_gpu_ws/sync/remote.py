@@ -57,6 +57,11 @@ class FsspecBackend:
         self._swap_checked: str | None = None  # "" once the store proved its conditional writes
         self._uploads: set[str] = set()  # multipart uploads this process has in flight
 
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Nothing is skipped here: what a key holds is the remote file system's own answer."""
+        return {}
+
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
 

@@ -393,3 +393,100 @@ def test_temporary_files_of_interrupted_writes_are_swept_by_the_first_pass_of_th
         assert kept.read_text() == "a user's file"
     else:
         assert not fs.exists(f"/{root}/{stale}") and fs.exists(f"/{root}/{fresh}")
+
+
+# -- a store written by someone else: links and special files are never followed ---------------
+
+def outside_snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else b"<folder>"
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_a_folder_link_in_the_store_gets_no_write_and_the_pass_reports_it(workdir: Path, store_dir: Path,
+                                                                           tmp_path: Path, make_engine: Make) -> None:
+    outside = tmp_path / "outside"
+    write(outside, "a.txt", "not the store's")
+    write(outside, "old.txt", "keep me")
+    before = outside_snapshot(outside)
+    write(workdir, "data/a.txt", "mine")
+    write(workdir, "notes.md", "notes")
+    write(workdir, "model.txt", "v1")
+    write(workdir, "gone.txt", "g")
+    (mirror(store_dir) / "data").parent.mkdir(parents=True)
+    (mirror(store_dir) / "data").symlink_to(outside)
+    engine = make_engine(workdir)
+
+    report = engine.sync()
+    assert sorted(report.uploaded) == ["gone.txt", "model.txt", "notes.md"]
+    assert len(report.errors) == 1 and "ws/files/data" in report.errors[0]
+    assert "symbolic link" in report.errors[0]
+    assert engine.status()["state"] == "error"
+    assert "ws/files/data" in engine.status()["store_skipped"]
+
+    # Keeping a version (an overwrite) and a deletion (a move into versions) through a link.
+    versions = store_dir / "ws" / ".gpuws" / "versions"
+    versions.parent.mkdir(parents=True, exist_ok=True)
+    versions.symlink_to(outside)
+    write(workdir, "model.txt", "v2, longer")
+    (workdir / "gone.txt").unlink()
+    report = engine.sync(["model.txt", "gone.txt"])
+    assert len(report.errors) == 2 and all("symbolic link" in e for e in report.errors)
+    assert outside_snapshot(outside) == before
+    # Without a place for the previous version, the store's copy is neither overwritten nor moved.
+    assert (mirror(store_dir) / "model.txt").read_text() == "v1"
+    assert (mirror(store_dir) / "gone.txt").read_text() == "g"
+    changed, deleted, _, _ = engine.plan()  # all three stay to do, once the store is fixed
+    assert sorted(f.path for f in changed) == ["data/a.txt", "model.txt"] and deleted == ["gone.txt"]
+
+    # Links replaced by real folders: the next pass does it all, and nothing is reported any more.
+    (mirror(store_dir) / "data").unlink()
+    versions.unlink()
+    assert engine.sync().ok
+    assert (mirror(store_dir) / "data" / "a.txt").read_text() == "mine"
+    assert [v["size"] for v in engine.versions("model.txt")] == [2]
+    assert engine.status()["store_skipped"] == {} and engine.status()["state"] == "idle"
+    assert outside_snapshot(outside) == before
+
+
+def test_restore_never_brings_a_file_a_store_link_points_at(workdir: Path, store_dir: Path, tmp_path: Path,
+                                                            make_engine: Make) -> None:
+    write(workdir, "notes.md", "notes")
+    make_engine(workdir).sync()
+    secret = write(tmp_path / "host", "passwd", "root:x:0:0")
+    write(tmp_path / "host", "ssh/id_rsa", "private")
+    (mirror(store_dir) / "passwd").symlink_to(secret)
+    (mirror(store_dir) / "ssh").symlink_to(tmp_path / "host" / "ssh")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    engine = make_engine(fresh, state="state2")
+    report = engine.restore()
+    assert report.restored == ["notes.md"] and not report.errors
+    assert tree_files(fresh) == {"notes.md": b"notes"}
+    assert set(engine.status()["store_skipped"]) == {"ws/files/passwd", "ws/files/ssh"}
+
+
+def test_restore_skips_a_fifo_in_the_store_and_brings_the_rest(workdir: Path, store_dir: Path, tmp_path: Path,
+                                                              make_engine: Make) -> None:
+    import threading
+
+    write(workdir, "a.txt", "a")
+    write(workdir, "sub/b.txt", "b")
+    make_engine(workdir).sync()
+    pipe = mirror(store_dir) / "sub" / "pipe"
+    os.mkfifo(pipe)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    engine = make_engine(fresh, state="state2")
+    done: list[Any] = []
+    restorer = threading.Thread(target=lambda: done.append(engine.restore()), daemon=True)
+    restorer.start()
+    restorer.join(60)
+    if restorer.is_alive():  # a regression: let the blocked read go, then fail
+        os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+        restorer.join(10)
+        pytest.fail("restore blocked on a FIFO in the store")
+    [report] = done
+    assert sorted(report.restored) == ["a.txt", "sub/b.txt"] and not report.errors
+    assert tree_files(fresh) == {"a.txt": b"a", "sub/b.txt": b"b"}
+    assert not os.path.lexists(fresh / "sub" / "pipe")
+    assert "FIFO" in engine.status()["store_skipped"]["ws/files/sub/pipe"]
