@@ -55,3 +55,5 @@ async def test_magic_persist_runs_the_server_pipeline(jp_fetch: Any, gpuws_app: 
         await nb.run(SETUP)
         out = await nb.run("%gpuws persist", timeout=120)
         assert "All saved:" in out
+        # Saved by the browser pages before anything else; none is connected in this test.
+        assert "Open documents: no browser page is connected." in out
