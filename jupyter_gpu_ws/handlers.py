@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
+from jupyter_server.base.websocket import WebSocketMixin
 from tornado import web, websocket
 
 from .checkpoints.coordinator import CheckpointRequestError
@@ -371,26 +372,24 @@ class MetricsStreamHandler(JupyterHandler, websocket.WebSocketHandler):
         self.app.stream_clients.discard(self)
 
 
-# Pings find a page that vanished without closing (a laptop asleep, a dropped network), so a
-# persist does not wait for it; the server's own websocket_ping_interval wins where it is set.
-PAGE_PING_SECONDS = 30.0
 # What a page may call itself (`?page=`), in the persist's report of pages that did not answer.
 MAX_PAGE_NAME = 200
 
 
-class DocumentsStreamHandler(JupyterHandler, websocket.WebSocketHandler):
+class DocumentsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
     """`/gpuws/api/documents/stream`: a websocket every JupyterLab and Notebook page keeps open,
-    on which the server asks it to save its open documents before a persist."""
+    on which the server asks it to save its open documents before a persist.
+
+    Built as Jupyter Server builds its kernel websocket: the mixin answers a request without
+    credentials with 403, checks the origin, and pings, so a page that vanished without closing
+    (a laptop asleep, a dropped network) is dropped and no persist waits for it.
+    """
 
     auth_resource = AUTH_RESOURCE
 
     def initialize(self, app: GpuWorkspaceApp) -> None:
         self.app = app
         self.name = "a browser page"
-
-    @property
-    def ping_interval(self) -> float:
-        return self.settings.get("websocket_ping_interval") or PAGE_PING_SECONDS
 
     async def pre_get(self) -> None:
         # Answers become part of a persist's result: writing, not reading.
@@ -408,6 +407,7 @@ class DocumentsStreamHandler(JupyterHandler, websocket.WebSocketHandler):
             await result
 
     def open(self, *args: Any, **kwargs: Any) -> None:
+        super().open(*args, **kwargs)
         page = self.get_query_argument("page", "")
         page = "".join(ch for ch in page if ch.isprintable())[:MAX_PAGE_NAME].strip()
         if page:

@@ -215,6 +215,12 @@ async def test_the_emergency_persist_gives_the_pages_at_most_two_seconds(
     ws.close()
 
 
+async def test_the_documents_stream_refuses_a_request_without_credentials(jp_ws_fetch: Any) -> None:
+    with pytest.raises(HTTPClientError) as err:
+        await jp_ws_fetch("gpuws", "api", "documents", "stream", headers={"Authorization": "token not-the-token"})
+    assert err.value.code == 403
+
+
 def test_an_answer_is_checked_field_by_field() -> None:
     good = parse_answer({"type": "documents-saved", "request_id": "r1", "saved": ["a.ipynb"],
                          "failed": [{"path": "b.py", "error": ""}]})
