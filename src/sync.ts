@@ -121,7 +121,8 @@ export class SyncModel extends PolledModel {
 
 }
 
-/** What a persist did, in a few words: "1 document saved, 3 files uploaded (2.0 KiB)". The
+/** What a persist did, in a few words: "1 document saved, 3 files uploaded (2.0 KiB)", or
+ * "1 document saved, the store was already up to date". The
  * documents that could not be saved fail the persist, and its errors name them. */
 export function persistSummary(job: IJob): string {
   const parts: string[] = [];
@@ -129,8 +130,12 @@ export function persistSummary(job: IJob): string {
   if (documents?.saved.length) {
     parts.push(`${plural(documents.saved.length, 'document')} saved`);
   }
-  if (job.result.uploaded !== undefined) {
+  if (job.result.uploaded) {
     parts.push(`${plural(job.result.uploaded, 'file')} uploaded (${formatBytes(job.result.bytes_uploaded ?? 0)})`);
+  } else if (job.result.uploaded === 0) {
+    // The background sync may have carried the saved documents already: "0 files" would
+    // read as if they had not reached the store.
+    parts.push('the store was already up to date');
   }
   return parts.join(', ');
 }
