@@ -14,6 +14,7 @@ from traitlets.config import Configurable
 
 from . import __version__
 from .defaults import default_state_dir, default_store_url, derive_workspace_name, local_store_path
+from .documents import BrowserPages
 from .jobs import JobRunner
 from .environment import EnvironmentSupervisor
 from .lifecycle import RuntimeSupervisor
@@ -115,6 +116,11 @@ class GpuWorkspace(Configurable):
 
     checkpoint_timeout = Float(
         60.0, help="Persist waits this long for tracked kernels to finish their checkpoints before syncing."
+    ).tag(config=True)
+
+    document_save_timeout = Float(
+        5.0, help="""Seconds a persist waits for the connected browser pages to save their open
+        documents with unsaved changes (the emergency persist waits at most 2 s). 0: do not ask."""
     ).tag(config=True)
 
     max_runtime = Unicode(
@@ -254,6 +260,12 @@ class GpuWorkspace(Configurable):
             raise TraitError("grace_period must be between 1 and 3600 seconds")
         return proposal["value"]
 
+    @validate("document_save_timeout")
+    def _check_document_save_timeout(self, proposal: Any) -> float:
+        if not 0 <= proposal["value"] <= 600:
+            raise TraitError("document_save_timeout must be between 0 and 600 seconds")
+        return proposal["value"]
+
     @validate("gpu_memory_alert", "disk_alert")
     def _check_fraction(self, proposal: Any) -> float:
         if not 0 < proposal["value"] <= 1:
@@ -307,6 +319,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         os.environ["GPUWS_WORKDIR"] = self.workdir
         os.environ[SERVER_ID_ENV] = self.checkpoints.server_id
         self.jobs = JobRunner()
+        self.pages = BrowserPages()
         self.sync = SyncSupervisor(self, self.log)
         if self.sync_enabled:
             self.sync.start()
@@ -424,5 +437,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         self._kernel_poll.stop()
         for client in list(self.stream_clients):
             client.close()
+        for page in list(self.pages.pages):
+            page.close()
         await asyncio.get_running_loop().run_in_executor(None, self.sampler.stop)
         self.checkpoints.close()

@@ -15,6 +15,7 @@ from jupyter_server.base.websocket import WebSocketMixin
 from tornado import web, websocket
 
 from .checkpoints.coordinator import CheckpointRequestError
+from .documents import ERROR
 from .envsnap import EnvError, InterpreterError, SnapshotNotFoundError
 from .persist import start_restore
 from .sync.errors import (
@@ -461,6 +462,61 @@ class MetricsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHa
         self.app.stream_clients.discard(self)
 
 
+# What a page may call itself (`?page=`), in the persist's report of pages that did not answer.
+MAX_PAGE_NAME = 200
+
+
+class DocumentsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
+    """`/gpuws/api/documents/stream`: a websocket every JupyterLab and Notebook page keeps open,
+    on which the server asks it to save its open documents before a persist.
+
+    Built as Jupyter Server builds its kernel websocket: the mixin answers a request without
+    credentials with 403, checks the origin, and pings, so a page that vanished without closing
+    (a laptop asleep, a dropped network) is dropped and no persist waits for it.
+    """
+
+    auth_resource = AUTH_RESOURCE
+
+    def initialize(self, app: GpuWorkspaceApp) -> None:
+        self.app = app
+        self.name = "a browser page"
+
+    async def pre_get(self) -> None:
+        # Answers become part of a persist's result: writing, not reading.
+        authorized_user = await ensure_async(
+            self.authorizer.is_authorized(self, self.current_user, "write", AUTH_RESOURCE)
+        )
+        if not authorized_user:
+            raise web.HTTPError(403, "Not authorised to take part in GPU workspace persists")
+
+    @ws_authenticated
+    async def get(self, *args: Any, **kwargs: Any) -> None:
+        await self.pre_get()
+        result = super().get(*args, **kwargs)
+        if result is not None:
+            await result
+
+    def open(self, *args: Any, **kwargs: Any) -> None:
+        super().open(*args, **kwargs)
+        page = self.get_query_argument("page", "")
+        page = "".join(ch for ch in page if ch.isprintable())[:MAX_PAGE_NAME].strip()
+        if page:
+            self.name = page
+        self.app.pages.connect(self)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.write_message(json.dumps(message))
+
+    def on_message(self, message: str | bytes) -> None:
+        try:
+            self.app.pages.answer(self, json.loads(message))
+        except ValueError as err:  # not JSON, or an AnswerError: the page hears why
+            self.write_message(json.dumps({"type": ERROR, "message": f"Not understood: {err}"}))
+
+    def on_close(self) -> None:
+        self.app.pages.disconnect(self)
+
+
 def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
     kwargs = {"app": app}
     # Any last segment reaches the job handler, so an id that is not one gets this API's JSON 404
@@ -469,6 +525,7 @@ def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
     return [
         (r"/gpuws/api/metrics", MetricsHandler, kwargs),
         (r"/gpuws/api/metrics/stream", MetricsStreamHandler, kwargs),
+        (r"/gpuws/api/documents/stream", DocumentsStreamHandler, kwargs),
         (r"/gpuws/api/sync", SyncHandler, kwargs),
         (r"/gpuws/api/sync/lease", LeaseHandler, kwargs),
         (r"/gpuws/api/sync/pending", PendingHandler, kwargs),

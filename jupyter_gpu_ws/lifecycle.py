@@ -28,6 +28,9 @@ KEEP_NOTICES = 20
 IDLE_EVERY = 10.0
 # How often the Git status shown in the sidebar is refreshed (it runs `git status`).
 GIT_STATUS_EVERY = 30.0
+# The emergency persist waits at most this long for the browsers to save their open documents:
+# a user's unsaved edits are worth a tenth of the grace, not more (the files come first).
+EMERGENCY_DOCUMENTS_TIMEOUT = 2.0
 
 
 def _epoch(value: Any) -> float:
@@ -152,9 +155,11 @@ class RuntimeSupervisor:
                              "job_id": job_id})
         del self.notices[:-KEEP_NOTICES]
 
-    def persist(self, trigger: str, checkpoint_timeout: float | None = None) -> Job:
-        """Start the persist pipeline (or join the one running): checkpoints, Git, sync.
-        A SyncError says why it cannot run (no sync, a read-only runtime)."""
+    def persist(self, trigger: str, checkpoint_timeout: float | None = None,
+                documents_timeout: float | None = None) -> Job:
+        """Start the persist pipeline (or join the one running): the browsers' open documents,
+        checkpoints, environment, Git, sync. A SyncError says why it cannot run (no sync, a
+        read-only runtime)."""
         app = self.app
         service = app.sync.require()
         refusal = service.engine.why_not_writable()
@@ -171,13 +176,16 @@ class RuntimeSupervisor:
             environment = _tolerant(app.environment.snapshot_step())
         job = start_persist(app.jobs, service, app.checkpoints, app.run_async,
                             checkpoint_timeout if checkpoint_timeout is not None else app.checkpoint_timeout,
-                            git=git, environment=environment, trigger=trigger)
+                            git=git, environment=environment, trigger=trigger, pages=app.pages,
+                            documents_timeout=(documents_timeout if documents_timeout is not None
+                                               else app.document_save_timeout))
         self._git_checked = 0.0  # the sidebar shows the new commit soon after
         return job
 
-    def _persist(self, trigger: str, checkpoint_timeout: float | None = None) -> Job | None:
+    def _persist(self, trigger: str, checkpoint_timeout: float | None = None,
+                 documents_timeout: float | None = None) -> Job | None:
         try:
-            return self.persist(trigger, checkpoint_timeout)
+            return self.persist(trigger, checkpoint_timeout, documents_timeout)
         except SyncError as err:
             self.log.error("GPU workspace: cannot persist (%s): %s", trigger, err)
             self._notice("error", f"Could not persist: {err}")
@@ -208,7 +216,9 @@ class RuntimeSupervisor:
         service = self.app.sync.service
         if service is not None:
             service.engine.urgent = True
-        job = self._persist(reason, checkpoint_timeout=max(1.0, min(self.app.checkpoint_timeout, grace * 0.3)))
+        job = self._persist(reason, checkpoint_timeout=max(1.0, min(self.app.checkpoint_timeout, grace * 0.3)),
+                            documents_timeout=min(self.app.document_save_timeout, EMERGENCY_DOCUMENTS_TIMEOUT,
+                                                  grace * 0.1))
         if job is not None:
             while job.state == "running" and time.monotonic() - started < grace - 1:
                 await asyncio.sleep(0.05)

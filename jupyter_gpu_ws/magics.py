@@ -137,11 +137,17 @@ class GpuwsMagics(Magics):
             time.sleep(0.5)
             job = call(f"gpuws/api/persist/{job['id']}")
         print()
+        documents = job["result"].get("documents") or {}
         if job["state"] == "done":
-            print(f"All saved: {job['result'].get('uploaded', 0)} files uploaded "
+            # Not "all saved" when a browser page did not say whether it saved its documents.
+            print(f"{'Persisted' if documents.get('unanswered') else 'All saved'}: "
+                  f"{job['result'].get('uploaded', 0)} files uploaded "
                   f"({_mib(job['result'].get('bytes_uploaded', 0))}).")
         else:
             print(f"Persist {job['state']}: {'; '.join(job['errors'])}")
+        step = next((s for s in job["steps"] if s["name"] == "documents"), None)
+        if step is not None and step["detail"]:
+            print(f"Open documents: {step['detail']}.")
 
 
 def env_report(env: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""The one pipeline behind "Persist now": checkpoint every tracked kernel, then flush the sync
-(newest checkpoints first), with the environment snapshot and the Git commit between them."""
+"""The one pipeline behind "Persist now": the browsers save their open documents, every tracked
+kernel checkpoints, then the sync flushes (newest checkpoints first), with the environment
+snapshot and the Git commit between them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from .jobs import Job, JobRunner, Step, StepFunction
 from .sync.errors import CancelledError, SyncError
 
 if TYPE_CHECKING:
+    from .documents import BrowserPages
     from .sync.service import SyncService
 
 
@@ -33,6 +35,20 @@ def _sync_step(service: SyncService):
             f", {len(job.result['problems'])} cannot be synced" if job.result["problems"] else "")
         if report.errors:
             raise SyncError("; ".join(report.errors[:3]) + (" …" if len(report.errors) > 3 else ""))
+
+    return run
+
+
+def _documents_step(pages: BrowserPages, run_async: Callable[..., Any], timeout: float):
+    def run(job: Job, step: Step) -> None:
+        report = run_async(pages.save_documents(timeout), timeout + 15)
+        job.result["documents"] = report.to_dict()
+        step.detail = report.summary()
+        # A document that could not be saved fails the persist (so a release keeps the server
+        # running), yet the later steps still run: the rest of the work matters as much. A page
+        # that did not answer is only named: it may hold nothing unsaved, and a laptop asleep
+        # with JupyterLab open must not fail every persist (or stop a release) until it wakes.
+        job.errors.extend(f"{failed['path']} could not be saved: {failed['error']}" for failed in report.failed)
 
     return run
 
@@ -62,10 +78,14 @@ def _checkpoint_step(coordinator: Any, run_async: Callable[..., Any], timeout: f
 def start_persist(runner: JobRunner, service: SyncService, coordinator: Any = None,
                   run_async: Callable[..., Any] | None = None, checkpoint_timeout: float = 60.0,
                   git: StepFunction | None = None, environment: StepFunction | None = None,
-                  trigger: str = "user") -> Job:
-    """Checkpoints first (so the sync carries them), then the environment snapshot and the Git
-    commit, then the sync."""
+                  trigger: str = "user", pages: BrowserPages | None = None,
+                  documents_timeout: float = 5.0) -> Job:
+    """The open documents first (so the checkpoints, the commit and the sync see what the user
+    sees), then checkpoints (so the sync carries them), the environment snapshot and the Git
+    commit, then the sync. `documents_timeout` 0 leaves the browsers alone."""
     steps: list[tuple[str, StepFunction]] = []
+    if pages is not None and run_async is not None and documents_timeout > 0:
+        steps.append(("documents", _documents_step(pages, run_async, documents_timeout)))
     if coordinator is not None and run_async is not None:
         steps.append(("checkpoints", _checkpoint_step(coordinator, run_async, checkpoint_timeout)))
     if environment is not None:

@@ -123,6 +123,49 @@ export function metricsStreamUrl(): string {
   return url;
 }
 
+/** The websocket on which the server asks this page to save its open documents (before a
+ * persist). `page` names this page in the persist's report if it ever fails to answer. */
+export function documentsStreamUrl(page: string): string {
+  const settings = ServerConnection.makeSettings();
+  const url = URLExt.join(settings.wsUrl, 'gpuws', 'api', 'documents', 'stream');
+  const query: { [name: string]: string } = { page };
+  if (settings.token && settings.appendToken) {
+    query.token = settings.token;
+  }
+  return url + URLExt.objectToQueryString(query);
+}
+
+/** Server → page: save every document with unsaved changes, answer within `timeout` seconds. */
+export interface ISaveDocumentsRequest {
+  type: 'save-documents';
+  request_id: string;
+  timeout: number;
+}
+
+/** A document that could not be saved, and why. */
+export interface IDocumentFailure {
+  path: string;
+  error: string;
+}
+
+/** Page → server: the answer to a save request. */
+export interface IDocumentsSaved {
+  type: 'documents-saved';
+  request_id: string;
+  saved: string[];
+  failed: IDocumentFailure[];
+}
+
+/** `result.documents` of a persist job: what the connected pages saved before it. */
+export interface IDocumentsReport {
+  saved: string[];
+  failed: IDocumentFailure[];
+  /** Pages asked. */
+  browsers: number;
+  /** The pages that did not answer in time, by name. */
+  unanswered: string[];
+}
+
 export interface ILease {
   holder: string;
   host: string;

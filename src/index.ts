@@ -4,10 +4,12 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
+import { IDocumentManager } from '@jupyterlab/docmanager';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { AlertNotifier } from './alerts';
+import { DocumentSaver } from './documents';
 import { gpuIcon } from './icons';
 import { MetricsModel } from './metrics';
 import { GpuWorkspacePanel } from './sidebar/Panel';
@@ -29,14 +31,21 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'GPU Workspace: GPU and system monitor, storage sync and Persist now.',
   autoStart: true,
-  optional: [ISettingRegistry, ILayoutRestorer, ICommandPalette, IStatusBar],
+  optional: [ISettingRegistry, ILayoutRestorer, ICommandPalette, IStatusBar, IDocumentManager],
   activate: async (
     app: JupyterFrontEnd,
     settingRegistry: ISettingRegistry | null,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
-    statusBar: IStatusBar | null
+    statusBar: IStatusBar | null,
+    docManager: IDocumentManager | null
   ) => {
+    // Every page (JupyterLab, and each Notebook 7 page) saves its own open documents when any
+    // persist asks: Persist now from any browser, the automatic persist, the release.
+    if (docManager) {
+      new DocumentSaver(app, docManager).start();
+    }
+
     const model = new MetricsModel();
     const sync = new SyncModel();
     const checkpoints = new CheckpointsModel();
@@ -61,7 +70,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     app.commands.addCommand(CommandIDs.persist, {
       label: 'Persist now',
-      caption: 'Upload everything in the work directory to the store now',
+      caption: 'Save every open document, then upload everything in the work directory to the store now',
       isEnabled: () => !sync.persisting,
       execute: () => sync.persist()
     });

@@ -1,7 +1,7 @@
 // The browser's view of the sync: its status (polled), and the Persist now job it runs.
 import { Notification } from '@jupyterlab/apputils';
 
-import { IJob, ISyncStatus, requestAPI } from './api';
+import { IDocumentsReport, IJob, ISyncStatus, requestAPI } from './api';
 import { PolledModel } from './polled';
 import { formatBytes } from './format';
 
@@ -70,30 +70,42 @@ export class SyncModel extends PolledModel {
       }
     }
     await this.refresh();
-    if (job.state === 'done') {
-      const uploaded = job.result.uploaded ?? 0;
+    const unanswered = unansweredPages(job);
+    if (job.state === 'done' && !unanswered) {
       Notification.update({
         id: note,
         type: 'success',
-        message: `All saved: ${uploaded} file${uploaded === 1 ? '' : 's'} uploaded (${formatBytes(job.result.bytes_uploaded ?? 0)}).`,
+        message: `All saved: ${persistSummary(job)}.`,
         autoClose: 5000
+      });
+    } else if (job.state === 'done') {
+      // Not "all saved": a page that did not answer may hold unsaved documents.
+      Notification.update({
+        id: note,
+        type: 'warning',
+        message: `Persisted: ${persistSummary(job)}. ${unanswered}`,
+        autoClose: false
       });
     } else if (job.state === 'cancelled') {
       Notification.update({ id: note, type: 'warning', message: 'Persist cancelled. What was uploaded stays uploaded.', autoClose: 5000 });
     } else {
+      const done = persistSummary(job);
       Notification.update({
         id: note,
         type: 'error',
-        message: `Persist failed: ${job.errors.join('; ')}`,
+        message: `Persist failed: ${job.errors.join('; ')}.${done ? ` Done: ${done}.` : ''}`,
         autoClose: false
       });
     }
     return job;
   }
 
-  async cancel(): Promise<void> {
-    if (this.job && this.job.state === 'running') {
-      await requestAPI<IJob>(`persist/${this.job.id}`, { method: 'DELETE' });
+  /** Cancel a running persist: the one shown (which may be another browser's or the
+   * automatic one), by default this page's. */
+  async cancel(jobId?: string): Promise<void> {
+    const id = jobId ?? (this.job?.state === 'running' ? this.job.id : null);
+    if (id) {
+      await requestAPI<IJob>(`persist/${id}`, { method: 'DELETE' });
     }
   }
 
@@ -107,6 +119,45 @@ export class SyncModel extends PolledModel {
     await this.refresh();
   }
 
+}
+
+/** What a persist did, in a few words: "1 document saved, 3 files uploaded (2.0 KiB)", or
+ * "1 document saved, the store was already up to date". The
+ * documents that could not be saved fail the persist, and its errors name them. */
+export function persistSummary(job: IJob): string {
+  const parts: string[] = [];
+  const documents: IDocumentsReport | undefined = job.result.documents;
+  if (documents?.saved.length) {
+    parts.push(`${plural(documents.saved.length, 'document')} saved`);
+  }
+  if (job.result.uploaded) {
+    parts.push(`${plural(job.result.uploaded, 'file')} uploaded (${formatBytes(job.result.bytes_uploaded ?? 0)})`);
+  } else if (job.result.uploaded === 0) {
+    // The background sync may have carried the saved documents already: "0 files" would
+    // read as if they had not reached the store.
+    parts.push('the store was already up to date');
+  }
+  return parts.join(', ');
+}
+
+/** The pages that did not answer a persist's request to save, or '' when all did. */
+export function unansweredPages(job: IJob): string {
+  const pages: string[] = job.result.documents?.unanswered ?? [];
+  if (!pages.length) {
+    return '';
+  }
+  return (
+    `${plural(pages.length, 'browser page')} did not answer (${names(pages)}): ` +
+    'documents open there may be unsaved.'
+  );
+}
+
+function plural(count: number, noun: string): string {
+  return `${count} ${noun}${count === 1 ? '' : 's'}`;
+}
+
+function names(items: string[]): string {
+  return items.slice(0, 3).join(', ') + (items.length > 3 ? ` and ${items.length - 3} more` : '');
 }
 
 /** "all saved 12 s ago", "3 files, 120 MiB pending", … in the user's words. */

@@ -42,6 +42,8 @@ NOT_FUZZED = {
     # all a fuzzer could see. tests/test_handlers.py covers the stream; the credentials test
     # below covers its refusal.
     "GET /gpuws/api/metrics/stream",
+    # The same for the pages' documents websocket; tests/test_documents.py covers it.
+    "GET /gpuws/api/documents/stream",
 }
 # Environment restores are fuzzed, made safe rather than left out: they install into
 # `env_python`, here an empty virtual environment made for this test and snapshotted before

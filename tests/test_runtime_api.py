@@ -136,7 +136,7 @@ class TestGit:
         response = await jp_fetch("gpuws", "api", "persist", method="POST", body="{}")
         job = await finished(jp_fetch, "persist", json.loads(response.body)["id"])
         assert job["state"] == "done", job["errors"]
-        assert [s["name"] for s in job["steps"]] == ["checkpoints", "git", "sync"]
+        assert [s["name"] for s in job["steps"]] == ["documents", "checkpoints", "git", "sync"]
         repo = git.Repo(jp_root_dir)
         committed = {item.path for item in repo.head.commit.tree.traverse()}
         assert "train.py" in committed and "weights.pt" not in committed

@@ -66,8 +66,9 @@ async def test_persist_runs_a_job_with_progress_until_all_is_saved(jp_fetch: Any
     assert response.code == 202
     job = await finished(jp_fetch, "persist", json.loads(response.body)["id"])
     assert job["state"] == "done", job["errors"]
-    assert [(s["name"], s["state"]) for s in job["steps"]] == [("checkpoints", "done"), ("sync", "done")]
-    assert job["steps"][0]["detail"] == "no kernel tracks anything"
+    assert [(s["name"], s["state"]) for s in job["steps"]] == [("documents", "done"), ("checkpoints", "done"),
+                                                                ("sync", "done")]
+    assert job["steps"][1]["detail"] == "no kernel tracks anything"
     assert job["progress"]["files_done"] == job["progress"]["files_total"]
     assert sorted(p.name for p in mirror(store_dir).iterdir()) == sorted(f"f{i}.txt" for i in range(20))
     status = await get(jp_fetch, "sync")

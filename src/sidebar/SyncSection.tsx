@@ -1,7 +1,8 @@
 import React from 'react';
 
 import { formatBytes, formatDuration, percent } from '../format';
-import { SyncModel, syncSummary } from '../sync';
+import { IJob } from '../api';
+import { formatAge, persistSummary, SyncModel, syncSummary, unansweredPages } from '../sync';
 import { Bar } from './Bar';
 
 /** Sync: state, what is pending or when all was saved, errors, quota, and Persist now. */
@@ -9,8 +10,9 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
   const { model } = props;
   const status = model.status;
   const now = Date.now() / 1000;
-  const job = model.job;
+  const job = latestPersist(model.job, status?.persist);
   const running = job?.state === 'running';
+  const savingDocuments = running && job?.steps.some(s => s.name === 'documents' && s.state === 'running');
   const leaseExpired = !!status?.lease && status.lease.expires < now;
   return (
     <section className="jp-gpuws-section" aria-label="Sync">
@@ -32,7 +34,7 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
         </span>
         <span className="jp-gpuws-persist">
           {running && (
-            <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.cancel()}>
+            <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.cancel(job?.id)}>
               Cancel
             </button>
           )}
@@ -41,7 +43,7 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
             data-testid="gpuws-persist"
             disabled={running || !status || ['starting', 'disabled', 'read-only'].includes(status.state)}
             onClick={() => void model.persist()}
-            title="Upload everything now: the work directory reaches the store"
+            title="Save every open document, then upload everything: the work directory reaches the store"
           >
             {running ? 'Persisting…' : 'Persist now'}
           </button>
@@ -80,7 +82,12 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           by the rescan every {formatDuration(status.watch.rescan_interval)}, or by Persist now.
         </div>
       )}
-      {running && job && (
+      {savingDocuments && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-persist-documents">
+          Saving the open documents…
+        </div>
+      )}
+      {running && job && !savingDocuments && (
         <Bar
           label={`${job.progress.files_done} of ${job.progress.files_total} files`}
           value={
@@ -95,6 +102,26 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
       {job && job.state === 'failed' && (
         <div className="jp-gpuws-message jp-gpuws-error">Persist failed: {job.errors.join('; ')}</div>
       )}
+      {job && job.state !== 'running' && job.finished && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-persist-result">
+          Last persist {formatAge(now - job.finished)} ago
+          {persistSummary(job) ? `: ${persistSummary(job)}` : ''}
+        </div>
+      )}
+      {job && job.state !== 'running' && unansweredPages(job) && (
+        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-persist-unanswered">
+          {unansweredPages(job)}
+        </div>
+      )}
     </section>
   );
+}
+
+/** The newer of the persist this page follows and the latest the server ran (the automatic
+ * persist, another browser's). */
+function latestPersist(mine: IJob | null, latest: IJob | null | undefined): IJob | null {
+  if (!mine || !latest) {
+    return mine ?? latest ?? null;
+  }
+  return latest.started > mine.started ? latest : mine;
 }

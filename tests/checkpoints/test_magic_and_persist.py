@@ -43,7 +43,7 @@ async def test_persist_checkpoints_tracked_kernels_then_syncs(jp_fetch: Any, gpu
 
         done = await wait_for(finished, timeout=60)
         assert done["state"] == "done", done["errors"]
-        assert done["steps"][0] == {"name": "checkpoints", "state": "done", "detail": "1 of 1 kernels checkpointed"}
+        assert done["steps"][1] == {"name": "checkpoints", "state": "done", "detail": "1 of 1 kernels checkpointed"}
         manifests = list((store_dir / "test-ws" / "files" / ".gpuws" / "checkpoints" / "persist.ipynb").glob("*/manifest.json"))
         assert len(manifests) == 1 and json.loads(manifests[0].read_text())["step"] == 2
         kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
@@ -55,3 +55,5 @@ async def test_magic_persist_runs_the_server_pipeline(jp_fetch: Any, gpuws_app: 
         await nb.run(SETUP)
         out = await nb.run("%gpuws persist", timeout=120)
         assert "All saved:" in out
+        # Saved by the browser pages before anything else; none is connected in this test.
+        assert "Open documents: no browser page is connected." in out

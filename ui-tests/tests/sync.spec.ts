@@ -50,4 +50,37 @@ test.describe('Sync', () => {
     await expect(button).toHaveText('Persist now');
     expect(fs.statSync(path.join(STORE, 'checkpoint.bin')).size).toBe(160 * 2 ** 20);
   });
+
+  test('Persist now saves an open notebook with unsaved edits first', async ({ page, tmpPath }) => {
+    const name = 'persist-unsaved.ipynb';
+    await page.notebook.createNew(name);
+    await page.notebook.setCell(0, 'code', "print('edited in the browser, never saved')");
+    await page.notebook.runCell(0);
+    const dirtyTab = page.locator('.lm-DockPanel-tabBar .lm-TabBar-tab.jp-mod-dirty', { hasText: name });
+    await expect(dirtyTab).toHaveCount(1);
+    const stored = path.join(STORE, tmpPath, name); // galata works in a folder of its own
+    expect(fs.existsSync(stored) ? fs.readFileSync(stored, 'utf-8') : '').not.toContain('never saved');
+
+    await openPanel(page);
+    const button = page.locator(PANEL).getByTestId('gpuws-persist');
+    await expect(button).toBeEnabled({ timeout: 20000 });
+    await button.click();
+    const summary = /All saved: 1 document saved, (1 file uploaded|the store was already up to date)/;
+    await expect(page.locator('.Toastify__toast', { hasText: summary })).toHaveCount(1, { timeout: 30000 });
+
+    await expect(dirtyTab).toHaveCount(0);
+    // The store's copy has the edit and its output (nbformat may keep text as a list of lines).
+    const cell = JSON.parse(fs.readFileSync(stored, 'utf-8')).cells[0];
+    const text = (value: string | string[]) => ([] as string[]).concat(value).join('');
+    expect(text(cell.source)).toBe("print('edited in the browser, never saved')");
+    expect(text(cell.outputs[0].text)).toBe('edited in the browser, never saved\n');
+    const result = page.locator(PANEL).getByTestId('gpuws-persist-result');
+    // The flush uploads the notebook, unless the background sync (after the change settled)
+    // already has.
+    await expect(result).toHaveText(
+      /^Last persist \d+ s ago: 1 document saved, (1 file uploaded \([\d.]+ (B|KiB)\)|the store was already up to date)$/
+    );
+    await page.locator(PANEL).screenshot({ path: test.info().outputPath('panel-after-persist.png') });
+    await page.notebook.close(true);
+  });
 });
