@@ -122,5 +122,6 @@ def test_two_servers_sharing_a_runtime_folder_each_keep_and_checkpoint_their_own
 
         done = until(finished, 90, "Persist now")
         assert done["state"] == "done", done["errors"]
-        assert done["steps"][0] == {"name": "checkpoints", "state": "done", "detail": "1 of 1 kernels checkpointed"}
+        steps = {step["name"]: step for step in done["steps"]}
+        assert steps["checkpoints"] == {"name": "checkpoints", "state": "done", "detail": "1 of 1 kernels checkpointed"}
         assert listed(b) == [kernels[b.port]]
