@@ -13,7 +13,9 @@ from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default
 from traitlets.config import Configurable
 
 from . import __version__
-from .defaults import default_state_dir, default_store_url, derive_workspace_name, local_store_path
+from .defaults import (default_state_dir, default_store_url, derive_workspace_name, legacy_workspace_name,
+                       local_store_path)
+from .sync.workspaces import list_workspaces, remembered_choice, require_workspace
 from .documents import BrowserPages
 from .jobs import JobRunner
 from .environment import EnvironmentSupervisor
@@ -283,8 +285,15 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
     def initialize_settings(self) -> None:
         if not self.workdir:
             self.workdir = os.path.abspath(os.path.expanduser(self.serverapp.root_dir))
+        # A workspace named in the configuration, or chosen in the panel on this machine, is used
+        # as it is; otherwise the default name, or the one an earlier version derived if only
+        # that one exists in the store (decided when the sync starts, off the event loop).
+        self.legacy_workspace: str | None = None
+        if not self.workspace:
+            self.workspace = remembered_choice(self.state_dir, self.workdir) or ""
         if not self.workspace:
             self.workspace = derive_workspace_name(self.workdir)
+            self.legacy_workspace = legacy_workspace_name(self.workdir)
         disks = {"workdir": self.workdir}
         store_path = local_store_path(self.store_url)
         if store_path:
@@ -372,6 +381,40 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         except OSError:
             return False
         return record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+    def workspaces(self) -> dict[str, Any]:
+        """The store's workspaces and the one in use (blocking: the store is listed)."""
+        backend = self._store_backend()
+        try:
+            found = list_workspaces(backend)
+        finally:
+            backend.close()
+        current = next((w for w in found if w.name == self.workspace), None)
+        return {
+            "store": backend.description,
+            "current": self.workspace,
+            "current_files": current.files if current else 0,
+            "workspaces": [w.to_dict() for w in found],
+        }
+
+    def use_workspace(self, name: str) -> dict[str, Any]:
+        """Switch to another existing workspace of the store (blocking)."""
+        from .sync.store import Store
+
+        backend = self._store_backend()
+        try:
+            Store(backend, name)  # a valid name
+            require_workspace(backend, name)
+        finally:
+            backend.close()
+        self.sync.use_workspace(name, self.state_dir, self.workdir)
+        self.log.info("GPU workspace: this work directory now uses the workspace %s", name)
+        return self.workspaces()
+
+    def _store_backend(self) -> Any:
+        from .sync.store import open_backend
+
+        return open_backend(self.store_url, dict(self.storage_options))
 
     def run_async(self, coroutine: Any, timeout: float | None = None) -> Any:
         """Run a coroutine on the server's event loop from a worker thread; wait for it."""

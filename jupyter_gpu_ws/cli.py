@@ -4,6 +4,7 @@
     jupyter gpuws restore --workdir DIR --store URL [--workspace NAME]
     jupyter gpuws status  --workdir DIR --store URL [--workspace NAME]
     jupyter gpuws env snapshot|diff|restore|list --store URL [--workspace NAME] [--python PATH] [--offline]
+    jupyter gpuws workspaces --store URL [--json]
 
 Errors: one clear line on stderr and a non-zero exit.
 """
@@ -21,10 +22,12 @@ import time
 from typing import Any, Callable
 
 from . import envsnap
-from .defaults import default_state_dir, default_store_url, derive_workspace_name
+from .defaults import default_state_dir, default_store_url, derive_workspace_name, legacy_workspace_name
 from .sync import Progress, SyncEngine, SyncError, SyncSettings
+from .sync.backend import Backend
 from .sync.service import SyncService
 from .sync.store import Store, open_backend
+from .sync.workspaces import list_workspaces, require_workspace, resolve_workspace
 
 
 def _size(text: str) -> int:
@@ -71,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="the workspace in the store and what is pending here")
     store_args(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    workspaces = commands.add_parser("workspaces", help="the workspaces in a store: files, size, last write")
+    workspaces.add_argument("--store", default=None,
+                            help="fsspec URL of the store (default: $GPUWS_STORE or a local folder)")
+    workspaces.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
+                            help="fsspec option for the store, e.g. endpoint_url=http://127.0.0.1:8333")
+    workspaces.add_argument("--json", action="store_true", help="machine-readable output")
     add_env_commands(commands)
     return parser
 
@@ -111,19 +120,38 @@ def add_env_commands(commands: Any) -> None:
     env_args(listing)
 
 
-def make_engine(args: argparse.Namespace, take_lease: bool = True) -> SyncEngine:
-    workdir = os.path.abspath(os.path.expanduser(args.workdir))
+def open_workspace(args: argparse.Namespace, must_exist: bool) -> tuple[Backend, str]:
+    """The store, opened, and the workspace: the one named, else this work directory's default
+    (or the name an earlier version derived, where only that one is in the store). Both are said
+    on stderr. `must_exist`: a workspace the store does not hold is one clear error naming those
+    it does (a mistyped or defaulted name must not read as "0 files restored")."""
+    backend = open_backend(args.store or default_store_url(), dict(args.storage_option),
+                           max_concurrency=getattr(args, "concurrency", 8))
+    if args.workspace:
+        name = args.workspace
+    else:
+        workdir = os.path.abspath(os.path.expanduser(args.workdir))
+        name, _ = resolve_workspace(backend, derive_workspace_name(workdir), legacy_workspace_name(workdir))
+    Store(backend, name)  # a valid name, or a clear error
+    print(f"store: {backend.description}  workspace: {name}", file=sys.stderr)
+    if must_exist:
+        require_workspace(backend, name)
+    return backend, name
+
+
+def make_engine(args: argparse.Namespace, take_lease: bool = True, must_exist: bool = False) -> SyncEngine:
+    backend, workspace = open_workspace(args, must_exist)
     settings = SyncSettings(
-        workdir=workdir,
+        workdir=os.path.abspath(os.path.expanduser(args.workdir)),
         store_url=args.store or default_store_url(),
-        workspace=args.workspace or derive_workspace_name(workdir),
+        workspace=workspace,
         state_dir=args.state_dir or default_state_dir(),
         storage_options=dict(args.storage_option),
         concurrency=args.concurrency,
         bandwidth_limit=args.bandwidth_limit,
         quota_bytes=args.quota,
     )
-    engine = SyncEngine(settings)
+    engine = SyncEngine(settings, backend=backend)
     if take_lease:
         engine.open(take_over=args.take_over)
     return engine
@@ -210,7 +238,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    engine = make_engine(args)
+    engine = make_engine(args, take_lease=False, must_exist=True)  # reading needs no lease
     try:
         report = with_cancel(lambda progress, cancel: engine.restore(progress, cancel))
         print(f"{len(report.restored)} files restored ({report.bytes_restored / 2**20:.1f} MiB), "
@@ -225,7 +253,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    engine = make_engine(args, take_lease=False)  # looking must not stop a runtime from writing
+    engine = make_engine(args, take_lease=False, must_exist=True)  # looking must not stop a runtime from writing
     try:
         changed, deleted, unchanged, _ = engine.plan()
         status = engine.status()
@@ -248,10 +276,37 @@ def cmd_status(args: argparse.Namespace) -> int:
         engine.close()
 
 
-def env_store(args: argparse.Namespace) -> Store:
-    backend = open_backend(args.store or default_store_url(), dict(args.storage_option))
-    workspace = args.workspace or derive_workspace_name(os.path.abspath(os.path.expanduser(args.workdir)))
+def env_store(args: argparse.Namespace, must_exist: bool = True) -> Store:
+    backend, workspace = open_workspace(args, must_exist)
     return Store(backend, workspace)
+
+
+def cmd_workspaces(args: argparse.Namespace) -> int:
+    backend = open_backend(args.store or default_store_url(), dict(args.storage_option))
+    print(f"store: {backend.description}", file=sys.stderr)
+    found = list_workspaces(backend)
+    if args.json:
+        _print_json([w.to_dict() for w in found])
+        return 0
+    if not found:
+        print(f"No workspaces in {backend.description}")
+        return 0
+    rows = [("workspace", "files", "size", "last write", "by")]
+    for w in found:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(w.last_write)) if w.last_write else "unknown"
+        rows.append((w.name, f"{w.files:,}{'+' if w.more else ''}", _human(w.bytes), when,
+                     f"{w.host or '?'}:{w.folder}" if w.folder else (w.host or "")))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+def _human(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
 
 
 def _print_json(value: Any) -> None:
@@ -259,7 +314,7 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_env_snapshot(args: argparse.Namespace) -> int:
-    store = env_store(args)
+    store = env_store(args, must_exist=False)  # a first snapshot makes the workspace
     snapshot = envsnap.capture(args.python, apt=args.apt, conda=args.conda)
     result = envsnap.save_snapshot(store, snapshot, keep_all_wheels=args.keep_all_wheels)
     if args.json:
@@ -352,11 +407,16 @@ def main(argv: list[str] | None = None) -> int:
     # The engine's log lines are the server's; here every error is said once, on stderr.
     logging.getLogger("jupyter_gpu_ws").addHandler(logging.NullHandler())
     args = build_parser().parse_args(argv)
-    commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env}
+    commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env,
+                "workspaces": cmd_workspaces}
     try:
         return commands[args.command](args)
     except (SyncError, envsnap.EnvError) as err:
         print(f"jupyter gpuws: error: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - whatever happens, one line, never a traceback
+        text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        print(f"jupyter gpuws: error: {type(err).__name__}{': ' + text if text else ''}", file=sys.stderr)
         return 1
 
 

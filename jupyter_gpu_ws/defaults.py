@@ -30,12 +30,24 @@ def local_store_path(url: str) -> str | None:
 
 
 def derive_workspace_name(workdir: str) -> str:
-    """`<user>-<folder>-<hash>`: stable for the same user and path on a fresh machine."""
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = "user"
-    folder = Path(workdir).name or "root"
+    """`<user>-<folder>`: the same for the same project folder on any machine, wherever the
+    folder sits (a fresh machine often mounts it elsewhere)."""
+    return _safe(f"{_user()}-{Path(workdir).name or 'root'}")
+
+
+def legacy_workspace_name(workdir: str) -> str:
+    """The name versions before 0.2 derived, `<user>-<folder>-<hash of the absolute path>`: a
+    workspace with this name and none with the new one keeps being used."""
     digest = hashlib.sha1(os.path.abspath(workdir).encode()).hexdigest()[:8]
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in f"{user}-{folder}")
-    return f"{safe}-{digest}"
+    return f"{derive_workspace_name(workdir)}-{digest}"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "user"
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)

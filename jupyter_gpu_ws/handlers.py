@@ -25,6 +25,7 @@ from .sync.errors import (
     StoreFullError,
     SyncError,
     WorkdirError,
+    WorkspaceNotFoundError,
 )
 
 if TYPE_CHECKING:
@@ -146,6 +147,7 @@ def parse_time(name: str, text: str) -> float:
 
 # Core errors to HTTP codes, in one place.
 ERROR_STATUS: list[tuple[type[Exception], int]] = [
+    (WorkspaceNotFoundError, 404),
     (LeaseHeldError, 409),
     (DeletionGuardError, 409),
     (WorkdirError, 409),
@@ -300,6 +302,40 @@ class RestoreHandler(GpuWorkspaceHandler):
         job = start_restore(self.app.jobs, service)
         self.set_status(202)
         self.finish(job.to_dict())
+
+
+class WorkspacesHandler(GpuWorkspaceHandler):
+    """`GET /gpuws/api/workspaces`: the workspaces of the store, each with its files, bytes and
+    last write, and which one this work directory uses (a new or empty one shows the others)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        try:
+            listing = await run_blocking(self.app.workspaces)
+        except SyncError as err:
+            raise http_error(err) from err
+        self.finish(listing)
+
+
+class UseWorkspaceHandler(GpuWorkspaceHandler):
+    """`POST /gpuws/api/workspaces/use` `{"name": …}`: this work directory uses that workspace of
+    the store from now on (remembered on this machine); the sync restarts there and restores."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.json_object({"name": "string"})
+        name = body.get("name")
+        if not name:
+            raise web.HTTPError(400, 'Send {"name": "<workspace>"}, one of GET /gpuws/api/workspaces')
+        if "/" in name or name in (".", "..") or len(name) > 255:
+            raise web.HTTPError(400, f"Not a workspace name: {name[:80]!r}")
+        try:
+            listing = await run_blocking(self.app.use_workspace, name)
+        except SyncError as err:
+            raise http_error(err) from err
+        self.finish(listing)
 
 
 class JobHandler(GpuWorkspaceHandler):
@@ -529,6 +565,8 @@ def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/gpuws/api/sync", SyncHandler, kwargs),
         (r"/gpuws/api/sync/lease", LeaseHandler, kwargs),
         (r"/gpuws/api/sync/pending", PendingHandler, kwargs),
+        (r"/gpuws/api/workspaces", WorkspacesHandler, kwargs),
+        (r"/gpuws/api/workspaces/use", UseWorkspaceHandler, kwargs),
         (r"/gpuws/api/sync/restore", RestoreHandler, kwargs),
         (rf"/gpuws/api/sync/restore/{job_id}", JobHandler, {"app": app, "kind": "restore"}),
         (r"/gpuws/api/checkpoints", CheckpointsHandler, kwargs),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import subprocess
 import sys
 from pathlib import Path
@@ -71,10 +73,39 @@ def test_bad_input_is_one_line_on_stderr_and_a_non_zero_exit(tmp_path: Path, arg
     args = [a.format(tmp=tmp_path) for a in args]
     result = gpuws("sync", "--once", "--state-dir", str(tmp_path / "state"), *args)
     assert result.returncode == 1
-    lines = result.stderr.strip().splitlines()
+    lines = said(result.stderr)
     assert len(lines) == 1 and lines[0].startswith("jupyter gpuws: error: ") and message in lines[0]
     assert (tmp_path / "work" / "keep.txt").read_text() == "mine"  # nothing changed
 
 
 def test_usage_errors_exit_2() -> None:
     assert gpuws("sync").returncode == 2
+
+
+def said(stderr: str) -> list[str]:
+    """What a command said on stderr besides the store and workspace it resolved (one line)."""
+    lines = stderr.strip().splitlines()
+    return [line for line in lines if not line.startswith("store: ")]
+
+
+def test_workspaces_lists_the_store_and_restore_refuses_one_that_does_not_exist(tmp_path: Path) -> None:
+    write(tmp_path / "work", "a.txt", "aaa")
+    assert gpuws("sync", "--once", "--workdir", str(tmp_path / "work"), "--store", str(tmp_path / "store"),
+                 "--workspace", "alice-work", "--state-dir", str(tmp_path / "state")).returncode == 0
+    listing = gpuws("workspaces", "--store", str(tmp_path / "store"))
+    assert listing.returncode == 0 and listing.stderr.strip() == f"store: {tmp_path / 'store'}"
+    header, row = listing.stdout.strip().splitlines()
+    assert header.split()[:4] == ["workspace", "files", "size", "last"] and row.split()[:4] == ["alice-work", "1", "3", "B"]
+    as_json = json.loads(gpuws("workspaces", "--store", str(tmp_path / "store"), "--json").stdout)
+    assert [(w["name"], w["files"], w["bytes"]) for w in as_json] == [("alice-work", 1, 3)]
+    # A fresh machine with a defaulted (or mistyped) name: one line naming what the store holds.
+    fresh = tmp_path / "elsewhere"
+    fresh.mkdir()
+    for command in ("restore", "status"):
+        result = gpuws(command, "--workdir", str(fresh), "--store", str(tmp_path / "store"),
+                       "--state-dir", str(tmp_path / "state2"))
+        assert result.returncode == 1, command
+        resolved, error = result.stderr.strip().splitlines()
+        assert resolved.startswith(f"store: {tmp_path / 'store'}  workspace: ")
+        assert error.startswith("jupyter gpuws: error: No workspace") and "it holds: alice-work" in error
+    assert list(fresh.iterdir()) == []  # nothing restored, nothing written

@@ -194,3 +194,40 @@ class TestStoreWrittenBySomeoneElse:
         assert not os.path.lexists(jp_root_dir / "passwd")
         assert "symbolic link" in status["store_skipped"]["test-ws/files/passwd"]
         assert status["store_skipped_count"] == 1
+
+
+class TestWorkspaceChooser:
+    """A fresh machine whose default workspace is new, while the store holds the user's work
+    under another name: the panel lists it, and using it brings the files back."""
+
+    @pytest.fixture
+    def gpuws_config(self, gpuws_config: dict[str, Any], store_dir: Path) -> dict[str, Any]:
+        saved = store_dir / "someone-project" / "files" / "notes.md"
+        saved.parent.mkdir(parents=True)
+        saved.write_text("yesterday's notes")
+        config = dict(gpuws_config)
+        del config["workspace"]  # the default, derived from the user and the folder
+        return config
+
+    async def test_the_other_workspaces_are_listed_and_one_can_be_used(self, jp_fetch: Any, jp_root_dir: Path,
+                                                                      gpuws_app: Any) -> None:
+        await sync_running(jp_fetch)
+        listing = await get(jp_fetch, "workspaces")
+        assert listing["current"] == gpuws_app.workspace and listing["current"].endswith(jp_root_dir.name)
+        assert listing["current_files"] == 0
+        other = next(w for w in listing["workspaces"] if w["name"] == "someone-project")
+        assert other["files"] == 1 and other["bytes"] == len("yesterday's notes") and other["last_write"]
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("gpuws", "api", "workspaces", "use", method="POST", body='{"name": "nope"}')
+        assert err.value.code == 404 and "someone-project" in json.loads(err.value.response.body)["message"]
+        response = await jp_fetch("gpuws", "api", "workspaces", "use", method="POST",
+                                  body='{"name": "someone-project"}')
+        assert json.loads(response.body)["current"] == "someone-project"
+
+        async def restored() -> Any:
+            status = await get(jp_fetch, "sync")
+            return status if status.get("workspace") == "someone-project" and status["state"] == "idle" else None
+
+        await wait_for(restored, timeout=60)
+        assert (jp_root_dir / "notes.md").read_text() == "yesterday's notes"
+        assert gpuws_app.workspace == "someone-project"

@@ -42,6 +42,10 @@ class Backend(Protocol):
     def delete(self, key: str) -> None: ...
     def list(self, prefix: str) -> Iterator[RemoteFile]: ...
 
+    def folders(self, prefix: str) -> list[str]:
+        """The names of the folders (common prefixes) right under `prefix` ('' for the root)."""
+        ...
+
     def sweep_parts(self, prefix: str, older_than: float) -> int:
         """Remove temporary files of writes that died (a killed process) older than that many
         seconds; return how many. Younger ones may be another writer's, in flight."""

@@ -51,6 +51,7 @@ from .progress import Progress, RateLimiter
 from .scan import LocalFile, scan, stat_path
 from .store import Store, open_backend
 from .versions import Versions
+from .workspaces import write_summary
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ URGENT_SMALL = 1 << 20
 LIST_INSTEAD_OF_STAT = 32
 # The status names at most this many entries of the store that are skipped (and counts them all).
 SHOWN_SKIPPED = 100
+# Seconds between two rewrites of the workspace's summary (.gpuws/summary.json).
+SUMMARY_EVERY = 30.0
 
 
 @dataclass
@@ -184,6 +187,10 @@ class SyncEngine:
         # Housekeeping owed once the lease is taken or the store is back: temporaries of dead
         # writes, abandoned multipart uploads, the whole-store prune of versions.
         self._maintenance_due = False
+        # The workspace's summary in the store (files, bytes, last write) for `workspaces`
+        # listings: rewritten after passes that changed something, at most every SUMMARY_EVERY.
+        self._summary_due = False
+        self._summary_written = 0.0
         # The background flush after a pass that did not wait for one.
         self._flush_wanted = threading.Condition()
         self._flush_requested = False
@@ -271,6 +278,8 @@ class SyncEngine:
                     self.flush()
                 except SyncError as err:
                     log.warning("Sync: %s", err)
+                if self._summary_due:
+                    self._write_summary()
             self.lease.release()
         finally:
             self.index.close()
@@ -369,9 +378,23 @@ class SyncEngine:
             else:
                 self.state, self.last_error = "idle", None
                 self.last_sync = self.clock()
+            self._summary_due = self._summary_due or bool(report.uploaded or report.deleted)
+            if self._summary_due and (durable or time.monotonic() - self._summary_written >= SUMMARY_EVERY):
+                self._write_summary()
             if running is not None:
                 report.include(running[1])
             return report
+
+    def _write_summary(self) -> None:
+        count, size = self.index.count_and_bytes()
+        try:
+            self.lease.fence()
+            write_summary(self.store, count, size, self.lease.host, os.path.basename(self.workdir))
+        except SyncError as err:
+            log.debug("Sync: the workspace summary was not written: %s", err)
+            return
+        self._summary_due = False
+        self._summary_written = time.monotonic()
 
     def _check_store(self) -> None:
         """A store taken to be down is asked once (a read) before a pass tries any file."""

@@ -384,6 +384,18 @@ class LocalBackend:
             self._written(os.path.dirname(folder))
             folder = os.path.dirname(folder)
 
+    def folders(self, prefix: str) -> list[str]:
+        base = self._path(prefix) if prefix else self._root
+        if prefix and not self._real_folder(base, False, f"list {prefix}"):
+            return []
+        try:
+            with os.scandir(base) as entries:
+                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as err:
+            _raise_os_error(err, prefix or "the store")
+
     def list(self, prefix: str) -> Iterator[RemoteFile]:
         """Every regular file under `prefix`; links and special files are skipped (and noted),
         folders that are links are not entered."""

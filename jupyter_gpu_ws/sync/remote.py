@@ -284,6 +284,17 @@ class FsspecBackend:
                 continue
             yield RemoteFile(path[len(self.root) + 1:], int(info["size"]), _mtime(info), _etag(info))
 
+    def folders(self, prefix: str) -> list[str]:
+        base = self._path(prefix) if prefix else self.root
+        try:
+            self.fs.invalidate_cache(base)
+            entries = self.fs.ls(base, detail=True)
+        except FileNotFoundError:
+            return []
+        except Exception as err:
+            raise _remote_error(err, prefix or "the store") from err
+        return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory")
+
     def sweep_parts(self, prefix: str, older_than: float) -> int:
         cutoff = time.time() - older_than
         removed = 0

@@ -14,12 +14,18 @@ from typing import Any, Protocol
 from .engine import SyncEngine, SyncSettings
 from .errors import SyncError
 from .service import SyncService
+from .store import open_backend
+from .workspaces import remember_choice, resolve_workspace
 
 
 class SyncConfig(Protocol):
     restore_on_start: bool
     rescan_interval: float
     sync_debounce: float
+    workspace: str
+    # The name earlier versions derived for this work directory, used while the default one does
+    # not exist in the store and it does; None when the workspace was named (or chosen).
+    legacy_workspace: str | None
 
     def sync_settings(self) -> SyncSettings: ...
 
@@ -44,7 +50,14 @@ class SyncSupervisor:
     def _start(self) -> None:
         try:
             settings = self.config.sync_settings()
-            engine = SyncEngine(settings)
+            backend = open_backend(settings.store_url, settings.storage_options, settings.durable,
+                                   settings.concurrency)
+            if self.config.legacy_workspace:
+                name, why = resolve_workspace(backend, settings.workspace, self.config.legacy_workspace)
+                if why:
+                    self.log.info("GPU workspace: using %s", why)
+                    settings.workspace = self.config.workspace = name
+            engine = SyncEngine(settings, backend=backend)
             engine.open()
         except Exception as err:  # any fault at start shows, with its message, in the panel
             self.state, self.error = "error", _one_line(err)
@@ -77,6 +90,18 @@ class SyncSupervisor:
             self.log.error("GPU workspace restore failed: %s", _one_line(err))
         finally:
             self.restoring = False
+
+    def use_workspace(self, name: str, state_dir: str, workdir: str) -> None:
+        """Switch this work directory to another workspace of the store (remembered on this
+        machine): the sync stops, and starts again there, restoring what it holds."""
+        self.stop()
+        remember_choice(state_dir, workdir, name)
+        self.config.workspace = name
+        self.config.legacy_workspace = None
+        self.service = self.engine = None
+        self.state, self.error, self.restore_summary = "starting", None, None
+        self._stopping = threading.Event()
+        self.start()
 
     def stop(self) -> None:
         self._stopping.set()

