@@ -30,6 +30,9 @@ class SyncSupervisor:
         self.restore_summary: dict[str, Any] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        # Held while a restore writes the work directory (at start, and as a job): made here,
+        # before the engine, so the Git tier can wait for the restore at start too.
+        self.restore_lock = threading.Lock()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._start, name="gpuws-sync-start", daemon=True)
@@ -38,7 +41,7 @@ class SyncSupervisor:
     def _start(self) -> None:
         settings = self.config.sync_settings()
         try:
-            engine = SyncEngine(settings)
+            engine = SyncEngine(settings, restore_lock=self.restore_lock)
             engine.open()
         except SyncError as err:
             self.state, self.error = "error", str(err)
