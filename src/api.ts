@@ -229,6 +229,10 @@ export interface IGitStatus {
   push?: { state: string; time: number | null; ahead?: number; behind?: number } | null;
   last_persist?: number | null;
   last_error?: string | null;
+  /** Files left out of commits because their attributes name a filter driver. */
+  filtered?: number | null;
+  /** Why no git command runs now (a restore is writing the work directory). */
+  waiting?: string | null;
 }
 
 export interface IRuntimeState {

@@ -290,3 +290,25 @@ def test_without_a_git_executable_the_persist_reports_instead_of_crashing(work, 
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ERROR: git is not installed: no git executable on PATH"
     assert _tracked(work) == set()
+
+
+def test_git_waits_while_a_restore_writes_the_work_directory(work, monkeypatch):
+    """A restore may be writing .git/ (its config among it): no git command runs meanwhile."""
+    import threading
+
+    import jupyter_gpu_ws.runtime.gitrepo as gitrepo
+
+    monkeypatch.setattr(gitrepo, "RESTORE_WAIT", 0.05)
+    restoring = threading.Lock()
+    _write(work / "a.py")
+    versioning = GitVersioning(GitSettings(workdir=str(work)), clock=lambda: T0, restore_lock=restoring)
+    before = versioning.status()
+    assert before["uncommitted"] == 1 and before["waiting"] is None
+    with restoring:
+        _write(work / "b.py")
+        during = versioning.status()
+        result = versioning.commit()
+    assert during["waiting"] and during["uncommitted"] == 1  # the last status, not a new one
+    assert result.sha is None and "restore is writing the work directory" in (result.error or "")
+    assert _tracked(work) == set()
+    assert versioning.commit().sha is not None and _tracked(work) == {"a.py", "b.py"}
