@@ -13,7 +13,7 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from tornado import web, websocket
 
 from .checkpoints.coordinator import CheckpointRequestError
-from .envsnap import EnvError, InterpreterError, SnapshotNotFoundError
+from .envsnap import EnvError, InterpreterError, SnapshotNotFoundError, SourcesNotAllowedError, UnsafeSnapshotError
 from .persist import start_restore
 from .sync.errors import (
     DeletionGuardError,
@@ -82,6 +82,8 @@ ERROR_STATUS: list[tuple[type[Exception], int]] = [
     (StoreFullError, 507),
     (SyncError, 503),  # store unreachable or misconfigured, sync not running
     (SnapshotNotFoundError, 404),
+    (UnsafeSnapshotError, 422),  # the store's snapshot, not the request, is malformed: nothing is run
+    (SourcesNotAllowedError, 409),
     (InterpreterError, 409),
     (EnvError, 500),
 ]
@@ -202,24 +204,29 @@ class EnvSnapshotsHandler(GpuWorkspaceHandler):
 
 
 class EnvRestoreHandler(GpuWorkspaceHandler):
-    """`POST /gpuws/api/env/restore` `{"snapshot": id?, "offline": false, "uninstall": false}`:
-    install what differs from the snapshot (the latest by default), as a job with progress."""
+    """`POST /gpuws/api/env/restore` `{"snapshot": id?, "offline": false, "uninstall": false,
+    "allow_sources": false}`: install what differs from the snapshot (the latest by default), as
+    a job with progress; `result.sources` lists what it fetches and builds from VCS or URL
+    sources, which only `allow_sources` permits (else a 409 naming them)."""
+
+    FLAGS = ("offline", "uninstall", "allow_sources")
 
     @web.authenticated
     @authorized
     async def post(self) -> None:
         body = self.json_body({})
-        if not isinstance(body, dict) or set(body) - {"snapshot", "offline", "uninstall"}:
-            raise web.HTTPError(400, 'Expected {"snapshot": "<id>", "offline": bool, "uninstall": bool}')
+        if not isinstance(body, dict) or set(body) - {"snapshot", *self.FLAGS}:
+            raise web.HTTPError(400, 'Expected {"snapshot": "<id>", "offline": bool, "uninstall": bool, '
+                                     '"allow_sources": bool}')
         snapshot = body.get("snapshot")
         if snapshot is not None and not isinstance(snapshot, str):
             raise web.HTTPError(400, '"snapshot" is a snapshot id (a string)')
-        for flag in ("offline", "uninstall"):
+        for flag in self.FLAGS:
             if not isinstance(body.get(flag, False), bool):
                 raise web.HTTPError(400, f'"{flag}" is true or false')
         try:
             job = await run_blocking(self.app.environment.start_restore, snapshot, body.get("offline", False),
-                                     body.get("uninstall", False))
+                                     body.get("uninstall", False), body.get("allow_sources", False))
         except (SyncError, EnvError) as err:
             raise http_error(err) from err
         self.set_status(202)

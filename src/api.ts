@@ -259,6 +259,14 @@ export interface IRuntimeState {
   git: IGitStatus | null;
 }
 
+/** A package a restore would fetch and build from a VCS commit or a URL. */
+export interface IEnvSource {
+  name: string;
+  version: string;
+  kind: string;
+  source: string;
+}
+
 export interface IEnvState {
   state: 'capturing' | 'no-snapshot' | 'matches' | 'differs' | 'error';
   python: string;
@@ -279,6 +287,8 @@ export interface IEnvState {
     matches: boolean;
   } | null;
   compatibility: Array<{ level: 'ok' | 'info' | 'warn' | 'error'; message: string }>;
+  /** What restoring the latest snapshot would fetch and build (only with allow_sources). */
+  sources: IEnvSource[];
   snapshots: Array<{ id: string; stamp: string; hash12: string }>;
   error: string | null;
   snapshot_job: IJob | null;

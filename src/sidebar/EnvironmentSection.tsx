@@ -35,6 +35,11 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
         )}
       </h3>
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
+      {env?.error && env.state !== 'error' && (
+        <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-env-refused">
+          {env.error}
+        </div>
+      )}
       <div className={`jp-gpuws-line jp-gpuws-env-${env?.state ?? 'unknown'}`} data-testid="gpuws-env-summary">
         {!env || env.state === 'capturing'
           ? 'Reading the environment…'
