@@ -72,12 +72,7 @@ def save_snapshot(store: Store, snapshot: dict[str, Any], python: str | None = N
     `keep_all_wheels` every package gets its wheel, so a restore needs no index. `python` is
     the interpreter that builds them (default: the snapshot's own).
     """
-    try:
-        latest = store.read_json(LATEST)
-    except ValueError:
-        latest = None
-    if not isinstance(latest, dict) or not isinstance(latest.get("id"), str) or not SNAPSHOT_ID.match(latest["id"]):
-        latest = None  # not ours to trust: the new snapshot becomes the latest
+    latest = _usable_latest(store)
     new = not latest or latest.get("hash") != snapshot["hash"]
     if not new and not keep_all_wheels:
         return SaveResult(latest["id"], new=False)
@@ -99,6 +94,16 @@ def save_snapshot(store: Store, snapshot: dict[str, Any], python: str | None = N
     store.write_json(f"{ENV}/{snapshot['id']}.json", snapshot)
     store.write_json(LATEST, {"id": snapshot["id"], "hash": snapshot["hash"]})
     return SaveResult(snapshot["id"], new=True, wheels_added=added, not_reproducible=snapshot["not_reproducible"])
+
+
+def _usable_latest(store: Store) -> dict[str, Any] | None:
+    """{id, hash} of the latest snapshot if it can be used; a refused one (or a pointer to
+    nothing) counts as none, so the new snapshot replaces it whatever hash it claims."""
+    try:
+        latest = load_snapshot(store)
+    except (SnapshotNotFoundError, UnsafeSnapshotError):
+        return None
+    return {"id": latest["id"], "hash": latest.get("hash")}
 
 
 def _store_wheels(store: Store, packages: list[dict[str, Any]], python: str, log: Log | None,

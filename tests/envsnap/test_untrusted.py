@@ -20,6 +20,7 @@ from jupyter_gpu_ws.envsnap import (
     diff,
     load_snapshot,
     restore,
+    save_snapshot,
     validate_snapshot,
 )
 from jupyter_gpu_ws.envsnap.lock import requirement
@@ -123,6 +124,22 @@ def test_a_hostile_latest_snapshot_is_refused_where_it_is_read(store_copy: Store
     (root / LATEST).write_text("{not json")
     with pytest.raises(UnsafeSnapshotError, match="not JSON"):
         load_snapshot(store_copy)
+
+
+def test_a_new_snapshot_replaces_a_refused_latest_one_whatever_hash_it_claims(store_copy: Store,
+                                                                                source_python: str) -> None:
+    root = Path(store_copy.backend.root) / store_copy.workspace / ".gpuws"  # type: ignore[attr-defined]
+    current = capture(source_python, include_torch=False, machine=False)
+    latest = json.loads((root / LATEST).read_text())
+    path = root / ENV / f"{latest['id']}.json"
+    # Their snapshot claims this environment's hash, so it would pass for "unchanged".
+    hostile = {**json.loads(path.read_text()), "hash": current["hash"]}
+    hostile["packages"].append({"name": "--index-url=http://127.0.0.1:9/simple", "version": "1.0"})
+    path.write_text(json.dumps(hostile))
+    (root / LATEST).write_text(json.dumps({"id": latest["id"], "hash": current["hash"]}))
+    result = save_snapshot(store_copy, current)
+    assert result.new and result.id != latest["id"]
+    assert load_snapshot(store_copy)["id"] == result.id
 
 
 def test_the_snapshots_own_id_field_is_never_trusted(store_copy: Store) -> None:
