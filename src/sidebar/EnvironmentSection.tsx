@@ -46,7 +46,9 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
           : env.state === 'error'
             ? `Cannot read the environment: ${env.error}`
             : env.state === 'no-snapshot'
-              ? 'No snapshot yet: Persist now or Snapshot now takes one'
+              ? env.error
+                ? "The store's latest snapshot cannot be used (below): Snapshot now takes a new one"
+                : 'No snapshot yet: Persist now or Snapshot now takes one'
               : env.state === 'matches'
                 ? `Matches the snapshot of ${when(env.latest!.captured_at)}`
                 : `Differs from the snapshot of ${when(env.latest!.captured_at)}`}
