@@ -154,6 +154,7 @@ class GitVersioning:
         self.last_error: str | None = None
         self.last_result: CommitResult | None = None
         self.last_status: dict[str, Any] | None = None
+        self._committing = False  # commit() holds the restore lock (status must not say "restoring")
         self.push_state: dict[str, Any] = {"state": "never" if settings.remote else "disabled", "time": None}
 
     # --- the repository ---------------------------------------------------------------------
@@ -239,6 +240,7 @@ class GitVersioning:
             if restore is not None and not restore.acquire(timeout=RESTORE_WAIT):
                 result.error = f"{RESTORING}; not committed now (the next persist commits)"
             else:
+                self._committing = True
                 try:
                     opened = self._open(create=True)
                     if opened is None:
@@ -250,6 +252,7 @@ class GitVersioning:
                 except (git.GitError, GitError, OSError) as err:
                     result.error = _one_line(err)
                 finally:
+                    self._committing = False
                     if restore is not None:
                         restore.release()
             self.last_error = result.error
@@ -351,6 +354,8 @@ class GitVersioning:
             return state
         restore = self.restore_lock
         if restore is not None and not restore.acquire(blocking=False):
+            if self._committing:  # our own persist holds it: its commit shows at the next look
+                return self.last_status or state
             return {**(self.last_status or state), "waiting": RESTORING}
         try:
             opened = self._open()

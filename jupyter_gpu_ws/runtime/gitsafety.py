@@ -83,7 +83,7 @@ TRUSTED_SCOPES = frozenset({"system", "global"})
 LOCKED_RECEIVE_PACK = (
     "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c receive.denyCurrentBranch=refuse "
     "-c receive.denyDeleteCurrent=refuse -c core.alternateRefsCommand=true -c receive.autogc=false "
-    "-c receive.procReceiveRefs= -c protocol.ext.allow=never receive-pack"
+    "-c protocol.ext.allow=never receive-pack"
 )
 
 
