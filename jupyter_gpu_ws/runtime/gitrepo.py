@@ -454,6 +454,8 @@ def _valid_ref(repo: git.Repo, ref: str) -> str:
 def _push_urls(repo: git.Repo, remote: str) -> tuple[list[str], bool]:
     """Where a push to `remote` goes: a configured remote's push URLs (else its URLs), all of
     them as git does; or `remote` itself, a URL or path. And whether it is a configured remote."""
+    if "/" in remote or remote in ("", ".", ".."):  # git's rule: never a remote's name, so a URL or path
+        return [remote], False
     for variable in ("pushurl", "url"):
         try:
             out = repo.git.config("--get-all", f"remote.{remote}.{variable}", env=_READ_ENV)

@@ -374,3 +374,15 @@ def test_the_filter_drivers_of_every_level_are_listed_from_gits_own_listing() ->
 ])
 def test_which_urls_git_reaches_as_a_repository_on_this_machine(url: str, local: bool) -> None:
     assert is_local_url(url) is local
+
+
+def test_a_url_setting_is_pushed_to_as_given_even_if_the_config_has_a_remote_of_that_name(tmp_path: Path,
+                                                                                          ran: Ran) -> None:
+    """As git: a name with '/' is a URL or path, never looked up among the configured remotes."""
+    work = _work(tmp_path)
+    mine, theirs = _bare(tmp_path / "mine.git"), _bare(tmp_path / "theirs.git")
+    _config(work, f"remote.{mine}.url", str(theirs))
+    result = GitVersioning(GitSettings(workdir=str(work), remote=str(mine))).commit()
+    assert result.pushed is True
+    assert _git(mine, "rev-parse", "refs/heads/main").strip() == result.sha
+    assert _git(theirs, "for-each-ref").strip() == ""
