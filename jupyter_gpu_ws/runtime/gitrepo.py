@@ -246,9 +246,10 @@ class GitVersioning:
                     if opened is None:
                         result.error = f"no Git repository at {self.workdir} (enable git init to create one)"
                     else:
-                        self._commit(*opened, result)
-                        if self.settings.remote and (result.sha or self.push_state["state"] != "pushed"):
-                            self._push(opened[0], result)
+                        with opened[0]:  # ends GitPython's cat-file processes when done
+                            self._commit(*opened, result)
+                            if self.settings.remote and (result.sha or self.push_state["state"] != "pushed"):
+                                self._push(opened[0], result)
                 except (git.GitError, GitError, OSError) as err:
                     result.error = _one_line(err)
                 finally:
@@ -360,7 +361,8 @@ class GitVersioning:
         try:
             opened = self._open()
             if opened is not None:
-                self._describe(*opened, state)
+                with opened[0]:
+                    self._describe(*opened, state)
         except (git.GitError, OSError, ValueError) as err:
             state["last_error"] = _one_line(err)
         finally:
