@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -476,8 +477,11 @@ def _push_isolated(repo: git.Repo, url: str, sha: str, ref: str, timeout: float)
         runner = git.Git(repo.working_tree_dir)  # relative paths in URLs mean what they meant
         runner.update_environment(**gitsafety.static_environment(offline=False))
         runner.init("-q", "--bare", "--template=", scratch, env=_QUIET_ENV)
+        common = os.path.realpath(repo.common_dir)
         with open(os.path.join(scratch, "objects", "info", "alternates"), "w", encoding="utf-8") as f:
-            f.write(os.path.join(os.path.realpath(repo.common_dir), "objects") + "\n")
+            f.write(os.path.join(common, "objects") + "\n")
+        if os.path.isfile(os.path.join(common, "shallow")):  # a shallow clone: where its history stops
+            shutil.copyfile(os.path.join(common, "shallow"), os.path.join(scratch, "shallow"))
         runner.update_environment(GIT_DIR=scratch)
         gitsafety.protect(runner, offline=False)  # the user's system and global values, nothing else
         locked = ["--receive-pack", gitsafety.LOCKED_RECEIVE_PACK] if gitsafety.is_local_url(url) else []
