@@ -113,6 +113,9 @@ def add_env_commands(commands: Any) -> None:
     restore.add_argument("--snapshot", default=None, metavar="ID", help="the snapshot to restore (default: latest)")
     restore.add_argument("--offline", action="store_true", help="only the store's wheels, never an index")
     restore.add_argument("--uninstall", action="store_true", help="also remove packages the snapshot does not have")
+    restore.add_argument("--allow-sources", action="store_true",
+                         help="fetch and build packages whose origin is a VCS commit or a URL (their build code "
+                              "runs here); without it such a restore is refused, naming them")
     restore.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto",
                          help="uv (the default when installed) or pip")
     restore.add_argument("--verbose", "-v", action="store_true", help="show the installer's output")
@@ -370,9 +373,14 @@ def cmd_env_restore(args: argparse.Namespace) -> int:
         if args.verbose:
             print(line, file=sys.stderr)
 
+    if args.allow_sources:
+        for source in envsnap.restore_sources(snapshot, store, args.python, args.offline):
+            print(f"Fetching and building {source['name']} {source['version']} from {source['source']}",
+                  file=sys.stderr)
     try:
         report = envsnap.restore(snapshot, store, args.python, offline=args.offline, uninstall=args.uninstall,
-                                 progress=progress, cancel=cancel, log=log, installer=args.installer)
+                                 progress=progress, cancel=cancel, log=log, installer=args.installer,
+                                 allow_sources=args.allow_sources)
     finally:
         signal.signal(signal.SIGINT, previous)
     if args.json:

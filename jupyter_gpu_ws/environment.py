@@ -10,8 +10,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from .envsnap import EnvError, SnapshotNotFoundError, capture, compatibility, diff, list_snapshots, load_snapshot
-from .envsnap import read_machine, restore, save_snapshot
+from .envsnap import EnvError, SnapshotNotFoundError, SourcesNotAllowedError, capture, compatibility, diff
+from .envsnap import list_snapshots, load_snapshot, read_machine, restore, restore_sources, save_snapshot
 from .jobs import Job, Step
 from .sync.errors import SyncError
 
@@ -156,11 +156,18 @@ class EnvironmentSupervisor:
             self.compared = {"latest": None, "diff": None, "compatibility": [], "error": str(err)}
             return
         verdicts = compatibility(snapshot, read_machine(self.nvml()), self.current.get("python"))
+        try:
+            sources = restore_sources(snapshot, self.store(), self.python(), current=self.current)
+        except (SyncError, EnvError, OSError):
+            sources = []  # the restore itself checks again, and refuses
         self.compared = {
             "latest": {"id": snapshot.get("id"), "captured_at": snapshot.get("captured_at"),
                        "hash": snapshot.get("hash"), "packages": len(snapshot.get("packages", []))},
             "diff": diff(self.current, snapshot).to_dict(),
             "compatibility": [v.to_dict() for v in verdicts],
+            # What a restore would fetch and build from VCS or URL sources: the restore dialog
+            # lists them beside the checkbox that allows it.
+            "sources": sources,
         }
 
     # -- the API -----------------------------------------------------------------------------
@@ -188,6 +195,7 @@ class EnvironmentSupervisor:
             "latest": latest,
             "diff": compared.get("diff"),
             "compatibility": compared.get("compatibility", []),
+            "sources": compared.get("sources", []),
             "snapshots": self.snapshots(),
             "error": self.error or compared.get("error"),
             "snapshot_job": _summary(self.app.jobs.latest("env-snapshot")),
@@ -217,16 +225,23 @@ class EnvironmentSupervisor:
         self.store()  # a clear SyncError now, not a failed job later
         return self.app.jobs.start("env-snapshot", [("snapshot", self.snapshot_step())])
 
-    def start_restore(self, snapshot_id: str | None, offline: bool, uninstall: bool) -> Job:
+    def start_restore(self, snapshot_id: str | None, offline: bool, uninstall: bool,
+                      allow_sources: bool = False) -> Job:
+        """The restore job; before any, a clear error for an unknown or refused snapshot, and for
+        sources to build without `allow_sources`. The job's answer lists the sources it builds."""
         store = self.store()
-        snapshot = load_snapshot(store, snapshot_id)  # SnapshotNotFoundError before any job
+        snapshot = load_snapshot(store, snapshot_id)  # SnapshotNotFoundError, UnsafeSnapshotError
+        sources = restore_sources(snapshot, store, self.python(), offline)
+        if sources and not allow_sources:
+            raise SourcesNotAllowedError(sources)
 
         def run(job: Job, step: Step) -> None:
             def progress(done: int, total: int, current: str) -> None:
                 job.progress.set_items(done, total, current, "installing")
 
             report = restore(snapshot, store, self.python(), offline=offline, uninstall=uninstall,
-                             progress=progress, cancel=job.cancel_event, log=lambda line: _log(job, line))
+                             progress=progress, cancel=job.cancel_event, log=lambda line: _log(job, line),
+                             allow_sources=allow_sources)
             job.result["restore"] = report.to_dict()
             job.result["snapshot"] = snapshot.get("id")
             step.detail = (f"{len(report.installed)} installed, {len(report.skipped)} already right"
@@ -235,7 +250,8 @@ class EnvironmentSupervisor:
                 job.errors.append(f"{failure['name']}: {failure['message']}")
             self.refresh()
 
-        return self.app.jobs.start("env-restore", [("restore", run)])
+        return self.app.jobs.start("env-restore", [("restore", run)],
+                                   result={"snapshot": snapshot["id"], "sources": sources})
 
 
 def _log(job: Job, line: str) -> None:

@@ -16,7 +16,7 @@ from tornado import web, websocket
 
 from .checkpoints.coordinator import CheckpointRequestError
 from .documents import ERROR
-from .envsnap import EnvError, InterpreterError, SnapshotNotFoundError
+from .envsnap import EnvError, InterpreterError, SnapshotNotFoundError, SourcesNotAllowedError, UnsafeSnapshotError
 from .persist import start_restore
 from .sync.errors import (
     DeletionGuardError,
@@ -155,6 +155,8 @@ ERROR_STATUS: list[tuple[type[Exception], int]] = [
     (StoreFullError, 507),
     (SyncError, 503),  # store unreachable or misconfigured, sync not running
     (SnapshotNotFoundError, 404),
+    (UnsafeSnapshotError, 422),  # the store's snapshot, not the request, is malformed: nothing is run
+    (SourcesNotAllowedError, 409),
     (InterpreterError, 409),
     (EnvError, 500),
 ]
@@ -271,17 +273,22 @@ class EnvSnapshotsHandler(GpuWorkspaceHandler):
 
 
 class EnvRestoreHandler(GpuWorkspaceHandler):
-    """`POST /gpuws/api/env/restore` `{"snapshot": id?, "offline": false, "uninstall": false}`:
-    install what differs from the snapshot (the latest by default), as a job with progress."""
+    """`POST /gpuws/api/env/restore` `{"snapshot": id?, "offline": false, "uninstall": false,
+    "allow_sources": false}`: install what differs from the snapshot (the latest by default), as
+    a job with progress; `result.sources` lists what it fetches and builds from VCS or URL
+    sources, which only `allow_sources` permits (else a 409 naming them)."""
+
+    FLAGS = ("offline", "uninstall", "allow_sources")
 
     @web.authenticated
     @authorized
     async def post(self) -> None:
         # A null snapshot, like none, means the latest.
-        body = self.json_object({"snapshot": ("string", "null"), "offline": "boolean", "uninstall": "boolean"})
+        body = self.json_object({"snapshot": ("string", "null"), **{flag: "boolean" for flag in self.FLAGS}})
         try:
             job = await run_blocking(self.app.environment.start_restore, body.get("snapshot"),
-                                     body.get("offline", False), body.get("uninstall", False))
+                                     body.get("offline", False), body.get("uninstall", False),
+                                     body.get("allow_sources", False))
         except (SyncError, EnvError) as err:
             raise http_error(err) from err
         self.set_status(202)

@@ -75,7 +75,8 @@ class RuntimeSupervisor:
         app = self.app
         return GitVersioning(GitSettings(workdir=app.workdir, init=app.git_init, max_file_size=app.git_max_file_size,
                                          remote=app.git_remote or None, branch=app.git_branch or None,
-                                         **({"include": tuple(app.git_include)} if app.git_include else {})))
+                                         **({"include": tuple(app.git_include)} if app.git_include else {})),
+                             restore_lock=app.sync.restore_lock)
 
     # -- start and stop ----------------------------------------------------------------------
 

@@ -272,6 +272,10 @@ export interface IGitStatus {
   push?: { state: string; time: number | null; ahead?: number; behind?: number } | null;
   last_persist?: number | null;
   last_error?: string | null;
+  /** Files left out of commits because their attributes name a filter driver. */
+  filtered?: number | null;
+  /** Why no git command runs now (a restore is writing the work directory). */
+  waiting?: string | null;
 }
 
 export interface IRuntimeState {
@@ -298,6 +302,14 @@ export interface IRuntimeState {
   git: IGitStatus | null;
 }
 
+/** A package a restore would fetch and build from a VCS commit or a URL. */
+export interface IEnvSource {
+  name: string;
+  version: string;
+  kind: string;
+  source: string;
+}
+
 export interface IEnvState {
   state: 'capturing' | 'no-snapshot' | 'matches' | 'differs' | 'error';
   python: string;
@@ -318,6 +330,8 @@ export interface IEnvState {
     matches: boolean;
   } | null;
   compatibility: Array<{ level: 'ok' | 'info' | 'warn' | 'error'; message: string }>;
+  /** What restoring the latest snapshot would fetch and build (only with allow_sources). */
+  sources: IEnvSource[];
   snapshots: Array<{ id: string; stamp: string; hash12: string }>;
   error: string | null;
   snapshot_job: IJob | null;

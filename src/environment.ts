@@ -2,9 +2,55 @@
 // environment followed to its end, then the offer to restart the kernels.
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { ServiceManager } from '@jupyterlab/services';
+import { Widget } from '@lumino/widgets';
 
-import { IEnvState, IJob, requestAPI } from './api';
+import { IEnvSource, IEnvState, IJob, requestAPI } from './api';
 import { PolledModel } from './polled';
+
+/** The restore dialog's body: what will happen, and, where packages would be fetched and built
+ * from VCS or URL sources, each source listed beside the checkbox that allows it (unchecked: the
+ * server refuses such a restore and says which). Text only: nothing from a snapshot is markup. */
+export class RestoreDialogBody extends Widget {
+  constructor(count: number, sources: IEnvSource[]) {
+    super();
+    this.addClass('jp-gpuws-env-restore-dialog');
+    const intro = document.createElement('p');
+    intro.textContent =
+      `${count} package${count === 1 ? '' : 's'} will be installed as in the snapshot, from the store's ` +
+      'wheels first. Nothing is uninstalled. Running kernels keep the old versions until restarted.';
+    this.node.appendChild(intro);
+    if (!sources.length) {
+      return;
+    }
+    const label = document.createElement('label');
+    label.className = 'jp-gpuws-env-allow-sources';
+    this._checkbox = document.createElement('input');
+    this._checkbox.type = 'checkbox';
+    this._checkbox.setAttribute('data-testid', 'gpuws-env-allow-sources');
+    label.appendChild(this._checkbox);
+    label.appendChild(
+      document.createTextNode(
+        ` Also fetch and build ${sources.length} package${sources.length === 1 ? '' : 's'} from ` +
+          'these sources (their build code runs on this machine):'
+      )
+    );
+    this.node.appendChild(label);
+    const list = document.createElement('ul');
+    list.className = 'jp-gpuws-env-sources';
+    for (const source of sources) {
+      const item = document.createElement('li');
+      item.textContent = `${source.name} ${source.version}: ${source.source}`;
+      list.appendChild(item);
+    }
+    this.node.appendChild(list);
+  }
+
+  getValue(): { allowSources: boolean } {
+    return { allowSources: this._checkbox?.checked ?? false };
+  }
+
+  private _checkbox: HTMLInputElement | null = null;
+}
 
 export class EnvironmentModel extends PolledModel {
   state: IEnvState | null = null;
@@ -46,15 +92,14 @@ export class EnvironmentModel extends PolledModel {
     const count = d ? d.removed.length + d.changed.length : 0;
     const answer = await showDialog({
       title: 'Restore the environment?',
-      body:
-        `${count} package${count === 1 ? '' : 's'} will be installed as in the snapshot, from the store's ` +
-        'wheels first. Nothing is uninstalled. Running kernels keep the old versions until restarted.',
+      body: new RestoreDialogBody(count, this.state?.sources ?? []),
       buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Restore' })]
     });
     if (!answer.button.accept) {
       return;
     }
-    const job = await this._follow('env/restore', '{}', 'Restoring the environment…');
+    const body = JSON.stringify({ allow_sources: answer.value?.allowSources ?? false });
+    const job = await this._follow('env/restore', body, 'Restoring the environment…');
     if (!job) {
       return;
     }

@@ -5,9 +5,10 @@ No Tornado or Jupyter Server here: the server's handlers, the CLI and the magic 
 
 from .capture import capture, content_hash, read_machine
 from .diff import Change, EnvDiff, Verdict, compatibility, diff
-from .errors import EnvError, InstallerError, InterpreterError, SnapshotNotFoundError
+from .errors import EnvError, InstallerError, InterpreterError, SnapshotNotFoundError, SourcesNotAllowedError
+from .errors import UnsafeSnapshotError
 from .lock import lock_text, requirement
-from .restore import RestoreReport, restore
+from .restore import RestoreReport, restore, restore_sources
 from .snapshots import (
     SaveResult,
     SnapshotInfo,
@@ -15,9 +16,11 @@ from .snapshots import (
     load_snapshot,
     save_snapshot,
 )
+from .validate import safe_text, validate_snapshot
 
 __all__ = [
     "Change", "EnvDiff", "EnvError", "InstallerError", "InterpreterError", "RestoreReport", "SaveResult",
-    "SnapshotInfo", "SnapshotNotFoundError", "Verdict", "capture", "compatibility", "content_hash", "diff",
-    "list_snapshots", "load_snapshot", "lock_text", "read_machine", "requirement", "restore", "save_snapshot",
+    "SnapshotInfo", "SnapshotNotFoundError", "SourcesNotAllowedError", "UnsafeSnapshotError", "Verdict", "capture",
+    "compatibility", "content_hash", "diff", "list_snapshots", "load_snapshot", "lock_text", "read_machine",
+    "requirement", "restore", "restore_sources", "safe_text", "save_snapshot", "validate_snapshot",
 ]

@@ -12,8 +12,9 @@ from typing import Any, Callable, Literal
 from ..sync.store import Store
 from .capture import packages_by_name, probe_environment, resolve_python
 from .commands import Log, find_uv, run_command
-from .errors import InstallerError
+from .errors import InstallerError, SourcesNotAllowedError
 from .lock import index_options, requirement, unreproducible_reason
+from .validate import validate_snapshot
 from .wheels import WHEELS, find_wheels, pip_python, same_version, stored_wheels
 
 Progress = Callable[[int, int, str], None]  # (packages done, packages in all, what is being installed)
@@ -33,6 +34,7 @@ class RestoreReport:
     pending: list[str] = field(default_factory=list)
     cancelled: bool = False
     installer: str = ""
+    sources: list[dict[str, str]] = field(default_factory=list)  # fetched and built (allow_sources)
 
     @property
     def ok(self) -> bool:
@@ -50,15 +52,17 @@ class Installer:
     python: str
     uv: str | None = None
 
-    def install(self, args: list[str]) -> list[str]:
+    # "--" ends the options: whatever a requirement or a name says, it is never read as one.
+    def install(self, options: list[str], requirements: list[str]) -> list[str]:
         if self.kind == "uv":
-            return [self.uv or "uv", "pip", "install", "--python", self.python, *args]
-        return [self.python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", *args]
+            return [self.uv or "uv", "pip", "install", "--python", self.python, *options, "--", *requirements]
+        return [self.python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", *options,
+                "--", *requirements]
 
     def uninstall(self, names: list[str]) -> list[str]:
         if self.kind == "uv":
-            return [self.uv or "uv", "pip", "uninstall", "--python", self.python, *names]
-        return [self.python, "-m", "pip", "uninstall", "--yes", "--disable-pip-version-check", *names]
+            return [self.uv or "uv", "pip", "uninstall", "--python", self.python, "--", *names]
+        return [self.python, "-m", "pip", "uninstall", "--yes", "--disable-pip-version-check", "--", *names]
 
 
 def choose_installer(python: str, prefer: InstallerChoice = "auto") -> Installer:
@@ -117,7 +121,7 @@ class _Run:
             self.report.pending += [p["name"] for p, _ in items]
             return
         self.step(f"{len(items)} packages {what}")
-        if len(items) > 1 and self.run(self.installer.install(options + [line for _, line in items])) is None:
+        if len(items) > 1 and self.run(self.installer.install(options, [line for _, line in items])) is None:
             self.report.installed += [p["name"] for p, _ in items]
             self.step("", len(items))
             return
@@ -126,7 +130,7 @@ class _Run:
                 self.report.pending += [p["name"] for p, _ in items[index:]]
                 return
             self.step(package["name"])
-            error = self.run(self.installer.install(options + [line]))
+            error = self.run(self.installer.install(options, [line]))
             if error is None:
                 self.report.installed.append(package["name"])
             else:
@@ -146,29 +150,75 @@ def fetch_wheels(store: Store, filenames: list[str], cache_dir: str) -> None:
         os.replace(partial, target)  # an interrupted copy is never taken for a wheel
 
 
+def source_of(package: dict[str, Any]) -> str | None:
+    """What restoring `package` from its origin fetches and builds (a VCS commit, a URL), or None
+    for a package an index serves by name and version."""
+    kind = (package.get("origin") or {}).get("kind", "index")
+    if kind in ("index", "unknown"):
+        return None
+    line = requirement(package)
+    return line.split(" @ ", 1)[1] if line else None
+
+
+def sources_to_build(packages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Those of `packages` that would be fetched and built from VCS or URL sources."""
+    return [{"name": p["name"], "version": p["version"], "kind": p["origin"]["kind"], "source": source}
+            for p in packages if (source := source_of(p))]
+
+
+def split_by_wheel(packages: list[dict[str, Any]], kept: list[str]) -> tuple[list[dict[str, Any]],
+                                                                              list[dict[str, Any]]]:
+    """(those with a wheel among `kept`, the rest)."""
+    from_store, others = [], []
+    for package in packages:
+        (from_store if find_wheels(kept, package["name"], package["version"]) else others).append(package)
+    return from_store, others
+
+
+def restore_sources(snapshot: dict[str, Any], store: Store, python: str, offline: bool = False,
+                    current: dict[str, Any] | None = None) -> list[dict[str, str]]:
+    """The VCS and URL sources a restore of `snapshot` into `python` would fetch and build: the
+    packages it would install that have no wheel in the store (none when `offline`)."""
+    if offline:
+        return []
+    validate_snapshot(snapshot)
+    if current is None:
+        current = probe_environment(resolve_python(python), include_torch=False)
+    to_install, _, _ = plan(snapshot, current)
+    _, from_index = split_by_wheel(to_install, stored_wheels(store) if to_install else [])
+    return sources_to_build(from_index)
+
+
 def restore(snapshot: dict[str, Any], store: Store, python: str = sys.executable, offline: bool = True,
             uninstall: bool = False, progress: Progress | None = None, cancel: threading.Event | None = None,
-            log: Log | None = None, installer: InstallerChoice = "auto", cache_dir: str | None = None) -> RestoreReport:
+            log: Log | None = None, installer: InstallerChoice = "auto", cache_dir: str | None = None,
+            allow_sources: bool = False) -> RestoreReport:
     """Install into `python` what differs from `snapshot` (missing, or at another version).
 
+    The snapshot is checked first (`validate_snapshot`): one bad entry and nothing is installed.
     Packages with a wheel in the store are installed from it without an index; the rest come
-    from the index unless `offline`, and are reported failed if they cannot. Packages the
-    snapshot lacks are removed only with `uninstall`. `cancel` is honoured between installer
-    runs: a run that started finishes, so no package is left half-installed. Meant to run in
-    a thread; `progress` and `log` are called from it.
+    from the index unless `offline`, and are reported failed if they cannot. Packages whose
+    origin is a VCS commit or a URL are fetched and built (running their build code) only with
+    `allow_sources`; without it, SourcesNotAllowedError names them before anything is
+    installed. A local folder is never built from the path a snapshot names: only its wheel
+    in the store restores it. Packages the snapshot lacks are removed only with `uninstall`.
+    `cancel` is honoured between installer runs: a run that started finishes, so no package is
+    left half-installed. Meant to run in a thread; `progress` and `log` are called from it.
     """
+    validate_snapshot(snapshot)
     python = resolve_python(python)
     chosen = choose_installer(python, installer)
     current = probe_environment(python, include_torch=False)
     to_install, skipped, extra = plan(snapshot, current)
+    kept = stored_wheels(store) if to_install else []
+    from_store, from_index = split_by_wheel(to_install, kept)
+    sources = [] if offline else sources_to_build(from_index)
+    if sources and not allow_sources:
+        raise SourcesNotAllowedError(sources)
     removals = sorted(set(extra) - PROTECTED) if uninstall else []
-    report = RestoreReport(skipped=skipped, installer=chosen.kind)
+    report = RestoreReport(skipped=skipped, installer=chosen.kind, sources=sources)
     run = _Run(chosen, len(to_install) + len(removals), progress, cancel, log, report)
     run.step("")
-    kept = stored_wheels(store) if to_install else []
-    from_store, from_index = [], []
-    for package in to_install:
-        (from_store if find_wheels(kept, package["name"], package["version"]) else from_index).append(package)
     with tempfile.TemporaryDirectory(prefix="gpuws-restore-") as scratch:
         cache = cache_dir or scratch
         fetch_wheels(store, [w for p in from_store for w in find_wheels(kept, p["name"], p["version"])], cache)

@@ -19,8 +19,9 @@ from typing import Any
 
 from ..sync.store import Store, version_stamp
 from .commands import Log
-from .errors import SnapshotNotFoundError
+from .errors import SnapshotNotFoundError, UnsafeSnapshotError
 from .lock import index_options, lock_text
+from .validate import safe_text, validate_snapshot
 from .wheels import WHEELS, build_wheels, find_wheels, stored_wheels, wheel_identity
 
 ENV = "env"
@@ -71,7 +72,7 @@ def save_snapshot(store: Store, snapshot: dict[str, Any], python: str | None = N
     `keep_all_wheels` every package gets its wheel, so a restore needs no index. `python` is
     the interpreter that builds them (default: the snapshot's own).
     """
-    latest = store.read_json(LATEST)
+    latest = _usable_latest(store)
     new = not latest or latest.get("hash") != snapshot["hash"]
     if not new and not keep_all_wheels:
         return SaveResult(latest["id"], new=False)
@@ -93,6 +94,16 @@ def save_snapshot(store: Store, snapshot: dict[str, Any], python: str | None = N
     store.write_json(f"{ENV}/{snapshot['id']}.json", snapshot)
     store.write_json(LATEST, {"id": snapshot["id"], "hash": snapshot["hash"]})
     return SaveResult(snapshot["id"], new=True, wheels_added=added, not_reproducible=snapshot["not_reproducible"])
+
+
+def _usable_latest(store: Store) -> dict[str, Any] | None:
+    """{id, hash} of the latest snapshot if it can be used; a refused one (or a pointer to
+    nothing) counts as none, so the new snapshot replaces it whatever hash it claims."""
+    try:
+        latest = load_snapshot(store)
+    except (SnapshotNotFoundError, UnsafeSnapshotError):
+        return None
+    return {"id": latest["id"], "hash": latest.get("hash")}
 
 
 def _store_wheels(store: Store, packages: list[dict[str, Any]], python: str, log: Log | None,
@@ -130,15 +141,30 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> dict[str, Any
     """The snapshot with this id, or the latest one; SnapshotNotFoundError when there is none."""
     where = f"{store.backend.description}/{store.workspace}"
     if snapshot_id is None:
-        latest = store.read_json(LATEST)
+        latest = _read(store, LATEST, None)
         if not latest:
             raise SnapshotNotFoundError(
                 f"No environment snapshot in the store {where}: take one with `jupyter gpuws env snapshot`")
+        if not isinstance(latest, dict) or not isinstance(latest.get("id"), str) \
+                or not SNAPSHOT_ID.match(latest["id"]):
+            raise UnsafeSnapshotError(f"{LATEST} in {where} does not name a snapshot (see `jupyter gpuws env list`)")
         snapshot_id = latest["id"]
     if not SNAPSHOT_ID.match(snapshot_id):
-        raise SnapshotNotFoundError(f"Not a snapshot id: {snapshot_id!r} (see `jupyter gpuws env list`)")
-    snapshot = store.read_json(f"{ENV}/{snapshot_id}.json")
+        raise SnapshotNotFoundError(f"Not a snapshot id: {safe_text(snapshot_id)} (see `jupyter gpuws env list`)")
+    snapshot = _read(store, f"{ENV}/{snapshot_id}.json", snapshot_id)
     if snapshot is None:
         raise SnapshotNotFoundError(f"No snapshot {snapshot_id} in the store {where} (see `jupyter gpuws env list`)")
+    try:
+        validate_snapshot(snapshot)
+    except UnsafeSnapshotError as err:
+        raise UnsafeSnapshotError(err.reason, snapshot_id) from None
+    snapshot["id"] = snapshot_id  # the file's name, checked above; never the text inside it
     return snapshot
+
+
+def _read(store: Store, name: str, snapshot_id: str | None) -> Any:
+    try:
+        return store.read_json(name)
+    except ValueError as err:  # not JSON (UnicodeDecodeError is one too)
+        raise UnsafeSnapshotError(f"{name} is not JSON ({safe_text(str(err))})", snapshot_id) from None
 

@@ -112,14 +112,16 @@ def _fetch(packages: list[dict[str, Any]], pip: str, out_dir: str, log: Log | No
         return []
     pins = [f"{p['name']}=={p['version']}" for p in packages]
     download = [pip, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", out_dir, *indexes]
-    if run_command(download + pins, log) is None:
+    # "--" before what comes from a package record: never read as an option.
+    if run_command(download + ["--", *pins], log) is None:
         return []
     failures = []
     for package, pin in zip(packages, pins):
-        if run_command(download + [pin], log) is None:
+        if run_command(download + ["--", pin], log) is None:
             continue
         # No wheel on the index (an sdist only): build one at that exact version.
-        error = run_command([pip, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out_dir, *indexes, pin], log)
+        error = run_command([pip, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out_dir, *indexes, "--", pin],
+                            log)
         if error is not None:
             failures.append(WheelFailure(package["name"], f"no wheel of {pin} could be fetched or built: {error}"))
     return failures
@@ -136,11 +138,11 @@ def _build(package: dict[str, Any], python: str, pip: str, out_dir: str, log: Lo
         shutil.copy(source, out_dir)  # installed from a wheel file that is still there
         return None
     wheel = [pip, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out_dir]
-    attempts = [wheel + ["--no-build-isolation", source]]
+    attempts = [wheel + ["--no-build-isolation", "--", source]]
     uv = find_uv()
     if uv and os.path.exists(source):  # uv builds folders and source archives, not URLs
-        attempts.append([uv, "build", "--wheel", "--out-dir", out_dir, "--python", python, source])
-    attempts.append(wheel + [source])
+        attempts.append([uv, "build", "--wheel", "--out-dir", out_dir, "--python", python, "--", source])
+    attempts.append(wheel + ["--", source])
     error = None
     for command in attempts:
         error = run_command(command, log)

@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import re
+import stat
 import threading
 import time
 import uuid
@@ -142,7 +143,7 @@ def index_path(state_dir: str, settings_workdir: str, backend: Backend, workspac
 
 class SyncEngine:
     def __init__(self, settings: SyncSettings, backend: Backend | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, restore_lock: threading.Lock | None = None) -> None:
         self.settings = settings
         self.workdir = os.path.abspath(os.path.expanduser(settings.workdir))
         self.clock = clock
@@ -178,6 +179,9 @@ class SyncEngine:
         self.on_writable: Callable[[], None] | None = None
         self._pass_lock = threading.Lock()
         self._running: tuple[Progress, PassReport] | None = None  # the pass in progress
+        # Held while a restore writes into the work directory; the Git tier waits for it (a
+        # restore may be writing `.git/`). Shared with the server, which makes it before us.
+        self.restore_lock = restore_lock or threading.Lock()
         self._dirty: set[str] = set()
         self._dirty_lock = threading.Lock()
         self.last_change = 0.0  # monotonic time of the last change the watcher reported
@@ -828,7 +832,7 @@ class SyncEngine:
         """Bring back what the work directory lacks; where both differ, keep both."""
         progress = progress or Progress()
         report = RestoreReport()
-        with self._pass_lock:
+        with self.restore_lock, self._pass_lock:
             check_workdir(self.workdir)
             remote = self.store.list_files()
             progress.plan(len(remote), sum(f.size for f in remote.values()), "restoring")
@@ -893,6 +897,7 @@ class SyncEngine:
             size = self.backend.get(self.store.file_key(rel), tmp)
             if size != remote.size:
                 raise StoreUnavailableError(f"got {size} of {remote.size} bytes")
+            plain_data(tmp)
             if remote.mtime:
                 os.utime(tmp, (remote.mtime, remote.mtime))
         except BaseException:
@@ -929,6 +934,7 @@ class SyncEngine:
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         tmp = dest + PART_SUFFIX
         self.backend.get(self.store.version_key(rel, version), tmp)
+        plain_data(tmp)
         os.rename(tmp, dest)
         return target
 
@@ -1036,6 +1042,14 @@ def _has_files(folder: str) -> bool:
         if files:
             return True
     return False
+
+
+def plain_data(path: str) -> None:
+    """Whatever the store or its backend says, what comes from it is never executable: a hook
+    under `.git/hooks/` (or any script) needs the user's own chmod to run. Read and write bits
+    stay as the file was created (the umask's)."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    os.chmod(path, mode & 0o666)
 
 
 def _inside(root: str, path: str) -> bool:

@@ -42,6 +42,9 @@ class SyncSupervisor:
         self.restoring = False
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        # Held while a restore writes the work directory (at start, and as a job): made here,
+        # before the engine, so the Git tier can wait for the restore at start too.
+        self.restore_lock = threading.Lock()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._start, name="gpuws-sync-start", daemon=True)
@@ -57,7 +60,7 @@ class SyncSupervisor:
                 if why:
                     self.log.info("GPU workspace: using %s", why)
                     settings.workspace = self.config.workspace = name
-            engine = SyncEngine(settings, backend=backend)
+            engine = SyncEngine(settings, backend=backend, restore_lock=self.restore_lock)
             engine.open()
         except Exception as err:  # any fault at start shows, with its message, in the panel
             self.state, self.error = "error", _one_line(err)

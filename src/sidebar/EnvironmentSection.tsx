@@ -35,13 +35,20 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
         )}
       </h3>
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
+      {env?.error && env.state !== 'error' && (
+        <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-env-refused">
+          {env.error}
+        </div>
+      )}
       <div className={`jp-gpuws-line jp-gpuws-env-${env?.state ?? 'unknown'}`} data-testid="gpuws-env-summary">
         {!env || env.state === 'capturing'
           ? 'Reading the environment…'
           : env.state === 'error'
             ? `Cannot read the environment: ${env.error}`
             : env.state === 'no-snapshot'
-              ? 'No snapshot yet: Persist now or Snapshot now takes one'
+              ? env.error
+                ? "The store's latest snapshot cannot be used (below): Snapshot now takes a new one"
+                : 'No snapshot yet: Persist now or Snapshot now takes one'
               : env.state === 'matches'
                 ? `Matches the snapshot of ${when(env.latest!.captured_at)}`
                 : `Differs from the snapshot of ${when(env.latest!.captured_at)}`}

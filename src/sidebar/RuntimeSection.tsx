@@ -130,6 +130,15 @@ export function GitSection(props: { git: IGitStatus }): JSX.Element {
         {git.uncommitted ? ` · ${git.uncommitted} uncommitted` : ''}
         {git.push?.state && git.push.state !== 'disabled' ? ` · push ${git.push.state}` : ''}
       </div>
+      {git.filtered ? (
+        <div
+          className="jp-gpuws-line jp-gpuws-subtle"
+          title="Their attributes name a filter driver (git-lfs, say); filters never run for automatic commits, so commit these yourself"
+        >
+          {git.filtered} file{git.filtered === 1 ? '' : 's'} with a filter driver left out
+        </div>
+      ) : null}
+      {git.waiting && <div className="jp-gpuws-line jp-gpuws-subtle">{git.waiting}</div>}
       {git.last_commit && (
         <div className="jp-gpuws-line jp-gpuws-subtle" title={git.last_commit.message}>
           {git.last_commit.sha.slice(0, 7)} {git.last_commit.message.split('\n')[0]} (

@@ -6,10 +6,14 @@ python lies), which is all these tests and the code under test use.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
@@ -130,3 +134,53 @@ def no_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
 
 def packages(snapshot: dict[str, Any]) -> dict[str, str]:
     return {p["name"]: p["version"] for p in snapshot["packages"]}
+
+
+class FileServer(ThreadingHTTPServer):
+    """A web server on 127.0.0.1 serving one folder, and logging every request it gets: an
+    "attacker's index", or the place a URL origin points to."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, directory=str(folder), **kwargs)
+
+            def do_GET(self) -> None:
+                server.requests.append(self.path)
+                super().do_GET()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def file_server(tmp_path: Path) -> Iterator[FileServer]:
+    folder = tmp_path / "served"
+    folder.mkdir()
+    server = FileServer(folder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def serve_wheel_of(store: Store, name: str, server: FileServer) -> dict[str, Any]:
+    """Move `name`'s wheel out of the store onto `server`: the package's origin becomes that URL
+    (an archive, as PEP 610 records one), and no wheel of it is kept."""
+    wheels = Path(store.backend.root) / store.workspace / ".gpuws" / "wheels"  # type: ignore[attr-defined]
+    [wheel] = [w for w in wheels.iterdir() if w.name.startswith(name.replace("-", "_") + "-")]
+    target = server.folder / wheel.name
+    shutil.move(str(wheel), target)
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()
+    return {"kind": "archive", "url": f"{server.url}/{wheel.name}", "hash": f"sha256={digest}"}

@@ -68,3 +68,34 @@ def test_a_failed_package_makes_restore_exit_1_naming_it(source_python: str, new
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("jupyter gpuws: error: ")]
     assert sorted(line.split()[3].rstrip(":") for line in errors) == sorted(PINNED)
+
+
+def test_sources_are_built_only_with_allow_sources(store_copy: Any, new_venv: Any, file_server: Any,
+                                                   no_index: Callable[[], None]) -> None:
+    """A URL origin with no wheel in the store: refused in one line naming it, then, with
+    --allow-sources, announced and installed."""
+    from tests.envsnap.conftest import serve_wheel_of
+
+    origin = serve_wheel_of(store_copy, LOCAL[0], file_server)
+    env = Path(store_copy.backend.root) / "ws" / ".gpuws" / "env"
+    path = env / f"{json.loads((env / 'latest.json').read_text())['id']}.json"
+    snapshot = json.loads(path.read_text())
+    for package in snapshot["packages"]:
+        if package["name"] == LOCAL[0]:
+            package["origin"] = origin
+    path.write_text(json.dumps(snapshot))
+    no_index()
+    python = new_venv()
+    where = ["--store", store_copy.backend.root, "--workspace", "ws", "--python", python]
+
+    refused = gpuws_env("restore", *where)
+    assert refused.returncode == 1 and refused.stdout == ""
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("jupyter gpuws: error: Restoring would fetch and build 1 package ")
+    assert origin["url"] in line and "--allow-sources" in line
+    assert file_server.requests == [] and LOCAL[0] not in versions(python)
+
+    allowed = gpuws_env("restore", *where, "--allow-sources")
+    assert allowed.returncode == 0, allowed.stderr
+    assert f"Fetching and building {LOCAL[0]} {LOCAL[1]} from {origin['url']}" in allowed.stderr
+    assert versions(python)[LOCAL[0]] == LOCAL[1]

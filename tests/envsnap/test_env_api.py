@@ -4,6 +4,7 @@ latest snapshot, a change noticed, a snapshot and an offline restore as jobs, an
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,8 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 import jupyter_gpu_ws.environment
-from tests.envsnap.conftest import PINNED
+from jupyter_gpu_ws.sync.store import Store, open_backend
+from tests.envsnap.conftest import LOCAL, PINNED, FileServer, serve_wheel_of, versions
 from tests.test_sync_api import finished, get, sync_running, wait_for
 
 
@@ -85,6 +87,7 @@ async def test_persist_takes_a_snapshot_too(jp_fetch: Any, store_dir: Path) -> N
 
 
 @pytest.mark.parametrize(("body", "code"), [('{"snapshot": 5}', 400), ('{"offline": "yes"}', 400),
+                                            ('{"allow_sources": 1}', 400),
                                             ('{"other": 1}', 400), ("[]", 400), ('{"snapshot": "../../x"}', 404),
                                             ("{}", 404)])
 async def test_restore_refuses_bad_input_and_a_missing_snapshot(jp_fetch: Any, body: str, code: int,
@@ -164,3 +167,74 @@ async def test_the_machine_is_read_where_the_monitor_reads_it(jp_fetch: Any, gpu
     machine = state["current"]["machine"]
     assert machine["driver_version"] == "550.54.15" and machine["cuda_driver_version"] == "12.4"
     assert [g["compute_capability"] for g in machine["gpus"]] == ["9.0", "8.0"]
+
+
+class TestSnapshotsFromSomeoneElse:
+    """The store's latest snapshot was written elsewhere (the session's snapshot of the source
+    environment, every wheel kept), then changed as below; the kernels' environment is empty."""
+
+    @pytest.fixture
+    def env_python(self, new_venv: Callable[[str], str]) -> str:
+        return new_venv("kernel-env")
+
+    @pytest.fixture
+    def their_store(self, snapshot_store: tuple[Path, Any], store_dir: Path) -> Store:
+        shutil.copytree(snapshot_store[0] / "ws" / ".gpuws", store_dir / "test-ws" / ".gpuws", dirs_exist_ok=True)
+        return Store(open_backend(str(store_dir)), "test-ws")
+
+    @staticmethod
+    def rewrite_latest(store: Store, change: Callable[[dict[str, Any]], None]) -> None:
+        env = Path(store.backend.root) / "test-ws" / ".gpuws" / "env"  # type: ignore[attr-defined]
+        path = env / f"{json.loads((env / 'latest.json').read_text())['id']}.json"
+        snapshot = json.loads(path.read_text())
+        change(snapshot)
+        path.write_text(json.dumps(snapshot))
+
+    async def test_sources_to_build_are_listed_and_need_allow_sources(
+            self, jp_fetch: Any, their_store: Store, file_server: FileServer, env_python: str,
+            no_index: Callable[[], None]) -> None:
+        no_index()
+        origin = serve_wheel_of(their_store, LOCAL[0], file_server)
+
+        def from_a_url(snapshot: dict[str, Any]) -> None:
+            for package in snapshot["packages"]:
+                if package["name"] == LOCAL[0]:
+                    package["origin"] = origin
+
+        self.rewrite_latest(their_store, from_a_url)
+        await sync_running(jp_fetch)
+        state = await env_state(jp_fetch, "differs")
+        source = {"name": LOCAL[0], "version": LOCAL[1], "kind": "archive",
+                  "source": f"{origin['url']}#{origin['hash']}"}
+        assert state["sources"] == [source]  # what the restore dialog lists beside its checkbox
+
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("gpuws", "api", "env", "restore", method="POST", body="{}")
+        message = json.loads(err.value.response.body)["message"]
+        assert err.value.code == 409 and LOCAL[0] in message and origin["url"] in message
+        assert file_server.requests == [] and LOCAL[0] not in versions(env_python)
+
+        response = await jp_fetch("gpuws", "api", "env", "restore", method="POST", body='{"allow_sources": true}')
+        assert json.loads(response.body)["result"]["sources"] == [source]  # in the answer, before the install
+        job = await finished(jp_fetch, "env/restore", json.loads(response.body)["id"])
+        assert job["state"] == "done", job["errors"]
+        assert versions(env_python)[LOCAL[0]] == LOCAL[1] and file_server.requests
+
+    async def test_an_injected_option_is_refused_and_shown_not_installed(
+            self, jp_fetch: Any, their_store: Store, file_server: FileServer, env_python: str,
+            gpuws_app: Any) -> None:
+        self.rewrite_latest(their_store, lambda snapshot: snapshot["packages"].append(
+            {"name": f"--index-url={file_server.url}/simple", "version": "1.0"}))
+        await sync_running(jp_fetch)
+
+        async def refused() -> Any:
+            state = await get(jp_fetch, "env")
+            return state if state["error"] else None
+
+        state = await wait_for(refused, timeout=120)
+        assert "is refused" in state["error"] and "--index-url" in state["error"] and state["diff"] is None
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("gpuws", "api", "env", "restore", method="POST", body='{"allow_sources": true}')
+        assert err.value.code == 422 and "--index-url" in json.loads(err.value.response.body)["message"]
+        assert gpuws_app.jobs.latest("env-restore") is None
+        assert file_server.requests == [] and set(versions(env_python)) <= {"pip", "setuptools", "wheel"}

@@ -290,3 +290,45 @@ def test_without_a_git_executable_the_persist_reports_instead_of_crashing(work, 
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ERROR: git is not installed: no git executable on PATH"
     assert _tracked(work) == set()
+
+
+def test_git_waits_while_a_restore_writes_the_work_directory(work, monkeypatch):
+    """A restore may be writing .git/ (its config among it): no git command runs meanwhile."""
+    import threading
+
+    import jupyter_gpu_ws.runtime.gitrepo as gitrepo
+
+    monkeypatch.setattr(gitrepo, "RESTORE_WAIT", 0.05)
+    restoring = threading.Lock()
+    _write(work / "a.py")
+    versioning = GitVersioning(GitSettings(workdir=str(work)), clock=lambda: T0, restore_lock=restoring)
+    before = versioning.status()
+    assert before["uncommitted"] == 1 and before["waiting"] is None
+    with restoring:
+        _write(work / "b.py")
+        during = versioning.status()
+        result = versioning.commit()
+    assert during["waiting"] and during["uncommitted"] == 1  # the last status, not a new one
+    assert result.sha is None and "restore is writing the work directory" in (result.error or "")
+    assert _tracked(work) == set()
+    assert versioning.commit().sha is not None and _tracked(work) == {"a.py", "b.py"}
+
+
+def test_pushes_from_a_shallow_clone(tmp_path):
+    """The push runs from a repository of its own that borrows the objects; a shallow clone's
+    history stops where its `shallow` file says, which that repository must know too."""
+    bare = tmp_path / "remote.git"
+    _git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    seed = tmp_path / "seed"
+    _git(tmp_path, "clone", "-q", str(bare), str(seed))
+    for n in range(3):
+        _write(seed / "train.py", str(n))
+        _git(seed, "add", "train.py")
+        _git(seed, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "-m", f"c{n}")
+    _git(seed, "push", "-q", "origin", "HEAD:main")
+    shallow = tmp_path / "shallow"
+    _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{bare}", str(shallow))
+    _write(shallow / "train.py", "3")
+    result = _versioning(shallow, remote="origin").commit()
+    assert result.pushed is True, result.error
+    assert _git(bare, "rev-parse", "refs/heads/main").strip() == result.sha

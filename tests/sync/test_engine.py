@@ -490,3 +490,38 @@ def test_restore_skips_a_fifo_in_the_store_and_brings_the_rest(workdir: Path, st
     assert tree_files(fresh) == {"a.txt": b"a", "sub/b.txt": b"b"}
     assert not os.path.lexists(fresh / "sub" / "pipe")
     assert "FIFO" in engine.status()["store_skipped"]["ws/files/sub/pipe"]
+
+
+class ModeKeepingBackend(LocalBackend):
+    """A store whose downloads keep the stored file's mode (as a `shutil.copy2` or an rsync
+    would), and that notes whether the restore lock is held while it is read."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.lock_held_while_reading: list[bool] = []
+        self.engine: SyncEngine | None = None
+
+    def get(self, key: str, local: str, progress: Any = None) -> int:
+        size = super().get(key, local, progress)
+        os.chmod(local, os.stat(self._path(key)).st_mode & 0o7777)
+        if self.engine is not None:
+            self.lock_held_while_reading.append(self.engine.restore_lock.locked())
+        return size
+
+
+def test_nothing_restored_is_executable_whatever_the_store_says(workdir: Path, store_dir: Path, tmp_path: Path,
+                                                                make_engine: Make) -> None:
+    """A hook under .git/hooks/ (or any script) from the store needs the user's own chmod to run."""
+    for rel in (".git/hooks/post-commit", ".git/hooks/pre-push", "scripts/run.sh"):
+        path = write(mirror(store_dir), rel, "#!/bin/sh\ntouch /tmp/owned\n")
+        path.chmod(0o6755)  # executable, even setuid and setgid
+    backend = ModeKeepingBackend(str(store_dir))
+    engine = make_engine(workdir, backend=backend)
+    backend.engine = engine
+    report = engine.restore()
+    assert sorted(report.restored) == [".git/hooks/post-commit", ".git/hooks/pre-push", "scripts/run.sh"]
+    for rel in report.restored:
+        mode = (workdir / rel).stat().st_mode
+        assert mode & 0o7111 == 0 and mode & 0o600 == 0o600, (rel, oct(mode))
+    assert backend.lock_held_while_reading == [True] * 3  # the Git tier waits for it
+    assert not engine.restore_lock.locked()
