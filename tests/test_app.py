@@ -42,10 +42,11 @@ def test_out_of_range_settings_are_refused(name: str, value: float) -> None:
         GpuWorkspace(**{name: value})
 
 
-def test_workspace_name_is_stable_and_safe() -> None:
+def test_workspace_name_is_stable_safe_and_the_same_wherever_the_folder_sits() -> None:
     first = derive_workspace_name("/content/my project")
     assert first == derive_workspace_name("/content/my project")
-    assert first != derive_workspace_name("/other/my project")
+    assert first == derive_workspace_name("/other/my project")  # another machine, another mount
+    assert first != derive_workspace_name("/content/other project")
     assert " " not in first and "my-project" in first
 
 
