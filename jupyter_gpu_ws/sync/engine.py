@@ -316,14 +316,20 @@ class SyncEngine:
     # -- what is pending ---------------------------------------------------------------------
 
     def mark_dirty(self, paths: Iterable[str]) -> None:
-        """Paths (relative, '/'-separated) that may have changed, from the watcher."""
+        """Paths (relative, '/'-separated) that may have changed, from the watcher. A folder
+        that appeared stands for its files, each counted as pending at once, so the status
+        is true before the pass that uploads them begins."""
         with self._dirty_lock:
             self.last_change = time.monotonic()
             for rel in paths:
                 self._dirty.add(rel)
                 local = stat_path(self.workdir, rel, self.rules)
-                self.pending_set.note(rel, local, self.index.get(rel),
-                                      local is not None or os.path.lexists(self._abs(rel)))
+                exists = local is not None or os.path.lexists(self._abs(rel))
+                self.pending_set.note(rel, local, self.index.get(rel), exists)
+                if local is None and exists and os.path.isdir(self._abs(rel)) and not os.path.islink(self._abs(rel)) \
+                        and not self.rules.ignored(rel, is_dir=True):
+                    for f in scan(self.workdir, self.rules, rel):
+                        self.pending_set.note(f.path, f, self.index.get(f.path), True)
 
     def pending(self) -> tuple[int, int]:
         """Files and bytes not in the store (what the last look found; vanished paths dropped)."""
@@ -349,6 +355,7 @@ class SyncEngine:
         if not self.lease.held:
             raise LeaseHeldError("This runtime does not hold the workspace lease: open the engine first")
         progress = progress or Progress()
+        paths = None if paths is None else list(paths)
         running = self._running
         if running is not None:
             running[0].attach(progress)
@@ -363,6 +370,8 @@ class SyncEngine:
                     if self._maintenance_due:
                         self._maintain()
                     self._sync(paths, progress, cancel, durable, report)
+                    if self.backend.abandoned_uploads() and not report.stopped:
+                        self.backend.abort_uploads(f"{self.settings.workspace}/")  # cut by an outage
                 finally:
                     self._running = None
                     if self.backend.flushes and self.lease.held:  # elsewhere a completed write is durable
@@ -372,6 +381,9 @@ class SyncEngine:
                             self._flush_soon()
             except SyncError as err:
                 self.state, self.last_error = ("read-only" if self.read_only else "error"), str(err)
+                if paths:  # not done: the watcher's news must not be lost with this pass
+                    with self._dirty_lock:
+                        self._dirty.update(paths)
                 raise
             except Exception as err:
                 self.state, self.last_error = "error", f"Sync failed: {err}"
@@ -414,6 +426,8 @@ class SyncEngine:
         changed, deleted, report.unchanged, total_records = self.plan(paths)
         if paths is None:
             self.pending_set.replace(changed, deleted)
+        else:
+            self.pending_set.include(changed, deleted)
         changed = [f for f in changed if not self.pending_set.known_problem(f)]
         known = {f.path: self.index.get(f.path) for f in changed}  # each record looked up once
         # Checkpoints that their run's retention replaced are no sign of a vanished work directory.

@@ -275,6 +275,9 @@ class LocalBackend:
     def abort_uploads(self, prefix: str) -> int:
         return 0  # a temporary file is all an interrupted write leaves here (sweep_parts)
 
+    def abandoned_uploads(self) -> int:
+        return 0
+
     def _folder_of(self, path: str, doing: str) -> None:
         """Check the folder of an entry that is to exist: FileNotFoundError where it does not."""
         if not self._real_folder(os.path.dirname(path), False, doing):

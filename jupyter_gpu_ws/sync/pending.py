@@ -72,6 +72,15 @@ class PendingSet:
                 for path in [p for p in self.problems if p.startswith(prefix) or p == rel]:
                     del self.problems[path]
 
+    def include(self, changed: Iterable[LocalFile], deleted: Iterable[str]) -> None:
+        """What a pass over some paths found to differ (the files of a new folder, which the
+        watcher reports as one path, among them)."""
+        with self._lock:
+            for f in changed:
+                self._set(f.path, f.size, "waiting")
+            for rel in deleted:
+                self._set(rel, 0, "deleting")
+
     def replace(self, changed: Iterable[LocalFile], deleted: Iterable[str]) -> None:
         """After a full plan: exactly these differ (their states and errors are kept)."""
         with self._lock:

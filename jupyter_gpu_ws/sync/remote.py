@@ -56,6 +56,7 @@ class FsspecBackend:
         self._swap_lock = threading.Lock()
         self._swap_checked: str | None = None  # "" once the store proved its conditional writes
         self._uploads: set[str] = set()  # multipart uploads this process has in flight
+        self._abandoned = 0  # uploads whose abort failed
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -221,7 +222,7 @@ class FsspecBackend:
                 try:
                     await fs._call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
                 except Exception:  # noqa: BLE001 - abort_uploads() clears it once the store answers
-                    pass
+                    self._abandoned += 1
                 raise
         finally:
             os.close(fd)
@@ -461,10 +462,15 @@ class FsspecBackend:
             return aborted
 
         try:
-            return fsspec_sync(self.fs.loop, abort_all)
-        except Exception as err:  # noqa: BLE001 - tried again when the lease is next taken
+            aborted = fsspec_sync(self.fs.loop, abort_all)
+            self._abandoned = 0
+            return aborted
+        except Exception as err:  # noqa: BLE001 - tried again after the next pass
             log.warning("Sync: cannot list or abort the store's unfinished uploads: %s", err)
             return 0
+
+    def abandoned_uploads(self) -> int:
+        return self._abandoned
 
     flushes = False  # a completed PUT is durable
 

@@ -242,7 +242,10 @@ class SyncService:
                 self._safely(engine.prune_versions)
             if self._retry_at is not None and now >= self._retry_at:
                 self._retry_at = None
-                engine.mark_dirty(engine.pending_set.paths())  # everything that waits goes now
+                if engine.store_down is not None:
+                    self._need_rescan = True  # the store may be back: look at everything once
+                else:
+                    engine.mark_dirty(engine.pending_set.paths())  # everything that waits goes now
             if self._need_rescan or now >= next_rescan:
                 self._need_rescan = False
                 next_rescan = now + self.rescan_interval

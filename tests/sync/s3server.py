@@ -96,6 +96,7 @@ class S3Server:
         self.secret_key = secret_key
         self.process: subprocess.Popen[bytes] | None = None
         self.port = 0
+        self.ports: list[int] = []  # kept, so a restart answers where clients look
         self.log_path = self.data_dir / "weed.log"
 
     @property
@@ -115,8 +116,11 @@ class S3Server:
     def start(self, timeout: float = 60.0) -> None:
         weed = find_weed()
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
-        # HTTP ports whose gRPC twin (port + 10000) must be free as well.
-        s3, master, volume, filer, admin = free_ports(5, also_free_at=10000)
+        # HTTP ports whose gRPC twin (port + 10000) must be free as well; the same ones again
+        # when the server is started again after a stop (an outage that ends).
+        if not self.ports:
+            self.ports = free_ports(5, also_free_at=10000)
+        s3, master, volume, filer, admin = self.ports
         self.port = s3
         args = [
             weed, "mini",
