@@ -231,3 +231,81 @@ class TestWorkspaceChooser:
         await wait_for(restored, timeout=60)
         assert (jp_root_dir / "notes.md").read_text() == "yesterday's notes"
         assert gpuws_app.workspace == "someone-project"
+
+
+class TestStartupFaults:
+    """Whatever is wrong at start shows in the status with its reason, and nothing is lost."""
+
+    @pytest.fixture
+    def fault(self) -> str:
+        return "lease"
+
+    @pytest.fixture
+    def gpuws_config(self, gpuws_config: dict[str, Any], store_dir: Path, tmp_path: Path, jp_root_dir: Path,
+                     fault: str) -> dict[str, Any]:
+        from jupyter_gpu_ws.sync import LocalBackend
+        from jupyter_gpu_ws.sync.engine import index_path
+
+        config = dict(gpuws_config)
+        if fault == "lease":
+            lease = store_dir / "test-ws" / ".gpuws" / "lease.json"
+            lease.parent.mkdir(parents=True)
+            lease.write_text('{"holder": "abc", "host": "elsewh')  # truncated mid-write
+        elif fault == "record":
+            (mirror(store_dir)).mkdir(parents=True)
+            (mirror(store_dir) / "shared.txt").write_text("the store's copy")
+            (jp_root_dir / "shared.txt").write_text("the local copy")
+            path = Path(index_path(config["state_dir"], str(jp_root_dir), LocalBackend(str(store_dir)), "test-ws"))
+            path.parent.mkdir(parents=True)
+            path.write_bytes(b"SQLite format 3\x00" + os.urandom(4000))  # a damaged record
+        elif fault == "ignore":
+            (jp_root_dir / ".gpuwsignore").write_text("*.log\n[z-a]\n")
+            (jp_root_dir / "run.log").write_text("not mirrored")
+            (jp_root_dir / "train.py").write_text("mirrored")
+        elif fault == "state_dir":
+            blocker = tmp_path / "not-a-folder"
+            blocker.write_text("a file where the state folder should be")
+            config["state_dir"] = str(blocker / "state")
+        return config
+
+    @pytest.mark.parametrize("fault", ["lease"])
+    async def test_an_unreadable_lease_is_an_error_with_take_over(self, jp_fetch: Any, fault: str) -> None:
+        async def error() -> Any:
+            s = await get(jp_fetch, "sync")
+            return s if s["state"] == "error" else None
+
+        status = await wait_for(error)
+        assert status["can_take_over"] and "unreadable" in status["read_only_reason"]
+        response = await jp_fetch("gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}')
+        assert json.loads(response.body)["lease_held"]
+        await sync_running(jp_fetch)
+
+    @pytest.mark.parametrize("fault", ["record"])
+    async def test_a_damaged_record_is_rebuilt_and_overwrites_nothing_unversioned(
+            self, jp_fetch: Any, store_dir: Path, fault: str) -> None:
+        status = await sync_running(jp_fetch)
+        assert "unreadable" in (status["record_rebuilt"] or "")
+        assert (mirror(store_dir) / "shared.txt").read_text() == "the local copy"
+        [version] = (store_dir / "test-ws" / ".gpuws" / "versions" / "shared.txt").iterdir()
+        assert version.read_text() == "the store's copy"
+
+    @pytest.mark.parametrize("fault", ["ignore"])
+    async def test_a_bad_ignore_line_is_named_and_the_rest_applies(self, jp_fetch: Any, store_dir: Path,
+                                                                   fault: str) -> None:
+        status = await sync_running(jp_fetch)
+        [problem] = status["ignore_problems"]
+        assert "line 2" in problem and "[z-a]" in problem
+        assert (mirror(store_dir) / "train.py").exists() and not (mirror(store_dir) / "run.log").exists()
+
+    @pytest.mark.parametrize("fault", ["state_dir"])
+    async def test_any_other_fault_at_start_is_state_error_with_its_message(self, jp_fetch: Any,
+                                                                            fault: str) -> None:
+        async def error() -> Any:
+            s = await get(jp_fetch, "sync")
+            return s if s["state"] == "error" else None
+
+        status = await wait_for(error)
+        assert "not-a-folder" in status["last_error"] or "Not a directory" in status["last_error"]
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("gpuws", "api", "persist", method="POST", body="")
+        assert err.value.code == 503 and "not running" in json.loads(err.value.response.body)["message"]
