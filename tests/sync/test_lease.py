@@ -100,13 +100,15 @@ def test_two_runtimes_starting_together_on_a_slow_store_exactly_one_wins(tmp_pat
     from jupyter_gpu_ws.sync import SyncSettings
 
     class Slow(LocalBackend):
-        def read_tagged(self, key: str) -> Any:
-            time.sleep(0.08)
-            return super().read_tagged(key)
+        """80 ms for every read and write of an object, inside the compare-and-swap too."""
 
-        def write_if(self, key: str, data: bytes, tag: str | None) -> str:
+        def read_bytes(self, key: str) -> Any:
             time.sleep(0.08)
-            return super().write_if(key, data, tag)
+            return super().read_bytes(key)
+
+        def write_bytes(self, key: str, data: bytes) -> None:
+            time.sleep(0.08)
+            super().write_bytes(key, data)
 
     for round_ in range(20):
         store = store_dir / str(round_)
