@@ -181,3 +181,23 @@ def test_an_unreadable_folder_is_listed(workdir: Path, make_engine: Make, monkey
     assert report.uploaded == ["b.txt"]
     [problem] = engine.pending_list()["problems"]
     assert problem["path"] == "private/" and "folder cannot be read" in problem["reason"]
+
+
+def test_a_folder_that_appears_counts_its_files_at_once(workdir: Path, make_engine: Make) -> None:
+    engine = make_engine(workdir)
+    for i in range(3):
+        write(workdir, f"unpacked/part{i}.csv", "x" * 10)
+    engine.mark_dirty(["unpacked"])  # the watcher reports a new folder as one path
+    assert engine.pending() == (3, 30)
+
+
+def test_the_files_a_failing_pass_planned_stay_pending(workdir: Path, store_dir: Path, make_engine: Make) -> None:
+    backend = FullAfter(str(store_dir))
+    engine = make_engine(workdir, backend=backend)
+    for i in range(3):
+        write(workdir, f"unpacked/part{i}.csv", "x" * 10)
+    backend.full = True
+    engine.sync(["unpacked"])  # planned from the folder, failed: all three are still to go
+    assert engine.pending() == (3, 30)
+    states = {f["path"]: f["state"] for f in engine.pending_list()["files"]}
+    assert set(states) == {f"unpacked/part{i}.csv" for i in range(3)} and "failing" in states.values()
