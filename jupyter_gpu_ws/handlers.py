@@ -312,7 +312,7 @@ class RestoreHandler(GpuWorkspaceHandler):
 
 
 class WorkspacesHandler(GpuWorkspaceHandler):
-    """`GET /gpuws/api/workspaces`: the workspaces of the store, each with its files, bytes and
+    """`GET /gpuws/api/sync/workspaces`: the workspaces of the store, each with its files, bytes and
     last write, and which one this work directory uses (a new or empty one shows the others)."""
 
     @web.authenticated
@@ -326,7 +326,7 @@ class WorkspacesHandler(GpuWorkspaceHandler):
 
 
 class UseWorkspaceHandler(GpuWorkspaceHandler):
-    """`POST /gpuws/api/workspaces/use` `{"name": …}`: this work directory uses that workspace of
+    """`POST /gpuws/api/sync/workspaces/use` `{"name": …}`: this work directory uses that workspace of
     the store from now on (remembered on this machine); the sync restarts there and restores."""
 
     @web.authenticated
@@ -335,7 +335,7 @@ class UseWorkspaceHandler(GpuWorkspaceHandler):
         body = self.json_object({"name": "string"})
         name = body.get("name")
         if not name:
-            raise web.HTTPError(400, 'Send {"name": "<workspace>"}, one of GET /gpuws/api/workspaces')
+            raise web.HTTPError(400, 'Send {"name": "<workspace>"}, one of GET /gpuws/api/sync/workspaces')
         if "/" in name or name in (".", "..") or len(name) > 255:
             raise web.HTTPError(400, f"Not a workspace name: {name[:80]!r}")
         try:
@@ -572,8 +572,8 @@ def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/gpuws/api/sync", SyncHandler, kwargs),
         (r"/gpuws/api/sync/lease", LeaseHandler, kwargs),
         (r"/gpuws/api/sync/pending", PendingHandler, kwargs),
-        (r"/gpuws/api/workspaces", WorkspacesHandler, kwargs),
-        (r"/gpuws/api/workspaces/use", UseWorkspaceHandler, kwargs),
+        (r"/gpuws/api/sync/workspaces", WorkspacesHandler, kwargs),
+        (r"/gpuws/api/sync/workspaces/use", UseWorkspaceHandler, kwargs),
         (r"/gpuws/api/sync/restore", RestoreHandler, kwargs),
         (rf"/gpuws/api/sync/restore/{job_id}", JobHandler, {"app": app, "kind": "restore"}),
         (r"/gpuws/api/checkpoints", CheckpointsHandler, kwargs),

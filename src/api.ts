@@ -183,6 +183,10 @@ export interface IJobProgress {
   bytes_done: number;
   bytes_total: number;
   current: string | null;
+  /** Bytes per second since the work began, once measured. */
+  speed?: number | null;
+  /** Seconds left at that speed. */
+  eta?: number | null;
 }
 
 export interface IJob {
@@ -198,9 +202,36 @@ export interface IJob {
 }
 
 export interface ISyncStatus {
-  state: 'starting' | 'idle' | 'syncing' | 'error' | 'read-only' | 'disabled' | 'running';
+  state: 'starting' | 'idle' | 'syncing' | 'error' | 'read-only' | 'taking-over' | 'disabled' | 'running';
+  /** Files and bytes not in the store (waiting, uploading, failing, deletions). */
   pending_files: number;
   pending_bytes: number;
+  /** Files that cannot be synced for a reason of their own (unreadable, a name too long). */
+  problem_files?: number;
+  /** The pass in progress, with speed and time left. */
+  progress?: IJobProgress | null;
+  can_take_over?: boolean;
+  /** Why the store is taken to be down; it is asked again by itself. */
+  store_down?: string | null;
+  versions_bytes?: number | null;
+  versions_count?: number | null;
+  record_rebuilt?: string | null;
+  ignore_problems?: string[];
+  lease_writing?: boolean;
+  lease_error?: string | null;
+  /** False where the store offers no compare-and-swap: the lease is advisory. */
+  lease_exclusive?: boolean;
+  lease_note?: string | null;
+  /** When this runtime takes the lease over by itself (epoch seconds). */
+  takeover_at?: number | null;
+  /** Seconds until writing starts after a take-over. */
+  writes_start_in?: number | null;
+  restoring?: boolean;
+  /** Entries of a local store skipped as links or special files (key to reason). */
+  store_skipped?: { [key: string]: string };
+  store_skipped_count?: number;
+  /** The store is a folder on the work directory's own disk: it goes with the machine. */
+  store_same_disk?: boolean;
   last_sync?: number | null;
   last_error: string | null;
   read_only_reason?: string | null;
@@ -222,6 +253,38 @@ export interface ISyncStatus {
     error: string | null;
     rescan_interval: number;
   };
+}
+
+export interface IPendingFile {
+  path: string;
+  size: number;
+  state: 'waiting' | 'uploading' | 'failing' | 'deleting';
+  error: string | null;
+  since: number;
+}
+
+export interface IPendingList {
+  files: IPendingFile[];
+  total: number;
+  problems: Array<{ path: string; reason: string; size: number }>;
+  problems_total: number;
+}
+
+export interface IWorkspaceInfo {
+  name: string;
+  files: number;
+  bytes: number;
+  last_write: number | null;
+  host: string | null;
+  folder: string | null;
+  more: boolean;
+}
+
+export interface IWorkspaces {
+  store: string;
+  current: string;
+  current_files: number;
+  workspaces: IWorkspaceInfo[];
 }
 
 export interface ICheckpointKernel {

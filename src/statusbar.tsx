@@ -18,18 +18,22 @@ export function syncWord(sync: SyncModel): { text: string; title: string; level:
   }
   const title = status.last_error ?? status.read_only_reason ?? `Store: ${status.store ?? ''}`;
   if (status.state === 'error') {
-    return { text: 'sync error', title, level: 'error' };
+    return { text: status.store_down ? 'store down' : 'sync error', title, level: 'error' };
   }
-  if (status.state === 'read-only') {
-    return { text: 'read-only', title, level: 'warning' };
+  if (status.state === 'read-only' || status.state === 'taking-over') {
+    return { text: status.state, title, level: 'warning' };
   }
   if (status.pending_files > 0) {
     return { text: `${status.pending_files} pending`, title, level: 'pending' };
   }
-  if (status.last_sync) {
-    return { text: `saved ${formatAge(Date.now() / 1000 - status.last_sync)} ago`, title, level: 'ok' };
+  if (status.store_same_disk && status.last_sync) {
+    // Not "synced": the store is on this machine's own disk and goes with it.
+    return { text: 'local store only', title: 'The store is a folder on this machine\'s own disk', level: 'warning' };
   }
-  return { text: status.state, title, level: 'none' };
+  if (status.last_sync && !status.progress) {
+    return { text: `synced ${formatAge(Date.now() / 1000 - status.last_sync)} ago`, title, level: 'ok' };
+  }
+  return { text: status.progress ? 'syncing' : status.state, title, level: 'none' };
 }
 
 /** What the status bar says about the GPUs: mean utilisation and memory in use. */

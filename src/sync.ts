@@ -1,14 +1,24 @@
 // The browser's view of the sync: its status (polled), and the Persist now job it runs.
-import { Notification } from '@jupyterlab/apputils';
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 
-import { IDocumentsReport, IJob, ISyncStatus, requestAPI } from './api';
+import { IDocumentsReport, IJob, IPendingList, ISyncStatus, IWorkspaces, requestAPI } from './api';
 import { PolledModel } from './polled';
-import { formatBytes } from './format';
+import { formatBytes, formatClock } from './format';
+
+/** What to do when the store is a folder on the work directory's own disk. */
+export const LOCAL_STORE_ADVICE =
+  'The store is a folder on this machine\'s own disk, so it goes with the machine. Set GPUWS_STORE ' +
+  '(or c.GpuWorkspace.store_url) to a store that outlives it: s3://bucket/prefix, gs://…, or a mounted drive.';
 
 export class SyncModel extends PolledModel {
   status: ISyncStatus | null = null;
   /** The persist job this page started or found running. */
   job: IJob | null = null;
+  /** The pending files with why, while the list is open in the panel. */
+  pending: IPendingList | null = null;
+  showPending = false;
+  /** The store's workspaces, asked once the sync runs (and after a switch). */
+  workspaces: IWorkspaces | null = null;
 
   constructor() {
     super(2000, 30000);
@@ -18,10 +28,53 @@ export class SyncModel extends PolledModel {
     try {
       this.status = await requestAPI<ISyncStatus>('sync');
       this.error = null;
+      if (this.showPending) {
+        this.pending = await requestAPI<IPendingList>('sync/pending?limit=200');
+      }
+      if (this.workspaces === null && ['idle', 'syncing', 'read-only', 'error'].includes(this.status.state)) {
+        const listing = await requestAPI<IWorkspaces>('sync/workspaces');
+        this.workspaces = Array.isArray(listing?.workspaces) ? listing : null;
+      }
     } catch (error) {
       this.error = (error as Error).message;
     }
     this._changed.emit();
+  }
+
+  /** Open or close the list of pending files. */
+  async togglePending(): Promise<void> {
+    this.showPending = !this.showPending;
+    this.pending = null;
+    this._changed.emit();
+    if (this.showPending) {
+      await this.refresh();
+    }
+  }
+
+  /** Switch this work directory to another workspace of the store (after a confirmation). */
+  async useWorkspace(name: string): Promise<void> {
+    const answer = await showDialog({
+      title: `Use the workspace ${name}?`,
+      body:
+        `This folder will be mirrored to ${name} from now on (remembered on this machine), ` +
+        'and what it holds comes back here. Nothing is deleted anywhere.',
+      buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Use it' })]
+    });
+    if (!answer.button.accept) {
+      return;
+    }
+    try {
+      this.workspaces = await requestAPI<IWorkspaces>('sync/workspaces/use', {
+        method: 'POST',
+        body: JSON.stringify({ name })
+      });
+      Notification.success(`This folder now uses the workspace ${name}; its files are coming back.`, {
+        autoClose: 5000
+      });
+    } catch (error) {
+      Notification.error(`Cannot use ${name}: ${(error as Error).message}`, { autoClose: false });
+    }
+    await this.refresh();
   }
 
   get persisting(): boolean {
@@ -63,15 +116,20 @@ export class SyncModel extends PolledModel {
       this._changed.emit();
       const p = job.progress;
       if (job.state === 'running' && p.files_total) {
-        Notification.update({
-          id: note,
-          message: `Persisting: ${p.files_done} of ${p.files_total} files, ${formatBytes(p.bytes_done)} of ${formatBytes(p.bytes_total)}`
-        });
+        Notification.update({ id: note, message: `Persisting: ${progressText(p)}` });
       }
     }
     await this.refresh();
     const unanswered = unansweredPages(job);
-    if (job.state === 'done' && !unanswered) {
+    if (job.state === 'done' && !unanswered && this.status?.store_same_disk) {
+      // Saved, but only on this machine's own disk: it goes when the machine goes.
+      Notification.update({
+        id: note,
+        type: 'warning',
+        message: `Copied to this machine's disk only: ${persistSummary(job)}. ${LOCAL_STORE_ADVICE}`,
+        autoClose: false
+      });
+    } else if (job.state === 'done' && !unanswered) {
       Notification.update({
         id: note,
         type: 'success',
@@ -109,10 +167,29 @@ export class SyncModel extends PolledModel {
     }
   }
 
+  /** Become the writer: from a live holder only after the user confirms. */
   async takeOver(): Promise<void> {
+    const status = this.status;
+    const holder = status?.lease;
+    const live = !!holder && !!status?.takeover_at && status.takeover_at > Date.now() / 1000;
+    if (live && holder) {
+      const answer = await showDialog({
+        title: 'Take over this workspace?',
+        body:
+          `${holder.user}@${holder.host} is still writing it. Taking over stops it from writing ` +
+          'within seconds; this runtime writes once its time is up, after bringing back what the ' +
+          'store holds. Files it changes meanwhile are kept as previous versions.',
+        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Take over' })]
+      });
+      if (!answer.button.accept) {
+        return;
+      }
+    }
     try {
       await requestAPI('sync/lease', { method: 'POST', body: JSON.stringify({ take_over: true }) });
-      Notification.success('This runtime now writes the workspace.', { autoClose: 5000 });
+      Notification.success('This runtime now writes the workspace: it restores, then syncs.', {
+        autoClose: 5000
+      });
     } catch (error) {
       Notification.error(`Cannot take over: ${(error as Error).message}`, { autoClose: false });
     }
@@ -124,7 +201,7 @@ export class SyncModel extends PolledModel {
 /** What a persist did, in a few words: "1 document saved, 3 files uploaded (2.0 KiB)", or
  * "1 document saved, the store was already up to date". The
  * documents that could not be saved fail the persist, and its errors name them. */
-export function persistSummary(job: IJob): string {
+export function persistSummary(job: IJob, withStore = true): string {
   const parts: string[] = [];
   const documents: IDocumentsReport | undefined = job.result.documents;
   if (documents?.saved.length) {
@@ -136,6 +213,20 @@ export function persistSummary(job: IJob): string {
     // The background sync may have carried the saved documents already: "0 files" would
     // read as if they had not reached the store.
     parts.push('the store was already up to date');
+  }
+  const stored = job.result.stored as
+    | { files: number; bytes: number; checkpoints: Array<{ run: string; step: number }> }
+    | undefined;
+  if (stored && withStore) {
+    let inStore = `in the store: ${plural(stored.files, 'file')} (${formatBytes(stored.bytes)})`;
+    if (stored.checkpoints?.length) {
+      inStore += `, ${stored.checkpoints.map(c => `${c.run} at step ${c.step}`).join(', ')}`;
+    }
+    parts.push(inStore);
+  }
+  const problems: string[] = job.result.problems ?? [];
+  if (problems.length) {
+    parts.push(`${plural(problems.length, 'file')} cannot be synced (${names(problems.map(p => p.split(':')[0]))})`);
   }
   return parts.join(', ');
 }
@@ -160,32 +251,65 @@ function names(items: string[]): string {
   return items.slice(0, 3).join(', ') + (items.length > 3 ? ` and ${items.length - 3} more` : '');
 }
 
-/** "all saved 12 s ago", "3 files, 120 MiB pending", … in the user's words. */
+/** "all saved 12 s ago", "3 files, 120 MiB pending", … in the user's words. Never "all saved"
+ * unless nothing is pending, no pass runs and the store is somewhere that outlives this
+ * machine. */
 export function syncSummary(status: ISyncStatus | null, now: number): string {
   if (!status) {
     return 'Sync: …';
   }
   switch (status.state) {
     case 'starting':
-      return 'Starting: opening the store and restoring…';
+      return status.restoring ? 'Restoring from the store…' : 'Starting: opening the store and restoring…';
     case 'disabled':
       return 'Sync is turned off';
-    case 'read-only':
-      return 'Read-only: another runtime writes this workspace';
+    case 'taking-over':
+      return `Taking over: writing starts in ${formatClock(status.writes_start_in ?? 0)}`;
+    case 'read-only': {
+      const who = status.lease ? `${status.lease.user}@${status.lease.host}` : 'another runtime';
+      if (status.takeover_at) {
+        const left = status.takeover_at - now;
+        return left > 0
+          ? `Read-only: ${who} writes; taking over in ${formatClock(left)}`
+          : `Read-only: ${who} stopped; taking over…`;
+      }
+      return `Read-only: ${who} writes this workspace`;
+    }
   }
-  if (status.pending_files > 0) {
-    return `${status.pending_files} file${status.pending_files === 1 ? '' : 's'}, ${formatBytes(status.pending_bytes)} pending`;
+  const pending = status.pending_files > 0 ? `${plural(status.pending_files, 'file')}, ${formatBytes(status.pending_bytes)} pending` : '';
+  if (status.store_down) {
+    return `Store not answering${pending ? `: ${pending}` : ''}`;
+  }
+  if (pending) {
+    return pending;
   }
   if (status.state === 'error') {
     return 'Sync error';
   }
-  if (status.state === 'syncing') {
+  if (status.state === 'syncing' || status.progress) {
     return 'Syncing…';
   }
   if (status.last_sync) {
-    return `All saved ${formatAge(now - status.last_sync)} ago`;
+    return status.store_same_disk
+      ? `Copied to this machine's disk ${formatAge(now - status.last_sync)} ago, not saved elsewhere`
+      : `All saved ${formatAge(now - status.last_sync)} ago`;
   }
   return 'Nothing synced yet';
+}
+
+/** "12 of 40 files · 30 MiB of 120 MiB · 8.2 MiB/s · 0:11 left". */
+export function progressText(p: IJob['progress']): string {
+  const parts = [`${p.files_done} of ${p.files_total} files`];
+  if (p.bytes_total) {
+    parts.push(`${formatBytes(p.bytes_done)} of ${formatBytes(p.bytes_total)}`);
+  }
+  if (p.speed) {
+    parts.push(`${formatBytes(p.speed)}/s`);
+  }
+  if (p.eta !== null && p.eta !== undefined && p.speed) {
+    parts.push(`${formatClock(p.eta)} left`);
+  }
+  return parts.join(' · ');
 }
 
 export function formatAge(seconds: number): string {

@@ -212,15 +212,15 @@ class TestWorkspaceChooser:
     async def test_the_other_workspaces_are_listed_and_one_can_be_used(self, jp_fetch: Any, jp_root_dir: Path,
                                                                       gpuws_app: Any) -> None:
         await sync_running(jp_fetch)
-        listing = await get(jp_fetch, "workspaces")
+        listing = await get(jp_fetch, "sync", "workspaces")
         assert listing["current"] == gpuws_app.workspace and listing["current"].endswith(jp_root_dir.name)
         assert listing["current_files"] == 0
         other = next(w for w in listing["workspaces"] if w["name"] == "someone-project")
         assert other["files"] == 1 and other["bytes"] == len("yesterday's notes") and other["last_write"]
         with pytest.raises(HTTPClientError) as err:
-            await jp_fetch("gpuws", "api", "workspaces", "use", method="POST", body='{"name": "nope"}')
+            await jp_fetch("gpuws", "api", "sync", "workspaces", "use", method="POST", body='{"name": "nope"}')
         assert err.value.code == 404 and "someone-project" in json.loads(err.value.response.body)["message"]
-        response = await jp_fetch("gpuws", "api", "workspaces", "use", method="POST",
+        response = await jp_fetch("gpuws", "api", "sync", "workspaces", "use", method="POST",
                                   body='{"name": "someone-project"}')
         assert json.loads(response.body)["current"] == "someone-project"
 

@@ -24,23 +24,42 @@ c.LabApp.extension_manager = "readonly"  # noqa: F821
 c.GpuWorkspace.sample_interval = 0.5  # noqa: F821
 
 # A fresh work directory and store for each server, at paths the tests know
-# (<tmp>/gpuws-ui[-gpus|-release]-root and -store), so a test can write files as a user's program
-# would.
+# (<tmp>/gpuws-ui[-gpus|-release]-root, and -store there or in /dev/shm, below), so a test can
+# write files as a user's program would.
 _release = bool(os.environ.get("GPUWS_UI_TEST_RELEASE"))
+_fresh = bool(os.environ.get("GPUWS_UI_TEST_FRESH"))
 if _release:
     _name = "gpuws-ui-release"
+elif _fresh:
+    _name = "gpuws-ui-fresh"
 elif os.environ.get("GPUWS_UI_TEST_GPUS"):
     _name = "gpuws-ui-gpus"
 else:
     _name = "gpuws-ui"
 _tmp = Path(tempfile.gettempdir())
-for _part in ("root", "store", "state", "env"):
+# The store of the plain and release servers is on another file system than the work directory
+# (/dev/shm, where there is one), as a mounted drive would be: the panel says "All saved" only
+# then. The GPU server's store stays beside its work directory, on the same disk, as the
+# embedded default is, and the panel says that it is not saved anywhere else.
+_shm = Path("/dev/shm")
+_other_disk = _shm if _shm.is_dir() and _shm.stat().st_dev != _tmp.stat().st_dev else _tmp
+_store_base = _tmp if os.environ.get("GPUWS_UI_TEST_GPUS") else _other_disk
+for _part in ("root", "state", "env"):
     shutil.rmtree(_tmp / f"{_name}-{_part}", ignore_errors=True)
+shutil.rmtree(_store_base / f"{_name}-store", ignore_errors=True)
 (_tmp / f"{_name}-root").mkdir()
 c.ServerApp.root_dir = str(_tmp / f"{_name}-root")  # noqa: F821
-c.GpuWorkspace.store_url = str(_tmp / f"{_name}-store")  # noqa: F821
+c.GpuWorkspace.store_url = str(_store_base / f"{_name}-store")  # noqa: F821
 c.GpuWorkspace.state_dir = str(_tmp / f"{_name}-state")  # noqa: F821
 c.GpuWorkspace.workspace = "ui-tests"  # noqa: F821
+if _fresh:
+    # GPUWS_UI_TEST_FRESH=1 (port 8891): a fresh machine. Its workspace has the default name
+    # (new, empty) while the store holds the user's work under another name, as after moving
+    # the project folder: the panel offers that one.
+    c.GpuWorkspace.workspace = ""  # noqa: F821
+    _elsewhere = _store_base / f"{_name}-store" / "someone-project" / "files"
+    _elsewhere.mkdir(parents=True)
+    (_elsewhere / "notes-from-yesterday.md").write_text("written on another machine\n")
 # Changes wait 4 s to settle and uploads are capped, so pending work and progress stay visible.
 c.GpuWorkspace.sync_debounce = 4.0  # noqa: F821
 c.GpuWorkspace.bandwidth_limit = 40 * 2**20  # noqa: F821

@@ -1,8 +1,9 @@
 /**
- * Galata in Debian's Chromium. Three servers: the plain one (this machine has no GPU), one
- * reading simulated GPUs through the NVML test double, for the GPU cards, and one that
+ * Galata in Debian's Chromium. Four servers: the plain one (this machine has no GPU), one
+ * reading simulated GPUs through the NVML test double, for the GPU cards, one that
  * release.spec.ts releases, which stops it (Playwright does not mind a web server that exits
- * once it has started: it only watches for that while waiting for the server's URL).
+ * once it has started: it only watches for that while waiting for the server's URL), and a
+ * fresh machine's, whose workspace is new while the store holds another (workspaces.spec.ts).
  */
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 
@@ -36,6 +37,12 @@ module.exports = {
     {
       command: 'jlpm start:release',
       url: 'http://localhost:8890/lab',
+      timeout: 120 * 1000,
+      reuseExistingServer: !process.env.CI
+    },
+    {
+      command: 'jlpm start:fresh',
+      url: 'http://localhost:8891/lab',
       timeout: 120 * 1000,
       reuseExistingServer: !process.env.CI
     }

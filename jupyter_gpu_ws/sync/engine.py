@@ -195,6 +195,7 @@ class SyncEngine:
         # listings: rewritten after passes that changed something, at most every SUMMARY_EVERY.
         self._summary_due = False
         self._summary_written = 0.0
+        self._same_disk: bool | None = None
         # The background flush after a pass that did not wait for one.
         self._flush_wanted = threading.Condition()
         self._flush_requested = False
@@ -969,6 +970,8 @@ class SyncEngine:
             state = self.state
         problems = self.pending_set.listing(0)
         skipped = self.backend.skipped
+        if self._same_disk is None:
+            self._same_disk = _same_disk(self.backend, self.workdir)
         return {
             "state": state,
             "pending_files": files,
@@ -989,6 +992,9 @@ class SyncEngine:
             "record_rebuilt": self.index.rebuilt,
             "ignore_problems": list(self.rules.problems),
             "store": self.backend.description,
+            # A store on the work directory's own disk goes with the machine: "saved" there is
+            # not saved somewhere that outlives it, and the panel says so.
+            "store_same_disk": self._same_disk,
             "workspace": self.store.workspace,
             # Links and special files found in the store, never followed nor read (key → why).
             "store_skipped": {key: skipped[key] for key in sorted(skipped)[:SHOWN_SKIPPED]},
@@ -1037,6 +1043,20 @@ class SyncEngine:
 
 def _same(local: LocalFile, record: Record | None) -> bool:
     return record is not None and record.size == local.size and record.mtime_ns == local.mtime_ns
+
+
+def _same_disk(backend: Backend, workdir: str) -> bool:
+    """Whether the store is a folder on the work directory's file system (the embedded default)."""
+    root = getattr(backend, "root", None)
+    if not isinstance(root, str) or getattr(backend, "fs", None) is not None:
+        return False  # an object store, or another fsspec file system
+    folder = root
+    while folder and not os.path.exists(folder):  # not made yet: where it will be
+        folder = os.path.dirname(folder)
+    try:
+        return os.stat(folder or "/").st_dev == os.stat(workdir).st_dev
+    except OSError:
+        return False
 
 
 def _local_hash(path: str) -> str:

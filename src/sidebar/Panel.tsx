@@ -11,6 +11,7 @@ import { CheckpointsSection } from './CheckpointsSection';
 import { EnvironmentSection } from './EnvironmentSection';
 import { GpuSection } from './GpuSection';
 import { GitSection, RuntimeSection } from './RuntimeSection';
+import { SectionBoundary } from './SectionBoundary';
 import { SyncSection } from './SyncSection';
 import { SystemSection } from './SystemSection';
 
@@ -67,20 +68,32 @@ export class GpuWorkspacePanel extends ReactWidget {
     return (
       <div className="jp-gpuws-body">
         <UseSignal signal={this.model.changed}>{() => <Header model={this.model} />}</UseSignal>
-        <UseSignal signal={this.runtime.changed}>{() => <RuntimeSection model={this.runtime} />}</UseSignal>
-        <UseSignal signal={this.sync.changed}>{() => <SyncSection model={this.sync} />}</UseSignal>
-        <UseSignal signal={this.checkpoints.changed}>
-          {() => <CheckpointsSection model={this.checkpoints} />}
-        </UseSignal>
-        <UseSignal signal={this.environment.changed}>
-          {() => <EnvironmentSection model={this.environment} />}
-        </UseSignal>
-        <UseSignal signal={this.runtime.changed}>
-          {() => (this.runtime.state?.git?.enabled ? <GitSection git={this.runtime.state.git} /> : null)}
-        </UseSignal>
-        <UseSignal signal={this.model.changed}>
-          {() => <Monitor model={this.model} options={this.options} />}
-        </UseSignal>
+        <SectionBoundary name="Runtime">
+          <UseSignal signal={this.runtime.changed}>{() => <RuntimeSection model={this.runtime} />}</UseSignal>
+        </SectionBoundary>
+        <SectionBoundary name="Sync">
+          <UseSignal signal={this.sync.changed}>{() => <SyncSection model={this.sync} />}</UseSignal>
+        </SectionBoundary>
+        <SectionBoundary name="Checkpoints">
+          <UseSignal signal={this.checkpoints.changed}>
+            {() => <CheckpointsSection model={this.checkpoints} />}
+          </UseSignal>
+        </SectionBoundary>
+        <SectionBoundary name="Environment">
+          <UseSignal signal={this.environment.changed}>
+            {() => <EnvironmentSection model={this.environment} />}
+          </UseSignal>
+        </SectionBoundary>
+        <SectionBoundary name="Git">
+          <UseSignal signal={this.runtime.changed}>
+            {() => (this.runtime.state?.git?.enabled ? <GitSection git={this.runtime.state.git} /> : null)}
+          </UseSignal>
+        </SectionBoundary>
+        <SectionBoundary name="GPU and system">
+          <UseSignal signal={this.model.changed}>
+            {() => <Monitor model={this.model} options={this.options} />}
+          </UseSignal>
+        </SectionBoundary>
       </div>
     );
   }

@@ -1,11 +1,20 @@
 import React from 'react';
 
-import { formatBytes, formatDuration, percent } from '../format';
-import { IJob } from '../api';
-import { formatAge, persistSummary, SyncModel, syncSummary, unansweredPages } from '../sync';
+import { formatBytes, formatDuration, percent, shortPath } from '../format';
+import { IJob, IPendingList, ISyncStatus, IWorkspaces } from '../api';
+import {
+  formatAge,
+  LOCAL_STORE_ADVICE,
+  persistSummary,
+  progressText,
+  SyncModel,
+  syncSummary,
+  unansweredPages
+} from '../sync';
 import { Bar } from './Bar';
 
-/** Sync: state, what is pending or when all was saved, errors, quota, and Persist now. */
+/** Sync: state, what is pending (and why) or when all was saved, faults with their reasons,
+ * the lease, the quota, Persist now, and the workspaces of the store when this one is new. */
 export function SyncSection(props: { model: SyncModel }): JSX.Element {
   const { model } = props;
   const status = model.status;
@@ -13,7 +22,8 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
   const job = latestPersist(model.job, status?.persist);
   const running = job?.state === 'running';
   const savingDocuments = running && job?.steps.some(s => s.name === 'documents' && s.state === 'running');
-  const leaseExpired = !!status?.lease && status.lease.expires < now;
+  const listable = !!status && (status.pending_files > 0 || (status.problem_files ?? 0) > 0);
+  const writing = !!status && !['starting', 'disabled', 'read-only', 'taking-over'].includes(status.state);
   return (
     <section className="jp-gpuws-section" aria-label="Sync">
       <h3 className="jp-gpuws-section-title">
@@ -41,39 +51,57 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           <button
             className="jp-mod-styled jp-mod-accept jp-gpuws-button"
             data-testid="gpuws-persist"
-            disabled={running || !status || ['starting', 'disabled', 'read-only'].includes(status.state)}
+            disabled={running || !writing}
             onClick={() => void model.persist()}
-            title="Save every open document, then upload everything: the work directory reaches the store"
+            title={
+              writing
+                ? 'Save every open document, then upload everything: the work directory reaches the store'
+                : 'This runtime does not write the workspace now (see above)'
+            }
           >
             {running ? 'Persisting…' : 'Persist now'}
           </button>
         </span>
       </div>
-      {status?.last_error && (
-        <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-sync-error">
-          {status.last_error}
+      {listable && (
+        <button
+          className="jp-gpuws-link"
+          data-testid="gpuws-pending-toggle"
+          aria-expanded={model.showPending}
+          onClick={() => void model.togglePending()}
+        >
+          {model.showPending ? 'Hide the list' : pendingLinkText(status)}
+        </button>
+      )}
+      {model.showPending && <PendingList listing={model.pending} />}
+      {status && !model.showPending && (status.problem_files ?? 0) > 0 && status.pending_files === 0 && (
+        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-sync-problems">
+          {plural(status.problem_files ?? 0, 'file')} cannot be synced: see the list.
         </div>
       )}
-      {status?.state === 'read-only' && status.read_only_reason && (
-        <div className="jp-gpuws-message jp-gpuws-warning">
-          {status.read_only_reason}
-          {leaseExpired && (
-            <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.takeOver()}>
-              Take over
-            </button>
-          )}
+      {status && <Faults status={status} now={now} onTakeOver={() => void model.takeOver()} />}
+      {status?.store_same_disk && (status.state === 'idle' || status.state === 'syncing') && (
+        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-local-store">
+          {LOCAL_STORE_ADVICE}
         </div>
       )}
+      {model.workspaces && status && <WorkspaceChooser workspaces={model.workspaces} status={status} model={model} />}
       {status?.quota_bytes ? (
         <Bar
           label="Store quota"
-          value={percent(status.store_bytes ?? 0, status.quota_bytes)}
-          text={`${formatBytes(status.store_bytes ?? 0)} / ${formatBytes(status.quota_bytes)}`}
+          value={percent(storeUsage(status), status.quota_bytes)}
+          text={`${formatBytes(storeUsage(status))} / ${formatBytes(status.quota_bytes)}`}
           capacity
           testId="gpuws-quota"
         />
       ) : null}
       {status?.quota_warning && <div className="jp-gpuws-message jp-gpuws-warning">{status.quota_warning}</div>}
+      {status && (status.synced_files ?? 0) > 0 && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-store-usage">
+          In the store: {plural(status.synced_files ?? 0, 'file')}, {formatBytes(status.store_bytes ?? 0)}
+          {status.versions_bytes ? ` + ${formatBytes(status.versions_bytes)} of previous versions` : ''}
+        </div>
+      )}
       {status?.watch && (status.watch.error || status.watch.limited) && (
         <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-watch-warning">
           {status.watch.error
@@ -82,6 +110,14 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           by the rescan every {formatDuration(status.watch.rescan_interval)}, or by Persist now.
         </div>
       )}
+      {!running && status?.progress && (
+        <Bar
+          label="Syncing"
+          value={progressShare(status.progress)}
+          text={progressText(status.progress)}
+          testId="gpuws-sync-progress"
+        />
+      )}
       {savingDocuments && (
         <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-persist-documents">
           Saving the open documents…
@@ -89,13 +125,9 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
       )}
       {running && job && !savingDocuments && (
         <Bar
-          label={`${job.progress.files_done} of ${job.progress.files_total} files`}
-          value={
-            job.progress.bytes_total
-              ? percent(job.progress.bytes_done, job.progress.bytes_total)
-              : percent(job.progress.files_done, job.progress.files_total)
-          }
-          text={`${formatBytes(job.progress.bytes_done)} / ${formatBytes(job.progress.bytes_total)}`}
+          label="Persisting"
+          value={progressShare(job.progress)}
+          text={progressText(job.progress)}
           testId="gpuws-persist-progress"
         />
       )}
@@ -105,7 +137,7 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
       {job && job.state !== 'running' && job.finished && (
         <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-persist-result">
           Last persist {formatAge(now - job.finished)} ago
-          {persistSummary(job) ? `: ${persistSummary(job)}` : ''}
+          {persistSummary(job, false) ? `: ${persistSummary(job, false)}` : ''}
         </div>
       )}
       {job && job.state !== 'running' && unansweredPages(job) && (
@@ -115,6 +147,176 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
       )}
     </section>
   );
+}
+
+/** Every fault with its reason, and Take over where it helps. */
+function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => void }): JSX.Element {
+  const { status, now } = props;
+  const holder = status.lease;
+  const takeOver = status.can_take_over && (
+    <button className="jp-mod-styled jp-gpuws-button" data-testid="gpuws-take-over" onClick={props.onTakeOver}>
+      Take over
+    </button>
+  );
+  return (
+    <>
+      {status.last_error && status.state !== 'read-only' && (
+        <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-sync-error">
+          {status.last_error}
+          {status.state === 'error' && takeOver}
+        </div>
+      )}
+      {status.state === 'read-only' && (
+        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-read-only">
+          {holder ? `${holder.user}@${holder.host} (pid ${holder.pid}) writes this workspace. ` : ''}
+          {status.takeover_at && status.takeover_at > now
+            ? `This runtime restores, reads, and takes over by itself if that runtime stops renewing its lease (in ${formatDuration(status.takeover_at - now)} at the latest).`
+            : status.read_only_reason}
+          {takeOver}
+        </div>
+      )}
+      {status.state === 'taking-over' && (
+        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-taking-over">
+          Taken over: the previous runtime stops writing; this one writes in{' '}
+          {formatDuration(status.writes_start_in ?? 0)}, once its time is up.
+        </div>
+      )}
+      {status.lease_held && status.lease_exclusive === false && status.lease_note && (
+        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-lease-advisory">
+          Only one runtime should write this workspace, but {status.lease_note}.
+        </div>
+      )}
+      {status.record_rebuilt && (
+        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-record-rebuilt">
+          {status.record_rebuilt}
+        </div>
+      )}
+      {(status.ignore_problems ?? []).map(problem => (
+        <div key={problem} className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-ignore-problem">
+          {problem}
+        </div>
+      ))}
+      {(status.store_skipped_count ?? 0) > 0 && (
+        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-store-skipped">
+          {plural(status.store_skipped_count ?? 0, 'entry', 'entries')} of the store {status.store_skipped_count === 1 ? 'is' : 'are'}{' '}
+          skipped, never followed nor read:{' '}
+          {Object.entries(status.store_skipped ?? {})
+            .slice(0, 3)
+            .map(([key, why]) => `${key} (${why})`)
+            .join('; ')}
+        </div>
+      )}
+    </>
+  );
+}
+
+/** The pending files, each with why, like jupyterlab-git's list of changes; then the files
+ * that cannot be synced, with the reason. */
+function PendingList(props: { listing: IPendingList | null }): JSX.Element {
+  const { listing } = props;
+  if (!listing) {
+    return <div className="jp-gpuws-line jp-gpuws-subtle">Loading…</div>;
+  }
+  const more = listing.total - listing.files.length;
+  return (
+    <div className="jp-gpuws-pending-list" data-testid="gpuws-pending-list">
+      <ul className="jp-gpuws-pending-files">
+        {listing.files.map(file => (
+          <li key={file.path} className={`jp-gpuws-pending-${file.state}`} title={file.path}>
+            <span className="jp-gpuws-pending-path">{shortPath(file.path)}</span>
+            <span className="jp-gpuws-pending-state">
+              {STATE_WORDS[file.state]}
+              {file.state !== 'deleting' && ` · ${formatBytes(file.size)}`}
+            </span>
+            {file.error && <div className="jp-gpuws-pending-error">{file.error}</div>}
+          </li>
+        ))}
+      </ul>
+      {more > 0 && <div className="jp-gpuws-line jp-gpuws-subtle">and {more} more</div>}
+      {listing.problems_total > 0 && (
+        <>
+          <div className="jp-gpuws-line" data-testid="gpuws-problem-title">
+            {plural(listing.problems_total, 'file')} cannot be synced
+          </div>
+          <ul className="jp-gpuws-pending-files">
+            {listing.problems.map(problem => (
+              <li key={problem.path} className="jp-gpuws-pending-problem" title={problem.path}>
+                <span className="jp-gpuws-pending-path">{problem.path}</span>
+                <div className="jp-gpuws-pending-error">{problem.reason}</div>
+              </li>
+            ))}
+          </ul>
+        </>
+      )}
+    </div>
+  );
+}
+
+/** When this workspace is new and empty while the store holds others (a fresh machine where the
+ * project folder has another name or path): the others, with their size and last write. */
+function WorkspaceChooser(props: { workspaces: IWorkspaces; status: ISyncStatus; model: SyncModel }): JSX.Element | null {
+  const { workspaces, status, model } = props;
+  const others = workspaces.workspaces.filter(w => w.name !== workspaces.current);
+  if (workspaces.current_files > 0 || (status.synced_files ?? 0) > 0 || !others.length) {
+    return null;
+  }
+  const now = Date.now() / 1000;
+  return (
+    <div className="jp-gpuws-message jp-gpuws-info" data-testid="gpuws-workspace-chooser">
+      This workspace, <b>{workspaces.current}</b>, is new. The store holds {plural(others.length, 'other')}:
+      <ul className="jp-gpuws-workspaces">
+        {others.slice(0, 8).map(w => (
+          <li key={w.name}>
+            <span className="jp-gpuws-workspace-name" title={w.name}>
+              {w.name}
+            </span>
+            <span className="jp-gpuws-subtle">
+              {plural(w.files, 'file')}
+              {w.more ? '+' : ''}, {formatBytes(w.bytes)}
+              {w.last_write ? `, written ${formatAge(now - w.last_write)} ago` : ''}
+              {w.host ? ` on ${w.host}` : ''}
+            </span>
+            <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.useWorkspace(w.name)}>
+              Use
+            </button>
+          </li>
+        ))}
+      </ul>
+    </div>
+  );
+}
+
+const STATE_WORDS: { [state: string]: string } = {
+  waiting: 'waiting',
+  uploading: 'uploading',
+  failing: 'failing',
+  deleting: 'to remove'
+};
+
+function pendingLinkText(status: ISyncStatus | null): string {
+  if (!status) {
+    return '';
+  }
+  const parts = [];
+  if (status.pending_files) {
+    parts.push(`Show the ${plural(status.pending_files, 'pending file')}`);
+  }
+  if (status.problem_files) {
+    parts.push(`${status.pending_files ? '' : 'Show the '}${plural(status.problem_files, 'file')} that cannot be synced`);
+  }
+  return parts.join(' and ');
+}
+
+function storeUsage(status: ISyncStatus): number {
+  return (status.store_bytes ?? 0) + (status.versions_bytes ?? 0);
+}
+
+function progressShare(p: IJob['progress']): number | null {
+  return p.bytes_total ? percent(p.bytes_done, p.bytes_total) : percent(p.files_done, p.files_total);
+}
+
+function plural(count: number, noun: string, nouns?: string): string {
+  return `${count.toLocaleString()} ${count === 1 ? noun : nouns ?? `${noun}s`}`;
 }
 
 /** The newer of the persist this page follows and the latest the server ran (the automatic

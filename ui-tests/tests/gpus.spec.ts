@@ -87,3 +87,16 @@ test.describe('GPU Workspace panel with GPUs', () => {
     await expect(toast).toHaveCount(1);
   });
 });
+
+test.describe('A store on the work directory\'s own disk', () => {
+  test('is never called "all saved": the panel says where it is and what to set', async ({ page }) => {
+    await page.evaluate(async () => {
+      await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+    });
+    const summary = page.locator(PANEL).getByTestId('gpuws-sync-summary');
+    await expect(summary).toContainText("Copied to this machine's disk", { timeout: 30000 });
+    await expect(summary).not.toContainText('All saved');
+    await expect(page.locator(PANEL).getByTestId('gpuws-local-store')).toContainText('GPUWS_STORE');
+    await expect(page.getByTestId('gpuws-status-sync')).toHaveText('local store only');
+  });
+});

@@ -12,7 +12,8 @@ import * as path from 'path';
 const PANEL = '#jp-gpuws-panel';
 const SERVER = 'http://localhost:8890';
 const ROOT = path.join(os.tmpdir(), 'gpuws-ui-release-root');
-const STORE = path.join(os.tmpdir(), 'gpuws-ui-release-store', 'ui-tests');
+const STORE_BASE = fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir();
+const STORE = path.join(STORE_BASE, 'gpuws-ui-release-store', 'ui-tests');
 
 // The server is gone after the first try, so a retry could only fail for that reason; and
 // Galata keeps its test folder on the server rather than delete it from a server that stopped.

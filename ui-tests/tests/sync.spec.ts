@@ -9,7 +9,9 @@ import * as path from 'path';
 
 const PANEL = '#jp-gpuws-panel';
 const ROOT = path.join(os.tmpdir(), 'gpuws-ui-root');
-const STORE = path.join(os.tmpdir(), 'gpuws-ui-store', 'ui-tests', 'files');
+// The plain server's store is on another file system (see jupyter_server_test_config.py).
+const STORE_BASE = fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir();
+const STORE = path.join(STORE_BASE, 'gpuws-ui-store', 'ui-tests', 'files');
 
 async function openPanel(page: any): Promise<void> {
   await page.evaluate(async () => {
@@ -23,13 +25,14 @@ test.describe('Sync', () => {
     await openPanel(page);
     const summary = page.locator(PANEL).getByTestId('gpuws-sync-summary');
     await expect(summary).toContainText(/All saved|Nothing synced/, { timeout: 20000 });
-    fs.writeFileSync(path.join(ROOT, 'pending-check.txt'), 'x'.repeat(2048));
-    await expect(summary).toHaveText(/^1 file, 2\.0 KiB pending$/, { timeout: 10000 });
+    // Larger than the few small files that go at once: it waits for the 4 s settle delay.
+    fs.writeFileSync(path.join(ROOT, 'pending-check.bin'), Buffer.alloc(5 * 2 ** 20, 1));
+    await expect(summary).toHaveText(/^1 file, 5\.0 MiB pending$/, { timeout: 10000 });
     await expect(page.getByTestId('gpuws-status-sync')).toHaveText('1 pending');
     // Once the change has settled, it is uploaded by itself.
     await expect(summary).toContainText('All saved', { timeout: 20000 });
-    await expect(page.getByTestId('gpuws-status-sync')).toContainText('saved');
-    expect(fs.readFileSync(path.join(STORE, 'pending-check.txt'), 'utf-8')).toHaveLength(2048);
+    await expect(page.getByTestId('gpuws-status-sync')).toContainText(/^synced/);
+    expect(fs.statSync(path.join(STORE, 'pending-check.bin')).size).toBe(5 * 2 ** 20);
   });
 
   test('Persist now shows progress, then "all saved"', async ({ page }) => {
@@ -42,7 +45,7 @@ test.describe('Sync', () => {
     await expect(button).toHaveText('Persisting…');
     const progress = page.locator(PANEL).getByTestId('gpuws-persist-progress');
     await expect(progress).toBeVisible();
-    await expect(progress).toContainText(/MiB \/ 160 MiB/);
+    await expect(progress).toContainText(/MiB of 160 MiB/);
     await expect(page.locator('.Toastify__toast', { hasText: 'All saved: 1 file uploaded (160 MiB)' })).toHaveCount(1, {
       timeout: 30000
     });
@@ -78,9 +81,27 @@ test.describe('Sync', () => {
     // The flush uploads the notebook, unless the background sync (after the change settled)
     // already has.
     await expect(result).toHaveText(
-      /^Last persist \d+ s ago: 1 document saved, (1 file uploaded \([\d.]+ (B|KiB)\)|the store was already up to date)$/
+      /^Last persist \d+ s ago: 1 document saved, (1 file uploaded \([\d.]+ (B|KiB)\)|the store was already up to date))$/
     );
     await page.locator(PANEL).screenshot({ path: test.info().outputPath('panel-after-persist.png') });
     await page.notebook.close(true);
+  });
+});
+
+test.describe('Sync, pending files', () => {
+  test('the pending list opens with each file and why', async ({ page }) => {
+    await openPanel(page);
+    const summary = page.locator(PANEL).getByTestId('gpuws-sync-summary');
+    await expect(summary).toContainText(/All saved|Nothing synced/, { timeout: 20000 });
+    fs.writeFileSync(path.join(ROOT, 'listed-pending.bin'), Buffer.alloc(6 * 2 ** 20, 2));
+    const toggle = page.locator(PANEL).getByTestId('gpuws-pending-toggle');
+    await expect(toggle).toHaveText('Show the 1 pending file', { timeout: 10000 });
+    await toggle.click();
+    const list = page.locator(PANEL).getByTestId('gpuws-pending-list');
+    await expect(list).toContainText('listed-pending.bin');
+    await expect(list).toContainText(/waiting · 6\.0 MiB|uploading · 6\.0 MiB/);
+    await page.locator(PANEL).screenshot({ path: test.info().outputPath('pending-list.png') });
+    await expect(summary).toContainText('All saved', { timeout: 20000 });
+    await expect(toggle).toHaveCount(0);
   });
 });
