@@ -36,11 +36,16 @@ def checkpoint(wait: bool = False) -> Any:
     return default_tracker().checkpoint(wait=wait)
 
 
-def resume() -> int:
-    """Load the newest complete checkpoint into the tracked objects; the step to continue from."""
+def resume(timeout: float = 600.0) -> int:
+    """Load the newest complete checkpoint into the tracked objects; the step to continue from.
+
+    Waits (up to `timeout` s) for a restore that is bringing the run's checkpoints, and fetches
+    the store's newest; raises if the store cannot be read; 0 only when there is no checkpoint,
+    and then it says so.
+    """
     from .checkpoints.tracker import default_tracker
 
-    return default_tracker().resume()
+    return default_tracker().resume(timeout)
 
 
 def __getattr__(name: str) -> Any:

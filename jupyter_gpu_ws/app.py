@@ -17,6 +17,7 @@ from .defaults import (default_state_dir, default_store_url, derive_workspace_na
                        local_store_path)
 from .sync.workspaces import list_workspaces, remembered_choice, require_workspace
 from .documents import BrowserPages
+from .client import SERVER_PID_ENV
 from .jobs import JobRunner
 from .environment import EnvironmentSupervisor
 from .lifecycle import RuntimeSupervisor
@@ -327,6 +328,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         # server's own: one started from another server's terminal inherits that one's.
         os.environ["GPUWS_WORKDIR"] = self.workdir
         os.environ[SERVER_ID_ENV] = self.checkpoints.server_id
+        os.environ[SERVER_PID_ENV] = str(os.getpid())
         self.jobs = JobRunner()
         self.pages = BrowserPages()
         self.sync = SyncSupervisor(self, self.log)

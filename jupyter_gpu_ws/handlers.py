@@ -17,7 +17,7 @@ from tornado import web, websocket
 from .checkpoints.coordinator import CheckpointRequestError
 from .documents import ERROR
 from .envsnap import EnvError, InterpreterError, SnapshotNotFoundError, SourcesNotAllowedError, UnsafeSnapshotError
-from .persist import start_restore
+from .persist import start_checkpoint_fetch, start_restore
 from .sync.errors import (
     DeletionGuardError,
     LeaseHeldError,
@@ -447,6 +447,29 @@ class CheckpointsHandler(GpuWorkspaceHandler):
         self.finish({"requests": results})
 
 
+class CheckpointFetchHandler(GpuWorkspaceHandler):
+    """`POST /gpuws/api/checkpoints/fetch` `{"run": ".gpuws/checkpoints/<run>", "timeout": s}`: for
+    a kernel's `gpuws.resume()`, the run's newest complete checkpoint made complete here (waiting
+    for a restore in progress, fetched from the store otherwise), as a job."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.json_object({"run": "string", "timeout": "number"})
+        run = body.get("run") or ""
+        parts = run.split("/")
+        if len(parts) != 3 or "/".join(parts[:2]) != ".gpuws/checkpoints" or parts[2] in ("", ".", ".."):
+            raise web.HTTPError(400, '"run" is a run folder: ".gpuws/checkpoints/<run>"')
+        timeout = float(body.get("timeout", 600))
+        if not 1 <= timeout <= 24 * 3600:
+            raise web.HTTPError(400, '"timeout" is between 1 and 86400 seconds')
+        if self.app.sync.state == "disabled":
+            raise web.HTTPError(409, "The sync is turned off: there is no store to resume from")
+        job = start_checkpoint_fetch(self.app.jobs, self.app.sync, run, timeout)
+        self.set_status(202)
+        self.finish(job.to_dict())
+
+
 async def sync_status(app: GpuWorkspaceApp) -> dict[str, Any]:
     """The answer of `GET /gpuws/api/sync`, also sent after a lease take-over."""
     status = await run_blocking(app.sync.status)
@@ -577,6 +600,8 @@ def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/gpuws/api/sync/restore", RestoreHandler, kwargs),
         (rf"/gpuws/api/sync/restore/{job_id}", JobHandler, {"app": app, "kind": "restore"}),
         (r"/gpuws/api/checkpoints", CheckpointsHandler, kwargs),
+        (r"/gpuws/api/checkpoints/fetch", CheckpointFetchHandler, kwargs),
+        (rf"/gpuws/api/checkpoints/fetch/{job_id}", JobHandler, {"app": app, "kind": "checkpoint-fetch"}),
         (r"/gpuws/api/persist", PersistHandler, kwargs),
         (r"/gpuws/api/runtime", RuntimeHandler, kwargs),
         (r"/gpuws/api/env", EnvHandler, kwargs),

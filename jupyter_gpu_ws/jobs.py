@@ -37,6 +37,7 @@ class Job:
     result: dict[str, Any] = field(default_factory=dict)
     progress: Progress = field(default_factory=Progress)
     cancel_event: threading.Event = field(default_factory=threading.Event)
+    key: str | None = None  # what the job is about, where several of a kind may run (a run's fetch)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,7 +57,7 @@ StepFunction = Callable[[Job, Step], None]
 
 
 class JobRunner:
-    """Runs one job of a kind at a time: asking again while one runs returns the running one."""
+    """Runs one job of a kind (and key) at a time: asking again while one runs returns it."""
 
     def __init__(self) -> None:
         self._jobs: OrderedDict[str, Job] = OrderedDict()

@@ -2,54 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
 import time
-import urllib.request
-from pathlib import Path
 from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
-
-class ServerUnreachable(Exception):
-    pass
-
-
-def find_server() -> tuple[str, str]:
-    """The Jupyter Server that started this kernel: its URL and token, from its runtime file."""
-    from .checkpoints.agent import kernel_identity
-
-    _, runtime = kernel_identity()
-    candidates = []
-    if runtime is not None:
-        candidates.append(runtime / f"jpserver-{os.getppid()}.json")
-        candidates += sorted(runtime.glob("jpserver-*.json"), key=lambda p: -p.stat().st_mtime)
-    for path in candidates:
-        try:
-            info = json.loads(Path(path).read_text())
-            return info["url"].rstrip("/") + "/", info.get("token", "")
-        except (OSError, ValueError, KeyError):
-            continue
-    raise ServerUnreachable("No Jupyter Server found for this kernel (is it running under Jupyter?)")
-
-
-def call(path: str, method: str = "GET", body: Any = None) -> Any:
-    url, token = find_server()
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data=data, method=method,
-                                     headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as err:
-        try:
-            message = json.loads(err.read()).get("message")
-        except Exception:
-            message = err.reason
-        raise ServerUnreachable(f"{err.code}: {message}") from None
-    except OSError as err:
-        raise ServerUnreachable(f"Cannot reach the Jupyter Server: {err}") from None
+from .client import ServerUnreachable, call
 
 
 def _mib(n: float | None) -> str:

@@ -108,3 +108,37 @@ def start_restore(runner: JobRunner, service: SyncService) -> Job:
             raise SyncError("; ".join(report.errors[:3]))
 
     return runner.start("restore", [("restore", run)])
+
+
+def start_checkpoint_fetch(runner: JobRunner, supervisor: Any, run: str, timeout: float) -> Job:
+    """For a kernel's `gpuws.resume()`: the newest complete checkpoint of `run` (a run folder
+    relative to the work directory) made complete here, waiting for a restore that brings it,
+    fetching it from the store otherwise. The result names the folder and its step, or says the
+    store has none; an unreadable store fails the job with the reason."""
+    import time
+
+    def fetch(job: Job, step: Step) -> None:
+        deadline = time.monotonic() + timeout
+        while supervisor.engine is None:  # the sync is opening the store
+            if supervisor.state in ("error", "disabled"):
+                raise SyncError(f"The sync is not running: {supervisor.error or 'turned off'}")
+            if time.monotonic() > deadline:
+                raise SyncError(f"The sync did not start within {timeout:.0f} s")
+            if job.cancel_event.wait(0.2):
+                raise CancelledError("Cancelled")
+        job.result["restoring"] = bool(supervisor.restoring)
+        folder = supervisor.engine.fetch_checkpoint(run, job.progress, job.cancel_event,
+                                                    timeout=max(1.0, deadline - time.monotonic()))
+        job.result["checkpoint"] = folder
+        job.result["step"] = checkpoint_step(folder) if folder else None
+        step.detail = folder or "the store holds no checkpoint of this run"
+
+    return runner.start("checkpoint-fetch", [("fetch", fetch)], key=run)
+
+
+def checkpoint_step(folder: str) -> int | None:
+    """The step in a checkpoint folder's name (ckpt-<step>-<stamp>)."""
+    try:
+        return int(folder.rstrip("/").rsplit("/", 1)[-1].split("-")[1])
+    except (IndexError, ValueError):
+        return None

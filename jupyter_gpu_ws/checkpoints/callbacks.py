@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from .files import CheckpointError, info_of, run_dir
+from .fromstore import bring_newest
 from .tracker import (Tracker, _tuples, capture_rng, default_run_name, default_tracker, newest_checkpoint,
                       restore_rng)
 
@@ -359,6 +360,8 @@ class _TrainerHooks(_Policy):
         import torch
 
         self._remove_resume_dir()
+        # As gpuws.resume(): the store's newest checkpoint first (waiting for a restore).
+        bring_newest(self.run_path, self.name or self.tracker.run or default_run_name(), 600.0)
         found = newest_checkpoint(self.run_path, stacklevel=4)
         if found is None:
             self.resumed_step = None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..diskio import start_writeback
+from .fromstore import NONE, bring_newest
 from .files import (
     CheckpointError,
     CheckpointInfo,
@@ -251,15 +252,24 @@ class Tracker:
 
     # -- resuming ----------------------------------------------------------------------------
 
-    def resume(self) -> int:
+    def resume(self, timeout: float = 600.0) -> int:
         """Load the newest complete checkpoint into the tracked objects, restore the RNG
-        states, and return the step to continue from (0 when there is none)."""
+        states, and return the step to continue from.
+
+        Under a Jupyter server with the extension, the store is asked first: a restore that
+        is bringing the run's checkpoints is waited for (up to `timeout` seconds, with one line
+        said), and a newer checkpoint in the store than here is fetched. A store that cannot
+        be read is an error, never a silent 0; 0 comes with a line saying why.
+        """
         import torch
 
         if not self.objects:
             raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
+        origin = bring_newest(self.run_path, self.run or default_run_name(), timeout)
         found = newest_checkpoint(self.run_path, stacklevel=3)
         if found is None:
+            where = "in the store" if origin == NONE else "here (no Jupyter server with jupyter_gpu_ws to ask the store)"
+            print(f"gpuws: no checkpoint of {self.run} {where}: starting from 0", flush=True)
             return 0
         path, manifest, state, rng = found
         self._load(state, path)

@@ -1,0 +1,50 @@
+"""`resume()`'s question to the server: make this run's newest checkpoint in the store complete
+here, waiting for a restore that is bringing it, so a resume is never silently from an older
+checkpoint or from 0. Runs in the kernel; the server does the work (persist.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from .files import CheckpointError
+
+HERE = "here"  # the store's newest checkpoint of the run is complete here now
+NONE = "none"  # the store holds no checkpoint of the run
+NO_SERVER = "no-server"  # nobody to ask: a script, a kernel of another server, sync off
+
+
+def bring_newest(run_path: Path, run: str, timeout: float) -> str:
+    """HERE, NONE or NO_SERVER; CheckpointError when the store cannot be read or the wait
+    timed out (then the caller must not start from 0)."""
+    from ..client import ServerUnreachable, call
+
+    workdir = os.environ.get("GPUWS_WORKDIR")
+    if not workdir:
+        return NO_SERVER
+    try:
+        rel = run_path.resolve().relative_to(Path(workdir).resolve()).as_posix()
+    except ValueError:
+        return NO_SERVER  # checkpoints kept outside the mirrored folder
+    try:
+        job = call("gpuws/api/checkpoints/fetch", "POST", {"run": rel, "timeout": timeout})
+        said = False
+        started = time.monotonic()
+        while job["state"] == "running":
+            if not said and time.monotonic() - started > 0.5:
+                how = "the restore is bringing it" if job["result"].get("restoring") else "fetching it"
+                print(f"gpuws: waiting for the newest checkpoint of {run} in the store ({how})…", flush=True)
+                said = True
+            time.sleep(0.25)
+            job = call(f"gpuws/api/checkpoints/fetch/{job['id']}")
+    except ServerUnreachable as err:
+        if err.status in (None, 404, 409):  # no server, one without this API, or its sync is off
+            return NO_SERVER
+        raise CheckpointError(f"gpuws.resume(): cannot ask the server for {run}'s checkpoint: {err}") from None
+    if job["state"] != "done":
+        reason = "; ".join(job["errors"]) or job["state"]
+        raise CheckpointError(
+            f"gpuws.resume(): the newest checkpoint of {run} could not be brought from the store ({reason}). "
+            "Not starting from 0: try again once the store answers.")
+    return HERE if job["result"].get("checkpoint") else NONE

@@ -1,0 +1,61 @@
+"""The kernel's way to the Jupyter Server that started it (for `%gpuws` and `gpuws.resume()`):
+its URL and token from the runtime folder, and one JSON request."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+# The server exports its process id to the kernels it starts (app.py), so a kernel finds its
+# own server even when several run on the machine.
+SERVER_PID_ENV = "GPUWS_SERVER_PID"
+
+
+class ServerUnreachable(Exception):
+    """No server to ask, or it answered with an error (the message says which)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def find_server() -> tuple[str, str]:
+    """The Jupyter Server that started this kernel: its URL and token, from its runtime file."""
+    from .checkpoints.agent import kernel_identity
+
+    _, runtime = kernel_identity()
+    if runtime is None:
+        raise ServerUnreachable("This Python does not run in a Jupyter kernel")
+    candidates = [runtime / f"jpserver-{pid}.json" for pid in (os.environ.get(SERVER_PID_ENV), os.getppid()) if pid]
+    others = list(runtime.glob("jpserver-*.json"))
+    if len(others) == 1:
+        candidates += others  # one server on the machine: that one
+    for path in candidates:
+        try:
+            info = json.loads(Path(path).read_text())
+            return info["url"].rstrip("/") + "/", info.get("token", "")
+        except (OSError, ValueError, KeyError):
+            continue
+    raise ServerUnreachable("No Jupyter Server found for this kernel (is it running under Jupyter?)")
+
+
+def call(path: str, method: str = "GET", body: Any = None, timeout: float = 30) -> Any:
+    url, token = find_server()
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data=data, method=method,
+                                     headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as err:
+        try:
+            message = json.loads(err.read()).get("message")
+        except Exception:
+            message = err.reason
+        raise ServerUnreachable(f"{err.code}: {message}", err.code) from None
+    except OSError as err:
+        raise ServerUnreachable(f"Cannot reach the Jupyter Server: {err}") from None
