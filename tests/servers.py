@@ -64,12 +64,18 @@ class ServerProcess:
 
 
 @contextmanager
-def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | None = None) -> Iterator[ServerProcess]:
+def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | None = None,
+                   root: Path | None = None, hostname: str | None = None) -> Iterator[ServerProcess]:
     """A server with its own root, local store and state under `folder`, its kernels' connection
     files (and agents' registrations) in `runtime`, which other servers may share; killed at
-    the end. Yields once the extension answers."""
-    root, store, state = (folder / n for n in ("root", "store", "state"))
-    root.mkdir(parents=True)
+    the end (its whole process group). Yields once the extension answers.
+
+    `root`: the work directory elsewhere; `hostname`: the server runs in a UTS namespace of its
+    own with that host name (`unshare -u`), as a server on another machine would."""
+    state = folder / "state"
+    store = Path(extra_config["store_url"]) if extra_config and "store_url" in extra_config else folder / "store"
+    root = root or folder / "root"
+    root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config = {
         "ServerApp": {"port": port, "root_dir": str(root), "open_browser": False, "allow_root": True,
@@ -81,8 +87,10 @@ def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | N
     (folder / "config.json").write_text(json.dumps(config))
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_CONFIG_DIR=str(folder / "jcfg"))
     log = open(folder / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "jupyter_server", f"--config={folder / 'config.json'}"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    command = [sys.executable, "-m", "jupyter_server", f"--config={folder / 'config.json'}"]
+    if hostname:
+        command = ["unshare", "-u", "sh", "-c", f'hostname "$0" && exec "$@"', hostname, *command]
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     server = ServerProcess(proc, port, root, store, state, runtime, folder / "server.log")
     try:
         until(lambda: server.api("/gpuws/api/runtime"), 60, "the server with the extension")
