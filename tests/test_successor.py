@@ -166,3 +166,30 @@ def test_a_successor_seconds_after_a_kill_gets_everything_back_and_resumes(tmp_p
         (second_root / "after.txt").write_text("written on the successor")
         until(lambda: (shared_store / workspace / "files" / "after.txt").exists(), 30, "the successor's write")
         assert json.loads((shared_store / workspace / ".gpuws" / "lease.json").read_text())["host"] == "machine-b"
+
+
+def test_two_servers_on_one_store_never_both_write_even_through_a_pass_longer_than_the_lease(
+        tmp_path: Path, shared_store: Path) -> None:
+    """The first server's pass uploads a file for several lease lifetimes (a bandwidth cap); the
+    second, started meanwhile on another host, must stay read-only the whole time: the store ends
+    with the holder's bytes only, never the intruder's."""
+    ttl = 3.0
+    config = {"store_url": str(shared_store), "workspace": "shared", "sync_debounce": 0.05, "lease_ttl": ttl}
+    holder_bytes = os.urandom(12 * 2**20)
+    with server_process(tmp_path / "a", tmp_path / "runtime-a", {**config, "bandwidth_limit": 1 * 2**20},
+                        hostname="machine-a") as a:
+        (a.root / "shared.bin").write_bytes(holder_bytes)
+        until(lambda: (a.api("/gpuws/api/sync").get("progress") or {}).get("bytes_done"), 30, "the long upload")
+        with server_process(tmp_path / "b", tmp_path / "runtime-b", config, hostname="machine-b") as b:
+            (b.root / "shared.bin").write_bytes(b"the intruder's version")
+            seen = set()
+            deadline = time.monotonic() + 4 * ttl
+            while time.monotonic() < deadline:
+                status = b.api("/gpuws/api/sync")
+                seen.add((status["state"], status["lease_held"]))
+                assert not status["lease_held"], "both servers held the lease"
+                time.sleep(0.2)
+            assert ("read-only", False) in seen
+            until(lambda: a.api("/gpuws/api/sync")["pending_files"] == 0, 60, "the holder's upload")
+            assert (shared_store / "shared" / "files" / "shared.bin").read_bytes() == holder_bytes
+            assert not (shared_store / "shared" / ".gpuws" / "versions" / "shared.bin").exists()
