@@ -11,10 +11,15 @@ import xxhash
 
 def file_hash(path: str) -> str:
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return xxhash.xxh3_128_hexdigest(b"")
-        if size < 1 << 20:
-            return xxhash.xxh3_128_hexdigest(f.read())
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            return xxhash.xxh3_128_hexdigest(m)
+        return fd_hash(f.fileno())
+
+
+def fd_hash(fd: int) -> str:
+    """The hash of an open file (readable), from its start, whatever its position."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return xxhash.xxh3_128_hexdigest(b"")
+    if size < 1 << 20:
+        return xxhash.xxh3_128_hexdigest(os.pread(fd, size, 0))
+    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as m:
+        return xxhash.xxh3_128_hexdigest(m)

@@ -16,7 +16,7 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from . import s3direct
-from .backend import PART_SUFFIX, RemoteFile, SourceChangedError
+from .backend import PART_SUFFIX, ChangedInStoreError, RemoteFile, SourceChangedError
 from .errors import StoreConfigError, StoreFullError, StoreUnavailableError
 from .local import O_CLOEXEC
 
@@ -40,10 +40,14 @@ class FsspecBackend:
         # Object stores make a PUT visible only once complete; file-like ones need a rename.
         self.object_store = protocol in ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory")
         self.supports_rename = not self.object_store
+        self.round_trips = protocol not in ("memory",)
         self.max_concurrency = max_concurrency
-        # Small files to S3: one lean signed PUT each (s3direct), made on first use.
+        # Small files to S3: one lean signed PUT each (s3direct), made on first use; and the
+        # lean GET that restores use.
         self._direct: s3direct.DirectPut | None = None
         self._direct_ready = protocol not in ("s3", "s3a")
+        self._reader: s3direct.DirectGet | None = None
+        self._reader_ready = protocol not in ("s3", "s3a")
         self._direct_lock = threading.Lock()
 
     def _path(self, key: str) -> str:
@@ -58,9 +62,20 @@ class FsspecBackend:
                     self._direct_ready = True
         return self._direct
 
+    def direct_get(self) -> s3direct.DirectGet | None:
+        """The lean GET for restores where the store is a plain S3 bucket, else None."""
+        if not self._reader_ready:
+            with self._direct_lock:
+                if not self._reader_ready:
+                    self._reader = s3direct.for_s3fs(self.fs, self.root.partition("/")[0], s3direct.DirectGet)
+                    self._reader_ready = True
+        return self._reader
+
     def close(self) -> None:
         if self._direct is not None:
             self._direct.close()
+        if self._reader is not None:
+            self._reader.close()
 
     def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
             check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
@@ -225,6 +240,45 @@ class FsspecBackend:
             progress(size)
         return size
 
+    def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
+                  progress: Callable[[int], None] | None = None, etag: str | None = None) -> int:
+        """On plain S3, one lean signed GET (a range of the object with `length`) streamed into
+        `fd`, sent with If-Match `etag` so that every part of a file comes from one object;
+        anything else, and any answer the lean GET cannot use, goes through fsspec. A whole
+        object whose ETag is an MD5 is checked against the bytes received."""
+        path = self._path(key)
+        reader = self.direct_get()
+        if reader is not None:
+            try:
+                got = reader.get(path.partition("/")[2], fd, offset, length, etag, progress)
+            except s3direct.ChangedInStoreError:
+                raise ChangedInStoreError(f"{key} changed in the store while it was being fetched") from None
+            except s3direct.ChecksumMismatchError:
+                raise StoreUnavailableError(f"{key}: the bytes received do not match the store's checksum") from None
+            if got is not None:
+                return got
+        try:
+            if length is None:
+                data = self.fs.cat_file(path)
+            else:
+                data = self.fs.cat_file(path, start=offset, end=offset + length)
+        except FileNotFoundError:
+            raise
+        except Exception as err:
+            raise _remote_error(err, key) from err
+        if length is None:
+            os.ftruncate(fd, 0)  # a lean GET that broke off may have written more
+            tag = (etag or "").strip('"')
+            if len(tag) == 32 and "-" not in tag and hashlib.md5(data).hexdigest() != tag:
+                raise StoreUnavailableError(f"{key}: the bytes received do not match the store's checksum")
+        view, at = memoryview(data), offset
+        while view:
+            n = os.pwrite(fd, view, at)
+            view, at = view[n:], at + n
+        if progress:
+            progress(len(data))
+        return len(data)
+
     def stat(self, key: str) -> RemoteFile | None:
         try:
             info = self.fs.info(self._path(key))
@@ -263,7 +317,9 @@ class FsspecBackend:
         for path, info in found.items():
             if PART_SUFFIX in path or info.get("type") == "directory":
                 continue
-            yield RemoteFile(path[len(self.root) + 1:], int(info["size"]), _mtime(info))
+            etag = info.get("ETag") or info.get("etag")
+            yield RemoteFile(path[len(self.root) + 1:], int(info["size"]), _mtime(info),
+                             etag.strip('"') if isinstance(etag, str) else None)
 
     def sweep_parts(self, prefix: str, older_than: float) -> int:
         cutoff = time.time() - older_than
