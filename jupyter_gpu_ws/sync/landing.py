@@ -25,6 +25,7 @@ _NO_TMPFILE = {errno.EOPNOTSUPP, errno.ENOTSUP, errno.EISDIR, errno.EINVAL, errn
 
 _probe_lock = threading.Lock()
 _unnamed_works: dict[int, bool] = {}  # per device: whether an unnamed file can be linked there
+_folders: dict[str, bool] = {}  # the same answer per folder, so each file costs no stat
 
 
 class IncomingFile:
@@ -94,16 +95,19 @@ def _root_fd() -> int:
 def unnamed_files_work(folder: str) -> bool:
     """Whether an unnamed file made in `folder` can be linked under a name (tried once per
     file system: the kernel, the file system and /proc must all allow it)."""
+    known = _folders.get(folder)
+    if known is not None:
+        return known
     try:
         device = os.stat(folder).st_dev
     except OSError:
         return False
-    known = _unnamed_works.get(device)
-    if known is not None:
-        return known
+    if len(_folders) > 4096:
+        _folders.clear()  # a bound, not an eviction policy: the next files look again
     with _probe_lock:
         if device not in _unnamed_works:
             _unnamed_works[device] = _try_unnamed(folder)
+    _folders[folder] = _unnamed_works[device]
     return _unnamed_works[device]
 
 

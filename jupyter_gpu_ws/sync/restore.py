@@ -31,7 +31,7 @@ import os
 import stat
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -57,6 +57,11 @@ PARTS_FROM = 2 * PART_SIZE
 # a small file costs one round trip and little bandwidth, so latency, not bandwidth, sets
 # their pace (measured: 2,000 files with 20 ms added took 6.4 s at 8 in flight, 1.4 s at 64).
 SMALL_IN_FLIGHT = 8
+# Small files are handed to the workers in batches of at most this many (fewer hand-overs
+# between threads); where each request waits for a round trip, in smaller ones, so that the
+# requests in flight are spread over the files still to come.
+BATCH_LOCAL = 32
+BATCH_ROUND_TRIPS = 4
 # Restored files are recorded in batches of this many (and each large one at once), so that a
 # pass running meanwhile finds them recorded instead of sending them back.
 RECORD_BATCH = 256
@@ -244,35 +249,58 @@ class _Download:
             self.error = self.error or message
 
 
-class _Pending:
-    """Tasks on the pool, counted, so that a phase can wait for all of them (also those that
-    other tasks submit while it runs: a manifest once its folder is in place)."""
+class _Work:
+    """The job's workers and what they have to do: batches of (file, part) taken in order,
+    a released manifest put in front; `wait()` returns once every batch handed in is done."""
 
-    def __init__(self, pool: ThreadPoolExecutor) -> None:
-        self.pool = pool
-        self.count = 0
-        self.done = threading.Condition()
+    def __init__(self, workers: int, run: Callable[[_Download, int], None]) -> None:
+        self._run = run
+        self._queue: deque[list[tuple[_Download, int]] | None] = deque()
+        self._changed = threading.Condition()
+        self._outstanding = 0
+        self._threads = [threading.Thread(target=self._work, name=f"gpuws-restore-{n}", daemon=True)
+                         for n in range(workers)]
+        for thread in self._threads:
+            thread.start()
 
-    def submit(self, fn: Callable[..., None], *args: Any) -> None:
-        with self.done:
-            self.count += 1
-        self.pool.submit(self._run, fn, args)
-
-    def _run(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
-        try:
-            fn(*args)
-        except BaseException:  # noqa: BLE001 - a bug must not hang the phase; it is logged
-            log.exception("Restore task failed")
-        finally:
-            with self.done:
-                self.count -= 1
-                if self.count == 0:
-                    self.done.notify_all()
+    def add(self, batch: list[tuple[_Download, int]], first: bool = False) -> None:
+        with self._changed:
+            self._outstanding += 1
+            if first:
+                self._queue.appendleft(batch)
+            else:
+                self._queue.append(batch)
+            self._changed.notify()
 
     def wait(self) -> None:
-        with self.done:
-            while self.count:
-                self.done.wait()
+        with self._changed:
+            while self._outstanding:
+                self._changed.wait()
+
+    def close(self) -> None:
+        with self._changed:
+            self._queue.extend([None] * len(self._threads))
+            self._changed.notify_all()
+        for thread in self._threads:
+            thread.join()
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                while not self._queue:
+                    self._changed.wait()
+                batch = self._queue.popleft()
+            if batch is None:
+                return
+            for download, part in batch:
+                try:
+                    self._run(download, part)
+                except BaseException:  # noqa: BLE001 - a bug must not stop the worker or hang the phase
+                    log.exception("Restore of %s failed", download.rel)
+            with self._changed:
+                self._outstanding -= 1
+                if not self._outstanding:
+                    self._changed.notify_all()
 
 
 class RestoreJob:
@@ -302,7 +330,7 @@ class RestoreJob:
         self._folders_made: set[str] = set()
         self._parts = threading.Semaphore(self.concurrency)
         self._stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))
-        self._pending: _Pending | None = None
+        self._work: _Work | None = None
 
     # -- running -------------------------------------------------------------------------------
 
@@ -327,22 +355,39 @@ class RestoreJob:
                     folder.manifest = download
                 else:
                     folder.left += 1
-        workers = self.concurrency * (SMALL_IN_FLIGHT if getattr(self.backend, "round_trips", True) else 1)
-        with ThreadPoolExecutor(min(workers, max(1, len(files))), thread_name_prefix="gpuws-restore") as pool:
-            self._pending = pending = _Pending(pool)
+        # Manifests that wait for the rest of their folder, decided before any file is handed
+        # in (a folder's count falls as its files land, while the phase is still being handed in).
+        held = {id(f.manifest) for f in folders.values() if f.manifest is not None and f.left}
+        round_trips = getattr(self.backend, "round_trips", True)
+        tasks = sum(d.parts for d in downloads.values())
+        workers = min(self.concurrency * (SMALL_IN_FLIGHT if round_trips else 1), max(1, tasks))
+        cap = BATCH_ROUND_TRIPS if round_trips else BATCH_LOCAL
+        self._work = work = _Work(workers, self._fetch_part)
+        try:
             for phase in phases:
                 if self._stopped():
                     break
+                # Batches small enough that every worker gets several (a short phase too).
+                size = max(1, min(cap, len(phase) // (workers * 4)))
+                batch: list[tuple[_Download, int]] = []
                 for rel in phase:
                     download = downloads[rel]
-                    folder = download.folder
-                    if folder is not None and download is folder.manifest:
-                        if folder.left == 0:
-                            self._submit(download)  # nothing else in its folder to wait for
-                        continue  # else: submitted once the rest of its folder is in place
-                    self._submit(download)
-                pending.wait()
+                    if id(download) in held:
+                        continue  # handed in once the rest of its folder is in place
+                    if download.parts > 1:
+                        for part in range(download.parts):
+                            work.add([(download, part)])  # every worker may take a part
+                        continue
+                    batch.append((download, 0))
+                    if len(batch) == size:
+                        work.add(batch)
+                        batch = []
+                if batch:
+                    work.add(batch)
+                work.wait()
                 self._flush_records()
+        finally:
+            work.close()
         self._flush_records()
         if self.state is not None:
             self.state.settle_rest(self.stop_reason or "the restore ended without it")
@@ -355,10 +400,10 @@ class RestoreJob:
             self.stop.set()
         return self.stop.is_set()
 
-    def _submit(self, download: _Download) -> None:
-        assert self._pending is not None
-        for part in range(download.parts):
-            self._pending.submit(self._fetch_part, download, part)
+    def _release(self, manifest: _Download) -> None:
+        """A manifest whose folder is in place: next in line, before anything else waiting."""
+        assert self._work is not None
+        self._work.add([(manifest, 0)], first=True)
 
     # -- one part of one file ------------------------------------------------------------------
 
@@ -401,7 +446,7 @@ class RestoreJob:
     def _prepare(self, d: _Download) -> None:
         """Before the first byte (under the file's lock): skip a file recorded as synced and
         unchanged here; else make its folder and the file it is written into."""
-        if os.path.commonpath([self.workdir, os.path.abspath(d.target)]) != self.workdir or PART_SUFFIX in d.rel:
+        if not _safe(d.rel):
             d.skip = "outside"
             return
         try:
@@ -569,8 +614,7 @@ class RestoreJob:
         manifest = folder.manifest
         assert manifest is not None
         if folder.failed is None and not self._stopped():
-            assert self._pending is not None
-            self._submit(manifest)
+            self._release(manifest)
             return
         # Held back: the folder stays without its manifest, an incomplete checkpoint.
         reason = folder.failed or self.stop_reason or "stopped"
@@ -613,6 +657,13 @@ class RestoreJob:
             records, self._records = self._records, []
         if records:
             self.index.put_many(records)
+
+
+def _safe(rel: str) -> bool:
+    """A path from the store that stays inside the work directory and is not one of our
+    temporary names: no empty, `.` or `..` component (checked by parts: far cheaper per file
+    than normalising the path)."""
+    return PART_SUFFIX not in rel and not any(part in ("", ".", "..") for part in rel.split("/"))
 
 
 def _regular(st: os.stat_result) -> bool:
