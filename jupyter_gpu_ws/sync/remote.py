@@ -307,6 +307,14 @@ class FsspecBackend:
 
     def list(self, prefix: str) -> Iterator[RemoteFile]:
         base = self._path(prefix)
+        reader = self.direct_get()
+        listed = reader.list(base.partition("/")[2].rstrip("/") + "/") if reader is not None else None
+        if listed is not None:  # on plain S3: one lean signed request per 1,000 objects
+            start = len(self.root.partition("/")[2]) + 1 if "/" in self.root else 0
+            for key, size, mtime, etag in listed:
+                if PART_SUFFIX not in key and not key.endswith("/"):
+                    yield RemoteFile(key[start:], size, mtime, etag)
+            return
         try:
             self.fs.invalidate_cache(base)
             found = self.fs.find(base, detail=True)

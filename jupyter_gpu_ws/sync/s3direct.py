@@ -23,13 +23,16 @@ import hmac
 import http.client
 import logging
 import os
+import queue
 import ssl
 import threading
 import time
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Callable, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote_plus, urlsplit
+from xml.etree import ElementTree
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +42,7 @@ ALGORITHM = "AWS4-HMAC-SHA256"
 CREDENTIALS_TTL = 300.0
 # Kept-alive connections held between requests (the engine's workers take one each).
 MAX_IDLE = 32
-# … by the GET client: a restore keeps many more small requests in flight than a pass does.
+# Idle connections the GET client keeps (a restore has many requests in flight).
 GET_MAX_IDLE = 256
 # A GET body is written in chunks of this size (a small object in one).
 READ_CHUNK = 1 << 20
@@ -65,13 +68,14 @@ def signing_key(secret: str, day: str, region: str, service: str = "s3") -> byte
 
 
 def authorization(method: str, path: str, headers: dict[str, str], payload_hash: str, amz_date: str,
-                  region: str, creds: Credentials, key: bytes | None = None) -> str:
-    """The Authorization header of a request with no query string. `path` is sent as it is
-    (already percent-encoded); every header in `headers` (host included) is signed."""
+                  region: str, creds: Credentials, key: bytes | None = None, query: str = "") -> str:
+    """The Authorization header of a request. `path` is sent as it is (already percent-encoded),
+    and so is `query`, which must be canonical (see `canonical_query`); every header in
+    `headers` (host included) is signed."""
     names = sorted(name.lower() for name in headers)
     lowered = {name.lower(): " ".join(str(value).split()) for name, value in headers.items()}
     canonical = "\n".join([
-        method, path, "",
+        method, path, query,
         "".join(f"{name}:{lowered[name]}\n" for name in names),
         ";".join(names), payload_hash,
     ])
@@ -81,6 +85,13 @@ def authorization(method: str, path: str, headers: dict[str, str], payload_hash:
     key = key or signing_key(creds.secret_key, day, region)
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     return f"{ALGORITHM} Credential={creds.access_key}/{scope}, SignedHeaders={';'.join(names)}, Signature={signature}"
+
+
+def canonical_query(params: dict[str, str]) -> str:
+    """A query string as SigV4 signs it (names sorted, names and values percent-encoded the
+    RFC 3986 way), which is also what the request then sends."""
+    return "&".join(f"{quote(name, safe='-_.~')}={quote(value, safe='-_.~')}"
+                    for name, value in sorted(params.items()))
 
 
 class DirectS3:
@@ -135,8 +146,10 @@ class DirectS3:
                 return
         conn.close()
 
-    def _signed(self, method: str, key: str, payload: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
-        """The request path of `key` and `headers` with the date, credentials and signature added."""
+    def _signed(self, method: str, key: str, payload: str, headers: dict[str, str],
+                query: str = "") -> tuple[str, dict[str, str]]:
+        """The request path of `key` (with `query`, canonical) and `headers` with the date,
+        credentials and signature added."""
         creds = self.credentials()
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         cache = (creds.secret_key, amz_date[:8], self.region)
@@ -148,8 +161,9 @@ class DirectS3:
         if creds.token:
             headers["x-amz-security-token"] = creds.token
         path = self.prefix + quote(key, safe="/~")
-        headers["authorization"] = authorization(method, path, headers, payload, amz_date, self.region, creds, signing)
-        return path, headers
+        headers["authorization"] = authorization(method, path, headers, payload, amz_date, self.region, creds, signing,
+                                                 query)
+        return (f"{path}?{query}" if query else path), headers
 
     def resting(self) -> bool:
         """Whether the shortcut rests after refusals in a row (the caller uses s3fs meanwhile)."""
@@ -251,9 +265,83 @@ class DirectGet(DirectS3):
     method = "GET"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("max_idle", GET_MAX_IDLE)
         super().__init__(*args, **kwargs)
         self.fetched = 0  # objects or ranges fetched this way, for the curious and for the tests
+        # Idle connections in a queue that takes and gives without a Python lock: a restore's
+        # many workers would otherwise queue on the pool's lock for every request.
+        self._spare: queue.SimpleQueue[http.client.HTTPConnection] = queue.SimpleQueue()
+        self._max_idle = max(self._max_idle, GET_MAX_IDLE)
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        try:
+            return self._spare.get_nowait(), True
+        except queue.Empty:
+            return super()._connection()[0], False
+
+    def _release(self, conn: http.client.HTTPConnection) -> None:
+        if self._closed or self._spare.qsize() >= self._max_idle:
+            conn.close()
+        else:
+            self._spare.put(conn)
+
+    def close(self) -> None:
+        super().close()
+        while True:
+            try:
+                self._spare.get_nowait().close()
+            except queue.Empty:
+                return
+
+    def list(self, prefix: str) -> list[tuple[str, int, float | None, str | None]] | None:
+        """(key, size, mtime, ETag) of every object whose key starts with `prefix` (relative to
+        the bucket), by ListObjectsV2 pages of 1,000 parsed with the C XML parser: through s3fs,
+        botocore spends about 0.1 ms of CPU per object listed. None where the shortcut gave no
+        good answer (the caller lists through s3fs)."""
+        if self.resting():
+            return None
+        out: list[tuple[str, int, float | None, str | None]] = []
+        token: str | None = None
+        while True:
+            params = {"list-type": "2", "prefix": prefix, "encoding-type": "url", "max-keys": "1000"}
+            if token:
+                params["continuation-token"] = token
+            path, headers = self._signed("GET", "", EMPTY_SHA256, {}, canonical_query(params))
+            page = self._page(path, headers)
+            if page is None:
+                return None
+            try:
+                token = _parse_listing(page, out)
+            except (ElementTree.ParseError, ValueError):
+                self._refused(502)
+                return None
+            if token is None:
+                self._accepted()
+                return out
+
+    def _page(self, path: str, headers: dict[str, str]) -> bytes | None:
+        while True:
+            conn, reused = self._connection()
+            self.requests += 1
+            try:
+                conn.request("GET", path, headers=headers)
+                response = conn.getresponse()
+                body = response.read()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                if reused:
+                    continue
+                self._refused(None)
+                return None
+            if response.will_close:
+                conn.close()
+            else:
+                self._release(conn)
+            if response.status != 200:
+                if response.status == 403:
+                    self.forget_credentials()
+                self._refused(response.status)
+                return None
+            return body
 
     def get(self, key: str, fd: int, offset: int = 0, length: int | None = None, etag: str | None = None,
             progress: Callable[[int], None] | None = None) -> int | None:
@@ -344,6 +432,31 @@ class DirectGet(DirectS3):
         if md5 is not None and md5.hexdigest() != tag:
             raise ChecksumMismatchError(path)
         return written
+
+
+_S3 = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+
+
+def _parse_listing(page: bytes, out: list[tuple[str, int, float | None, str | None]]) -> str | None:
+    """Add a ListObjectsV2 page's objects to `out`; the continuation token, or None at the end."""
+    root = ElementTree.fromstring(page)
+    ns = _S3 if root.tag.startswith(_S3) else ""
+    if root.tag != f"{ns}ListBucketResult":
+        raise ValueError(f"not a listing: {root.tag}")
+    encoded = (root.findtext(f"{ns}EncodingType") or "").lower() == "url"
+    for item in root.iter(f"{ns}Contents"):
+        key = item.findtext(f"{ns}Key") or ""
+        if encoded:
+            key = unquote_plus(key)
+        modified = item.findtext(f"{ns}LastModified")
+        mtime = datetime.fromisoformat(modified.replace("Z", "+00:00")).timestamp() if modified else None
+        etag = (item.findtext(f"{ns}ETag") or "").strip('"') or None
+        out.append((key, int(item.findtext(f"{ns}Size") or 0), mtime, etag))
+    truncated = (root.findtext(f"{ns}IsTruncated") or "").lower() == "true"
+    token = root.findtext(f"{ns}NextContinuationToken")
+    if truncated and not token:
+        raise ValueError("a truncated listing without a continuation token")
+    return token if truncated else None
 
 
 def _body_into(response: http.client.HTTPResponse, fd: int, offset: int, md5: Any,
