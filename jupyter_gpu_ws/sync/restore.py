@@ -441,6 +441,9 @@ class RestoreJob:
                 d.fail(self._local_error(err))
             except SyncError as err:
                 d.fail(str(err))
+            except Exception as err:  # noqa: BLE001 - any other failure is this file's error, reported
+                log.exception("Restore of %s failed", d.rel)
+                d.fail(str(err) or type(err).__name__)
         self._part_done(d)
 
     def _prepare(self, d: _Download) -> None:
