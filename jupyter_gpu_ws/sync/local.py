@@ -40,7 +40,6 @@ class LocalBackend:
     """A folder on a mounted disk (the embedded default, NFS, a FUSE mount of a bucket)."""
 
     supports_rename = True
-    round_trips = False
 
     def __init__(self, root: str, durable: bool = True) -> None:
         self.root = os.path.abspath(root)
@@ -57,6 +56,15 @@ class LocalBackend:
         # One flush at a time, so that a flush that finds nothing left to do returns only once
         # the one that took it is done.
         self._flush_lock = threading.Lock()
+        self._round_trips: bool | None = None
+
+    @property
+    def round_trips(self) -> bool:
+        """Whether the folder is on a network file system (NFS, SMB, a FUSE mount of a bucket):
+        each read then waits for a round trip, and a restore keeps many in flight."""
+        if self._round_trips is None:
+            self._round_trips = on_network_file_system(self.root)
+        return self._round_trips
 
     def _path(self, key: str) -> str:
         if os.sep == "/":
@@ -374,6 +382,29 @@ def _copy_range(src: int, dst: int, offset: int, length: int | None,
         if progress:
             progress(n)
     return total
+
+
+# File system types (as /proc/self/mountinfo names them) whose requests cross a network.
+_NETWORK_FS = ("nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "afs", "fuse", "gpfs", "beegfs")
+
+
+def on_network_file_system(path: str) -> bool:
+    """Whether `path` (or, if it does not exist yet, the folder that will hold it) is on a
+    network file system, by the type of the mount that holds it."""
+    try:
+        import psutil
+
+        mounts = psutil.disk_partitions(all=True)
+    except Exception:  # noqa: BLE001 - unknown: treat it as a local disk, as before
+        return False
+    real = os.path.realpath(path)
+    best, kind = "", ""
+    for mount in mounts:
+        point = mount.mountpoint.rstrip("/") or "/"
+        inside = real == point or real.startswith(point if point == "/" else point + "/")
+        if inside and len(point) > len(best):
+            best, kind = point, mount.fstype
+    return kind.startswith(_NETWORK_FS)
 
 
 def _remove_quietly(path: str) -> None:

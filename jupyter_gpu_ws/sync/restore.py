@@ -57,6 +57,8 @@ PARTS_FROM = 2 * PART_SIZE
 # a small file costs one round trip and little bandwidth, so latency, not bandwidth, sets
 # their pace (measured: 2,000 files with 20 ms added took 6.4 s at 8 in flight, 1.4 s at 64).
 SMALL_IN_FLIGHT = 8
+# Files under this size report their bytes once they are in, not chunk by chunk.
+QUIET_BELOW = 1 << 20
 # Small files are handed to the workers in batches of at most this many (fewer hand-overs
 # between threads); where each request waits for a round trip, in smaller ones, so that the
 # requests in flight are spread over the files still to come.
@@ -229,10 +231,11 @@ class _Folder:
 class _Download:
     """One file coming from the store: whole, or in parts that several workers fetch at once."""
 
-    def __init__(self, rel: str, remote: RemoteFile, target: str, folder: _Folder | None) -> None:
+    def __init__(self, rel: str, remote: RemoteFile, target: str, key: str, folder: _Folder | None) -> None:
         self.rel = rel
         self.remote = remote
         self.target = target
+        self.key = key
         self.folder = folder
         self.parts = max(1, -(-remote.size // PART_SIZE)) if remote.size >= PARTS_FROM else 1
         self.left = self.parts
@@ -349,7 +352,7 @@ class RestoreJob:
                 folder = folders.get(found[1])
                 if folder is None:
                     folder = folders[found[1]] = _Folder(found[1], tracked.get(found[1]))
-            download = downloads[rel] = _Download(rel, remote, os.path.join(self.workdir, *rel.split("/")), folder)
+            download = downloads[rel] = _Download(rel, remote, self._target(rel), self.file_key(rel), folder)
             if folder is not None:
                 if rel == f"{folder.path}/{MANIFEST}":
                     folder.manifest = download
@@ -393,6 +396,11 @@ class RestoreJob:
             self.state.settle_rest(self.stop_reason or "the restore ended without it")
         self.progress.phase = "done"
         return self.report
+
+    def _target(self, rel: str) -> str:
+        if os.sep == "/":
+            return f"{self.workdir}/{rel}"  # a path join per file costs more than the copy of a small one
+        return os.path.join(self.workdir, *rel.split("/"))
 
     def _stopped(self) -> bool:
         if self.cancel.is_set() and not self.stop.is_set():
@@ -475,6 +483,8 @@ class RestoreJob:
         """One read_into with retries (doubling back-off) on a store that fails for now; bytes
         reported by a failed attempt are taken back."""
         assert d.incoming is not None
+        if length is None and d.remote.size < QUIET_BELOW:
+            return self._fetch_small(d)
         attempt = 0
         while True:
             counted = 0
@@ -489,8 +499,7 @@ class RestoreJob:
                 self._count(d, n)
 
             try:
-                return self.backend.read_into(self.file_key(d.rel), d.incoming.fd, offset, length, progress,
-                                              d.remote.etag)
+                return self.backend.read_into(d.key, d.incoming.fd, offset, length, progress, d.remote.etag)
             except StoreUnavailableError as err:
                 self._count(d, -counted)
                 attempt += 1
@@ -500,6 +509,27 @@ class RestoreJob:
             except BaseException:
                 self._count(d, -counted)
                 raise
+
+    def _fetch_small(self, d: _Download) -> int:
+        """A small file: the same with its bytes counted once it is in (no callback per chunk,
+        and the cancel looked at before it starts: it is over in a moment)."""
+        assert d.incoming is not None
+        attempt = 0
+        while True:
+            if self.stop.is_set() or self.cancel.is_set():
+                raise CancelledError("cancelled")
+            if self.limiter is not None:
+                self.limiter.take(d.remote.size)
+            try:
+                n = self.backend.read_into(d.key, d.incoming.fd, 0, None, None, d.remote.etag)
+            except StoreUnavailableError as err:
+                attempt += 1
+                if attempt > self.retries:
+                    raise StoreUnavailableError(f"{err} (after {attempt} attempts)") from err
+                time.sleep(min(self.retry_backoff * 2 ** (attempt - 1), 10.0))
+                continue
+            self._count(d, n)
+            return n
 
     def _count(self, d: _Download, n: int) -> None:
         with d.lock:
@@ -560,10 +590,13 @@ class RestoreJob:
             d.incoming.link(d.target)  # fails if a file of that name is there (or was made meanwhile)
         except FileExistsError:
             return self._beside(d, st)
-        self._record(Record(d.rel, st.st_size, st.st_mtime_ns, None, self.clock()), large=d.parts > 1)
         with self._lock:
+            self._records.append(Record(d.rel, st.st_size, st.st_mtime_ns, None, self.clock()))
+            due = d.parts > 1 or len(self._records) >= RECORD_BATCH
             self.report.restored.append(d.rel)
             self.report.bytes_restored += st.st_size
+        if due:
+            self._flush_records()
         return True
 
     def _beside(self, d: _Download, st: os.stat_result) -> bool:

@@ -25,6 +25,9 @@ class SyncSupervisor:
         self.config = config
         self.log = log
         self.service: SyncService | None = None
+        # The engine as soon as the store is open, before the service runs: a kernel's resume()
+        # may ask it for a checkpoint (fetch_checkpoint) while the start's restore is under way.
+        self.engine: SyncEngine | None = None
         self.state = "starting"
         self.error: str | None = None
         self.restore_summary: dict[str, Any] | None = None
@@ -44,6 +47,7 @@ class SyncSupervisor:
             self.state, self.error = "error", str(err)
             self.log.error("GPU workspace sync is off: %s", err)
             return
+        self.engine = engine
         if self.config.restore_on_start and not engine.read_only:
             try:
                 report = engine.restore()

@@ -235,6 +235,19 @@ def test_a_store_with_round_trips_keeps_many_small_requests_in_flight(
     assert tree_files(fresh) == tree_files(workdir)
 
 
+def test_a_local_store_on_a_network_file_system_is_read_with_many_requests_in_flight(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import psutil
+
+    store = tmp_path / "mnt" / "share" / "store"
+    part = type(psutil.disk_partitions(all=True)[0])  # psutil's own record, whatever module holds it
+    mounts = [part("/dev/vda", "/", "ext4", "rw"), part("server:/export", str(tmp_path / "mnt" / "share"), "nfs4", "rw")]
+    monkeypatch.setattr(psutil, "disk_partitions", lambda all=False: mounts)
+    assert LocalBackend(str(store)).round_trips
+    assert not LocalBackend(str(tmp_path / "mnt" / "sharewhat")).round_trips  # a sibling, on the local disk
+    assert not LocalBackend(str(tmp_path / "elsewhere")).round_trips
+
+
 def test_a_large_file_comes_in_parallel_ranged_parts_byte_exact(
         workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
     data = random.Random(5).randbytes(PARTS_FROM + 3 * PART_SIZE + 12345)
