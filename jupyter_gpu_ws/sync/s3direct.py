@@ -44,8 +44,10 @@ CREDENTIALS_TTL = 300.0
 MAX_IDLE = 32
 # Idle connections the GET client keeps (a restore has many requests in flight).
 GET_MAX_IDLE = 256
-# A GET body is written in chunks of this size (a small object in one).
+# A GET body up to this size is read whole; a larger one is written in chunks of READ_CHUNK.
+SMALL_BODY = 1 << 20
 READ_CHUNK = 1 << 20
+SPARE_BUFFERS = 16
 # The SHA-256 of an empty body: what a GET signs as its payload.
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # After this many refusals in a row the shortcut rests this many seconds (s3fs sends meanwhile).
@@ -459,27 +461,56 @@ def _parse_listing(page: bytes, out: list[tuple[str, int, float | None, str | No
     return token if truncated else None
 
 
+# Receive buffers, reused: a transfer takes one and gives it back (allocating a megabyte per
+# chunk costs page faults); at most SPARE_BUFFERS are kept between transfers.
+_buffers: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
+
+
 def _body_into(response: http.client.HTTPResponse, fd: int, offset: int, md5: Any,
                progress: Callable[[int], None] | None) -> int:
-    """Write the response body into `fd` from `offset`, a chunk at a time (a small body whole)."""
-    written = 0
-    if response.length is not None and response.length <= READ_CHUNK:
-        chunks: Any = [response.read()]
-    else:
-        chunks = iter(lambda: response.read(READ_CHUNK), b"")
-    for chunk in chunks:
-        if not chunk:
-            break
+    """Write the response body into `fd` from `offset`: a small body whole, a larger one a chunk
+    at a time through a reused buffer (no new megabyte object per chunk)."""
+    if response.length is not None and response.length <= SMALL_BODY:
+        data = response.read()
         if md5 is not None:
-            md5.update(chunk)
-        view, at = memoryview(chunk), offset + written
-        while view:
-            n = os.pwrite(fd, view, at)
-            view, at = view[n:], at + n
-        written += len(chunk)
-        if progress is not None:
-            progress(len(chunk))
-    return written
+            md5.update(data)
+        _pwrite_all(fd, memoryview(data), offset)
+        if progress is not None and data:
+            progress(len(data))
+        return len(data)
+    try:
+        buffer = _buffers.get_nowait()
+    except queue.Empty:
+        buffer = memoryview(bytearray(READ_CHUNK))
+    try:
+        written = 0
+        while True:
+            got = 0
+            while got < READ_CHUNK:  # fill the buffer: fewer, larger writes into the file
+                n = response.readinto(buffer[got:])
+                if not n:
+                    break
+                got += n
+            if not got:
+                return written
+            chunk = buffer[:got]
+            if md5 is not None:
+                md5.update(chunk)
+            _pwrite_all(fd, chunk, offset + written)
+            written += got
+            if progress is not None:
+                progress(got)
+            if got < READ_CHUNK:
+                return written
+    finally:
+        if _buffers.qsize() < SPARE_BUFFERS:
+            _buffers.put(buffer)
+
+
+def _pwrite_all(fd: int, view: memoryview, at: int) -> None:
+    while view:
+        n = os.pwrite(fd, view, at)
+        view, at = view[n:], at + n
 
 
 Client = TypeVar("Client", bound=DirectS3)
