@@ -51,7 +51,7 @@ CODE_SUFFIXES = (".ipynb", ".py")
 TEXT_SUFFIXES = (".md", ".txt", ".json", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".rst", ".sh")
 SMALL_TEXT = 1 << 20
 # Files from this size come in parts of PART_SIZE, several at once, written at their offsets.
-PART_SIZE = 16 << 20
+PART_SIZE = 32 << 20
 PARTS_FROM = 2 * PART_SIZE
 # On stores where each request waits for a round trip, small requests in flight per worker:
 # a small file costs one round trip and little bandwidth, so latency, not bandwidth, sets
@@ -65,8 +65,9 @@ QUIET_BELOW = 1 << 20
 BATCH_LOCAL = 32
 BATCH_ROUND_TRIPS = 4
 # Restored files are recorded in batches of this many (and each large one at once), so that a
-# pass running meanwhile finds them recorded instead of sending them back.
-RECORD_BATCH = 256
+# pass running meanwhile finds them recorded instead of sending them back (a larger batch
+# rewrites fewer of the record's pages: 256 cost 15,000 page writes for 20,000 files).
+RECORD_BATCH = 1024
 
 
 @dataclass
@@ -334,6 +335,7 @@ class RestoreJob:
         self._parts = threading.Semaphore(self.concurrency)
         self._stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))
         self._work: _Work | None = None
+        self._recorded = index.count_and_bytes()[0] > 0
 
     # -- running -------------------------------------------------------------------------------
 
@@ -378,6 +380,9 @@ class RestoreJob:
                     if id(download) in held:
                         continue  # handed in once the rest of its folder is in place
                     if download.parts > 1:
+                        if batch:  # what comes before it goes first
+                            work.add(batch)
+                            batch = []
                         for part in range(download.parts):
                             work.add([(download, part)])  # every worker may take a part
                         continue
@@ -460,12 +465,12 @@ class RestoreJob:
         if not _safe(d.rel):
             d.skip = "outside"
             return
-        try:
-            st = os.lstat(d.target)
-        except FileNotFoundError:
-            st = None
-        except NotADirectoryError:
-            st = None  # a file where its folder should be: the link below says so
+        st = None
+        if self._recorded:  # with no record at all (a fresh machine) no file here can be skipped
+            try:
+                st = os.lstat(d.target)
+            except (FileNotFoundError, NotADirectoryError):
+                st = None  # missing, or a file where its folder should be: the link below says so
         if st is not None and _regular(st):
             record = self.index.get(d.rel)
             if record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):
