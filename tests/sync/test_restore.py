@@ -32,12 +32,15 @@ from jupyter_gpu_ws.sync import (
 from jupyter_gpu_ws.sync.backend import PART_SUFFIX
 from jupyter_gpu_ws.sync.landing import unnamed_files_work
 from jupyter_gpu_ws.sync.remote import FsspecBackend
-from jupyter_gpu_ws.sync.restore import PART_SIZE, PARTS_FROM
+from jupyter_gpu_ws.sync import restore as restore_module
 from tests.sync.conftest import S3_BUCKET, tree_files, write
 from tests.sync.s3server import S3Server, closed_port
 
 Make = Callable[..., SyncEngine]
 MiB = 2**20
+# Parts of 1 MiB from 2 MiB on in these tests: many parts from small files.
+PART_SIZE = MiB
+PARTS_FROM = 2 * PART_SIZE
 REPO = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("restore_child.py")
 
@@ -62,7 +65,7 @@ class WatchedBackend(LocalBackend):
         self.held_over = threading.Event()  # a held read went on (released, or given up)
         self.pause = pause
         self.on_read = on_read
-        self.round_trips = round_trips
+        self._round_trips = round_trips  # as if it were (or were not) on a network file system
         self.lock = threading.Lock()
         self.reads: list[str] = []
         self.active = 0
@@ -111,6 +114,12 @@ def workspace(workdir: Path, tensors: int = 256 * 1024) -> None:
         write(workdir, rel, f"# {rel}\n")
     write(workdir, "data/big.bin", os.urandom(3 * MiB))
     write(workdir, "data/medium.bin", os.urandom(MiB))
+
+
+@pytest.fixture(autouse=True)
+def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(restore_module, "PART_SIZE", PART_SIZE)
+    monkeypatch.setattr(restore_module, "PARTS_FROM", PARTS_FROM)
 
 
 def key_of(rel: str) -> str:
@@ -169,7 +178,7 @@ def test_one_at_a_time_the_order_is_checkpoint_data_largest_first_its_manifest_c
     backend = WatchedBackend(str(store_dir))
     engine, fresh = fresh_engine(tmp_path, make_engine, backend, concurrency=1)
     assert not engine.restore().errors
-    order = [rel_of(key) for key in backend.reads]
+    order = list(dict.fromkeys(rel_of(key) for key in backend.reads))  # a file in parts once
     sizes = {rel: len(data) for rel, data in tree_files(synced).items()}
     newest = [f"{NEW}/{name}" for name in CHECKPOINT_FILES]
     assert order[:3] == sorted(newest, key=lambda rel: (-sizes[rel], rel))
@@ -241,7 +250,8 @@ def test_a_local_store_on_a_network_file_system_is_read_with_many_requests_in_fl
 
     store = tmp_path / "mnt" / "share" / "store"
     part = type(psutil.disk_partitions(all=True)[0])  # psutil's own record, whatever module holds it
-    mounts = [part("/dev/vda", "/", "ext4", "rw"), part("server:/export", str(tmp_path / "mnt" / "share"), "nfs4", "rw")]
+    mounts = [part("/dev/vda", "/", "ext4", "rw"),
+              part("server:/export", str(tmp_path / "mnt" / "share"), "nfs4", "rw")]
     monkeypatch.setattr(psutil, "disk_partitions", lambda all=False: mounts)
     assert LocalBackend(str(store)).round_trips
     assert not LocalBackend(str(tmp_path / "mnt" / "sharewhat")).round_trips  # a sibling, on the local disk
@@ -328,8 +338,8 @@ def run_child(settings: dict[str, Any], kill_after: float | None) -> tuple[bool,
     (killed, seconds from the start of the restore to the end of the process, output)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
            "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.Popen([sys.executable, str(CHILD), json.dumps(settings)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, str(CHILD), json.dumps(settings), str(PART_SIZE)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
@@ -364,9 +374,9 @@ def kill_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, flo
     rng = random.Random(8)
     for i in range(600):
         write(work, f"d{i % 12:02d}/f{i:04d}.dat", rng.randbytes(rng.randint(0, 6000)))
-    write(work, "models/a.bin", rng.randbytes(PARTS_FROM + 5 * PART_SIZE + 1))
-    write(work, "models/b.bin", rng.randbytes(PARTS_FROM + 77))
-    checkpoint(work, NEW, rng.randbytes(PARTS_FROM + 1))
+    write(work, "models/a.bin", rng.randbytes(40 * PART_SIZE + 1))
+    write(work, "models/b.bin", rng.randbytes(25 * PART_SIZE + 77))
+    checkpoint(work, NEW, rng.randbytes(30 * PART_SIZE + 1))
     engine = SyncEngine(SyncSettings(**child_settings(work, store, root / "state")))
     engine.open()
     assert engine.sync().ok
