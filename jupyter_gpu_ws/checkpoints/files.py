@@ -105,6 +105,16 @@ def finish(tmp: Path, step: int, objects: list[str], extra: dict[str, Any],
     return CheckpointInfo(final, step, now, total, objects, extra.get("request_id"))
 
 
+def folder_order(name: str) -> tuple[int, str, int] | None:
+    """How a checkpoint folder's name sorts, newest last: (step, stamp, n); None for a name that
+    is not a checkpoint folder's (a temporary folder of a write in progress, anything else)."""
+    match = _NAME.match(name)
+    if match is None:
+        return None
+    suffix = name[match.end(2) + 1:]
+    return int(match.group(1)), match.group(2), int(suffix) if suffix else 1
+
+
 def read_manifest(path: Path) -> dict[str, Any] | None:
     try:
         with open(path / MANIFEST, encoding="utf-8") as f:
