@@ -958,8 +958,10 @@ class SyncEngine:
             state = "error"
         elif self.read_only:
             state = "read-only"
+        elif self.lease.held and lease["writes_start_in"]:
+            state = "taking-over"  # whatever a pass tries meanwhile: it cannot write yet
         elif self.lease.held and not self.lease.valid() and self.state != "syncing":
-            state = "taking-over" if lease["writes_start_in"] else "error"
+            state = "error"  # the lease could not be renewed in time: writes paused
         else:
             state = self.state
         problems = self.pending_set.listing(0)
