@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -58,6 +58,7 @@ class ServerProcess:
     state: Path
     runtime: Path
     log: Path
+    config: dict[str, Any] = field(default_factory=dict)  # its c.GpuWorkspace settings
 
     def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
         return api(self.port, path, method, body)
@@ -75,6 +76,7 @@ def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | N
     state = folder / "state"
     store = Path(extra_config["store_url"]) if extra_config and "store_url" in extra_config else folder / "store"
     root = root or folder / "root"
+    folder.mkdir(parents=True, exist_ok=True)
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config = {
@@ -91,7 +93,7 @@ def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | N
     if hostname:
         command = ["unshare", "-u", "sh", "-c", f'hostname "$0" && exec "$@"', hostname, *command]
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    server = ServerProcess(proc, port, root, store, state, runtime, folder / "server.log")
+    server = ServerProcess(proc, port, root, store, state, runtime, folder / "server.log", config["GpuWorkspace"])
     try:
         until(lambda: server.api("/gpuws/api/runtime"), 60, "the server with the extension")
         yield server
