@@ -33,6 +33,7 @@ import gc
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -67,7 +68,7 @@ from sync_bench import (  # noqa: E402
 )
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
-from tests.sync.s3server import S3Server  # noqa: E402
+from tests.sync.s3server import S3Server, _die_with_parent as die_with_parent  # noqa: E402
 
 S3_KEY, S3_SECRET, BUCKET = "gpuws-bench-key", "gpuws-bench-secret", "gpuws-restore-bench"
 WORKSPACE = "bench"
@@ -130,7 +131,7 @@ class Proxy:
     def __init__(self, target: int, delay_ms: float) -> None:
         self.proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "latency_proxy.py"), str(target),
                                       "--delay-ms", str(delay_ms)], stdout=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=die_with_parent)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().split()
         if len(line) != 2 or line[0] != "listening":
@@ -363,6 +364,8 @@ def main() -> None:
     parser.add_argument("--no-s3", action="store_true", help="skip S3")
     parser.add_argument("--tmp", default=None, help="folder for temporary files")
     args = parser.parse_args()
+    # A SIGTERM ends the run through its cleanup (servers stopped, temporary folders removed).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sz = QUICK if args.quick else FULL
     if args.trials:
         sz.trials = args.trials
