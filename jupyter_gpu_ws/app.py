@@ -27,6 +27,8 @@ from .checkpoints.protocol import SERVER_ID_ENV
 from .sync import SyncSettings
 from .sync.supervisor import SyncSupervisor
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
+from .monitor.attribution import KernelReport, reports_from_registration
+from .monitor.own_use import TEST_DOUBLE_ENV
 
 
 class GpuWorkspace(Configurable):
@@ -300,12 +302,14 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         if store_path:
             disks["store"] = store_path
         self.kernel_index: dict[int, KernelRef] = {}
+        self.kernel_reports: list[KernelReport] = []
         self.sampler = Sampler(
             self._make_gpu_reader(),
             SystemReader(disks),
             interval=self.sample_interval,
             history_seconds=self.history_seconds,
             kernels=lambda: self.kernel_index,
+            kernel_reports=lambda: self.kernel_reports,
             alerts=AlertTracker(
                 AlertPolicy(
                     gpu_idle_percent=self.gpu_idle_percent,
@@ -329,6 +333,9 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         os.environ["GPUWS_WORKDIR"] = self.workdir
         os.environ[SERVER_ID_ENV] = self.checkpoints.server_id
         os.environ[SERVER_PID_ENV] = str(os.getpid())
+        if self.nvml_test_double:
+            # Its kernels then read their own GPU use from the same simulated GPUs.
+            os.environ[TEST_DOUBLE_ENV] = os.path.abspath(self.nvml_test_double)
         self.jobs = JobRunner()
         self.pages = BrowserPages()
         self.sync = SyncSupervisor(self, self.log)
@@ -424,16 +431,18 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         return future.result(timeout)
 
     async def refresh_kernel_index(self) -> None:
-        """Which kernel runs as which PID, and which notebook uses it.
+        """Which kernel runs as which PID, which notebook uses it, and what GPU memory each
+        kernel's agent reports holding (in a container, NVML's PIDs cannot be mapped).
 
-        Only needed while a GPU has processes, so an idle or GPU-less server skips the work.
+        Only needed while there is a GPU, so a GPU-less server skips the work.
         """
         latest = self.sampler.latest
-        if latest is None or not any(gpu["processes"] or gpu["mig"] for gpu in latest["gpus"]):
+        if latest is None or not latest["gpus"]:
             return
         server = self.serverapp
         notebooks = await self.kernel_notebooks()
         index: dict[int, KernelRef] = {}
+        refs: dict[str, KernelRef] = {}
         km = server.kernel_manager
         for kernel_id in list(km.list_kernel_ids()):
             try:
@@ -441,9 +450,16 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             except KeyError:
                 continue
             pid = getattr(getattr(kernel, "provisioner", None), "pid", None)
+            ref = KernelRef(kernel_id, kernel.kernel_name, notebooks.get(kernel_id))
+            refs[kernel_id] = ref
             if pid:
-                index[int(pid)] = KernelRef(kernel_id, kernel.kernel_name, notebooks.get(kernel_id))
+                index[int(pid)] = ref
         self.kernel_index = index
+        reports: list[KernelReport] = []
+        for kernel_id, registration in self.checkpoints.agent_states().items():
+            if kernel_id in refs:
+                reports.extend(reports_from_registration(refs[kernel_id], registration))
+        self.kernel_reports = reports
 
     def _on_sample(self, sample: dict[str, Any], text: str) -> None:
         # Called on the sampler thread: hop onto the event loop to write to websockets.

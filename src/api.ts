@@ -3,11 +3,16 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 export interface IGpuProcess {
-  pid: number;
+  /** As this server sees it; a kernel's own report may lack one. */
+  pid: number | null;
   memory_used: number | null;
   kernel_id: string | null;
   kernel_name: string | null;
   notebook: string | null;
+  /** False for a PID that is no process here (NVML's host PIDs, seen from a container). */
+  visible: boolean;
+  /** "nvml", or "kernel:<figure>" when the kernel reported its own use. */
+  memory_source: string;
 }
 
 export interface IMigDevice {
