@@ -5,6 +5,7 @@
     jupyter gpuws status  --workdir DIR --store URL [--workspace NAME]
     jupyter gpuws env snapshot|diff|restore|list --store URL [--workspace NAME] [--python PATH] [--offline]
     jupyter gpuws workspaces --store URL [--json]
+    jupyter gpuws persist [--wait] [--timeout S] [--server URL] [--runtime-dir DIR]   (asks the running server)
 
 Errors: one clear line on stderr and a non-zero exit.
 """
@@ -50,6 +51,16 @@ def _option(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < 10**7:
+        raise argparse.ArgumentTypeError(f"seconds must be positive: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jupyter gpuws", description="GPU workspace: storage sync from the command line.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -85,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_env_commands(commands: Any) -> None:
+    persist = commands.add_parser(
+        "persist", help="ask the running Jupyter Server to persist everything (a Kubernetes preStop hook)")
+    persist.add_argument("--wait", action="store_true", help="wait until the persist has finished; exit 0 once persisted")
+    persist.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                         help="with --wait: give up after S seconds (non-zero exit); default: wait as long as it runs")
+    persist.add_argument("--server", default=None, metavar="URL",
+                         help="the server's URL, where several run (default: the one in the runtime folder)")
+    persist.add_argument("--runtime-dir", default=None, help="Jupyter's runtime folder (default: jupyter's own)")
     env = commands.add_parser("env", help="snapshots of the Python environment: take, compare, restore")
     env_commands = env.add_subparsers(dest="env_command", required=True)
 
@@ -397,6 +416,41 @@ def cmd_env_restore(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_persist(args: argparse.Namespace) -> int:
+    """Ask the running server for a persist (POST /gpuws/api/persist) and, with --wait, poll the
+    job until it ends: 0 once everything is persisted, 1 with one line when it failed or ran
+    out of time (the server's own persist goes on; a SIGTERM after it only finishes the rest)."""
+    from .client import ServerUnreachable, request, running_server
+
+    started = time.monotonic()
+    try:
+        url, token = running_server(args.runtime_dir, args.server)
+        sync = request(url, token, "gpuws/api/sync", timeout=10)
+        print(f"server {url}, store {sync.get('store') or '?'}, workspace {sync.get('workspace') or '?'}",
+              file=sys.stderr)
+        job = request(url, token, "gpuws/api/persist", "POST", {}, timeout=30)
+        if not args.wait:
+            print(job["id"])
+            return 0
+        while job.get("state") == "running":
+            if args.timeout is not None and time.monotonic() - started >= args.timeout:
+                done = job.get("progress") or {}
+                print(f"jupyter gpuws: error: persist {job['id']} not finished after {args.timeout:g} s "
+                      f"({done.get('files_done', 0)} of {done.get('files_total', 0)} files)", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+            job = request(url, token, f"gpuws/api/persist/{job['id']}", timeout=10)
+    except ServerUnreachable as err:
+        print(f"jupyter gpuws: error: {err}", file=sys.stderr)
+        return 1
+    if job.get("state") != "done":
+        reasons = "; ".join(job.get("errors") or []) or job.get("state", "unknown state")
+        print(f"jupyter gpuws: error: persist {job.get('state')}: {reasons}", file=sys.stderr)
+        return 1
+    print(f"Persisted in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
 def cmd_env_list(args: argparse.Namespace) -> int:
     snapshots = envsnap.list_snapshots(env_store(args))
     if args.json:
@@ -416,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("jupyter_gpu_ws").addHandler(logging.NullHandler())
     args = build_parser().parse_args(argv)
     commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env,
-                "workspaces": cmd_workspaces}
+                "workspaces": cmd_workspaces, "persist": cmd_persist}
     try:
         return commands[args.command](args)
     except (SyncError, envsnap.EnvError) as err:
