@@ -51,6 +51,14 @@ def _option(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def _store_url(args: argparse.Namespace) -> str:
+    """--store, else $GPUWS_STORE or the local default; {username} and {servername} filled in
+    as the server fills them (JupyterHub's user and server name, else the local user)."""
+    from .runtime.hub import expand_store_url
+
+    return expand_store_url(args.store or default_store_url())
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -147,7 +155,7 @@ def open_workspace(args: argparse.Namespace, must_exist: bool) -> tuple[Backend,
     (or the name an earlier version derived, where only that one is in the store). Both are said
     on stderr. `must_exist`: a workspace the store does not hold is one clear error naming those
     it does (a mistyped or defaulted name must not read as "0 files restored")."""
-    backend = open_backend(args.store or default_store_url(), dict(args.storage_option),
+    backend = open_backend(_store_url(args), dict(args.storage_option),
                            max_concurrency=getattr(args, "concurrency", 8))
     if args.workspace:
         name = args.workspace
@@ -165,7 +173,7 @@ def make_engine(args: argparse.Namespace, take_lease: bool = True, must_exist: b
     backend, workspace = open_workspace(args, must_exist)
     settings = SyncSettings(
         workdir=os.path.abspath(os.path.expanduser(args.workdir)),
-        store_url=args.store or default_store_url(),
+        store_url=_store_url(args),
         workspace=workspace,
         state_dir=args.state_dir or default_state_dir(),
         storage_options=dict(args.storage_option),
@@ -304,7 +312,7 @@ def env_store(args: argparse.Namespace, must_exist: bool = True) -> Store:
 
 
 def cmd_workspaces(args: argparse.Namespace) -> int:
-    backend = open_backend(args.store or default_store_url(), dict(args.storage_option))
+    backend = open_backend(_store_url(args), dict(args.storage_option))
     print(f"store: {backend.description}", file=sys.stderr)
     found = list_workspaces(backend)
     if args.json:
