@@ -197,12 +197,12 @@ class RuntimeSupervisor:
         """Why this server is busy though nobody clicks: a tracked run stepping, or a notebook's
         GPU working. None when neither holds."""
         now = time.time()
-        notebooks = {}
         for kernel_id, state in self.app.checkpoints.agent_states().items():
             stepped = state.get("stepped_at")
-            if state.get("cell_running") and isinstance(stepped, (int, float)) and now - stepped < STEPPING_WINDOW:
+            # The step moves only while the loop runs: no need to know which cell runs it (an
+            # agent loaded by the training cell itself never saw that cell start).
+            if isinstance(stepped, (int, float)) and now - stepped < STEPPING_WINDOW:
                 return f"the tracked run {state.get('run') or kernel_id} is stepping"
-            notebooks[kernel_id] = state
         latest = self.app.sampler.latest or {}
         for gpu in latest.get("gpus", []):
             holders = [p for p in gpu["processes"] if p.get("kernel_id")]

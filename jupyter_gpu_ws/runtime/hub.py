@@ -114,13 +114,14 @@ def _local_user() -> str:
 class HubView:
     """What the hub API answered about this server, with the server's own token.
 
-    `started` needs `read:servers` on this server (not in the default token's scopes); the user's
-    `last_activity` comes with `users:activity` (in them). A figure the token may not read is None.
+    Both figures need `read:servers` on this server, which the default token does not have
+    (`c.Spawner.server_token_scopes` can grant it). The user's own `last_activity` is not used:
+    the culler judges the server's, and every use of the token moves the user's.
     """
 
     started: float | None = None
     last_activity: float | None = None
-    activity_of: str | None = None  # "server" or "user": whose last activity it is
+    activity_of: str | None = None  # "server": whose last activity it is
     read_at: float | None = None
     error: str | None = None
 
@@ -145,8 +146,6 @@ class HubClient:
             view.started = _epoch(server.get("started"))
             view.last_activity = _epoch(server.get("last_activity"))
             view.activity_of = "server" if view.last_activity is not None else None
-        if view.last_activity is None and isinstance(model, dict) and _epoch(model.get("last_activity")):
-            view.last_activity, view.activity_of = _epoch(model.get("last_activity")), "user"
         return view
 
     def report_activity(self, when: float) -> None:
