@@ -6,6 +6,9 @@ countdown showing the hub's deadline, and the idle culler against keep-alive."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -91,6 +94,11 @@ def test_the_hub_stops_a_training_server_and_a_new_pod_restores_it(hub: Hub, s3_
         client.execute(TRAINING)  # runs until the pod goes
         until(lambda: any((k.get("step") or 0) > 20 for k in pod.api("gpuws/api/checkpoints")["kernels"]), 90,
               "the training kernel stepping")
+        # The preStop hook, as Kubernetes runs it in the pod: the server file and its token.
+        hook = subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", "persist", "--wait", "--timeout", "60"],
+                              env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(pod.runtime)), capture_output=True,
+                              text=True, timeout=120)
+        assert hook.returncode == 0, hook.stderr
         hub.stop("alice")  # the hub's DELETE: SIGTERM, as Kubernetes deletes the pod
     finally:
         client.stop_channels()
