@@ -274,6 +274,18 @@ class GpuWorkspace(Configurable):
             raise TraitError(str(err)) from None
         return proposal["value"]
 
+    @validate("hub_cull_warning")
+    def _check_cull_warning(self, proposal: Any) -> float:
+        if not 0 <= proposal["value"] <= 7 * 24 * 3600:
+            raise TraitError("hub_cull_warning must be between 0 seconds and a week")
+        return proposal["value"]
+
+    @validate("termination_grace_period")
+    def _check_termination_grace(self, proposal: Any) -> float | None:
+        if proposal["value"] is not None and not 1 <= proposal["value"] <= 7 * 24 * 3600:
+            raise TraitError("termination_grace_period must be between 1 second and a week")
+        return proposal["value"]
+
     @validate("hub_poll_interval")
     def _check_hub_poll(self, proposal: Any) -> float:
         if not 1 <= proposal["value"] <= 3600:

@@ -7,6 +7,7 @@ import getpass
 import json
 import logging
 import os
+import re
 import string
 import urllib.error
 import urllib.parse
@@ -91,7 +92,12 @@ def expand_store_url(url: str, env: Mapping[str, str] | None = None) -> str:
     hub = HubEnvironment.from_environ(env)
     user = hub.user if hub else _local_user()
     server = hub.server_name if hub else ""
-    return url.format(username=escape_name(user), servername=escape_name(server))
+    expanded = url.format(username=escape_name(user), servername=escape_name(server))
+    # An empty server name (the default server) leaves no empty path segment behind.
+    scheme, sep, path = expanded.rpartition("://") if "://" in expanded else ("", "", expanded)
+    path = re.sub(r"(?<!^)/{2,}", "/", path)
+    path = path.rstrip("/") or path
+    return f"{scheme}{sep}{path}"
 
 
 def escape_name(name: str) -> str:

@@ -27,6 +27,13 @@ def test_a_store_template_takes_the_hubs_user_and_server_name() -> None:
     assert expand_store_url("s3://bucket/plain", HUB_ENV) == "s3://bucket/plain"
 
 
+def test_the_default_servers_empty_name_leaves_no_empty_segment() -> None:
+    default = {**HUB_ENV, "JUPYTERHUB_SERVER_NAME": ""}
+    assert expand_store_url("s3://bucket/{username}/{servername}", default) == "s3://bucket/alice"
+    assert expand_store_url("s3://bucket/{servername}/{username}", default) == "s3://bucket/alice"
+    assert expand_store_url("/stores/{username}/{servername}/", default) == "/stores/alice"
+
+
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", ".", "x:y", "é"])
 def test_a_name_never_climbs_out_of_its_prefix(name: str) -> None:
     escaped = escape_name(name)
