@@ -249,7 +249,10 @@ class GpuWorkspace(Configurable):
         if not value:
             return None
         try:
-            return parse_duration(value)
+            seconds = parse_duration(value)
+            if seconds < 1:
+                raise ValueError("a grace under 1 s leaves no time to persist")
+            return seconds
         except ValueError as err:
             logging.getLogger(__name__).error("GPU workspace: GPUWS_GRACE_PERIOD ignored: %s", err)
             return None
