@@ -66,13 +66,16 @@ class ServerProcess:
 
 @contextmanager
 def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | None = None,
-                   root: Path | None = None, hostname: str | None = None) -> Iterator[ServerProcess]:
+                   root: Path | None = None, hostname: str | None = None,
+                   pid_namespace: bool = False) -> Iterator[ServerProcess]:
     """A server with its own root, local store and state under `folder`, its kernels' connection
     files (and agents' registrations) in `runtime`, which other servers may share; killed at
     the end (its whole process group). Yields once the extension answers.
 
     `root`: the work directory elsewhere; `hostname`: the server runs in a UTS namespace of its
-    own with that host name (`unshare -u`), as a server on another machine would."""
+    own with that host name (`unshare -u`), as a server on another machine would;
+    `pid_namespace`: the server and its kernels run in a PID namespace of their own
+    (`unshare -p -f --mount-proc`), as in a container: their PIDs there are not the host's."""
     state = folder / "state"
     store = Path(extra_config["store_url"]) if extra_config and "store_url" in extra_config else folder / "store"
     root = root or folder / "root"
@@ -92,6 +95,8 @@ def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | N
     command = [sys.executable, "-m", "jupyter_server", f"--config={folder / 'config.json'}"]
     if hostname:
         command = ["unshare", "-u", "sh", "-c", f'hostname "$0" && exec "$@"', hostname, *command]
+    if pid_namespace:
+        command = ["unshare", "-p", "-f", "--mount-proc", *command]
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     server = ServerProcess(proc, port, root, store, state, runtime, folder / "server.log", config["GpuWorkspace"])
     try:

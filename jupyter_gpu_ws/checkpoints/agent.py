@@ -11,10 +11,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..monitor.own_use import OwnGpuUseReader
 from . import protocol
 from .tracker import Tracker, default_tracker
 
 log = logging.getLogger(__name__)
+
+# How often the agent looks at its own GPU memory and the loop's step, and rewrites its
+# registration when either changed: the server's sampler and keep-alive read them from there.
+OBSERVE_EVERY = 2.0
 
 
 def kernel_identity() -> tuple[str | None, Path | None]:
@@ -42,6 +47,10 @@ class Agent:
         self.file = (protocol.registration_file(protocol.registrations_folder(runtime, self.server_id), self.kernel_id)
                      if runtime and self.kernel_id else None)
         self.cell_running = False
+        self.gpu_reader = OwnGpuUseReader.from_environment()
+        self.gpu: list[dict[str, Any]] = []
+        self.stepped_at: float | None = None  # when the loop's step was last seen to change
+        self._seen_step: Any = None
         self._write_lock = threading.Lock()
         self.tracker.on_change = self.publish
         ip.events.register("pre_run_cell", self._pre_run)
@@ -60,8 +69,12 @@ class Agent:
     def _watch_requests(self) -> None:
         """Checks the request file ten times a second: one stat, no Python work otherwise."""
         last_mtime = None
+        next_observation = 0.0
         while True:
             time.sleep(0.1)
+            if time.monotonic() >= next_observation:
+                next_observation = time.monotonic() + OBSERVE_EVERY
+                self.observe()
             try:
                 mtime = os.stat(self.request_file).st_mtime_ns
             except FileNotFoundError:
@@ -85,6 +98,25 @@ class Agent:
         self.tracker.request(request_id)
         if not self.cell_running:
             self._save_now()  # the main thread is idle: nothing races us for the tracked state
+
+    def observe(self) -> None:
+        """Publish this kernel's GPU memory and the loop's progress when they changed."""
+        try:
+            gpu = [{"uuid": u.uuid, "memory_used": u.memory_used, "figure": u.figure}
+                   for u in self.gpu_reader.read()]
+        except Exception as err:  # never let monitoring break the kernel
+            log.debug("gpuws agent: own GPU use unreadable: %s", err)
+            gpu = self.gpu
+        step = self.tracker.step_value
+        changed = gpu != self.gpu
+        if step != self._seen_step:
+            if self._seen_step is not None:  # the first look only learns where the loop is
+                self.stepped_at = time.time()
+                changed = True
+            self._seen_step = step
+        if changed:
+            self.gpu = gpu
+            self.publish()
 
     # -- the cell in progress ----------------------------------------------------------------
 
@@ -148,7 +180,8 @@ class Agent:
 
     def state(self) -> dict[str, Any]:
         return {"kernel_id": self.kernel_id, "server_id": self.server_id, **self.process,
-                "cell_running": self.cell_running, "updated": time.time(), **self.tracker.describe()}
+                "cell_running": self.cell_running, "updated": time.time(), "gpu": self.gpu,
+                "stepped_at": self.stepped_at, **self.tracker.describe()}
 
     def publish(self) -> None:
         if self.file is None:
