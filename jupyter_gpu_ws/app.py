@@ -23,7 +23,7 @@ from .environment import EnvironmentSupervisor
 from .lifecycle import RuntimeSupervisor
 from .runtime import parse_deadline, parse_duration
 from .checkpoints.coordinator import CheckpointCoordinator
-from .checkpoints.protocol import SERVER_ID_ENV
+from .checkpoints.protocol import RUNTIME_DIR_ENV, SERVER_ID_ENV
 from .sync import SyncSettings
 from .sync.supervisor import SyncSupervisor
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
@@ -329,6 +329,8 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         os.environ["GPUWS_WORKDIR"] = self.workdir
         os.environ[SERVER_ID_ENV] = self.checkpoints.server_id
         os.environ[SERVER_PID_ENV] = str(os.getpid())
+        # A torchrun rank started from one of our terminals registers in our runtime folder.
+        os.environ[RUNTIME_DIR_ENV] = self.serverapp.runtime_dir
         self.jobs = JobRunner()
         self.pages = BrowserPages()
         self.sync = SyncSupervisor(self, self.log)

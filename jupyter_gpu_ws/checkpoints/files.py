@@ -87,9 +87,14 @@ def finish(tmp: Path, step: int, objects: list[str], extra: dict[str, Any],
         size = path.stat().st_size
         files[path.name] = {"size": size, "xxh3": (known or {}).get(path.name) or checksum(path)}
         total += size
+    return commit(tmp, step, {"objects": objects, "files": files, "bytes": total, **extra})
+
+
+def commit(tmp: Path, step: int, fields: dict[str, Any]) -> CheckpointInfo:
+    """Write the manifest (the files in it already fsynced) and rename the folder into place:
+    the one moment the checkpoint becomes complete."""
     now = time.time()
-    manifest = {"format": FORMAT, "step": step, "time": now, "objects": objects, "files": files,
-                "bytes": total, **extra}
+    manifest = {"format": FORMAT, "step": step, "time": now, **fields}
     with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
         f.flush()
@@ -102,7 +107,8 @@ def finish(tmp: Path, step: int, objects: list[str], extra: dict[str, Any],
         final = tmp.parent / f"ckpt-{step:09d}-{stamp}-{n}"
     os.rename(tmp, final)
     fsync_file(tmp.parent)
-    return CheckpointInfo(final, step, now, total, objects, extra.get("request_id"))
+    return CheckpointInfo(final, step, now, int(manifest.get("bytes", 0)), list(manifest.get("objects", [])),
+                          manifest.get("request_id"))
 
 
 def read_manifest(path: Path) -> dict[str, Any] | None:
@@ -114,9 +120,11 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
     return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
 
 
-def verify(path: Path, manifest: dict[str, Any]) -> str | None:
-    """None if every file is there with its size and checksum; else what is wrong."""
-    for name, meta in manifest.get("files", {}).items():
+def verify(path: Path, manifest: dict[str, Any], names: list[str] | None = None) -> str | None:
+    """None if every file (or each of `names`) is there with its size and checksum; else what is
+    wrong."""
+    files = manifest.get("files", {})
+    for name, meta in files.items() if names is None else ((n, files[n]) for n in names):
         file = path / name
         try:
             size = file.stat().st_size

@@ -491,6 +491,22 @@ def default_tracker() -> Tracker:
     return _default
 
 
+def tracker_to_track() -> Tracker:
+    """The tracker `gpuws.track()` uses: once torch.distributed runs in this process, one that
+    saves through torch.distributed.checkpoint on every rank (distributed.py), taking over what
+    the plain one knew (the agent's hook, what it tracked)."""
+    global _default
+    from .distributed import DistributedTracker, running
+
+    if running() and not isinstance(_default, DistributedTracker):
+        previous, _default = _default, DistributedTracker()
+        if previous is not None:
+            _default.on_change = previous.on_change
+            _default.objects.update(previous.objects)
+            _default.run, _default.root, _default.policy = previous.run, previous.root, previous.policy
+    return default_tracker()
+
+
 def step(i: int) -> None:
     """The safe point: module-level and cheap when nothing is due."""
     tracker = _default
