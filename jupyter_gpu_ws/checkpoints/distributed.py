@@ -411,22 +411,7 @@ class DistributedTracker(Tracker):
             print(f"gpuws: rank {self.rank} is new (checkpoint {path.name} was saved on {saved_on} "
                   f"rank{'s' * (saved_on != 1)}): its random states stay as this process seeded them; its plain "
                   "values are rank 0's", flush=True)
-        self._restore_values(own.get("values", {}), path)
-
-    def _restore_values(self, values: dict[str, Any], path: Path) -> None:
-        for name, obj in self.objects.items():
-            if not dcpfiles.is_plain(obj):
-                continue
-            if name not in values:
-                raise CheckpointError(f"Checkpoint {path.name} has no state for {name!r}")
-            value = values[name]
-            if isinstance(obj, dict):
-                obj.clear()
-                obj.update(value)
-            elif isinstance(obj, list):
-                obj[:] = value
-            else:
-                self.restored[name] = value
+        restore_values(self, own.get("values", {}), path)
 
     # -- reporting -------------------------------------------------------------------------------
 
@@ -485,6 +470,39 @@ class DistributedTracker(Tracker):
             self.agreement.close()
         if self.agent is not None:
             self.agent.close()
+
+
+def load_in_one_process(tracker: Tracker, path: Path, manifest: dict[str, Any]) -> None:
+    """A checkpoint of a distributed run resumed by one process without torch.distributed (a
+    notebook on the single GPU of a free tier): DCP loads the whole state here, and rank 0's RNG
+    states and plain values come back."""
+    import torch
+
+    dcpfiles.load(tracker.objects, dcpfiles.owners(tracker.objects), path, None)
+    own = torch.load(path / dcpfiles.rank_file(0), map_location="cpu", weights_only=True)
+    restore_rng(torch, own["rng"])
+    restore_values(tracker, own.get("values", {}), path)
+    saved_on = int(manifest.get("world_size", 1))
+    if saved_on > 1:
+        print(f"gpuws: checkpoint {path.name} was saved on {saved_on} ranks: loaded whole into this process, "
+              "with rank 0's random states", flush=True)
+
+
+def restore_values(tracker: Tracker, values: dict[str, Any], path: Path) -> None:
+    """Plain values back into the tracked containers in place (others into `tracker.restored`)."""
+    for name, obj in tracker.objects.items():
+        if not dcpfiles.is_plain(obj):
+            continue
+        if name not in values:
+            raise CheckpointError(f"Checkpoint {path.name} has no state for {name!r}")
+        value = values[name]
+        if isinstance(obj, dict):
+            obj.clear()
+            obj.update(value)
+        elif isinstance(obj, list):
+            obj[:] = value
+        else:
+            tracker.restored[name] = value
 
 
 def describe_mesh(objects: dict[str, Any], world_size: int) -> dict[str, Any]:

@@ -150,6 +150,39 @@ def complete_checkpoints(run_path: Path) -> list[tuple[Path, dict[str, Any]]]:
     return sorted(found, key=lambda item: (item[1]["step"], item[1]["time"]))
 
 
+def find_checkpoint(root: str | os.PathLike[str], run: str, step: int | None = None) -> tuple[Path, dict[str, Any]]:
+    """The newest complete checkpoint (of `step`, if given) that passes its checksums, of a run
+    named as `track()` named it, or of a run folder, or a checkpoint folder itself; a
+    CheckpointError that says what there is otherwise."""
+    given = Path(run)
+    if given.is_dir() and read_manifest(given) is not None:
+        candidates = [(given, read_manifest(given) or {})]
+    else:
+        folder = given if given.is_dir() else run_dir(root, run)
+        if not folder.is_dir():
+            try:
+                runs = sorted(p.name for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith("."))
+            except OSError:
+                runs = []
+            raise CheckpointError(f"No checkpoints of {run!r} in {root}"
+                                  + (f" (runs there: {', '.join(runs)})" if runs else " (it holds no runs)"))
+        candidates = complete_checkpoints(folder)
+    if step is not None:
+        steps = sorted({int(m["step"]) for _, m in candidates})
+        candidates = [(p, m) for p, m in candidates if int(m["step"]) == step]
+        if not candidates:
+            raise CheckpointError(f"No complete checkpoint of step {step}"
+                                  + (f" (steps: {', '.join(map(str, steps))})" if steps else ""))
+    problems = []
+    for path, manifest in reversed(candidates):
+        problem = verify(path, manifest)
+        if problem is None:
+            return path, manifest
+        problems.append(f"{path.name}: {problem}")
+    raise CheckpointError("No complete checkpoint" + (f" passes its checksums ({'; '.join(problems[:3])})"
+                                                      if problems else f" of {run!r}"))
+
+
 def info_of(path: Path, manifest: dict[str, Any]) -> CheckpointInfo:
     return CheckpointInfo(path, int(manifest["step"]), float(manifest["time"]), int(manifest.get("bytes", 0)),
                           list(manifest.get("objects", [])), manifest.get("request_id"))
