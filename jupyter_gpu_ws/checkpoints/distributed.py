@@ -393,6 +393,8 @@ class DistributedTracker(Tracker):
         names = sorted(manifest.get("files", {}))
         try:
             problem = verify(path, manifest, names[self.rank::self.world_size]) if names else "it lists no files"
+            if problem is None and self.rank == 0 and manifest.get("kind") == dcpfiles.KIND:
+                dcpfiles.read_metadata(path)  # refused when it holds anything but DCP's records
         except Exception as err:
             problem = f"cannot be read ({err})"
         found: list[Any] = [None] * self.world_size

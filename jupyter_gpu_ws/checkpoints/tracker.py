@@ -396,6 +396,13 @@ def newest_checkpoint(run_path: Path, stacklevel: int = 2, distributed: bool = F
             warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=stacklevel)
             continue
         if distributed and manifest.get("kind") == "dcp":
+            from .dcpfiles import read_metadata
+
+            try:
+                read_metadata(path)  # small; refused when it holds anything but DCP's records
+            except Exception as err:
+                warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=stacklevel)
+                continue
             return path, manifest, None, None
         try:
             state, rng = read_checkpoint(path)

@@ -136,13 +136,13 @@ def main() -> int:
                 state = full_state(model, optimizer)
                 if rank == 0:
                     torch.save(state | {"progress": dict(progress)}, os.path.join(args.out, f"full-{i}.pt"))
+            gpuws.step(i)
             if args.kill_in_save == i:
                 tracker.wait()  # the previous checkpoint is complete
                 gpuws.checkpoint()  # and this one is being written when the run dies
                 if rank == world - 1:
                     kill_run()  # at once: the save needs every rank's part, which takes longer
                 time.sleep(60)
-            gpuws.step(i)
             if args.kill_at == i and rank == 0:
                 kill_run()
             if args.sleep:
