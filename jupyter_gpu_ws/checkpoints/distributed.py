@@ -255,8 +255,8 @@ class DistributedTracker(Tracker):
         import torch.distributed as dist
 
         started = time.perf_counter()
-        report: dict[str, Any] = {"rank": self.rank, "host": socket.gethostname(), "error": None, "files": {},
-                                  "bytes": 0, "stall_seconds": stall}
+        report: dict[str, Any] = {"rank": self.rank, "step": step, "host": socket.gethostname(), "error": None,
+                                  "files": {}, "bytes": 0, "stall_seconds": stall}
         try:
             future.result()
             with open(tmp / dcpfiles.rank_file(self.rank), "wb") as f:
@@ -301,6 +301,7 @@ class DistributedTracker(Tracker):
         import torch
 
         failed = [f"rank {r['rank']}: {r['error']}" for r in reports if r["error"]]
+        failed += [f"rank {r['rank']} saved step {r['step']}, rank 0 step {step}" for r in reports if r["step"] != step]
         if failed:
             shutil.rmtree(tmp, ignore_errors=True)
             return {"error": "; ".join(failed)}
@@ -309,8 +310,8 @@ class DistributedTracker(Tracker):
             fields = {
                 "kind": dcpfiles.KIND, "run": self.run, "request_id": pending.request_id if pending else None,
                 "objects": sorted(self.objects), "world_size": self.world_size, "mesh": self.mesh,
-                "ranks": [{"rank": r["rank"], "host": r["host"], "files": sorted(r["files"]), "bytes": r["bytes"],
-                           "stall_seconds": r["stall_seconds"]} for r in reports],
+                "ranks": [{"rank": r["rank"], "step": r["step"], "host": r["host"], "files": sorted(r["files"]),
+                           "bytes": r["bytes"], "stall_seconds": r["stall_seconds"]} for r in reports],
                 "files": files, "bytes": sum(r["bytes"] for r in reports),
                 "stall_seconds": max(r["stall_seconds"] for r in reports), "torch": torch.__version__,
             }
