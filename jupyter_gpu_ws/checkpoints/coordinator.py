@@ -141,7 +141,7 @@ class CheckpointCoordinator:
         out: dict[str, dict[str, Any]] = {}
         for run_id, ranks in self._processes().items():
             states = [state for _, (_, state) in sorted(ranks.items())]
-            leader = ranks.get(0, next(iter(sorted(ranks.items()))))[1]
+            leader = ranks[0 if 0 in ranks else min(ranks)][1]
             spread = leader.get("distributed") or {}
             out[run_id] = {
                 "run_id": run_id, "run": leader.get("run"), "command": leader.get("command"),

@@ -91,6 +91,7 @@ class DistributedTracker(Tracker):
         self._targets: list[int] = []  # agreed steps still ahead
         self._terminating: float | None = None  # when SIGTERM arrived
         self._previous_sigterm: Any = None
+        self._sigterm = threading.Event()
         self._last_save_started = float("-inf")
         self.agent: Any = None
 
@@ -437,27 +438,40 @@ class DistributedTracker(Tracker):
 
         if threading.current_thread() is not threading.main_thread() or kernel_identity()[0] is not None:
             return
+        self._sigterm = threading.Event()
+        threading.Thread(target=self._after_sigterm, name="gpuws-sigterm", daemon=True).start()
         self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        # A signal handler interrupts the loop anywhere, maybe holding a lock: it takes none and
+        # starts nothing; the request goes out from rank 0's next step() or the agreement thread.
         if self._terminating is not None:
-            self._end_for_sigterm()  # a second SIGTERM: now
+            self._end_for_sigterm(wait=False)  # a second SIGTERM: now
             return
         self._terminating = time.monotonic()
+        if self.rank == 0 or self.agreement is None:
+            if self._pending is None:
+                self._pending = Pending("SIGTERM")
+        else:
+            self.agreement.ask()
+        self._sigterm.set()
+
+    def _after_sigterm(self) -> None:
+        self._sigterm.wait()
         log.warning("gpuws: SIGTERM on rank %d: saving at the next step, then ending", self.rank)
-        self.request("SIGTERM")
-        timer = threading.Timer(SIGTERM_STEP_WAIT, self._end_if_no_step)
-        timer.daemon = True
-        timer.start()
-
-    def _end_if_no_step(self) -> None:
-        if self._terminating is not None and self._last_save_started < self._terminating:
+        time.sleep(SIGTERM_STEP_WAIT)
+        if self._last_save_started < (self._terminating or 0.0):
             log.error("gpuws: no step() within %.0f s of SIGTERM: ending without a checkpoint", SIGTERM_STEP_WAIT)
-            self._end_for_sigterm()
+            if self._previous_sigterm in (signal.SIG_DFL, None):
+                # What SIGTERM's own action amounts to, from this thread: the loop may be stuck
+                # in a collective, where no Python handler would run.
+                os._exit(128 + signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)  # through ours, the handler we replaced runs
 
-    def _end_for_sigterm(self) -> None:
+    def _end_for_sigterm(self, wait: bool = True) -> None:
         """End the process as the SIGTERM would have, once the checkpoint taken for it is complete."""
-        self._write_done.wait(EXIT_WAIT)
+        if wait:
+            self._write_done.wait(EXIT_WAIT)
         previous = self._previous_sigterm
         if previous is signal.SIG_IGN:
             self._terminating = None

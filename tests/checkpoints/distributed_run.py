@@ -46,6 +46,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--dump-full", action="store_true", help="rank 0 writes the whole state at each checkpoint step")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--width", type=int, default=32)
+    p.add_argument("--linger", type=float, default=0.0, help="seconds spent after the loop (a final evaluation)")
     return p.parse_args()
 
 
@@ -147,6 +148,9 @@ def main() -> int:
                 kill_run()
             if args.sleep:
                 time.sleep(args.sleep)
+    if args.linger:
+        print(f"rank {rank} lingers", flush=True)
+        time.sleep(args.linger)
     tracker.wait()
     torch.save({"model": local(model.state_dict()), "optimizer": local(optimizer.state_dict()),
                 "rng": torch.get_rng_state(), "python": random.random(), "numpy": float(np.random.rand()),

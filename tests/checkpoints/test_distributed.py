@@ -148,6 +148,18 @@ def test_on_sigterm_every_rank_saves_the_same_step_and_then_ends(tmp_path: Path)
     assert not (out / "final-0.pt").exists()
 
 
+def test_a_sigterm_after_the_last_step_ends_the_run_without_waiting_for_a_step(tmp_path: Path) -> None:
+    root, out = tmp_path / "ck", tmp_path / "out"
+    with Run(2, "--parallel", "ddp", "--steps", "3", "--linger", "600", "--root", str(root), "--out", str(out),
+             log=tmp_path / "log") as started:
+        wait_until(lambda: started.text().count("lingers") == 2, 120, "both ranks past their loop")
+        started.signal(signal.SIGTERM)
+        assert started.wait(60) != 0  # within SIGTERM_STEP_WAIT (15 s), not the 600 s it lingers for
+        text = started.text()
+    assert text.count("no step() within 15 s of SIGTERM") == 2
+    assert checkpoints(root) == [] and not (out / "final-0.pt").exists()
+
+
 def test_an_index_that_would_run_code_is_refused_and_nothing_runs(tmp_path: Path, saved_on_two: Path) -> None:
     from jupyter_gpu_ws.checkpoints import dcpfiles
     from jupyter_gpu_ws.checkpoints.tracker import Tracker
