@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -24,8 +25,10 @@ from .environment import EnvironmentSupervisor
 from .lifecycle import RuntimeSupervisor
 from .runtime import parse_deadline, parse_duration
 from .runtime.hub import check_store_template, expand_store_url
+from .checkpoints.catalog import distributed_runs
 from .checkpoints.coordinator import CheckpointCoordinator
-from .checkpoints.protocol import SERVER_ID_ENV
+from .checkpoints.files import run_dir
+from .checkpoints.protocol import RUNTIME_DIR_ENV, SERVER_ID_ENV
 from .sync import SyncSettings
 from .sync.supervisor import SyncSupervisor
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
@@ -425,6 +428,8 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         if self.nvml_test_double:
             # Its kernels then read their own GPU use from the same simulated GPUs.
             os.environ[TEST_DOUBLE_ENV] = os.path.abspath(self.nvml_test_double)
+        # A torchrun rank started from one of our terminals registers in our runtime folder.
+        os.environ[RUNTIME_DIR_ENV] = self.serverapp.runtime_dir
         self.jobs = JobRunner()
         self.pages = BrowserPages()
         self.sync = SyncSupervisor(self, self.log)
@@ -479,6 +484,27 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         except OSError:
             return False
         return record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+    def distributed_runs(self) -> list[dict[str, Any]]:
+        """The distributed runs (blocking: registrations and manifests are read): the live ones,
+        registered by their ranks, and those the work directory holds checkpoints of, each with
+        its checkpoints (size per rank, whether in the store) and whether it loads here."""
+        live = self.checkpoints.runs()
+        gpus = (self.sampler.latest or {}).get("gpus") or []
+        elsewhere = [(run["root"], run["run"]) for run in live if run.get("root") and run.get("run")]
+        saved = distributed_runs(Path(self.workdir) / ".gpuws" / "checkpoints", elsewhere, gpus)
+        out = []
+        for run in live:
+            folder = str(run_dir(run["root"], run["run"])) if run.get("root") and run.get("run") else None
+            found = saved.pop(folder, None) if folder else None
+            out.append({**run, "live": True, "folder": folder, "checkpoints": (found or {}).get("checkpoints", []),
+                        "resumable": (found or {}).get("resumable")})
+        for found in saved.values():
+            out.append({"run_id": None, "live": False, **found})
+        for run in out:
+            for checkpoint in run["checkpoints"]:
+                checkpoint["synced"] = self.is_synced(checkpoint["path"])
+        return out
 
     def workspaces(self) -> dict[str, Any]:
         """The store's workspaces and the one in use (blocking: the store is listed)."""

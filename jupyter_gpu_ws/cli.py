@@ -6,6 +6,7 @@
     jupyter gpuws env snapshot|diff|restore|list --store URL [--workspace NAME] [--python PATH] [--offline]
     jupyter gpuws workspaces --store URL [--json]
     jupyter gpuws persist [--wait] [--timeout S] [--server URL] [--runtime-dir DIR]   (asks the running server)
+    jupyter gpuws checkpoint export RUN [--step N] --to FILE [--only NAME] [--workdir DIR]
 
 Errors: one clear line on stderr and a non-zero exit.
 """
@@ -100,7 +101,23 @@ def build_parser() -> argparse.ArgumentParser:
                             help="fsspec option for the store, e.g. endpoint_url=http://127.0.0.1:8333")
     workspaces.add_argument("--json", action="store_true", help="machine-readable output")
     add_env_commands(commands)
+    add_checkpoint_commands(commands)
     return parser
+
+
+def add_checkpoint_commands(commands: Any) -> None:
+    checkpoint = commands.add_parser("checkpoint", help="checkpoints of training runs")
+    checkpoint_commands = checkpoint.add_subparsers(dest="checkpoint_command", required=True)
+    export = checkpoint_commands.add_parser(
+        "export", help="write a checkpoint as one torch.save file (whole tensors, for inference elsewhere)")
+    export.add_argument("run", help="the run, as gpuws.track named it (a script's or notebook's name), or its "
+                                    "folder, or one checkpoint folder")
+    export.add_argument("--to", required=True, metavar="FILE", help="the torch.save file to write")
+    export.add_argument("--step", type=int, default=None, help="the checkpoint of this step (default: the newest)")
+    export.add_argument("--only", action="append", default=None, metavar="NAME",
+                        help="keep only this tracked object (repeat for more), e.g. --only model")
+    export.add_argument("--workdir", default=".", help="the work directory whose .gpuws/checkpoints holds the run")
+    export.add_argument("--root", default=None, help="the checkpoints folder (default: WORKDIR/.gpuws/checkpoints)")
 
 
 def add_env_commands(commands: Any) -> None:
@@ -468,6 +485,23 @@ def cmd_env_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .checkpoints.dcpfiles import export
+    from .checkpoints.files import find_checkpoint
+
+    root = args.root or os.path.join(os.path.abspath(os.path.expanduser(args.workdir)), ".gpuws", "checkpoints")
+    folder, manifest = find_checkpoint(root, args.run, args.step)
+    ranks = int(manifest.get("world_size") or 1)
+    print(f"checkpoint: {folder} (step {manifest['step']}, saved by {ranks} rank{'s' * (ranks != 1)})",
+          file=sys.stderr)
+    to = Path(os.path.expanduser(args.to))
+    state = export(folder, manifest, to, args.only)
+    print(f"{to}: {', '.join(state)} ({_human(to.stat().st_size)})")
+    return 0
+
+
 def cmd_env(args: argparse.Namespace) -> int:
     commands = {"snapshot": cmd_env_snapshot, "diff": cmd_env_diff, "restore": cmd_env_restore, "list": cmd_env_list}
     return commands[args.env_command](args)
@@ -478,10 +512,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("jupyter_gpu_ws").addHandler(logging.NullHandler())
     args = build_parser().parse_args(argv)
     commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env,
-                "workspaces": cmd_workspaces, "persist": cmd_persist}
+                "workspaces": cmd_workspaces, "persist": cmd_persist, "checkpoint": cmd_checkpoint}
+    from .checkpoints.files import CheckpointError
+
     try:
         return commands[args.command](args)
-    except (SyncError, envsnap.EnvError) as err:
+    except (SyncError, envsnap.EnvError, CheckpointError) as err:
         print(f"jupyter gpuws: error: {err}", file=sys.stderr)
         return 1
     except Exception as err:  # noqa: BLE001 - whatever happens, one line, never a traceback

@@ -24,16 +24,24 @@ class ServerUnreachable(Exception):
 
 
 def find_server() -> tuple[str, str]:
-    """The Jupyter Server that started this kernel: its URL and token, from its runtime file."""
+    """The Jupyter Server that started this kernel (or the shell of this process: a `torchrun`
+    rank launched from a Jupyter terminal): its URL and token, from its runtime file."""
     from .checkpoints.agent import kernel_identity
 
     _, runtime = kernel_identity()
+    server_pid = os.environ.get(SERVER_PID_ENV)
     if runtime is None:
-        raise ServerUnreachable("This Python does not run in a Jupyter kernel")
-    candidates = [runtime / f"jpserver-{pid}.json" for pid in (os.environ.get(SERVER_PID_ENV), os.getppid()) if pid]
-    others = list(runtime.glob("jpserver-*.json"))
-    if len(others) == 1:
-        candidates += others  # one server on the machine: that one
+        if not server_pid:
+            raise ServerUnreachable("This Python does not run in a Jupyter kernel")
+        from .checkpoints.process_agent import runtime_folder
+
+        # Not a kernel: only the server that exported its pid to this process's environment.
+        runtime, candidates = runtime_folder(), [runtime_folder() / f"jpserver-{server_pid}.json"]
+    else:
+        candidates = [runtime / f"jpserver-{pid}.json" for pid in (server_pid, os.getppid()) if pid]
+        others = list(runtime.glob("jpserver-*.json"))
+        if len(others) == 1:
+            candidates += others  # one server on the machine: that one
     for path in candidates:
         try:
             info = json.loads(Path(path).read_text())

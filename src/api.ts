@@ -313,8 +313,42 @@ export interface ICheckpointKernel {
   request: { state: string; message: string | null } | null;
 }
 
+/** A torch.distributed run (checkpointed through DCP): a live one registered by its ranks, or
+ * one whose checkpoints the work directory holds. */
+export interface IDistributedRun {
+  run_id: string | null;
+  run: string;
+  live: boolean;
+  world_size?: number | null;
+  mesh?: { parallelism?: string; shape?: number[]; wrapper?: string } | null;
+  pending?: { request_id: string | null } | null;
+  writing?: boolean;
+  last_error?: string | null;
+  leader_registered?: boolean;
+  ranks?: {
+    rank: number;
+    host: string | null;
+    phase: string | null;
+    step: number | null;
+    last_error: string | null;
+    terminating: boolean | null;
+  }[];
+  checkpoints: {
+    step: number;
+    time: number;
+    bytes: number;
+    world_size: number;
+    bytes_per_rank: number[];
+    path: string;
+    synced?: boolean | null;
+  }[];
+  resumable?: { message: string; fits: boolean | null } | null;
+  request?: { state: string; message: string | null } | null;
+}
+
 export interface ICheckpointRequest {
-  kernel_id: string;
+  kernel_id?: string;
+  run_id?: string;
   request_id?: string;
   state: 'sent' | 'accepted' | 'done' | 'error';
   step?: number;

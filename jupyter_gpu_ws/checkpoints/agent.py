@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..monitor.own_use import OwnGpuUseReader
 from . import protocol
@@ -37,7 +37,7 @@ def kernel_identity() -> tuple[str | None, Path | None]:
 class Agent:
     def __init__(self, ip: Any, tracker: Tracker | None = None) -> None:
         self.ip = ip
-        self.tracker = tracker or default_tracker()
+        self._tracker = tracker
         self.kernel_id, runtime = kernel_identity()
         # The server that started this kernel exported its identity: register in its folder,
         # where no other server of this user removes us. Without one, at the top, as before.
@@ -64,33 +64,31 @@ class Agent:
             self.request_file = protocol.request_file(self.file.parent, self.kernel_id)
             threading.Thread(target=self._watch_requests, name="gpuws-agent", daemon=True).start()
 
+    @property
+    def tracker(self) -> Tracker:
+        # The kernel's tracker, looked up each time: gpuws.track() replaces it by a distributed
+        # one when the kernel joins a torch.distributed process group.
+        return self._tracker or default_tracker()
+
     # -- requests from the server ------------------------------------------------------------
 
     def _watch_requests(self) -> None:
-        """Checks the request file ten times a second: one stat, no Python work otherwise."""
-        last_mtime = None
+        """Checks the request file ten times a second (one stat, no Python work otherwise), and
+        observes this kernel's own GPU use every OBSERVE_EVERY seconds."""
         next_observation = 0.0
-        while True:
-            time.sleep(0.1)
+
+        def tick() -> None:
+            nonlocal next_observation
             if time.monotonic() >= next_observation:
                 next_observation = time.monotonic() + OBSERVE_EVERY
                 self.observe()
-            try:
-                mtime = os.stat(self.request_file).st_mtime_ns
-            except FileNotFoundError:
-                continue
-            except OSError:
-                continue
-            if mtime == last_mtime:
-                continue
-            last_mtime = mtime
-            try:
-                request_id = json.loads(self.request_file.read_text()).get("request_id")
-            except (OSError, ValueError):
-                continue
-            if request_id and request_id != self._handled:
-                self._handled = request_id
-                self.on_request(request_id)
+
+        watch_requests(self.request_file, self._on_request_id, tick=tick)
+
+    def _on_request_id(self, request_id: str) -> None:
+        if request_id != self._handled:
+            self._handled = request_id
+            self.on_request(request_id)
 
     def on_request(self, request_id: str) -> None:
         if not self.tracker.objects:
@@ -197,6 +195,29 @@ class Agent:
                 os.replace(tmp, self.file)
             except OSError as err:
                 log.debug("gpuws agent: cannot write %s: %s", self.file, err)
+
+
+def watch_requests(path: Path, on_request: Callable[[str], None], stop: threading.Event | None = None,
+                   tick: Callable[[], None] | None = None) -> None:
+    """Check a request file ten times a second (one stat, no Python work otherwise) and call
+    `on_request` with each new request id the server writes there (and `tick` each time)."""
+    last_mtime = None
+    while not (stop.wait(0.1) if stop is not None else time.sleep(0.1)):
+        if tick is not None:
+            tick()
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            continue
+        if mtime == last_mtime:
+            continue
+        last_mtime = mtime
+        try:
+            request_id = json.loads(path.read_text()).get("request_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(request_id, str) and request_id:
+            on_request(request_id)
 
 
 _agent: Agent | None = None
