@@ -234,13 +234,14 @@ def test_a_successor_seconds_after_a_kill_gets_everything_back_and_resumes(tmp_p
 
         until(writing, LEASE_TTL + 30, "the successor writing")
         # When it became the writer, by its own record (the test looked later, after resume()).
-        # It writes once the dead lease is out and its own restore is done (never before both).
+        # It holds the lease (writes) once the dead one is out, within lease_ttl + 5 s of the kill,
+        # even while its own restore still runs (its uploads start when that is done).
         lease_now = lease_record(b, workspace)
         took = lease_now["acquired"] - killed
         restored_after = b.api("/gpuws/api/sync")["restore"]["time"] - killed
         print(f"the successor writes {took:.1f} s after the kill (lease_ttl {LEASE_TTL:.0f} s, "
               f"restore done {restored_after:.1f} s after it)")
-        assert lease_now["host"] == "machine-b" and took <= max(LEASE_TTL, restored_after) + 5
+        assert lease_now["host"] == "machine-b" and took <= LEASE_TTL + 5
         (second_root / "after.txt").write_text("written on the successor")
         until(lambda: "after.txt" in mirrored(b, workspace, dataset), 60, "the successor's write")
 
