@@ -12,7 +12,7 @@ import time
 from typing import Any, Protocol
 
 from .engine import SyncEngine, SyncSettings
-from .errors import SyncError
+from .errors import LeaseHeldError, SyncError
 from .service import SyncService
 from .store import open_backend
 from .workspaces import remember_choice, resolve_workspace
@@ -122,6 +122,10 @@ class SyncSupervisor:
     def require(self) -> SyncService:
         """The running service, or a SyncError saying why there is none."""
         if self.service is None:
+            engine = self.engine
+            if engine is not None and engine.read_only_reason is not None:
+                # Read-only while it restores at start: the same answer as once it runs.
+                raise LeaseHeldError(engine.read_only_reason)
             if self.state == "starting":
                 raise SyncError("The sync is still starting (opening the store and restoring); try again shortly")
             raise SyncError(f"The sync is not running: {self.error or 'disabled (c.GpuWorkspace.sync_enabled)'}")
