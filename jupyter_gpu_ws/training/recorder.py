@@ -421,7 +421,8 @@ def continue_wandb(info: Any) -> str | None:
         return (f"gpuws: the checkpoint belongs to W&B run {run_id}, but run {active['run_id']} is active: "
                 f"wandb.finish(), then wandb.init() continues {run_id}")
     if active is None:
-        return f"gpuws: W&B run {run_id} continues: wandb.init() resumes it (WANDB_RUN_ID is set)"
+        return (f"gpuws: W&B run {run_id} continues: wandb.init() resumes it (WANDB_RUN_ID is set; after an "
+                f"earlier wandb.init() in this kernel, pass id={run_id!r}, resume='allow')")
     return None
 
 
