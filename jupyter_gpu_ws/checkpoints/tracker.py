@@ -183,6 +183,21 @@ class Tracker:
             return  # a write is in flight: this request joins the next safe point after it
         self._save(i)
 
+    def safe_point(self, i: int) -> None:
+        """The safe point alone, for callbacks that record their steps with `record()`: saves
+        here when a checkpoint is due (`step()` does both, inline, for the loop's sake)."""
+        self.step_value = i
+        if self._pending is None:
+            every = self.policy.every_steps
+            if every and i % every == 0 and i > 0:
+                self._pending = Pending()
+            elif self._next_time <= _monotonic():
+                self._pending = Pending()
+            else:
+                return
+        if self._write_done.is_set():
+            self._save(i)
+
     def record(self, i: int, loss: Any = None, scalars: dict[str, Any] | None = None) -> None:
         """Record step `i`'s values without a safe point (the callbacks save at their own)."""
         self._record((i, _monotonic(), loss, scalars))
