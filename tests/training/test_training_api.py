@@ -273,3 +273,21 @@ async def test_a_wandb_run_keeps_its_id_across_a_resume(jp_fetch: Any, gpuws_app
                             "print(run.id)\nwandb.finish()")
         assert said.strip().splitlines()[-1] == first  # one W&B run, continued, not split in two
         assert f"W&B run {first} continues" in said
+
+
+async def test_gpuws_status_shows_each_run_with_its_step_eta_and_verdict(jp_fetch: Any, gpuws_app: Any) -> None:
+    async with Notebook(jp_fetch, gpuws_app, "status.ipynb") as nb:
+        await nb.run(SETUP.format(options="total_steps=5000"))
+        cell = nb.client.execute("train(0, 5000, delay=0.02)")
+
+        async def measured() -> Any:
+            run = run_of(await training(jp_fetch), "status.ipynb")
+            return run if run and run["rate"] else None
+
+        await wait_for(measured, timeout=60, interval=0.5)
+        await stop_cell(jp_fetch, nb, cell)
+        said = await nb.run("%gpuws status")
+        assert "training run" in said  # after the GPU, sync and checkpoint tables
+        [line] = [line for line in said.splitlines() if line.startswith("status.ipynb") and "/5,000" in line]
+        assert "paused" in line and "before the runtime ends" in line
+        assert " h " in line or " min" in line  # the ETA in words
