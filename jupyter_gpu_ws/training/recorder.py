@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 MAX_PENDING = 8192
 # How often the background thread reads what the loop recorded.
 READ_EVERY = 0.2
+# Steps read per look at most: a loop faster than this many steps per READ_EVERY is sampled
+# evenly (its last step always), so the reader's share of the GIL stays small at any pace.
+MAX_READ = 256
 # A pause longer than this between two steps is not training time (a cell ended, the user left).
 MAX_STEP_GAP = 60.0
 # A W&B run id is a short token; anything else read from a checkpoint is ignored.
@@ -121,7 +124,12 @@ class Recorder:
                 self._announce = False
                 records.append(self._run_record())
             if batch:
-                progress = self._absorb(self._resolve(batch))
+                steps = sum(1 for entry in batch if entry[0] is not None)
+                if len(batch) > MAX_READ:
+                    stride = len(batch) / MAX_READ
+                    chosen = {int(k * stride) for k in range(MAX_READ)} | {len(batch) - 1}
+                    batch = [e for k, e in enumerate(batch) if k in chosen or e[0] is None]
+                progress = self._absorb(self._resolve(batch), steps)
                 if progress is not None:
                     records.append(progress)
             if records:
@@ -171,16 +179,14 @@ class Recorder:
             self.warnings.append(message)
             log.warning(message)
 
-    def _absorb(self, rows: list[tuple[int | None, float, dict[str, float]]]) -> dict[str, Any] | None:
+    def _absorb(self, rows: list[tuple[int | None, float, dict[str, float]]], steps: int) -> dict[str, Any] | None:
         wall = time.time() - time.monotonic()  # monotonic → epoch
         sums: dict[str, list[float]] = {}  # name → [sum, count, min, max, last, step]
         nonfinite: dict[str, dict[str, Any]] = {}
-        steps = 0
         for step, at, values in rows:
             if step is None:  # log(): the values belong to the last step
                 step = self.last_step if self.last_step is not None else 0
             else:
-                steps += 1
                 if self.last_step is not None and step < self.last_step:
                     self._restarted(step)
                 if self._previous_step_at is not None and 0 <= at - self._previous_step_at <= MAX_STEP_GAP:
@@ -320,7 +326,8 @@ class Recorder:
         text = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False, default=str) + "\n" for r in records)
         try:
             if self._stream_bytes + len(text) > protocol.TRAINING_STREAM_MAX:
-                self._replace_stream()
+                self._replace_stream()  # it holds everything these records say
+                return
             with open(self.stream, "a", encoding="utf-8") as f:
                 f.write(text)
             self._stream_bytes += len(text)
@@ -331,7 +338,9 @@ class Recorder:
         """One snapshot record instead of the long stream: the server starts over from it."""
         assert self.stream is not None
         snapshot = {**self._resumed_record(self.last_step if self.last_step is not None else -1),
-                    "type": protocol.SNAPSHOT, "last_time": self.last_time, "loss_bad": self.loss_bad()}
+                    "type": protocol.SNAPSHOT, "last_time": self.last_time, "loss_bad": self.loss_bad(),
+                    "values": {k: v for k, v in self.last_values.items() if math.isfinite(v)},
+                    "tensorboard": str(self.tensorboard) if self.tensorboard else None}
         text = json.dumps(snapshot, separators=(",", ":"), allow_nan=False) + "\n"
         tmp = self.stream.with_name(self.stream.name + f".tmp{os.getpid()}")
         tmp.write_text(text, encoding="utf-8")

@@ -62,10 +62,16 @@ class Run:
     busy: bool = False
 
 
+# The start of a stream, kept to tell a replaced stream from the one read so far: the kernel
+# replaces it with a snapshot by rename, and the new file may get the old one's inode number.
+HEAD_BYTES = 256
+
+
 @dataclass
 class _Cursor:
     path: Path
     inode: int
+    head: bytes = b""
     offset: int = 0
     partial: bytes = b""
 
@@ -187,11 +193,15 @@ class TrainingWatch:
         except FileNotFoundError:
             return
         cursor = self._cursors.get(kernel_id)
-        if cursor is None or cursor.inode != st.st_ino or st.st_size < cursor.offset:
-            cursor = self._cursors[kernel_id] = _Cursor(path, st.st_ino)  # new, or replaced by a snapshot
-        if st.st_size == cursor.offset:
-            return
         with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+            if (cursor is None or cursor.inode != st.st_ino or st.st_size < cursor.offset
+                    or head[:len(cursor.head)] != cursor.head):
+                cursor = self._cursors[kernel_id] = _Cursor(path, st.st_ino)  # new, or replaced by a snapshot
+            if st.st_size == cursor.offset:
+                return
+            if len(cursor.head) < HEAD_BYTES:
+                cursor.head = head
             f.seek(cursor.offset)
             data = f.read(min(READ_LIMIT, st.st_size - cursor.offset))
         cursor.offset += len(data)
@@ -252,8 +262,14 @@ class TrainingWatch:
                 run.elapsed = record["elapsed"]
             run.meter.reset()
             run.anomalies.restart()
-            if kind == protocol.SNAPSHOT and isinstance(record.get("loss_bad"), dict):
-                run.anomalies.feed({"loss_bad": record["loss_bad"]}, now)
+            if kind == protocol.SNAPSHOT:
+                if isinstance(record.get("loss_bad"), dict):
+                    run.anomalies.feed({"loss_bad": record["loss_bad"]}, now)
+                values = record.get("values")
+                if isinstance(values, dict):
+                    run.values = {k: v for k, v in values.items() if isinstance(k, str) and _number(v)}
+                if isinstance(record.get("tensorboard"), str):
+                    run.tensorboard = record["tensorboard"]
 
     def _run(self, name: str) -> Run:
         run = self.runs.get(name)
