@@ -28,7 +28,16 @@ def tracker(tmp_path: Path) -> Tracker:
     tracker = Tracker()
     tracker.training.stream = tmp_path / "k.training.jsonl"
     model = torch.nn.Linear(2, 1)
-    return tracker.track("run", model=model, root=str(tmp_path / "ckpt"), total_steps=100)
+    tracker.track("run", model=model, root=str(tmp_path / "ckpt"), total_steps=100)
+    # No background reader for this tracker: the tests read (flush) when they choose.
+    with tracker.training._lock:
+        _unregister(tracker.training)
+    tracker._record = tracker.training.entries.append
+    return tracker
+
+
+def _unregister(recorder: Any) -> None:
+    recorder_module._recorders.discard(recorder)
 
 
 def test_tensors_and_numbers_are_read_later_into_the_curve_and_the_stream(tracker: Tracker, tmp_path: Path) -> None:
