@@ -327,7 +327,9 @@ class TrainingWatch:
             if not complete:
                 continue
             path, manifest = complete[-1]
-            name = manifest.get("run") if isinstance(manifest.get("run"), str) and manifest["run"] else folder.name
+            name = manifest.get("run")
+            if not isinstance(name, str) or not 0 < len(name) <= 1000:  # a manifest from the store
+                name = folder.name
             run = self.runs.get(name)
             if run is not None and (run.live or run.from_checkpoint == str(path)):
                 continue

@@ -81,16 +81,22 @@ def test_a_checkpoint_taken_while_the_loss_was_not_finite_is_suspect(tracker: Tr
 
 
 def test_a_loop_run_again_from_an_earlier_step_continues_the_curve_from_there(tracker: Tracker) -> None:
+    watch = TrainingWatch(WatchSettings(policy=AnomalyPolicy()), streams=lambda: {"k": tracker.training.stream},
+                          kernel_busy=lambda k: True, deadline=lambda: None)
     for i in range(20):
         tracker.step(i, float(i))
         if i % 5 == 4:
             tracker.training.flush()
+    watch.tick()  # the server has the curve to step 19
     for i in range(10, 15):
         tracker.step(i, 100.0)
     tracker.training.flush()
+    watch.tick()
     steps = [p[0] for p in tracker.training.history.points("loss")]
     assert steps == sorted(steps) and max(steps) == 14
     assert [r["type"] for r in records(tracker.training.stream)].count("resumed") == 1
+    on_server = watch.history("run")["runs"]["run"]["series"]["loss"]
+    assert [p[0] for p in on_server] == steps and on_server[-1][2] == 100.0  # the same curve, not doubled back
 
 
 def test_a_checkpoint_holds_the_curve_up_to_its_step_and_a_resume_brings_it_back(tracker: Tracker,
