@@ -19,6 +19,8 @@ export interface IChartProps {
   /** x is epoch seconds (a time axis) rather than a step. */
   time: boolean;
   yRange?: [number, number];
+  /** A logarithmic value axis (the values must be positive). */
+  log?: boolean;
   /** Changes when the theme does: the chart is drawn anew in its colours. */
   theme: number;
   testId?: string;
@@ -52,15 +54,11 @@ export function Chart(props: IChartProps): JSX.Element {
       height,
       scales: {
         x: { time: props.time },
-        y: props.yRange ? { range: props.yRange } : {}
+        y: props.yRange ? { range: props.yRange } : props.log ? { distr: 3 } : {}
       },
       axes: [
         { ...axis },
-        {
-          ...axis,
-          size: 60,
-          values: props.series[0]?.format ? (_u, values) => values.map(v => props.series[0].format!(v)) : undefined
-        }
+        { ...axis, size: 70, values: props.yRange ? (_u, values) => values.map(v => `${v}%`) : undefined }
       ],
       series: [
         { label: props.time ? 'time' : 'step' },
@@ -97,7 +95,7 @@ export function Chart(props: IChartProps): JSX.Element {
       chart.destroy();
       plot.current = null;
     };
-  }, [props.theme, props.title, layout, props.time, height]);
+  }, [props.theme, props.title, layout, props.time, props.log, height]);
 
   useEffect(() => {
     plot.current?.setData(props.data, !zoomed.current);

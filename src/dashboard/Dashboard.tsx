@@ -12,6 +12,7 @@ import { TrainingModel, runLevel, stepText } from '../training';
 import { Chart } from './Chart';
 
 const RUN_KEY = 'jupyter_gpu_ws:dashboard-run';
+const LOG_KEY = 'jupyter_gpu_ws:dashboard-log';
 const COLOURS = ['--jp-brand-color1', '--jp-warn-color1', '--jp-success-color1', '--jp-info-color1'];
 
 /** The curves, asked for every few seconds while the dashboard is open. */
@@ -45,6 +46,7 @@ export class TrainingDashboard extends ReactWidget {
     this.title.caption = 'Loss and scalars per run, GPU utilisation and memory over time';
     this.title.closable = true;
     this._selected = localStorage.getItem(RUN_KEY);
+    this._log = localStorage.getItem(LOG_KEY) === 'true';
   }
 
   /** Redraw the charts in the new theme's colours. */
@@ -70,6 +72,12 @@ export class TrainingDashboard extends ReactWidget {
                 error={this.curves.error ?? this.training.error}
                 selected={this._selected}
                 theme={this._theme}
+                log={this._log}
+                onLog={log => {
+                  this._log = log;
+                  localStorage.setItem(LOG_KEY, String(log));
+                  this.update();
+                }}
                 onSelect={run => {
                   this._selected = run;
                   localStorage.setItem(RUN_KEY, run);
@@ -85,6 +93,7 @@ export class TrainingDashboard extends ReactWidget {
 
   private _selected: string | null;
   private _theme = 0;
+  private _log: boolean;
 }
 
 function DashboardView(props: {
@@ -93,6 +102,8 @@ function DashboardView(props: {
   error: string | null;
   selected: string | null;
   theme: number;
+  log: boolean;
+  onLog: (log: boolean) => void;
   onSelect: (run: string) => void;
 }): JSX.Element {
   const { runs, history } = props;
@@ -119,6 +130,9 @@ function DashboardView(props: {
             ))}
           </select>
         )}
+        <label className="jp-gpuws-dashboard-log" title="A logarithmic axis for scalars that stay positive (the loss, mostly)">
+          <input type="checkbox" checked={props.log} onChange={event => props.onLog(event.target.checked)} /> log scale
+        </label>
       </header>
       {props.error && <div className="jp-gpuws-message jp-gpuws-error">{props.error}</div>}
       {run && <RunSummary run={run} />}
@@ -131,7 +145,7 @@ function DashboardView(props: {
               <code>gpuws.step(i, loss=loss)</code> in the loop.
             </div>
           ) : (
-            <ScalarCharts series={series ?? {}} theme={props.theme} />
+            <ScalarCharts series={series ?? {}} theme={props.theme} log={props.log} />
           )}
         </section>
         <section aria-label="GPUs">
@@ -165,6 +179,7 @@ function RunSummary(props: { run: ITrainingRun }): JSX.Element {
 function ScalarCharts(props: {
   series: { [name: string]: Array<[number, number, number | null]> };
   theme: number;
+  log: boolean;
 }): JSX.Element {
   const names = Object.keys(props.series).sort((a, b) =>
     a === 'loss' ? -1 : b === 'loss' ? 1 : a.localeCompare(b)
@@ -175,7 +190,14 @@ function ScalarCharts(props: {
   return (
     <>
       {names.map((name, k) => (
-        <ScalarChart key={name} name={name} points={props.series[name]} colour={COLOURS[k % COLOURS.length]} theme={props.theme} />
+        <ScalarChart
+          key={name}
+          name={name}
+          points={props.series[name]}
+          colour={COLOURS[k % COLOURS.length]}
+          theme={props.theme}
+          log={props.log && props.series[name].every(p => p[2] === null || p[2] > 0)}
+        />
       ))}
     </>
   );
@@ -186,6 +208,7 @@ function ScalarChart(props: {
   points: Array<[number, number, number | null]>;
   colour: string;
   theme: number;
+  log: boolean;
 }): JSX.Element {
   const data = useMemo<uPlot.AlignedData>(
     () => [props.points.map(p => p[0]), props.points.map(p => p[2])],
@@ -197,6 +220,7 @@ function ScalarChart(props: {
       data={data}
       series={[{ label: props.name, colour: props.colour, format: v => v.toPrecision(4) }]}
       time={false}
+      log={props.log}
       theme={props.theme}
       testId={`gpuws-chart-${props.name}`}
     />
