@@ -25,10 +25,13 @@ def track(name: str | None = None, **objects: Any) -> Any:
     the notebook's path); `every_steps`, `every_seconds` and `keep_last` set the policy;
     `total_steps=N` gives the ETA against the runtime's deadline; `tensorboard=True` also
     writes the scalars as TensorBoard event files in the run's folder.
-    """
-    from .checkpoints.tracker import default_tracker
 
-    return default_tracker().track(name, **objects)
+    Under torch.distributed (torchrun), every rank calls the same functions: state goes through
+    torch.distributed.checkpoint, and a checkpoint resumes on any number of ranks.
+    """
+    from .checkpoints.tracker import tracker_to_track
+
+    return tracker_to_track().track(name, **objects)
 
 
 def checkpoint(wait: bool = False) -> Any:

@@ -48,7 +48,12 @@ class GpuwsMagics(Magics):
             print(f"No GPU: {metrics['gpu_error']}")
         print(f"{'GPU':<4} {'name':<28} {'util':>5} {'memory':>22} {'temp':>5}  used by")
         for g in metrics["gpus"]:
-            users = ", ".join(p.get("notebook") or f"pid {p['pid']}" for p in g["processes"]) or "—"
+            shown = [p for p in g["processes"] if p.get("visible", True)]
+            hidden = len(g["processes"]) - len(shown)
+            users = [p.get("notebook") or f"pid {p['pid']}" for p in shown]
+            if hidden:  # the host's PIDs, seen from a container
+                users.append(f"{hidden} not visible from this container")
+            users = ", ".join(users) or "—"
             util = "—" if g["utilization"] is None else f"{g['utilization']}%"
             print(f"{g['index']:<4} {g['name'][:28]:<28} {util:>5} "
                   f"{_mib(g['memory_used']):>10} / {_mib(g['memory_total']):>9} "

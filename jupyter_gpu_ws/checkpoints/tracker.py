@@ -334,14 +334,20 @@ class Tracker:
         if not self.objects:
             raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
         origin = bring_newest(self.run_path, self.run or default_run_name(), timeout)
-        found = newest_checkpoint(self.run_path, stacklevel=3)
+        found = newest_checkpoint(self.run_path, stacklevel=3, distributed=True)
         if found is None:
             where = "in the store" if origin == NONE else "here (no Jupyter server with jupyter_gpu_ws to ask the store)"
             print(f"gpuws: no checkpoint of {self.run} {where}: starting from 0", flush=True)
             return 0
         path, manifest, state, rng = found
-        self._load(state, path)
-        restore_rng(torch, rng)
+        if state is None:
+            # Saved by a distributed run (torchrun) through DCP: loaded whole into this process.
+            from .distributed import load_in_one_process
+
+            load_in_one_process(self, path, manifest)
+        else:
+            self._load(state, path)
+            restore_rng(torch, rng)
         self.last = info_of(path, manifest)
         self.last_health = manifest.get("health") if manifest.get("health") in ("healthy", "suspect") else None
         self.step_value = int(manifest["step"])
@@ -453,39 +459,62 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
     return skeleton, hasher.hexdigest()
 
 
-def newest_checkpoint(run_path: Path, stacklevel: int = 2) -> tuple[Path, dict[str, Any], dict[str, Any],
-                                                                  dict[str, Any]] | None:
+def newest_checkpoint(run_path: Path, stacklevel: int = 2, distributed: bool = False,
+                      ) -> tuple[Path, dict[str, Any], dict[str, Any] | None, dict[str, Any] | None] | None:
     """The newest healthy complete checkpoint that passes its checksums and loads: (folder,
-    manifest, state, RNG states). The others are skipped with a warning saying why.
+    manifest, state, RNG states). The others are skipped with a warning saying why. With
+    `distributed`, a checkpoint saved through DCP counts too (its state and RNG states None: it
+    loads through DCP); without, it cannot be read here and is skipped.
 
     A checkpoint taken while the loss was not finite (NaN, inf) is suspect: the newest healthy
     one is preferred, and a line says which was passed over and why. Only when none is healthy
     is the newest suspect one used, with a warning.
     """
-    complete = list(reversed(complete_checkpoints(run_path)))
-    healthy = [item for item in complete if item[1].get("health") != "suspect"]
-    suspect = [item for item in complete if item[1].get("health") == "suspect"]
+    healthy, suspect = healthy_first(complete_checkpoints(run_path))
     for path, manifest in healthy + suspect:
         problem = verify(path, manifest)
         if problem:
             warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=stacklevel)
             continue
+        if distributed and manifest.get("kind") == "dcp":
+            from .dcpfiles import read_metadata
+
+            try:
+                read_metadata(path)  # small; refused when it holds anything but DCP's records
+            except Exception as err:
+                warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=stacklevel)
+                continue
+            say_health(manifest, suspect, stacklevel + 1)
+            return path, manifest, None, None
         try:
             state, rng = read_checkpoint(path)
         except Exception as err:
             warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=stacklevel)
             continue
-        passed = [m for _, m in suspect if m["step"] > manifest["step"]]
-        if manifest.get("health") == "suspect":
-            warnings.warn(f"gpuws: no healthy checkpoint of this run: resuming from step {manifest['step']}, "
-                          f"taken while {_why_suspect(manifest)}", stacklevel=stacklevel)
-        elif passed:
-            steps = ", ".join(str(m["step"]) for m in sorted(passed, key=lambda m: m["step"]))
-            print(f"gpuws: resuming from the newest healthy checkpoint, at step {manifest['step']}; passed over "
-                  f"the checkpoint{'s' * (len(passed) > 1)} at step {steps}, taken after {_why_suspect(passed[-1])}",
-                  flush=True)
+        say_health(manifest, suspect, stacklevel + 1)
         return path, manifest, state, rng
     return None
+
+
+def healthy_first(complete: list[tuple[Path, dict[str, Any]]]) -> tuple[list[tuple[Path, dict[str, Any]]],
+                                                                      list[tuple[Path, dict[str, Any]]]]:
+    """The checkpoints (oldest first) as (healthy, suspect), each newest first."""
+    newest_first = list(reversed(complete))
+    return ([item for item in newest_first if item[1].get("health") != "suspect"],
+            [item for item in newest_first if item[1].get("health") == "suspect"])
+
+
+def say_health(manifest: dict[str, Any], suspect: list[tuple[Any, dict[str, Any]]], stacklevel: int) -> None:
+    """Tell the user when the checkpoint resumed from is suspect, or newer suspect ones were passed over."""
+    passed = [m for _, m in suspect if m["step"] > manifest["step"]]
+    if manifest.get("health") == "suspect":
+        warnings.warn(f"gpuws: no healthy checkpoint of this run: resuming from step {manifest['step']}, "
+                      f"taken while {_why_suspect(manifest)}", stacklevel=stacklevel)
+    elif passed:
+        steps = ", ".join(str(m["step"]) for m in sorted(passed, key=lambda m: m["step"]))
+        print(f"gpuws: resuming from the newest healthy checkpoint, at step {manifest['step']}; passed over "
+              f"the checkpoint{'s' * (len(passed) > 1)} at step {steps}, taken after {_why_suspect(passed[-1])}",
+              flush=True)
 
 
 def _why_suspect(manifest: dict[str, Any]) -> str:
@@ -622,3 +651,20 @@ def log(**scalars: Any) -> None:
 def progress(total: int | None = None, name: str | None = None, tensorboard: bool | None = None) -> Tracker:
     """The run's total number of steps (for its ETA), its name, TensorBoard event files."""
     return default_tracker().progress(total, name, tensorboard)
+
+
+def tracker_to_track() -> Tracker:
+    """The tracker `gpuws.track()` uses: once torch.distributed runs in this process, one that
+    saves through torch.distributed.checkpoint on every rank (distributed.py), taking over what
+    the plain one knew (the agent's hook, what it tracked)."""
+    global _default
+    from .distributed import DistributedTracker, running
+
+    if running() and not isinstance(_default, DistributedTracker):
+        previous, _default = _default, DistributedTracker()
+        if previous is not None:
+            _default.on_change = previous.on_change
+            _default.objects.update(previous.objects)
+            _default.run, _default.root, _default.policy = previous.run, previous.root, previous.policy
+            _default.training = previous.training  # the run's total, curves and stream so far
+    return default_tracker()
