@@ -232,6 +232,7 @@ class DistributedTracker(Tracker):
         self._last_save_started = time.monotonic()
         self._set_phase("staging")
         started = time.perf_counter()
+        self.training.drain()  # the curve in the checkpoint ends at its step (as in one process)
         tmp = self.run_path / f"{TMP_PREFIX}{self._leader_pid}-{step:09d}-{self._saves}"
         self._saves += 1
         try:
@@ -338,7 +339,7 @@ class DistributedTracker(Tracker):
                 "objects": sorted(self.objects), "world_size": self.world_size, "mesh": self.mesh,
                 "ranks": [{"rank": r["rank"], "step": r["step"], "host": r["host"], "files": sorted(r["files"]),
                            "bytes": r["bytes"], "stall_seconds": r["stall_seconds"]} for r in reports],
-                "files": files, "bytes": sum(r["bytes"] for r in reports),
+                "files": files, "bytes": sum(r["bytes"] for r in reports) + files[METRICS]["size"],
                 "stall_seconds": max(r["stall_seconds"] for r in reports), "torch": torch.__version__,
                 "health": metrics["health"], "suspect": metrics["suspect"], "total_steps": metrics["total"],
                 "wandb": metrics["wandb"],

@@ -250,6 +250,9 @@ class Tracker:
         with self._lock:
             pending, self._pending = self._pending, None
         started = time.perf_counter()
+        # The values recorded up to this step, read now: the checkpoint's curve then ends at its
+        # step, even when the loop has gone on by the time the writer asks for it.
+        self.training.drain()
         state = {name: self._stage(name, _state_of(obj)) for name, obj in self.objects.items()}
         rng = capture_rng(torch)
         if self.cuda:

@@ -131,7 +131,13 @@ function DashboardView(props: {
           </select>
         )}
         <label className="jp-gpuws-dashboard-log" title="A logarithmic axis for scalars that stay positive (the loss, mostly)">
-          <input type="checkbox" checked={props.log} onChange={event => props.onLog(event.target.checked)} /> log scale
+          <input
+            type="checkbox"
+            data-testid="gpuws-dashboard-log"
+            checked={props.log}
+            onChange={event => props.onLog(event.target.checked)}
+          />{' '}
+          log scale
         </label>
       </header>
       {props.error && <div className="jp-gpuws-message jp-gpuws-error">{props.error}</div>}
