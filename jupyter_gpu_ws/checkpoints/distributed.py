@@ -398,7 +398,7 @@ class DistributedTracker(Tracker):
             return 0
         path, manifest = chosen
         if self.rank == 0:
-            say_health(manifest, suspect, 2)
+            say_health(manifest, suspect, 3)  # the warning points at the caller of resume()
         if manifest.get("kind") != dcpfiles.KIND:
             raise CheckpointError(
                 f"Checkpoint {path.name} was saved by a single process, not through torch.distributed.checkpoint: "
