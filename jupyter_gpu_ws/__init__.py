@@ -14,7 +14,7 @@ except ImportError:  # a source checkout that was never built
 
 
 # The kernel API: `import jupyter_gpu_ws as gpuws`. torch is imported on first `track`.
-from .checkpoints.tracker import step  # noqa: E402  (the hot path: a plain function)
+from .checkpoints.tracker import log, progress, step  # noqa: E402,F401  (step: the hot path, a plain function)
 
 
 def track(name: str | None = None, **objects: Any) -> Any:
@@ -22,7 +22,9 @@ def track(name: str | None = None, **objects: Any) -> Any:
 
     Anything with state_dict()/load_state_dict(), or plain values. RNG states (Python, NumPy,
     torch CPU and CUDA) and the step are always saved. `name` keys the checkpoints (default:
-    the notebook's path); `every_steps`, `every_seconds` and `keep_last` set the policy.
+    the notebook's path); `every_steps`, `every_seconds` and `keep_last` set the policy;
+    `total_steps=N` gives the ETA against the runtime's deadline; `tensorboard=True` also
+    writes the scalars as TensorBoard event files in the run's folder.
 
     Under torch.distributed (torchrun), every rank calls the same functions: state goes through
     torch.distributed.checkpoint, and a checkpoint resumes on any number of ranks.

@@ -32,6 +32,10 @@ from .checkpoints.protocol import RUNTIME_DIR_ENV, SERVER_ID_ENV
 from .sync import SyncSettings
 from .sync.supervisor import SyncSupervisor
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
+from .checkpoints import protocol
+from .training.anomalies import AnomalyPolicy
+from .training.progress import DeadlineView
+from .training.watch import TrainingWatch, WatchSettings
 from .monitor.attribution import KernelReport, reports_from_registration
 from .monitor.own_use import TEST_DOUBLE_ENV
 
@@ -242,6 +246,24 @@ class GpuWorkspace(Configurable):
         False, help="Keep a wheel of every package in the store, so a restore needs no package index at all."
     ).tag(config=True)
 
+    training_stall_factor = Float(
+        10.0, help="""A tracked run whose kernel is busy counts as stalled after this many times its
+        usual step time without a step (and at least training_stall_seconds)."""
+    ).tag(config=True)
+
+    training_stall_seconds = Float(
+        120.0, help="The shortest pause without a step that counts as a stalled loop (seconds)."
+    ).tag(config=True)
+
+    training_input_bound_percent = Float(
+        50.0, help="""A run whose notebook's GPUs are busy less than this (%) on average while it steps
+        is input-bound (its data does not arrive fast enough)."""
+    ).tag(config=True)
+
+    training_input_bound_seconds = Float(
+        120.0, help="How long the GPUs must stay under training_input_bound_percent before it is said."
+    ).tag(config=True)
+
     state_dir = Unicode(help="Local folder for the record of what was synced (not in the work directory).").tag(
         config=True
     )
@@ -361,6 +383,18 @@ class GpuWorkspace(Configurable):
             raise TraitError("document_save_timeout must be between 0 and 600 seconds")
         return proposal["value"]
 
+    @validate("training_stall_factor", "training_stall_seconds", "training_input_bound_seconds")
+    def _check_training_positive(self, proposal: Any) -> float:
+        if not 0 < proposal["value"] <= 7 * 24 * 3600:
+            raise TraitError(f"{proposal['trait'].name} must be positive (and at most a week)")
+        return proposal["value"]
+
+    @validate("training_input_bound_percent")
+    def _check_training_percent(self, proposal: Any) -> float:
+        if not 0 <= proposal["value"] <= 100:
+            raise TraitError("training_input_bound_percent is between 0 and 100")
+        return proposal["value"]
+
     @validate("gpu_memory_alert", "disk_alert")
     def _check_fraction(self, proposal: Any) -> float:
         if not 0 < proposal["value"] <= 1:
@@ -440,9 +474,58 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         self.environment = EnvironmentSupervisor(self)
         self.runtime = RuntimeSupervisor(self)
         self.runtime.start()
+        self.training = TrainingWatch(
+            WatchSettings(policy=AnomalyPolicy(
+                stall_factor=self.training_stall_factor, stall_seconds=self.training_stall_seconds,
+                input_bound_percent=self.training_input_bound_percent,
+                input_bound_seconds=self.training_input_bound_seconds, memory_fraction=self.gpu_memory_alert)),
+            streams=self.training_streams, kernel_busy=self.kernel_busy, deadline=self.training_deadline,
+            checkpoints_root=Path(self.workdir) / ".gpuws" / "checkpoints",
+        )
+        self.sampler.subscribe(self.training.on_sample)
+        self._training_ticking = False
+        self._training_poll = PeriodicCallback(self._training_tick, 1000)
+        self._training_poll.start()
         self.log.info(
             "GPU workspace: workdir %s, store %s, workspace %s", self.workdir, self.store_url, self.workspace
         )
+
+    def training_streams(self) -> dict[str, Path]:
+        """Kernel id → its training stream, for the kernels this server runs (protocol.py)."""
+        streams = {}
+        for kernel_id in list(self.serverapp.kernel_manager.list_kernel_ids()):
+            for folder in (self.checkpoints.agents_dir, self.checkpoints.root):
+                path = protocol.training_file(folder, kernel_id)
+                if path.exists():
+                    streams[kernel_id] = path
+                    break
+        return streams
+
+    def kernel_busy(self, kernel_id: str) -> bool:
+        """Whether the kernel runs a cell, as Jupyter Server knows from its status messages."""
+        try:
+            return self.serverapp.kernel_manager.get_kernel(kernel_id).execution_state == "busy"
+        except KeyError:
+            return False
+
+    def training_deadline(self) -> DeadlineView | None:
+        clock = self.runtime.clock
+        deadline = clock.earliest()
+        if deadline is None:
+            return None
+        return DeadlineView(deadline.at, deadline.source, clock.next_persist(deadline),
+                            clock.settings.persist_lead_time)
+
+    async def _training_tick(self) -> None:
+        if self._training_ticking:
+            return  # the last look has not finished: a slow disk, not a reason to pile up
+        self._training_ticking = True
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.training.tick)
+        except Exception:
+            self.log.exception("GPU workspace: reading the training streams failed")
+        finally:
+            self._training_ticking = False
 
     def _make_gpu_reader(self) -> NvmlReader:
         if self.nvml_test_double:
@@ -607,6 +690,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         )
 
     async def stop_extension(self) -> None:
+        self._training_poll.stop()
         self.runtime.stop()
         self.environment.stop()
         await asyncio.get_running_loop().run_in_executor(None, self.sync.stop)

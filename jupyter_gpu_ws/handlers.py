@@ -475,6 +475,37 @@ class CheckpointFetchHandler(GpuWorkspaceHandler):
         self.finish(job.to_dict())
 
 
+class TrainingHandler(GpuWorkspaceHandler):
+    """`GET /gpuws/api/training`: every tracked run (live in a kernel of this server, or found in
+    the checkpoints) with step and total, steps/s, elapsed, ETA, the verdict against the
+    runtime's deadline, the loss's sparkline, its last checkpoint, and the open anomalies."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.set_header("Cache-Control", "no-store")
+        notebooks = await self.app.kernel_notebooks()
+        self.finish(json.dumps(await run_blocking(self.app.training.state, notebooks), allow_nan=False))
+
+
+class TrainingHistoryHandler(GpuWorkspaceHandler):
+    """`GET /gpuws/api/training/history[?run=NAME]`: every scalar's curve per run over steps, and
+    each GPU's utilisation and memory over time (the dashboard's charts, after a reload too)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        params = self.query_params({"run"})
+        run = params.get("run")
+        if run is not None and not 0 < len(run) <= 1000:
+            raise web.HTTPError(400, "'run' is a run's name (1 to 1000 characters)")
+        history = await run_blocking(self.app.training.history, run)
+        if history is None:
+            raise web.HTTPError(404, f"No run {_quoted(run or '')}: GET /gpuws/api/training lists them")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(history, allow_nan=False))
+
+
 async def sync_status(app: GpuWorkspaceApp) -> dict[str, Any]:
     """The answer of `GET /gpuws/api/sync`, also sent after a lease take-over."""
     status = await run_blocking(app.sync.status)
@@ -608,6 +639,8 @@ def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/gpuws/api/checkpoints/fetch", CheckpointFetchHandler, kwargs),
         (rf"/gpuws/api/checkpoints/fetch/{job_id}", JobHandler, {"app": app, "kind": "checkpoint-fetch"}),
         (r"/gpuws/api/persist", PersistHandler, kwargs),
+        (r"/gpuws/api/training", TrainingHandler, kwargs),
+        (r"/gpuws/api/training/history", TrainingHistoryHandler, kwargs),
         (r"/gpuws/api/runtime", RuntimeHandler, kwargs),
         (r"/gpuws/api/env", EnvHandler, kwargs),
         (r"/gpuws/api/env/snapshots", EnvSnapshotsHandler, kwargs),

@@ -74,6 +74,9 @@ class GpuwsMagics(Magics):
             tracks = ", ".join(k.get("objects", {})) or "—"
             print(f"{(k.get('notebook') or k['kernel_id'][:8])[:36]:<36} {tracks[:30]:<30} "
                   f"{last.get('step', '—'):>6} {_mib(last.get('bytes')):>12}  {age}")
+        training = call("gpuws/api/training")
+        if training["runs"]:
+            print("\n" + training_report(training))
 
     def _env(self) -> None:
         env = call("gpuws/api/env")
@@ -111,6 +114,25 @@ class GpuwsMagics(Magics):
         step = next((s for s in job["steps"] if s["name"] == "documents"), None)
         if step is not None and step["detail"]:
             print(f"Open documents: {step['detail']}.")
+
+
+def training_report(training: dict[str, Any]) -> str:
+    """Each tracked run's step, pace, ETA and verdict, and its open anomalies, as `%gpuws status`
+    prints them."""
+    from .training.progress import duration
+
+    lines = [f"{'training run':<36} {'state':<8} {'step':>17} {'steps/s':>8} {'ETA':>12}  verdict"]
+    for run in training["runs"]:
+        done, total = run.get("done_steps"), run.get("total")
+        step = "—" if done is None else (f"{done:,}/{total:,}" if total else f"{done:,}")
+        rate = "—" if not run.get("rate") else f"{run['rate']:.3g}"
+        eta = "—" if run.get("eta") is None else duration(run["eta"])
+        verdict = (run.get("verdict") or {}).get("message") or ""
+        lines.append(f"{run['run'][:36]:<36} {run['state']:<8} {step:>17} {rate:>8} {eta:>12}  {verdict}")
+        for anomaly in run.get("anomalies") or []:
+            lines.append(f"  {anomaly['level'].upper()}: {anomaly['message']}")
+            lines.append(f"    {anomaly['advice']}")
+    return "\n".join(lines)
 
 
 def env_report(env: dict[str, Any]) -> str:

@@ -473,3 +473,87 @@ export interface IEnvState {
   snapshot_job: IJob | null;
   restore_job: IJob | null;
 }
+
+/** One anomaly episode of a training run; notify once per `id`. */
+export interface ITrainingAnomaly {
+  id: string;
+  kind:
+    | 'nan-loss'
+    | 'loss-spike'
+    | 'divergence'
+    | 'stall'
+    | 'input-bound'
+    | 'gpu-memory'
+    | 'eta-past-deadline';
+  run: string;
+  level: 'error' | 'warning';
+  message: string;
+  advice: string;
+  since: number;
+  step: number | null;
+  kernel_id: string | null;
+}
+
+/** Whether a run finishes before the runtime's deadline. */
+export interface ITrainingVerdict {
+  state: 'finishes' | 'tight' | 'short' | 'done' | 'unknown' | 'no-total' | 'no-deadline';
+  eta: number | null;
+  finish_at: number | null;
+  deadline: number | null;
+  source: string | null;
+  margin: number | null;
+  short_by: number | null;
+  steps_by_deadline: number | null;
+  persist_at: number | null;
+  persist_step: number | null;
+  message: string;
+}
+
+export interface ITrainingRun {
+  run: string;
+  kernel_id: string | null;
+  notebook: string | null;
+  live: boolean;
+  state: 'running' | 'paused' | 'stalled' | 'done' | 'stopped';
+  step: number | null;
+  done_steps: number | null;
+  total: number | null;
+  rate: number | null;
+  elapsed: number | null;
+  last_time: number | null;
+  eta: number | null;
+  finish_at: number | null;
+  verdict: ITrainingVerdict | null;
+  values: { [name: string]: number };
+  scalars: string[];
+  /** [step, loss or null] pairs, oldest first. */
+  sparkline: Array<[number, number | null]>;
+  anomalies: ITrainingAnomaly[];
+  checkpoint: { step: number; health: string | null; path: string; time: number | null } | null;
+  tensorboard: string | null;
+}
+
+/** `GET /gpuws/api/training`. */
+export interface ITrainingState {
+  now: number;
+  deadline: { at: number; source: string; next_persist: number | null; persist_lead_time: number } | null;
+  runs: ITrainingRun[];
+  anomalies: ITrainingAnomaly[];
+  errors: string[];
+}
+
+/** `GET /gpuws/api/training/history`: [step, time, value or null] per scalar and run; per GPU
+ * [time, utilisation %, memory fraction]. */
+export interface ITrainingHistory {
+  now: number;
+  runs: {
+    [run: string]: {
+      series: { [name: string]: Array<[number, number, number | null]> };
+      total: number | null;
+      step: number | null;
+      live: boolean;
+    };
+  };
+  gpus: Array<{ index: number; name: string; points: Array<[number, number | null, number | null]> }>;
+  gpu_bucket_seconds: number;
+}

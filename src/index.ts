@@ -3,7 +3,7 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, IThemeManager, WidgetTracker } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -18,6 +18,9 @@ import { SyncModel } from './sync';
 import { CheckpointsModel } from './checkpoints';
 import { EnvironmentModel } from './environment';
 import { RuntimeModel } from './runtime';
+import { TrainingDashboard, TrainingHistoryModel } from './dashboard/Dashboard';
+import { TrainingModel, TrainingNotifier } from './training';
+import { TrainingStatusItem } from './trainingStatus';
 
 const PLUGIN_ID = 'jupyter_gpu_ws:plugin';
 
@@ -25,20 +28,22 @@ namespace CommandIDs {
   export const openPanel = 'gpuws:open-panel';
   export const persist = 'gpuws:persist';
   export const release = 'gpuws:persist-and-release';
+  export const openDashboard = 'gpuws:open-training-dashboard';
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'GPU Workspace: GPU and system monitor, storage sync and Persist now.',
   autoStart: true,
-  optional: [ISettingRegistry, ILayoutRestorer, ICommandPalette, IStatusBar, IDocumentManager],
+  optional: [ISettingRegistry, ILayoutRestorer, ICommandPalette, IStatusBar, IDocumentManager, IThemeManager],
   activate: async (
     app: JupyterFrontEnd,
     settingRegistry: ISettingRegistry | null,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
     statusBar: IStatusBar | null,
-    docManager: IDocumentManager | null
+    docManager: IDocumentManager | null,
+    themeManager: IThemeManager | null
   ) => {
     // Every page (JupyterLab, and each Notebook 7 page) saves its own open documents when any
     // persist asks: Persist now from any browser, the automatic persist, the release.
@@ -79,6 +84,40 @@ const plugin: JupyterFrontEndPlugin<void> = {
       caption: 'Persist everything, then shut the server down so a paid runtime stops',
       execute: () => runtime.release()
     });
+    // Training in view: the runs (polled), their anomalies as notifications, the status bar's
+    // words, and the "Training and GPUs" dashboard in the main area (restored on reload).
+    const training = new TrainingModel();
+    const dashboards = new WidgetTracker<TrainingDashboard>({ namespace: 'gpuws-training' });
+    const openDashboard = () => {
+      let dashboard = dashboards.find(() => true) ?? null;
+      if (!dashboard || dashboard.isDisposed) {
+        dashboard = new TrainingDashboard(training, new TrainingHistoryModel());
+        void dashboards.add(dashboard);
+        app.shell.add(dashboard, 'main');
+      }
+      app.shell.activateById(dashboard.id);
+    };
+    app.commands.addCommand(CommandIDs.openDashboard, {
+      label: 'Open Training and GPUs',
+      caption: 'Loss and scalars of each tracked run over steps, GPU utilisation and memory over time',
+      icon: gpuIcon,
+      execute: openDashboard
+    });
+    if (restorer) {
+      void restorer.restore(dashboards, { command: CommandIDs.openDashboard, name: () => 'gpuws-training' });
+    }
+    themeManager?.themeChanged.connect(() => dashboards.forEach(d => d.themeChanged()));
+    const trainingNotifier = new TrainingNotifier(training, openDashboard);
+    if (statusBar) {
+      statusBar.registerStatusItem(`${PLUGIN_ID}:training`, {
+        item: new TrainingStatusItem(training, openDashboard),
+        align: 'left',
+        rank: 51,
+        isActive: () => training.runs.some(r => r.live),
+        activeStateChanged: training.changed
+      });
+    }
+    palette?.addItem({ command: CommandIDs.openDashboard, category: 'GPU Workspace' });
     palette?.addItem({ command: CommandIDs.openPanel, category: 'GPU Workspace' });
     palette?.addItem({ command: CommandIDs.release, category: 'GPU Workspace' });
     palette?.addItem({ command: CommandIDs.persist, category: 'GPU Workspace' });
@@ -103,6 +142,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           model.historySeconds = Math.max(seconds * 60, 60);
           panel.configure({ sparklineSeconds: seconds * 60 });
           notifier.enabled = settings.get('alertNotifications').composite as boolean;
+          trainingNotifier.enabled = notifier.enabled;
           // The status bar re-reads isActive on the next sample.
           showStatusBar = settings.get('showStatusBar').composite as boolean;
         };

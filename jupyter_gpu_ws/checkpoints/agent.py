@@ -46,6 +46,9 @@ class Agent:
         self.process = protocol.process_identity()
         self.file = (protocol.registration_file(protocol.registrations_folder(runtime, self.server_id), self.kernel_id)
                      if runtime and self.kernel_id else None)
+        if self.file is not None and self.kernel_id:
+            # The loop's progress goes to the server beside the registration.
+            self.tracker.training.stream = protocol.training_file(self.file.parent, self.kernel_id)
         self.cell_running = False
         self.gpu_reader = OwnGpuUseReader.from_environment()
         self.gpu: list[dict[str, Any]] = []

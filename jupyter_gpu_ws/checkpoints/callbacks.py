@@ -10,7 +10,9 @@
 Both track the training state with the gpuws tracker (the kernel's default one unless `tracker=`
 is given) and call its safe point after every optimizer step, so a checkpoint asked for from the
 server (`Tracker.request`), or due by the `every_steps` / `every_seconds` policy, is taken at the
-end of the next step. Nothing here imports Lightning, transformers or torch until a callback class
+end of the next step. Both feed the training view the numbers `gpuws.step(i, loss=…)` would: the
+step, the loss and the logged metrics (Lightning's `callback_metrics`, Trainer's logs), and the
+total number of steps (`max_steps`, or Lightning's estimate of the stepping batches). Nothing here imports Lightning, transformers or torch until a callback class
 is asked for.
 
 Lightning: an exact resume
@@ -59,16 +61,18 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import math
 import shutil
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
+from ..training.recorder import continue_wandb
 from .files import CheckpointError, info_of, run_dir
 from .fromstore import bring_newest
 from .tracker import (Tracker, _tuples, capture_rng, default_run_name, default_tracker, newest_checkpoint,
-                      restore_rng)
+                      read_metrics, restore_rng)
 
 __all__ = ["GpuwsCallback", "GpuwsTrainerCallback", "lightning_callback_class", "trainer_callback_class"]
 
@@ -159,6 +163,9 @@ class _LightningHooks(_Policy):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         import torch
 
+        total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else trainer.estimated_stepping_batches
+        if isinstance(total, (int, float)) and math.isfinite(total) and total >= 1:
+            self.tracker.progress(int(total))
         self._first_epoch = trainer.current_epoch
         fetcher = trainer.fit_loop._data_fetcher
         self._stateful_data = fetcher is not None and _stateful(fetcher.combined_loader.flattened)
@@ -189,6 +196,9 @@ class _LightningHooks(_Policy):
         if step == self._last_step:
             return  # accumulating gradients: no optimizer step in this batch
         self._last_step = step
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        # Step `step - 1` in the loop's own counting (global_step counts the steps done).
+        self.tracker.record(step - 1, loss, {k: v for k, v in trainer.callback_metrics.items() if k != "loss"})
         last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
         self._position.skip = 0 if last or self._stateful_data else batch_idx + 1
         fetcher = trainer.fit_loop._data_fetcher
@@ -197,12 +207,12 @@ class _LightningHooks(_Policy):
             # (where ModelCheckpoint saves too); a run resumed from there does not repeat it.
             self._deferred = step
             return
-        self.tracker.step(step)
+        self.tracker.safe_point(step)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self._deferred is not None and not trainer.sanity_checking:
             step, self._deferred = self._deferred, None
-            self.tracker.step(step)
+            self.tracker.safe_point(step)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         self.tracker.wait()  # fit returns with its last checkpoint complete on disk
@@ -346,6 +356,7 @@ class _TrainerHooks(_Policy):
         self.resumed_step: int | None = None
         self._resume_dir: Path | None = None
         self._resumed_info: Any = None
+        self._resumed_manifest: Any = None
         self._tracking = False
         self._deferred: int | None = None
 
@@ -367,6 +378,7 @@ class _TrainerHooks(_Policy):
             self.resumed_step = None
             return None
         path, manifest, state, rng = found
+        self._resumed_manifest = (path, manifest)
         missing = [name for name in ("model", "optimizer", "lr_scheduler", "trainer_state") if name not in state]
         if missing:
             raise CheckpointError(f"Checkpoint {path.name} was not written by GpuwsTrainerCallback: "
@@ -393,8 +405,15 @@ class _TrainerHooks(_Policy):
             objects["scaler"] = scaler
         tracker = self._track(**objects)
         tracker.step_value = state.global_step
+        if state.max_steps and state.max_steps > 0:
+            tracker.progress(int(state.max_steps))
         if self._resumed_info is not None and self._resume_dir is not None:
             tracker.last = self._resumed_info
+            path, manifest = self._resumed_manifest
+            tracker.training.resumed(int(manifest["step"]), read_metrics(path))  # the curves go on from there
+            note = continue_wandb(manifest.get("wandb"))
+            if note:
+                print(note, flush=True)
         self._tracking = True
         self._deferred = None
 
@@ -405,20 +424,28 @@ class _TrainerHooks(_Policy):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not self._tracking:
             return
+        self.tracker.record(state.global_step - 1)
         if control.should_evaluate:
             self._deferred = state.global_step  # the evaluation draws from the RNG: save after it
             return
-        self.tracker.step(state.global_step)
+        self.tracker.safe_point(state.global_step)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """Trainer's logs (loss, learning rate, grad norm, eval scores) feed the training view."""
+        if not self._tracking or not logs or "train_runtime" in logs:  # not the closing summary
+            return
+        values = {k: v for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.tracker.record(state.global_step - 1, values.pop("loss", None), values)
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._deferred is not None:
             step, self._deferred = self._deferred, None
-            self.tracker.step(step)
+            self.tracker.safe_point(step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._deferred is not None:  # an evaluation was due but did not report back
             step, self._deferred = self._deferred, None
-            self.tracker.step(step)
+            self.tracker.safe_point(step)
         self._tracking = False
         self._remove_resume_dir()
         self._resumed_info = None

@@ -347,3 +347,4 @@ def _read_folder(folder: Path) -> Iterator[tuple[str, Path, dict[str, Any] | Non
 def _remove_kernel_files(folder: Path, kernel_id: str) -> None:
     protocol.registration_file(folder, kernel_id).unlink(missing_ok=True)
     protocol.request_file(folder, kernel_id).unlink(missing_ok=True)
+    protocol.training_file(folder, kernel_id).unlink(missing_ok=True)

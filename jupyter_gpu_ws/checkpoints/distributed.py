@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import json
 import logging
 import os
 import shutil
@@ -51,7 +52,9 @@ from .files import (
     verify,
 )
 from .fromstore import NONE, bring_newest
-from .tracker import Pending, Tracker, capture_rng, default_run_name, restore_rng
+from .tracker import (METRICS, Pending, Tracker, capture_rng, default_run_name, healthy_first, read_metrics,
+                      restore_rng, say_health)
+from ..training.recorder import continue_wandb
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +104,10 @@ class DistributedTracker(Tracker):
     # -- set-up (a collective: every rank calls track) -------------------------------------------
 
     def track(self, name: str | None = None, *, every_steps: int | None = None, every_seconds: float | None = None,
-              keep_last: int | None = None, root: str | None = None, **objects: Any) -> DistributedTracker:
+              keep_last: int | None = None, root: str | None = None, total_steps: int | None = None,
+              tensorboard: bool | None = None, **objects: Any) -> DistributedTracker:
         super().track(name, every_steps=every_steps, every_seconds=every_seconds, keep_last=keep_last, root=root,
-                      **objects)
+                      total_steps=total_steps, tensorboard=tensorboard, **objects)
         self._owner = dcpfiles.owners(self.objects)
         if self.group is None:
             self._set_up()
@@ -144,8 +148,19 @@ class DistributedTracker(Tracker):
 
     # -- the safe point --------------------------------------------------------------------------
 
-    def step(self, i: int) -> None:
-        """Call once per iteration on every rank, after optimizer.step(): saves here when due."""
+    def progress(self, total: int | None = None, name: str | None = None,
+                 tensorboard: bool | None = None) -> DistributedTracker:
+        """As a single process's; the TensorBoard event files are written by rank 0 alone."""
+        if tensorboard and _rank() != 0:
+            tensorboard = None
+        super().progress(total, name, tensorboard)
+        return self
+
+    def step(self, i: int, loss: Any = None, scalars: dict[str, Any] | None = None) -> None:
+        """Call once per iteration on every rank, after optimizer.step(): saves here when due.
+        Rank 0 records the step's values (the ranks' losses differ only by their batches)."""
+        if self.rank == 0:
+            self._record((i, time.monotonic(), loss, scalars))
         self.step_value = i
         if self._rounds_seen != self._rounds_joined:
             self._join_rounds()
@@ -217,6 +232,7 @@ class DistributedTracker(Tracker):
         self._last_save_started = time.monotonic()
         self._set_phase("staging")
         started = time.perf_counter()
+        self.training.drain()  # the curve in the checkpoint ends at its step (as in one process)
         tmp = self.run_path / f"{TMP_PREFIX}{self._leader_pid}-{step:09d}-{self._saves}"
         self._saves += 1
         try:
@@ -301,7 +317,8 @@ class DistributedTracker(Tracker):
         self._changed()
 
     def _commit(self, tmp: Path, step: int, reports: list[dict[str, Any]], pending: Pending | None) -> dict[str, Any]:
-        """Rank 0, once every rank reported: the manifest, the rename, retention."""
+        """Rank 0, once every rank reported: the curves and the loss's health (as a single
+        process writes them), the manifest, the rename, retention."""
         import torch
 
         failed = [f"rank {r['rank']}: {r['error']}" for r in reports if r["error"]]
@@ -311,13 +328,21 @@ class DistributedTracker(Tracker):
             return {"error": "; ".join(failed)}
         try:
             files = {name: meta for r in reports for name, meta in r["files"].items()}
+            metrics = self.training.checkpoint_metrics(step)
+            with open(tmp / METRICS, "w", encoding="utf-8") as f:
+                json.dump(metrics, f, separators=(",", ":"), allow_nan=False)
+                f.flush()
+                os.fsync(f.fileno())
+            files[METRICS] = {"size": (tmp / METRICS).stat().st_size, "xxh3": checksum(tmp / METRICS)}
             fields = {
                 "kind": dcpfiles.KIND, "run": self.run, "request_id": pending.request_id if pending else None,
                 "objects": sorted(self.objects), "world_size": self.world_size, "mesh": self.mesh,
                 "ranks": [{"rank": r["rank"], "step": r["step"], "host": r["host"], "files": sorted(r["files"]),
                            "bytes": r["bytes"], "stall_seconds": r["stall_seconds"]} for r in reports],
-                "files": files, "bytes": sum(r["bytes"] for r in reports),
+                "files": files, "bytes": sum(r["bytes"] for r in reports) + files[METRICS]["size"],
                 "stall_seconds": max(r["stall_seconds"] for r in reports), "torch": torch.__version__,
+                "health": metrics["health"], "suspect": metrics["suspect"], "total_steps": metrics["total"],
+                "wandb": metrics["wandb"],
             }
             info = commit(tmp, step, fields)
             apply_retention(self.run_path, self.policy.keep_last)
@@ -357,8 +382,8 @@ class DistributedTracker(Tracker):
         candidates = self._from_rank0(
             [(str(p), m) for p, m in complete_checkpoints(self.run_path)] if self.rank == 0 else None)
         chosen = None
-        for folder, manifest in reversed(candidates):
-            path = Path(folder)
+        healthy, suspect = healthy_first([(Path(folder), manifest) for folder, manifest in candidates])
+        for path, manifest in healthy + suspect:
             problem = self._verify_together(path, manifest)
             if problem:
                 if self.rank == 0:
@@ -372,6 +397,8 @@ class DistributedTracker(Tracker):
                 print(f"gpuws: no checkpoint of {self.run} {where}: every rank starts from 0", flush=True)
             return 0
         path, manifest = chosen
+        if self.rank == 0:
+            say_health(manifest, suspect, 3)  # the warning points at the caller of resume()
         if manifest.get("kind") != dcpfiles.KIND:
             raise CheckpointError(
                 f"Checkpoint {path.name} was saved by a single process, not through torch.distributed.checkpoint: "
@@ -381,6 +408,14 @@ class DistributedTracker(Tracker):
         self.last = info_of(path, manifest)
         self.last_bytes_per_rank = [r.get("bytes", 0) for r in manifest.get("ranks", [])]
         self.step_value = int(manifest["step"])
+        if self.rank == 0:
+            # The curves continue from the checkpoint, and so does the W&B run.
+            self.last_health = manifest.get("health") if manifest.get("health") in ("healthy", "suspect") else None
+            self.training.configure(run=self.run)
+            self.training.resumed(self.step_value, read_metrics(path))
+            note = continue_wandb(manifest.get("wandb"))
+            if note:
+                print(note, flush=True)
         self._changed()
         return self.step_value + 1
 
@@ -543,6 +578,13 @@ def describe_mesh(objects: dict[str, Any], world_size: int) -> dict[str, Any]:
         if isinstance(obj, torch.nn.parallel.DistributedDataParallel):
             return {"parallelism": "replicated", "wrapper": "DistributedDataParallel", "shape": [world_size]}
     return {"parallelism": "replicated", "shape": [world_size]}
+
+
+def _rank() -> int:
+    """This process's rank, before the tracker has set up its group (0 outside torch.distributed)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if running() else 0
 
 
 def _int_env(name: str) -> int | None:

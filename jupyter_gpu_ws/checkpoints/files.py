@@ -2,6 +2,8 @@
 
     <root>/<run>/ckpt-000000123-20261129T154210Z/
         tensors.bin     the bytes of every tensor, back to back (written at disk speed)
+        metrics.json    the training's curves up to this step, its time and total, whether
+                        the loss was finite ("health": "healthy" or "suspect"), the W&B run
         state.pt        every tracked object's state with tensors replaced by their place in
                         tensors.bin (torch.save of plain values: loads with weights_only=True)
         rng.pt          Python, NumPy and torch RNG states, as tensors and plain values
@@ -199,11 +201,16 @@ def info_of(path: Path, manifest: dict[str, Any]) -> CheckpointInfo:
 
 
 def apply_retention(run_path: Path, keep_last: int, writing: Path | None = None) -> list[Path]:
-    """Keep the newest `keep_last` complete checkpoints (never fewer than one); remove older
-    ones and leftovers of interrupted writes. Returns what was removed."""
+    """Keep the newest `keep_last` complete checkpoints (never fewer than one), and always the
+    newest healthy one (a run whose loss went NaN must still be able to go back before it);
+    remove older ones and leftovers of interrupted writes. Returns what was removed."""
     removed = []
     complete = complete_checkpoints(run_path)
+    healthy = [path for path, manifest in complete if manifest.get("health") != "suspect"]
+    newest_healthy = healthy[-1] if healthy else None
     for path, _ in complete[: max(0, len(complete) - max(1, keep_last))]:
+        if path == newest_healthy:
+            continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     for entry in run_path.iterdir() if run_path.is_dir() else []:

@@ -7,8 +7,10 @@ server of the same user on the machine:
     <runtime>/gpuws-agents/<server id>/server.json            the server: pid, process start, process space
     <runtime>/gpuws-agents/<server id>/<kernel id>.json       a kernel's registration
     <runtime>/gpuws-agents/<server id>/<kernel id>.request.json
+    <runtime>/gpuws-agents/<server id>/<kernel id>.training.jsonl   the kernel's training progress
     <runtime>/gpuws-agents/<kernel id>.json                   a kernel without a server identity
     <runtime>/gpuws-agents/<kernel id>.request.json
+    <runtime>/gpuws-agents/<kernel id>.training.jsonl
     <runtime>/gpuws-agents/<server id>/proc-<run id>-<rank>.json          one rank of a torchrun run
     <runtime>/gpuws-agents/<server id>/proc-<run id>-<rank>.request.json
 
@@ -21,6 +23,12 @@ server of the same user on the machine:
 - The request: `{"request_id": ...}`, written by the server to ask for a checkpoint. An agent
   thread watches it, so the request arrives while a training cell runs, on any kernel, and the
   kernel's Jupyter messaging is left alone.
+- The training stream: JSON lines the kernel appends a few times a second while a loop steps
+  (`PROGRESS` records: the last step, its time, the scalars' mean/min/max since the previous
+  record, non-finite values), a `RUN` record when the run's name or total changes, a `RESUMED`
+  record (with the run's history up to the checkpoint) after `gpuws.resume()`. When it grows
+  past `TRAINING_STREAM_MAX` bytes the kernel replaces it by one `SNAPSHOT` record (the whole
+  history), so the server, which reads it from where it stopped, starts over from that.
 - A process that is not a kernel (each rank of a run launched by `torchrun` from a Jupyter
   terminal or `!torchrun` in a notebook, which inherit `GPUWS_SERVER_ID`) registers the same way
   under `proc-<run id>-<rank>`: the ranks of one run share the run id, so the server shows them
@@ -58,6 +66,14 @@ SERVER_ID_ENV = "GPUWS_SERVER_ID"
 SERVER_FILE = "server.json"
 REGISTRATION_SUFFIX = ".json"
 REQUEST_SUFFIX = ".request.json"
+TRAINING_SUFFIX = ".training.jsonl"
+TRAINING_STREAM_MAX = 8 * 2**20
+
+# Record types of the training stream.
+RUN = "run"
+PROGRESS = "progress"
+RESUMED = "resumed"
+SNAPSHOT = "snapshot"
 PROCESS_PREFIX = "proc-"
 # The exported environment variable that names the runtime folder of the server (a process
 # that is not a kernel has no connection file to find it by).
@@ -97,10 +113,15 @@ def request_file(folder: Path, kernel_id: str) -> Path:
     return folder / f"{kernel_id}{REQUEST_SUFFIX}"
 
 
+def training_file(folder: Path, kernel_id: str) -> Path:
+    return folder / f"{kernel_id}{TRAINING_SUFFIX}"
+
+
 def registered_kernel(path: Path) -> str | None:
     """The kernel id a registration file is named after; None for any other file."""
     name = path.name
-    if name == SERVER_FILE or name.endswith(REQUEST_SUFFIX) or not name.endswith(REGISTRATION_SUFFIX):
+    if (name == SERVER_FILE or name.endswith(REQUEST_SUFFIX) or name.endswith(TRAINING_SUFFIX)
+            or not name.endswith(REGISTRATION_SUFFIX)):
         return None
     if name.startswith(PROCESS_PREFIX):
         return None  # a rank of a torchrun run: registered_process

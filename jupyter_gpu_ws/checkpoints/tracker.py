@@ -4,11 +4,16 @@ At a safe point the tracked state is copied into reusable CPU staging buffers (p
 CUDA), and a background thread writes it, so the loop stalls for the copy alone. At most one
 write is in flight; requests arriving during a write are coalesced into the next safe point.
 torch is imported only when something is tracked, so `import jupyter_gpu_ws` stays light.
+
+`step(i, loss=…, **scalars)` also records the training's progress (training/recorder.py): a
+reference to each value, read in the background; each checkpoint holds the curves up to its
+step and whether the loss was finite, and `resume()` prefers the newest healthy checkpoint.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import random
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..diskio import start_writeback
+from ..training.recorder import Recorder, continue_wandb
 from .fromstore import NONE, bring_newest
 from .files import (
     CheckpointError,
@@ -36,6 +42,11 @@ from .files import (
 log = logging.getLogger(__name__)
 
 PLAIN = (int, float, str, bool, type(None), list, tuple, dict)
+# The curves, time and health of the training at a checkpoint's step (training/recorder.py).
+METRICS = "metrics.json"
+# A checkpoint's metrics file is read only up to this size: it comes from the store.
+MAX_METRICS_BYTES = 32 * 2**20
+_monotonic = time.monotonic
 
 
 def default_root() -> str:
@@ -80,6 +91,7 @@ class Tracker:
         self.policy = Policy()
         self.step_value = -1
         self.last: CheckpointInfo | None = None
+        self.last_health: str | None = None  # "healthy" or "suspect" (the loss was not finite)
         self.last_error: str | None = None
         self.restored: dict[str, Any] = {}
         self.on_change: Callable[[], None] | None = None
@@ -91,11 +103,15 @@ class Tracker:
         self._write_done.set()
         self._lock = threading.Lock()
         self.cuda = False
+        self.training = Recorder()
+        # The first recorded step starts the background reader; then this is the deque's append.
+        self._record: Callable[[tuple], None] = self._start_recording
 
     # -- set-up ------------------------------------------------------------------------------
 
     def track(self, name: str | None = None, *, every_steps: int | None = None, every_seconds: float | None = None,
-              keep_last: int | None = None, root: str | None = None, **objects: Any) -> Tracker:
+              keep_last: int | None = None, root: str | None = None, total_steps: int | None = None,
+              tensorboard: bool | None = None, **objects: Any) -> Tracker:
         for key, obj in objects.items():
             stateful = callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
             if not stateful and not isinstance(obj, PLAIN):
@@ -110,6 +126,7 @@ class Tracker:
             raise ValueError("every_seconds must be positive")
         if keep_last is not None and keep_last < 1:
             raise ValueError("keep_last must be at least 1 (the newest checkpoint is always kept)")
+        _check_total(total_steps)
         import torch  # noqa: F401  (fail here, clearly, if torch is missing)
 
         self.objects.update(objects)
@@ -124,7 +141,22 @@ class Tracker:
         if keep_last is not None:
             self.policy.keep_last = keep_last
         self.cuda = _uses_cuda(self.objects.values())
+        self.progress(total_steps, tensorboard=tensorboard)
         self._changed()
+        return self
+
+    def progress(self, total: int | None = None, name: str | None = None, tensorboard: bool | None = None) -> Tracker:
+        """Say how many steps the run has (for its ETA against the deadline) and, optionally,
+        its name and whether its scalars are also written as TensorBoard event files (into
+        `<run folder>/tensorboard/`, where the sync carries them to the store)."""
+        _check_total(total)
+        if name is not None:
+            self.run = name
+        self.run = self.run or default_run_name()
+        self.training.configure(run=self.run, total=total)
+        if tensorboard is not None:
+            self.training.use_tensorboard(self.run_path / "tensorboard" if tensorboard else None)
+        self.training.start()
         return self
 
     @property
@@ -133,20 +165,51 @@ class Tracker:
 
     # -- the safe point ----------------------------------------------------------------------
 
-    def step(self, i: int) -> None:
-        """Call once per iteration, after optimizer.step(): saves here when one is due."""
+    def step(self, i: int, loss: Any = None, scalars: dict[str, Any] | None = None) -> None:
+        """Call once per iteration, after optimizer.step(): records the step (and a reference to
+        each value, read later in the background), and saves here when a checkpoint is due."""
+        now = _monotonic()
+        self._record((i, now, loss, scalars))
         self.step_value = i
         if self._pending is None:
             every = self.policy.every_steps
             if every and i % every == 0 and i > 0:
                 self._pending = Pending()
-            elif self._next_time <= time.monotonic():
+            elif self._next_time <= now:
                 self._pending = Pending()
             else:
                 return
         if not self._write_done.is_set():
             return  # a write is in flight: this request joins the next safe point after it
         self._save(i)
+
+    def safe_point(self, i: int) -> None:
+        """The safe point alone, for callbacks that record their steps with `record()`: saves
+        here when a checkpoint is due (`step()` does both, inline, for the loop's sake)."""
+        self.step_value = i
+        if self._pending is None:
+            every = self.policy.every_steps
+            if every and i % every == 0 and i > 0:
+                self._pending = Pending()
+            elif self._next_time <= _monotonic():
+                self._pending = Pending()
+            else:
+                return
+        if self._write_done.is_set():
+            self._save(i)
+
+    def record(self, i: int, loss: Any = None, scalars: dict[str, Any] | None = None) -> None:
+        """Record step `i`'s values without a safe point (the callbacks save at their own)."""
+        self._record((i, _monotonic(), loss, scalars))
+
+    def log(self, scalars: dict[str, Any]) -> None:
+        """Values outside the step (a validation score): they belong to the last step recorded."""
+        self._record((None, _monotonic(), None, scalars))
+
+    def _start_recording(self, entry: tuple) -> None:
+        self.training.start()
+        self._record = self.training.entries.append
+        self._record(entry)
 
     def request(self, request_id: str | None = None) -> None:
         """Ask for a checkpoint at the next safe point (thread-safe; the comm handler calls it)."""
@@ -187,6 +250,9 @@ class Tracker:
         with self._lock:
             pending, self._pending = self._pending, None
         started = time.perf_counter()
+        # The values recorded up to this step, read now: the checkpoint's curve then ends at its
+        # step, even when the loop has gone on by the time the writer asks for it.
+        self.training.drain()
         state = {name: self._stage(name, _state_of(obj)) for name, obj in self.objects.items()}
         rng = capture_rng(torch)
         if self.cuda:
@@ -231,11 +297,16 @@ class Tracker:
             skeleton, digest = write_tensors(state, tmp / "tensors.bin")
             torch.save(skeleton, tmp / "state.pt")
             torch.save(rng, tmp / "rng.pt")
+            metrics = self.training.checkpoint_metrics(step)  # the curves up to here, the loss's health
+            with open(tmp / METRICS, "w", encoding="utf-8") as f:
+                json.dump(metrics, f, separators=(",", ":"), allow_nan=False)
             extra = {"run": self.run, "request_id": pending.request_id if pending else None,
-                     "stall_seconds": stall}
+                     "stall_seconds": stall, "health": metrics["health"], "suspect": metrics["suspect"],
+                     "total_steps": metrics["total"], "wandb": metrics["wandb"]}
             info = finish(tmp, step, sorted(self.objects), extra, known={"tensors.bin": digest})
             info.request_id = pending.request_id if pending else None
             self.last = info
+            self.last_health = metrics["health"]
             self.last_seconds = stall + time.perf_counter() - started
             self.last_error = None
             apply_retention(self.run_path, self.policy.keep_last)
@@ -281,7 +352,13 @@ class Tracker:
             self._load(state, path)
             restore_rng(torch, rng)
         self.last = info_of(path, manifest)
+        self.last_health = manifest.get("health") if manifest.get("health") in ("healthy", "suspect") else None
         self.step_value = int(manifest["step"])
+        self.training.configure(run=self.run)
+        self.training.resumed(self.step_value, read_metrics(path))
+        note = continue_wandb(manifest.get("wandb"))
+        if note:
+            print(note, flush=True)
         self._changed()
         return self.step_value + 1
 
@@ -321,6 +398,7 @@ class Tracker:
             "last": None if last is None else {
                 "step": last.step, "time": last.time, "bytes": last.bytes, "path": str(last.path),
                 "request_id": last.request_id, "seconds": getattr(self, "last_seconds", None),
+                "health": self.last_health,
             },
             "last_error": self.last_error,
             "root": self.root,
@@ -386,11 +464,17 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
 
 def newest_checkpoint(run_path: Path, stacklevel: int = 2, distributed: bool = False,
                       ) -> tuple[Path, dict[str, Any], dict[str, Any] | None, dict[str, Any] | None] | None:
-    """The newest complete checkpoint that passes its checksums and loads: (folder, manifest,
-    state, RNG states). The others are skipped with a warning saying why. With `distributed`,
-    a checkpoint saved through DCP counts too (its state and RNG states None: it loads through
-    DCP); without, it cannot be read here and is skipped."""
-    for path, manifest in reversed(complete_checkpoints(run_path)):
+    """The newest healthy complete checkpoint that passes its checksums and loads: (folder,
+    manifest, state, RNG states). The others are skipped with a warning saying why. With
+    `distributed`, a checkpoint saved through DCP counts too (its state and RNG states None: it
+    loads through DCP); without, it cannot be read here and is skipped.
+
+    A checkpoint taken while the loss was not finite (NaN, inf) is suspect: the newest healthy
+    one is preferred, and a line says which was passed over and why. Only when none is healthy
+    is the newest suspect one used, with a warning.
+    """
+    healthy, suspect = healthy_first(complete_checkpoints(run_path))
+    for path, manifest in healthy + suspect:
         problem = verify(path, manifest)
         if problem:
             warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=stacklevel)
@@ -403,14 +487,57 @@ def newest_checkpoint(run_path: Path, stacklevel: int = 2, distributed: bool = F
             except Exception as err:
                 warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=stacklevel)
                 continue
+            say_health(manifest, suspect, stacklevel + 1)
             return path, manifest, None, None
         try:
             state, rng = read_checkpoint(path)
         except Exception as err:
             warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=stacklevel)
             continue
+        say_health(manifest, suspect, stacklevel + 1)
         return path, manifest, state, rng
     return None
+
+
+def healthy_first(complete: list[tuple[Path, dict[str, Any]]]) -> tuple[list[tuple[Path, dict[str, Any]]],
+                                                                      list[tuple[Path, dict[str, Any]]]]:
+    """The checkpoints (oldest first) as (healthy, suspect), each newest first."""
+    newest_first = list(reversed(complete))
+    return ([item for item in newest_first if item[1].get("health") != "suspect"],
+            [item for item in newest_first if item[1].get("health") == "suspect"])
+
+
+def say_health(manifest: dict[str, Any], suspect: list[tuple[Any, dict[str, Any]]], stacklevel: int) -> None:
+    """Tell the user when the checkpoint resumed from is suspect, or newer suspect ones were passed over."""
+    passed = [m for _, m in suspect if m["step"] > manifest["step"]]
+    if manifest.get("health") == "suspect":
+        warnings.warn(f"gpuws: no healthy checkpoint of this run: resuming from step {manifest['step']}, "
+                      f"taken while {_why_suspect(manifest)}", stacklevel=stacklevel)
+    elif passed:
+        steps = ", ".join(str(m["step"]) for m in sorted(passed, key=lambda m: m["step"]))
+        print(f"gpuws: resuming from the newest healthy checkpoint, at step {manifest['step']}; passed over "
+              f"the checkpoint{'s' * (len(passed) > 1)} at step {steps}, taken after {_why_suspect(passed[-1])}",
+              flush=True)
+
+
+def _why_suspect(manifest: dict[str, Any]) -> str:
+    suspect = manifest.get("suspect")
+    if isinstance(suspect, dict) and isinstance(suspect.get("since"), int) and suspect.get("value") in ("nan", "inf",
+                                                                                                      "-inf"):
+        return f"the loss became {suspect['value']} at step {suspect['since']}"
+    return "the loss stopped being finite"
+
+
+def read_metrics(path: Path) -> dict[str, Any] | None:
+    """A checkpoint's metrics.json (checked by its manifest's checksum already), or None."""
+    file = path / METRICS
+    try:
+        if file.stat().st_size > MAX_METRICS_BYTES:
+            return None
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -508,6 +635,27 @@ def default_tracker() -> Tracker:
     return _default
 
 
+def _check_total(total: Any) -> None:
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 1):
+        raise ValueError(f"total_steps must be a whole number of at least 1, not {total!r}")
+
+
+def step(i: int, loss: Any = None, **scalars: Any) -> None:
+    """The safe point, and the step's values: module-level and cheap when nothing is due (the
+    values are kept as references and read in the background)."""
+    (_default or default_tracker()).step(i, loss, scalars)
+
+
+def log(**scalars: Any) -> None:
+    """Values outside the step (validation scores, the learning rate), at the last step."""
+    (_default or default_tracker()).log(scalars)
+
+
+def progress(total: int | None = None, name: str | None = None, tensorboard: bool | None = None) -> Tracker:
+    """The run's total number of steps (for its ETA), its name, TensorBoard event files."""
+    return default_tracker().progress(total, name, tensorboard)
+
+
 def tracker_to_track() -> Tracker:
     """The tracker `gpuws.track()` uses: once torch.distributed runs in this process, one that
     saves through torch.distributed.checkpoint on every rank (distributed.py), taking over what
@@ -521,11 +669,5 @@ def tracker_to_track() -> Tracker:
             _default.on_change = previous.on_change
             _default.objects.update(previous.objects)
             _default.run, _default.root, _default.policy = previous.run, previous.root, previous.policy
+            _default.training = previous.training  # the run's total, curves and stream so far
     return default_tracker()
-
-
-def step(i: int) -> None:
-    """The safe point: module-level and cheap when nothing is due."""
-    tracker = _default
-    if tracker is not None:
-        tracker.step(i)

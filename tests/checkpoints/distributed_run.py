@@ -111,7 +111,7 @@ def main() -> int:
     random.seed(2000 + rank)
     np.random.seed(3000 + rank)
     gpuws.track(args.name, model=model, optimizer=optimizer, scheduler=scheduler, progress=progress,
-                every_steps=args.every, keep_last=args.keep, root=args.root)
+                every_steps=args.every, keep_last=args.keep, root=args.root, total_steps=args.steps)
     tracker = default_tracker()
     start = 0 if args.no_resume else gpuws.resume()
     if rank == 0 and not args.no_resume:
@@ -137,7 +137,7 @@ def main() -> int:
                 state = full_state(model, optimizer)
                 if rank == 0:
                     torch.save(state | {"progress": dict(progress)}, os.path.join(args.out, f"full-{i}.pt"))
-            gpuws.step(i)
+            gpuws.step(i, loss=loss)  # rank 0 records the loss, read in the background
             if args.kill_in_save == i:
                 tracker.wait()  # the previous checkpoint is complete
                 gpuws.checkpoint()  # and this one is being written when the run dies

@@ -134,6 +134,17 @@ def test_lightning_without_checkpoints_starts_fresh(pl: Any, tmp_path: Path) -> 
     assert callback.resumed_step is None and same_parameters(straight, model)
 
 
+def test_lightning_feeds_the_training_view_its_loss_metrics_and_total(pl: Any, tmp_path: Path) -> None:
+    from jupyter_gpu_ws.checkpoints.callbacks import GpuwsCallback
+
+    tracker = Tracker()
+    _, trainer = lightning_fit(pl, 0, 6, [GpuwsCallback("seen", root=str(tmp_path), tracker=tracker)])
+    tracker.training.flush()
+    assert tracker.training.total == 6 and tracker.training.last_step == 5  # 6 steps done
+    losses = tracker.training.history.points("loss")
+    assert losses and all(v is not None and v > 0 for _, _, v in losses)
+
+
 # -- Hugging Face Trainer ----------------------------------------------------------------------
 
 
@@ -146,7 +157,7 @@ def hf() -> Any:
 
 
 def hf_train(hf: Any, seed: int, out: Path, callbacks: list[Any], stop_at: int | None = None,
-             resume: str | None = None) -> tuple[Any, Any]:
+             resume: str | None = None, logging_steps: int | None = None) -> tuple[Any, Any]:
     """Train a one-layer GPT-2 (built from a config: nothing downloaded; dropout on) with Trainer:
     AdamW with a linear warm-up and decay over N steps."""
 
@@ -161,7 +172,8 @@ def hf_train(hf: Any, seed: int, out: Path, callbacks: list[Any], stop_at: int |
     model = hf.GPT2LMHeadModel(hf.GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))
     args = hf.TrainingArguments(output_dir=str(out), max_steps=N, per_device_train_batch_size=8,
                                 learning_rate=1e-2, warmup_steps=2, lr_scheduler_type="linear",
-                                save_strategy="no", logging_strategy="no", report_to=[], use_cpu=True,
+                                save_strategy="no", report_to=[], use_cpu=True,
+                                logging_strategy="steps" if logging_steps else "no", logging_steps=logging_steps or 500,
                                 seed=0, disable_tqdm=True)
     trainer = hf.Trainer(model=model, args=args, train_dataset=data, callbacks=[*callbacks, Stop()])
     trainer.train(resume_from_checkpoint=resume)
@@ -219,6 +231,18 @@ def test_trainer_request_is_honoured_at_the_next_step(hf: Any, tmp_path: Path) -
     callback = GpuwsTrainerCallback("req", root=str(tmp_path / "ckpt"), tracker=tracker)
     hf_train(hf, 0, tmp_path / "out", [callback, Server()], stop_at=8)
     assert saved(tracker) == [(5, "from-server")]
+
+
+def test_trainer_feeds_the_training_view_its_logs_and_total(hf: Any, tmp_path: Path) -> None:
+    from jupyter_gpu_ws.checkpoints.callbacks import GpuwsTrainerCallback
+
+    tracker = Tracker()
+    hf_train(hf, 0, tmp_path / "out", [GpuwsTrainerCallback("seen", root=str(tmp_path / "ckpt"), tracker=tracker)],
+             logging_steps=2)
+    tracker.training.flush()
+    assert tracker.training.total == N and tracker.training.last_step == N - 1
+    assert [p[0] for p in tracker.training.history.points("loss")][-1] == N - 1
+    assert "learning_rate" in tracker.training.history.series
 
 
 def test_trainer_without_checkpoints_resumes_nothing(hf: Any, tmp_path: Path) -> None:

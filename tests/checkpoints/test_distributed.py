@@ -53,6 +53,33 @@ def test_a_run_killed_with_sigkill_resumes_bitwise_on_the_same_world_size(tmp_pa
         # Each rank's own state at the end: its shard (or replica), optimizer, every RNG, plain values.
         assert differences(load(tmp_path / "straight-out" / f"final-{rank}.pt"),
                            load(tmp_path / "out" / f"final-{rank}.pt")) == []
+    # gpuws.step(i, loss=…) on every rank: rank 0's curve, continuous across the kill and the resume.
+    path, manifest = checkpoints(tmp_path / "ck")[-1]
+    assert manifest["step"] == 12 and manifest["health"] == "healthy" and manifest["total_steps"] == 14
+    curve = json.loads((path / "metrics.json").read_text())["history"]["series"]["loss"]
+    assert 8 in [p[0] for p in curve]  # the resumed checkpoint's last point: the curve goes on from it
+    assert_curve_of_rank_0(curve, losses(tmp_path / "out", 0), last=12)
+
+
+def assert_curve_of_rank_0(curve: list, rank0: dict[int, str], last: int) -> None:
+    """Each point is the mean of rank 0's losses since the previous point (one point per look
+    of the background reader); the curve ends at the checkpoint's step."""
+    steps = [p[0] for p in curve]
+    assert steps == sorted(set(steps)) and steps[-1] == last
+    previous = -1
+    for step, _, value in curve:
+        window = [float.fromhex(rank0[i]) for i in range(previous + 1, step + 1)]
+        assert value == pytest.approx(sum(window) / len(window), rel=1e-5)
+        previous = step
+
+
+def test_the_loss_given_to_step_on_every_rank_goes_into_the_checkpoint_from_rank_0(saved_on_two: Path) -> None:
+    for path, manifest in checkpoints(saved_on_two / "ck"):
+        assert manifest["health"] == "healthy" and manifest["suspect"] is None and manifest["total_steps"] == 10
+        metrics = json.loads((path / "metrics.json").read_text())
+        assert metrics["step"] == manifest["step"]
+        assert_curve_of_rank_0(metrics["history"]["series"]["loss"], losses(saved_on_two / "out", 0),
+                               last=manifest["step"])
 
 
 def test_every_rank_writes_its_files_and_rank_0_lists_them_all_in_the_manifest(saved_on_two: Path) -> None:
@@ -67,7 +94,8 @@ def test_every_rank_writes_its_files_and_rank_0_lists_them_all_in_the_manifest(s
     on_disk = {p.name for p in path.iterdir()} - {"manifest.json"}
     assert set(manifest["files"]) == on_disk
     assert manifest["bytes"] == sum(p.stat().st_size for p in path.iterdir() if p.name != "manifest.json")
-    assert manifest["bytes"] == sum(r["bytes"] for r in manifest["ranks"])
+    # The ranks' files, and rank 0's curves (metrics.json).
+    assert manifest["bytes"] == sum(r["bytes"] for r in manifest["ranks"]) + (path / "metrics.json").stat().st_size
     assert not [p for p in (saved_on_two / "ck" / "dist-run").iterdir() if p.name.startswith(".tmp")]
 
 

@@ -1,0 +1,96 @@
+import React from 'react';
+
+import { ITrainingRun } from '../api';
+import { formatDuration, shortPath } from '../format';
+import { TrainingModel, runLevel, stepText } from '../training';
+import { Bar } from './Bar';
+import { Sparkline } from './Sparkline';
+
+/**
+ * The panel's Training section: one card per tracked run (step / total with a progress bar,
+ * ETA, the verdict against the runtime's deadline, a sparkline of the loss, open anomalies).
+ * Self-contained: give it the model (and how to open the dashboard) and place it in the panel.
+ */
+export function TrainingSection(props: { model: TrainingModel; openDashboard?: () => void }): JSX.Element {
+  const { model } = props;
+  const runs = model.runs;
+  return (
+    <section className="jp-gpuws-section" aria-label="Training" data-testid="gpuws-training">
+      <h3 className="jp-gpuws-section-title">Training</h3>
+      {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
+      {runs.length === 0 ? (
+        <div className="jp-gpuws-subtle jp-gpuws-hint">
+          No tracked run. In the loop: <code>gpuws.step(i, loss=loss)</code>, and{' '}
+          <code>gpuws.progress(total=N)</code> for the ETA against the runtime left.
+        </div>
+      ) : (
+        runs.map(run => <RunCard key={run.run} run={run} />)
+      )}
+      {props.openDashboard && runs.length > 0 && (
+        <button
+          className="jp-mod-styled jp-gpuws-button"
+          data-testid="gpuws-open-dashboard"
+          onClick={props.openDashboard}
+        >
+          Open Training and GPUs
+        </button>
+      )}
+    </section>
+  );
+}
+
+function RunCard(props: { run: ITrainingRun }): JSX.Element {
+  const { run } = props;
+  const progress = run.total && run.done_steps !== null ? (100 * run.done_steps) / run.total : null;
+  const eta = run.eta !== null ? `ETA ${formatDuration(run.eta)}` : run.state;
+  const points = run.sparkline.filter((p): p is [number, number] => p[1] !== null);
+  return (
+    <div className={`jp-gpuws-card jp-gpuws-training-${runLevel(run)}`} data-testid="gpuws-training-run">
+      <div className="jp-gpuws-card-title" title={run.run}>
+        {shortPath(run.notebook ?? run.run)}
+        <span className="jp-gpuws-subtle"> · {run.state}</span>
+      </div>
+      <Bar
+        label={stepText(run)}
+        value={progress}
+        text={[run.rate ? `${run.rate.toPrecision(3)}/s` : null, eta].filter(Boolean).join(' · ')}
+        testId="gpuws-training-progress"
+      />
+      {run.verdict?.message && (
+        <div className={`jp-gpuws-verdict jp-gpuws-status-${runLevel(run)}`} data-testid="gpuws-training-verdict">
+          {run.verdict.message}
+        </div>
+      )}
+      {points.length > 1 && <LossSparkline points={points} />}
+      {run.anomalies.map(a => (
+        <div key={a.id} className={`jp-gpuws-message jp-gpuws-anomaly jp-gpuws-anomaly-${a.level}`} title={a.advice}>
+          {a.message}
+        </div>
+      ))}
+    </div>
+  );
+}
+
+/** The loss over the last points, scaled to its own range (the Sparkline draws 0–100). */
+function LossSparkline(props: { points: Array<[number, number]> }): JSX.Element {
+  const values = props.points.map(p => p[1]);
+  const low = Math.min(...values);
+  const high = Math.max(...values);
+  const span = high - low || 1;
+  const first = props.points[0][0];
+  const last = props.points[props.points.length - 1][0];
+  return (
+    <Sparkline
+      series={[
+        {
+          name: 'loss',
+          className: 'jp-gpuws-sparkline-loss',
+          points: props.points.map(([step, value]) => [step, (100 * (value - low)) / span])
+        }
+      ]}
+      seconds={Math.max(1, last - first)}
+      now={last}
+      title={`loss from ${low.toPrecision(3)} to ${high.toPrecision(3)} over steps ${first}–${last}`}
+    />
+  );
+}
