@@ -52,10 +52,11 @@ class IntegrityError(SyncError):
 @dataclass
 class Encryption:
     """The setting: a passphrase (never shown: not in repr, logs or answers) and whether the
-    names are encrypted too. `scratch`: a folder for the encrypted copy of a file being sent."""
+    names are encrypted too (None: as the workspace says; plain for a new one). `scratch`: a
+    folder for the encrypted copy of a file being sent."""
 
     passphrase: str = field(repr=False)
-    names: bool = False
+    names: bool | None = None
     scratch: str | None = None
 
 
@@ -75,7 +76,7 @@ def protect(backend: Backend, workspace: str, encryption: Encryption | None) -> 
             raise StoreConfigError(
                 f"The workspace {workspace!r} in the store holds unencrypted files: an encrypted runtime will "
                 "not mix with them. Use a new workspace name, or turn encryption off for this one")
-        master = keys.create(backend, workspace, encryption.passphrase, encryption.names)
+        master = keys.create(backend, workspace, encryption.passphrase, bool(encryption.names))
         log.info("Sync: the workspace %s is now encrypted (%s)", workspace, CIPHER)
     else:
         if marker.format != keys.FORMAT or marker.cipher != CIPHER:
@@ -83,11 +84,11 @@ def protect(backend: Backend, workspace: str, encryption: Encryption | None) -> 
                                    f"({marker.cipher}), which this version cannot read")
         master, _ = keys.unlock(backend, workspace, encryption.passphrase)
         keys.check_marker(backend, workspace, master)
-        if marker.names != encryption.names:
+        if encryption.names is not None and marker.names != encryption.names:
             raise StoreConfigError(
                 f"The workspace {workspace!r} was encrypted with names {'encrypted' if marker.names else 'plain'}: "
                 f"set encrypt_names = {marker.names} to use it")
-    return EncryptedBackend(backend, workspace, master, marker.names if marker else encryption.names,
+    return EncryptedBackend(backend, workspace, master, marker.names if marker else bool(encryption.names),
                             encryption.scratch)
 
 

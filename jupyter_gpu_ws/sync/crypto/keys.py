@@ -58,6 +58,21 @@ def _unb64(text: str) -> bytes:
     return base64.b64decode(text.encode(), validate=True)
 
 
+def read_passphrase(key_file: str | None = None, env: str = "GPUWS_PASSPHRASE") -> str | None:
+    """The passphrase from a local file (its first line) or else the environment variable;
+    None where neither gives one (the command line may then ask on a terminal)."""
+    if key_file:
+        try:
+            with open(os.path.expanduser(key_file), encoding="utf-8") as f:
+                text = f.readline().rstrip("\r\n")
+        except OSError as err:
+            raise StoreConfigError(f"Cannot read the key file {key_file}: {err.strerror or err}") from None
+        if not text:
+            raise StoreConfigError(f"The key file {key_file} is empty")
+        return text
+    return os.environ.get(env) or None
+
+
 def _marker_key(workspace: str) -> str:
     return f"{workspace}/.gpuws/{MARKER}"
 
