@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
+from jupyter_gpu_ws.sync.crypto import Encryption  # noqa: E402
 from jupyter_gpu_ws.sync.hashing import file_hash  # noqa: E402
 from jupyter_gpu_ws.sync.service import WATCH_STEP_MS, SyncService  # noqa: E402
 
@@ -173,13 +174,19 @@ ENGINE_DURABLE = "engine until durable (the same pass and its flush)"
 ENGINE_PERSIST = "engine full pass that waits for the disk (Persist now)"
 
 
-def run_engine_pass(workdir: Path, store: str, state: Path, wait: bool = False, **options: Any) -> dict[str, float]:
+ENCRYPTED = ", encrypted (AES-256-GCM)"
+
+
+def run_engine_pass(workdir: Path, store: str, state: Path, wait: bool = False, encrypted: bool = False,
+                    **options: Any) -> dict[str, float]:
     """An engine built, opened and run once in this process, then closed (untimed). A first
     full pass as the server's watcher runs it returns with every file whole in the store
     (ENGINE_IN_STORE), and its flush to disk follows (ENGINE_DURABLE, from the same start);
     with `wait`, a pass as Persist now runs it, which starts large files towards the disk as
     it copies them and returns once they are durable (ENGINE_PERSIST)."""
     gc.collect()
+    if encrypted:
+        options["encryption"] = Encryption("bench passphrase")
     started = time.perf_counter()
     engine = SyncEngine(engine_settings(workdir, store, state, **options))
     try:
@@ -194,7 +201,10 @@ def run_engine_pass(workdir: Path, store: str, state: Path, wait: bool = False, 
     if report.errors:
         log(f"engine errors: {report.errors[:3]}")
         in_store = durable = float("nan")
-    return {ENGINE_PERSIST: durable} if wait else {ENGINE_IN_STORE: in_store, ENGINE_DURABLE: durable}
+    suffix = ENCRYPTED if encrypted else ""
+    if wait:
+        return {ENGINE_PERSIST + suffix: durable}
+    return {ENGINE_IN_STORE + suffix: in_store, ENGINE_DURABLE + suffix: durable}
 
 
 def write_small_tree(root: Path, dirs: int, per_dir: int, lo: int, hi: int, seed: int) -> int:
@@ -486,10 +496,12 @@ def part_local(sz: Sizes, tmp: Path) -> None:
                 ("`rclone sync`", lambda dst: run_cmd(["rclone", "sync", str(src), str(dst)], env=rclone_env())),
                 ("engine", lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state")),
                 ("engine, Persist now", lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", wait=True)),
+                ("engine, encrypted",
+                 lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", encrypted=True)),
             ]
 
-        names = ["`cp -r`", ENGINE_IN_STORE, "`rsync -a`", "`rclone sync`", "`cp -r && sync`", ENGINE_DURABLE,
-                 ENGINE_PERSIST]
+        names = ["`cp -r`", ENGINE_IN_STORE, ENGINE_IN_STORE + ENCRYPTED, "`rsync -a`", "`rclone sync`",
+                 "`cp -r && sync`", ENGINE_DURABLE, ENGINE_DURABLE + ENCRYPTED, ENGINE_PERSIST]
 
         # More rounds of the large files: each is short, and a disk busy writing back makes
         # single rounds of them swing (cp -r too, once the kernel throttles its dirty pages).

@@ -29,7 +29,9 @@ from .checkpoints.catalog import distributed_runs
 from .checkpoints.coordinator import CheckpointCoordinator
 from .checkpoints.files import run_dir
 from .checkpoints.protocol import RUNTIME_DIR_ENV, SERVER_ID_ENV
-from .sync import SyncSettings
+from .sync import StoreConfigError, SyncSettings
+from .sync.crypto import Encryption
+from .sync.crypto.keys import read_passphrase
 from .sync.supervisor import SyncSupervisor
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
 from .checkpoints import protocol
@@ -89,6 +91,25 @@ class GpuWorkspace(Configurable):
     ).tag(config=True)
 
     sync_enabled = Bool(True, help="Mirror the work directory to the store.").tag(config=True)
+
+    encrypt = Bool(
+        False, help="""Encrypt every file, version, checkpoint and environment snapshot in the store with
+        AES-256-GCM before upload (docs/sync.md). The passphrase comes from key_file or the
+        environment variable named by passphrase_env; it is never stored in clear.""",
+    ).tag(config=True)
+
+    passphrase_env = Unicode(
+        "GPUWS_PASSPHRASE", help="The environment variable that holds the passphrase of an encrypted store.",
+    ).tag(config=True)
+
+    key_file = Unicode(
+        None, allow_none=True, help="A local file whose first line is the passphrase (instead of passphrase_env).",
+    ).tag(config=True)
+
+    encrypt_names = Bool(
+        False, help="""With encrypt: also encrypt each file and folder name (AES-SIV), so the store's listing
+        shows nothing but sizes and the tree's shape. Chosen when the workspace is first encrypted.""",
+    ).tag(config=True)
 
     restore_on_start = Bool(
         True, help="When the server starts, bring back the files the work directory lacks."
@@ -687,7 +708,18 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             keep_versions=self.keep_versions,
             version_max_age=self.version_max_age_days * 86400,
             lease_ttl=self.lease_ttl,
+            encryption=self.encryption(),
         )
+
+    def encryption(self) -> Encryption | None:
+        """The encryption setting, with its passphrase; None for a plain store."""
+        if not self.encrypt:
+            return None
+        passphrase = read_passphrase(self.key_file, self.passphrase_env)
+        if not passphrase:
+            raise StoreConfigError(f"Encryption is on but no passphrase is given: set ${self.passphrase_env} "
+                                   "or c.GpuWorkspace.key_file")
+        return Encryption(passphrase, self.encrypt_names)
 
     async def stop_extension(self) -> None:
         self._training_poll.stop()

@@ -5,6 +5,9 @@
     jupyter gpuws status  --workdir DIR --store URL [--workspace NAME]
     jupyter gpuws env snapshot|diff|restore|list --store URL [--workspace NAME] [--python PATH] [--offline]
     jupyter gpuws workspaces --store URL [--json]
+    jupyter gpuws decrypt --store URL --workspace NAME --to DIR [PATH …]   (an encrypted store, no server)
+    jupyter gpuws key add|change|remove [KEY_ID] --store URL --workspace NAME
+      (sync, restore, status, decrypt, key: --encrypt, --key-file FILE or $GPUWS_PASSPHRASE, else a prompt)
     jupyter gpuws persist [--wait] [--timeout S] [--server URL] [--runtime-dir DIR]   (asks the running server)
     jupyter gpuws checkpoint export RUN [--step N] --to FILE [--only NAME] [--workdir DIR]
 
@@ -27,6 +30,7 @@ from . import envsnap
 from .defaults import default_state_dir, default_store_url, derive_workspace_name, legacy_workspace_name
 from .sync import Progress, SyncEngine, SyncError, SyncSettings
 from .sync.backend import Backend
+from .sync.crypto import Encryption, keys as crypto_keys, protect
 from .sync.service import SyncService
 from .sync.store import Store, open_backend
 from .sync.workspaces import list_workspaces, require_workspace, resolve_workspace
@@ -85,6 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--bandwidth-limit", type=_size, default=None, metavar="SIZE", help="bytes per second, e.g. 20M")
         p.add_argument("--quota", type=_size, default=None, metavar="SIZE", help="refuse uploads past this store size")
         p.add_argument("--take-over", action="store_true", help="take over the workspace lease once it has expired")
+        crypt_args(p)
+        p.add_argument("--encrypt", action="store_true",
+                       help="the workspace is (or becomes) encrypted with AES-256-GCM (docs/sync.md)")
+        p.add_argument("--encrypt-names", action="store_true",
+                       help="with --encrypt on a new workspace: encrypt file and folder names too")
+
+    def crypt_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--key-file", default=None, metavar="FILE",
+                       help="a file whose first line is the passphrase (default: $GPUWS_PASSPHRASE, else a prompt)")
 
     sync = commands.add_parser("sync", help="mirror the work directory to the store (continuously, or --once)")
     store_args(sync)
@@ -100,9 +113,47 @@ def build_parser() -> argparse.ArgumentParser:
     workspaces.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
                             help="fsspec option for the store, e.g. endpoint_url=http://127.0.0.1:8333")
     workspaces.add_argument("--json", action="store_true", help="machine-readable output")
+    decrypt = commands.add_parser("decrypt", help="decrypt files of an encrypted workspace into a folder, no server")
+    decrypt.add_argument("--store", default=None, help="fsspec URL of the store (default: $GPUWS_STORE)")
+    decrypt.add_argument("--workspace", required=True, help="the encrypted workspace")
+    decrypt.add_argument("--to", required=True, metavar="DIR", help="where the decrypted files go (never over a file)")
+    decrypt.add_argument("paths", nargs="*", metavar="PATH", help="files or folders of the workspace (default: all)")
+    decrypt.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE")
+    crypt_args(decrypt)
+    key = commands.add_parser("key", help="passphrases of an encrypted workspace (no data is re-encrypted)")
+    key.add_argument("action", choices=["add", "change", "remove"])
+    key.add_argument("key_id", nargs="?", help="with remove: the key file to remove")
+    key.add_argument("--store", default=None, help="fsspec URL of the store (default: $GPUWS_STORE)")
+    key.add_argument("--workspace", required=True, help="the encrypted workspace")
+    key.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE")
+    crypt_args(key)
+    key.add_argument("--new-key-file", default=None, metavar="FILE",
+                     help="add, change: the new passphrase's file (default: $GPUWS_NEW_PASSPHRASE, else a prompt)")
     add_env_commands(commands)
     add_checkpoint_commands(commands)
     return parser
+
+
+def _passphrase(key_file: str | None, env: str = "GPUWS_PASSPHRASE", what: str = "Passphrase",
+                confirm: bool = False) -> str:
+    """From the key file or the environment; else asked on a terminal (never echoed)."""
+    passphrase = crypto_keys.read_passphrase(key_file, env)
+    if passphrase:
+        return passphrase
+    if not sys.stdin.isatty():
+        raise SyncError(f"No passphrase: give --key-file or set ${env}")
+    import getpass
+
+    passphrase = getpass.getpass(f"{what}: ")
+    if confirm and getpass.getpass(f"{what} again: ") != passphrase:
+        raise SyncError("The two passphrases differ")
+    return passphrase
+
+
+def _encryption(args: argparse.Namespace) -> Encryption | None:
+    if not getattr(args, "encrypt", False):
+        return None
+    return Encryption(_passphrase(args.key_file), True if args.encrypt_names else None)
 
 
 def add_checkpoint_commands(commands: Any) -> None:
@@ -197,6 +248,7 @@ def make_engine(args: argparse.Namespace, take_lease: bool = True, must_exist: b
         concurrency=args.concurrency,
         bandwidth_limit=args.bandwidth_limit,
         quota_bytes=args.quota,
+        encryption=_encryption(args),
     )
     engine = SyncEngine(settings, backend=backend)
     if take_lease:
@@ -325,7 +377,74 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def env_store(args: argparse.Namespace, must_exist: bool = True) -> Store:
     backend, workspace = open_workspace(args, must_exist)
-    return Store(backend, workspace)
+    # An encrypted workspace: its snapshots are encrypted too (the passphrase as for sync).
+    encryption = None
+    if crypto_keys.read_marker(backend, workspace) is not None:
+        encryption = Encryption(_passphrase(None))
+    return Store(protect(backend, workspace, encryption), workspace)
+
+
+def _crypt_store(args: argparse.Namespace) -> tuple[Backend, str]:
+    backend = open_backend(_store_url(args), dict(args.storage_option))
+    Store(backend, args.workspace)  # a valid name
+    print(f"store: {backend.description}  workspace: {args.workspace}", file=sys.stderr)
+    if crypto_keys.read_marker(backend, args.workspace) is None:
+        raise SyncError(f"The workspace {args.workspace!r} in the store is not encrypted")
+    return backend, args.workspace
+
+
+def cmd_decrypt(args: argparse.Namespace) -> int:
+    """Each file of the workspace (or under the PATHs given), decrypted and authenticated into
+    --to; a file already there is left alone, a file that fails authentication is not written."""
+    backend, workspace = _crypt_store(args)
+    store = Store(protect(backend, workspace, Encryption(_passphrase(args.key_file))), workspace)
+    target = os.path.abspath(os.path.expanduser(args.to))
+    wanted = [p.strip("/") for p in args.paths]
+    files = store.list_files()
+    chosen = sorted(rel for rel in files if not wanted or any(rel == w or rel.startswith(w + "/") for w in wanted))
+    if wanted and not chosen:
+        raise SyncError(f"No file of the workspace matches {', '.join(wanted)}")
+    failed = done = 0
+    for rel in chosen:
+        parts = rel.split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            print(f"jupyter gpuws: error: {rel}: not a safe path; skipped", file=sys.stderr)
+            failed += 1
+            continue
+        dest = os.path.join(target, *parts)
+        if os.path.lexists(dest):
+            print(f"jupyter gpuws: error: {rel}: {dest} exists; left alone", file=sys.stderr)
+            failed += 1
+            continue
+        try:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            store.backend.get(store.file_key(rel), dest)
+            os.chmod(dest, 0o644)  # data, never a program, whatever the store says
+            done += 1
+        except (SyncError, OSError) as err:
+            print(f"jupyter gpuws: error: {rel}: {err}", file=sys.stderr)
+            failed += 1
+    print(f"{done} files decrypted into {target}" + (f", {failed} failed" if failed else ""))
+    return 1 if failed else 0
+
+
+def cmd_key(args: argparse.Namespace) -> int:
+    backend, workspace = _crypt_store(args)
+    current = _passphrase(args.key_file, what="Current passphrase")
+    if args.action == "remove":
+        if not args.key_id:
+            raise SyncError(f"Name the key file to remove: one of {', '.join(crypto_keys.key_ids(backend, workspace))}")
+        _, used = crypto_keys.unlock(backend, workspace, current)  # only a key holder removes keys
+        crypto_keys.remove(backend, workspace, args.key_id)
+        print(f"key {args.key_id} removed" + (" (it was the one given)" if used == args.key_id else ""))
+        return 0
+    new = _passphrase(args.new_key_file, "GPUWS_NEW_PASSPHRASE", "New passphrase", confirm=True)
+    if args.action == "add":
+        master, _ = crypto_keys.unlock(backend, workspace, current)
+        print(f"key {crypto_keys.add(backend, workspace, master, new)} added")
+    else:
+        print(f"passphrase changed: key {crypto_keys.change(backend, workspace, current, new)} replaces the old one")
+    return 0
 
 
 def cmd_workspaces(args: argparse.Namespace) -> int:
@@ -512,7 +631,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("jupyter_gpu_ws").addHandler(logging.NullHandler())
     args = build_parser().parse_args(argv)
     commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env,
-                "workspaces": cmd_workspaces, "persist": cmd_persist, "checkpoint": cmd_checkpoint}
+                "workspaces": cmd_workspaces, "persist": cmd_persist, "checkpoint": cmd_checkpoint,
+                "decrypt": cmd_decrypt, "key": cmd_key}
     from .checkpoints.files import CheckpointError
 
     try:

@@ -237,6 +237,8 @@ export interface ISyncStatus {
   store_skipped_count?: number;
   /** The store is a folder on the work directory's own disk: it goes with the machine. */
   store_same_disk?: boolean;
+  /** Null for a plain store; the cipher and whether names are encrypted (never a key). */
+  encryption?: { cipher: string; names: boolean } | null;
   last_sync?: number | null;
   last_error: string | null;
   read_only_reason?: string | null;

@@ -334,3 +334,30 @@ async def test_a_file_that_cannot_be_read_is_named_and_does_not_fail_persist(
     assert status["problem_files"] == 1 and status["state"] == "idle"
     listing = await get(jp_fetch, "sync", "pending")
     assert listing["problems"][0]["path"] == "locked.csv"
+
+
+class TestEncryptedStore:
+    @pytest.fixture
+    def gpuws_config(self, gpuws_config: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+        monkeypatch.setenv("GPUWS_TEST_PASSPHRASE", "api test passphrase")
+        return {**gpuws_config, "encrypt": True, "passphrase_env": "GPUWS_TEST_PASSPHRASE"}
+
+    async def test_status_names_the_cipher_and_never_the_key(self, jp_fetch: Any, jp_root_dir: Path,
+                                                              gpuws_app: Any) -> None:
+        status = await sync_running(jp_fetch)
+        assert status["encryption"] == {"cipher": "AES-256-GCM", "names": False}
+        body = (await jp_fetch("gpuws", "api", "sync")).body
+        assert b"api test passphrase" not in body
+        (jp_root_dir / "secret.py").write_text("KEY = 'hidden'")
+
+        async def synced() -> Any:
+            s = await get(jp_fetch, "sync")
+            return s if s["synced_files"] >= 1 and s["pending_files"] == 0 else None
+
+        await wait_for(synced)
+        stored = Path(gpuws_app.store_url) / "test-ws" / "files" / "secret.py"
+        assert stored.exists() and b"hidden" not in stored.read_bytes()
+
+
+async def test_a_plain_store_says_encryption_null(jp_fetch: Any) -> None:
+    assert (await sync_running(jp_fetch))["encryption"] is None

@@ -57,6 +57,7 @@ from .restore import (
     newest_checkpoints,
     restore_phases,
 )
+from .crypto import Encryption, protect
 from .store import Store, open_backend
 from .versions import Versions
 from .workspaces import write_summary
@@ -103,6 +104,8 @@ class SyncSettings:
     # no write has succeeded for this long; otherwise it is that file's error, and others go on.
     store_down_after: float = 5.0
     excludes: list[str] = field(default_factory=list)
+    # The encrypted store (sync/crypto): None for a plain one. Holds the passphrase: never logged.
+    encryption: Encryption | None = None
 
 
 @dataclass
@@ -140,8 +143,23 @@ class SyncEngine:
         self.workdir = os.path.abspath(os.path.expanduser(settings.workdir))
         self.clock = clock
         check_workdir(self.workdir)
-        self.backend = backend or open_backend(settings.store_url, settings.storage_options,
-                                               settings.durable, settings.concurrency)
+        backend = backend or open_backend(settings.store_url, settings.storage_options,
+                                          settings.durable, settings.concurrency)
+        if settings.encryption is not None and settings.encryption.scratch is None:
+            # The encrypted copy of a file being sent goes beside the engine's own state, on a
+            # disk (a temporary folder may be memory, too small for a checkpoint).
+            settings.encryption.scratch = settings.state_dir
+        try:
+            # Before anything else touches the store: a wrong passphrase, or a writer of the
+            # other kind (plain against encrypted), stops here.
+            self.backend = protect(backend, settings.workspace, settings.encryption)
+        except StoreUnavailableError:
+            if settings.encryption is not None:
+                raise
+            # The store is away: a plain engine starts as before (read-only until it answers);
+            # the encryption marker is looked at again by the next engine.
+            log.warning("Sync: could not check whether the workspace is encrypted (the store is not answering)")
+            self.backend = backend
         self.store = Store(self.backend, settings.workspace)
         self.index = SyncIndex(index_path(settings.state_dir, self.workdir, self.backend, settings.workspace))
         if self.index.rebuilt:
@@ -993,6 +1011,8 @@ class SyncEngine:
             # not saved somewhere that outlives it, and the panel says so.
             "store_same_disk": self._same_disk,
             "workspace": self.store.workspace,
+            # The cipher and whether names are encrypted; never a key (null: a plain store).
+            "encryption": getattr(self.backend, "encryption", None),
             # Links and special files found in the store, never followed nor read (key → why).
             "store_skipped": {key: skipped[key] for key in sorted(skipped)[:SHOWN_SKIPPED]},
             "store_skipped_count": len(skipped),
@@ -1057,6 +1077,7 @@ def _same(local: LocalFile, record: Record | None) -> bool:
 
 def _same_disk(backend: Backend, workdir: str) -> bool:
     """Whether the store is a folder on the work directory's file system (the embedded default)."""
+    backend = getattr(backend, "inner", backend)  # an encrypted store: where its objects really are
     root = getattr(backend, "root", None)
     if not isinstance(root, str) or getattr(backend, "fs", None) is not None:
         return False  # an object store, or another fsspec file system

@@ -85,6 +85,11 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           {LOCAL_STORE_ADVICE}
         </div>
       )}
+      {status?.encryption && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-sync-encrypted">
+          encrypted ({status.encryption.cipher})
+        </div>
+      )}
       {model.workspaces && status && <WorkspaceChooser workspaces={model.workspaces} status={status} model={model} />}
       {status?.quota_bytes ? (
         <Bar

@@ -9,6 +9,9 @@ final name. The kills land at different moments of the pass: the delays are stra
 its length, with a seeded jitter; a pass that ends before its signal is run again on a fresh
 store and killed twice as early, so every test does interrupt a pass.
 
+The first-pass tests run on an encrypted store too (sync/crypto): there every object visible
+under files/ must decrypt and authenticate whole, and equal a source file.
+
 The killed process's lease cannot be released: the next run, on the same machine, finds its
 holder's process gone and takes it at once (as a server restarted after a crash does).
 """
@@ -31,9 +34,12 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
+from jupyter_gpu_ws.sync import SyncEngine
 from jupyter_gpu_ws.sync.backend import PART_SUFFIX
+from jupyter_gpu_ws.sync.crypto import Encryption, protect
+from jupyter_gpu_ws.sync.store import open_backend
 from tests.sync.conftest import S3_BUCKET
+from tests.sync.sync_child import settings_from
 from tests.sync.s3server import S3Server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,11 +55,17 @@ S3_POINTS = 3  # … to SeaweedFS over S3
 # -- running and killing a pass ------------------------------------------------------------
 
 
-def child_settings(workdir: Path, store_url: str, state_dir: Path) -> dict[str, Any]:
+PASSPHRASE = "kill -9 passphrase"
+
+
+def child_settings(workdir: Path, store_url: str, state_dir: Path, encrypted: bool = False) -> dict[str, Any]:
     # durable=False: a killed process loses nothing the kernel has, so the syncfs() that makes a
     # pass survive a power cut changes nothing here, and costs seconds of writeback per pass.
-    return {"workdir": str(workdir), "store_url": store_url, "workspace": "ws", "state_dir": str(state_dir),
-            "lease_ttl": 60.0, "durable": False}
+    settings = {"workdir": str(workdir), "store_url": store_url, "workspace": "ws", "state_dir": str(state_dir),
+                "lease_ttl": 60.0, "durable": False}
+    if encrypted:
+        settings["passphrase"] = PASSPHRASE
+    return settings
 
 
 @dataclass
@@ -146,7 +158,7 @@ def assert_only_complete_files(files_root: Path, *sources: Path) -> int:
 
 def finish(settings: dict[str, Any]) -> SyncEngine:
     """The next run, in this process: takes the expired lease and completes the pass."""
-    engine = SyncEngine(SyncSettings(**{**settings, "lease_ttl": 60.0}))
+    engine = SyncEngine(settings_from({**settings, "lease_ttl": 60.0}))
     engine.open()
     assert not engine.read_only, engine.read_only_reason
     report = engine.sync()
@@ -230,29 +242,53 @@ def scratch(tmp_path: Path) -> Iterator[Path]:
 # -- first passes --------------------------------------------------------------------------
 
 
+def decrypted_mirror(store: Path, into: Path) -> Path:
+    """The encrypted store's files/ tree, each object decrypted and authenticated whole (an
+    object cut short or torn fails here) into `into`."""
+    shutil.rmtree(into, ignore_errors=True)
+    backend = protect(open_backend(str(store)), "ws", Encryption(PASSPHRASE))
+    prefix = "ws/files/"
+    for f in backend.list(prefix.rstrip("/")):
+        target = into / f.key[len(prefix):]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        backend.get(f.key, str(target))
+    into.mkdir(parents=True, exist_ok=True)
+    return into
+
+
 def kill_first_pass_and_check(tree: Path, seconds: float, point: int, points: int, seed: int,
-                              scratch: Path) -> None:
+                              scratch: Path, encrypted: bool = False) -> None:
     def fresh(attempt: int) -> dict[str, Any]:
         store = scratch / f"store{attempt}"
-        return child_settings(tree, str(store), scratch / f"state{attempt}")
+        return child_settings(tree, str(store), scratch / f"state{attempt}", encrypted)
 
     settings = interrupted_pass(fresh, kill_delay(seconds, point, points, seed))
     store = Path(settings["store_url"])
-    assert_only_complete_files(local_mirror(store), tree)
+
+    def mirror() -> Path:
+        return decrypted_mirror(store, scratch / "work-decrypted") if encrypted else local_mirror(store)
+
+    assert_only_complete_files(mirror(), tree)
     finish(settings).close()
-    assert_mirror_equals(local_mirror(store), tree)
+    assert_mirror_equals(mirror(), tree)
 
 
-@pytest.mark.parametrize("point", range(SMALL_POINTS))
+# Every kill point on a plain store; the first few again on an encrypted one.
+ENCRYPTED_POINTS = 4
+
+
+@pytest.mark.parametrize(("point", "encrypted"), [(p, False) for p in range(SMALL_POINTS)]
+                         + [(p, True) for p in range(ENCRYPTED_POINTS)])
 def test_kill_during_a_pass_of_many_small_files_leaves_only_complete_files(
-        point: int, small_tree: Path, small_tree_seconds: float, scratch: Path) -> None:
-    kill_first_pass_and_check(small_tree, small_tree_seconds, point, SMALL_POINTS, 1, scratch)
+        point: int, encrypted: bool, small_tree: Path, small_tree_seconds: float, scratch: Path) -> None:
+    kill_first_pass_and_check(small_tree, small_tree_seconds, point, SMALL_POINTS, 1, scratch, encrypted)
 
 
-@pytest.mark.parametrize("point", range(LARGE_POINTS))
+@pytest.mark.parametrize(("point", "encrypted"), [(p, False) for p in range(LARGE_POINTS)]
+                         + [(p, True) for p in range(ENCRYPTED_POINTS)])
 def test_kill_during_a_pass_of_large_files_leaves_only_complete_files(
-        point: int, large_tree: Path, large_tree_seconds: float, scratch: Path) -> None:
-    kill_first_pass_and_check(large_tree, large_tree_seconds, point, LARGE_POINTS, 2, scratch)
+        point: int, encrypted: bool, large_tree: Path, large_tree_seconds: float, scratch: Path) -> None:
+    kill_first_pass_and_check(large_tree, large_tree_seconds, point, LARGE_POINTS, 2, scratch, encrypted)
 
 
 # -- a pass of changes and deletions -------------------------------------------------------

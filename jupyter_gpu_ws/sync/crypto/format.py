@@ -1,0 +1,188 @@
+"""The byte format of one encrypted object: a header, then AES-256-GCM segments (STREAM).
+
+    header  = magic "GWSE" | version (1) | segment shift (20: 1 MiB) | salt (16) | nonce prefix (7)
+    segment = AES-256-GCM(object key, nonce, plaintext segment, associated data = header)
+    nonce   = nonce prefix (7) | segment number (4, big-endian) | 1 for the last segment, else 0
+
+Each object gets its own key, HKDF-SHA256(master key, salt, info = FORMAT_INFO + what the object
+is): an object moved in from another path derives another key and fails. The segment number in
+the nonce catches segments reordered, dropped or repeated; the last-segment flag catches an
+object cut at a segment boundary. This is the construction of Tink's AES-GCM-HKDF streaming
+AEAD and of the STREAM scheme (Hoang, Reyhanitabar, Rogaway, Vizár 2015), made with pyca/
+cryptography's AES-GCM. Plaintext segment i is bytes [i*S, (i+1)*S) of the file, so a range of
+the file maps to whole segments and parts of a large file can be fetched and decrypted apart.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+MAGIC = b"GWSE"
+VERSION = 1
+SHIFT = 20  # plaintext segments of 1 MiB: a Tink AES256_GCM_HKDF_1MB-sized segment
+SEGMENT = 1 << SHIFT
+TAG = 16
+SALT = 16
+PREFIX = 7
+HEADER = len(MAGIC) + 2 + SALT + PREFIX  # 29 bytes
+FORMAT_INFO = b"gpuws AES-256-GCM STREAM v1\0"
+
+
+class FormatError(Exception):
+    """The bytes are not an object of this format written with this key and for this path."""
+
+
+@dataclass(frozen=True)
+class Header:
+    salt: bytes
+    prefix: bytes
+    shift: int = SHIFT
+
+    @property
+    def segment(self) -> int:
+        return 1 << self.shift
+
+    def encode(self) -> bytes:
+        return MAGIC + bytes([VERSION, self.shift]) + self.salt + self.prefix
+
+    @classmethod
+    def new(cls) -> Header:
+        return cls(os.urandom(SALT), os.urandom(PREFIX))
+
+    @classmethod
+    def decode(cls, data: bytes) -> Header:
+        if len(data) < HEADER or data[:4] != MAGIC:
+            raise FormatError("not an encrypted object (no header)")
+        if data[4] != VERSION:
+            raise FormatError(f"written in format {data[4]}, this version reads format {VERSION}")
+        shift = data[5]
+        if not 10 <= shift <= 26:
+            raise FormatError("the header names an impossible segment size")
+        return cls(data[6:6 + SALT], data[6 + SALT:HEADER], shift)
+
+
+def object_key(master: bytes, salt: bytes, binding: bytes) -> AESGCM:
+    """The object's own AES-256-GCM key: HKDF-SHA256 of the master key, bound to the object."""
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=FORMAT_INFO + binding).derive(master)
+    return AESGCM(key)
+
+
+def _nonce(prefix: bytes, number: int, last: bool) -> bytes:
+    if number >= 1 << 32:
+        raise FormatError("too many segments for one object")
+    return prefix + struct.pack(">IB", number, 1 if last else 0)
+
+
+def encrypted_size(plain: int, segment: int = SEGMENT) -> int:
+    """The stored size of a file of `plain` bytes (an empty file is one empty segment)."""
+    segments = max(1, -(-plain // segment))
+    return HEADER + plain + segments * TAG
+
+
+def plain_size(stored: int, segment: int = SEGMENT) -> int | None:
+    """The file's size from the stored object's size; None where no object has that size (cut
+    inside a segment's tag)."""
+    body = stored - HEADER
+    if body < TAG:
+        return None
+    full, rest = divmod(body, segment + TAG)
+    if rest == 0:
+        return body - full * TAG
+    if rest < TAG:
+        return None
+    return body - (full + 1) * TAG
+
+
+def segment_span(offset: int, length: int, plain: int, segment: int = SEGMENT) -> tuple[int, int, int, int]:
+    """For the bytes offset..offset+length-1 of a file of `plain` bytes: the first and past-last
+    segment numbers and the stored byte range [start, end) that holds them."""
+    last = max(1, -(-plain // segment))  # number of segments
+    first = offset // segment
+    past = min(last, -(-(offset + length) // segment)) if length else first + 1
+    start = HEADER + first * (segment + TAG)
+    end = min(encrypted_size(plain, segment), HEADER + past * (segment + TAG))
+    return first, past, start, end
+
+
+class Encryptor:
+    """Encrypts one object segment by segment: the header first, then each segment."""
+
+    def __init__(self, master: bytes, binding: bytes, header: Header | None = None) -> None:
+        self.header = header or Header.new()
+        self._header = self.header.encode()
+        self._aead = object_key(master, self.header.salt, binding)
+        self._number = 0
+
+    def segment(self, plain: bytes, last: bool) -> bytes:
+        out = self._aead.encrypt(_nonce(self.header.prefix, self._number, last), plain, self._header)
+        self._number += 1
+        return out
+
+
+class Decryptor:
+    """Decrypts segments of one object, any of them, by number."""
+
+    def __init__(self, master: bytes, binding: bytes, header_bytes: bytes) -> None:
+        self.header = Header.decode(header_bytes)
+        self._header = header_bytes[:HEADER]
+        self._aead = object_key(master, self.header.salt, binding)
+
+    def segment(self, number: int, data: bytes, last: bool) -> bytes:
+        try:
+            return self._aead.decrypt(_nonce(self.header.prefix, number, last), data, self._header)
+        except InvalidTag:
+            raise FormatError(f"segment {number} does not authenticate") from None
+
+
+def encrypt_stream(master: bytes, binding: bytes, read: Callable[[int], bytes],
+                   header: Header | None = None) -> Iterator[bytes]:
+    """The stored bytes of what `read(n)` yields until it returns b'': the header, then each
+    segment. One segment is read ahead so that the last one is known to be the last."""
+    enc = Encryptor(master, binding, header)
+    yield enc.header.encode()
+    size = enc.header.segment
+    current = read(size)
+    while True:
+        following = read(size) if len(current) == size else b""
+        yield enc.segment(current, not following)
+        if not following:
+            return
+        current = following
+
+
+def encrypt_bytes(master: bytes, binding: bytes, data: bytes, header: Header | None = None) -> bytes:
+    view = memoryview(data)
+    at = 0
+
+    def read(n: int) -> bytes:
+        nonlocal at
+        chunk = bytes(view[at:at + n])
+        at += len(chunk)
+        return chunk
+
+    return b"".join(encrypt_stream(master, binding, read, header))
+
+
+def decrypt_bytes(master: bytes, binding: bytes, stored: bytes) -> bytes:
+    """The whole of a small object, checked to its last segment."""
+    dec = Decryptor(master, binding, stored[:HEADER])
+    size = dec.header.segment
+    plain = plain_size(len(stored), size)
+    if plain is None:
+        raise FormatError("cut short (its size is no whole number of segments)")
+    count = max(1, -(-plain // size))
+    out = []
+    at = HEADER
+    for number in range(count):
+        end = min(len(stored), at + size + TAG)
+        out.append(dec.segment(number, stored[at:end], number == count - 1))
+        at = end
+    return b"".join(out)
