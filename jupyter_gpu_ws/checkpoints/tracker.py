@@ -39,7 +39,7 @@ from .files import (
     verify,
 )
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 PLAIN = (int, float, str, bool, type(None), list, tuple, dict)
 # The curves, time and health of the training at a checkpoint's step (training/recorder.py).
@@ -312,7 +312,7 @@ class Tracker:
             apply_retention(self.run_path, self.policy.keep_last)
         except Exception as err:  # the training goes on; the failure is reported
             self.last_error = f"Checkpoint at step {step} failed: {err}"
-            log.error(self.last_error)
+            logger.error(self.last_error)
             if tmp is not None:
                 import shutil
 
@@ -409,7 +409,7 @@ class Tracker:
             try:
                 self.on_change()
             except Exception:
-                log.exception("gpuws: reporting the checkpoint state failed")
+                logger.exception("gpuws: reporting the checkpoint state failed")
 
 
 TENSOR = "__gpuws_tensor__"
