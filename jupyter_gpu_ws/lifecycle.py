@@ -18,6 +18,7 @@ from .persist import start_persist
 from .runtime import IdleInputs, KernelActivity, PreemptionNotice, PreemptionWatcher, RuntimeClock, RuntimeEvent
 from .runtime import RuntimeSettings, make_checks
 from .sync.errors import LeaseHeldError, SyncError
+from .vocabulary import deadline_source
 
 if TYPE_CHECKING:
     from .app import GpuWorkspaceApp
@@ -140,7 +141,7 @@ class RuntimeSupervisor:
         minutes = max(1, round(event.remaining / 60))
         if event.kind == "warning":
             self._notice("warning", f"This runtime ends in about {minutes} minute{'s' * (minutes != 1)} "
-                                    f"({event.source}). Persist now to keep your work.")
+                                    f"({deadline_source(event.source)}). Persist now to keep your work.")
         elif event.kind == "persist":
             self.log.warning("GPU workspace: %s ends in %.0f s: persisting automatically", event.source,
                              event.remaining)
@@ -148,7 +149,7 @@ class RuntimeSupervisor:
             if job is not None:
                 self.auto_persist = job
                 self._notice("info", f"Persisting automatically: the runtime ends in about {minutes} "
-                                     f"minute{'s' * (minutes != 1)} ({event.source}).", job.id)
+                                     f"minute{'s' * (minutes != 1)} ({deadline_source(event.source)}).", job.id)
 
     def _notice(self, level: str, message: str, job_id: str | None = None) -> None:
         self._notice_ids += 1
@@ -213,7 +214,7 @@ class RuntimeSupervisor:
         started = time.monotonic()
         self.emergency = {"reason": reason, "started": time.time(), "state": "running", "exiting": exit_after}
         self.log.warning("GPU workspace: %s: emergency persist within %.0f s", reason, grace)
-        self._notice("error", f"{reason}: this runtime is going away. Persisting everything now.")
+        self._notice("error", f"{deadline_source(reason)}: this runtime is going away. Persisting everything now.")
         service = self.app.sync.service
         if service is not None:
             service.engine.urgent = True
