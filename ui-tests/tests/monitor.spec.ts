@@ -19,7 +19,7 @@ test.describe('GPU Workspace panel without a GPU', () => {
   }) => {
     await openPanel(page);
     const panel = page.locator(PANEL);
-    await expect(panel.getByTestId('gpuws-connection')).toHaveText('live');
+    await expect(panel.getByTestId('gpuws-connection')).toHaveAttribute('data-state', 'live');
 
     const response = await request.get('/gpuws/api/metrics');
     expect(response.ok()).toBeTruthy();
@@ -68,6 +68,6 @@ test.describe('GPU Workspace panel without a GPU', () => {
     await page.reload();
     await page.waitForSelector('#jupyterlab-splash', { state: 'detached' });
     await expect(page.locator(PANEL)).toBeVisible();
-    await expect(page.locator(PANEL).getByTestId('gpuws-connection')).toHaveText('live');
+    await expect(page.locator(PANEL).getByTestId('gpuws-connection')).toHaveAttribute('data-state', 'live');
   });
 });
