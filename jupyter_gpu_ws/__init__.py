@@ -23,10 +23,13 @@ def track(name: str | None = None, **objects: Any) -> Any:
     Anything with state_dict()/load_state_dict(), or plain values. RNG states (Python, NumPy,
     torch CPU and CUDA) and the step are always saved. `name` keys the checkpoints (default:
     the notebook's path); `every_steps`, `every_seconds` and `keep_last` set the policy.
-    """
-    from .checkpoints.tracker import default_tracker
 
-    return default_tracker().track(name, **objects)
+    Under torch.distributed (torchrun), every rank calls the same functions: state goes through
+    torch.distributed.checkpoint, and a checkpoint resumes on any number of ranks.
+    """
+    from .checkpoints.tracker import tracker_to_track
+
+    return tracker_to_track().track(name, **objects)
 
 
 def checkpoint(wait: bool = False) -> Any:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -22,11 +24,16 @@ from .jobs import JobRunner
 from .environment import EnvironmentSupervisor
 from .lifecycle import RuntimeSupervisor
 from .runtime import parse_deadline, parse_duration
+from .runtime.hub import check_store_template, expand_store_url
+from .checkpoints.catalog import distributed_runs
 from .checkpoints.coordinator import CheckpointCoordinator
-from .checkpoints.protocol import SERVER_ID_ENV
+from .checkpoints.files import run_dir
+from .checkpoints.protocol import RUNTIME_DIR_ENV, SERVER_ID_ENV
 from .sync import SyncSettings
 from .sync.supervisor import SyncSupervisor
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
+from .monitor.attribution import KernelReport, reports_from_registration
+from .monitor.own_use import TEST_DOUBLE_ENV
 
 
 class GpuWorkspace(Configurable):
@@ -149,6 +156,39 @@ class GpuWorkspace(Configurable):
         25.0, help="Seconds the emergency persist (SIGTERM, a preemption notice) may take before the server exits."
     ).tag(config=True)
 
+    termination_grace_period = Float(
+        None, allow_none=True, help="""Seconds the platform gives this server between the start of
+        its termination and the kill: under Kubernetes the pod's grace, which KubeSpawner sets from
+        c.KubeSpawner.delete_grace_period (1 s by default!). Environment variable GPUWS_GRACE_PERIOD
+        (the chart sets it). The emergency persist fits inside it, and the Runtime section warns
+        when it is shorter than the measured emergency persist."""
+    ).tag(config=True)
+
+    hub_max_age = Unicode(
+        "", help="""JupyterHub's idle culler's --max-age ("8h", seconds): the server is stopped that
+        long after it started. Environment variable GPUWS_HUB_MAX_AGE. A deadline source."""
+    ).tag(config=True)
+
+    hub_cull_timeout = Unicode(
+        "", help="""JupyterHub's idle culler's --timeout ("1h", seconds): the server is stopped
+        after that long without activity as the hub sees it. Environment variable
+        GPUWS_HUB_CULL_TIMEOUT. A deadline source, with a warning hub_cull_warning ahead."""
+    ).tag(config=True)
+
+    hub_cull_warning = Float(
+        600.0, help="Seconds before the hub's idle cull at which the user is always warned (with Persist now)."
+    ).tag(config=True)
+
+    hub_keep_alive = Bool(
+        False, help="""Report activity to JupyterHub while a tracked run is stepping or a notebook's
+        GPU is busy, so the idle culler does not stop a training that prints nothing. Off by
+        default: it overrides the admin's idle policy. Environment variable GPUWS_HUB_KEEP_ALIVE=1."""
+    ).tag(config=True)
+
+    hub_poll_interval = Float(
+        60.0, help="Seconds between two reads of this server's start and last activity from the hub API."
+    ).tag(config=True)
+
     preemption_clouds = List(
         Unicode(), [], help="""Clouds whose preemption notices are polled: any of "aws" (spot
         instance-action), "gcp" (preempted), "azure" (Scheduled Events Preempt)."""
@@ -206,6 +246,58 @@ class GpuWorkspace(Configurable):
         config=True
     )
 
+    @default("termination_grace_period")
+    def _default_termination_grace(self) -> float | None:
+        value = os.environ.get("GPUWS_GRACE_PERIOD", "").strip()
+        if not value:
+            return None
+        try:
+            seconds = parse_duration(value)
+            if seconds < 1:
+                raise ValueError("a grace under 1 s leaves no time to persist")
+            return seconds
+        except ValueError as err:
+            logging.getLogger(__name__).error("GPU workspace: GPUWS_GRACE_PERIOD ignored: %s", err)
+            return None
+
+    @default("hub_max_age")
+    def _default_hub_max_age(self) -> str:
+        return os.environ.get("GPUWS_HUB_MAX_AGE", "").strip()
+
+    @default("hub_cull_timeout")
+    def _default_hub_cull_timeout(self) -> str:
+        return os.environ.get("GPUWS_HUB_CULL_TIMEOUT", "").strip()
+
+    @default("hub_keep_alive")
+    def _default_hub_keep_alive(self) -> bool:
+        return os.environ.get("GPUWS_HUB_KEEP_ALIVE", "").strip().lower() in ("1", "true", "yes", "on")
+
+    @validate("store_url")
+    def _check_store_template(self, proposal: Any) -> str:
+        try:
+            check_store_template(proposal["value"])
+        except ValueError as err:
+            raise TraitError(str(err)) from None
+        return proposal["value"]
+
+    @validate("hub_cull_warning")
+    def _check_cull_warning(self, proposal: Any) -> float:
+        if not 0 <= proposal["value"] <= 7 * 24 * 3600:
+            raise TraitError("hub_cull_warning must be between 0 seconds and a week")
+        return proposal["value"]
+
+    @validate("termination_grace_period")
+    def _check_termination_grace(self, proposal: Any) -> float | None:
+        if proposal["value"] is not None and not 1 <= proposal["value"] <= 7 * 24 * 3600:
+            raise TraitError("termination_grace_period must be between 1 second and a week")
+        return proposal["value"]
+
+    @validate("hub_poll_interval")
+    def _check_hub_poll(self, proposal: Any) -> float:
+        if not 1 <= proposal["value"] <= 3600:
+            raise TraitError("hub_poll_interval must be between 1 and 3600 seconds")
+        return proposal["value"]
+
     @default("state_dir")
     def _default_state_dir(self) -> str:
         return default_state_dir()
@@ -226,7 +318,7 @@ class GpuWorkspace(Configurable):
             raise TraitError("history_seconds must be positive and at most a week")
         return proposal["value"]
 
-    @validate("max_runtime", "persist_lead_time")
+    @validate("max_runtime", "persist_lead_time", "hub_max_age", "hub_cull_timeout")
     def _check_duration(self, proposal: Any) -> Any:
         if proposal["value"] not in ("", None):
             try:
@@ -284,6 +376,8 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
     load_other_extensions = True
 
     def initialize_settings(self) -> None:
+        # A per-user store under JupyterHub: s3://bucket/{username}/{servername}.
+        self.store_url = expand_store_url(self.store_url)
         if not self.workdir:
             self.workdir = os.path.abspath(os.path.expanduser(self.serverapp.root_dir))
         # A workspace named in the configuration, or chosen in the panel on this machine, is used
@@ -300,12 +394,14 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         if store_path:
             disks["store"] = store_path
         self.kernel_index: dict[int, KernelRef] = {}
+        self.kernel_reports: list[KernelReport] = []
         self.sampler = Sampler(
             self._make_gpu_reader(),
             SystemReader(disks),
             interval=self.sample_interval,
             history_seconds=self.history_seconds,
             kernels=lambda: self.kernel_index,
+            kernel_reports=lambda: self.kernel_reports,
             alerts=AlertTracker(
                 AlertPolicy(
                     gpu_idle_percent=self.gpu_idle_percent,
@@ -329,6 +425,11 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         os.environ["GPUWS_WORKDIR"] = self.workdir
         os.environ[SERVER_ID_ENV] = self.checkpoints.server_id
         os.environ[SERVER_PID_ENV] = str(os.getpid())
+        if self.nvml_test_double:
+            # Its kernels then read their own GPU use from the same simulated GPUs.
+            os.environ[TEST_DOUBLE_ENV] = os.path.abspath(self.nvml_test_double)
+        # A torchrun rank started from one of our terminals registers in our runtime folder.
+        os.environ[RUNTIME_DIR_ENV] = self.serverapp.runtime_dir
         self.jobs = JobRunner()
         self.pages = BrowserPages()
         self.sync = SyncSupervisor(self, self.log)
@@ -384,6 +485,27 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             return False
         return record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns)
 
+    def distributed_runs(self) -> list[dict[str, Any]]:
+        """The distributed runs (blocking: registrations and manifests are read): the live ones,
+        registered by their ranks, and those the work directory holds checkpoints of, each with
+        its checkpoints (size per rank, whether in the store) and whether it loads here."""
+        live = self.checkpoints.runs()
+        gpus = (self.sampler.latest or {}).get("gpus") or []
+        elsewhere = [(run["root"], run["run"]) for run in live if run.get("root") and run.get("run")]
+        saved = distributed_runs(Path(self.workdir) / ".gpuws" / "checkpoints", elsewhere, gpus)
+        out = []
+        for run in live:
+            folder = str(run_dir(run["root"], run["run"])) if run.get("root") and run.get("run") else None
+            found = saved.pop(folder, None) if folder else None
+            out.append({**run, "live": True, "folder": folder, "checkpoints": (found or {}).get("checkpoints", []),
+                        "resumable": (found or {}).get("resumable")})
+        for found in saved.values():
+            out.append({"run_id": None, "live": False, **found})
+        for run in out:
+            for checkpoint in run["checkpoints"]:
+                checkpoint["synced"] = self.is_synced(checkpoint["path"])
+        return out
+
     def workspaces(self) -> dict[str, Any]:
         """The store's workspaces and the one in use (blocking: the store is listed)."""
         backend = self._store_backend()
@@ -424,16 +546,18 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         return future.result(timeout)
 
     async def refresh_kernel_index(self) -> None:
-        """Which kernel runs as which PID, and which notebook uses it.
+        """Which kernel runs as which PID, which notebook uses it, and what GPU memory each
+        kernel's agent reports holding (in a container, NVML's PIDs cannot be mapped).
 
-        Only needed while a GPU has processes, so an idle or GPU-less server skips the work.
+        Only needed while there is a GPU, so a GPU-less server skips the work.
         """
         latest = self.sampler.latest
-        if latest is None or not any(gpu["processes"] or gpu["mig"] for gpu in latest["gpus"]):
+        if latest is None or not latest["gpus"]:
             return
         server = self.serverapp
         notebooks = await self.kernel_notebooks()
         index: dict[int, KernelRef] = {}
+        refs: dict[str, KernelRef] = {}
         km = server.kernel_manager
         for kernel_id in list(km.list_kernel_ids()):
             try:
@@ -441,9 +565,16 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             except KeyError:
                 continue
             pid = getattr(getattr(kernel, "provisioner", None), "pid", None)
+            ref = KernelRef(kernel_id, kernel.kernel_name, notebooks.get(kernel_id))
+            refs[kernel_id] = ref
             if pid:
-                index[int(pid)] = KernelRef(kernel_id, kernel.kernel_name, notebooks.get(kernel_id))
+                index[int(pid)] = ref
         self.kernel_index = index
+        reports: list[KernelReport] = []
+        for kernel_id, registration in self.checkpoints.agent_states().items():
+            if kernel_id in refs:
+                reports.extend(reports_from_registration(refs[kernel_id], registration))
+        self.kernel_reports = reports
 
     def _on_sample(self, sample: dict[str, Any], text: str) -> None:
         # Called on the sampler thread: hop onto the event loop to write to websockets.

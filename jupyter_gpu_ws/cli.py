@@ -5,6 +5,8 @@
     jupyter gpuws status  --workdir DIR --store URL [--workspace NAME]
     jupyter gpuws env snapshot|diff|restore|list --store URL [--workspace NAME] [--python PATH] [--offline]
     jupyter gpuws workspaces --store URL [--json]
+    jupyter gpuws persist [--wait] [--timeout S] [--server URL] [--runtime-dir DIR]   (asks the running server)
+    jupyter gpuws checkpoint export RUN [--step N] --to FILE [--only NAME] [--workdir DIR]
 
 Errors: one clear line on stderr and a non-zero exit.
 """
@@ -56,13 +58,32 @@ def _option(text: str) -> tuple[str, Any]:
 
 
 DESCRIPTION = (
-    "GPU workspace from a terminal or a script, without a server: mirror a work directory to a store "
-    "and bring it back (sync, restore, status), list the store's workspaces, and keep, compare and "
-    "restore snapshots of a Python environment (env). Each command says on stderr the store and "
-    "workspace it resolved; an error is one line on stderr and a non-zero exit."
+    "GPU workspace from a terminal or a script: mirror a work directory to a store and bring it back "
+    "(sync, restore, status), list the store's workspaces, keep, compare and restore snapshots of a "
+    "Python environment (env), ask the running server to persist (persist) and export a training "
+    "run's checkpoint (checkpoint). Each command says on stderr the store and workspace it resolved; "
+    "an error is one line on stderr and a non-zero exit."
 )
 STORE_HELP = "fsspec URL of the store (default: $GPUWS_STORE or a local folder)"
 OPTION_HELP = "fsspec option for the store, repeatable, e.g. endpoint_url=http://127.0.0.1:8333"
+
+
+def _store_url(args: argparse.Namespace) -> str:
+    """--store, else $GPUWS_STORE or the local default; {username} and {servername} filled in
+    as the server fills them (JupyterHub's user and server name, else the local user)."""
+    from .runtime.hub import expand_store_url
+
+    return expand_store_url(args.store or default_store_url())
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < 10**7:
+        raise argparse.ArgumentTypeError(f"seconds must be positive: {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,10 +136,34 @@ def build_parser() -> argparse.ArgumentParser:
                             help=OPTION_HELP)
     workspaces.add_argument("--json", action="store_true", help="machine-readable output")
     add_env_commands(commands)
+    add_checkpoint_commands(commands)
     return parser
 
 
+def add_checkpoint_commands(commands: Any) -> None:
+    checkpoint = commands.add_parser("checkpoint", help="checkpoints of training runs")
+    checkpoint_commands = checkpoint.add_subparsers(dest="checkpoint_command", required=True)
+    export = checkpoint_commands.add_parser(
+        "export", help="write a checkpoint as one torch.save file (whole tensors, for inference elsewhere)")
+    export.add_argument("run", help="the run, as gpuws.track named it (a script's or notebook's name), or its "
+                                    "folder, or one checkpoint folder")
+    export.add_argument("--to", required=True, metavar="FILE", help="the torch.save file to write")
+    export.add_argument("--step", type=int, default=None, help="the checkpoint of this step (default: the newest)")
+    export.add_argument("--only", action="append", default=None, metavar="NAME",
+                        help="keep only this tracked object (repeat for more), e.g. --only model")
+    export.add_argument("--workdir", default=".", help="the work directory whose .gpuws/checkpoints holds the run")
+    export.add_argument("--root", default=None, help="the checkpoints folder (default: WORKDIR/.gpuws/checkpoints)")
+
+
 def add_env_commands(commands: Any) -> None:
+    persist = commands.add_parser(
+        "persist", help="ask the running Jupyter Server to persist everything (a Kubernetes preStop hook)")
+    persist.add_argument("--wait", action="store_true", help="wait until the persist has finished; exit 0 once persisted")
+    persist.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                         help="with --wait: give up after S seconds (non-zero exit); default: wait as long as it runs")
+    persist.add_argument("--server", default=None, metavar="URL",
+                         help="the server's URL, where several run (default: the one in the runtime folder)")
+    persist.add_argument("--runtime-dir", default=None, help="Jupyter's runtime folder (default: jupyter's own)")
     env = commands.add_parser("env", help="snapshots of the Python environment: take, compare, restore, list",
                               description="Snapshots of a Python environment in the store: take one, compare "
                                           "the environment with one, restore one, list them.")
@@ -165,7 +210,7 @@ def open_workspace(args: argparse.Namespace, must_exist: bool) -> tuple[Backend,
     (or the name an earlier version derived, where only that one is in the store). Both are said
     on stderr. `must_exist`: a workspace the store does not hold is one clear error naming those
     it does (a mistyped or defaulted name must not read as "0 files restored")."""
-    backend = open_backend(args.store or default_store_url(), dict(args.storage_option),
+    backend = open_backend(_store_url(args), dict(args.storage_option),
                            max_concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY))
     if args.workspace:
         name = args.workspace
@@ -183,7 +228,7 @@ def make_engine(args: argparse.Namespace, take_lease: bool = True, must_exist: b
     backend, workspace = open_workspace(args, must_exist)
     settings = SyncSettings(
         workdir=os.path.abspath(os.path.expanduser(args.workdir)),
-        store_url=args.store or default_store_url(),
+        store_url=_store_url(args),
         workspace=workspace,
         state_dir=args.state_dir or default_state_dir(),
         storage_options=dict(args.storage_option),
@@ -352,7 +397,7 @@ def env_store(args: argparse.Namespace, must_exist: bool = True) -> Store:
 
 
 def cmd_workspaces(args: argparse.Namespace) -> int:
-    backend = open_backend(args.store or default_store_url(), dict(args.storage_option))
+    backend = open_backend(_store_url(args), dict(args.storage_option))
     print(f"store: {backend.description}", file=sys.stderr)
     found = list_workspaces(backend)
     if args.json:
@@ -455,6 +500,41 @@ def cmd_env_restore(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_persist(args: argparse.Namespace) -> int:
+    """Ask the running server for a persist (POST /gpuws/api/persist) and, with --wait, poll the
+    job until it ends: 0 once everything is persisted, 1 with one line when it failed or ran
+    out of time (the server's own persist goes on; a SIGTERM after it only finishes the rest)."""
+    from .client import ServerUnreachable, request, running_server
+
+    started = time.monotonic()
+    try:
+        url, token = running_server(args.runtime_dir, args.server)
+        sync = request(url, token, "gpuws/api/sync", timeout=10)
+        print(f"server {url}, store {sync.get('store') or '?'}, workspace {sync.get('workspace') or '?'}",
+              file=sys.stderr)
+        job = request(url, token, "gpuws/api/persist", "POST", {}, timeout=30)
+        if not args.wait:
+            print(job["id"])
+            return 0
+        while job.get("state") == "running":
+            if args.timeout is not None and time.monotonic() - started >= args.timeout:
+                done = job.get("progress") or {}
+                print(f"jupyter gpuws: error: persist {job['id']} not finished after {args.timeout:g} s "
+                      f"({done.get('files_done', 0)} of {done.get('files_total', 0)} files)", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+            job = request(url, token, f"gpuws/api/persist/{job['id']}", timeout=10)
+    except ServerUnreachable as err:
+        print(f"jupyter gpuws: error: {err}", file=sys.stderr)
+        return 1
+    if job.get("state") != "done":
+        reasons = "; ".join(job.get("errors") or []) or job.get("state", "unknown state")
+        print(f"jupyter gpuws: error: persist {job.get('state')}: {reasons}", file=sys.stderr)
+        return 1
+    print(f"Persisted in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
 def cmd_env_list(args: argparse.Namespace) -> int:
     store = env_store(args)
     snapshots = envsnap.list_snapshots(store)
@@ -491,6 +571,23 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
 
 
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .checkpoints.dcpfiles import export
+    from .checkpoints.files import find_checkpoint
+
+    root = args.root or os.path.join(os.path.abspath(os.path.expanduser(args.workdir)), ".gpuws", "checkpoints")
+    folder, manifest = find_checkpoint(root, args.run, args.step)
+    ranks = int(manifest.get("world_size") or 1)
+    print(f"checkpoint: {folder} (step {manifest['step']}, saved by {ranks} rank{'s' * (ranks != 1)})",
+          file=sys.stderr)
+    to = Path(os.path.expanduser(args.to))
+    state = export(folder, manifest, to, args.only)
+    print(f"{to}: {', '.join(state)} ({size(to.stat().st_size)})")
+    return 0
+
+
 def cmd_env(args: argparse.Namespace) -> int:
     commands = {"snapshot": cmd_env_snapshot, "diff": cmd_env_diff, "restore": cmd_env_restore, "list": cmd_env_list}
     return commands[args.env_command](args)
@@ -504,14 +601,16 @@ def main(argv: list[str] | None = None) -> int:
     quiet.propagate = False
     args = build_parser().parse_args(argv)
     commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env,
-                "workspaces": cmd_workspaces}
+                "workspaces": cmd_workspaces, "persist": cmd_persist, "checkpoint": cmd_checkpoint}
+    from .checkpoints.files import CheckpointError
+
     try:
         code = commands[args.command](args)
         sys.stdout.flush()  # here, so that a reader that went away is noticed below
         return code
     except BrokenPipeError:
         return _reader_gone()
-    except (SyncError, envsnap.EnvError) as err:
+    except (SyncError, envsnap.EnvError, CheckpointError) as err:
         print(f"jupyter gpuws: error: {err}", file=sys.stderr)
         return 1
     except Exception as err:  # noqa: BLE001 - whatever happens, one line, never a traceback

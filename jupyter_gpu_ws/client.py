@@ -24,16 +24,24 @@ class ServerUnreachable(Exception):
 
 
 def find_server() -> tuple[str, str]:
-    """The Jupyter Server that started this kernel: its URL and token, from its runtime file."""
+    """The Jupyter Server that started this kernel (or the shell of this process: a `torchrun`
+    rank launched from a Jupyter terminal): its URL and token, from its runtime file."""
     from .checkpoints.agent import kernel_identity
 
     _, runtime = kernel_identity()
+    server_pid = os.environ.get(SERVER_PID_ENV)
     if runtime is None:
-        raise ServerUnreachable("This Python does not run in a Jupyter kernel")
-    candidates = [runtime / f"jpserver-{pid}.json" for pid in (os.environ.get(SERVER_PID_ENV), os.getppid()) if pid]
-    others = list(runtime.glob("jpserver-*.json"))
-    if len(others) == 1:
-        candidates += others  # one server on the machine: that one
+        if not server_pid:
+            raise ServerUnreachable("This Python does not run in a Jupyter kernel")
+        from .checkpoints.process_agent import runtime_folder
+
+        # Not a kernel: only the server that exported its pid to this process's environment.
+        runtime, candidates = runtime_folder(), [runtime_folder() / f"jpserver-{server_pid}.json"]
+    else:
+        candidates = [runtime / f"jpserver-{pid}.json" for pid in (server_pid, os.getppid()) if pid]
+        others = list(runtime.glob("jpserver-*.json"))
+        if len(others) == 1:
+            candidates += others  # one server on the machine: that one
     for path in candidates:
         try:
             info = json.loads(Path(path).read_text())
@@ -45,6 +53,53 @@ def find_server() -> tuple[str, str]:
 
 def call(path: str, method: str = "GET", body: Any = None, timeout: float = 30) -> Any:
     url, token = find_server()
+    return request(url, token, path, method, body, timeout)
+
+
+def running_server(runtime_dir: str | None = None, url: str | None = None) -> tuple[str, str]:
+    """The running Jupyter Server to ask (for `jupyter gpuws persist` in a terminal or a
+    Kubernetes preStop hook): its URL and token, from the runtime folder's server files.
+
+    `url` picks one of several; a single server is used as it is. Under JupyterHub the file's
+    token is the server's own API token; `JUPYTERHUB_API_TOKEN` or `JUPYTER_TOKEN` stand in
+    where a file has none.
+    """
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    folder = runtime_dir or jupyter_runtime_dir()
+    servers = _server_files(Path(folder))
+    if url:
+        wanted = url.rstrip("/") + "/"
+        servers = [s for s in servers if s.get("url", "").rstrip("/") + "/" == wanted] or [{"url": wanted}]
+    if not servers:
+        raise ServerUnreachable(f"No running Jupyter Server found in {folder}")
+    if len(servers) > 1:
+        raise ServerUnreachable("Several Jupyter Servers run here (" + ", ".join(s["url"] for s in servers)
+                                + "): name one with --server URL")
+    info = servers[0]
+    token = info.get("token") or os.environ.get("JUPYTERHUB_API_TOKEN") or os.environ.get("JUPYTER_TOKEN", "")
+    return info["url"].rstrip("/") + "/", token
+
+
+def _server_files(folder: Path) -> list[dict[str, Any]]:
+    """The server files whose process runs. Unlike `jupyter server list`, a file whose pid is not
+    running here is left alone: it may be a server's in another PID namespace sharing the folder."""
+    import psutil
+
+    found = []
+    for path in sorted(folder.glob("jpserver-*.json")):
+        try:
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # being written, or not ours to read
+        if isinstance(info, dict) and isinstance(info.get("pid"), int) and psutil.pid_exists(info["pid"]) \
+                and isinstance(info.get("url"), str):
+            found.append(info)
+    return found
+
+
+def request(url: str, token: str, path: str, method: str = "GET", body: Any = None, timeout: float = 30) -> Any:
+    """One JSON request to a Jupyter Server; ServerUnreachable with the server's message."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url + path, data=data, method=method,
                                      headers={"Authorization": f"token {token}", "Content-Type": "application/json"})

@@ -415,7 +415,9 @@ class PendingHandler(GpuWorkspaceHandler):
 
 class CheckpointsHandler(GpuWorkspaceHandler):
     """`GET /gpuws/api/checkpoints`: kernels running the agent, what they track, their last
-    checkpoint and pending request. `POST` `{"kernel_id": …}` or `{"all": true}`: ask for one."""
+    checkpoint and pending request; distributed runs (live ones registered by their ranks, and
+    those the work directory holds checkpoints of). `POST` `{"kernel_id": …}`, `{"run_id": …}` or
+    `{"all": true}`: ask for one."""
 
     @web.authenticated
     @authorized
@@ -425,24 +427,27 @@ class CheckpointsHandler(GpuWorkspaceHandler):
             last = kernel.get("last")
             if last:
                 last["synced"] = await run_blocking(self.app.is_synced, last.get("path"))
-        self.finish({"kernels": kernels})
+        runs = await run_blocking(self.app.distributed_runs)
+        self.finish({"kernels": kernels, "runs": runs})
 
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_object({"kernel_id": "string", "all": "boolean"})
+        body = self.json_object({"kernel_id": "string", "run_id": "string", "all": "boolean"})
         coordinator = self.app.checkpoints
-        if "kernel_id" in body and "all" in body:
-            raise web.HTTPError(400, 'Send {"kernel_id": "<id>"} or {"all": true}, not both')
-        if body.get("all") is True:
-            results = await coordinator.request_all()
-        elif body.get("kernel_id"):
-            try:
+        if len(body) > 1:
+            raise web.HTTPError(400, 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}, not several')
+        try:
+            if body.get("all") is True:
+                results = await coordinator.request_all()
+            elif body.get("kernel_id"):
                 results = [await coordinator.request(body["kernel_id"])]
-            except CheckpointRequestError as err:
-                raise web.HTTPError(err.status, str(err)) from err
-        else:
-            raise web.HTTPError(400, 'Send {"kernel_id": "<id>"} or {"all": true}')
+            elif body.get("run_id"):
+                results = [await coordinator.request_run(body["run_id"])]
+            else:
+                raise web.HTTPError(400, 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}')
+        except CheckpointRequestError as err:
+            raise web.HTTPError(err.status, str(err)) from err
         self.set_status(202)
         self.finish({"requests": results})
 

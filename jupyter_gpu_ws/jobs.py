@@ -63,13 +63,17 @@ class JobRunner:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
 
-    def start(self, kind: str, steps: list[tuple[str, StepFunction]], result: dict[str, Any] | None = None) -> Job:
-        """A new job (with `result` as its first result), or the one of this kind still running."""
+    def start(self, kind: str, steps: list[tuple[str, StepFunction]], result: dict[str, Any] | None = None,
+              key: str | None = None) -> Job:
+        """A new job (with `result` as its first result), or the one of this kind still running.
+        `key`: jobs of one kind about different things run side by side (a fetch per run); one
+        about the same thing is joined instead of started again."""
         with self._lock:
             for job in self._jobs.values():
-                if job.kind == kind and job.state == "running":
+                if job.kind == kind and job.key == key and job.state == "running":
                     return job
-            job = Job(uuid.uuid4().hex[:12], kind, [Step(name) for name, _ in steps], result=dict(result or {}))
+            job = Job(uuid.uuid4().hex[:12], kind, [Step(name) for name, _ in steps], result=dict(result or {}),
+                      key=key)
             self._jobs[job.id] = job
             while len(self._jobs) > KEEP_JOBS:
                 self._jobs.popitem(last=False)

@@ -16,7 +16,9 @@ from tornado.ioloop import PeriodicCallback
 from .jobs import Job, Step
 from .persist import start_persist
 from .runtime import IdleInputs, KernelActivity, PreemptionNotice, PreemptionWatcher, RuntimeClock, RuntimeEvent
-from .runtime import RuntimeSettings, make_checks
+from .runtime import HubLimits, RuntimeSettings, make_checks, parse_duration
+from .runtime.deadline import HUB_IDLE_CULL
+from .runtime.hub import HubClient, HubError, HubView, Platform
 from .sync.errors import LeaseHeldError, SyncError
 from .vocabulary import deadline_source
 
@@ -32,6 +34,10 @@ GIT_STATUS_EVERY = 30.0
 # The emergency persist waits at most this long for the browsers to save their open documents:
 # a user's unsaved edits are worth a tenth of the grace, not more (the files come first).
 EMERGENCY_DOCUMENTS_TIMEOUT = 2.0
+# A tracked run whose step moved within this many seconds is stepping (its agent looks every 2 s).
+STEPPING_WINDOW = 30.0
+# Kept out of the grace for the server's own exit after the emergency persist.
+EXIT_MARGIN = 1.0
 
 
 def _epoch(value: Any) -> float:
@@ -45,10 +51,22 @@ class RuntimeSupervisor:
     def __init__(self, app: GpuWorkspaceApp) -> None:
         self.app = app
         self.log = app.log
-        self.clock = RuntimeClock(
-            RuntimeSettings.from_config(app.max_runtime or None, app.deadline or None, app.persist_lead_time,
-                                        app.warning_lead_times)
-        )
+        settings = RuntimeSettings.from_config(app.max_runtime or None, app.deadline or None, app.persist_lead_time,
+                                               app.warning_lead_times)
+        settings.cull_warning_lead = app.hub_cull_warning
+        self.clock = RuntimeClock(settings)
+        self.platform = Platform.detect()
+        self.hub = HubClient(self.platform.hub) if self.platform.hub else None
+        self.hub_view: HubView | None = None
+        self.hub_max_age = parse_duration(app.hub_max_age) if app.hub_max_age else None
+        self.hub_cull_timeout = parse_duration(app.hub_cull_timeout) if app.hub_cull_timeout else None
+        self._hub_read = 0.0
+        self._hub_reading = False
+        self.keep_alive: dict[str, Any] = {"enabled": bool(app.hub_keep_alive and self.hub), "active": False,
+                                           "reason": None, "last_sent": None, "error": None}
+        self._activity_sent: float | None = None
+        self.previous_emergency: dict[str, Any] | None = None  # the last runtime's report, from the store
+        self._previous_read = False
         self.notices: list[dict[str, Any]] = []
         self._notice_ids = 0
         self.auto_persist: Job | None = None
@@ -112,8 +130,141 @@ class RuntimeSupervisor:
         if self.git is not None and now - self._git_checked >= GIT_STATUS_EVERY:
             self._git_checked = now
             self.git_status = await asyncio.get_running_loop().run_in_executor(None, self.git.status)
+        if self.hub is not None and now - self._hub_read >= self.app.hub_poll_interval and not self._hub_reading:
+            self._hub_read = now
+            asyncio.ensure_future(self._read_hub())
+        if self.keep_alive["enabled"]:
+            await self._keep_alive()
+        if not self._previous_read and self.app.sync.service is not None:
+            self._previous_read = True
+            asyncio.ensure_future(self._read_previous_emergency())
         for event in self.clock.poll():
             self._on_event(event)
+
+    # -- JupyterHub --------------------------------------------------------------------------
+
+    async def _read_hub(self) -> None:
+        assert self.hub is not None
+        self._hub_reading = True
+        try:
+            view = await asyncio.get_running_loop().run_in_executor(None, self.hub.read, time.time())
+        finally:
+            self._hub_reading = False
+        if view.error and (self.hub_view is None or self.hub_view.error != view.error):
+            self.log.warning("GPU workspace: the hub's view of this server is unavailable: %s", view.error)
+        self.hub_view = view
+        self._update_hub_limits()
+
+    def _update_hub_limits(self) -> None:
+        """The hub's limits, counted from the hub's own times where its token may read them, else
+        from what this server knows (its start; its own last activity and what it reported)."""
+        if not (self.hub_max_age or self.hub_cull_timeout):
+            return
+        view = self.hub_view or HubView()
+        started, started_from = view.started, "the hub"
+        if started is None:
+            started, started_from = self.clock.start, "this server's start: the token cannot read the hub's"
+        activity, activity_from = view.last_activity, f"the hub, {view.activity_of}'s"
+        if activity is None:
+            activity = _epoch(self.app.serverapp.web_app.last_activity())
+            activity_from = "this server's own: the token cannot read the hub's"
+        if self._activity_sent is not None and self._activity_sent > activity:
+            activity, activity_from = self._activity_sent, "the keep-alive's report to the hub"
+        self.clock.update_hub(HubLimits(self.hub_max_age, self.hub_cull_timeout, started, started_from,
+                                        activity, activity_from))
+
+    async def _keep_alive(self) -> None:
+        """While training runs without a sound, tell the hub so, as the single-user server does
+        for a user's clicks: at most every quarter of the cull timeout (and every minute)."""
+        every = min(60.0, (self.hub_cull_timeout or 240.0) / 4)
+        reason = self._busy_reason()
+        self.keep_alive.update(active=reason is not None, reason=reason)
+        if reason is None or (self._activity_sent is not None and time.time() - self._activity_sent < every):
+            return
+        assert self.hub is not None
+        when = time.time()
+        self._activity_sent = when  # also on failure: retried a period later, not every second
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.hub.report_activity, when)
+        except HubError as err:
+            if self.keep_alive["error"] != str(err):
+                self.log.warning("GPU workspace: keep-alive could not report activity: %s", err)
+            self.keep_alive["error"] = str(err)
+            return
+        self.keep_alive.update(last_sent=when, error=None)
+        self._update_hub_limits()
+
+    def _busy_reason(self) -> str | None:
+        """Why this server is busy though nobody clicks: a tracked run stepping, or a notebook's
+        GPU working. None when neither holds."""
+        now = time.time()
+        for kernel_id, state in self.app.checkpoints.agent_states().items():
+            stepped = state.get("stepped_at")
+            # The step moves only while the loop runs: no need to know which cell runs it (an
+            # agent loaded by the training cell itself never saw that cell start).
+            if isinstance(stepped, (int, float)) and now - stepped < STEPPING_WINDOW:
+                return f"the tracked run {state.get('run') or kernel_id} is stepping"
+        latest = self.app.sampler.latest or {}
+        for gpu in latest.get("gpus", []):
+            holders = [p for p in gpu["processes"] if p.get("kernel_id")]
+            util = gpu.get("utilization")
+            if holders and util is not None and util >= self.app.gpu_idle_percent:
+                return f"GPU {gpu['index']} is {util}% busy for {holders[0].get('notebook') or holders[0]['kernel_id']}"
+        return None
+
+    # -- the grace under Kubernetes ----------------------------------------------------------
+
+    async def _read_previous_emergency(self) -> None:
+        service = self.app.sync.service
+        if service is None:
+            return
+        try:
+            report = await asyncio.get_running_loop().run_in_executor(
+                None, service.engine.store.read_json, "emergency-report.json")
+        except Exception as err:  # a missing or unreadable report only leaves the estimate unknown
+            self.log.debug("GPU workspace: no previous emergency report: %s", err)
+            return
+        if isinstance(report, dict) and isinstance(report.get("seconds"), (int, float)):
+            self.previous_emergency = report
+
+    def emergency_estimate(self) -> tuple[float | None, str | None]:
+        """How long an emergency persist takes here, measured: this runtime's own, else the last
+        runtime's (its report in the store), else this runtime's last full persist."""
+        if self.emergency and isinstance(self.emergency.get("seconds"), (int, float)):
+            return float(self.emergency["seconds"]), "this runtime's emergency persist"
+        if self.previous_emergency is not None:
+            return float(self.previous_emergency["seconds"]), "the last runtime's emergency persist"
+        last = self.app.jobs.latest("persist")
+        if last is not None and last.state == "done" and last.finished:
+            return round(last.finished - last.started, 3), "the last persist"
+        return None, None
+
+    def grace(self) -> dict[str, Any]:
+        """The grace this server gets before it is killed, where it is known, and whether the
+        emergency persist fits in it."""
+        app = self.app
+        seconds = app.termination_grace_period
+        source = None
+        if seconds is not None:
+            source = "GPUWS_GRACE_PERIOD" if os.environ.get("GPUWS_GRACE_PERIOD", "").strip() else \
+                "termination_grace_period"
+        estimate, measured_by = self.emergency_estimate()
+        warning = None
+        if seconds is None and self.platform.kubespawner:
+            warning = ("Running under KubeSpawner, whose delete_grace_period is 1 s unless the admin set it: "
+                       "the emergency persist would be cut off. Set c.KubeSpawner.delete_grace_period and "
+                       "GPUWS_GRACE_PERIOD, and a preStop hook (see docs/deploy.md).")
+        elif seconds is not None and estimate is not None and seconds - EXIT_MARGIN < estimate:
+            warning = (f"The pod's grace ({seconds:g} s) is shorter than the emergency persist takes here "
+                       f"({estimate:.1f} s, {measured_by}): work may be lost when the pod stops. Persist now, "
+                       "and ask the admin for a longer c.KubeSpawner.delete_grace_period.")
+        return {"seconds": seconds, "source": source, "emergency_seconds": estimate,
+                "emergency_measured_by": measured_by, "budget": self.emergency_budget(), "warning": warning}
+
+    def emergency_budget(self) -> float:
+        """The emergency persist's budget: `grace_period`, inside the platform's grace if known."""
+        grace = self.app.termination_grace_period
+        return min(self.app.grace_period, max(1.0, grace - EXIT_MARGIN)) if grace else self.app.grace_period
 
     def _idle_inputs(self) -> IdleInputs | None:
         server = self.app.serverapp
@@ -139,7 +290,12 @@ class RuntimeSupervisor:
 
     def _on_event(self, event: RuntimeEvent) -> None:
         minutes = max(1, round(event.remaining / 60))
-        if event.kind == "warning":
+        if event.kind == "warning" and event.source == HUB_IDLE_CULL:
+            keep = " (keep-alive reports activity only while training runs)" if self.keep_alive["enabled"] else ""
+            self._notice("warning", f"JupyterHub stops this idle server in about {minutes} "
+                                    f"minute{'s' * (minutes != 1)} ({event.source}){keep}. Persist now to keep "
+                                    "your work, or use the server to keep it running.")
+        elif event.kind == "warning":
             self._notice("warning", f"This runtime ends in about {minutes} minute{'s' * (minutes != 1)} "
                                     f"({deadline_source(event.source)}). Persist now to keep your work.")
         elif event.kind == "persist":
@@ -210,7 +366,7 @@ class RuntimeSupervisor:
     async def emergency_persist(self, reason: str, exit_after: bool) -> dict[str, Any]:
         """Checkpoint every tracked kernel briefly, sync what matters most first, report what
         could not be persisted, all within `grace_period`; then stop the server if asked."""
-        grace = self.app.grace_period
+        grace = self.emergency_budget()
         started = time.monotonic()
         self.emergency = {"reason": reason, "started": time.time(), "state": "running", "exiting": exit_after}
         self.log.warning("GPU workspace: %s: emergency persist within %.0f s", reason, grace)
@@ -311,6 +467,22 @@ class RuntimeSupervisor:
         state["emergency"] = {k: v for k, v in (self.emergency or {}).items() if k != "job"} or None
         state["release"] = self.release
         state["grace_period"] = self.app.grace_period
+        hub = self.platform.hub
+        state["platform"] = {
+            "jupyterhub": None if hub is None else {
+                "user": hub.user, "server_name": hub.server_name, "api_url": hub.api_url,
+                "started": self.hub_view.started if self.hub_view else None,
+                "last_activity": self.hub_view.last_activity if self.hub_view else None,
+                "activity_of": self.hub_view.activity_of if self.hub_view else None,
+                "read_at": self.hub_view.read_at if self.hub_view else None,
+                "error": self.hub_view.error if self.hub_view else None,
+                "max_age": self.hub_max_age, "cull_timeout": self.hub_cull_timeout,
+            },
+            "kubernetes": self.platform.kubernetes,
+            "kubespawner": self.platform.kubespawner,
+            "grace": self.grace(),
+            "keep_alive": dict(self.keep_alive),
+        }
         state["git"] = self.git_status if self.git is not None else {"enabled": False}
         return state
 

@@ -55,24 +55,36 @@ def _documents_step(pages: BrowserPages, run_async: Callable[..., Any], timeout:
 
 def _checkpoint_step(coordinator: Any, run_async: Callable[..., Any], timeout: float):
     def run(job: Job, step: Step) -> None:
-        if not coordinator.agent_states():
+        if not coordinator.agent_states() and not coordinator.run_states():
             step.detail = "no kernel tracks anything"
             return
         results = run_async(coordinator.request_all(), timeout + 15)
         failed = [r for r in results if r["state"] == "error"]
         waiting = [r["request_id"] for r in results if r["state"] in ("accepted", "sent")]
         late = run_async(coordinator.wait_done(waiting, timeout), timeout + 15) if waiting else []
-        done = len(results) - len(failed) - len(late)
         job.result["checkpoints"] = results
-        step.detail = f"{done} of {len(results)} kernels checkpointed"
-        problems = [f"kernel {r['kernel_id'][:8]}: {r.get('message')}" for r in failed]
-        problems += [f"kernel {coordinator.requests[rid]['kernel_id'][:8]}: no checkpoint within {timeout:.0f} s"
-                     for rid in late]
+
+        def done(kind: str) -> str:
+            asked = [r for r in results if kind in r]
+            ok = [r for r in asked if r["state"] != "error" and r.get("request_id") not in late]
+            return f"{len(ok)} of {len(asked)}"
+
+        runs = sum("run_id" in r for r in results)
+        step.detail = f"{done('kernel_id')} kernels checkpointed" + (
+            f", {done('run_id')} distributed runs" if runs else "")
+        problems = [f"{_who(r)}: {r.get('message')}" for r in failed]
+        problems += [f"{_who(coordinator.requests[rid])}: no checkpoint within {timeout:.0f} s" for rid in late]
         if problems:
             # Report, but go on to the sync: the files on disk still need to reach the store.
             job.errors.extend(problems)
 
     return run
+
+
+def _who(request: dict[str, Any]) -> str:
+    if "run_id" in request:
+        return f"distributed run {request['run_id'][:8]}"
+    return f"kernel {request['kernel_id'][:8]}"
 
 
 def start_persist(runner: JobRunner, service: SyncService, coordinator: Any = None,

@@ -57,7 +57,12 @@ def gpu_parts(metrics: dict[str, Any]) -> list[Part]:
         return [Line("GPUs", f"No GPU: {metrics.get('gpu_error') or 'none found'}", "none")]
     rows = []
     for g in gpus:
-        users = ", ".join(_user(p) for p in [*g.get("processes", []), *_mig_processes(g)]) or "—"
+        processes = [*g.get("processes", []), *_mig_processes(g)]
+        shown = [_user(p) for p in processes if p.get("visible", True)]
+        hidden = len(processes) - len(shown)
+        if hidden:  # the host's PIDs, seen from a container: the panel's words
+            shown.append(f"{count(hidden, 'process')} not visible from this container")
+        users = ", ".join(shown) or "—"
         temp = "—" if g.get("temperature") is None else f"{g['temperature']} °C"
         rows.append([f"GPU {g['index']}", g["name"].removeprefix("NVIDIA "), percent(g.get("utilization")),
                      usage(g.get("memory_used"), g.get("memory_total")), temp, users])

@@ -20,6 +20,9 @@ jlpm build
 jupyter labextension list 2>&1 | grep "jupyter_gpu_ws.*enabled.*OK" >/dev/null
 jupyter server extension list 2>&1 | grep "jupyter_gpu_ws.*enabled" >/dev/null
 
+step "configurable-http-proxy (npm) for the JupyterHub tests"
+(cd tests/hub && npm ci --no-audit --no-fund --loglevel=error)
+
 step "Chromium (Debian's package) for the browser tests"
 if ! command -v chromium >/dev/null; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -3,11 +3,16 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 export interface IGpuProcess {
-  pid: number;
+  /** As this server sees it; a kernel's own report may lack one. */
+  pid: number | null;
   memory_used: number | null;
   kernel_id: string | null;
   kernel_name: string | null;
   notebook: string | null;
+  /** False for a PID that is no process here (NVML's host PIDs, seen from a container). */
+  visible: boolean;
+  /** "nvml", or "kernel:<figure>" when the kernel reported its own use. */
+  memory_source: string;
 }
 
 export interface IMigDevice {
@@ -308,8 +313,42 @@ export interface ICheckpointKernel {
   request: { state: string; message: string | null } | null;
 }
 
+/** A torch.distributed run (checkpointed through DCP): a live one registered by its ranks, or
+ * one whose checkpoints the work directory holds. */
+export interface IDistributedRun {
+  run_id: string | null;
+  run: string;
+  live: boolean;
+  world_size?: number | null;
+  mesh?: { parallelism?: string; shape?: number[]; wrapper?: string } | null;
+  pending?: { request_id: string | null } | null;
+  writing?: boolean;
+  last_error?: string | null;
+  leader_registered?: boolean;
+  ranks?: {
+    rank: number;
+    host: string | null;
+    phase: string | null;
+    step: number | null;
+    last_error: string | null;
+    terminating: boolean | null;
+  }[];
+  checkpoints: {
+    step: number;
+    time: number;
+    bytes: number;
+    world_size: number;
+    bytes_per_rank: number[];
+    path: string;
+    synced?: boolean | null;
+  }[];
+  resumable?: { message: string; fits: boolean | null } | null;
+  request?: { state: string; message: string | null } | null;
+}
+
 export interface ICheckpointRequest {
-  kernel_id: string;
+  kernel_id?: string;
+  run_id?: string;
   request_id?: string;
   state: 'sent' | 'accepted' | 'done' | 'error';
   step?: number;
@@ -341,6 +380,39 @@ export interface IGitStatus {
   waiting?: string | null;
 }
 
+/** Where the server runs: JupyterHub, Kubernetes (KubeSpawner), the grace it gets, keep-alive. */
+export interface IPlatform {
+  jupyterhub: {
+    user: string;
+    server_name: string;
+    api_url: string;
+    started: number | null;
+    last_activity: number | null;
+    activity_of: 'server' | 'user' | null;
+    read_at: number | null;
+    error: string | null;
+    max_age: number | null;
+    cull_timeout: number | null;
+  } | null;
+  kubernetes: boolean;
+  kubespawner: boolean;
+  grace: {
+    seconds: number | null;
+    source: string | null;
+    emergency_seconds: number | null;
+    emergency_measured_by: string | null;
+    budget: number;
+    warning: string | null;
+  };
+  keep_alive: {
+    enabled: boolean;
+    active: boolean;
+    reason: string | null;
+    last_sent: number | null;
+    error: string | null;
+  };
+}
+
 export interface IRuntimeState {
   now: number;
   start: number;
@@ -363,6 +435,7 @@ export interface IRuntimeState {
   emergency: { reason: string; state: string; pending_count?: number; errors?: string[] } | null;
   release: { job_id: string; state: 'persisting' | 'kept' | 'releasing'; error: string | null } | null;
   git: IGitStatus | null;
+  platform?: IPlatform;
 }
 
 /** A package a restore would fetch and build from a VCS commit or a URL. */

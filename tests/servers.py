@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -58,6 +58,7 @@ class ServerProcess:
     state: Path
     runtime: Path
     log: Path
+    config: dict[str, Any] = field(default_factory=dict)  # its c.GpuWorkspace settings
 
     def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
         return api(self.port, path, method, body)
@@ -65,16 +66,20 @@ class ServerProcess:
 
 @contextmanager
 def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | None = None,
-                   root: Path | None = None, hostname: str | None = None) -> Iterator[ServerProcess]:
+                   root: Path | None = None, hostname: str | None = None,
+                   pid_namespace: bool = False) -> Iterator[ServerProcess]:
     """A server with its own root, local store and state under `folder`, its kernels' connection
     files (and agents' registrations) in `runtime`, which other servers may share; killed at
     the end (its whole process group). Yields once the extension answers.
 
     `root`: the work directory elsewhere; `hostname`: the server runs in a UTS namespace of its
-    own with that host name (`unshare -u`), as a server on another machine would."""
+    own with that host name (`unshare -u`), as a server on another machine would;
+    `pid_namespace`: the server and its kernels run in a PID namespace of their own
+    (`unshare -p -f --mount-proc`), as in a container: their PIDs there are not the host's."""
     state = folder / "state"
     store = Path(extra_config["store_url"]) if extra_config and "store_url" in extra_config else folder / "store"
     root = root or folder / "root"
+    folder.mkdir(parents=True, exist_ok=True)
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config = {
@@ -90,8 +95,10 @@ def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | N
     command = [sys.executable, "-m", "jupyter_server", f"--config={folder / 'config.json'}"]
     if hostname:
         command = ["unshare", "-u", "sh", "-c", f'hostname "$0" && exec "$@"', hostname, *command]
+    if pid_namespace:
+        command = ["unshare", "-p", "-f", "--mount-proc", *command]
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    server = ServerProcess(proc, port, root, store, state, runtime, folder / "server.log")
+    server = ServerProcess(proc, port, root, store, state, runtime, folder / "server.log", config["GpuWorkspace"])
     try:
         until(lambda: server.api("/gpuws/api/runtime"), 60, "the server with the extension")
         yield server

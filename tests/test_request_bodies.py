@@ -85,8 +85,10 @@ async def test_unknown_keys_are_named_in_the_400(jp_fetch: Any, gpuws_app: Any) 
     ("runtime/release", b'{"force": "yes"}', '"force" must be boolean, not string'),
     ("env/restore", b'{"snapshot": 5}', '"snapshot" must be string or null, not number'),
     ("checkpoints", b'{"kernel_id": ["k"]}', '"kernel_id" must be string, not array'),
-    ("checkpoints", b'{"kernel_id": "k", "all": true}', 'Send {"kernel_id": "<id>"} or {"all": true}, not both'),
-    ("checkpoints", b'{"all": false}', 'Send {"kernel_id": "<id>"} or {"all": true}'),
+    ("checkpoints", b'{"kernel_id": "k", "all": true}',
+     'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}, not several'),
+    ("checkpoints", b'{"all": false}', 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}'),
+    ("checkpoints", b'{"run_id": ""}', 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}'),
     ("sync/lease", b'{"take_over": false}', 'Send {"take_over": true} to take over the workspace lease'),
 ])
 async def test_a_value_of_the_wrong_type_is_named_in_the_400(jp_fetch: Any, gpuws_app: Any, path: str,

@@ -309,3 +309,28 @@ class TestStartupFaults:
         with pytest.raises(HTTPClientError) as err:
             await jp_fetch("gpuws", "api", "persist", method="POST", body="")
         assert err.value.code == 503 and "not running" in json.loads(err.value.response.body)["message"]
+
+
+async def test_a_file_that_cannot_be_read_is_named_and_does_not_fail_persist(
+        jp_fetch: Any, jp_root_dir: Path, store_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    await sync_running(jp_fetch)
+    (jp_root_dir / "fine.txt").write_text("fine")
+    locked = jp_root_dir / "locked.csv"
+    locked.write_text("secret")
+    real_open = os.open
+
+    def guarded(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if str(path) == str(locked):  # as chmod 000 would, even for root
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", guarded)
+    response = await jp_fetch("gpuws", "api", "persist", method="POST", body="")
+    job = await finished(jp_fetch, "persist", json.loads(response.body)["id"])
+    assert job["state"] == "done", job["errors"]  # the rest is persisted; a release would go on
+    assert job["result"]["problems"] == ["locked.csv: cannot be read: Permission denied"]
+    assert (mirror(store_dir) / "fine.txt").read_text() == "fine"
+    status = await get(jp_fetch, "sync")
+    assert status["problem_files"] == 1 and status["state"] == "idle"
+    listing = await get(jp_fetch, "sync", "pending")
+    assert listing["problems"][0]["path"] == "locked.csv"

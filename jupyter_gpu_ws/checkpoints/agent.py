@@ -9,12 +9,17 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from ..monitor.own_use import OwnGpuUseReader
 from . import protocol
 from .tracker import Tracker, default_tracker
 
 log = logging.getLogger(__name__)
+
+# How often the agent looks at its own GPU memory and the loop's step, and rewrites its
+# registration when either changed: the server's sampler and keep-alive read them from there.
+OBSERVE_EVERY = 2.0
 
 
 def kernel_identity() -> tuple[str | None, Path | None]:
@@ -32,7 +37,7 @@ def kernel_identity() -> tuple[str | None, Path | None]:
 class Agent:
     def __init__(self, ip: Any, tracker: Tracker | None = None) -> None:
         self.ip = ip
-        self.tracker = tracker or default_tracker()
+        self._tracker = tracker
         self.kernel_id, runtime = kernel_identity()
         # The server that started this kernel exported its identity: register in its folder,
         # where no other server of this user removes us. Without one, at the top, as before.
@@ -42,6 +47,10 @@ class Agent:
         self.file = (protocol.registration_file(protocol.registrations_folder(runtime, self.server_id), self.kernel_id)
                      if runtime and self.kernel_id else None)
         self.cell_running = False
+        self.gpu_reader = OwnGpuUseReader.from_environment()
+        self.gpu: list[dict[str, Any]] = []
+        self.stepped_at: float | None = None  # when the loop's step was last seen to change
+        self._seen_step: Any = None
         self._write_lock = threading.Lock()
         self.tracker.on_change = self.publish
         ip.events.register("pre_run_cell", self._pre_run)
@@ -55,29 +64,31 @@ class Agent:
             self.request_file = protocol.request_file(self.file.parent, self.kernel_id)
             threading.Thread(target=self._watch_requests, name="gpuws-agent", daemon=True).start()
 
+    @property
+    def tracker(self) -> Tracker:
+        # The kernel's tracker, looked up each time: gpuws.track() replaces it by a distributed
+        # one when the kernel joins a torch.distributed process group.
+        return self._tracker or default_tracker()
+
     # -- requests from the server ------------------------------------------------------------
 
     def _watch_requests(self) -> None:
-        """Checks the request file ten times a second: one stat, no Python work otherwise."""
-        last_mtime = None
-        while True:
-            time.sleep(0.1)
-            try:
-                mtime = os.stat(self.request_file).st_mtime_ns
-            except FileNotFoundError:
-                continue
-            except OSError:
-                continue
-            if mtime == last_mtime:
-                continue
-            last_mtime = mtime
-            try:
-                request_id = json.loads(self.request_file.read_text()).get("request_id")
-            except (OSError, ValueError):
-                continue
-            if request_id and request_id != self._handled:
-                self._handled = request_id
-                self.on_request(request_id)
+        """Checks the request file ten times a second (one stat, no Python work otherwise), and
+        observes this kernel's own GPU use every OBSERVE_EVERY seconds."""
+        next_observation = 0.0
+
+        def tick() -> None:
+            nonlocal next_observation
+            if time.monotonic() >= next_observation:
+                next_observation = time.monotonic() + OBSERVE_EVERY
+                self.observe()
+
+        watch_requests(self.request_file, self._on_request_id, tick=tick)
+
+    def _on_request_id(self, request_id: str) -> None:
+        if request_id != self._handled:
+            self._handled = request_id
+            self.on_request(request_id)
 
     def on_request(self, request_id: str) -> None:
         if not self.tracker.objects:
@@ -85,6 +96,25 @@ class Agent:
         self.tracker.request(request_id)
         if not self.cell_running:
             self._save_now()  # the main thread is idle: nothing races us for the tracked state
+
+    def observe(self) -> None:
+        """Publish this kernel's GPU memory and the loop's progress when they changed."""
+        try:
+            gpu = [{"uuid": u.uuid, "memory_used": u.memory_used, "figure": u.figure}
+                   for u in self.gpu_reader.read()]
+        except Exception as err:  # never let monitoring break the kernel
+            log.debug("gpuws agent: own GPU use unreadable: %s", err)
+            gpu = self.gpu
+        step = self.tracker.step_value
+        changed = gpu != self.gpu
+        if step != self._seen_step:
+            if self._seen_step is not None:  # the first look only learns where the loop is
+                self.stepped_at = time.time()
+                changed = True
+            self._seen_step = step
+        if changed:
+            self.gpu = gpu
+            self.publish()
 
     # -- the cell in progress ----------------------------------------------------------------
 
@@ -148,7 +178,8 @@ class Agent:
 
     def state(self) -> dict[str, Any]:
         return {"kernel_id": self.kernel_id, "server_id": self.server_id, **self.process,
-                "cell_running": self.cell_running, "updated": time.time(), **self.tracker.describe()}
+                "cell_running": self.cell_running, "updated": time.time(), "gpu": self.gpu,
+                "stepped_at": self.stepped_at, **self.tracker.describe()}
 
     def publish(self) -> None:
         if self.file is None:
@@ -164,6 +195,29 @@ class Agent:
                 os.replace(tmp, self.file)
             except OSError as err:
                 log.debug("gpuws agent: cannot write %s: %s", self.file, err)
+
+
+def watch_requests(path: Path, on_request: Callable[[str], None], stop: threading.Event | None = None,
+                   tick: Callable[[], None] | None = None) -> None:
+    """Check a request file ten times a second (one stat, no Python work otherwise) and call
+    `on_request` with each new request id the server writes there (and `tick` each time)."""
+    last_mtime = None
+    while not (stop.wait(0.1) if stop is not None else time.sleep(0.1)):
+        if tick is not None:
+            tick()
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            continue
+        if mtime == last_mtime:
+            continue
+        last_mtime = mtime
+        try:
+            request_id = json.loads(path.read_text()).get("request_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(request_id, str) and request_id:
+            on_request(request_id)
 
 
 _agent: Agent | None = None

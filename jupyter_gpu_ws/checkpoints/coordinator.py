@@ -79,7 +79,8 @@ class CheckpointCoordinator:
         if not self.agents_dir.is_dir():
             self._claim_folder()  # removed under us (a tidy-up by hand): kernels re-register into it
         found: dict[str, tuple[Path, dict[str, Any]]] = {}
-        # Our folder holds only our kernels: one we no longer run has gone for good.
+        # Our folder holds only our kernels (and the ranks of runs started from our terminals,
+        # which _processes reads): a kernel we no longer run has gone for good.
         for kernel_id, path, state in _read_folder(self.agents_dir):
             if kernel_id not in alive:
                 _remove_kernel_files(self.agents_dir, kernel_id)
@@ -112,6 +113,53 @@ class CheckpointCoordinator:
                 if state is not None and process_ended(state):
                     _remove_kernel_files(folder, kernel_id)
 
+    def _processes(self) -> dict[str, dict[int, tuple[Path, dict[str, Any]]]]:
+        """The ranks of distributed runs registered in our folder, by run id and rank; the
+        registration of a rank whose process has ended is removed (no kernel list says it runs)."""
+        runs: dict[str, dict[int, tuple[Path, dict[str, Any]]]] = {}
+        try:
+            paths = list(self.agents_dir.iterdir())
+        except OSError:
+            return runs
+        for path in paths:
+            ident = protocol.registered_process(path)
+            if ident is None:
+                continue
+            state = _read_json(path)
+            if state is None:
+                continue
+            if process_ended(state):
+                name = protocol.process_name(*ident)
+                _remove_kernel_files(self.agents_dir, name)
+                continue
+            runs.setdefault(ident[0], {})[ident[1]] = (path, state)
+        return runs
+
+    def run_states(self) -> dict[str, dict[str, Any]]:
+        """Each distributed run registered with this server, as one run: rank 0's view (its
+        request, its last checkpoint) with every registered rank's own state."""
+        out: dict[str, dict[str, Any]] = {}
+        for run_id, ranks in self._processes().items():
+            states = [state for _, (_, state) in sorted(ranks.items())]
+            leader = ranks[0 if 0 in ranks else min(ranks)][1]
+            spread = leader.get("distributed") or {}
+            out[run_id] = {
+                "run_id": run_id, "run": leader.get("run"), "command": leader.get("command"),
+                "world_size": spread.get("world_size"), "mesh": spread.get("mesh"),
+                "objects": leader.get("objects"), "policy": leader.get("policy"), "root": leader.get("root"),
+                "step": leader.get("step"), "pending": leader.get("pending"),
+                "writing": any(s.get("writing") for s in states), "last": leader.get("last"),
+                "last_error": next((s.get("last_error") for s in states if s.get("last_error")), None),
+                "ranks": [{"rank": (s.get("distributed") or {}).get("rank"),
+                           "local_rank": (s.get("distributed") or {}).get("local_rank"),
+                           "host": (s.get("distributed") or {}).get("host"), "pid": s.get("pid"),
+                           "phase": (s.get("distributed") or {}).get("phase"), "step": s.get("step"),
+                           "writing": s.get("writing"), "last_error": s.get("last_error"),
+                           "terminating": (s.get("distributed") or {}).get("terminating")} for s in states],
+                "leader_registered": 0 in ranks,
+            }
+        return out
+
     async def list(self) -> list[dict[str, Any]]:
         notebooks = await self.notebooks()
         out = []
@@ -121,12 +169,25 @@ class CheckpointCoordinator:
             state["notebook"] = notebooks.get(kernel_id)
             last = state.get("last") or {}
             request = next((r for r in self.requests.values()
-                            if r["kernel_id"] == kernel_id and r["state"] in ("sent", "accepted")), None)
+                            if r.get("kernel_id") == kernel_id and r["state"] in ("sent", "accepted")), None)
             if request and last.get("request_id") == request["request_id"]:
                 request["state"] = "done"
                 request = None
             state["request"] = request
             out.append(state)
+        return out
+
+    def runs(self) -> list[dict[str, Any]]:
+        """The distributed runs, each with the server's request still in progress."""
+        out = []
+        for run_id, run in sorted(self.run_states().items(), key=lambda item: str(item[1].get("run"))):
+            last = run.get("last") or {}
+            request = next((r for r in self.requests.values()
+                            if r.get("run_id") == run_id and r["state"] in ("sent", "accepted")), None)
+            if request and last.get("request_id") == request["request_id"]:
+                request["state"] = "done"
+                request = None
+            out.append({**run, "request": request})
         return out
 
     # -- asking --------------------------------------------------------------------------------
@@ -165,13 +226,52 @@ class CheckpointCoordinator:
             record.update(state="accepted", message="The kernel has not picked up the request yet")
         return dict(record)
 
+    async def request_run(self, run_id: str, timeout: float = 5.0) -> dict[str, Any]:
+        """Ask a distributed run for a checkpoint: the request goes to rank 0, which agrees with
+        every rank on the step to save at."""
+        runs = self._processes()
+        if run_id not in runs:
+            raise CheckpointRequestError(f"No distributed run {run_id!r} is registered with this server")
+        if 0 not in runs[run_id]:
+            raise CheckpointRequestError(
+                f"Rank 0 of run {run_id} is not registered here (it runs on another machine): ask it there",
+                status=409)
+        leader = protocol.process_name(run_id, 0)
+        request_id = uuid.uuid4().hex[:12]
+        record: dict[str, Any] = {"run_id": run_id, "request_id": request_id, "state": "sent", "time": time.time(),
+                                  "message": None}
+        self.requests[request_id] = record
+        path = protocol.request_file(self.agents_dir, leader)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"request_id": request_id, "time": record["time"]}))
+        tmp.replace(path)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = (self._processes().get(run_id) or {}).get(0, (None, {}))[1]
+            last, pending = state.get("last") or {}, state.get("pending") or {}
+            if last.get("request_id") == request_id:
+                record.update(state="done", step=last.get("step"), bytes=last.get("bytes"))
+                break
+            if pending.get("request_id") == request_id:
+                record.update(state="accepted", step=state.get("step"),
+                              message="Saving at the step all ranks agree on")
+                break
+            await asyncio.sleep(0.05)
+        else:
+            record.update(state="accepted", message="Rank 0 has not picked up the request yet")
+        return dict(record)
+
     async def request_all(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """Every kernel that tracks something, and every distributed run."""
         kernels = list(self.agent_states())
-        results = await asyncio.gather(*(self.request(k, timeout) for k in kernels), return_exceptions=True)
+        runs = [run_id for run_id, run in self.run_states().items() if run["leader_registered"]]
+        results = await asyncio.gather(*(self.request(k, timeout) for k in kernels),
+                                       *(self.request_run(r, timeout) for r in runs), return_exceptions=True)
+        asked = [("kernel_id", k) for k in kernels] + [("run_id", r) for r in runs]
         out = []
-        for kernel_id, result in zip(kernels, results):
+        for (kind, ident), result in zip(asked, results):
             if isinstance(result, BaseException):
-                out.append({"kernel_id": kernel_id, "state": "error", "message": str(result)})
+                out.append({kind: ident, "state": "error", "message": str(result)})
             else:
                 out.append(result)
         return out
@@ -182,10 +282,13 @@ class CheckpointCoordinator:
         waiting = [r for r in request_ids if self.requests.get(r, {}).get("state") != "done"]
         while waiting and time.monotonic() < deadline:
             states = self.agent_states()
+            runs = {run_id: ranks[0][1] for run_id, ranks in self._processes().items() if 0 in ranks}
             for rid in list(waiting):
                 record = self.requests[rid]
-                last = (states.get(record["kernel_id"]) or {}).get("last") or {}
-                if last.get("request_id") == rid or record["kernel_id"] not in states:
+                ident = record.get("kernel_id") or record.get("run_id")
+                state = states.get(ident) if "kernel_id" in record else runs.get(ident)
+                last = (state or {}).get("last") or {}
+                if last.get("request_id") == rid or state is None:
                     record["state"] = "done" if last.get("request_id") == rid else "error"
                     waiting.remove(rid)
             if waiting:

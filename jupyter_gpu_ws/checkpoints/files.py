@@ -87,9 +87,14 @@ def finish(tmp: Path, step: int, objects: list[str], extra: dict[str, Any],
         size = path.stat().st_size
         files[path.name] = {"size": size, "xxh3": (known or {}).get(path.name) or checksum(path)}
         total += size
+    return commit(tmp, step, {"objects": objects, "files": files, "bytes": total, **extra})
+
+
+def commit(tmp: Path, step: int, fields: dict[str, Any]) -> CheckpointInfo:
+    """Write the manifest (the files in it already fsynced) and rename the folder into place:
+    the one moment the checkpoint becomes complete."""
     now = time.time()
-    manifest = {"format": FORMAT, "step": step, "time": now, "objects": objects, "files": files,
-                "bytes": total, **extra}
+    manifest = {"format": FORMAT, "step": step, "time": now, **fields}
     with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
         f.flush()
@@ -102,7 +107,18 @@ def finish(tmp: Path, step: int, objects: list[str], extra: dict[str, Any],
         final = tmp.parent / f"ckpt-{step:09d}-{stamp}-{n}"
     os.rename(tmp, final)
     fsync_file(tmp.parent)
-    return CheckpointInfo(final, step, now, total, objects, extra.get("request_id"))
+    return CheckpointInfo(final, step, now, int(manifest.get("bytes", 0)), list(manifest.get("objects", [])),
+                          manifest.get("request_id"))
+
+
+def folder_order(name: str) -> tuple[int, str, int] | None:
+    """How a checkpoint folder's name sorts, newest last: (step, stamp, n); None for a name that
+    is not a checkpoint folder's (a temporary folder of a write in progress, anything else)."""
+    match = _NAME.match(name)
+    if match is None:
+        return None
+    suffix = name[match.end(2) + 1:]
+    return int(match.group(1)), match.group(2), int(suffix) if suffix else 1
 
 
 def read_manifest(path: Path) -> dict[str, Any] | None:
@@ -114,9 +130,11 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
     return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
 
 
-def verify(path: Path, manifest: dict[str, Any]) -> str | None:
-    """None if every file is there with its size and checksum; else what is wrong."""
-    for name, meta in manifest.get("files", {}).items():
+def verify(path: Path, manifest: dict[str, Any], names: list[str] | None = None) -> str | None:
+    """None if every file (or each of `names`) is there with its size and checksum; else what is
+    wrong."""
+    files = manifest.get("files", {})
+    for name, meta in files.items() if names is None else ((n, files[n]) for n in names):
         file = path / name
         try:
             size = file.stat().st_size
@@ -140,6 +158,39 @@ def complete_checkpoints(run_path: Path) -> list[tuple[Path, dict[str, Any]]]:
             if manifest is not None:
                 found.append((entry, manifest))
     return sorted(found, key=lambda item: (item[1]["step"], item[1]["time"]))
+
+
+def find_checkpoint(root: str | os.PathLike[str], run: str, step: int | None = None) -> tuple[Path, dict[str, Any]]:
+    """The newest complete checkpoint (of `step`, if given) that passes its checksums, of a run
+    named as `track()` named it, or of a run folder, or a checkpoint folder itself; a
+    CheckpointError that says what there is otherwise."""
+    given = Path(run)
+    if given.is_dir() and read_manifest(given) is not None:
+        candidates = [(given, read_manifest(given) or {})]
+    else:
+        folder = given if given.is_dir() else run_dir(root, run)
+        if not folder.is_dir():
+            try:
+                runs = sorted(p.name for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith("."))
+            except OSError:
+                runs = []
+            raise CheckpointError(f"No checkpoints of {run!r} in {root}"
+                                  + (f" (runs there: {', '.join(runs)})" if runs else " (it holds no runs)"))
+        candidates = complete_checkpoints(folder)
+    if step is not None:
+        steps = sorted({int(m["step"]) for _, m in candidates})
+        candidates = [(p, m) for p, m in candidates if int(m["step"]) == step]
+        if not candidates:
+            raise CheckpointError(f"No complete checkpoint of step {step}"
+                                  + (f" (steps: {', '.join(map(str, steps))})" if steps else ""))
+    problems = []
+    for path, manifest in reversed(candidates):
+        problem = verify(path, manifest)
+        if problem is None:
+            return path, manifest
+        problems.append(f"{path.name}: {problem}")
+    raise CheckpointError("No complete checkpoint" + (f" passes its checksums ({'; '.join(problems[:3])})"
+                                                      if problems else f" of {run!r}"))
 
 
 def info_of(path: Path, manifest: dict[str, Any]) -> CheckpointInfo:

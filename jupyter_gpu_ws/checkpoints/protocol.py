@@ -9,6 +9,8 @@ server of the same user on the machine:
     <runtime>/gpuws-agents/<server id>/<kernel id>.request.json
     <runtime>/gpuws-agents/<kernel id>.json                   a kernel without a server identity
     <runtime>/gpuws-agents/<kernel id>.request.json
+    <runtime>/gpuws-agents/<server id>/proc-<run id>-<rank>.json          one rank of a torchrun run
+    <runtime>/gpuws-agents/<server id>/proc-<run id>-<rank>.request.json
 
 - `<server id>`: each server process makes a fresh one and exports it to its kernels as
   `GPUWS_SERVER_ID` (they inherit the server's environment). A kernel started without it (or
@@ -19,6 +21,12 @@ server of the same user on the machine:
 - The request: `{"request_id": ...}`, written by the server to ask for a checkpoint. An agent
   thread watches it, so the request arrives while a training cell runs, on any kernel, and the
   kernel's Jupyter messaging is left alone.
+- A process that is not a kernel (each rank of a run launched by `torchrun` from a Jupyter
+  terminal or `!torchrun` in a notebook, which inherit `GPUWS_SERVER_ID`) registers the same way
+  under `proc-<run id>-<rank>`: the ranks of one run share the run id, so the server shows them
+  as one run, and asks rank 0, which brings every rank to the same step. Only a server's own
+  folder holds them (nobody could ask a process registered at the top), and they go when the
+  process ends (no kernel list says whether it runs).
 
 Who removes what, so that no server unprotects another's training: a server removes the
 registrations in its own folder whose kernel it no longer runs; anyone removes a registration
@@ -50,6 +58,10 @@ SERVER_ID_ENV = "GPUWS_SERVER_ID"
 SERVER_FILE = "server.json"
 REGISTRATION_SUFFIX = ".json"
 REQUEST_SUFFIX = ".request.json"
+PROCESS_PREFIX = "proc-"
+# The exported environment variable that names the runtime folder of the server (a process
+# that is not a kernel has no connection file to find it by).
+RUNTIME_DIR_ENV = "GPUWS_RUNTIME_DIR"
 
 CHECKPOINT = "checkpoint"
 STATUS = "status"
@@ -59,6 +71,8 @@ ERROR = "error"
 
 # A server id becomes a folder name: nothing that could climb out of the agents folder.
 _SERVER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+# A process registration's name: a run id (hex) and a rank.
+_PROCESS = re.compile(r"proc-([0-9a-f]{8,32})-(\d{1,6})")
 
 
 def agents_root(runtime_dir: str | Path) -> Path:
@@ -88,7 +102,23 @@ def registered_kernel(path: Path) -> str | None:
     name = path.name
     if name == SERVER_FILE or name.endswith(REQUEST_SUFFIX) or not name.endswith(REGISTRATION_SUFFIX):
         return None
+    if name.startswith(PROCESS_PREFIX):
+        return None  # a rank of a torchrun run: registered_process
     return name[: -len(REGISTRATION_SUFFIX)] or None
+
+
+def process_name(run_id: str, rank: int) -> str:
+    """The name a rank of a distributed run registers under (files `<name>.json`, `<name>.request.json`)."""
+    return f"{PROCESS_PREFIX}{run_id}-{rank}"
+
+
+def registered_process(path: Path) -> tuple[str, int] | None:
+    """(run id, rank) of a process registration file; None for any other file."""
+    name = path.name
+    if name.endswith(REQUEST_SUFFIX) or not name.endswith(REGISTRATION_SUFFIX):
+        return None
+    match = _PROCESS.fullmatch(name[: -len(REGISTRATION_SUFFIX)])
+    return (match.group(1), int(match.group(2))) if match else None
 
 
 @functools.lru_cache(maxsize=1)

@@ -266,14 +266,20 @@ class Tracker:
         if not self.objects:
             raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
         origin = bring_newest(self.run_path, self.run or default_run_name(), timeout)
-        found = newest_checkpoint(self.run_path, stacklevel=3)
+        found = newest_checkpoint(self.run_path, stacklevel=3, distributed=True)
         if found is None:
             where = "in the store" if origin == NONE else "here (no Jupyter server with jupyter_gpu_ws to ask the store)"
             print(f"gpuws: no checkpoint of {self.run} {where}: starting from 0", flush=True)
             return 0
         path, manifest, state, rng = found
-        self._load(state, path)
-        restore_rng(torch, rng)
+        if state is None:
+            # Saved by a distributed run (torchrun) through DCP: loaded whole into this process.
+            from .distributed import load_in_one_process
+
+            load_in_one_process(self, path, manifest)
+        else:
+            self._load(state, path)
+            restore_rng(torch, rng)
         self.last = info_of(path, manifest)
         self.step_value = int(manifest["step"])
         self._changed()
@@ -378,15 +384,26 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
     return skeleton, hasher.hexdigest()
 
 
-def newest_checkpoint(run_path: Path, stacklevel: int = 2) -> tuple[Path, dict[str, Any], dict[str, Any],
-                                                                  dict[str, Any]] | None:
+def newest_checkpoint(run_path: Path, stacklevel: int = 2, distributed: bool = False,
+                      ) -> tuple[Path, dict[str, Any], dict[str, Any] | None, dict[str, Any] | None] | None:
     """The newest complete checkpoint that passes its checksums and loads: (folder, manifest,
-    state, RNG states). The others are skipped with a warning saying why."""
+    state, RNG states). The others are skipped with a warning saying why. With `distributed`,
+    a checkpoint saved through DCP counts too (its state and RNG states None: it loads through
+    DCP); without, it cannot be read here and is skipped."""
     for path, manifest in reversed(complete_checkpoints(run_path)):
         problem = verify(path, manifest)
         if problem:
             warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=stacklevel)
             continue
+        if distributed and manifest.get("kind") == "dcp":
+            from .dcpfiles import read_metadata
+
+            try:
+                read_metadata(path)  # small; refused when it holds anything but DCP's records
+            except Exception as err:
+                warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=stacklevel)
+                continue
+            return path, manifest, None, None
         try:
             state, rng = read_checkpoint(path)
         except Exception as err:
@@ -489,6 +506,22 @@ def default_tracker() -> Tracker:
     if _default is None:
         _default = Tracker()
     return _default
+
+
+def tracker_to_track() -> Tracker:
+    """The tracker `gpuws.track()` uses: once torch.distributed runs in this process, one that
+    saves through torch.distributed.checkpoint on every rank (distributed.py), taking over what
+    the plain one knew (the agent's hook, what it tracked)."""
+    global _default
+    from .distributed import DistributedTracker, running
+
+    if running() and not isinstance(_default, DistributedTracker):
+        previous, _default = _default, DistributedTracker()
+        if previous is not None:
+            _default.on_change = previous.on_change
+            _default.objects.update(previous.objects)
+            _default.run, _default.root, _default.policy = previous.run, previous.root, previous.policy
+    return default_tracker()
 
 
 def step(i: int) -> None:

@@ -19,6 +19,12 @@ The JSON file (all keys optional):
 
 `errors` makes one query fail with the named NVML error: `utilization`, `power`,
 `power_limit`, `temperature`, `clock`, `processes`, `memory`, or `all` (every query).
+
+The same file may also simulate what `torch.cuda` reports inside each process (`FakeTorchCuda`,
+for the kernels' own GPU use where NVML's PIDs are the host's), keyed by the process's PID as
+that process sees it:
+
+    {"torch_cuda": {"57": [{"uuid": "GPU-...", "reserved": 15032385536, "allocated": 12884901888}]}}
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import pynvml
 Memory = namedtuple("Memory", "total free used")
 Utilization = namedtuple("Utilization", "gpu memory")
 Process = namedtuple("Process", "pid usedGpuMemory")
+DeviceProperties = namedtuple("DeviceProperties", "name uuid total_memory")
 
 
 def _error(code_name: str) -> pynvml.NVMLError:
@@ -186,3 +193,43 @@ class FakeNvml:
         if index >= len(migs):
             raise _error("NOT_FOUND")
         return _Handle(migs[index], index, parent=handle)
+
+
+class FakeTorchCuda:
+    """Behaves as `torch.cuda` for the memory figures a kernel reports of itself: the devices
+    listed under `torch_cuda` for this process's PID, in that order (device 0, 1, …)."""
+
+    def __init__(self, path: str) -> None:
+        self._nvml = FakeNvml(path)
+
+    def _devices(self) -> list[dict[str, Any]]:
+        try:
+            spec = self._nvml._load()
+        except pynvml.NVMLError:
+            return []
+        return list((spec.get("torch_cuda") or {}).get(str(os.getpid()), []))
+
+    def is_initialized(self) -> bool:
+        return bool(self._devices())
+
+    def device_count(self) -> int:
+        return len(self._devices())
+
+    def _device(self, device: int) -> dict[str, Any]:
+        devices = self._devices()
+        if not 0 <= device < len(devices):
+            raise RuntimeError(f"CUDA error: invalid device ordinal {device}")
+        return devices[device]
+
+    def memory_reserved(self, device: int) -> int:
+        return int(self._device(device).get("reserved", 0))
+
+    def memory_allocated(self, device: int) -> int:
+        return int(self._device(device).get("allocated", 0))
+
+    def get_device_properties(self, device: int) -> DeviceProperties:
+        spec = self._device(device)
+        uuid = str(spec.get("uuid", ""))
+        # torch spells the UUID without NVML's "GPU-" prefix.
+        return DeviceProperties("NVIDIA Test GPU", uuid[4:] if uuid.startswith("GPU-") else uuid,
+                                int(spec.get("total", 16 * 2**30)))

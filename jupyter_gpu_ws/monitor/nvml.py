@@ -15,13 +15,20 @@ INIT_RETRY_SECONDS = 30.0
 
 @dataclass
 class GpuProcess:
-    """A process holding memory on a GPU, and the Jupyter kernel that owns it if any."""
+    """A process holding memory on a GPU, and the Jupyter kernel that owns it if any.
+
+    `visible`: whether the PID is a process this server can see (NVML reports the host's PIDs,
+    which mean nothing inside a container); `memory_source`: "nvml", or "kernel:<figure>" for an
+    entry the kernel reported of itself (see monitor/attribution.py).
+    """
 
     pid: int
     memory_used: int | None
     kernel_id: str | None = None
     kernel_name: str | None = None
     notebook: str | None = None
+    visible: bool = True
+    memory_source: str = "nvml"
 
 
 @dataclass

@@ -10,10 +10,11 @@ import threading
 import time
 from collections import deque
 from dataclasses import asdict
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from .alerts import AlertTracker
-from .kernels import KernelRef, find_owner
+from .attribution import KernelReport, attribute
+from .kernels import KernelRef
 from .nvml import GpuReading
 from .system import SystemInfo
 
@@ -47,6 +48,7 @@ class Sampler:
         interval: float = 1.0,
         history_seconds: float = 300.0,
         kernels: Callable[[], Mapping[int, KernelRef]] = dict,
+        kernel_reports: Callable[[], Iterable[KernelReport]] = list,
         alerts: AlertTracker | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -56,6 +58,7 @@ class Sampler:
         self.system = system
         self.interval = interval
         self.kernels = kernels
+        self.kernel_reports = kernel_reports
         self.alerts = alerts
         self._clock = clock
         self._history: deque[Sample] = deque(maxlen=max(1, int(history_seconds / interval)))
@@ -108,11 +111,7 @@ class Sampler:
         system = asdict(self.system.read())
         kernels = self.kernels()
         gpus = [asdict(gpu) for gpu in reading.gpus]
-        for gpu in gpus:
-            for proc in _processes(gpu):
-                owner = find_owner(proc["pid"], kernels)
-                if owner is not None:
-                    proc.update(kernel_id=owner.kernel_id, kernel_name=owner.name, notebook=owner.notebook)
+        attribute(gpus, kernels, self.kernel_reports())
         alerts = self.alerts.update(gpus, system["disks"], now) if self.alerts else []
         sample: Sample = {
             "time": now,
@@ -163,9 +162,3 @@ class Sampler:
     def history_capacity(self) -> int:
         return self._history.maxlen or 0
 
-
-def _processes(gpu: Sample) -> list[dict[str, Any]]:
-    procs = list(gpu["processes"])
-    for mig in gpu["mig"]:
-        procs.extend(mig["processes"])
-    return procs

@@ -3,6 +3,7 @@
 from .deadline import (
     Deadline,
     DeadlineFile,
+    HubLimits,
     IdleInputs,
     KernelActivity,
     RuntimeClock,
@@ -28,6 +29,7 @@ __all__ = [
     "AzureScheduledEventsCheck",
     "Deadline",
     "DeadlineFile",
+    "HubLimits",
     "GcpPreemptedCheck",
     "IdleInputs",
     "KernelActivity",

@@ -180,6 +180,39 @@ class IdleInputs:
 
 
 @dataclass(frozen=True)
+class HubLimits:
+    """JupyterHub's limits on this server, and the times they count from.
+
+    `max_age`: the culler's `--max-age` (the server is stopped that long after it started,
+    active or not); `cull_timeout`: its `--timeout` (stopped after that long without activity
+    as the hub sees it). The culler acts on its next round, up to `--cull-every` later: the
+    deadlines here are the earliest it may act.
+    """
+
+    max_age: float | None = None
+    cull_timeout: float | None = None
+    started: float | None = None
+    started_from: str = "the hub"
+    last_activity: float | None = None
+    activity_from: str = "the hub"
+
+    def deadlines(self) -> list[Deadline]:
+        found = []
+        if self.max_age and self.started is not None:
+            found.append(Deadline(self.started + self.max_age, HUB_MAX_AGE,
+                                  f"max age {self.max_age:g} s from the start ({self.started_from})"))
+        if self.cull_timeout and self.last_activity is not None:
+            found.append(Deadline(self.last_activity + self.cull_timeout, HUB_IDLE_CULL,
+                                  f"idle {self.cull_timeout:g} s after the last activity ({self.activity_from})"))
+        return found
+
+
+HUB_MAX_AGE = "hub:max_age"
+HUB_IDLE_CULL = "hub:idle_cull"
+DEFAULT_CULL_WARNING_LEAD = 600.0
+
+
+@dataclass(frozen=True)
 class RuntimeEvent:
     """Something the server acts on: a warning to show, or the automatic persist to start."""
 
@@ -200,6 +233,8 @@ class RuntimeSettings:
     deadline_file: str | None = None
     persist_lead_time: float = DEFAULT_PERSIST_LEAD_TIME
     warning_leads: Sequence[float] = field(default_factory=lambda: DEFAULT_WARNING_LEADS)
+    # Whatever the other warnings say, the user hears this long before the hub's idle cull.
+    cull_warning_lead: float = DEFAULT_CULL_WARNING_LEAD
 
     @classmethod
     def from_config(
@@ -253,6 +288,8 @@ class RuntimeClock:
         self.deadline_file = DeadlineFile(settings.deadline_file) if settings.deadline_file else None
         self.idle: IdleInputs | None = None
         self.preemption: dict[str, Any] | None = None
+        self.hub: HubLimits | None = None
+        self._cull_warned: float | None = None  # the idle-cull deadline already warned of
         self._listeners: list[Callable[[RuntimeEvent], None]] = []
         self._warned: set[float] = set()
         self._persist_announced = False
@@ -271,6 +308,11 @@ class RuntimeClock:
             if self.preemption is None:
                 self.preemption = {"cloud": cloud, "detail": detail, "noticed": at, "deadline": deadline}
 
+    def update_hub(self, limits: HubLimits | None) -> None:
+        """JupyterHub's limits and the times they count from (read from the hub API)."""
+        with self._lock:
+            self.hub = limits
+
     def subscribe(self, listener: Callable[[RuntimeEvent], None]) -> None:
         self._listeners.append(listener)
 
@@ -287,7 +329,9 @@ class RuntimeClock:
         if self.deadline_file is not None and (from_file := self.deadline_file.read()) is not None:
             found.append(from_file)
         with self._lock:
-            idle, preemption = self.idle, self.preemption
+            idle, preemption, hub = self.idle, self.preemption, self.hub
+        if hub is not None:
+            found.extend(hub.deadlines())
         if idle is not None and (idle_at := idle.shutdown_at()) is not None:
             found.append(Deadline(idle_at, "idle_shutdown"))
         if preemption is not None and preemption["deadline"] is not None:
@@ -333,6 +377,9 @@ class RuntimeClock:
                 lead = min(crossed)
                 self._warned.update(crossed)
                 events.append(RuntimeEvent("warning", deadline.at, deadline.source, max(0.0, remaining), lead))
+                if deadline.source == HUB_IDLE_CULL:
+                    self._cull_warned = deadline.at  # that warning says it: no second one
+            events.extend(self._cull_warning(now))
             persist_at = deadline.at - self.settings.persist_lead_time
             if now < persist_at:
                 self._persist_announced = False  # not yet due, or due again for a later deadline
@@ -347,6 +394,21 @@ class RuntimeClock:
                 except Exception:  # one broken listener must not stop the countdown
                     log.exception("GPU workspace: runtime listener failed on %s", event)
         return events
+
+    def _cull_warning(self, now: float) -> list[RuntimeEvent]:
+        """The hub's idle cull, `cull_warning_lead` ahead, even when another deadline is earlier
+        (the user can avoid this one by coming back). Once per cull deadline: activity that
+        moves it later arms the warning again."""
+        cull = next((d for d in (self.hub.deadlines() if self.hub else []) if d.source == HUB_IDLE_CULL), None)
+        if cull is None:
+            return []
+        remaining = cull.at - now
+        if self._cull_warned is not None and cull.at > self._cull_warned + 1.0:
+            self._cull_warned = None  # activity moved the cull later
+        if remaining > self.settings.cull_warning_lead or self._cull_warned is not None:
+            return []
+        self._cull_warned = cull.at
+        return [RuntimeEvent("warning", cull.at, cull.source, max(0.0, remaining), self.settings.cull_warning_lead)]
 
     def state(self) -> dict[str, Any]:
         """The answer of `GET /gpuws/api/runtime`: times are epoch seconds, durations seconds."""

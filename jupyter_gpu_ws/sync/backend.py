@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
 
+from .errors import SyncError
+
 # The mark of a temporary name: never listed, never restored, swept when stale.
 PART_SUFFIX = ".gpuws-part"
 CHUNK = 8 * 2**20
@@ -19,7 +21,7 @@ class RemoteFile:
     key: str  # relative to the backend's root, '/' separated
     size: int
     mtime: float | None
-    etag: str | None = None  # where the store gives one (S3): the MD5 of a single PUT's body
+    etag: str | None = None  # where the store has one (S3: the MD5 of a single PUT), unquoted
 
 
 class Backend(Protocol):
@@ -27,6 +29,9 @@ class Backend(Protocol):
 
     description: str
     supports_rename: bool
+    # Whether each request waits for a network round trip: a restore then keeps many small
+    # requests in flight at once (a local folder answers at disk speed: a few suffice).
+    round_trips: bool
     # Whether a write becomes durable only at flush() (a local folder), not once it completes.
     flushes: bool
 
@@ -37,6 +42,15 @@ class Backend(Protocol):
         ...
     def copy(self, src: str, dst: str) -> None: ...
     def get(self, key: str, local: str, progress: Callable[[int], None] | None = None) -> int: ...
+
+    def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
+                  progress: Callable[[int], None] | None = None, etag: str | None = None) -> int:
+        """Write `key` into the open file `fd`: the whole of it from offset 0, or with `length`
+        its bytes offset..offset+length-1 at the same offsets (so that parts of one file can
+        come in parallel). Returns the bytes written. FileNotFoundError: the key is gone;
+        ChangedInStoreError: `etag` (from the listing) no longer names the stored object.
+        `progress` gets each chunk's size as it lands and may raise to stop."""
+        ...
     def stat(self, key: str) -> RemoteFile | None: ...
     def move(self, src: str, dst: str) -> None: ...
     def delete(self, key: str) -> None: ...
@@ -112,3 +126,7 @@ class SourceChangedError(Exception):
 
 class PreconditionFailed(Exception):
     """A conditional write found the object changed since it was read: another writer won."""
+
+
+class ChangedInStoreError(SyncError):
+    """The stored object changed while it was being fetched: what came is not kept."""

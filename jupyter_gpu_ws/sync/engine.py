@@ -20,11 +20,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import stat
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -50,17 +48,20 @@ from .lease import LEASE_NAME, Lease, LeaseKeeper, lease_status
 from .pending import PendingSet
 from .progress import Progress, RateLimiter
 from .scan import LocalFile, scan, stat_path
+from ..checkpoints.files import MANIFEST, folder_order
+from .restore import (
+    CHECKPOINTS_PREFIX,
+    RestoreJob,
+    RestoreReport,
+    RestoreState,
+    newest_checkpoints,
+    restore_phases,
+)
 from .store import Store, open_backend
 from .versions import Versions
 from .workspaces import write_summary
 
 log = logging.getLogger(__name__)
-
-# Where kernels write their checkpoints, relative to the work directory (checkpoints/tracker.py).
-CHECKPOINTS_PREFIX = ".gpuws/checkpoints/"
-# A checkpoint folder's name (checkpoints/files.py), and the file written last in it.
-CHECKPOINT_FOLDER = re.compile(r"^ckpt-\d{9}-\d{8}T\d{6}Z(?:-\d+)?$")
-MANIFEST = "manifest.json"
 
 # Below this many deletions the share guard does not apply (deleting 2 of 3 files is normal).
 GUARD_MIN_DELETIONS = 10
@@ -124,15 +125,6 @@ class PassReport:
         self.uploaded = list(dict.fromkeys(other.uploaded + self.uploaded))
         self.deleted = list(dict.fromkeys(other.deleted + self.deleted))
         self.bytes_uploaded += other.bytes_uploaded
-
-
-@dataclass
-class RestoreReport:
-    restored: list[str] = field(default_factory=list)
-    conflicts: list[str] = field(default_factory=list)  # the conflict copies written
-    already_present: int = 0
-    bytes_restored: int = 0
-    errors: list[str] = field(default_factory=list)
 
 
 def index_path(state_dir: str, settings_workdir: str, backend: Backend, workspace: str) -> str:
@@ -201,6 +193,8 @@ class SyncEngine:
         self._flush_requested = False
         self._flusher: threading.Thread | None = None
         self._closing = False
+        # The restore in progress, for resume() (fetch_checkpoint); one restore at a time.
+        self.restoring = RestoreState()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -833,11 +827,11 @@ class SyncEngine:
         if not rel.startswith(CHECKPOINTS_PREFIX):
             return False
         parts = rel[len(CHECKPOINTS_PREFIX):].split("/")
-        if len(parts) != 3 or not CHECKPOINT_FOLDER.match(parts[1]):
+        if len(parts) != 3 or not folder_order(parts[1]) is not None:
             return False
         run = self._abs(CHECKPOINTS_PREFIX + parts[0])
         try:
-            return any(CHECKPOINT_FOLDER.match(entry.name) and entry.is_dir(follow_symlinks=False)
+            return any(folder_order(entry.name) is not None and entry.is_dir(follow_symlinks=False)
                        and os.path.isfile(os.path.join(entry.path, MANIFEST)) for entry in os.scandir(run))
         except OSError:
             return False
@@ -845,95 +839,96 @@ class SyncEngine:
     # -- restore -----------------------------------------------------------------------------
 
     def restore(self, progress: Progress | None = None, cancel: threading.Event | None = None) -> RestoreReport:
-        """Bring back what the work directory lacks; where both differ, keep both."""
+        """Bring back what the work directory lacks, most needed first (sync/restore.py); where
+        both sides have a file and they differ, keep both.
+
+        It does not hold the pass lock, so the watcher's passes and Persist now go on meanwhile.
+        That is safe because a restore only adds files, each linked into place whole and never
+        over a file that is there, and records each one soon after it lands: a pass that sees a
+        restored file before its record sends the same bytes back at worst (with no record,
+        the store's copy is not kept as a version, and nothing is lost); a pass that carries a
+        local deletion to the store meanwhile makes the restore find that file gone (skipped,
+        not an error); a file the user writes meanwhile stays, and the store's copy lands
+        beside it. Two restores never run at once.
+        """
         progress = progress or Progress()
-        report = RestoreReport()
-        with self.restore_lock, self._pass_lock:
+        with self.restore_lock:  # one restore at a time; the Git tier waits for it too
             check_workdir(self.workdir)
-            remote = self.store.list_files()
-            progress.plan(len(remote), sum(f.size for f in remote.values()), "restoring")
-            records: list[Record] = []
-            for rel, remote_file in sorted(remote.items()):
-                if cancel is not None and cancel.is_set():
-                    break
-                try:
-                    record = self._restore_one(rel, remote_file, report)
-                except (SyncError, OSError) as err:
-                    report.errors.append(f"{rel}: {err}")
-                    record = None
-                if record is not None:
-                    records.append(record)
-                progress.add_bytes(remote_file.size)
-                progress.file_done(rel)
-            self.index.put_many(records)
-            progress.phase = "done"
+            self.restoring.begin()
+            try:
+                remote = self.store.list_files()
+                newest = newest_checkpoints(remote)
+                self.restoring.plan(newest)
+                report = self._restore_job(progress, cancel, self.restoring).run(
+                    remote, restore_phases(remote, newest), newest)
+            finally:
+                self.restoring.end()
         if cancel is not None and cancel.is_set():
             raise CancelledError(f"Restore cancelled after {len(report.restored)} files")
         return report
 
-    def _restore_one(self, rel: str, remote: Any, report: RestoreReport) -> Record | None:
-        target = self._abs(rel)
-        if not _inside(self.workdir, target) or PART_SUFFIX in rel:
+    def fetch_checkpoint(self, run: str, progress: Progress | None = None, cancel: threading.Event | None = None,
+                         timeout: float | None = None) -> str | None:
+        """The newest complete checkpoint of `run` (a run folder relative to the work directory,
+        e.g. `.gpuws/checkpoints/train.ipynb`), complete here: its folder, relative to the work
+        directory; None when the store has no complete checkpoint of that run.
+
+        While a restore runs, it first waits until that restore has brought the run's newest
+        checkpoint (it brings them first) or has ended. Then it lists the store's run folder,
+        and if the newest complete checkpoint there is not complete here (a file missing or of
+        another size), fetches what is missing, the manifest last, never over a different local
+        file (the store's copy lands beside it). Neither the lease nor the pass lock is needed:
+        passes go on meanwhile. StoreUnavailableError: the store cannot be read; SyncError: the
+        timeout passed, or the checkpoint could not be made complete here.
+        """
+        run = self._run_folder(run)
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def timed_out() -> SyncError:
+            return SyncError(f"Timed out after {timeout:g} s while bringing the newest checkpoint of {run} "
+                             "from the store")
+
+        if not self.restoring.wait_for(run, deadline, cancel):
+            raise timed_out()
+        files = self.store.list_files(run)
+        newest = newest_checkpoints(files).get(run)
+        if newest is None:
             return None
-        if os.path.isfile(target) and not os.path.islink(target):
-            st = os.stat(target)
-            record = self.index.get(rel)
-            if record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):
-                report.already_present += 1
-                return None
-            if st.st_size == remote.size:
-                tmp = self._download(rel, remote)
-                same = file_hash(tmp) == file_hash(target)
-                if same:
-                    os.unlink(tmp)
-                    report.already_present += 1
-                    return Record(rel, st.st_size, st.st_mtime_ns, None, self.clock())
-                return self._keep_both(rel, tmp, report)
-            return self._keep_both(rel, self._download(rel, remote), report)
-        if os.path.lexists(target):
-            return self._keep_both(rel, self._download(rel, remote), report)
-        tmp = self._download(rel, remote)
-        try:
-            os.link(tmp, target)  # fails if the user created the file meanwhile: keep both then
-        except FileExistsError:
-            return self._keep_both(rel, tmp, report)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        st = os.stat(target)
-        report.restored.append(rel)
-        report.bytes_restored += st.st_size
-        return Record(rel, st.st_size, st.st_mtime_ns, None, self.clock())
+        missing = {rel: f for rel, f in files.items()
+                   if rel.startswith(newest + "/") and not self._same_size_here(rel, f)}
+        if not missing:
+            return newest
+        stop = _Stop(cancel, deadline)
+        job = self._restore_job(progress or Progress(), stop, None)
+        report = job.run(missing, restore_phases(missing, {run: newest}), {})
+        if not report.errors and all(self._same_size_here(rel, f) for rel, f in missing.items()):
+            return newest  # complete here (even if the deadline passed just after)
+        if cancel is not None and cancel.is_set():
+            raise CancelledError(f"Cancelled while fetching {newest}")
+        if stop.is_set():
+            raise timed_out()
+        why = report.errors[0] if report.errors else "some of its files did not arrive"
+        raise SyncError(f"Could not bring {newest} from the store: {why}")
 
-    def _download(self, rel: str, remote: Any) -> str:
-        target = self._abs(rel)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        tmp = f"{os.path.dirname(target)}/.~{os.path.basename(target)}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}"
-        try:
-            size = self.backend.get(self.store.file_key(rel), tmp)
-            if size != remote.size:
-                raise StoreUnavailableError(f"got {size} of {remote.size} bytes")
-            plain_data(tmp)
-            if remote.mtime:
-                os.utime(tmp, (remote.mtime, remote.mtime))
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return tmp
+    def _restore_job(self, progress: Progress, cancel: Any, state: RestoreState | None) -> RestoreJob:
+        return RestoreJob(self.workdir, self.backend, self.store.file_key, self.index,
+                          concurrency=self.settings.concurrency, retries=self.settings.retries,
+                          retry_backoff=self.settings.retry_backoff, clock=self.clock, progress=progress,
+                          cancel=cancel, limiter=self.limiter, state=state)
 
-    def _keep_both(self, rel: str, tmp: str, report: RestoreReport) -> None:
-        """The store's copy lands beside the local one as name.conflict-<time>.ext."""
-        base, ext = os.path.splitext(self._abs(rel))
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.clock()))
-        target = f"{base}.conflict-{stamp}{ext}"
-        n = 1
-        while os.path.lexists(target):
-            n += 1
-            target = f"{base}.conflict-{stamp}-{n}{ext}"
-        os.rename(tmp, target)
-        report.conflicts.append(os.path.relpath(target, self.workdir).replace(os.sep, "/"))
-        return None
+    def _run_folder(self, run: str) -> str:
+        rel = run.strip().strip("/")
+        name = rel[len(CHECKPOINTS_PREFIX):] if rel.startswith(CHECKPOINTS_PREFIX) else ""
+        if not name or "/" in name or name in (".", ".."):
+            raise SyncError(f"{run!r} is not a run folder: expected {CHECKPOINTS_PREFIX}<run name>")
+        return rel
+
+    def _same_size_here(self, rel: str, remote: RemoteFile) -> bool:
+        try:
+            st = os.lstat(self._abs(rel))
+        except OSError:
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_size == remote.size
 
     # -- versions ----------------------------------------------------------------------------
 
@@ -965,8 +960,10 @@ class SyncEngine:
             state = "error"
         elif self.read_only:
             state = "read-only"
+        elif self.lease.held and lease["writes_start_in"]:
+            state = "taking-over"  # whatever a pass tries meanwhile: it cannot write yet
         elif self.lease.held and not self.lease.valid() and self.state != "syncing":
-            state = "taking-over" if lease["writes_start_in"] else "error"
+            state = "error"  # the lease could not be renewed in time: writes paused
         else:
             state = self.state
         problems = self.pending_set.listing(0)
@@ -1016,7 +1013,7 @@ class SyncEngine:
         for run in run_dirs:
             try:
                 folders = sorted((e.name for e in os.scandir(os.path.join(root, run))
-                                  if CHECKPOINT_FOLDER.match(e.name)), reverse=True)
+                                  if folder_order(e.name) is not None), key=folder_order, reverse=True)
             except OSError:
                 continue
             for folder in folders:
@@ -1040,6 +1037,19 @@ class SyncEngine:
 
     def _abs(self, rel: str) -> str:
         return os.path.join(self.workdir, *rel.split("/"))
+
+
+class _Stop:
+    """Set once the caller cancels or the deadline (time.monotonic) passes: what a restore job
+    checks to stop."""
+
+    def __init__(self, cancel: threading.Event | None, deadline: float | None) -> None:
+        self.cancel = cancel
+        self.deadline = deadline
+
+    def is_set(self) -> bool:
+        return bool((self.cancel is not None and self.cancel.is_set())
+                    or (self.deadline is not None and time.monotonic() > self.deadline))
 
 
 def _same(local: LocalFile, record: Record | None) -> bool:

@@ -79,6 +79,15 @@ class LocalBackend:
         # One flush at a time, so that a flush that finds nothing left to do returns only once
         # the one that took it is done.
         self._flush_lock = threading.Lock()
+        self._round_trips: bool | None = None
+
+    @property
+    def round_trips(self) -> bool:
+        """Whether the folder is on a network file system (NFS, SMB, a FUSE mount of a bucket):
+        each read then waits for a round trip, and a restore keeps many in flight."""
+        if self._round_trips is None:
+            self._round_trips = on_network_file_system(self.root)
+        return self._round_trips
 
     # -- what is in the store, and what is not to be touched ---------------------------------
 
@@ -334,6 +343,30 @@ class LocalBackend:
                 return _copy_fd(src, dst, progress)
             finally:
                 os.close(dst)
+        finally:
+            os.close(src)
+
+    def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
+                  progress: Callable[[int], None] | None = None, etag: str | None = None) -> int:
+        """A kernel-side copy (copy_file_range) of the file, or of one range of it, into `fd`.
+
+        Opened without following a final symbolic link and without blocking (a FIFO would
+        otherwise wait forever), and read only if it is a regular file."""
+        try:
+            src = os.open(self._path(key), os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            raise
+        except OSError as err:
+            raise StoreUnavailableError(f"Cannot read {key} from the store: {err.strerror or err}") from err
+        try:
+            st = os.fstat(src)
+            if not stat.S_ISREG(st.st_mode):
+                raise StoreUnavailableError(f"{key} in the store is not a regular file")
+            return _copy_range(src, fd, offset, st.st_size if length is None else length, progress)
+        except OSError as err:
+            if err.errno == errno.ENOSPC:
+                raise  # the work directory's disk is full: the caller says so
+            raise StoreUnavailableError(f"Cannot read {key} from the store: {err.strerror or err}") from err
         finally:
             os.close(src)
 
@@ -685,12 +718,17 @@ def _fsync_folder(path: str) -> None:
         os.close(fd)
 
 
+# Where Linux says what is mounted where, with each mount's file-system type.
+MOUNTINFO = "/proc/self/mountinfo"
+
+
 def mount_type(path: str) -> str:
-    """The file-system type of the mount holding `path` (Linux's mountinfo), or '' if unknown."""
+    """The file-system type of the mount holding `path` (the longest mount point it lies under),
+    or '' if unknown."""
     real = os.path.realpath(path)
     best, fstype = "", ""
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        with open(MOUNTINFO, encoding="utf-8") as f:
             for line in f:
                 fields = line.split()
                 point = fields[4].encode().decode("unicode_escape")
@@ -701,6 +739,49 @@ def mount_type(path: str) -> str:
     except (OSError, ValueError, IndexError):
         return ""
     return fstype
+
+
+def _copy_range(src: int, dst: int, offset: int, length: int | None,
+                progress: Callable[[int], None] | None) -> int:
+    """Copy `length` bytes (None: to the end) at `offset` of `src` to the same offset of `dst`,
+    in the kernel where it can, else through a buffer; neither file's position moves, so
+    several threads may copy ranges of the same pair at once."""
+    total = 0
+    step = CHUNK if progress else 1 << 30
+    kernel = hasattr(os, "copy_file_range")
+    while length is None or total < length:
+        want = step if length is None else min(step, length - total)
+        n = -1
+        if kernel:
+            try:
+                n = os.copy_file_range(src, dst, want, offset + total, offset + total)
+            except OSError as err:
+                if err.errno not in _NO_KERNEL_COPY:
+                    raise
+                kernel = False
+        if n <= 0:  # no kernel copy here, or it copied nothing: read to be sure of the end
+            chunk = os.pread(src, min(want, CHUNK), offset + total)
+            if not chunk:
+                break
+            view, at = memoryview(chunk), offset + total
+            while view:
+                written = os.pwrite(dst, view, at)
+                view, at = view[written:], at + written
+            n = len(chunk)
+        total += n
+        if progress:
+            progress(n)
+    return total
+
+
+# File system types (as /proc/self/mountinfo names them) whose requests cross a network.
+_NETWORK_FS = ("nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "afs", "fuse", "gpfs", "beegfs")
+
+
+def on_network_file_system(path: str) -> bool:
+    """Whether `path` (or, if it does not exist yet, the folder that will hold it) is on a
+    network file system, by the type of the mount that holds it."""
+    return mount_type(path).startswith(_NETWORK_FS)
 
 
 def _remove_quietly(path: str) -> None:

@@ -92,9 +92,11 @@ class Store:
     def write_json(self, name: str, value: Any) -> None:
         self.backend.write_bytes(self.state_key(name), json.dumps(value, indent=1).encode())
 
-    def list_files(self) -> dict[str, RemoteFile]:
+    def list_files(self, under: str = "") -> dict[str, RemoteFile]:
+        """The mirror's files (those inside the folder `under`, when given) by relative path."""
         prefix = f"{self.workspace}/files/"
-        return {f.key[len(prefix):]: f for f in self.backend.list(f"{self.workspace}/files")}
+        base = f"{prefix}{under.strip('/')}" if under else prefix.rstrip("/")
+        return {f.key[len(prefix):]: f for f in self.backend.list(base)}
 
     def list_versions(self, rel: str | None = None) -> list[tuple[str, str, RemoteFile]]:
         """(relative path, stamp, file) for every kept version, or those of one path."""

@@ -35,6 +35,9 @@ class SyncSupervisor:
         self.config = config
         self.log = log
         self.service: SyncService | None = None
+        # The engine as soon as the store is open, before the service runs: a kernel's resume()
+        # may ask it for a checkpoint (fetch_checkpoint) while the start's restore is under way.
+        self.engine: SyncEngine | None = None
         self.state = "starting"
         self.error: str | None = None
         self.restore_summary: dict[str, Any] | None = None

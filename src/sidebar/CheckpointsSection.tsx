@@ -1,6 +1,6 @@
 import React from 'react';
 
-import { ICheckpointKernel } from '../api';
+import { ICheckpointKernel, IDistributedRun } from '../api';
 import { CheckpointsModel } from '../checkpoints';
 import { formatBytes, shortPath } from '../format';
 import { formatAge } from '../sync';
@@ -10,13 +10,14 @@ import { WORDS } from '../vocabulary';
 import { EmptyState } from './EmptyState';
 import { ActionButton } from './Section';
 
-/** Each notebook with a checkpoint agent: what it tracks, its last checkpoint, Checkpoint now. */
+/** Each notebook with a checkpoint agent, and each distributed run (torchrun): what it tracks,
+ * its last checkpoint, Checkpoint now. */
 export function CheckpointsSection(props: { model: CheckpointsModel }): JSX.Element {
   const { model } = props;
   return (
     <>
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
-      {model.kernels.length === 0 ? (
+      {model.kernels.length === 0 && model.runs.length === 0 ? (
         <EmptyState
           text="None tracked"
           title="No notebook tracks training state yet: copy the snippet into your training notebook"
@@ -29,6 +30,9 @@ export function CheckpointsSection(props: { model: CheckpointsModel }): JSX.Elem
           <KernelCard key={kernel.kernel_id} kernel={kernel} model={model} />
         ))
       )}
+      {model.runs.map(run => (
+        <RunCard key={run.run_id ?? run.run} run={run} model={model} />
+      ))}
     </>
   );
 }
@@ -85,6 +89,77 @@ function KernelCard(props: { kernel: ICheckpointKernel; model: CheckpointsModel 
         </div>
       )}
       {kernel.last_error && <div className="jp-gpuws-message jp-gpuws-error">{kernel.last_error}</div>}
+    </div>
+  );
+}
+
+const PARALLELISM: { [kind: string]: string } = { sharded: 'sharded', replicated: 'replicated' };
+
+/** A distributed run as one run: its ranks and their part of the checkpoint, the checkpoints
+ * with their size on each rank, and whether the newest loads on this machine. */
+function RunCard(props: { run: IDistributedRun; model: CheckpointsModel }): JSX.Element {
+  const { run, model } = props;
+  const now = Date.now() / 1000;
+  const newest = run.checkpoints[0];
+  const runId = run.run_id;
+  const busy = !!run.writing || !!run.pending || (runId !== null && model.requested.has(runId));
+  const ranks = run.ranks ?? [];
+  const spread = run.mesh?.parallelism ? PARALLELISM[run.mesh.parallelism] ?? run.mesh.parallelism : null;
+  const size = run.world_size ?? ranks.length;
+  const how = run.live
+    ? `torchrun · ${size} rank${size === 1 ? '' : 's'}${spread ? ` · ${spread}` : ''}`
+    : 'not running';
+  return (
+    <div className="jp-gpuws-card" data-testid="gpuws-checkpoint-run">
+      <div className="jp-gpuws-card-title" title={run.run}>
+        {run.run} <span className="jp-gpuws-subtle">{how}</span>
+      </div>
+      {ranks.length > 0 && (
+        <div className="jp-gpuws-subtle jp-gpuws-ranks" data-testid="gpuws-checkpoint-ranks">
+          {ranks.map(rank => (
+            <span key={rank.rank} title={rank.last_error ?? rank.host ?? ''}>
+              rank {rank.rank}: {rank.terminating ? 'ending' : rank.phase === 'idle' ? 'training' : rank.phase}
+            </span>
+          ))}
+        </div>
+      )}
+      <div className="jp-gpuws-checkpoint-last" data-testid="gpuws-checkpoint-last">
+        {newest ? (
+          <>
+            step {newest.step} · {formatAge(now - newest.time)} ago · {formatBytes(newest.bytes)} on{' '}
+            {newest.world_size} rank{newest.world_size === 1 ? '' : 's'} (
+            {newest.bytes_per_rank.map(formatBytes).join(' + ')}) ·{' '}
+            {newest.synced === true ? (
+              <span className="jp-gpuws-ok">in the store</span>
+            ) : newest.synced === false ? (
+              <span className="jp-gpuws-pending">not in the store yet</span>
+            ) : (
+              <span>local only</span>
+            )}
+          </>
+        ) : (
+          'no checkpoint yet'
+        )}
+      </div>
+      {run.resumable && (
+        <div
+          className={`jp-gpuws-subtle${run.resumable.fits === false ? ' jp-gpuws-pending' : ''}`}
+          data-testid="gpuws-checkpoint-resumable"
+        >
+          {run.resumable.message}
+        </div>
+      )}
+      {run.last_error && <div className="jp-gpuws-message jp-gpuws-error">{run.last_error}</div>}
+      {run.live && runId !== null && run.leader_registered && (
+        <button
+          className="jp-mod-styled jp-gpuws-button"
+          data-testid="gpuws-checkpoint-run-now"
+          disabled={busy}
+          onClick={() => void model.checkpointRun(runId)}
+        >
+          {busy ? 'Checkpointing…' : 'Checkpoint now'}
+        </button>
+      )}
     </div>
   );
 }

@@ -133,27 +133,79 @@ function GpuCard(props: {
   );
 }
 
+/** How a kernel's own report was measured, in the user's words. */
+function figureName(source: string): string | null {
+  switch (source) {
+    case 'kernel:nvml':
+      return 'as NVML sees the kernel';
+    case 'kernel:torch_reserved':
+      return 'reserved by PyTorch';
+    case 'kernel:torch_allocated':
+      return 'allocated by PyTorch';
+    default:
+      return source.startsWith('kernel:') ? source.slice(7) : null;
+  }
+}
+
 function ProcessList(props: { processes: IGpuProcess[] }): JSX.Element {
-  if (props.processes.length === 0) {
+  // NVML reports the host's PIDs: inside a container they are no process here. Say so once,
+  // rather than list numbers that mean nothing (or claim nothing holds memory).
+  const shown = props.processes.filter(p => p.visible !== false);
+  const hidden = props.processes.filter(p => p.visible === false);
+  if (shown.length === 0 && hidden.length === 0) {
     return <div className="jp-gpuws-subtle">No process holds memory on this GPU.</div>;
   }
+  const hiddenBytes = hidden.reduce((sum, p) => sum + (p.memory_used ?? 0), 0);
   return (
-    <ul className="jp-gpuws-processes" aria-label="Processes using this GPU">
-      {props.processes.map(p => (
-        <li key={p.pid} data-testid="gpuws-gpu-process">
-          <span
-            className="jp-gpuws-process-name"
-            title={p.notebook ?? (p.kernel_id ? `kernel ${p.kernel_id}` : `PID ${p.pid}`)}
-          >
-            {p.notebook
-              ? shortPath(p.notebook)
-              : p.kernel_id
-                ? `kernel ${p.kernel_id.slice(0, 8)}`
-                : `PID ${p.pid} (not a kernel)`}
-          </span>
-          <span className="jp-gpuws-process-mem">{formatBytes(p.memory_used)}</span>
-        </li>
-      ))}
-    </ul>
+    <>
+      {shown.length > 0 && (
+        <ul className="jp-gpuws-processes" aria-label="Processes using this GPU">
+          {shown.map(p => {
+            const figure = figureName(p.memory_source ?? 'nvml');
+            return (
+              <li
+                key={`${p.kernel_id ?? ''}:${p.pid ?? ''}`}
+                data-testid="gpuws-gpu-process"
+              >
+                <span
+                  className="jp-gpuws-process-name"
+                  title={
+                    p.notebook ??
+                    (p.kernel_id ? `kernel ${p.kernel_id}` : `PID ${p.pid}`)
+                  }
+                >
+                  {p.notebook
+                    ? shortPath(p.notebook)
+                    : p.kernel_id
+                      ? `kernel ${p.kernel_id.slice(0, 8)}`
+                      : `PID ${p.pid} (not a kernel)`}
+                </span>
+                <span
+                  className="jp-gpuws-process-mem"
+                  title={figure ? `The kernel's own report: ${figure}` : undefined}
+                >
+                  {formatBytes(p.memory_used)}
+                  {figure && <span className="jp-gpuws-subtle"> ({figure})</span>}
+                </span>
+              </li>
+            );
+          })}
+        </ul>
+      )}
+      {hidden.length > 0 && (
+        <div
+          className="jp-gpuws-subtle"
+          data-testid="gpuws-gpu-hidden-processes"
+          title={`PIDs as the host numbers them: ${hidden.map(p => p.pid).join(', ')}`}
+        >
+          {hidden.length} process{hidden.length === 1 ? '' : 'es'} not visible from
+          this container
+          {hiddenBytes > 0 ? ` (${formatBytes(hiddenBytes)})` : ''}
+          {shown.some(p => (p.memory_source ?? '').startsWith('kernel:'))
+            ? ', the kernels above among them.'
+            : '.'}
+        </div>
+      )}
+    </>
   );
 }

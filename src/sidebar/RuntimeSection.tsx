@@ -1,6 +1,6 @@
 import React from 'react';
 
-import { IGitStatus } from '../api';
+import { IGitStatus, IPlatform, IRuntimeState } from '../api';
 import { formatClock, formatDuration } from '../format';
 import { RuntimeModel } from '../runtime';
 import { formatAge } from '../sync';
@@ -68,6 +68,7 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
           {state.idle_deadline ? `; idle shutdown in ${formatDuration(state.idle_deadline - now)}` : ''}
         </div>
       )}
+      {state?.platform && <PlatformLines platform={state.platform} state={state} now={now} />}
       {state?.emergency && (
         <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-emergency">
           {sourceLabel(state.emergency.reason)}: emergency persist {state.emergency.state}
@@ -99,6 +100,57 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
       {state?.release && state.release.state !== 'kept' && (
         <div className="jp-gpuws-line" data-testid="gpuws-releasing">
           Releasing: persisting everything, then the server stops…
+        </div>
+      )}
+    </>
+  );
+}
+
+/** JupyterHub and Kubernetes: the hub's limits, keep-alive, and the grace before the kill. */
+function PlatformLines(props: { platform: IPlatform; state: IRuntimeState; now: number }): JSX.Element {
+  const { platform, state, now } = props;
+  const hub = platform.jupyterhub;
+  const grace = platform.grace;
+  const keep = platform.keep_alive;
+  const hubSources = state.sources.filter(s => s.source.startsWith('hub:'));
+  return (
+    <>
+      {hub && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-hub">
+          JupyterHub server of {hub.user}
+          {hub.server_name ? `/${hub.server_name}` : ''}
+          {hubSources.map(s => (
+            <span key={s.source} title={s.detail ?? undefined}>
+              {' · '}
+              {sourceLabel(s.source)} in {formatDuration(Math.max(0, s.at - now))}
+            </span>
+          ))}
+        </div>
+      )}
+      {hub?.error && (
+        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-hub-error">
+          Cannot read this server's times from JupyterHub: {hub.error}
+        </div>
+      )}
+      {keep.enabled && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-keep-alive">
+          Keep-alive: {keep.active ? `reporting activity (${keep.reason})` : 'idle, nothing reported'}
+          {keep.error ? ` · ${keep.error}` : ''}
+        </div>
+      )}
+      {(platform.kubernetes || grace.seconds !== null) && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-grace">
+          {grace.seconds !== null
+            ? `The server gets ${grace.seconds} s to stop (${grace.source})`
+            : 'The grace before the pod is killed is not known'}
+          {grace.emergency_seconds !== null
+            ? `; the emergency persist takes ${grace.emergency_seconds.toFixed(1)} s (${grace.emergency_measured_by})`
+            : ''}
+        </div>
+      )}
+      {grace.warning && (
+        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-grace-warning">
+          {grace.warning}
         </div>
       )}
     </>

@@ -501,9 +501,10 @@ class ModeKeepingBackend(LocalBackend):
         self.lock_held_while_reading: list[bool] = []
         self.engine: SyncEngine | None = None
 
-    def get(self, key: str, local: str, progress: Any = None) -> int:
-        size = super().get(key, local, progress)
-        os.chmod(local, os.stat(self._path(key)).st_mode & 0o7777)
+    def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
+                  progress: Any = None, etag: str | None = None) -> int:
+        size = super().read_into(key, fd, offset, length, progress, etag)
+        os.fchmod(fd, os.stat(self._path(key)).st_mode & 0o7777)
         if self.engine is not None:
             self.lock_held_while_reading.append(self.engine.restore_lock.locked())
         return size

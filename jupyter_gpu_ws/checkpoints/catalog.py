@@ -1,0 +1,76 @@
+"""The distributed runs a work directory holds checkpoints of: each run's complete checkpoints
+with their size per rank, and whether the newest loads on this machine ("saved on 8 ranks:
+loads on the 2 GPUs here"). Read from the manifests alone, so it costs a few small reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from . import dcpfiles
+from .files import complete_checkpoints, run_dir
+
+SHOWN = 5  # checkpoints listed per run, newest first
+
+
+def distributed_runs(root: Path, extra_runs: list[tuple[str, str]] = (), gpus: list[dict[str, Any]] | None = None,
+                     ) -> dict[str, dict[str, Any]]:
+    """By run folder: the runs under `root` (and the (root, run) pairs of live runs kept
+    elsewhere) whose newest checkpoint was saved through DCP."""
+    folders: dict[str, Path] = {}
+    try:
+        for entry in root.iterdir():
+            if entry.is_dir() and not entry.name.startswith("."):
+                folders[str(entry)] = entry
+    except OSError:
+        pass
+    for other_root, run in extra_runs:
+        path = run_dir(other_root, run)
+        folders.setdefault(str(path), path)
+    out: dict[str, dict[str, Any]] = {}
+    for key, folder in sorted(folders.items()):
+        found = [(p, m) for p, m in complete_checkpoints(folder) if m.get("kind") == dcpfiles.KIND]
+        if not found:
+            continue
+        newest = found[-1][1]
+        out[key] = {
+            "run": newest.get("run") or folder.name, "folder": str(folder),
+            "checkpoints": [describe(path, manifest) for path, manifest in reversed(found[-SHOWN:])],
+            "resumable": resumable_here(newest, gpus or []),
+        }
+    return out
+
+
+def describe(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    ranks = sorted(manifest.get("ranks") or [], key=lambda r: r.get("rank", 0))
+    return {"step": manifest.get("step"), "time": manifest.get("time"), "bytes": manifest.get("bytes"),
+            "world_size": manifest.get("world_size"), "mesh": manifest.get("mesh"), "path": str(path),
+            "bytes_per_rank": [r.get("bytes", 0) for r in ranks], "request_id": manifest.get("request_id")}
+
+
+def resumable_here(manifest: dict[str, Any], gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether a DCP checkpoint loads on this machine's GPUs (DCP reshards it to any number of
+    ranks; what can stop it is memory), in one sentence."""
+    saved = int(manifest.get("world_size") or 1)
+    ranks = f"{saved} rank{'s' * (saved != 1)}"
+    total = int(manifest.get("bytes") or 0)
+    sharded = (manifest.get("mesh") or {}).get("parallelism") == "sharded"
+    if not gpus:
+        return {"saved_on": saved, "gpus_here": 0, "fits": None,
+                "message": f"saved on {ranks}: loads here on the CPU (no GPU found), in one process or under torchrun"}
+    here = len(gpus)
+    # Model and optimizer state on each GPU: a share of it when sharded, all of it when each rank
+    # holds a replica (DDP). Activations come on top: this only rules out what cannot fit.
+    per_gpu = total / here if sharded else total
+    smallest = min(int(g.get("memory_total") or 0) for g in gpus)
+    fits = smallest == 0 or per_gpu <= smallest
+    message = f"saved on {ranks}: loads on the {here} GPU{'s' * (here != 1)} here"
+    if saved != here:
+        message += f" (resharded {saved} → {here})"
+    if not fits:
+        message += f", but its state needs about {_gib(per_gpu)} per GPU and a GPU here has {_gib(smallest)}"
+    return {"saved_on": saved, "gpus_here": here, "fits": fits, "bytes_per_gpu": int(per_gpu), "message": message}
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"

@@ -1,0 +1,553 @@
+"""`track`, `step`, `checkpoint` and `resume` on every rank of a torch.distributed run, through
+torch.distributed.checkpoint (DCP).
+
+- Saving: every rank, at the same step, takes its state in DCP's form (dcpfiles.state_of) and
+  hands it to `dcp.async_save` with a stager kept from one checkpoint to the next (its CPU
+  buffers are reused), on a gloo group of our own (so its collectives never interleave with the
+  training's). The loop stalls for the copy alone. In the background each rank then writes its
+  RNG states and plain values (`rank-<r>.pt`), fsyncs and checksums its files, and reports to
+  rank 0; rank 0 writes the manifest (world size, mesh, every rank's files and checksums) and
+  renames the folder into place only when every rank reported success. An incomplete set stays
+  a hidden temporary folder: never the newest checkpoint.
+- Which step: a policy of `every_steps` is the same on every rank; anything else (a request
+  from the server, rank 0's `every_seconds` clock, SIGTERM on any rank) goes through one
+  agreement round (agreement.py).
+- Resuming: rank 0 asks the server for the store's newest checkpoint, every rank checks a share
+  of the candidate's checksums, DCP loads it resharded to this world size and layout, and each
+  rank gets back its own RNG states (a rank the checkpoint did not have keeps its own, and
+  says so).
+- SIGTERM (torchrun passes it on to every rank): every rank saves at its next step, waits for
+  the checkpoint to be complete, and then ends as SIGTERM would have ended it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import logging
+import os
+import shutil
+import signal
+import socket
+import threading
+import time
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+from . import dcpfiles
+from .agreement import AgreementError, StepAgreement
+from .files import (
+    TMP_PREFIX,
+    CheckpointError,
+    CheckpointInfo,
+    apply_retention,
+    checksum,
+    commit,
+    complete_checkpoints,
+    fsync_file,
+    info_of,
+    verify,
+)
+from .fromstore import NONE, bring_newest
+from .tracker import Pending, Tracker, capture_rng, default_run_name, restore_rng
+
+log = logging.getLogger(__name__)
+
+# Without a step() this long after SIGTERM (the loop has ended, or hangs), the process ends as
+# SIGTERM would have ended it: torchrun and Kubernetes give about 30 s before SIGKILL.
+SIGTERM_STEP_WAIT = 15.0
+# At exit, a checkpoint still being written is waited for this long.
+EXIT_WAIT = 300.0
+
+
+def running() -> bool:
+    """Whether this process is a rank of an initialised torch.distributed process group."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+class DistributedTracker(Tracker):
+    """The tracker of one rank. All ranks call the same functions in the same order (SPMD)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rank = 0
+        self.world_size = 1
+        self.run_id: str | None = None
+        self.mesh: dict[str, Any] = {}
+        self.phase = "idle"  # this rank's part of the checkpoint: staging, writing, written, done, error
+        self.group: Any = None
+        self.agreement: StepAgreement | None = None
+        self._owner: dict[str, str] = {}
+        self._leader_pid = os.getpid()
+        self._stager: Any = None
+        self._saves = 0
+        # Rounds rank 0 started, as the agreement thread saw them and as the loop joined them (one
+        # writer each, so no round is lost between the two threads): the loop waits for the
+        # target of each new one at its next step().
+        self._rounds_seen = 0
+        self._rounds_joined = 0
+        self._targets: list[int] = []  # agreed steps still ahead
+        self._terminating: float | None = None  # when SIGTERM arrived
+        self._previous_sigterm: Any = None
+        self._sigterm = threading.Event()
+        self._last_save_started = float("-inf")
+        self.agent: Any = None
+
+    # -- set-up (a collective: every rank calls track) -------------------------------------------
+
+    def track(self, name: str | None = None, *, every_steps: int | None = None, every_seconds: float | None = None,
+              keep_last: int | None = None, root: str | None = None, **objects: Any) -> DistributedTracker:
+        super().track(name, every_steps=every_steps, every_seconds=every_seconds, keep_last=keep_last, root=root,
+                      **objects)
+        self._owner = dcpfiles.owners(self.objects)
+        if self.group is None:
+            self._set_up()
+        if self.rank != 0:
+            self._next_time = float("inf")  # rank 0's clock decides for every rank
+        self._changed()
+        return self
+
+    def _set_up(self) -> None:
+        import torch.distributed as dist
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        # DCP's collectives run in its background thread: a group of their own keeps them apart
+        # from the training's (and async_save needs a CPU backend, which gloo is).
+        self.group = dist.new_group(backend="gloo")
+        mine = {"run": self.run, "objects": sorted(self.objects), "every_steps": self.policy.every_steps,
+                "pid": os.getpid(), "host": socket.gethostname(), "run_id": uuid.uuid4().hex[:16]}
+        everyone: list[Any] = [None] * self.world_size
+        dist.all_gather_object(everyone, mine, group=self.group)
+        first = everyone[0]
+        for rank, other in enumerate(everyone):
+            for key, what in (("run", "run name"), ("objects", "tracked objects"), ("every_steps", "every_steps")):
+                if other[key] != first[key]:
+                    raise CheckpointError(
+                        f"gpuws.track: rank {rank} has {what} {other[key]!r}, rank 0 {first[key]!r}: every rank "
+                        "must track the same run with the same objects and policy")
+        self.run_id, self._leader_pid = first["run_id"], first["pid"]
+        self.mesh = describe_mesh(self.objects, self.world_size)
+        store = dist.PrefixStore(f"gpuws/{self.run_id}/", _get_default_store())
+        self.agreement = StepAgreement(store, self.rank, self.world_size, lambda: self.step_value,
+                                       on_round=self._on_round, on_ask=lambda: Tracker.request(self))
+        self._install_sigterm()
+        atexit.register(self._at_exit)
+        from .process_agent import start_for
+
+        self.agent = start_for(self)
+
+    # -- the safe point --------------------------------------------------------------------------
+
+    def step(self, i: int) -> None:
+        """Call once per iteration on every rank, after optimizer.step(): saves here when due."""
+        self.step_value = i
+        if self._rounds_seen != self._rounds_joined:
+            self._join_rounds()
+        every = self.policy.every_steps
+        if (self._targets and i >= self._targets[0]) or (every and i % every == 0 and i > 0):
+            while self._targets and self._targets[0] <= i:
+                self._targets.pop(0)
+            self._save(i)
+        elif self._pending is not None or self._next_time <= time.monotonic():
+            if self.rank == 0 and not self._targets:
+                self._start_round(i)
+        else:
+            return
+        if self._terminating is not None and self._last_save_started >= self._terminating:
+            self._end_for_sigterm()
+
+    def request(self, request_id: str | None = None) -> None:
+        """Ask for a checkpoint at the next safe point (thread-safe): on rank 0 it starts a round at
+        its next step; another rank passes the request on to rank 0."""
+        if self.rank == 0 or self.agreement is None:
+            super().request(request_id)
+        else:
+            self.agreement.ask()
+
+    def _start_round(self, i: int) -> None:
+        """Rank 0, with a request pending: agree with every rank on the step to save at."""
+        if self._pending is None:
+            self._pending = Pending()  # the every_seconds clock
+        assert self.agreement is not None
+        try:
+            target = self.agreement.agree(i, {"request_id": self._pending.request_id})
+        except AgreementError as err:
+            self.last_error = f"Checkpoint at step {i} not taken: {err}"
+            log.error("gpuws: %s", self.last_error)
+            self._pending = None
+            self._changed()
+            return
+        if target <= i:
+            self._save(i)
+        else:
+            self._targets.append(target)
+
+    def _on_round(self, n: int) -> None:
+        self._rounds_seen = n  # the agreement thread: the loop waits for the target at its next step()
+
+    def _join_rounds(self) -> None:
+        assert self.agreement is not None
+        while self._rounds_joined < self._rounds_seen:
+            self._rounds_joined += 1
+            try:
+                target, _ = self.agreement.answer(self._rounds_joined)
+            except AgreementError as err:
+                self.last_error = f"Checkpoint not taken: {err}"
+                log.error("gpuws: %s", self.last_error)
+                self._changed()
+                continue
+            self._targets = sorted({*self._targets, target})
+
+    # -- saving ----------------------------------------------------------------------------------
+
+    def _save(self, step: int) -> None:
+        import torch
+        import torch.distributed.checkpoint as dcp
+
+        with self._lock:
+            pending, self._pending = self._pending, None
+        # Every rank saves at this step, whatever its previous write is doing: wait for it.
+        self._write_done.wait()
+        self._last_save_started = time.monotonic()
+        self._set_phase("staging")
+        started = time.perf_counter()
+        tmp = self.run_path / f"{TMP_PREFIX}{self._leader_pid}-{step:09d}-{self._saves}"
+        self._saves += 1
+        try:
+            # Made before the save starts (DCP would make it in its thread): a kill from here on
+            # leaves this hidden folder, never a checkpoint.
+            tmp.mkdir(parents=True, exist_ok=True)
+            state = dcpfiles.state_of(self.objects, self._owner)
+            own = {"rng": capture_rng(torch),
+                   "values": {name: copy.deepcopy(obj) for name, obj in self.objects.items() if dcpfiles.is_plain(obj)}}
+            writer = dcp.FileSystemWriter(str(tmp), single_file_per_rank=True, sync_files=True, overwrite=True)
+            future = dcp.async_save(state, storage_writer=writer, process_group=self.group,
+                                    async_stager=self._reused_stager())
+        except Exception as err:
+            self.last_error = f"Checkpoint at step {step} failed: {dcpfiles._first_line(err)}"
+            log.error("gpuws: %s", self.last_error, exc_info=True)
+            self._set_phase("error")
+            return
+        stall = time.perf_counter() - started
+        if self.policy.every_seconds and self.rank == 0:
+            self._next_time = time.monotonic() + self.policy.every_seconds
+        self._write_done.clear()
+        self._set_phase("writing")
+        self._writer = threading.Thread(target=self._write, args=(future, tmp, own, step, pending, stall),
+                                        name="gpuws-checkpoint", daemon=True)
+        self._writer.start()
+
+    def _reused_stager(self) -> Any:
+        """One stager for the whole run: DCP keeps its CPU copy of each tensor's storage and copies
+        into it again at the next checkpoint (pinned, and copied without blocking, on CUDA)."""
+        if self._stager is None:
+            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+            self._stager = DefaultStager(StagingOptions(use_pinned_memory=self.cuda, use_shared_memory=False,
+                                                        use_async_staging=False, use_non_blocking_copy=self.cuda))
+        return self._stager
+
+    def _write(self, future: Any, tmp: Path, own: dict[str, Any], step: int, pending: Pending | None,
+               stall: float) -> None:
+        import torch
+        import torch.distributed as dist
+
+        started = time.perf_counter()
+        report: dict[str, Any] = {"rank": self.rank, "step": step, "host": socket.gethostname(), "error": None,
+                                  "files": {}, "bytes": 0, "stall_seconds": stall}
+        try:
+            future.result()
+            with open(tmp / dcpfiles.rank_file(self.rank), "wb") as f:
+                torch.save(own, f)
+                f.flush()
+                os.fsync(f.fileno())
+            names = dcpfiles.rank_shards(os.listdir(tmp), self.rank) + [dcpfiles.rank_file(self.rank)]
+            if self.rank == 0:
+                names.append(dcpfiles.METADATA)
+            for name in names:
+                fsync_file(tmp / name)  # DCP syncs its files too; ours and the index, certainly
+                size = (tmp / name).stat().st_size
+                report["files"][name] = {"size": size, "xxh3": checksum(tmp / name)}
+                report["bytes"] += size
+        except Exception as err:
+            report["error"] = dcpfiles._first_line(err)
+        self._set_phase("written")
+        try:
+            reports: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+            dist.gather_object(report, reports, dst=0, group=self.group)
+            result = [self._commit(tmp, step, reports or [], pending) if self.rank == 0 else None]
+            dist.broadcast_object_list(result, src=0, group=self.group)
+            outcome = result[0]
+        except Exception as err:
+            outcome = {"error": f"the ranks could not finish it together: {dcpfiles._first_line(err)}"}
+        if outcome.get("path"):
+            self.last = CheckpointInfo(Path(outcome["path"]), step, outcome["time"], outcome["bytes"],
+                                       sorted(self.objects), pending.request_id if pending else None)
+            self.last_bytes_per_rank = outcome["bytes_per_rank"]
+            self.last_seconds = stall + time.perf_counter() - started
+            self.last_error = None
+            self._set_phase("done", notify=False)
+        else:
+            self.last_error = f"Checkpoint at step {step} failed: {outcome['error']}"
+            log.error("gpuws: %s", self.last_error)
+            self._set_phase("error", notify=False)
+        self._write_done.set()
+        self._changed()
+
+    def _commit(self, tmp: Path, step: int, reports: list[dict[str, Any]], pending: Pending | None) -> dict[str, Any]:
+        """Rank 0, once every rank reported: the manifest, the rename, retention."""
+        import torch
+
+        failed = [f"rank {r['rank']}: {r['error']}" for r in reports if r["error"]]
+        failed += [f"rank {r['rank']} saved step {r['step']}, rank 0 step {step}" for r in reports if r["step"] != step]
+        if failed:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return {"error": "; ".join(failed)}
+        try:
+            files = {name: meta for r in reports for name, meta in r["files"].items()}
+            fields = {
+                "kind": dcpfiles.KIND, "run": self.run, "request_id": pending.request_id if pending else None,
+                "objects": sorted(self.objects), "world_size": self.world_size, "mesh": self.mesh,
+                "ranks": [{"rank": r["rank"], "step": r["step"], "host": r["host"], "files": sorted(r["files"]),
+                           "bytes": r["bytes"], "stall_seconds": r["stall_seconds"]} for r in reports],
+                "files": files, "bytes": sum(r["bytes"] for r in reports),
+                "stall_seconds": max(r["stall_seconds"] for r in reports), "torch": torch.__version__,
+            }
+            info = commit(tmp, step, fields)
+            apply_retention(self.run_path, self.policy.keep_last)
+        except Exception as err:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return {"error": f"rank 0 could not write the manifest: {dcpfiles._first_line(err)}"}
+        return {"path": str(info.path), "time": info.time, "bytes": info.bytes,
+                "bytes_per_rank": [r["bytes"] for r in reports]}
+
+    def _set_phase(self, phase: str, notify: bool = True) -> None:
+        self.phase = phase
+        if notify:
+            self._changed()
+
+    # -- resuming --------------------------------------------------------------------------------
+
+    def resume(self, timeout: float = 600.0) -> int:
+        """Load the newest complete checkpoint on every rank (resharded by DCP to this world size),
+        restore each rank's RNG states, and return the step to continue from.
+
+        Rank 0 asks the server for the store's newest checkpoint (as a kernel does), the other
+        ranks wait for its answer: one question per run, and every rank fails alike."""
+        import torch
+
+        if not self.objects:
+            raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
+        self._write_done.wait()
+        asked: tuple[str, str] | None = None
+        if self.rank == 0:
+            try:
+                asked = ("ok", bring_newest(self.run_path, self.run or default_run_name(), timeout))
+            except CheckpointError as err:
+                asked = ("error", str(err))
+        asked = self._from_rank0(asked)
+        if asked[0] == "error":
+            raise CheckpointError(asked[1])
+        candidates = self._from_rank0(
+            [(str(p), m) for p, m in complete_checkpoints(self.run_path)] if self.rank == 0 else None)
+        chosen = None
+        for folder, manifest in reversed(candidates):
+            path = Path(folder)
+            problem = self._verify_together(path, manifest)
+            if problem:
+                if self.rank == 0:
+                    warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=2)
+                continue
+            chosen = path, manifest
+            break
+        if chosen is None:
+            if self.rank == 0:
+                where = "in the store" if asked[1] == NONE else "here"
+                print(f"gpuws: no checkpoint of {self.run} {where}: every rank starts from 0", flush=True)
+            return 0
+        path, manifest = chosen
+        if manifest.get("kind") != dcpfiles.KIND:
+            raise CheckpointError(
+                f"Checkpoint {path.name} was saved by a single process, not through torch.distributed.checkpoint: "
+                "resume it in one process (a notebook, or without torch.distributed), then save through DCP")
+        dcpfiles.load(self.objects, self._owner, path, self.group)
+        self._restore_own(torch, path, manifest)
+        self.last = info_of(path, manifest)
+        self.last_bytes_per_rank = [r.get("bytes", 0) for r in manifest.get("ranks", [])]
+        self.step_value = int(manifest["step"])
+        self._changed()
+        return self.step_value + 1
+
+    def _from_rank0(self, value: Any) -> Any:
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def _verify_together(self, path: Path, manifest: dict[str, Any]) -> str | None:
+        """Each rank checks the checksums of a share of the files; the first problem any found."""
+        import torch.distributed as dist
+
+        names = sorted(manifest.get("files", {}))
+        try:
+            problem = verify(path, manifest, names[self.rank::self.world_size]) if names else "it lists no files"
+            if problem is None and self.rank == 0 and manifest.get("kind") == dcpfiles.KIND:
+                dcpfiles.read_metadata(path)  # refused when it holds anything but DCP's records
+        except Exception as err:
+            problem = f"cannot be read ({err})"
+        found: list[Any] = [None] * self.world_size
+        dist.all_gather_object(found, problem, group=self.group)
+        return next((p for p in found if p), None)
+
+    def _restore_own(self, torch: Any, path: Path, manifest: dict[str, Any]) -> None:
+        """This rank's RNG states and plain values; a rank the checkpoint did not have keeps its
+        RNG states and takes rank 0's plain values."""
+        saved_on = int(manifest.get("world_size", 1))
+        if self.rank < saved_on:
+            own = torch.load(path / dcpfiles.rank_file(self.rank), map_location="cpu", weights_only=True)
+            restore_rng(torch, own["rng"])
+        else:
+            own = torch.load(path / dcpfiles.rank_file(0), map_location="cpu", weights_only=True)
+            print(f"gpuws: rank {self.rank} is new (checkpoint {path.name} was saved on {saved_on} "
+                  f"rank{'s' * (saved_on != 1)}): its random states stay as this process seeded them; its plain "
+                  "values are rank 0's", flush=True)
+        restore_values(self, own.get("values", {}), path)
+
+    # -- reporting -------------------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        if out["last"] is not None:
+            out["last"]["bytes_per_rank"] = getattr(self, "last_bytes_per_rank", None)
+        out["distributed"] = {
+            "run_id": self.run_id, "rank": self.rank, "world_size": self.world_size,
+            "local_rank": _int_env("LOCAL_RANK"), "host": socket.gethostname(), "mesh": self.mesh,
+            "phase": self.phase, "terminating": self._terminating is not None,
+        }
+        return out
+
+    # -- SIGTERM and exit ------------------------------------------------------------------------
+
+    def _install_sigterm(self) -> None:
+        """Save on SIGTERM, in a process of our own only (a kernel's signals are Jupyter's)."""
+        from .agent import kernel_identity
+
+        if threading.current_thread() is not threading.main_thread() or kernel_identity()[0] is not None:
+            return
+        self._sigterm = threading.Event()
+        threading.Thread(target=self._after_sigterm, name="gpuws-sigterm", daemon=True).start()
+        self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        # A signal handler interrupts the loop anywhere, maybe holding a lock: it takes none and
+        # starts nothing; the request goes out from rank 0's next step() or the agreement thread.
+        if self._terminating is not None:
+            self._end_for_sigterm(wait=False)  # a second SIGTERM: now
+            return
+        self._terminating = time.monotonic()
+        if self.rank == 0 or self.agreement is None:
+            if self._pending is None:
+                self._pending = Pending("SIGTERM")
+        else:
+            self.agreement.ask()
+        self._sigterm.set()
+
+    def _after_sigterm(self) -> None:
+        self._sigterm.wait()
+        log.warning("gpuws: SIGTERM on rank %d: saving at the next step, then ending", self.rank)
+        time.sleep(SIGTERM_STEP_WAIT)
+        if self._last_save_started < (self._terminating or 0.0):
+            log.error("gpuws: no step() within %.0f s of SIGTERM: ending without a checkpoint", SIGTERM_STEP_WAIT)
+            if self._previous_sigterm in (signal.SIG_DFL, None):
+                # What SIGTERM's own action amounts to, from this thread: the loop may be stuck
+                # in a collective, where no Python handler would run.
+                os._exit(128 + signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)  # through ours, the handler we replaced runs
+
+    def _end_for_sigterm(self, wait: bool = True) -> None:
+        """End the process as the SIGTERM would have, once the checkpoint taken for it is complete."""
+        if wait:
+            self._write_done.wait(EXIT_WAIT)
+        previous = self._previous_sigterm
+        if previous is signal.SIG_IGN:
+            self._terminating = None
+            return
+        signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _at_exit(self) -> None:
+        """The script ends: a checkpoint still being written is finished first."""
+        if not self._write_done.wait(EXIT_WAIT):
+            log.error("gpuws: the last checkpoint was still being written at exit")
+        if self.agreement is not None:
+            self.agreement.close()
+        if self.agent is not None:
+            self.agent.close()
+
+
+def load_in_one_process(tracker: Tracker, path: Path, manifest: dict[str, Any]) -> None:
+    """A checkpoint of a distributed run resumed by one process without torch.distributed (a
+    notebook on the single GPU of a free tier): DCP loads the whole state here, and rank 0's RNG
+    states and plain values come back."""
+    import torch
+
+    dcpfiles.load(tracker.objects, dcpfiles.owners(tracker.objects), path, None)
+    own = torch.load(path / dcpfiles.rank_file(0), map_location="cpu", weights_only=True)
+    restore_rng(torch, own["rng"])
+    restore_values(tracker, own.get("values", {}), path)
+    saved_on = int(manifest.get("world_size", 1))
+    if saved_on > 1:
+        print(f"gpuws: checkpoint {path.name} was saved on {saved_on} ranks: loaded whole into this process, "
+              "with rank 0's random states", flush=True)
+
+
+def restore_values(tracker: Tracker, values: dict[str, Any], path: Path) -> None:
+    """Plain values back into the tracked containers in place (others into `tracker.restored`)."""
+    for name, obj in tracker.objects.items():
+        if not dcpfiles.is_plain(obj):
+            continue
+        if name not in values:
+            raise CheckpointError(f"Checkpoint {path.name} has no state for {name!r}")
+        value = values[name]
+        if isinstance(obj, dict):
+            obj.clear()
+            obj.update(value)
+        elif isinstance(obj, list):
+            obj[:] = value
+        else:
+            tracker.restored[name] = value
+
+
+def describe_mesh(objects: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """How the tracked models are spread over the ranks (the device mesh of their DTensors, or a
+    replica on each rank), for the manifest and the panel."""
+    import torch
+
+    for obj in objects.values():
+        if not isinstance(obj, torch.nn.Module):
+            continue
+        for param in obj.parameters():
+            mesh = getattr(param, "device_mesh", None)
+            if mesh is not None:  # a DTensor: FSDP2 (fully_shard) or tensor parallel
+                return {"parallelism": "sharded", "shape": list(mesh.mesh.shape),
+                        "dim_names": list(mesh.mesh_dim_names or []), "device_type": mesh.device_type,
+                        "placements": [str(p) for p in param.placements]}
+            break
+        if isinstance(obj, torch.nn.parallel.DistributedDataParallel):
+            return {"parallelism": "replicated", "wrapper": "DistributedDataParallel", "shape": [world_size]}
+    return {"parallelism": "replicated", "shape": [world_size]}
+
+
+def _int_env(name: str) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+

@@ -1,0 +1,93 @@
+"""A rank of a run that is not a kernel (launched by `torchrun` from a Jupyter terminal, or by
+`!torchrun` in a notebook) registers with the Jupyter server its shell came from, the way a
+kernel's agent does: the server lists the run and can ask it for a checkpoint (protocol.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from . import protocol
+from .agent import watch_requests
+
+log = logging.getLogger(__name__)
+
+
+class ProcessAgent:
+    """The registration file of one rank, rewritten on each change of its tracker, and the
+    request file the server writes, watched by a thread."""
+
+    def __init__(self, tracker: Any, folder: Path, name: str, server_id: str) -> None:
+        self.tracker = tracker
+        self.server_id = server_id
+        self.file = protocol.registration_file(folder, name)
+        self.request_file = protocol.request_file(folder, name)
+        self.process = protocol.process_identity()
+        self.command = [os.path.basename(sys.argv[0])] + sys.argv[1:8] if sys.argv and sys.argv[0] else []
+        self._handled: str | None = None
+        self._write_lock = threading.Lock()
+        self._stop = threading.Event()
+        tracker.on_change = self.publish
+        self.publish()
+        threading.Thread(target=watch_requests, args=(self.request_file, self._on_request, self._stop),
+                         name="gpuws-process-agent", daemon=True).start()
+
+    def _on_request(self, request_id: str) -> None:
+        if request_id != self._handled and self.tracker.objects:
+            self._handled = request_id
+            self.tracker.request(request_id)  # rank 0 agrees a step with the others at its next step()
+
+    def state(self) -> dict[str, Any]:
+        return {"kind": "process", "server_id": self.server_id, **self.process, "command": self.command,
+                "updated": time.time(), **self.tracker.describe()}
+
+    def publish(self) -> None:
+        with self._write_lock:
+            if self._stop.is_set():
+                return
+            try:
+                # A server's folder is its own to make: once the server has gone, nobody can ask.
+                tmp = self.file.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_text(json.dumps(self.state(), default=str))
+                os.replace(tmp, self.file)
+            except OSError as err:
+                log.debug("gpuws: cannot write %s: %s", self.file, err)
+
+    def close(self) -> None:
+        """The process ends (its tracker has finished its last checkpoint): nothing left to ask."""
+        with self._write_lock:
+            self._stop.set()
+            self.file.unlink(missing_ok=True)
+            self.request_file.unlink(missing_ok=True)
+
+
+def runtime_folder() -> Path:
+    """The runtime folder of the server this process came from (exported by the server; else
+    Jupyter's default, which is the server's unless configured otherwise)."""
+    exported = os.environ.get(protocol.RUNTIME_DIR_ENV)
+    if exported:
+        return Path(exported)
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir())
+
+
+def start_for(tracker: Any) -> ProcessAgent | None:
+    """Register this rank with the server it came from; None when there is none to tell (no
+    server identity in the environment, the server gone) or a kernel's agent does it already."""
+    from .agent import kernel_identity
+
+    server_id = os.environ.get(protocol.SERVER_ID_ENV)
+    if not protocol.valid_server_id(server_id) or tracker.run_id is None or kernel_identity()[0] is not None:
+        return None
+    assert server_id is not None
+    folder = protocol.registrations_folder(runtime_folder(), server_id)
+    if not (folder / protocol.SERVER_FILE).is_file():
+        return None
+    return ProcessAgent(tracker, folder, protocol.process_name(tracker.run_id, tracker.rank), server_id)
