@@ -10,8 +10,6 @@ const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 module.exports = {
   ...baseConfig,
   timeout: 90000,
-  // The panel's pictures are the documentation's (docs/images/), compared by panel-layout.spec.ts.
-  snapshotPathTemplate: '{testDir}/../docs/images/{arg}{ext}',
   retries: process.env.CI ? 1 : 0,
   workers: 1,
   use: {
