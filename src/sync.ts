@@ -4,7 +4,7 @@ import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { IDocumentsReport, IJob, IPendingList, ISyncStatus, IWorkspaces, requestAPI } from './api';
 import { PolledModel } from './polled';
 import { formatBytes, formatClock } from './format';
-import { ago, fill, span, WORDS } from './vocabulary';
+import { ago, count, fill, span, WORDS } from './vocabulary';
 
 /** What to do when the store is a folder on the work directory's own disk. */
 export const LOCAL_STORE_ADVICE =
@@ -311,7 +311,7 @@ export function syncSummary(status: ISyncStatus | null, now: number): string {
 
 /** "12 of 40 files · 30 MiB of 120 MiB · 8.2 MiB/s · 0:11 left". */
 export function progressText(p: IJob['progress']): string {
-  const parts = [`${p.files_done} of ${p.files_total} files`];
+  const parts = [`${p.files_done} of ${count(p.files_total, 'file')}`];
   if (p.bytes_total) {
     parts.push(`${formatBytes(p.bytes_done)} of ${formatBytes(p.bytes_total)}`);
   }

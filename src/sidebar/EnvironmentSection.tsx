@@ -1,6 +1,7 @@
 import React from 'react';
 
 import { EnvironmentModel } from '../environment';
+import { count } from '../vocabulary';
 import { percent } from '../format';
 import { Bar } from './Bar';
 
@@ -85,14 +86,14 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
           <Bar
             label={
               job.kind === 'env-restore'
-                ? `${job.progress.files_done} of ${job.progress.files_total || '…'} packages`
+                ? `${job.progress.files_done} of ${job.progress.files_total ? count(job.progress.files_total, 'package') : '… packages'}`
                 : 'Taking a snapshot'
             }
             value={percent(job.progress.files_done, job.progress.files_total || null)}
             text={job.progress.current ?? ''}
             testId="gpuws-env-progress"
           />
-          {log.length > 0 && <div className="jp-gpuws-env-log">{log[log.length - 1]}</div>}
+          {log.length > 0 && <div className="jp-gpuws-env-log">{plainText(log[log.length - 1])}</div>}
         </>
       )}
       {job && job.state === 'failed' && (
@@ -102,4 +103,10 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
       )}
     </>
   );
+}
+
+/** An installer's line without its terminal colours (uv writes ANSI escapes even into a pipe). */
+function plainText(line: string): string {
+  // eslint-disable-next-line no-control-regex
+  return line.replace(/\u001b\[[0-9;]*[A-Za-z]/g, '');
 }

@@ -220,7 +220,7 @@ test.describe('The panel without a GPU (port 8888)', () => {
       await restore.click();
       await page.locator('.jp-Dialog').getByRole('button', { name: 'Restore' }).click();
       // The installer waits for the index: the restore stays under way.
-      await expect(env.getByTestId('gpuws-env-progress')).toContainText('of 1 packages', { timeout: 30000 });
+      await expect(env.getByTestId('gpuws-env-progress')).toContainText('0 of 1 package', { timeout: 30000 });
       await expect(env.getByTestId('gpuws-env-restore')).toHaveAttribute('aria-disabled', 'true');
       await expect(env.getByTestId('gpuws-env-restore')).toHaveAttribute('title', /running/);
       await checkBothThemes(page, 'env-restore', async () => {
