@@ -618,6 +618,23 @@ def part_s3(sz: Sizes, tmp: Path) -> None:
             fs.put(f"{src}/", f"{BUCKET}/{prefix}/", recursive=True)
             return time.perf_counter() - started
 
+        def obstore_put(src: Path, prefix: str) -> float:
+            """obstore (Rust object_store) signing and sending each file itself, 8 at a time like
+            the engine: the candidate for replacing sync/s3direct.py's signed PUT (issue 12)."""
+            from concurrent.futures import ThreadPoolExecutor
+
+            import obstore
+            from obstore.store import S3Store
+
+            gc.collect()
+            started = time.perf_counter()
+            store = S3Store(BUCKET, endpoint=f"http://127.0.0.1:{port}", access_key_id=S3_KEY,
+                            secret_access_key=S3_SECRET, region="us-east-1", client_options={"allow_http": True})
+            files = [p for p in src.rglob("*") if p.is_file()]
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda p: obstore.put(store, f"{prefix}/{p.relative_to(src).as_posix()}", p), files))
+            return time.perf_counter() - started
+
         def engine_put(src: Path, prefix: str) -> float:
             return run_engine_pass(src, f"s3://{BUCKET}", root / f"state-{prefix}", wait=True, workspace=prefix,
                                    storage_options=s3_options(port))[ENGINE_PERSIST]
@@ -628,6 +645,11 @@ def part_s3(sz: Sizes, tmp: Path) -> None:
                                                          env=rclone)),
             ("s3fs `put(recursive=True)`", s3fs_put),
         ]
+        try:
+            import obstore  # noqa: F401 - optional: pip install obstore
+            variants.append(("obstore `put`, 8 at a time", obstore_put))
+        except ImportError:
+            log("3: obstore is not installed (pip install obstore): its row is left out")
         for label, src, files, nbytes in [
             (f"{sz.s3_small_files:,} small files (100 B – 4 KiB)", small, sz.s3_small_files, None),
             (f"one {sz.s3_large_size // MiB} MiB file", large, 1, sz.s3_large_size),
