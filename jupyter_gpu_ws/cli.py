@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import asdict
 from typing import Any, Callable
 
 from . import envsnap
@@ -33,7 +34,11 @@ from .sync.backend import Backend
 from .sync.crypto import Encryption, keys as crypto_keys, protect
 from .sync.service import SyncService
 from .sync.store import Store, open_backend
-from .sync.workspaces import list_workspaces, require_workspace, resolve_workspace
+from .sync.workspaces import describe, list_workspaces, require_workspace, resolve_workspace
+from .vocabulary import age, count, size
+
+# Parallel transfers when no --concurrency says otherwise (the server's sync_concurrency default).
+DEFAULT_CONCURRENCY = 8
 
 
 def _size(text: str) -> int:
@@ -56,6 +61,18 @@ def _option(text: str) -> tuple[str, Any]:
         return key, value
 
 
+DESCRIPTION = (
+    "GPU workspace from a terminal or a script: mirror a work directory to a store and bring it back "
+    "(sync, restore, status), list the store's workspaces, keep, compare and restore snapshots of a "
+    "Python environment (env), ask the running server to persist (persist) and export a training "
+    "run's checkpoint (checkpoint); an encrypted workspace's files without a server (decrypt) and its "
+    "passphrases (key). Each command says on stderr the store and workspace it resolved; "
+    "an error is one line on stderr and a non-zero exit."
+)
+STORE_HELP = "fsspec URL of the store (default: $GPUWS_STORE or a local folder)"
+OPTION_HELP = "fsspec option for the store, repeatable, e.g. endpoint_url=http://127.0.0.1:8333"
+
+
 def _store_url(args: argparse.Namespace) -> str:
     """--store, else $GPUWS_STORE or the local default; {username} and {servername} filled in
     as the server fills them (JupyterHub's user and server name, else the local user)."""
@@ -75,20 +92,19 @@ def _seconds(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jupyter gpuws", description="GPU workspace: storage sync from the command line.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="jupyter gpuws", description=DESCRIPTION)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def store_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--workdir", required=True, help="the directory to mirror")
-        p.add_argument("--store", default=None, help="fsspec URL of the store (default: $GPUWS_STORE or a local folder)")
-        p.add_argument("--workspace", default=None, help="workspace name in the store (default: derived from user and folder)")
-        p.add_argument("--state-dir", default=None, help="where the local record of what was synced lives")
+    def where(p: argparse.ArgumentParser) -> None:
+        """The options that say which work directory and workspace: every sync command has them."""
+        p.add_argument("--workdir", required=True, help="the work directory (mirrored to the store)")
+        p.add_argument("--store", default=None, help=STORE_HELP)
+        p.add_argument("--workspace", default=None,
+                       help="workspace name in the store (default: derived from user and folder)")
+        p.add_argument("--state-dir", default=None,
+                       help="folder of the local record of what was synced (default: in the Jupyter data folder)")
         p.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
-                       help="fsspec option for the store, e.g. endpoint_url=http://127.0.0.1:8333")
-        p.add_argument("--concurrency", type=int, default=8)
-        p.add_argument("--bandwidth-limit", type=_size, default=None, metavar="SIZE", help="bytes per second, e.g. 20M")
-        p.add_argument("--quota", type=_size, default=None, metavar="SIZE", help="refuse uploads past this store size")
-        p.add_argument("--take-over", action="store_true", help="take over the workspace lease once it has expired")
+                       help=OPTION_HELP)
         crypt_args(p)
         p.add_argument("--encrypt", action="store_true",
                        help="the workspace is (or becomes) encrypted with AES-256-GCM (docs/sync.md)")
@@ -99,33 +115,55 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--key-file", default=None, metavar="FILE",
                        help="a file whose first line is the passphrase (default: $GPUWS_PASSPHRASE, else a prompt)")
 
-    sync = commands.add_parser("sync", help="mirror the work directory to the store (continuously, or --once)")
-    store_args(sync)
+    def concurrency(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument("--concurrency", type=int, default=8, metavar="N", help=f"{what} at once (default: 8)")
+
+    sync = commands.add_parser("sync", help="mirror the work directory to the store (continuously, or --once)",
+                               description="Mirror the work directory to the store: continuously until Ctrl-C, "
+                                           "or one full pass with --once.")
+    where(sync)
+    concurrency(sync, "files uploaded")
+    sync.add_argument("--bandwidth-limit", type=_size, default=None, metavar="SIZE",
+                      help="upload at most this many bytes per second, e.g. 20M (default: no limit)")
+    sync.add_argument("--quota", type=_size, default=None, metavar="SIZE",
+                      help="refuse uploads that would take the store past this size, e.g. 100G (default: none)")
+    sync.add_argument("--take-over", action="store_true",
+                      help="take the workspace over from the runtime that writes it (writing starts once its "
+                           "lease has run out)")
     sync.add_argument("--once", action="store_true", help="one full pass, then exit")
-    restore = commands.add_parser("restore", help="bring back what the work directory lacks")
-    store_args(restore)
-    status = commands.add_parser("status", help="the workspace in the store and what is pending here")
-    store_args(status)
+    restore = commands.add_parser("restore", help="bring back what the work directory lacks",
+                                  description="Bring back the files the work directory lacks from the store. "
+                                              "Nothing here is overwritten or deleted: where both sides differ, "
+                                              "the store's copy is kept beside yours as a conflict copy.")
+    where(restore)
+    concurrency(restore, "files downloaded")
+    status = commands.add_parser("status", help="the workspace in the store and what is pending here",
+                                 description="The workspace in the store, the last sync from this folder, what "
+                                             "is pending here, and which runtime writes it. Reads only.")
+    where(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    workspaces = commands.add_parser("workspaces", help="the workspaces in a store: files, size, last write")
-    workspaces.add_argument("--store", default=None,
-                            help="fsspec URL of the store (default: $GPUWS_STORE or a local folder)")
+    workspaces = commands.add_parser("workspaces", help="the workspaces in a store: files, size, last write",
+                                     description="The workspaces in a store, with their files, size and last "
+                                                 "write.")
+    workspaces.add_argument("--store", default=None, help=STORE_HELP)
     workspaces.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
-                            help="fsspec option for the store, e.g. endpoint_url=http://127.0.0.1:8333")
+                            help=OPTION_HELP)
     workspaces.add_argument("--json", action="store_true", help="machine-readable output")
     decrypt = commands.add_parser("decrypt", help="decrypt files of an encrypted workspace into a folder, no server")
-    decrypt.add_argument("--store", default=None, help="fsspec URL of the store (default: $GPUWS_STORE)")
+    decrypt.add_argument("--store", default=None, help=STORE_HELP)
     decrypt.add_argument("--workspace", required=True, help="the encrypted workspace")
     decrypt.add_argument("--to", required=True, metavar="DIR", help="where the decrypted files go (never over a file)")
     decrypt.add_argument("paths", nargs="*", metavar="PATH", help="files or folders of the workspace (default: all)")
-    decrypt.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE")
+    decrypt.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
+                         help=OPTION_HELP)
     crypt_args(decrypt)
     key = commands.add_parser("key", help="passphrases of an encrypted workspace (no data is re-encrypted)")
     key.add_argument("action", choices=["add", "change", "remove"])
     key.add_argument("key_id", nargs="?", help="with remove: the key file to remove")
-    key.add_argument("--store", default=None, help="fsspec URL of the store (default: $GPUWS_STORE)")
+    key.add_argument("--store", default=None, help=STORE_HELP)
     key.add_argument("--workspace", required=True, help="the encrypted workspace")
-    key.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE")
+    key.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
+                     help=OPTION_HELP)
     crypt_args(key)
     key.add_argument("--new-key-file", default=None, metavar="FILE",
                      help="add, change: the new passphrase's file (default: $GPUWS_NEW_PASSPHRASE, else a prompt)")
@@ -180,16 +218,19 @@ def add_env_commands(commands: Any) -> None:
     persist.add_argument("--server", default=None, metavar="URL",
                          help="the server's URL, where several run (default: the one in the runtime folder)")
     persist.add_argument("--runtime-dir", default=None, help="Jupyter's runtime folder (default: jupyter's own)")
-    env = commands.add_parser("env", help="snapshots of the Python environment: take, compare, restore")
-    env_commands = env.add_subparsers(dest="env_command", required=True)
+    env = commands.add_parser("env", help="snapshots of the Python environment: take, compare, restore, list",
+                              description="Snapshots of a Python environment in the store: take one, compare "
+                                          "the environment with one, restore one, list them.")
+    env_commands = env.add_subparsers(dest="env_command", required=True, metavar="ACTION")
 
     def env_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--store", default=None, help="fsspec URL of the store (default: $GPUWS_STORE or a local folder)")
+        p.add_argument("--store", default=None, help=STORE_HELP)
         p.add_argument("--workspace", default=None,
                        help="workspace name in the store (default: derived from user and --workdir)")
-        p.add_argument("--workdir", default=".", help="the work directory the default workspace name comes from")
+        p.add_argument("--workdir", default=".",
+                       help="the work directory the default workspace name comes from (default: this folder)")
         p.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
-                       help="fsspec option for the store, e.g. endpoint_url=http://127.0.0.1:8333")
+                       help=OPTION_HELP)
         p.add_argument("--python", default=sys.executable,
                        help="the interpreter whose environment is meant (default: this one, the kernels' Python)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -224,7 +265,7 @@ def open_workspace(args: argparse.Namespace, must_exist: bool) -> tuple[Backend,
     on stderr. `must_exist`: a workspace the store does not hold is one clear error naming those
     it does (a mistyped or defaulted name must not read as "0 files restored")."""
     backend = open_backend(_store_url(args), dict(args.storage_option),
-                           max_concurrency=getattr(args, "concurrency", 8))
+                           max_concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY))
     if args.workspace:
         name = args.workspace
     else:
@@ -245,14 +286,14 @@ def make_engine(args: argparse.Namespace, take_lease: bool = True, must_exist: b
         workspace=workspace,
         state_dir=args.state_dir or default_state_dir(),
         storage_options=dict(args.storage_option),
-        concurrency=args.concurrency,
-        bandwidth_limit=args.bandwidth_limit,
-        quota_bytes=args.quota,
+        concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),
+        bandwidth_limit=getattr(args, "bandwidth_limit", None),
+        quota_bytes=getattr(args, "quota", None),
         encryption=_encryption(args),
     )
     engine = SyncEngine(settings, backend=backend)
     if take_lease:
-        engine.open(take_over=args.take_over)
+        engine.open(take_over=getattr(args, "take_over", False))
     return engine
 
 
@@ -288,8 +329,8 @@ class ProgressBar:
         share = min(p["bytes_done"] / total, 1.0) if p["bytes_total"] else (1.0 if p["phase"] == "done" else 0.0)
         bar = "#" * int(share * 30)
         self.stream.write(
-            f"\r{p['phase']:<9} [{bar:<30}] {share:4.0%}  {p['files_done']}/{p['files_total']} files  "
-            f"{p['bytes_done'] / 2**20:.1f}/{p['bytes_total'] / 2**20:.1f} MiB "
+            f"\r{p['phase']:<9} [{bar:<30}] {share:4.0%}  {p['files_done']}/{count(p['files_total'], 'file')}  "
+            f"{size(p['bytes_done'])} of {size(p['bytes_total'])}   "
         )
         self.stream.flush()
 
@@ -312,8 +353,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
             raise SyncError(engine.read_only_reason or "read-only")
         if args.once:
             report = with_cancel(lambda progress, cancel: engine.sync(None, progress, cancel))
-            print(f"{len(report.uploaded)} files uploaded ({report.bytes_uploaded / 2**20:.1f} MiB), "
-                  f"{len(report.deleted)} removed, {report.unchanged} unchanged")
+            print(f"{count(len(report.uploaded), 'file')} uploaded ({size(report.bytes_uploaded)}), "
+                  f"{len(report.deleted):,} removed, {report.unchanged:,} unchanged")
             for path in report.skipped:
                 print(f"skipped (over the size limit): {path}")
             if report.errors:
@@ -331,7 +372,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
         while not stop.wait(1.0):
             pass
         service.stop()
-        return 0 if engine.last_error is None else 1
+        if engine.last_error is not None:
+            print(f"jupyter gpuws: error: {engine.last_error}", file=sys.stderr)
+            return 1
+        return 0
     finally:
         engine.close()
 
@@ -340,8 +384,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
     engine = make_engine(args, take_lease=False, must_exist=True)  # reading needs no lease
     try:
         report = with_cancel(lambda progress, cancel: engine.restore(progress, cancel))
-        print(f"{len(report.restored)} files restored ({report.bytes_restored / 2**20:.1f} MiB), "
-              f"{report.already_present} already here, {len(report.conflicts)} kept as conflict copies")
+        print(f"{count(len(report.restored), 'file')} restored ({size(report.bytes_restored)}), "
+              f"{report.already_present:,} already here, {count(len(report.conflicts), 'conflict copy')} kept")
         for path in report.conflicts:
             print(f"conflict copy: {path}")
         for error in report.errors:
@@ -356,23 +400,50 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         changed, deleted, unchanged, _ = engine.plan()
         status = engine.status()
-        status.update(pending_files=len(changed) + len(deleted), pending_bytes=sum(f.size for f in changed))
+        # The last complete pass from this folder, from its record: a status taken by another
+        # process than the one that synced still knows it.
+        last = engine.index.last_pass()
+        summary = describe(engine.backend, engine.store.workspace)
+        try:
+            holder = engine.lease.current()
+            lease_problem = None
+        except SyncError as err:
+            holder, lease_problem = None, str(err)
+        status.update(pending_files=len(changed) + len(deleted), pending_bytes=sum(f.size for f in changed),
+                      last_sync=last, lease=asdict(holder) if holder else None,
+                      store_last_write=summary.last_write, store_last_writer=summary.host)
         if args.json:
-            print(json.dumps(status, indent=1))
+            _print_json(status)
             return 0
-        lease = status["lease"]
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(status["last_sync"])) if status["last_sync"] else "never here"
+        now = time.time()
         print(f"store:     {status['store']}/{status['workspace']}")
-        print(f"state:     {status['state']}" + (f" ({status['read_only_reason']})" if status["read_only_reason"] else ""))
-        print(f"synced:    {status['synced_files']} files, {status['store_bytes'] / 2**20:.1f} MiB (last sync: {when})")
-        print(f"pending:   {len(changed)} to upload ({status['pending_bytes'] / 2**20:.1f} MiB), {len(deleted)} to remove")
-        if lease:
-            print(f"lease:     {lease['user']}@{lease['host']} pid {lease['pid']}, "
-                  f"{'expires' if lease['expires'] > time.time() else 'expired'} "
-                  f"{time.strftime('%H:%M:%S', time.localtime(lease['expires']))}")
+        print(f"in store:  {count(status['synced_files'], 'file')} from here, {size(status['store_bytes'])}")
+        print(f"last sync: {_when(last, now) if last else 'never from this folder'}")
+        if summary.last_write and (last is None or summary.last_write > last + 1):
+            by = f" by {summary.host}" + (f":{summary.folder}" if summary.folder else "") if summary.host else ""
+            print(f"store written {_when(summary.last_write, now)}{by}")
+        print(f"pending:   {count(len(changed), 'file')} to upload ({size(status['pending_bytes'])}), "
+              f"{count(len(deleted), 'file')} to remove")
+        if lease_problem:
+            print(f"writer:    {lease_problem}")
+        elif holder is None:
+            print("writer:    none (no runtime holds the lease)")
+        else:
+            if holder.expires > now:
+                print(f"writer:    {holder.who()}, lease renewed {age(holder.heartbeat, now)}")
+            elif holder.heartbeat >= holder.expires:  # given back at its end
+                print(f"writer:    none now ({holder.who()} released the lease {age(holder.expires, now)})")
+            else:
+                print(f"writer:    none now ({holder.who()} stopped renewing the lease, "
+                      f"which ran out {age(holder.expires, now)})")
         return 0
     finally:
         engine.close()
+
+
+def _when(epoch: float, now: float) -> str:
+    """"4 min ago (2026-12-01 10:04:31)"."""
+    return f"{age(epoch, now)} ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(epoch))})"
 
 
 def env_store(args: argparse.Namespace, must_exist: bool = True) -> Store:
@@ -460,19 +531,10 @@ def cmd_workspaces(args: argparse.Namespace) -> int:
     rows = [("workspace", "files", "size", "last write", "by")]
     for w in found:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(w.last_write)) if w.last_write else "unknown"
-        rows.append((w.name, f"{w.files:,}{'+' if w.more else ''}", _human(w.bytes), when,
+        rows.append((w.name, f"{w.files:,}{'+' if w.more else ''}", size(w.bytes), when,
                      f"{w.host or '?'}:{w.folder}" if w.folder else (w.host or "")))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    _print_table(rows)
     return 0
-
-
-def _human(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def _print_json(value: Any) -> None:
@@ -487,11 +549,11 @@ def cmd_env_snapshot(args: argparse.Namespace) -> int:
         _print_json(result.to_dict())
         return 0
     if result.new:
-        print(f"New snapshot {result.id}: {len(snapshot['packages'])} packages, "
-              f"{len(result.wheels_added)} wheels added to the store")
+        print(f"New snapshot {result.id}: {count(len(snapshot['packages']), 'package')}, "
+              f"{count(len(result.wheels_added), 'wheel')} added to the store")
     else:
         print(f"No change since snapshot {result.id}" +
-              (f" ({len(result.wheels_added)} wheels added to the store)" if result.wheels_added else ""))
+              (f" ({count(len(result.wheels_added), 'wheel')} added to the store)" if result.wheels_added else ""))
     for item in result.not_reproducible:
         print(f"jupyter gpuws: warning: {item['name']} cannot be restored: {item['message']}", file=sys.stderr)
     return 0
@@ -508,9 +570,9 @@ def cmd_env_diff(args: argparse.Namespace) -> int:
                      "compatibility": [v.to_dict() for v in verdicts]})
         return 0
     if changes.matches:
-        print(f"Matches the snapshot {snapshot['id']} ({changes.same} packages)")
+        print(f"Matches the snapshot {snapshot['id']} ({count(changes.same, 'package')})")
     else:
-        print(f"Differs from the snapshot {snapshot['id']} ({changes.same} packages the same):")
+        print(f"Differs from the snapshot {snapshot['id']} ({count(changes.same, 'package')} the same):")
     for item in changes.added:
         print(f"  + {item['name']} {item['version']}")
     for item in changes.removed:
@@ -549,10 +611,10 @@ def cmd_env_restore(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report.to_dict())
     else:
-        print(f"{len(report.installed)} packages installed, {len(report.skipped)} already right, "
-              f"{len(report.removed)} removed, {len(report.failed)} failed (with {report.installer})")
+        print(f"{count(len(report.installed), 'package')} installed, {len(report.skipped):,} already right, "
+              f"{len(report.removed):,} removed, {len(report.failed):,} failed (with {report.installer})")
         if report.cancelled:
-            print(f"Cancelled: {len(report.pending)} packages not installed")
+            print(f"Cancelled: {count(len(report.pending), 'package')} not installed")
     for item in report.failed:
         print(f"jupyter gpuws: error: {item['name']}: {item['message']}", file=sys.stderr)
     if report.installed or report.removed:
@@ -596,12 +658,39 @@ def cmd_persist(args: argparse.Namespace) -> int:
 
 
 def cmd_env_list(args: argparse.Namespace) -> int:
-    snapshots = envsnap.list_snapshots(env_store(args))
+    store = env_store(args)
+    snapshots = envsnap.list_snapshots(store)
     if args.json:
         _print_json([info.to_dict() for info in snapshots])
-    for info in [] if args.json else snapshots:
-        print(info.id)
+        return 0
+    if not snapshots:
+        print(f"No snapshots in {store.backend.description}/{store.workspace}")
+        return 0
+    try:
+        latest = envsnap.load_snapshot(store)["id"]  # what latest.json names, if it is usable
+    except envsnap.EnvError:
+        latest = None
+    rows = [("snapshot", "taken", "Python", "torch", "packages", "")]
+    for info in reversed(snapshots):  # newest first, as people look for the latest
+        mark = "latest" if info.id == latest else ""
+        try:
+            snapshot = envsnap.load_snapshot(store, info.id)
+        except envsnap.EnvError as err:
+            rows.append((info.id, "", "", "", "", f"unreadable: {err}"))
+            continue
+        python = (snapshot.get("python") or {}).get("version") or "?"
+        torch = (snapshot.get("torch") or {}).get("version") or "—"
+        taken = time.strftime("%Y-%m-%d %H:%M", time.localtime(snapshot["captured_at"]))
+        rows.append((info.id, taken, str(python), str(torch), f"{len(snapshot.get('packages') or []):,}", mark))
+    _print_table(rows)
     return 0
+
+
+def _print_table(rows: list[tuple[str, ...]]) -> None:
+    """Rows in columns, the first row the header; numbers stay readable without a pager."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
@@ -617,7 +706,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
           file=sys.stderr)
     to = Path(os.path.expanduser(args.to))
     state = export(folder, manifest, to, args.only)
-    print(f"{to}: {', '.join(state)} ({_human(to.stat().st_size)})")
+    print(f"{to}: {', '.join(state)} ({size(to.stat().st_size)})")
     return 0
 
 
@@ -627,8 +716,11 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # The engine's log lines are the server's; here every error is said once, on stderr.
-    logging.getLogger("jupyter_gpu_ws").addHandler(logging.NullHandler())
+    # The engine's log lines are the server's; here every error is said once, on stderr, by the
+    # command (a library that configures the root logger must not repeat it).
+    quiet = logging.getLogger("jupyter_gpu_ws")
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
     args = build_parser().parse_args(argv)
     commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env,
                 "workspaces": cmd_workspaces, "persist": cmd_persist, "checkpoint": cmd_checkpoint,
@@ -636,7 +728,11 @@ def main(argv: list[str] | None = None) -> int:
     from .checkpoints.files import CheckpointError
 
     try:
-        return commands[args.command](args)
+        code = commands[args.command](args)
+        sys.stdout.flush()  # here, so that a reader that went away is noticed below
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except (SyncError, envsnap.EnvError, CheckpointError) as err:
         print(f"jupyter gpuws: error: {err}", file=sys.stderr)
         return 1
@@ -644,6 +740,15 @@ def main(argv: list[str] | None = None) -> int:
         text = str(err).strip().splitlines()[0] if str(err).strip() else ""
         print(f"jupyter gpuws: error: {type(err).__name__}{': ' + text if text else ''}", file=sys.stderr)
         return 1
+
+
+def _reader_gone() -> int:
+    """The reader of our output closed it (`| head`): stop quietly, as other Unix tools do.
+    What is still buffered goes nowhere, so exiting does not fail a second time."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from .runtime import HubLimits, RuntimeSettings, make_checks, parse_duration
 from .runtime.deadline import HUB_IDLE_CULL
 from .runtime.hub import HubClient, HubError, HubView, Platform
 from .sync.errors import LeaseHeldError, SyncError
+from .vocabulary import deadline_source
 
 if TYPE_CHECKING:
     from .app import GpuWorkspaceApp
@@ -296,7 +297,7 @@ class RuntimeSupervisor:
                                     "your work, or use the server to keep it running.")
         elif event.kind == "warning":
             self._notice("warning", f"This runtime ends in about {minutes} minute{'s' * (minutes != 1)} "
-                                    f"({event.source}). Persist now to keep your work.")
+                                    f"({deadline_source(event.source)}). Persist now to keep your work.")
         elif event.kind == "persist":
             self.log.warning("GPU workspace: %s ends in %.0f s: persisting automatically", event.source,
                              event.remaining)
@@ -304,7 +305,7 @@ class RuntimeSupervisor:
             if job is not None:
                 self.auto_persist = job
                 self._notice("info", f"Persisting automatically: the runtime ends in about {minutes} "
-                                     f"minute{'s' * (minutes != 1)} ({event.source}).", job.id)
+                                     f"minute{'s' * (minutes != 1)} ({deadline_source(event.source)}).", job.id)
 
     def _notice(self, level: str, message: str, job_id: str | None = None) -> None:
         self._notice_ids += 1
@@ -369,7 +370,7 @@ class RuntimeSupervisor:
         started = time.monotonic()
         self.emergency = {"reason": reason, "started": time.time(), "state": "running", "exiting": exit_after}
         self.log.warning("GPU workspace: %s: emergency persist within %.0f s", reason, grace)
-        self._notice("error", f"{reason}: this runtime is going away. Persisting everything now.")
+        self._notice("error", f"{deadline_source(reason)}: this runtime is going away. Persisting everything now.")
         service = self.app.sync.service
         if service is not None:
             service.engine.urgent = True

@@ -6,13 +6,27 @@ import {
 import { ICommandPalette, IThemeManager, WidgetTracker } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStateDB } from '@jupyterlab/statedb';
 import { IStatusBar } from '@jupyterlab/statusbar';
+import { historyIcon, MenuSvg, settingsIcon } from '@jupyterlab/ui-components';
+import { CommandRegistry } from '@lumino/commands';
+import { VirtualElement } from '@lumino/virtualdom';
+import { Menu } from '@lumino/widgets';
 
+import {
+  IAction,
+  persistAction,
+  releaseAction,
+  restoreEnvironmentAction,
+  snapshotAction,
+  takeOverAction
+} from './actions';
 import { AlertNotifier } from './alerts';
 import { DocumentSaver } from './documents';
-import { gpuIcon } from './icons';
+import { gpuIcon, persistIcon, snapshotIcon } from './icons';
 import { MetricsModel } from './metrics';
 import { GpuWorkspacePanel } from './sidebar/Panel';
+import { SectionMemory } from './sidebar/Section';
 import { GpuStatusItem } from './statusbar';
 import { SyncModel } from './sync';
 import { CheckpointsModel } from './checkpoints';
@@ -21,6 +35,8 @@ import { RuntimeModel } from './runtime';
 import { TrainingDashboard, TrainingHistoryModel } from './dashboard/Dashboard';
 import { TrainingModel, TrainingNotifier } from './training';
 import { TrainingStatusItem } from './trainingStatus';
+import { WORDS } from './vocabulary';
+import { trainingSection } from './sidebar/sections';
 
 const PLUGIN_ID = 'jupyter_gpu_ws:plugin';
 
@@ -28,14 +44,43 @@ namespace CommandIDs {
   export const openPanel = 'gpuws:open-panel';
   export const persist = 'gpuws:persist';
   export const release = 'gpuws:persist-and-release';
+  export const snapshot = 'gpuws:env-snapshot';
+  export const restoreEnvironment = 'gpuws:env-restore';
+  export const takeOver = 'gpuws:take-over';
+  export const settings = 'gpuws:open-settings';
   export const openDashboard = 'gpuws:open-training-dashboard';
+}
+
+/** A menu whose items show their command's caption as a tooltip, so a greyed-out item says why. */
+class CaptionedMenuRenderer extends MenuSvg.Renderer {
+  renderItem(data: Menu.IRenderData): VirtualElement {
+    const item = super.renderItem(data);
+    const caption = data.item.caption;
+    return caption ? new VirtualElement(item.tag, { ...item.attrs, title: caption }, item.children, item.renderer) : item;
+  }
+}
+
+/** A command whose enabled state and caption come from an action's answer. */
+function actionCommand(
+  label: string,
+  action: () => IAction,
+  execute: () => unknown,
+  icon?: CommandRegistry.ICommandOptions['icon']
+): CommandRegistry.ICommandOptions {
+  return {
+    label,
+    caption: () => action().tooltip,
+    icon,
+    isEnabled: () => action().enabled,
+    execute
+  };
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'GPU Workspace: GPU and system monitor, storage sync and Persist now.',
   autoStart: true,
-  optional: [ISettingRegistry, ILayoutRestorer, ICommandPalette, IStatusBar, IDocumentManager, IThemeManager],
+  optional: [ISettingRegistry, ILayoutRestorer, ICommandPalette, IStatusBar, IDocumentManager, IStateDB, IThemeManager],
   activate: async (
     app: JupyterFrontEnd,
     settingRegistry: ISettingRegistry | null,
@@ -43,6 +88,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette: ICommandPalette | null,
     statusBar: IStatusBar | null,
     docManager: IDocumentManager | null,
+    state: IStateDB | null,
     themeManager: IThemeManager | null
   ) => {
     // Every page (JupyterLab, and each Notebook 7 page) saves its own open documents when any
@@ -56,9 +102,54 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const checkpoints = new CheckpointsModel();
     const runtime = new RuntimeModel(sync);
     const environment = new EnvironmentModel(app.serviceManager);
-    const panel = new GpuWorkspacePanel(model, sync, checkpoints, runtime, environment, {
-      sparklineSeconds: 300
+    const actions = WORDS.actions;
+    const { commands } = app;
+
+    commands.addCommand(CommandIDs.persist, actionCommand(actions.persist, () => persistAction(sync), () => sync.persist(), persistIcon));
+    commands.addCommand(
+      CommandIDs.release,
+      actionCommand(`${actions.release}…`, () => releaseAction(runtime), () => runtime.release())
+    );
+    commands.addCommand(
+      CommandIDs.snapshot,
+      actionCommand(actions.snapshot, () => snapshotAction(environment), () => environment.snapshot(), snapshotIcon)
+    );
+    commands.addCommand(
+      CommandIDs.restoreEnvironment,
+      actionCommand(`${actions.restore_environment}…`, () => restoreEnvironmentAction(environment), () => environment.restore(), historyIcon)
+    );
+    commands.addCommand(
+      CommandIDs.takeOver,
+      actionCommand(`${actions.take_over}…`, () => takeOverAction(sync), () => sync.takeOver())
+    );
+    commands.addCommand(CommandIDs.settings, {
+      label: `${actions.settings}…`,
+      caption: 'GPU Workspace settings in the Settings Editor: status bar, alerts, sparklines',
+      icon: settingsIcon,
+      isEnabled: () => commands.hasCommand('settingeditor:open'),
+      execute: () => commands.execute('settingeditor:open', { query: 'GPU Workspace' })
     });
+    // The menu and the palette follow the models: enabled or not, and why.
+    const follow = (ids: string[]) => () => ids.forEach(id => commands.notifyCommandChanged(id));
+    sync.changed.connect(follow([CommandIDs.persist, CommandIDs.takeOver]));
+    runtime.changed.connect(follow([CommandIDs.release]));
+    environment.changed.connect(follow([CommandIDs.snapshot, CommandIDs.restoreEnvironment]));
+
+    const menu = new MenuSvg({ commands, renderer: new CaptionedMenuRenderer() });
+    menu.addClass('jp-gpuws-menu');
+    menu.addItem({ command: CommandIDs.release });
+    menu.addItem({ command: CommandIDs.snapshot });
+    menu.addItem({ command: CommandIDs.takeOver });
+    menu.addItem({ type: 'separator' });
+    menu.addItem({ command: CommandIDs.settings });
+
+    const memory = new SectionMemory(state);
+    const panel = new GpuWorkspacePanel(
+      { metrics: model, sync, checkpoints, runtime, environment },
+      { sparklineSeconds: 300 },
+      memory,
+      menu
+    );
     app.shell.add(panel, 'left', { rank: 850 });
     if (restorer) {
       restorer.add(panel, 'gpuws-panel');
@@ -67,25 +158,26 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const openPanel = () => {
       app.shell.activateById(panel.id);
     };
-    app.commands.addCommand(CommandIDs.openPanel, {
+    commands.addCommand(CommandIDs.openPanel, {
       label: 'Open GPU Workspace panel',
-      caption: 'Show GPU utilisation, memory and system figures',
+      caption: 'Show the GPUs, the runtime left, the sync, checkpoints and the environment',
       icon: gpuIcon,
       execute: openPanel
     });
-    app.commands.addCommand(CommandIDs.persist, {
-      label: 'Persist now',
-      caption: 'Save every open document, then upload everything in the work directory to the store now',
-      isEnabled: () => !sync.persisting,
-      execute: () => sync.persist()
-    });
-    app.commands.addCommand(CommandIDs.release, {
-      label: 'Persist and release the runtime',
-      caption: 'Persist everything, then shut the server down so a paid runtime stops',
-      execute: () => runtime.release()
-    });
+    for (const command of [
+      CommandIDs.openPanel,
+      CommandIDs.persist,
+      CommandIDs.release,
+      CommandIDs.snapshot,
+      CommandIDs.restoreEnvironment,
+      CommandIDs.takeOver
+    ]) {
+      palette?.addItem({ command, category: 'GPU Workspace' });
+    }
+
     // Training in view: the runs (polled), their anomalies as notifications, the status bar's
-    // words, and the "Training and GPUs" dashboard in the main area (restored on reload).
+    // words, the panel's Training section at the top, and the "Training and GPUs" dashboard in
+    // the main area (restored on reload).
     const training = new TrainingModel();
     const dashboards = new WidgetTracker<TrainingDashboard>({ namespace: 'gpuws-training' });
     const openDashboard = () => {
@@ -97,7 +189,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
       app.shell.activateById(dashboard.id);
     };
-    app.commands.addCommand(CommandIDs.openDashboard, {
+    commands.addCommand(CommandIDs.openDashboard, {
       label: 'Open Training and GPUs',
       caption: 'Loss and scalars of each tracked run over steps, GPU utilisation and memory over time',
       icon: gpuIcon,
@@ -107,7 +199,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       void restorer.restore(dashboards, { command: CommandIDs.openDashboard, name: () => 'gpuws-training' });
     }
     themeManager?.themeChanged.connect(() => dashboards.forEach(d => d.themeChanged()));
-    const trainingNotifier = new TrainingNotifier(training, openDashboard);
+    new TrainingNotifier(training, openDashboard);
+    panel.addSection(trainingSection(training, openDashboard));
+    palette?.addItem({ command: CommandIDs.openDashboard, category: 'GPU Workspace' });
     if (statusBar) {
       statusBar.registerStatusItem(`${PLUGIN_ID}:training`, {
         item: new TrainingStatusItem(training, openDashboard),
@@ -117,10 +211,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
         activeStateChanged: training.changed
       });
     }
-    palette?.addItem({ command: CommandIDs.openDashboard, category: 'GPU Workspace' });
-    palette?.addItem({ command: CommandIDs.openPanel, category: 'GPU Workspace' });
-    palette?.addItem({ command: CommandIDs.release, category: 'GPU Workspace' });
-    palette?.addItem({ command: CommandIDs.persist, category: 'GPU Workspace' });
 
     const notifier = new AlertNotifier(model, openPanel);
     let showStatusBar = true;
@@ -142,7 +232,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
           model.historySeconds = Math.max(seconds * 60, 60);
           panel.configure({ sparklineSeconds: seconds * 60 });
           notifier.enabled = settings.get('alertNotifications').composite as boolean;
-          trainingNotifier.enabled = notifier.enabled;
           // The status bar re-reads isActive on the next sample.
           showStatusBar = settings.get('showStatusBar').composite as boolean;
         };

@@ -4,7 +4,8 @@ import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 
 import { IJob, IRuntimeState, requestAPI } from './api';
 import { PolledModel } from './polled';
-import { SyncModel } from './sync';
+import { Level, SyncModel } from './sync';
+import { deadlineSource, timeLeft, WORDS } from './vocabulary';
 
 export class RuntimeModel extends PolledModel {
   state: IRuntimeState | null = null;
@@ -149,25 +150,20 @@ export class RuntimeModel extends PolledModel {
   private _seen: number | null = null;
 }
 
-/** The few words the status bar says about the time left. */
-export function runtimeWord(model: RuntimeModel): { text: string; title: string; level: string } {
+/** The few words the status bar and the panel's header say about the time left: "24 min left",
+ * amber from 10 minutes, red from 2. */
+export function runtimeWord(model: RuntimeModel): { text: string; title: string; level: Level } {
   if (model.released) {
-    return { text: 'released', title: 'This runtime was released: the server has stopped', level: 'none' };
+    return { text: WORDS.runtime.released, title: 'This runtime was released: the server has stopped', level: 'none' };
   }
   const state = model.state;
   const left = model.remaining();
   if (!state || left === null) {
     return { text: '', title: '', level: 'none' };
   }
-  const lead = state.persist_lead_time;
-  const level = left <= 120 ? 'error' : left <= Math.max(lead, 600) ? 'warning' : 'ok';
-  return { text: `${formatLeft(left)} left`, title: `Runtime ends (${state.source})`, level };
-}
-
-function formatLeft(seconds: number): string {
-  const h = Math.floor(seconds / 3600);
-  const m = Math.floor((seconds % 3600) / 60);
-  return h > 0 ? `${h} h ${String(m).padStart(2, '0')}` : m > 0 ? `${m} min` : `${Math.floor(seconds)} s`;
+  const level: Level = left <= 120 ? 'error' : left <= 600 ? 'warning' : 'ok';
+  const ends = new Date((state.deadline ?? 0) * 1000).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' });
+  return { text: timeLeft(left), title: `The runtime ends at ${ends} (${deadlineSource(state.source)})`, level };
 }
 
 function minutes(seconds: number): string {

@@ -1,85 +1,72 @@
+// The status-bar item: the GPUs (labelled, the busiest one when they differ), the sync and the
+// time left, built from JupyterLab's own status-bar parts so it sits level with its neighbours,
+// and coloured as a whole on an alert or when 10 minutes or less remain.
 import React from 'react';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import { GroupItem, TextItem } from '@jupyterlab/statusbar';
 
-import { ISample } from './api';
-import { formatBytes } from './format';
+import { IGpu, ISample } from './api';
+import { percent } from './format';
+import { gpuIcon } from './icons';
 import { MetricsModel } from './metrics';
 import { RuntimeModel, runtimeWord } from './runtime';
-import { SyncModel, formatAge } from './sync';
+import { Level, SyncModel, syncWord } from './sync';
+import { percentText, usage } from './vocabulary';
 
-/** The status bar's few words on the sync. */
-export function syncWord(sync: SyncModel): { text: string; title: string; level: string } {
-  if (sync.released) {
-    return { text: 'all saved', title: 'Everything was persisted before the release', level: 'ok' };
-  }
-  const status = sync.status;
-  if (!status) {
-    return { text: '', title: '', level: 'none' };
-  }
-  const title = status.last_error ?? status.read_only_reason ?? `Store: ${status.store ?? ''}`;
-  if (status.state === 'error') {
-    return { text: status.store_down ? 'store down' : 'sync error', title, level: 'error' };
-  }
-  if (status.state === 'read-only' || status.state === 'taking-over') {
-    return { text: status.state, title, level: 'warning' };
-  }
-  if (status.pending_files > 0) {
-    return { text: `${status.pending_files} pending`, title, level: 'pending' };
-  }
-  if (status.store_same_disk && status.last_sync) {
-    // Not "synced": the store is on this machine's own disk and goes with it.
-    return { text: 'local store only', title: 'The store is a folder on this machine\'s own disk', level: 'warning' };
-  }
-  if (status.last_sync && !status.progress) {
-    return { text: `synced ${formatAge(Date.now() / 1000 - status.last_sync)} ago`, title, level: 'ok' };
-  }
-  return { text: status.progress ? 'syncing' : status.state, title, level: 'none' };
+export { syncWord };
+
+/** GPUs whose utilisation or memory differ by this many points read as different. */
+const DIFFERENT = 20;
+
+function memoryShare(gpu: IGpu): number {
+  return percent(gpu.memory_used, gpu.memory_total) ?? 0;
 }
 
-/** What the status bar says about the GPUs: mean utilisation and memory in use. */
-export function gpuSummary(sample: ISample | null): { text: string; title: string } {
+/** How hard a GPU works: its utilisation or its memory use, whichever is higher. */
+function load(gpu: IGpu): number {
+  return Math.max(gpu.utilization ?? 0, memoryShare(gpu));
+}
+
+/** What the status bar says about the GPUs: "GPU 47 % · 39.9/80 GiB"; with several that
+ * differ, the busiest: "GPU 0 97 % · 38.9/40 GiB (busiest of 2)". */
+export function gpuSummary(sample: ISample | null): { text: string; title: string; level: Level } {
   if (!sample) {
-    return { text: 'GPU …', title: 'Waiting for the first sample' };
+    return { text: 'GPU …', title: 'Waiting for the first sample', level: 'none' };
   }
   const gpus = sample.gpus;
+  const alerts = sample.alerts.map(alert => alert.message);
+  const level: Level = gpus.some(g => memoryShare(g) >= 95) ? 'error' : alerts.length ? 'warning' : 'none';
   if (gpus.length === 0) {
-    return { text: 'No GPU', title: sample.gpu_error ?? 'No GPU found' };
+    return { text: 'No GPU', title: [sample.gpu_error ?? 'No GPU found', ...alerts].join('\n'), level };
   }
-  const utils = gpus.map(g => g.utilization).filter((u): u is number => u !== null);
-  const used = gpus.reduce((sum, g) => sum + (g.memory_used ?? 0), 0);
-  const total = gpus.reduce((sum, g) => sum + (g.memory_total ?? 0), 0);
-  const util = utils.length
-    ? `${Math.round(utils.reduce((a, b) => a + b, 0) / utils.length)}%`
-    : '—';
-  const label = gpus.length > 1 ? `${gpus.length} GPUs` : 'GPU';
+  const lines = gpus.map(
+    g => `GPU ${g.index} ${g.name}: ${percentText(g.utilization)} · ${usage(g.memory_used, g.memory_total)}`
+  );
+  const title = [...lines, ...alerts].join('\n');
+  if (gpus.length === 1) {
+    const g = gpus[0];
+    return { text: `GPU ${percentText(g.utilization)} · ${usage(g.memory_used, g.memory_total)}`, title, level };
+  }
+  const utils = gpus.map(g => g.utilization ?? 0);
+  const shares = gpus.map(memoryShare);
+  const spread = (values: number[]) => Math.max(...values) - Math.min(...values);
+  if (spread(utils) < DIFFERENT && spread(shares) < DIFFERENT) {
+    const used = gpus.reduce((sum, g) => sum + (g.memory_used ?? 0), 0);
+    const total = gpus.reduce((sum, g) => sum + (g.memory_total ?? 0), 0);
+    const mean = utils.reduce((a, b) => a + b, 0) / utils.length;
+    return { text: `${gpus.length} GPUs ${percentText(mean)} · ${usage(used, total)}`, title, level };
+  }
+  const busiest = gpus.reduce((a, b) => (load(b) > load(a) ? b : a));
   return {
-    text: `${label} ${util} · ${formatBytes(used)} / ${formatBytes(total)}`,
-    title: gpus
-      .map(
-        g =>
-          `GPU ${g.index} ${g.name}: ${g.utilization ?? '—'}% · ${formatBytes(g.memory_used)} / ${formatBytes(g.memory_total)}`
-      )
-      .join('\n')
+    text: `GPU ${busiest.index} ${percentText(busiest.utilization)} · ${usage(busiest.memory_used, busiest.memory_total)} (busiest of ${gpus.length})`,
+    title,
+    level
   };
 }
 
-/** A few coloured words (nothing when there is nothing to say). */
-function StatusWord(props: { word: { text: string; title: string; level: string }; kind: string }): JSX.Element {
-  const { text, title, level } = props.word;
-  return text ? (
-    <span
-      className={`jp-gpuws-status-text jp-gpuws-status-${props.kind} jp-gpuws-status-${level}`}
-      data-testid={`gpuws-status-${props.kind}`}
-      title={title}
-    >
-      {text}
-    </span>
-  ) : (
-    <span />
-  );
-}
+const RANK: { [level: string]: number } = { none: 0, ok: 0, pending: 0, warning: 1, error: 2 };
 
-/** The status-bar item; a click opens the panel. */
+/** The status-bar item; a click (or Enter) opens the panel. */
 export class GpuStatusItem extends ReactWidget {
   constructor(
     private _model: MetricsModel,
@@ -89,28 +76,66 @@ export class GpuStatusItem extends ReactWidget {
   ) {
     super();
     this.addClass('jp-gpuws-status');
+    this.addClass('jp-mod-highlighted');
   }
 
   render(): JSX.Element {
     return (
-      <span className="jp-gpuws-status-item" onClick={this._onClick}>
-        <UseSignal signal={this._model.changed}>
-          {() => {
-            const { text, title } = gpuSummary(this._model.latest);
-            return (
-              <span className="jp-gpuws-status-text" data-testid="gpuws-status" title={title}>
-                {text}
-              </span>
-            );
-          }}
-        </UseSignal>
-        <UseSignal signal={this._sync.changed}>
-          {() => <StatusWord word={syncWord(this._sync)} kind="sync" />}
-        </UseSignal>
-        <UseSignal signal={this._runtime.changed}>
-          {() => <StatusWord word={runtimeWord(this._runtime)} kind="runtime" />}
-        </UseSignal>
-      </span>
+      <UseSignal signal={this._model.changed}>
+        {() => (
+          <UseSignal signal={this._sync.changed}>
+            {() => (
+              <UseSignal signal={this._runtime.changed}>{() => this._item()}</UseSignal>
+            )}
+          </UseSignal>
+        )}
+      </UseSignal>
+    );
+  }
+
+  private _item(): JSX.Element {
+    const gpu = gpuSummary(this._model.latest);
+    const sync = syncWord(this._sync);
+    const runtime = runtimeWord(this._runtime);
+    // The item as a whole takes the colour of its most urgent part: an alert, a sync error,
+    // 10 minutes or less left.
+    const urgent = [gpu.level, sync.level === 'error' ? 'error' : 'none', runtime.level].reduce((a, b) =>
+      RANK[b] > RANK[a] ? b : a
+    );
+    const open = (event: React.KeyboardEvent) => {
+      if (event.key === 'Enter' || event.key === ' ') {
+        this._onClick();
+      }
+    };
+    return (
+      <GroupItem
+        spacing={4}
+        className={`jp-gpuws-status-item jp-gpuws-status-${RANK[urgent] ? urgent : 'calm'}`}
+        onClick={this._onClick}
+        onKeyDown={open}
+        role="button"
+        tabIndex={0}
+        aria-label="GPU Workspace: open the panel"
+      >
+        <gpuIcon.react tag="span" className="jp-gpuws-status-icon" />
+        <TextItem source={gpu.text} title={gpu.title} data-testid="gpuws-status" />
+        {sync.text ? (
+          <TextItem
+            source={sync.text}
+            title={sync.title}
+            className={`jp-gpuws-status-part jp-gpuws-status-${sync.level}`}
+            data-testid="gpuws-status-sync"
+          />
+        ) : null}
+        {runtime.text ? (
+          <TextItem
+            source={runtime.text}
+            title={runtime.title}
+            className={`jp-gpuws-status-part jp-gpuws-status-${runtime.level}`}
+            data-testid="gpuws-status-runtime"
+          />
+        ) : null}
+      </GroupItem>
     );
   }
 }

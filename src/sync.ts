@@ -4,6 +4,7 @@ import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { IDocumentsReport, IJob, IPendingList, ISyncStatus, IWorkspaces, requestAPI } from './api';
 import { PolledModel } from './polled';
 import { formatBytes, formatClock } from './format';
+import { ago, count, fill, span, WORDS } from './vocabulary';
 
 /** What to do when the store is a folder on the work directory's own disk. */
 export const LOCAL_STORE_ADVICE =
@@ -79,6 +80,17 @@ export class SyncModel extends PolledModel {
 
   get persisting(): boolean {
     return this.job?.state === 'running';
+  }
+
+  /** The newer of the persist this page follows and the latest the server ran (the automatic
+   * persist, another browser's). */
+  get currentPersist(): IJob | null {
+    const mine = this.job;
+    const latest = this.status?.persist;
+    if (!mine || !latest) {
+      return mine ?? latest ?? null;
+    }
+    return latest.started > mine.started ? latest : mine;
   }
 
   /** Set once a release has persisted everything: the last word, as the server is gone. */
@@ -299,7 +311,7 @@ export function syncSummary(status: ISyncStatus | null, now: number): string {
 
 /** "12 of 40 files · 30 MiB of 120 MiB · 8.2 MiB/s · 0:11 left". */
 export function progressText(p: IJob['progress']): string {
-  const parts = [`${p.files_done} of ${p.files_total} files`];
+  const parts = [`${p.files_done} of ${count(p.files_total, 'file')}`];
   if (p.bytes_total) {
     parts.push(`${formatBytes(p.bytes_done)} of ${formatBytes(p.bytes_total)}`);
   }
@@ -312,13 +324,51 @@ export function progressText(p: IJob['progress']): string {
   return parts.join(' · ');
 }
 
+/** How long ago, without "ago": "12 s", "4 min", "3 h" (the vocabulary's rule). */
 export function formatAge(seconds: number): string {
-  const s = Math.max(0, Math.round(seconds));
-  if (s < 90) {
-    return `${s} s`;
+  return span(seconds);
+}
+
+export type Level = 'ok' | 'pending' | 'warning' | 'error' | 'none';
+
+/** The sync in a few words and a level, for the status bar and the panel's header: "synced
+ * 2 min ago" (never "saved": beside a notebook with unsaved changes that would read as if the
+ * notebook were saved), "3 pending", "store down". The same rule as `%gpuws status`. */
+export function syncWord(sync: SyncModel): { text: string; title: string; level: Level } {
+  const words = WORDS.sync;
+  if (sync.released) {
+    return { text: words.all_synced, title: 'Everything was persisted before the release', level: 'ok' };
   }
-  if (s < 5400) {
-    return `${Math.round(s / 60)} min`;
+  const status = sync.status;
+  if (!status) {
+    return { text: '', title: sync.error ?? '', level: 'none' };
   }
-  return `${Math.round(s / 3600)} h`;
+  const title = status.last_error ?? status.read_only_reason ?? syncSummary(status, Date.now() / 1000);
+  const job = sync.currentPersist;
+  if (job?.state === 'running') {
+    const p = job.progress;
+    const share = p.bytes_total ? Math.floor((100 * p.bytes_done) / p.bytes_total) : null;
+    return { text: share === null ? words.persisting : `${words.persisting} ${share} %`, title, level: 'pending' };
+  }
+  if (status.state === 'error') {
+    return { text: status.store_down ? words.store_down : words.error, title, level: 'error' };
+  }
+  if (status.state === 'read-only' || status.state === 'taking-over') {
+    return { text: words[status.state], title, level: 'warning' };
+  }
+  if (status.pending_files > 0) {
+    return { text: fill(words.pending, { count: status.pending_files.toLocaleString('en-US') }), title, level: 'pending' };
+  }
+  if (status.store_same_disk && status.last_sync) {
+    // Not "synced": the store is on this machine's own disk and goes with it.
+    return { text: words.local_only, title: "The store is a folder on this machine's own disk", level: 'warning' };
+  }
+  if (status.last_sync && !status.progress) {
+    return { text: fill(words.synced, { age: ago(Date.now() / 1000 - status.last_sync) }), title, level: 'ok' };
+  }
+  if (status.progress || status.state === 'syncing') {
+    return { text: words.syncing, title, level: 'none' };
+  }
+  const known = words as { [state: string]: string };
+  return { text: known[status.state] ?? (status.state === 'idle' ? words.never : status.state), title, level: 'none' };
 }

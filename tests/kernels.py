@@ -25,7 +25,13 @@ async def run_in_kernel(client: Any, code: str, timeout: float = 120) -> str:
 
 
 async def collect(client: Any, msg_id: str, timeout: float = 120) -> str:
-    """What the cell printed, once it has ended.
+    """What the cell printed, once it has ended."""
+    return (await outputs(client, msg_id, timeout))[0]
+
+
+async def outputs(client: Any, msg_id: str, timeout: float = 120) -> tuple[str, list[dict[str, Any]]]:
+    """What the cell printed and what it displayed (each display's data by MIME type), once it
+    has ended.
 
     The end is its execute_reply, not an idle status: a subshell handling a comm while the
     cell runs publishes busy/idle under the cell's parent header (an ipykernel quirk).
@@ -36,7 +42,7 @@ async def collect(client: Any, msg_id: str, timeout: float = 120) -> str:
         reply = await client.get_shell_msg(timeout=timeout)
         if reply["parent_header"].get("msg_id") == msg_id:
             break
-    out, error = [], None
+    out, displays, error = [], [], None
     while True:
         try:
             msg = await client.get_iopub_msg(timeout=1.0)
@@ -46,11 +52,13 @@ async def collect(client: Any, msg_id: str, timeout: float = 120) -> str:
             continue
         if msg["msg_type"] == "stream":
             out.append(msg["content"]["text"])
+        if msg["msg_type"] in ("display_data", "execute_result"):
+            displays.append(msg["content"]["data"])
         if msg["msg_type"] == "error":
             error = "\n".join(msg["content"]["traceback"])
     if error or reply["content"].get("status") == "error":
         raise AssertionError(error or reply["content"].get("evalue"))
-    return "".join(out)
+    return "".join(out), displays
 
 
 class Notebook:
@@ -73,6 +81,10 @@ class Notebook:
 
     async def run(self, code: str, timeout: float = 120) -> str:
         return await run_in_kernel(self.client, code, timeout)
+
+    async def display(self, code: str, timeout: float = 120) -> list[dict[str, Any]]:
+        """What running `code` displayed: one MIME bundle per display."""
+        return (await outputs(self.client, self.client.execute(code), timeout))[1]
 
     @property
     def pid(self) -> int:

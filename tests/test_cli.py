@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
-
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,7 +57,7 @@ def test_status_shows_what_is_pending(tmp_path: Path, common: list[str]) -> None
     write(work, "b.txt", "bb")
     result = gpuws("status", "--workdir", str(work), *common)
     assert result.returncode == 0, result.stderr
-    assert "pending:   1 to upload" in result.stdout and "synced:    1 files" in result.stdout
+    assert "pending:   1 file to upload (2 B)" in result.stdout and "in store:  1 file from here, 1 B" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -109,3 +112,117 @@ def test_workspaces_lists_the_store_and_restore_refuses_one_that_does_not_exist(
         assert resolved.startswith(f"store: {tmp_path / 'store'}  workspace: ")
         assert error.startswith("jupyter gpuws: error: No workspace") and "it holds: alice-work" in error
     assert list(fresh.iterdir()) == []  # nothing restored, nothing written
+
+
+# -- reading like a tool people know (issue 17) ------------------------------------------------------
+
+
+def options_of(command: str) -> dict[str, str | None]:
+    """The options `jupyter gpuws <command>` offers, with their help."""
+    from jupyter_gpu_ws.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    return {a.option_strings[-1]: a.help for a in sub._actions if a.option_strings and a.dest != "help"}
+
+
+def test_the_description_names_every_command() -> None:
+    result = gpuws("--help")
+    assert result.returncode == 0
+    description = " ".join(result.stdout.split("positional arguments")[0].split())
+    for command in ("sync", "restore", "status", "env", "workspaces"):
+        assert command in description, command
+    assert "snapshots" in description
+
+
+@pytest.mark.parametrize("command", ["sync", "restore", "status", "workspaces"])
+def test_every_option_says_what_it_does(command: str) -> None:
+    assert all(options_of(command).values()), options_of(command)
+
+
+def test_each_command_offers_only_its_own_options() -> None:
+    sync_only = {"--quota", "--bandwidth-limit", "--take-over", "--once"}
+    assert sync_only <= set(options_of("sync"))
+    assert not sync_only & set(options_of("restore"))
+    assert not (sync_only | {"--concurrency"}) & set(options_of("status"))
+    help_text = gpuws("restore", "--help").stdout
+    assert "--quota" not in help_text and "--bandwidth-limit" not in help_text and "--concurrency N" in help_text
+
+
+def test_status_says_when_this_folder_last_synced_from_its_record(tmp_path: Path, common: list[str]) -> None:
+    work = tmp_path / "work"
+    write(work, "a.txt", "a")
+    for _ in range(2):  # the second pass has nothing to upload: it still counts as a sync
+        assert gpuws("sync", "--workdir", str(work), "--once", *common).returncode == 0
+    result = gpuws("status", "--workdir", str(work), *common)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^last sync: \d+ s ago \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\)$", result.stdout, re.M), result.stdout
+    assert "never" not in result.stdout
+    assert "writer:    none now (" in result.stdout and "released the lease" in result.stdout
+    as_json = json.loads(gpuws("status", "--workdir", str(work), "--json", *common).stdout)
+    assert as_json["last_sync"] is not None and as_json["lease"]["user"]
+
+
+def test_sizes_and_counts_read_naturally(tmp_path: Path, common: list[str]) -> None:
+    work = tmp_path / "work"
+    write(work, "note.txt", "seventeen bytes!\n")
+    result = gpuws("sync", "--workdir", str(work), "--once", *common)
+    assert result.stdout.startswith("1 file uploaded (17 B), 0 removed, 0 unchanged"), result.stdout
+    status = gpuws("status", "--workdir", str(work), *common).stdout
+    assert "in store:  1 file from here, 17 B" in status
+    assert "pending:   0 files to upload (0 B), 0 files to remove" in status
+    # A fresh machine where the file exists with other content: kept both ways, said in words.
+    fresh = tmp_path / "fresh"
+    write(fresh, "note.txt", "mine\n")
+    result = gpuws("restore", "--workdir", str(fresh), *common[:-1], str(tmp_path / "state-fresh"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("0 files restored (0 B), 0 already here, 1 conflict copy kept"), result.stdout
+    assert (fresh / "note.txt").read_text() == "mine\n"
+
+
+LOGGING_CONFIGURED = (
+    "import logging, sys; logging.basicConfig(level=logging.INFO)\n"
+    "from jupyter_gpu_ws.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def test_a_lease_conflict_is_said_once_even_where_logging_is_configured(tmp_path: Path, common: list[str]) -> None:
+    work = tmp_path / "work"
+    write(work, "a.txt", "a")
+    holder = subprocess.Popen([sys.executable, "-m", "jupyter_gpu_ws.cli", "sync", "--workdir", str(work), *common],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        lease = tmp_path / "store" / "ws" / ".gpuws" / "lease.json"
+        deadline = time.monotonic() + 60
+        while not lease.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        other = tmp_path / "other"
+        other.mkdir()
+        # Another program in the same process may have set logging up: the error is still said once.
+        result = subprocess.run([sys.executable, "-c", LOGGING_CONFIGURED, "sync", "--once", "--workdir", str(other),
+                                 *common[:-1], str(tmp_path / "state-other")],
+                                capture_output=True, text=True, timeout=120)
+    finally:
+        holder.send_signal(signal.SIGINT)
+        holder.communicate(timeout=60)
+    assert result.returncode == 1
+    lines = said(result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("jupyter gpuws: error: Another runtime is writing this workspace")
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path: Path, common: list[str]) -> None:
+    work = tmp_path / "work"
+    for i in range(20):
+        write(work, f"f{i}.txt", "x")
+    assert gpuws("sync", "--workdir", str(work), "--once", *common).returncode == 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # as `| head` does once it has read enough: before anything is written here
+    try:
+        result = subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", "status", "--json", "--workdir",
+                                 str(work), *common], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert said(result.stderr) == []  # no traceback, no error line
+    assert result.returncode == 128 + signal.SIGPIPE

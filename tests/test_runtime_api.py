@@ -42,6 +42,8 @@ async def test_a_warning_notice_comes_once_the_lead_time_is_crossed(jp_fetch: An
     warnings = await wait_for(warned, timeout=10)
     # All three default lead times (30, 10, 2 min) are crossed at once: one warning, not three.
     assert len(warnings) == 1 and "about 1 minute" in warnings[0]["message"]
+    # In the panel's words: the source as the Runtime section names it, not the setting's name.
+    assert "(runtime limit)" in warnings[0]["message"] and "max_runtime" not in warnings[0]["message"]
 
 
 async def test_the_runtime_persists_by_itself_before_the_deadline(jp_fetch: Any, jp_root_dir: Path,

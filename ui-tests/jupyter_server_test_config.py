@@ -71,6 +71,16 @@ _venv_options = ["--without-pip"] if _release else []
 subprocess.run([sys.executable, "-m", "venv", *_venv_options, str(_tmp / f"{_name}-env")], check=True)
 c.GpuWorkspace.env_python = str(_tmp / f"{_name}-env" / "bin" / "python")  # noqa: F821
 
+if _name == "gpuws-ui":
+    # The plain server's runtime has no known end, until a test writes a deadline into this file
+    # (panel-layout.spec.ts: a 40-minute runtime); missing means no deadline from it.
+    _deadline_file = _tmp / "gpuws-ui-deadline"
+    _deadline_file.unlink(missing_ok=True)
+    os.environ["GPUWS_DEADLINE_FILE"] = str(_deadline_file)
+    # The environment's installers ask this package index, on loopback: nothing listens there
+    # unless a test serves one (panel-layout.spec.ts holds a restore there to show it running).
+    os.environ["UV_INDEX_URL"] = os.environ["PIP_INDEX_URL"] = "http://127.0.0.1:8899/simple/"
+
 if os.environ.get("GPUWS_UI_TEST_GPUS"):
     scratch = Path(os.environ.setdefault("GPUWS_UI_GPUS_FILE", str(Path(tempfile.gettempdir()) / "gpuws-ui-gpus.json")))
     shutil.copy(Path(__file__).with_name("fake-gpus.json"), scratch)

@@ -407,6 +407,7 @@ class SyncEngine:
             else:
                 self.state, self.last_error = "idle", None
                 self.last_sync = self.clock()
+                self.index.record_pass(self.last_sync)  # for `jupyter gpuws status`, later
             self._summary_due = self._summary_due or bool(report.uploaded or report.deleted)
             if self._summary_due and (durable or time.monotonic() - self._summary_written >= SUMMARY_EVERY):
                 self._write_summary()

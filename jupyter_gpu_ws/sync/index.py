@@ -31,6 +31,8 @@ class Record:
 
 # Paths looked up in one query (SQLite allows at least 999 parameters).
 LOOKUP_CHUNK = 500
+# The meta key of when the last complete pass ended (what `jupyter gpuws status` says).
+LAST_PASS = "last_pass"
 
 
 log = logging.getLogger(__name__)
@@ -193,6 +195,22 @@ class SyncIndex:
     def set_meta(self, key: str, value: str) -> None:
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def last_pass(self) -> float | None:
+        """When a pass from this work directory last ended with everything in the store (epoch
+        seconds): as recorded, or, in a record from before that was kept, the last file sent."""
+        value = self.get_meta(LAST_PASS)
+        if value is not None:
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        with self._lock:
+            row = self._db.execute("SELECT MAX(synced_at) FROM files").fetchone()
+        return float(row[0]) if row and row[0] is not None else None
+
+    def record_pass(self, when: float) -> None:
+        self.set_meta(LAST_PASS, repr(when))
 
     def close(self) -> None:
         with self._lock:

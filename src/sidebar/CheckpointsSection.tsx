@@ -4,21 +4,27 @@ import { ICheckpointKernel, IDistributedRun } from '../api';
 import { CheckpointsModel } from '../checkpoints';
 import { formatBytes, shortPath } from '../format';
 import { formatAge } from '../sync';
+import { checkpointAction } from '../actions';
+import { checkpointIcon } from '../icons';
+import { WORDS } from '../vocabulary';
+import { EmptyState } from './EmptyState';
+import { ActionButton } from './Section';
 
 /** Each notebook with a checkpoint agent, and each distributed run (torchrun): what it tracks,
  * its last checkpoint, Checkpoint now. */
 export function CheckpointsSection(props: { model: CheckpointsModel }): JSX.Element {
   const { model } = props;
   return (
-    <section className="jp-gpuws-section" aria-label="Checkpoints">
-      <h3 className="jp-gpuws-section-title">Checkpoints</h3>
+    <>
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
       {model.kernels.length === 0 && model.runs.length === 0 ? (
-        <div className="jp-gpuws-subtle jp-gpuws-hint">
-          No notebook tracks training state yet. In a notebook: <code>%load_ext jupyter_gpu_ws</code>,{' '}
-          <code>gpuws.track(model=model, optimizer=opt)</code>, <code>start = gpuws.resume()</code> and{' '}
-          <code>gpuws.step(i)</code> in the loop.
-        </div>
+        <EmptyState
+          text="None tracked"
+          title="No notebook tracks training state yet: copy the snippet into your training notebook"
+          snippet={TRACKING_SNIPPET}
+          docs="checkpoints.md"
+          testId="gpuws-checkpoints-empty"
+        />
       ) : (
         model.kernels.map(kernel => (
           <KernelCard key={kernel.kernel_id} kernel={kernel} model={model} />
@@ -27,20 +33,38 @@ export function CheckpointsSection(props: { model: CheckpointsModel }): JSX.Elem
       {model.runs.map(run => (
         <RunCard key={run.run_id ?? run.run} run={run} model={model} />
       ))}
-    </section>
+    </>
   );
 }
+
+/** What a training notebook adds to be checkpointed and resumed. */
+export const TRACKING_SNIPPET = [
+  '%load_ext jupyter_gpu_ws',
+  'import jupyter_gpu_ws as gpuws',
+  'gpuws.track(model=model, optimizer=opt)',
+  'start = gpuws.resume()',
+  'for i in range(start, steps):',
+  '    ...  # one training step',
+  '    gpuws.step(i)'
+].join('\n');
 
 function KernelCard(props: { kernel: ICheckpointKernel; model: CheckpointsModel }): JSX.Element {
   const { kernel, model } = props;
   const last = kernel.last;
   const now = Date.now() / 1000;
-  const busy = kernel.writing || !!kernel.pending || model.requested.has(kernel.kernel_id);
   const name = kernel.notebook ? shortPath(kernel.notebook) : kernel.run;
   return (
     <div className="jp-gpuws-card" data-testid="gpuws-checkpoint-kernel">
-      <div className="jp-gpuws-card-title" title={kernel.notebook ?? kernel.run}>
-        {name}
+      <div className="jp-gpuws-card-head">
+        <div className="jp-gpuws-card-title" title={kernel.notebook ?? kernel.run}>
+          {name}
+        </div>
+        <ActionButton
+          action={checkpointAction(kernel, model)}
+          icon={checkpointIcon}
+          onClick={() => void model.checkpointNow(kernel.kernel_id)}
+          testId="gpuws-checkpoint-now"
+        />
       </div>
       <div className="jp-gpuws-subtle">tracks {Object.keys(kernel.objects).join(', ') || 'nothing'}</div>
       <div className="jp-gpuws-checkpoint-last" data-testid="gpuws-checkpoint-last">
@@ -48,15 +72,15 @@ function KernelCard(props: { kernel: ICheckpointKernel; model: CheckpointsModel 
           <>
             step {last.step} · {formatAge(now - last.time)} ago · {formatBytes(last.bytes)} ·{' '}
             {last.synced === true ? (
-              <span className="jp-gpuws-ok">in the store</span>
+              <span className="jp-gpuws-ok">{WORDS.checkpoint.in_store}</span>
             ) : last.synced === false ? (
-              <span className="jp-gpuws-pending">not in the store yet</span>
+              <span className="jp-gpuws-pending">{WORDS.checkpoint.not_in_store}</span>
             ) : (
-              <span>local only</span>
+              <span>{WORDS.checkpoint.local_only}</span>
             )}
           </>
         ) : (
-          'no checkpoint yet'
+          WORDS.checkpoint.none
         )}
       </div>
       {kernel.pending && (
@@ -65,14 +89,6 @@ function KernelCard(props: { kernel: ICheckpointKernel; model: CheckpointsModel 
         </div>
       )}
       {kernel.last_error && <div className="jp-gpuws-message jp-gpuws-error">{kernel.last_error}</div>}
-      <button
-        className="jp-mod-styled jp-gpuws-button"
-        data-testid="gpuws-checkpoint-now"
-        disabled={busy}
-        onClick={() => void model.checkpointNow(kernel.kernel_id)}
-      >
-        {busy ? 'Checkpointing…' : 'Checkpoint now'}
-      </button>
     </div>
   );
 }

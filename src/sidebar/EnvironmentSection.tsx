@@ -1,6 +1,7 @@
 import React from 'react';
 
 import { EnvironmentModel } from '../environment';
+import { count } from '../vocabulary';
 import { percent } from '../format';
 import { Bar } from './Bar';
 
@@ -14,26 +15,23 @@ function when(epoch: number): string {
 }
 
 /** Environment: matches the snapshot of <date>, or the diff; CUDA / driver / GPU warnings;
- * Snapshot now and Restore environment with progress and the installer's last line. */
+ * a snapshot or restore in progress and the installer's last line (Snapshot now and Restore are
+ * the section's toolbar buttons). */
 export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Element {
   const { model } = props;
   const env = model.state;
   const job = model.job;
   const running = job?.state === 'running';
   const d = env?.diff;
-  const restorable = !!d && d.removed.length + d.changed.length > 0;
   const log: string[] = job?.result?.log ?? [];
   return (
-    <section className="jp-gpuws-section" aria-label="Environment">
-      <h3 className="jp-gpuws-section-title">
-        Environment
-        {env?.current?.python && (
-          <span className="jp-gpuws-subtle" title={env.python}>
-            Python {env.current.python.version}
-            {env.current.torch?.version ? ` · torch ${env.current.torch.version}` : ''}
-          </span>
-        )}
-      </h3>
+    <>
+      {env?.current?.python && (
+        <div className="jp-gpuws-line jp-gpuws-subtle jp-gpuws-ellipsis" title={env.python}>
+          Python {env.current.python.version}
+          {env.current.torch?.version ? ` · torch ${env.current.torch.version}` : ''}
+        </div>
+      )}
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
       {env?.error && env.state !== 'error' && (
         <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-env-refused">
@@ -88,14 +86,14 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
           <Bar
             label={
               job.kind === 'env-restore'
-                ? `${job.progress.files_done} of ${job.progress.files_total || '…'} packages`
+                ? `${job.progress.files_done} of ${job.progress.files_total ? count(job.progress.files_total, 'package') : '… packages'}`
                 : 'Taking a snapshot'
             }
             value={percent(job.progress.files_done, job.progress.files_total || null)}
             text={job.progress.current ?? ''}
             testId="gpuws-env-progress"
           />
-          {log.length > 0 && <div className="jp-gpuws-env-log">{log[log.length - 1]}</div>}
+          {log.length > 0 && <div className="jp-gpuws-env-log">{plainText(log[log.length - 1])}</div>}
         </>
       )}
       {job && job.state === 'failed' && (
@@ -103,31 +101,12 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
           {job.kind === 'env-restore' ? 'Restore' : 'Snapshot'} failed: {job.errors.join('; ')}
         </div>
       )}
-      <div className="jp-gpuws-actions">
-        {running && (
-          <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.cancel()}>
-            Cancel
-          </button>
-        )}
-        <button
-          className="jp-mod-styled jp-gpuws-button"
-          data-testid="gpuws-env-snapshot"
-          disabled={running || !env || env.state === 'capturing'}
-          onClick={() => void model.snapshot()}
-          title="Keep the environment's package list (and wheels of what no index has) in the store"
-        >
-          Snapshot now
-        </button>
-        <button
-          className="jp-mod-styled jp-mod-accept jp-gpuws-button"
-          data-testid="gpuws-env-restore"
-          disabled={running || !restorable}
-          onClick={() => void model.restore()}
-          title="Install what the snapshot has and this environment lacks, from the store's wheels first"
-        >
-          Restore…
-        </button>
-      </div>
-    </section>
+    </>
   );
+}
+
+/** An installer's line without its terminal colours (uv writes ANSI escapes even into a pipe). */
+function plainText(line: string): string {
+  // eslint-disable-next-line no-control-regex
+  return line.replace(/\u001b\[[0-9;]*[A-Za-z]/g, '');
 }

@@ -4,6 +4,7 @@ import { IGpu, IGpuProcess, ISample } from '../api';
 import { formatBytes, formatPercent, formatSpan, percent, shortPath } from '../format';
 import { Bar } from './Bar';
 import { Sparkline } from './Sparkline';
+import { usage } from '../vocabulary';
 
 /** One card per GPU, or a plain statement of why there are none. */
 export function GpuSection(props: {
@@ -16,11 +17,8 @@ export function GpuSection(props: {
     ? `Driver ${sample.driver_version}${sample.cuda_driver_version ? ` · CUDA ${sample.cuda_driver_version}` : ''}`
     : null;
   return (
-    <section className="jp-gpuws-section" aria-label="GPUs">
-      <h3 className="jp-gpuws-section-title">
-        GPUs
-        {driver && <span className="jp-gpuws-subtle">{driver}</span>}
-      </h3>
+    <>
+      {driver && <div className="jp-gpuws-line jp-gpuws-subtle jp-gpuws-ellipsis">{driver}</div>}
       {sample.gpu_error && (
         <div
           className={
@@ -45,7 +43,7 @@ export function GpuSection(props: {
           now={sample.time}
         />
       ))}
-    </section>
+    </>
   );
 }
 
@@ -100,7 +98,7 @@ function GpuCard(props: {
       <Bar
         label="Memory"
         value={memory}
-        text={`${formatBytes(gpu.memory_used)} / ${formatBytes(gpu.memory_total)}`}
+        text={usage(gpu.memory_used, gpu.memory_total)}
         capacity
         testId="gpuws-gpu-memory"
       />
@@ -125,8 +123,7 @@ function GpuCard(props: {
         <ul className="jp-gpuws-mig">
           {gpu.mig.map(m => (
             <li key={m.uuid} title={m.uuid}>
-              MIG {m.index}: {formatBytes(m.memory_used)} /{' '}
-              {formatBytes(m.memory_total)}
+              MIG {m.index}: {usage(m.memory_used, m.memory_total)}
             </li>
           ))}
         </ul>

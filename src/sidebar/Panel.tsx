@@ -1,152 +1,161 @@
 import React from 'react';
-import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import { ReactWidget } from '@jupyterlab/ui-components';
+import { IDisposable } from '@lumino/disposable';
+import { ISignal, Signal } from '@lumino/signaling';
+import { Menu } from '@lumino/widgets';
 
-import { ConnectionState, MetricsModel } from '../metrics';
 import { gpuIcon } from '../icons';
-import { CheckpointsModel } from '../checkpoints';
-import { EnvironmentModel } from '../environment';
-import { RuntimeModel } from '../runtime';
-import { SyncModel } from '../sync';
-import { CheckpointsSection } from './CheckpointsSection';
-import { EnvironmentSection } from './EnvironmentSection';
-import { GpuSection } from './GpuSection';
-import { GitSection, RuntimeSection } from './RuntimeSection';
-import { SectionBoundary } from './SectionBoundary';
-import { SyncSection } from './SyncSection';
-import { SystemSection } from './SystemSection';
+import { PanelHeader } from './Header';
+import { IPanelModels, IPanelOptions, defaultSections } from './sections';
+import { CollapsibleSection, IPanelSection, rankOf, SectionMemory } from './Section';
 
-const CONNECTION_LABELS: { [state in ConnectionState]: string } = {
-  connecting: 'connecting…',
-  live: 'live',
-  reconnecting: 'reconnecting…',
-  polling: 'polling'
-};
+export { IPanelModels, IPanelOptions };
 
-const CONNECTION_TITLES: { [state in ConnectionState]: string } = {
-  connecting: 'Connecting to the server…',
-  live: 'Receiving live samples from the server',
-  reconnecting: 'The connection dropped; reconnecting…',
-  polling: 'Websockets do not get through here; asking the server for samples instead'
-};
+/** Draws its children again whenever one of `signals` emits. */
+class Watch extends React.Component<{ signals: ISignal<any, any>[]; children: () => React.ReactNode }> {
+  componentDidMount(): void {
+    this._connect(this.props.signals);
+  }
 
-export interface IPanelOptions {
-  sparklineSeconds: number;
+  componentDidUpdate(previous: { signals: ISignal<any, any>[] }): void {
+    if (previous.signals !== this.props.signals) {
+      this._disconnect(previous.signals);
+      this._connect(this.props.signals);
+    }
+  }
+
+  componentWillUnmount(): void {
+    this._disconnect(this.props.signals);
+  }
+
+  render(): React.ReactNode {
+    return this.props.children();
+  }
+
+  private _connect(signals: ISignal<any, any>[]): void {
+    signals.forEach(signal => signal.connect(this._redraw, this));
+  }
+
+  private _disconnect(signals: ISignal<any, any>[]): void {
+    signals.forEach(signal => signal.disconnect(this._redraw, this));
+  }
+
+  private _redraw(): void {
+    this.forceUpdate();
+  }
 }
 
-/** The "GPU Workspace" sidebar: one section per finished capability. */
+/** The "GPU Workspace" sidebar: a sticky header (time left, sync, Persist now, ⋯), then one
+ * foldable section per capability, in rank order. */
 export class GpuWorkspacePanel extends ReactWidget {
   constructor(
-    readonly model: MetricsModel,
-    readonly sync: SyncModel,
-    readonly checkpoints: CheckpointsModel,
-    readonly runtime: RuntimeModel,
-    readonly environment: EnvironmentModel,
-    public options: IPanelOptions
+    readonly models: IPanelModels,
+    public options: IPanelOptions,
+    private _memory: SectionMemory,
+    private _menu: Menu | null
   ) {
     super();
     this.id = 'jp-gpuws-panel';
     this.addClass('jp-gpuws-panel');
     this.title.icon = gpuIcon;
     this.title.caption = 'GPU Workspace';
+    this._sections = defaultSections(models, () => this.options);
   }
 
   /** Apply changed settings. */
   configure(options: IPanelOptions): void {
     this.options = options;
-    this.update();
+    this._sectionsChanged.emit();
+  }
+
+  /** Add a section (for a capability that comes later, such as training runs); disposing the
+   * result removes it. */
+  addSection(section: IPanelSection): IDisposable {
+    this._sections = [...this._sections.filter(s => s.id !== section.id), section];
+    this._sectionsChanged.emit();
+    let disposed = false;
+    return {
+      get isDisposed() {
+        return disposed;
+      },
+      dispose: () => {
+        disposed = true;
+        this._sections = this._sections.filter(s => s !== section);
+        this._sectionsChanged.emit();
+      }
+    };
   }
 
   render(): JSX.Element {
+    const { metrics, sync, runtime } = this.models;
     return (
-      <UseSignal signal={this.runtime.changed}>
-        {() => (this.runtime.released ? <Released /> : this._sections())}
-      </UseSignal>
+      <Watch signals={[runtime.changed]}>
+        {() =>
+          runtime.released ? (
+            <Released />
+          ) : (
+            <div className="jp-gpuws-body">
+              <Watch signals={[metrics.changed, sync.changed, runtime.changed]}>
+                {() => (
+                  <PanelHeader metrics={metrics} sync={sync} runtime={runtime} onMore={anchor => this._openMenu(anchor)} />
+                )}
+              </Watch>
+              <Watch signals={this._signals()}>{() => this._drawSections()}</Watch>
+            </div>
+          )
+        }
+      </Watch>
     );
   }
 
-  private _sections(): JSX.Element {
+  private _signals(): ISignal<any, any>[] {
+    const all = new Set<ISignal<any, any>>([this._sectionsChanged, this._memory.changed]);
+    this._sections.forEach(section => section.changed.forEach(signal => all.add(signal)));
+    if (this._signalCache.length !== all.size || this._signalCache.some(s => !all.has(s))) {
+      this._signalCache = [...all];
+    }
+    return this._signalCache;
+  }
+
+  private _drawSections(): JSX.Element {
+    const shown = this._sections
+      .filter(section => !section.visible || section.visible())
+      .map(section => ({ section, rank: rankOf(section) }))
+      .sort((a, b) => a.rank - b.rank);
     return (
-      <div className="jp-gpuws-body">
-        <UseSignal signal={this.model.changed}>{() => <Header model={this.model} />}</UseSignal>
-        <SectionBoundary name="Runtime">
-          <UseSignal signal={this.runtime.changed}>{() => <RuntimeSection model={this.runtime} />}</UseSignal>
-        </SectionBoundary>
-        <SectionBoundary name="Sync">
-          <UseSignal signal={this.sync.changed}>{() => <SyncSection model={this.sync} />}</UseSignal>
-        </SectionBoundary>
-        <SectionBoundary name="Checkpoints">
-          <UseSignal signal={this.checkpoints.changed}>
-            {() => <CheckpointsSection model={this.checkpoints} />}
-          </UseSignal>
-        </SectionBoundary>
-        <SectionBoundary name="Environment">
-          <UseSignal signal={this.environment.changed}>
-            {() => <EnvironmentSection model={this.environment} />}
-          </UseSignal>
-        </SectionBoundary>
-        <SectionBoundary name="Git">
-          <UseSignal signal={this.runtime.changed}>
-            {() => (this.runtime.state?.git?.enabled ? <GitSection git={this.runtime.state.git} /> : null)}
-          </UseSignal>
-        </SectionBoundary>
-        <SectionBoundary name="GPU and system">
-          <UseSignal signal={this.model.changed}>
-            {() => <Monitor model={this.model} options={this.options} />}
-          </UseSignal>
-        </SectionBoundary>
-      </div>
+      <>
+        {shown.map(({ section }) => (
+          <CollapsibleSection key={section.id} section={section} memory={this._memory} />
+        ))}
+      </>
     );
   }
+
+  private _openMenu(anchor: HTMLElement): void {
+    if (!this._menu) {
+      return;
+    }
+    const box = anchor.getBoundingClientRect();
+    this._menu.open(box.right, box.bottom, { horizontalAlignment: 'right' });
+  }
+
+  private _sections: IPanelSection[];
+  private _sectionsChanged = new Signal<this, void>(this);
+  private _signalCache: ISignal<any, any>[] = [];
 }
 
 function Released(): JSX.Element {
   return (
     <div className="jp-gpuws-body">
       <header className="jp-gpuws-header">
-        <h2>GPU Workspace</h2>
+        <div className="jp-gpuws-header-bar">
+          <h2 className="jp-gpuws-header-title">GPU Workspace</h2>
+        </div>
       </header>
       <div className="jp-gpuws-message" data-testid="gpuws-released">
         This runtime was released: everything was persisted to the store and the server stopped.
         Close this tab; start a runtime again to pick up where you left off.
       </div>
     </div>
-  );
-}
-
-function Header(props: { model: MetricsModel }): JSX.Element {
-  const { connection } = props.model;
-  return (
-    <header className="jp-gpuws-header">
-      <h2>GPU Workspace</h2>
-      <span
-        className={`jp-gpuws-connection jp-gpuws-connection-${connection}`}
-        data-testid="gpuws-connection"
-        title={CONNECTION_TITLES[connection]}
-      >
-        {CONNECTION_LABELS[connection]}
-      </span>
-    </header>
-  );
-}
-
-function Monitor(props: { model: MetricsModel; options: IPanelOptions }): JSX.Element {
-  const { model } = props;
-  const sample = model.latest;
-  return (
-    <>
-      {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
-      {sample ? (
-        <>
-          <GpuSection
-            sample={sample}
-            history={model.history}
-            sparklineSeconds={props.options.sparklineSeconds}
-          />
-          <SystemSection system={sample.system} />
-        </>
-      ) : (
-        !model.error && <div className="jp-gpuws-message">Waiting for the first sample…</div>
-      )}
-    </>
   );
 }

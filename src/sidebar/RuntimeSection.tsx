@@ -5,47 +5,38 @@ import { formatClock, formatDuration } from '../format';
 import { RuntimeModel } from '../runtime';
 import { formatAge } from '../sync';
 import { Bar } from './Bar';
+import { deadlineSource } from '../vocabulary';
 
-const SOURCES: { [source: string]: string } = {
-  max_runtime: 'runtime limit',
-  deadline: 'configured deadline',
-  GPUWS_DEADLINE: 'GPUWS_DEADLINE',
-  deadline_file: 'deadline file',
-  idle_shutdown: 'idle shutdown',
-  'preemption:aws': 'AWS spot interruption',
-  'preemption:gcp': 'GCP preemption',
-  'preemption:azure': 'Azure eviction',
-  'hub:max_age': "JupyterHub's maximum age",
-  'hub:idle_cull': "JupyterHub's idle cull"
-};
-
+/** A deadline source in the user's words, from the shared vocabulary (vocabulary.json). */
 export function sourceLabel(source: string | null): string {
-  return source ? (SOURCES[source] ?? source) : '';
+  return deadlineSource(source);
 }
 
-/** Runtime: the countdown, a bar of time used, its source, idle time, the next automatic
- * persist, emergencies, and Persist and release. */
+/** Runtime: the countdown and what ends it, a bar of time used, idle time, the next automatic
+ * persist, emergencies, a release in progress (Persist and release is in the header's ⋯ menu). */
 export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
   const { model } = props;
   const state = model.state;
   const now = model.now();
   const left = model.remaining();
-  const releasing = state?.release && state.release.state !== 'kept';
   return (
-    <section className="jp-gpuws-section" aria-label="Runtime">
-      <h3 className="jp-gpuws-section-title">
-        Runtime
-        {state?.source && <span className="jp-gpuws-subtle">{sourceLabel(state.source)}</span>}
-      </h3>
+    <>
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
       {state && left !== null && state.deadline ? (
         <>
-          <div
-            className={`jp-gpuws-countdown jp-gpuws-countdown-${left <= 120 ? 'critical' : left <= state.persist_lead_time ? 'high' : 'normal'}`}
-            data-testid="gpuws-countdown"
-            title={`Ends ${new Date(state.deadline * 1000).toLocaleString()}`}
-          >
-            {formatClock(left)} <span className="jp-gpuws-subtle">left</span>
+          <div className="jp-gpuws-countdown-row">
+            <div
+              className={`jp-gpuws-countdown jp-gpuws-countdown-${left <= 120 ? 'critical' : left <= state.persist_lead_time ? 'high' : 'normal'}`}
+              data-testid="gpuws-countdown"
+              title={`Ends ${new Date(state.deadline * 1000).toLocaleString()}`}
+            >
+              {formatClock(left)} <span className="jp-gpuws-subtle">left</span>
+            </div>
+            {state.source && (
+              <span className="jp-gpuws-subtle jp-gpuws-ellipsis" title="What ends the runtime first">
+                {sourceLabel(state.source)}
+              </span>
+            )}
           </div>
           <Bar
             label="Time used"
@@ -80,7 +71,7 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
       {state?.platform && <PlatformLines platform={state.platform} state={state} now={now} />}
       {state?.emergency && (
         <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-emergency">
-          {state.emergency.reason}: emergency persist {state.emergency.state}
+          {sourceLabel(state.emergency.reason)}: emergency persist {state.emergency.state}
           {state.emergency.pending_count ? `, ${state.emergency.pending_count} files not persisted` : ''}
         </div>
       )}
@@ -106,18 +97,12 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
           Not released: {state.release.error}
         </div>
       )}
-      <div className="jp-gpuws-actions">
-        <button
-          className="jp-mod-styled jp-gpuws-button"
-          data-testid="gpuws-release"
-          disabled={!state || !!releasing}
-          onClick={() => void model.release()}
-          title="Persist everything, then shut the server down so a paid runtime stops"
-        >
-          {releasing ? 'Releasing…' : 'Persist and release'}
-        </button>
-      </div>
-    </section>
+      {state?.release && state.release.state !== 'kept' && (
+        <div className="jp-gpuws-line" data-testid="gpuws-releasing">
+          Releasing: persisting everything, then the server stops…
+        </div>
+      )}
+    </>
   );
 }
 
@@ -177,8 +162,7 @@ export function GitSection(props: { git: IGitStatus }): JSX.Element {
   const { git } = props;
   const now = Date.now() / 1000;
   return (
-    <section className="jp-gpuws-section" data-testid="gpuws-git" aria-label="Git">
-      <h3 className="jp-gpuws-section-title">Git</h3>
+    <div data-testid="gpuws-git">
       <div className="jp-gpuws-line">
         {git.branch ?? (git.repository ? 'detached' : 'no repository yet')}
         {git.uncommitted ? ` · ${git.uncommitted} uncommitted` : ''}
@@ -200,6 +184,6 @@ export function GitSection(props: { git: IGitStatus }): JSX.Element {
         </div>
       )}
       {git.last_error && <div className="jp-gpuws-message jp-gpuws-error">{git.last_error}</div>}
-    </section>
+    </div>
   );
 }

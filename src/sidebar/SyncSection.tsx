@@ -14,54 +14,29 @@ import {
 import { Bar } from './Bar';
 
 /** Sync: state, what is pending (and why) or when all was saved, faults with their reasons,
- * the lease, the quota, Persist now, and the workspaces of the store when this one is new. */
+ * the lease, the quota, a persist's progress, and the workspaces of the store when this one is
+ * new. (Persist now is in the panel's header; Cancel in this section's title bar.) */
 export function SyncSection(props: { model: SyncModel }): JSX.Element {
   const { model } = props;
   const status = model.status;
   const now = Date.now() / 1000;
-  const job = latestPersist(model.job, status?.persist);
+  const job = model.currentPersist;
   const running = job?.state === 'running';
   const savingDocuments = running && job?.steps.some(s => s.name === 'documents' && s.state === 'running');
   const listable = !!status && (status.pending_files > 0 || (status.problem_files ?? 0) > 0);
-  const writing = !!status && !['starting', 'disabled', 'read-only', 'taking-over'].includes(status.state);
   return (
-    <section className="jp-gpuws-section" aria-label="Sync">
-      <h3 className="jp-gpuws-section-title">
-        Sync
-        {status?.store && (
-          <span className="jp-gpuws-subtle jp-gpuws-store" title={`${status.store}/${status.workspace}`}>
-            {status.store}
-          </span>
-        )}
-      </h3>
+    <>
+      {status?.store && (
+        <div className="jp-gpuws-line jp-gpuws-subtle jp-gpuws-store" title={`${status.store}/${status.workspace}`}>
+          {status.store}/{status.workspace}
+        </div>
+      )}
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
-      <div className="jp-gpuws-sync-row">
-        <span
-          className={`jp-gpuws-sync-summary jp-gpuws-sync-${status?.state ?? 'unknown'}`}
-          data-testid="gpuws-sync-summary"
-        >
-          {syncSummary(status, now)}
-        </span>
-        <span className="jp-gpuws-persist">
-          {running && (
-            <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.cancel(job?.id)}>
-              Cancel
-            </button>
-          )}
-          <button
-            className="jp-mod-styled jp-mod-accept jp-gpuws-button"
-            data-testid="gpuws-persist"
-            disabled={running || !writing}
-            onClick={() => void model.persist()}
-            title={
-              writing
-                ? 'Save every open document, then upload everything: the work directory reaches the store'
-                : 'This runtime does not write the workspace now (see above)'
-            }
-          >
-            {running ? 'Persisting…' : 'Persist now'}
-          </button>
-        </span>
+      <div
+        className={`jp-gpuws-sync-summary jp-gpuws-sync-${status?.state ?? 'unknown'}`}
+        data-testid="gpuws-sync-summary"
+      >
+        {syncSummary(status, now)}
       </div>
       {listable && (
         <button
@@ -150,7 +125,7 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           {unansweredPages(job)}
         </div>
       )}
-    </section>
+    </>
   );
 }
 
@@ -322,13 +297,4 @@ function progressShare(p: IJob['progress']): number | null {
 
 function plural(count: number, noun: string, nouns?: string): string {
   return `${count.toLocaleString()} ${count === 1 ? noun : nouns ?? `${noun}s`}`;
-}
-
-/** The newer of the persist this page follows and the latest the server ran (the automatic
- * persist, another browser's). */
-function latestPersist(mine: IJob | null, latest: IJob | null | undefined): IJob | null {
-  if (!mine || !latest) {
-    return mine ?? latest ?? null;
-  }
-  return latest.started > mine.started ? latest : mine;
 }

@@ -3,6 +3,7 @@ import React from 'react';
 import { ISystem } from '../api';
 import { formatBytes, formatPercent, percent } from '../format';
 import { Bar } from './Bar';
+import { usage } from '../vocabulary';
 
 const DISK_LABELS: { [label: string]: string } = {
   workdir: 'Disk (work dir)',
@@ -17,15 +18,12 @@ export function SystemSection(props: { system: ISystem }): JSX.Element {
     : system.cpu_count.toFixed(1);
   const memory = percent(system.memory_used, system.memory_total);
   return (
-    <section className="jp-gpuws-section" aria-label="System">
-      <h3 className="jp-gpuws-section-title">
-        System
-        {system.limits === 'cgroup' && (
-          <span className="jp-gpuws-subtle" title="Figures are bounded by the container's cgroup limits">
-            container limits
-          </span>
-        )}
-      </h3>
+    <>
+      {system.limits === 'cgroup' && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" title="Figures are bounded by the container's cgroup limits">
+          Within the container's limits
+        </div>
+      )}
       <Bar
         label={`CPU (${cores} cores)`}
         value={system.cpu_percent}
@@ -35,7 +33,7 @@ export function SystemSection(props: { system: ISystem }): JSX.Element {
       <Bar
         label="Memory"
         value={memory}
-        text={`${formatBytes(system.memory_used)} / ${formatBytes(system.memory_total)}`}
+        text={usage(system.memory_used, system.memory_total)}
         capacity
         testId="gpuws-memory"
       />
@@ -47,12 +45,12 @@ export function SystemSection(props: { system: ISystem }): JSX.Element {
           <Bar
             label={DISK_LABELS[disk.label] ?? disk.label}
             value={percent(disk.used, disk.total)}
-            text={`${formatBytes(disk.used)} / ${formatBytes(disk.total)}`}
+            text={usage(disk.used, disk.total)}
             capacity
             testId={`gpuws-disk-${disk.label}`}
           />
         </div>
       ))}
-    </section>
+    </>
   );
 }

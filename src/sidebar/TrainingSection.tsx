@@ -4,6 +4,7 @@ import { ITrainingRun } from '../api';
 import { formatDuration, shortPath } from '../format';
 import { TrainingModel, runLevel, stepText } from '../training';
 import { Bar } from './Bar';
+import { EmptyState } from './EmptyState';
 import { Sparkline } from './Sparkline';
 
 /**
@@ -11,33 +12,31 @@ import { Sparkline } from './Sparkline';
  * ETA, the verdict against the runtime's deadline, a sparkline of the loss, open anomalies).
  * Self-contained: give it the model (and how to open the dashboard) and place it in the panel.
  */
-export function TrainingSection(props: { model: TrainingModel; openDashboard?: () => void }): JSX.Element {
+export function TrainingSection(props: { model: TrainingModel }): JSX.Element {
   const { model } = props;
   const runs = model.runs;
   return (
-    <section className="jp-gpuws-section" aria-label="Training" data-testid="gpuws-training">
-      <h3 className="jp-gpuws-section-title">Training</h3>
+    <div data-testid="gpuws-training">
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
       {runs.length === 0 ? (
-        <div className="jp-gpuws-subtle jp-gpuws-hint">
-          No tracked run. In the loop: <code>gpuws.step(i, loss=loss)</code>, and{' '}
-          <code>gpuws.progress(total=N)</code> for the ETA against the runtime left.
-        </div>
+        <EmptyState
+          text="No tracked run"
+          title="In the loop: gpuws.step(i, loss=loss), and gpuws.progress(total=N) for the ETA against the runtime left"
+          snippet={TRAINING_SNIPPET}
+          docs="training.md"
+          testId="gpuws-training-empty"
+        />
       ) : (
         runs.map(run => <RunCard key={run.run} run={run} />)
       )}
-      {props.openDashboard && runs.length > 0 && (
-        <button
-          className="jp-mod-styled jp-gpuws-button"
-          data-testid="gpuws-open-dashboard"
-          onClick={props.openDashboard}
-        >
-          Open Training and GPUs
-        </button>
-      )}
-    </section>
+    </div>
   );
 }
+
+const TRAINING_SNIPPET = `import jupyter_gpu_ws as gpuws
+gpuws.progress(total=num_steps)  # the ETA against the runtime left
+# in the loop, after optimizer.step():
+gpuws.step(i, loss=loss)`;
 
 function RunCard(props: { run: ITrainingRun }): JSX.Element {
   const { run } = props;

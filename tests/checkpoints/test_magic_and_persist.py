@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,44 @@ async def test_gpuws_magic_checkpoints_resumes_and_reports(jp_fetch: Any, gpuws_
         out = await nb.run("%gpuws checkpoint")
         assert out.startswith("Checkpoint at step 2:")
         assert (await nb.run("%gpuws resume")).strip() == "Resumed: continue from step 3"
-        gpu = await nb.run("%gpuws gpu")
-        assert "NVIDIA A100-SXM4-40GB" in gpu  # the test server's simulated GPUs
-        status = await nb.run("%gpuws status")
-        assert "Sync:" in status and "magic.ipynb" in status and "model, optimizer" in status
+        [gpu] = await nb.display("%gpuws gpu")
+        assert "A100-SXM4-40GB" in gpu["text/plain"]  # the test server's simulated GPUs
+        [status] = await nb.display("%gpuws status")
+        assert "Sync:" in status["text/plain"] and "magic.ipynb" in status["text/plain"]
+        assert "model, optimizer" in status["text/plain"]
         assert "usage: %gpuws" in await nb.run("%gpuws nonsense")
+
+
+async def test_gpuws_status_is_html_tables_in_the_panels_words_with_a_plain_text_twin(jp_fetch: Any,
+                                                                                    gpuws_app: Any) -> None:
+    async with Notebook(jp_fetch, gpuws_app, "a&b <i>.ipynb") as nb:
+        await nb.run(SETUP)
+        await nb.run("%gpuws checkpoint")
+        [status] = await nb.display("%gpuws status")
+    html, text = status["text/html"], status["text/plain"]
+    # HTML tables (GPUs, checkpoints, the tracked run's training) coloured by JupyterLab's theme variables.
+    assert html.count("<table") == 3 and "training run" in html
+    assert "var(--jp-ui-font-color1" in html and "var(--jp-border-color2" in html
+    # The GPUs as the status bar and the panel say them: utilisation in %, memory used of total.
+    gpu0 = re.search(r"<tr><td[^>]*>GPU 0</td>(.*?)</tr>", html).group(1)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", gpu0)
+    # PID 4242 is no process here (the host's, seen from a container): said as the panel says it.
+    assert cells == ["A100-SXM4-40GB", "87 %", "12.0/40 GiB", "61 °C", "1 process not visible from this container"]
+    # The checkpoint: a human size, an age, where it is; the notebook's name escaped, never markup.
+    row = re.search(r"<tr><td[^>]*>a&amp;b &lt;i&gt;\.ipynb</td>(.*?)</tr>", html)
+    assert row is not None and "<i>" not in html
+    notebook, tracks, step, size, taken, where = re.findall(r"<td[^>]*>(.*?)</td>", "<td>x</td>" + row.group(1))
+    assert (tracks, step) == ("model, optimizer", "2")
+    assert re.fullmatch(r"\d+\.\d KiB|\d+ B", size) and re.fullmatch(r"\d+ s ago", taken)
+    assert where in ("in the store", "not in the store yet")
+    assert "no known end: running for" in html
+    # The plain text says the same in aligned columns.
+    lines = text.splitlines()
+    header = next(line for line in lines if line.split()[:2] == ["GPU", "name"])
+    first = next(line for line in lines if line.strip().startswith("GPU 0"))
+    assert first.index("A100") == header.index("name")
+    assert first.index("12.0/40 GiB") + len("12.0/40 GiB") == header.index("memory") + len("memory")
+    assert "a&b <i>.ipynb" in text and "Runtime:" in text and "Sync:" in text
 
 
 async def test_persist_checkpoints_tracked_kernels_then_syncs(jp_fetch: Any, gpuws_app: Any, store_dir: Path) -> None:

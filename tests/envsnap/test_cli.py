@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +42,7 @@ def test_snapshot_diff_and_offline_restore_end_to_end(source_python: str, new_ve
     matches = gpuws_env("diff", *where, "--python", fresh)
     assert matches.stdout.startswith("Matches the snapshot")
     listed = gpuws_env("list", *where)
-    assert listed.stdout.split() == [first.stdout.split()[2].rstrip(":")]
+    assert listed.stdout.splitlines()[1].split()[0] == first.stdout.split()[2].rstrip(":")
 
 
 def test_restore_from_an_empty_store_is_one_line_and_exit_1(tmp_path: Path) -> None:
@@ -99,3 +101,61 @@ def test_sources_are_built_only_with_allow_sources(store_copy: Any, new_venv: An
     assert allowed.returncode == 0, allowed.stderr
     assert f"Fetching and building {LOCAL[0]} {LOCAL[1]} from {origin['url']}" in allowed.stderr
     assert versions(python)[LOCAL[0]] == LOCAL[1]
+
+
+def add_package(python: str, name: str, version: str) -> None:
+    """What `pip install <name>==<version>` leaves behind, written directly (no index here)."""
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    info = Path(site) / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "INSTALLER").write_text("pip\n")
+
+
+def test_list_is_a_table_newest_first_with_the_latest_marked(new_venv: Any, tmp_path: Path) -> None:
+    python = new_venv()
+    where = ["--store", tmp_path / "store", "--workspace", "ws"]
+    first = gpuws_env("snapshot", *where, "--python", python)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.endswith(" packages, 0 wheels added to the store\n"), first.stdout
+    add_package(python, "demo-pkg", "1.0")
+    second = gpuws_env("snapshot", *where, "--python", python)
+    assert second.returncode == 0, second.stderr
+    listed = gpuws_env("list", *where)
+    assert listed.returncode == 0, listed.stderr
+    header, newest, older = listed.stdout.splitlines()
+    assert header.split() == ["snapshot", "taken", "Python", "torch", "packages"]
+    version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    new_id, old_id = (r.stdout.split()[2].rstrip(":") for r in (second, first))
+    snapshot, date, clock, python_version, torch, packages, mark = newest.split()
+    assert (snapshot, python_version, torch, mark) == (new_id, version, "—", "latest")
+    assert older.split()[0] == old_id and older.split()[-1] != "latest"
+    assert int(packages) == int(older.split()[5]) + 1
+    # The columns line up under their headings.
+    assert newest.index(version) == header.index("Python") and older.index(version) == header.index("Python")
+
+
+def test_list_says_so_when_the_workspace_has_no_snapshot(tmp_path: Path) -> None:
+    (tmp_path / "store" / "ws" / "files").mkdir(parents=True)
+    (tmp_path / "store" / "ws" / "files" / "a.txt").write_text("a")
+    result = gpuws_env("list", "--store", tmp_path / "store", "--workspace", "ws")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"No snapshots in {tmp_path / 'store'}/ws\n"
+
+
+def test_diff_into_a_closed_pipe_ends_quietly(new_venv: Any, tmp_path: Path) -> None:
+    python = new_venv()
+    where = ["--store", tmp_path / "store", "--workspace", "ws"]
+    assert gpuws_env("snapshot", *where, "--python", python).returncode == 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `| head` that has gone away before the first line
+    try:
+        command = [sys.executable, "-W", "ignore::UserWarning", "-m", "jupyter_gpu_ws.cli", "env", "diff",
+                   *map(str, where), "--python", python, "--json"]
+        result = subprocess.run(command, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert [line for line in result.stderr.splitlines() if not line.startswith("store: ")] == []
+    assert result.returncode == 128 + signal.SIGPIPE

@@ -526,3 +526,13 @@ def test_nothing_restored_is_executable_whatever_the_store_says(workdir: Path, s
         assert mode & 0o7111 == 0 and mode & 0o600 == 0o600, (rel, oct(mode))
     assert backend.lock_held_while_reading == [True] * 3  # the Git tier waits for it
     assert not engine.restore_lock.locked()
+
+
+def test_the_record_keeps_when_the_last_pass_ended_even_with_nothing_to_send(workdir: Path, make_engine: Make) -> None:
+    write(workdir, "a.txt", "a")
+    engine = make_engine(workdir)
+    engine.sync()
+    sent_at = engine.index.get("a.txt").synced_at
+    assert engine.sync().ok  # nothing changed, yet it is a sync: `jupyter gpuws status` says so
+    assert engine.last_sync is not None and engine.last_sync > sent_at
+    assert engine.index.last_pass() == engine.last_sync

@@ -286,8 +286,10 @@ async def test_gpuws_status_shows_each_run_with_its_step_eta_and_verdict(jp_fetc
 
         await wait_for(measured, timeout=60, interval=0.5)
         await stop_cell(jp_fetch, nb, cell)
-        said = await nb.run("%gpuws status")
+        [shown] = await nb.display("%gpuws status")
+        said = shown["text/plain"]
         assert "training run" in said  # after the GPU, sync and checkpoint tables
-        [line] = [line for line in said.splitlines() if line.startswith("status.ipynb") and "/5,000" in line]
+        assert "status.ipynb" in shown["text/html"]
+        [line] = [line for line in said.splitlines() if line.strip().startswith("status.ipynb") and "/5,000" in line]
         assert "paused" in line and "before the runtime ends" in line
         assert " h " in line or " min" in line  # the ETA in words

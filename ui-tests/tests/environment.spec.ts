@@ -31,7 +31,7 @@ test.describe('Environment', () => {
     await expect(summary).not.toContainText('Reading', { timeout: 30000 });
     await section.getByTestId('gpuws-env-snapshot').click();
     await expect(summary).toContainText('Matches the snapshot of', { timeout: 60000 });
-    await expect(section.getByTestId('gpuws-env-restore')).toBeDisabled();
+    await expect(section.getByTestId('gpuws-env-restore')).toHaveAttribute('aria-disabled', 'true');
 
     // What `pip install demo-pkg==1.0` leaves behind, written directly.
     const info = path.join(sitePackages(), 'demo_pkg-1.0.dist-info');

@@ -42,7 +42,9 @@ test.describe('Sync', () => {
     // 160 MiB at the test server's 40 MiB/s cap: a few seconds of visible progress.
     fs.writeFileSync(path.join(ROOT, 'checkpoint.bin'), Buffer.alloc(160 * 2 ** 20, 7));
     await button.click();
-    await expect(button).toHaveText('Persisting…');
+    // The header's icon button: greyed out while it runs, its tooltip saying so.
+    await expect(button).toHaveAttribute('aria-disabled', 'true');
+    await expect(button).toHaveAttribute('title', /^Persisting…/);
     const progress = page.locator(PANEL).getByTestId('gpuws-persist-progress');
     await expect(progress).toBeVisible();
     await expect(progress).toContainText(/MiB of 160 MiB/);
@@ -50,7 +52,7 @@ test.describe('Sync', () => {
       timeout: 30000
     });
     await expect(page.locator(PANEL).getByTestId('gpuws-sync-summary')).toContainText('All saved');
-    await expect(button).toHaveText('Persist now');
+    await expect(button).toHaveAttribute('title', /^Persist now:/);
     expect(fs.statSync(path.join(STORE, 'checkpoint.bin')).size).toBe(160 * 2 ** 20);
   });
 

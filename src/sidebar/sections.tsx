@@ -1,0 +1,211 @@
+// The panel's own sections, as descriptors: what each shows, its actions, its place. Ranks leave
+// room between them for sections added later (a Training section at the top, say).
+import React from 'react';
+import { historyIcon, launchIcon, stopIcon } from '@jupyterlab/ui-components';
+
+import { restoreEnvironmentAction, snapshotAction } from '../actions';
+import { CheckpointsModel } from '../checkpoints';
+import { EnvironmentModel } from '../environment';
+import { snapshotIcon } from '../icons';
+import { MetricsModel } from '../metrics';
+import { RuntimeModel, runtimeWord } from '../runtime';
+import { gpuSummary } from '../statusbar';
+import { SyncModel, syncWord } from '../sync';
+import { count, percentText, usage, WORDS } from '../vocabulary';
+import { CheckpointsSection } from './CheckpointsSection';
+import { EnvironmentSection } from './EnvironmentSection';
+import { GpuSection } from './GpuSection';
+import { GitSection, RuntimeSection } from './RuntimeSection';
+import { ActionButton, IPanelSection } from './Section';
+import { SyncSection } from './SyncSection';
+import { SystemSection } from './SystemSection';
+import { TrainingSection } from './TrainingSection';
+import { TrainingModel, stepText } from '../training';
+
+export interface IPanelModels {
+  metrics: MetricsModel;
+  sync: SyncModel;
+  checkpoints: CheckpointsModel;
+  runtime: RuntimeModel;
+  environment: EnvironmentModel;
+}
+
+export interface IPanelOptions {
+  sparklineSeconds: number;
+}
+
+/** Where the built-in sections go; a later section picks a rank between them. */
+export const RANKS = {
+  training: 5,
+  gpus: 10,
+  runtime: 20,
+  sync: 30,
+  checkpoints: 40,
+  trainingWhenNone: 45,
+  environment: 50,
+  git: 60,
+  gpusWhenNone: 80,
+  system: 90
+};
+
+export function defaultSections(m: IPanelModels, options: () => IPanelOptions): IPanelSection[] {
+  const hasGpus = () => (m.metrics.latest?.gpus.length ?? 0) > 0;
+  return [
+    {
+      // Right below the header when there are GPUs: they are what the user pays for.
+      id: 'gpus',
+      title: 'GPUs',
+      rank: () => (hasGpus() ? RANKS.gpus : RANKS.gpusWhenNone),
+      changed: [m.metrics.changed],
+      summary: () => gpuSummary(m.metrics.latest).text,
+      render: () => <GpuMonitor metrics={m.metrics} seconds={options().sparklineSeconds} />
+    },
+    {
+      id: 'runtime',
+      title: 'Runtime',
+      rank: RANKS.runtime,
+      changed: [m.runtime.changed],
+      summary: () => runtimeWord(m.runtime).text || WORDS.runtime.no_end,
+      render: () => <RuntimeSection model={m.runtime} />
+    },
+    {
+      id: 'sync',
+      title: 'Sync',
+      rank: RANKS.sync,
+      changed: [m.sync.changed],
+      summary: () => syncWord(m.sync).text,
+      toolbar: () => {
+        const job = m.sync.currentPersist;
+        return job?.state === 'running' ? (
+          <ActionButton
+            action={{ enabled: true, tooltip: 'Cancel the persist: what is uploaded stays uploaded' }}
+            icon={stopIcon}
+            onClick={() => void m.sync.cancel(job.id)}
+            testId="gpuws-persist-cancel"
+          />
+        ) : null;
+      },
+      render: () => <SyncSection model={m.sync} />
+    },
+    {
+      id: 'checkpoints',
+      title: 'Checkpoints',
+      rank: RANKS.checkpoints,
+      changed: [m.checkpoints.changed],
+      summary: () => (m.checkpoints.kernels.length ? count(m.checkpoints.kernels.length, 'notebook') : 'none'),
+      render: () => <CheckpointsSection model={m.checkpoints} />
+    },
+    {
+      id: 'environment',
+      title: 'Environment',
+      rank: RANKS.environment,
+      changed: [m.environment.changed],
+      summary: () => environmentSummary(m.environment),
+      toolbar: () => (
+        <>
+          {m.environment.busy && (
+            <ActionButton
+              action={{ enabled: true, tooltip: 'Cancel: stop between packages; what is installed stays' }}
+              icon={stopIcon}
+              onClick={() => void m.environment.cancel()}
+              testId="gpuws-env-cancel"
+            />
+          )}
+          <ActionButton
+            action={snapshotAction(m.environment)}
+            icon={snapshotIcon}
+            onClick={() => void m.environment.snapshot()}
+            testId="gpuws-env-snapshot"
+          />
+          <ActionButton
+            action={restoreEnvironmentAction(m.environment)}
+            icon={historyIcon}
+            onClick={() => void m.environment.restore()}
+            testId="gpuws-env-restore"
+          />
+        </>
+      ),
+      render: () => <EnvironmentSection model={m.environment} />
+    },
+    {
+      id: 'git',
+      title: 'Git',
+      rank: RANKS.git,
+      changed: [m.runtime.changed],
+      visible: () => !!m.runtime.state?.git?.enabled,
+      render: () => (m.runtime.state?.git ? <GitSection git={m.runtime.state.git} /> : null)
+    },
+    {
+      id: 'system',
+      title: 'System',
+      rank: RANKS.system,
+      changed: [m.metrics.changed],
+      summary: () => {
+        const system = m.metrics.latest?.system;
+        return system ? `CPU ${percentText(system.cpu_percent)} · ${usage(system.memory_used, system.memory_total)}` : '';
+      },
+      render: () => (m.metrics.latest ? <SystemSection system={m.metrics.latest.system} /> : null)
+    }
+  ];
+}
+
+function environmentSummary(environment: EnvironmentModel): string {
+  const env = environment.state;
+  if (environment.busy) {
+    return environment.job?.kind === 'env-restore' ? 'restoring…' : 'taking a snapshot…';
+  }
+  switch (env?.state) {
+    case undefined:
+    case 'capturing':
+      return 'reading…';
+    case 'no-snapshot':
+      return 'no snapshot yet';
+    case 'matches':
+      return 'matches the snapshot';
+    case 'differs':
+      return 'differs from the snapshot';
+    default:
+      return 'cannot be read';
+  }
+}
+
+/** The GPU cards, or why there are none; the first sample's wait, or the connection's fault. */
+function GpuMonitor(props: { metrics: MetricsModel; seconds: number }): JSX.Element {
+  const { metrics } = props;
+  const sample = metrics.latest;
+  return (
+    <>
+      {metrics.error && <div className="jp-gpuws-message jp-gpuws-error">{metrics.error}</div>}
+      {sample ? (
+        <GpuSection sample={sample} history={metrics.history} sparklineSeconds={props.seconds} />
+      ) : (
+        !metrics.error && <div className="jp-gpuws-line jp-gpuws-subtle">Waiting for the first sample…</div>
+      )}
+    </>
+  );
+}
+
+
+/** Training in view: at the very top while a run is tracked (will it finish before the runtime
+ * ends?), among the others with a one-line hint when none is. */
+export function trainingSection(training: TrainingModel, openDashboard: () => void): IPanelSection {
+  return {
+    id: 'training',
+    title: 'Training',
+    rank: () => (training.runs.length ? RANKS.training : RANKS.trainingWhenNone),
+    changed: [training.changed],
+    summary: () => {
+      const run = training.runs[0];
+      return run ? stepText(run) : 'none';
+    },
+    toolbar: () => (
+      <ActionButton
+        action={{ enabled: true, tooltip: 'Open Training and GPUs: the curves of each run and the GPUs over time' }}
+        icon={launchIcon}
+        onClick={openDashboard}
+        testId="gpuws-open-dashboard"
+      />
+    ),
+    render: () => <TrainingSection model={training} />
+  };
+}
