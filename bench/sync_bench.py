@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -414,6 +413,21 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
         engine.close()
         flush_disk()
 
+        log("1: the same, on an encrypted store (its initial pass untimed)")
+        encrypted = SyncEngine(engine_settings(src, str(root / "store-encrypted"), root / "state-encrypted",
+                                               encryption=Encryption("bench passphrase")))
+        encrypted.open()
+        encrypted.sync()
+        direct_encrypted = []
+        for i in range(sz.watch_trials):
+            rel = rels[i]  # changed before: the encrypted store holds an older copy, as the plain one did
+            started = time.perf_counter()
+            modify(src / rel, 40 + i)
+            encrypted.sync([rel])
+            direct_encrypted.append(time.perf_counter() - started)
+        encrypted.close()
+        flush_disk()
+
         log("1: rclone and rsync, one change each")
         results: dict[str, list[float]] = {"rclone sync": [], "rsync -a --delete": []}
         for name, dst, cmd, env in [
@@ -441,6 +455,9 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
              ratio(rclone_med, median(visible_wf))],
             ["engine.sync([path]) called directly (no watcher; waits for the flush)",
              fmt_s(median(direct)), fmt_s(min(direct)), fmt_s(max(direct)), ratio(rclone_med, median(direct))],
+            ["engine.sync([path]) called directly" + ENCRYPTED,
+             fmt_s(median(direct_encrypted)), fmt_s(min(direct_encrypted)), fmt_s(max(direct_encrypted)),
+             ratio(rclone_med, median(direct_encrypted))],
         ]
         for name, xs in results.items():
             rows.append([f"`{name} SRC DST`", fmt_s(median(xs)), fmt_s(min(xs)), fmt_s(max(xs)),
@@ -651,8 +668,13 @@ def part_s3(sz: Sizes, tmp: Path) -> None:
             return run_engine_pass(src, f"s3://{BUCKET}", root / f"state-{prefix}", wait=True, workspace=prefix,
                                    storage_options=s3_options(port))[ENGINE_PERSIST]
 
+        def engine_put_encrypted(src: Path, prefix: str) -> float:
+            return run_engine_pass(src, f"s3://{BUCKET}", root / f"state-{prefix}", wait=True, workspace=prefix,
+                                   encrypted=True, storage_options=s3_options(port))[ENGINE_PERSIST + ENCRYPTED]
+
         variants: list[tuple[str, Callable[[Path, str], float]]] = [
             ("engine full pass", engine_put),
+            ("engine full pass" + ENCRYPTED, engine_put_encrypted),
             ("`rclone sync`", lambda src, prefix: run_cmd(["rclone", "sync", str(src), f"sw:{BUCKET}/{prefix}"],
                                                          env=rclone)),
             ("s3fs `put(recursive=True)`", s3fs_put),
