@@ -46,11 +46,28 @@ def main() -> None:
         directory = tempfile.mkdtemp(prefix="gpuws-dcp-bench-", dir=args.dir)
         try:
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-                       __file__, *sys.argv[1:], "--dir", directory]
+                       __file__, *_for_the_ranks(sys.argv[1:]), "--dir", directory]
             sys.exit(subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
     bench(args)
+
+
+def _for_the_ranks(argv: list[str]) -> list[str]:
+    """The arguments without --nproc (the launcher's: torchrun's own parser would take it for an
+    abbreviation of its --nproc-per-node) and --dir (given anew)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--nproc", "--dir"):
+            skip = True
+            continue
+        if arg.startswith(("--nproc=", "--dir=")):
+            continue
+        out.append(arg)
+    return out
 
 
 def bench(args: argparse.Namespace) -> None:

@@ -108,7 +108,13 @@ class StepAgreement:
         self._ask.set()
 
     def close(self) -> None:
+        """Stop the watcher and wait for it: a daemon thread still inside a store call when the
+        interpreter finalizes is unwound through C++ and aborts the process ("terminate called
+        without an active exception"), so it must be out of the store before the exit."""
         self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(POLL_SECONDS * 2 + 5)
 
     def _watch(self, store: Any) -> None:
         n = 1

@@ -16,7 +16,8 @@ function picturePath(name: string): string {
 test.use({ viewport: { width: 1280, height: 800 } });
 
 test('a tracked loop shows at the top of the panel, and its curve in the dashboard', async ({ page }) => {
-  const name = (await page.notebook.createNew()) ?? '';
+  // A name of its own: other tests leave tracked runs of Untitled notebooks behind.
+  const name = (await page.notebook.createNew('training-in-view.ipynb')) ?? 'training-in-view.ipynb';
   await page.notebook.setCell(
     0,
     'code',
