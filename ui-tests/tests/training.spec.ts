@@ -16,8 +16,11 @@ function picturePath(name: string): string {
 test.use({ viewport: { width: 1280, height: 800 } });
 
 test('a tracked loop shows at the top of the panel, and its curve in the dashboard', async ({ page }) => {
-  // A name of its own: other tests leave tracked runs of Untitled notebooks behind.
-  const name = (await page.notebook.createNew('training-in-view.ipynb')) ?? 'training-in-view.ipynb';
+  // Other tests (and earlier tries) leave tracked runs of Untitled notebooks behind: this run is
+  // told apart by a total of its own.
+  const total = 100000 + Math.floor(Math.random() * 800000);
+  const totalText = total.toLocaleString('en-US');
+  const name = (await page.notebook.createNew()) ?? '';
   await page.notebook.setCell(
     0,
     'code',
@@ -26,7 +29,7 @@ test('a tracked loop shows at the top of the panel, and its curve in the dashboa
       'import time, torch, jupyter_gpu_ws as gpuws',
       'model = torch.nn.Linear(64, 8)',
       'opt = torch.optim.Adam(model.parameters())',
-      'gpuws.track(model=model, optimizer=opt, total_steps=100000)',
+      `gpuws.track(model=model, optimizer=opt, total_steps=${total})`,
       'for i in range(300):',
       '    opt.zero_grad(); loss = model(torch.randn(4, 64)).pow(2).mean(); loss.backward(); opt.step()',
       '    gpuws.step(i, loss=loss)',
@@ -38,10 +41,9 @@ test('a tracked loop shows at the top of the panel, and its curve in the dashboa
     await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
   });
   const panel = page.locator(PANEL);
-  // Other tests' notebooks may have runs too: this one's card, by its notebook's name.
-  const run = panel.getByTestId('gpuws-training-run').filter({ hasText: name });
+  const run = panel.getByTestId('gpuws-training-run').filter({ hasText: `/${totalText}` });
   await expect(run).toHaveCount(1, { timeout: 30000 });
-  await expect(run.getByTestId('gpuws-training-progress')).toContainText(/step [\d,]+\/100,000/, { timeout: 30000 });
+  await expect(run.getByTestId('gpuws-training-progress')).toContainText(new RegExp(`step [\\d,]+/${totalText}`), { timeout: 30000 });
   await expect(run.getByTestId('gpuws-training-verdict')).toContainText(/ETA |Finishes|Does not finish/, {
     timeout: 30000
   });
