@@ -52,9 +52,7 @@ from .files import (
     verify,
 )
 from .fromstore import NONE, bring_newest
-from .tracker import (METRICS, Pending, Tracker, capture_rng, default_run_name, healthy_first, read_metrics,
-                      restore_rng, say_health)
-from ..training.recorder import continue_wandb
+from .tracker import (METRICS, Pending, Tracker, capture_rng, default_run_name, healthy_first, restore_rng, say_health)
 
 log = logging.getLogger(__name__)
 
@@ -408,14 +406,8 @@ class DistributedTracker(Tracker):
         self.last = info_of(path, manifest)
         self.last_bytes_per_rank = [r.get("bytes", 0) for r in manifest.get("ranks", [])]
         self.step_value = int(manifest["step"])
-        if self.rank == 0:
-            # The curves continue from the checkpoint, and so does the W&B run.
-            self.last_health = manifest.get("health") if manifest.get("health") in ("healthy", "suspect") else None
-            self.training.configure(run=self.run)
-            self.training.resumed(self.step_value, read_metrics(path))
-            note = continue_wandb(manifest.get("wandb"))
-            if note:
-                print(note, flush=True)
+        if self.rank == 0:  # the one that records the curves and the W&B run
+            self._continue_run(path, manifest)
         self._changed()
         return self.step_value + 1
 

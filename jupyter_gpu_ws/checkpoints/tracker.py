@@ -352,15 +352,19 @@ class Tracker:
             self._load(state, path)
             restore_rng(torch, rng)
         self.last = info_of(path, manifest)
-        self.last_health = manifest.get("health") if manifest.get("health") in ("healthy", "suspect") else None
         self.step_value = int(manifest["step"])
+        self._continue_run(path, manifest)
+        self._changed()
+        return self.step_value + 1
+
+    def _continue_run(self, path: Path, manifest: dict[str, Any]) -> None:
+        """After a resume from `path`: its health, the curves from its metrics, and its W&B run."""
+        self.last_health = manifest.get("health") if manifest.get("health") in ("healthy", "suspect") else None
         self.training.configure(run=self.run)
         self.training.resumed(self.step_value, read_metrics(path))
         note = continue_wandb(manifest.get("wandb"))
         if note:
             print(note, flush=True)
-        self._changed()
-        return self.step_value + 1
 
     def _load(self, state: dict[str, Any], path: Path) -> None:
         missing = [name for name in self.objects if name not in state]

@@ -165,8 +165,8 @@ function DashboardView(props: {
 function RunSummary(props: { run: ITrainingRun }): JSX.Element {
   const { run } = props;
   const rate = run.rate ? `${run.rate.toPrecision(3)} steps/s` : null;
-  // The verdict says the ETA when it has one; said once.
-  const eta = run.eta !== null && !run.verdict?.message?.includes('ETA') ? `ETA ${formatDuration(run.eta)}` : null;
+  // Said once: with no deadline, the verdict is the ETA.
+  const eta = run.eta !== null && run.verdict?.state !== 'no-deadline' ? `ETA ${formatDuration(run.eta)}` : null;
   const elapsed = run.elapsed !== null ? `${formatDuration(run.elapsed)} trained` : null;
   return (
     <div className="jp-gpuws-dashboard-summary" data-testid="gpuws-dashboard-summary">

@@ -41,8 +41,8 @@ gpuws.step(i, loss=loss)`;
 function RunCard(props: { run: ITrainingRun }): JSX.Element {
   const { run } = props;
   const progress = run.total && run.done_steps !== null ? (100 * run.done_steps) / run.total : null;
-  // The ETA on the bar, unless the verdict below already says it.
-  const eta = run.eta !== null && !run.verdict?.message?.includes('ETA') ? `ETA ${formatDuration(run.eta)}` : null;
+  // The ETA on the bar, unless the verdict below already says it (with no deadline to weigh it against).
+  const eta = run.eta !== null && run.verdict?.state !== 'no-deadline' ? `ETA ${formatDuration(run.eta)}` : null;
   const points = run.sparkline.filter((p): p is [number, number] => p[1] !== null);
   return (
     <div className={`jp-gpuws-card jp-gpuws-training-${runLevel(run)}`} data-testid="gpuws-training-run">
