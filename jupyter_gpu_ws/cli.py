@@ -640,9 +640,8 @@ def cmd_persist(args: argparse.Namespace) -> int:
             return 0
         while job.get("state") == "running":
             if args.timeout is not None and time.monotonic() - started >= args.timeout:
-                done = job.get("progress") or {}
                 print(f"jupyter gpuws: error: persist {job['id']} not finished after {args.timeout:g} s "
-                      f"({done.get('files_done', 0)} of {done.get('files_total', 0)} files)", file=sys.stderr)
+                      f"({_persist_position(job)})", file=sys.stderr)
                 return 1
             time.sleep(0.5)
             job = request(url, token, f"gpuws/api/persist/{job['id']}", timeout=10)
@@ -655,6 +654,17 @@ def cmd_persist(args: argparse.Namespace) -> int:
         return 1
     print(f"Persisted in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return 0
+
+
+def _persist_position(job: dict[str, Any]) -> str:
+    """Where a running persist is: the step it waits on (documents, checkpoints, environment,
+    git, sync) and, in the sync, the files done."""
+    running = next((step for step in job.get("steps") or [] if step.get("state") == "running"), None)
+    done = job.get("progress") or {}
+    files = f"{done.get('files_done', 0)} of {done.get('files_total', 0)} files"
+    if running is None or running.get("name") == "sync":
+        return f"syncing: {files}"
+    return f"still at the {running.get('name')} step" + (f": {running['detail']}" if running.get("detail") else "")
 
 
 def cmd_env_list(args: argparse.Namespace) -> int:

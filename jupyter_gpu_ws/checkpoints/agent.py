@@ -49,7 +49,9 @@ class Agent:
         if self.file is not None and self.kernel_id:
             # The loop's progress goes to the server beside the registration.
             self.tracker.training.stream = protocol.training_file(self.file.parent, self.kernel_id)
-        self.cell_running = False
+        # Loaded by `%load_ext` in the training cell itself, the agent starts inside a running
+        # cell whose pre_run_cell has passed: the loop is the one to save, at its next step().
+        self.cell_running = getattr(getattr(ip, "displayhook", None), "exec_result", None) is not None
         self.gpu_reader = OwnGpuUseReader.from_environment()
         self.gpu: list[dict[str, Any]] = []
         self.stepped_at: float | None = None  # when the loop's step was last seen to change

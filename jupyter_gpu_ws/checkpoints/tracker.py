@@ -247,20 +247,33 @@ class Tracker:
     def _save(self, step: int) -> None:
         import torch
 
+        # One save at a time: the slot and the request are taken together, so a second thread
+        # arriving at the same moment (the agent's, while the loop steps) finds the write
+        # started and leaves its request for the next safe point, never a second writer whose
+        # checkpoint would hide the first's request id.
         with self._lock:
+            if not self._write_done.is_set():
+                return
             pending, self._pending = self._pending, None
+            self._write_done.clear()
         started = time.perf_counter()
-        # The values recorded up to this step, read now: the checkpoint's curve then ends at its
-        # step, even when the loop has gone on by the time the writer asks for it.
-        self.training.drain()
-        state = {name: self._stage(name, _state_of(obj)) for name, obj in self.objects.items()}
-        rng = capture_rng(torch)
-        if self.cuda:
-            torch.cuda.synchronize()
+        try:
+            # The values recorded up to this step, read now: the checkpoint's curve then ends at
+            # its step, even when the loop has gone on by the time the writer asks for it.
+            self.training.drain()
+            state = {name: self._stage(name, _state_of(obj)) for name, obj in self.objects.items()}
+            rng = capture_rng(torch)
+            if self.cuda:
+                torch.cuda.synchronize()
+        except BaseException:
+            with self._lock:  # nothing was written: the request stays for the next safe point
+                if self._pending is None:
+                    self._pending = pending
+                self._write_done.set()
+            raise
         stall = time.perf_counter() - started
         if self.policy.every_seconds:
             self._next_time = time.monotonic() + self.policy.every_seconds
-        self._write_done.clear()
         self._writer = threading.Thread(
             target=self._write, args=(state, rng, step, pending, stall), name="gpuws-checkpoint", daemon=True
         )

@@ -123,6 +123,40 @@ async def test_checkpoint_requested_through_the_api_lands_while_the_cell_runs(jp
             pass  # the KeyboardInterrupt
 
 
+async def test_an_agent_loaded_by_the_training_cell_itself_leaves_the_save_to_the_loop(jp_fetch: Any,
+                                                                                      gpuws_app: Any) -> None:
+    """`%load_ext` in the cell that trains: the agent knows a cell runs, so a request is saved
+    by the loop at its next step(), never by the agent's thread beside the running loop."""
+    one_cell = SETUP.format(seed=0, name="") + "train(0, 600, delay=0.05)\n"
+    async with Notebook(jp_fetch, gpuws_app, "one-cell.ipynb") as nb:
+        cell = nb.client.execute(one_cell)
+
+        async def stepping() -> Any:
+            kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
+            return next((k for k in kernels if k["kernel_id"] == nb.kernel_id and (k.get("step") or 0) >= 3), None)
+
+        state = await wait_for(stepping, timeout=60)
+        assert state["cell_running"] is True
+        response = await jp_fetch("gpuws", "api", "checkpoints", method="POST",
+                                  body=json.dumps({"kernel_id": nb.kernel_id}))
+        [request] = json.loads(response.body)["requests"]
+        assert request["state"] in ("accepted", "done"), request
+        if request["state"] == "accepted":
+            assert request["message"] == "Saving at the next step()"
+
+        async def landed() -> Any:
+            kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
+            mine = next(k for k in kernels if k["kernel_id"] == nb.kernel_id)
+            return mine if (mine.get("last") or {}).get("request_id") == request["request_id"] else None
+
+        assert (await wait_for(landed, timeout=20))["cell_running"] is True
+        await jp_fetch("api", "kernels", nb.kernel_id, "interrupt", method="POST", body="")
+        try:
+            await collect(nb.client, cell)
+        except AssertionError:
+            pass  # the KeyboardInterrupt
+
+
 async def test_kernel_killed_mid_write_resumes_from_the_previous_checkpoint(jp_fetch: Any, gpuws_app: Any,
                                                                             jp_root_dir: Path) -> None:
     big = """

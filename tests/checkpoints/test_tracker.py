@@ -171,3 +171,50 @@ def test_requests_during_a_write_are_coalesced_into_one_later_save(root: str, mo
     tracker.wait()
     saved = [(m["step"], m["request_id"]) for _, m in complete_checkpoints(tracker.run_path)]
     assert saved == [(1, "first"), (5, "c")]
+
+
+def test_a_save_started_by_another_thread_meanwhile_is_not_doubled(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's thread and the loop reach a save together: one writer, and the request that
+    came second is kept for the next safe point (a second writer's checkpoint, finishing
+    last, would hide the first one's request id from the server that waits for it)."""
+    model, opt = model_and_optimizer()
+    tracker = Tracker().track("race", model=model, optimizer=opt, root=root, keep_last=10)
+    import jupyter_gpu_ws.checkpoints.tracker as module
+
+    real_capture = module.capture_rng
+    raced = []
+
+    def capture_while_the_loop_steps(torch_module):  # the other thread, in the middle of this save
+        if not raced:
+            raced.append(True)
+            tracker.request("second")
+            tracker.step(2)
+        return real_capture(torch_module)
+
+    monkeypatch.setattr(module, "capture_rng", capture_while_the_loop_steps)
+    tracker.request("first")
+    tracker.step(1)
+    tracker.wait()
+    assert [(m["step"], m["request_id"]) for _, m in complete_checkpoints(tracker.run_path)] == [(1, "first")]
+    assert tracker.last.request_id == "first" and tracker.pending.request_id == "second"
+    tracker.step(3)
+    tracker.wait()
+    saved = [(m["step"], m["request_id"]) for _, m in complete_checkpoints(tracker.run_path)]
+    assert saved == [(1, "first"), (3, "second")]
+
+
+def test_a_save_that_fails_before_writing_keeps_its_request(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, opt = model_and_optimizer()
+    tracker = Tracker().track("staging", model=model, optimizer=opt, root=root)
+    import jupyter_gpu_ws.checkpoints.tracker as module
+
+    real_capture = module.capture_rng
+    monkeypatch.setattr(module, "capture_rng", lambda torch_module: (_ for _ in ()).throw(KeyboardInterrupt()))
+    tracker.request("asked")
+    with pytest.raises(KeyboardInterrupt):
+        tracker.step(1)
+    monkeypatch.setattr(module, "capture_rng", real_capture)
+    assert tracker.pending.request_id == "asked" and tracker.wait(0)  # not stuck "writing"
+    tracker.step(2)
+    tracker.wait()
+    assert [(m["step"], m["request_id"]) for _, m in complete_checkpoints(tracker.run_path)] == [(2, "asked")]
