@@ -7,6 +7,10 @@ reports none.
 
 GPUWS_UI_TEST_RELEASE=1 is the server that release.spec.ts releases (port 8890): a test stops
 it, so it has folders of its own and no other test uses it.
+
+GPUWS_UI_TEST_LAYOUT=1 is the server of the panel's pictures without a GPU (port 8892), which
+panel-layout.spec.ts compares with its reviewed ones: no other test uses it, so the panel holds
+only what that spec puts there, whatever ran before.
 """
 
 import os
@@ -28,10 +32,13 @@ c.GpuWorkspace.sample_interval = 0.5  # noqa: F821
 # write files as a user's program would.
 _release = bool(os.environ.get("GPUWS_UI_TEST_RELEASE"))
 _fresh = bool(os.environ.get("GPUWS_UI_TEST_FRESH"))
+_layout = bool(os.environ.get("GPUWS_UI_TEST_LAYOUT"))
 if _release:
     _name = "gpuws-ui-release"
 elif _fresh:
     _name = "gpuws-ui-fresh"
+elif _layout:
+    _name = "gpuws-ui-layout"
 elif os.environ.get("GPUWS_UI_TEST_GPUS"):
     _name = "gpuws-ui-gpus"
 else:
@@ -71,10 +78,10 @@ _venv_options = ["--without-pip"] if _release else []
 subprocess.run([sys.executable, "-m", "venv", *_venv_options, str(_tmp / f"{_name}-env")], check=True)
 c.GpuWorkspace.env_python = str(_tmp / f"{_name}-env" / "bin" / "python")  # noqa: F821
 
-if _name == "gpuws-ui":
-    # The plain server's runtime has no known end, until a test writes a deadline into this file
+if _layout:
+    # The layout server's runtime has no known end, until a test writes a deadline into this file
     # (panel-layout.spec.ts: a 40-minute runtime); missing means no deadline from it.
-    _deadline_file = _tmp / "gpuws-ui-deadline"
+    _deadline_file = _tmp / "gpuws-ui-layout-deadline"
     _deadline_file.unlink(missing_ok=True)
     os.environ["GPUWS_DEADLINE_FILE"] = str(_deadline_file)
     # The environment's installers ask this package index, on loopback: nothing listens there

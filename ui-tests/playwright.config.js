@@ -1,9 +1,11 @@
 /**
- * Galata in Debian's Chromium. Four servers: the plain one (this machine has no GPU), one
+ * Galata in Debian's Chromium. Five servers: the plain one (this machine has no GPU), one
  * reading simulated GPUs through the NVML test double, for the GPU cards, one that
  * release.spec.ts releases, which stops it (Playwright does not mind a web server that exits
  * once it has started: it only watches for that while waiting for the server's URL), and a
- * fresh machine's, whose workspace is new while the store holds another (workspaces.spec.ts).
+ * fresh machine's, whose workspace is new while the store holds another (workspaces.spec.ts),
+ * and one for the panel's reviewed pictures without a GPU (panel-layout.spec.ts), which no other
+ * test touches.
  */
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 
@@ -43,6 +45,12 @@ module.exports = {
     {
       command: 'jlpm start:fresh',
       url: 'http://localhost:8891/lab',
+      timeout: 120 * 1000,
+      reuseExistingServer: !process.env.CI
+    },
+    {
+      command: 'jlpm start:layout',
+      url: 'http://localhost:8892/lab',
       timeout: 120 * 1000,
       reuseExistingServer: !process.env.CI
     }

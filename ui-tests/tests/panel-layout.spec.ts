@@ -1,9 +1,11 @@
 /**
  * The panel's layout at 1280×800 with a 250 px sidebar, in the light and dark themes, in five
  * states: no GPU, two simulated GPUs, a 40-minute runtime, an environment restore under way, a
- * persist under way. In each, nothing in the panel overflows or collides (DOM measures, not
- * pixels: fonts differ between machines). Each state's picture is kept with the results; with
- * GPUWS_SCREENSHOTS=1 they are written to docs/images/ instead, for the documentation. Folding a
+ * persist under way. In each, nothing in the panel overflows or collides (DOM measures), and the
+ * panel matches its reviewed picture (ui-tests/tests/panel-layout.spec.ts-snapshots/). The states
+ * without a GPU run on a server of their own (port 8892), which no other test touches, so the
+ * panel holds only what this spec put there. Each state's picture is also kept with the results;
+ * with GPUWS_SCREENSHOTS=1 they are written to docs/images/ instead, for the documentation. Folding a
  * section survives a reload; the header's Persist button and its ⋯ menu work; the status bar
  * labels its GPU figures.
  */
@@ -15,9 +17,10 @@ import * as os from 'os';
 import * as path from 'path';
 
 const PANEL = '#jp-gpuws-panel';
-const ROOT = path.join(os.tmpdir(), 'gpuws-ui-root');
-const DEADLINE_FILE = path.join(os.tmpdir(), 'gpuws-ui-deadline');
-const ENV = path.join(os.tmpdir(), 'gpuws-ui-env');
+// The layout server's folders (port 8892: jupyter_server_test_config.py, GPUWS_UI_TEST_LAYOUT).
+const ROOT = path.join(os.tmpdir(), 'gpuws-ui-layout-root');
+const DEADLINE_FILE = path.join(os.tmpdir(), 'gpuws-ui-layout-deadline');
+const ENV = path.join(os.tmpdir(), 'gpuws-ui-layout-env');
 const DOCS_IMAGES = path.join(__dirname, '..', '..', 'docs', 'images');
 
 /** Where a picture goes: docs/images/ on request, else beside the test's results. */
@@ -127,6 +130,24 @@ async function checkBothThemes(page: IJupyterLabPageFixture, state: string, read
     await page.locator(PANEL).evaluate(node => node.scrollTo(0, 0));
     await page.screenshot({ path: picturePath(`panel-${state}-${theme}.png`) });
     expect(await layoutProblems(page), `${state}, ${theme} theme`).toEqual([]);
+    // The panel against its reviewed picture: what moves by itself (clocks, ages, live figures,
+    // sparklines) is masked; a changed layout, colour or wording elsewhere fails. After a change
+    // that is meant: `jlpm playwright test tests/panel-layout.spec.ts --update-snapshots`, and
+    // look at the new pictures before committing them.
+    await expect(page.locator(PANEL)).toHaveScreenshot(`panel-${state}-${theme}.png`, {
+      animations: 'disabled',
+      caret: 'hide',
+      mask: [
+        page.locator(`${PANEL} .jp-gpuws-header-bar`),
+        page.locator(`${PANEL} .jp-gpuws-section-summary`),
+        page.locator(`${PANEL} [data-section="runtime"] .jp-gpuws-section-body`),
+        page.locator(`${PANEL} [data-section="system"] .jp-gpuws-section-body`),
+        page.locator(`${PANEL} [data-section="sync"] .jp-gpuws-section-body`),
+        page.locator(`${PANEL} [data-section="environment"] .jp-gpuws-section-body`),
+        page.locator(`${PANEL} .jp-gpuws-sparkline`)
+      ],
+      maxDiffPixelRatio: 0.02
+    });
   }
   await setTheme(page, 'light');
 }
@@ -146,7 +167,7 @@ function addPackage(name: string, version: string): string {
   return info;
 }
 
-/** A package index on 127.0.0.1:8899 (where the plain server's installers look) that accepts
+/** A package index on 127.0.0.1:8899 (where the layout server's installers look) that accepts
  * every connection and answers none until closed: a restore stays under way meanwhile. */
 async function stallingIndex(): Promise<{ close: () => Promise<void> }> {
   const sockets = new Set<net.Socket>();
@@ -164,7 +185,9 @@ async function stallingIndex(): Promise<{ close: () => Promise<void> }> {
   };
 }
 
-test.describe('The panel without a GPU (port 8888)', () => {
+test.describe('The panel without a GPU (port 8892)', () => {
+  test.use({ baseURL: 'http://localhost:8892' });
+
   test('no GPU', async ({ page }) => {
     await openPanel(page);
     await shutDownKernels(page);
