@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -11,8 +12,16 @@ from typing import Callable
 Log = Callable[[str], None]
 # How many of the tool's last error lines explain a failure.
 ERROR_LINES = 3
-# pip's notice about a newer pip is noise in a restore's log.
-QUIET = {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+# pip's notice about a newer pip is noise in a restore's log; colours are escape codes there.
+QUIET = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "NO_COLOR": "1"}
+# Terminal escapes (colours, links, cursor moves) and other control characters: a tool may send
+# them anyway (a package's own build, FORCE_COLOR), and the panel and the CLI show text.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def printable(line: str) -> str:
+    """`line` without terminal escapes and control characters (tabs kept)."""
+    return _ESCAPES.sub("", line)
 
 
 def run_command(command: list[str], log: Log | None = None) -> str | None:
@@ -25,7 +34,7 @@ def run_command(command: list[str], log: Log | None = None) -> str | None:
         return f"cannot run {command[0]}: {err.strerror or err}"
     assert proc.stdout is not None
     for line in proc.stdout:
-        line = line.rstrip()
+        line = printable(line.rstrip())
         if log:
             log(line)
         if line.strip():
