@@ -10,7 +10,7 @@ it, so it has folders of its own and no other test uses it.
 
 GPUWS_UI_TEST_LAYOUT=1 is the server of the panel's pictures without a GPU (port 8892), which
 panel-layout.spec.ts compares with its reviewed ones: no other test uses it, so the panel holds
-only what that spec puts there, whatever ran before.
+only what that spec puts there, whatever ran before. Its store is encrypted.
 """
 
 import os
@@ -79,6 +79,10 @@ subprocess.run([sys.executable, "-m", "venv", *_venv_options, str(_tmp / f"{_nam
 c.GpuWorkspace.env_python = str(_tmp / f"{_name}-env" / "bin" / "python")  # noqa: F821
 
 if _layout:
+    # The layout server's store is encrypted: the Sync section says so, and the store holds
+    # ciphertext only (panel-layout.spec.ts reads it).
+    c.GpuWorkspace.encrypt = True  # noqa: F821
+    os.environ["GPUWS_PASSPHRASE"] = "the layout server's passphrase"
     # The layout server's runtime has no known end, until a test writes a deadline into this file
     # (panel-layout.spec.ts: a 40-minute runtime); missing means no deadline from it.
     _deadline_file = _tmp / "gpuws-ui-layout-deadline"

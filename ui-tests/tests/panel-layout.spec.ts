@@ -21,6 +21,8 @@ const PANEL = '#jp-gpuws-panel';
 const ROOT = path.join(os.tmpdir(), 'gpuws-ui-layout-root');
 const DEADLINE_FILE = path.join(os.tmpdir(), 'gpuws-ui-layout-deadline');
 const ENV = path.join(os.tmpdir(), 'gpuws-ui-layout-env');
+const STORE_BASE = fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir();
+const STORE_FILES = path.join(STORE_BASE, 'gpuws-ui-layout-store', 'ui-tests', 'files');
 const DOCS_IMAGES = path.join(__dirname, '..', '..', 'docs', 'images');
 
 /** Where a picture goes: docs/images/ on request, else beside the test's results. */
@@ -201,6 +203,8 @@ test.describe('The panel without a GPU (port 8892)', () => {
     const order = await panel.locator('section[data-section]').evaluateAll(nodes => nodes.map(n => n.getAttribute('data-section')));
     expect(order.slice(-2)).toEqual(['gpus', 'system']);
     await expect(panel.getByTestId('gpuws-header-time')).toHaveText('no known end');
+    // This server's store is encrypted, and its Sync section says with what.
+    await expect(panel.getByTestId('gpuws-sync-encrypted')).toHaveText('encrypted (AES-256-GCM)');
     await checkBothThemes(page, 'no-gpu', async () => {
       await expect(panel.getByTestId('gpuws-sync-summary')).toContainText(/All saved|Nothing synced/, { timeout: 20000 });
     });
@@ -274,6 +278,11 @@ test.describe('The panel without a GPU (port 8892)', () => {
         await expect(progress).toContainText(/MiB of 320 MiB/);
       });
       await expect(panel.getByTestId('gpuws-persist-result')).toBeVisible({ timeout: 60000 });
+      // In the store, ciphertext: the format's magic, then nothing of the file's bytes (all 3s).
+      const stored = fs.readFileSync(path.join(STORE_FILES, 'layout-persist.bin'));
+      expect(stored.subarray(0, 4).toString('latin1')).toEqual('GWSE');
+      expect(stored.length).toBeGreaterThan(320 * 2 ** 20);
+      expect(stored.subarray(4096, 8192).every(byte => byte === 3)).toBe(false);
     } finally {
       fs.rmSync(path.join(ROOT, 'layout-persist.bin'), { force: true });
     }
