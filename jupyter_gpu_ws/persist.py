@@ -55,7 +55,7 @@ def _documents_step(pages: BrowserPages, run_async: Callable[..., Any], timeout:
 
 def _checkpoint_step(coordinator: Any, run_async: Callable[..., Any], timeout: float):
     def run(job: Job, step: Step) -> None:
-        if not coordinator.agent_states() and not coordinator.run_states():
+        if not coordinator.tracking() and not coordinator.run_states():
             step.detail = "no kernel tracks anything"
             return
         results = run_async(coordinator.request_all(), timeout + 15)

@@ -74,6 +74,12 @@ class CheckpointCoordinator:
         """The registrations of the kernels this server runs, by kernel id."""
         return {kernel_id: state for kernel_id, (_, state) in self._registrations().items()}
 
+    def tracking(self) -> list[str]:
+        """The kernels whose agent tracks something: the only ones a checkpoint can come from.
+        (An agent loaded before its `gpuws.track()`, e.g. while the cell still imports torch,
+        has nothing to save and answers no request.)"""
+        return [kernel_id for kernel_id, state in sorted(self.agent_states().items()) if state.get("objects")]
+
     def _registrations(self) -> dict[str, tuple[Path, dict[str, Any]]]:
         alive = set(self.kernel_manager.list_kernel_ids())
         if not self.agents_dir.is_dir():
@@ -167,10 +173,9 @@ class CheckpointCoordinator:
             state = dict(state)
             state["kernel_id"] = kernel_id
             state["notebook"] = notebooks.get(kernel_id)
-            last = state.get("last") or {}
             request = next((r for r in self.requests.values()
                             if r.get("kernel_id") == kernel_id and r["state"] in ("sent", "accepted")), None)
-            if request and last.get("request_id") == request["request_id"]:
+            if request and answered(state, request["request_id"]):
                 request["state"] = "done"
                 request = None
             state["request"] = request
@@ -181,10 +186,9 @@ class CheckpointCoordinator:
         """The distributed runs, each with the server's request still in progress."""
         out = []
         for run_id, run in sorted(self.run_states().items(), key=lambda item: str(item[1].get("run"))):
-            last = run.get("last") or {}
             request = next((r for r in self.requests.values()
                             if r.get("run_id") == run_id and r["state"] in ("sent", "accepted")), None)
-            if request and last.get("request_id") == request["request_id"]:
+            if request and answered(run, request["request_id"]):
                 request["state"] = "done"
                 request = None
             out.append({**run, "request": request})
@@ -201,6 +205,10 @@ class CheckpointCoordinator:
             raise CheckpointRequestError(
                 f"Kernel {kernel_id} does not run the checkpoint agent: run %load_ext jupyter_gpu_ws "
                 "and gpuws.track(...) in it", status=409)
+        if not registration[1].get("objects"):
+            raise CheckpointRequestError(
+                f"Kernel {kernel_id} tracks nothing yet: call gpuws.track(model=..., optimizer=...) in it",
+                status=409)
         request_id = uuid.uuid4().hex[:12]
         record: dict[str, Any] = {"kernel_id": kernel_id, "request_id": request_id, "state": "sent",
                                   "time": time.time(), "message": None}
@@ -214,7 +222,7 @@ class CheckpointCoordinator:
         while time.monotonic() < deadline:
             state = self.agent_states().get(kernel_id) or {}
             last, pending = state.get("last") or {}, state.get("pending") or {}
-            if last.get("request_id") == request_id:
+            if answered(state, request_id):
                 record.update(state="done", step=last.get("step"), bytes=last.get("bytes"))
                 break
             if pending.get("request_id") == request_id or (state.get("writing") and not pending):
@@ -249,7 +257,7 @@ class CheckpointCoordinator:
         while time.monotonic() < deadline:
             state = (self._processes().get(run_id) or {}).get(0, (None, {}))[1]
             last, pending = state.get("last") or {}, state.get("pending") or {}
-            if last.get("request_id") == request_id:
+            if answered(state, request_id):
                 record.update(state="done", step=last.get("step"), bytes=last.get("bytes"))
                 break
             if pending.get("request_id") == request_id:
@@ -263,7 +271,7 @@ class CheckpointCoordinator:
 
     async def request_all(self, timeout: float = 10.0) -> list[dict[str, Any]]:
         """Every kernel that tracks something, and every distributed run."""
-        kernels = list(self.agent_states())
+        kernels = self.tracking()
         runs = [run_id for run_id, run in self.run_states().items() if run["leader_registered"]]
         results = await asyncio.gather(*(self.request(k, timeout) for k in kernels),
                                        *(self.request_run(r, timeout) for r in runs), return_exceptions=True)
@@ -287,13 +295,19 @@ class CheckpointCoordinator:
                 record = self.requests[rid]
                 ident = record.get("kernel_id") or record.get("run_id")
                 state = states.get(ident) if "kernel_id" in record else runs.get(ident)
-                last = (state or {}).get("last") or {}
-                if last.get("request_id") == rid or state is None:
-                    record["state"] = "done" if last.get("request_id") == rid else "error"
+                if answered(state, rid) or state is None:
+                    record["state"] = "done" if answered(state, rid) else "error"
                     waiting.remove(rid)
             if waiting:
                 await asyncio.sleep(0.2)
         return waiting
+
+
+def answered(state: dict[str, Any] | None, request_id: str) -> bool:
+    """Whether a kernel's (or a run leader's) registration says the request's checkpoint is
+    complete: its last checkpoint, or one since replaced by a later save."""
+    state = state or {}
+    return (state.get("last") or {}).get("request_id") == request_id or request_id in (state.get("answered") or ())
 
 
 # -- the files (see protocol.py for the layout and who removes what) ---------------------------

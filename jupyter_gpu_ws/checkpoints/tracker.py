@@ -20,6 +20,7 @@ import random
 import threading
 import time
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -90,7 +91,10 @@ class Tracker:
         self.root = default_root()
         self.policy = Policy()
         self.step_value = -1
-        self.last: CheckpointInfo | None = None
+        # The requests whose checkpoint is complete, newest last: a later save (the policy's, or
+        # the next request's) replaces `last`, and the server asking still learns its request was met.
+        self.answered: deque[str] = deque(maxlen=32)
+        self._last: CheckpointInfo | None = None
         self.last_health: str | None = None  # "healthy" or "suspect" (the loss was not finite)
         self.last_error: str | None = None
         self.restored: dict[str, Any] = {}
@@ -106,6 +110,17 @@ class Tracker:
         self.training = Recorder()
         # The first recorded step starts the background reader; then this is the deque's append.
         self._record: Callable[[tuple], None] = self._start_recording
+
+    @property
+    def last(self) -> CheckpointInfo | None:
+        """The newest checkpoint this tracker wrote (or resumed from)."""
+        return self._last
+
+    @last.setter
+    def last(self, info: CheckpointInfo | None) -> None:
+        self._last = info
+        if info is not None and info.request_id:
+            self.answered.append(info.request_id)
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -418,6 +433,7 @@ class Tracker:
                 "health": self.last_health,
             },
             "last_error": self.last_error,
+            "answered": list(self.answered),
             "root": self.root,
         }
 

@@ -7,6 +7,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+from tornado.httpclient import HTTPClientError
+
 from tests.kernels import Notebook, wait_for
 
 SETUP = """
@@ -18,6 +21,14 @@ gpuws.track(model=model, optimizer=opt)
 for i in range(3):
     opt.zero_grad(); model(torch.randn(2, 16)).sum().backward(); opt.step(); gpuws.step(i)
 """
+
+
+async def persist_finished(jp_fetch: Any, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def finished() -> Any:
+        current = json.loads((await jp_fetch("gpuws", "api", "persist", job["id"])).body)
+        return current if current["state"] != "running" else None
+
+    return await wait_for(finished, timeout=timeout)
 
 
 async def test_gpuws_magic_checkpoints_resumes_and_reports(jp_fetch: Any, gpuws_app: Any) -> None:
@@ -70,18 +81,33 @@ async def test_persist_checkpoints_tracked_kernels_then_syncs(jp_fetch: Any, gpu
     async with Notebook(jp_fetch, gpuws_app, "persist.ipynb") as nb:
         await nb.run(SETUP)
         job = json.loads((await jp_fetch("gpuws", "api", "persist", method="POST", body="")).body)
-
-        async def finished() -> Any:
-            current = json.loads((await jp_fetch("gpuws", "api", "persist", job["id"])).body)
-            return current if current["state"] != "running" else None
-
-        done = await wait_for(finished, timeout=60)
+        done = await persist_finished(jp_fetch, job, timeout=60)
         assert done["state"] == "done", done["errors"]
         assert done["steps"][1] == {"name": "checkpoints", "state": "done", "detail": "1 of 1 kernels checkpointed"}
         manifests = list((store_dir / "test-ws" / "files" / ".gpuws" / "checkpoints" / "persist.ipynb").glob("*/manifest.json"))
         assert len(manifests) == 1 and json.loads(manifests[0].read_text())["step"] == 2
         kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
         assert kernels[0]["last"]["synced"] is True
+
+
+async def test_a_kernel_that_tracks_nothing_yet_is_not_waited_for(jp_fetch: Any, gpuws_app: Any) -> None:
+    # The agent is loaded before gpuws.track() (a training cell still importing torch): it has
+    # nothing to save and answers no request, so neither a persist nor a request waits on it.
+    async with Notebook(jp_fetch, gpuws_app, "loading.ipynb") as idle, \
+            Notebook(jp_fetch, gpuws_app, "tracked.ipynb") as nb:
+        await idle.run("%load_ext jupyter_gpu_ws")
+        await nb.run(SETUP)
+        kernels = {k["kernel_id"]: k for k in json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]}
+        assert kernels[idle.kernel_id]["objects"] == {} and kernels[nb.kernel_id]["objects"]
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("gpuws", "api", "checkpoints", method="POST", body=json.dumps({"kernel_id": idle.kernel_id}))
+        assert err.value.code == 409 and "tracks nothing yet" in json.loads(err.value.response.body)["message"]
+
+        job = json.loads((await jp_fetch("gpuws", "api", "persist", method="POST", body="")).body)
+        done = await persist_finished(jp_fetch, job, timeout=150)
+        assert done["state"] == "done", done["errors"]
+        assert done["steps"][1] == {"name": "checkpoints", "state": "done", "detail": "1 of 1 kernels checkpointed"}
+        assert [r["kernel_id"] for r in done["result"]["checkpoints"]] == [nb.kernel_id]
 
 
 async def test_magic_persist_runs_the_server_pipeline(jp_fetch: Any, gpuws_app: Any) -> None:

@@ -218,3 +218,19 @@ def test_a_save_that_fails_before_writing_keeps_its_request(root: str, monkeypat
     tracker.step(2)
     tracker.wait()
     assert [(m["step"], m["request_id"]) for _, m in complete_checkpoints(tracker.run_path)] == [(2, "asked")]
+
+
+def test_a_request_met_stays_answered_after_a_later_save_replaces_the_last(root: str) -> None:
+    # The server waits for its request id in the kernel's registration: a save right after (the
+    # policy's, or the user's) must not hide that the request was met.
+    from jupyter_gpu_ws.checkpoints.coordinator import answered
+
+    model, opt = model_and_optimizer()
+    tracker = Tracker().track("answered", model=model, optimizer=opt, root=root)
+    tracker.request("req-1")
+    train(model, opt, tracker, 0, 2)
+    assert tracker.wait(30) and tracker.last is not None and tracker.last.request_id == "req-1"
+    tracker.checkpoint(wait=True)  # a save of its own, with no request
+    state = tracker.describe()
+    assert state["last"]["request_id"] is None
+    assert answered(state, "req-1") and not answered(state, "req-2")

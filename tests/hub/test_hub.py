@@ -98,7 +98,7 @@ def test_the_hub_stops_a_training_server_and_a_new_pod_restores_it(hub: Hub, s3_
         hook = subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", "persist", "--wait", "--timeout", "60"],
                               env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(pod.runtime)), capture_output=True,
                               text=True, timeout=120)
-        assert hook.returncode == 0, hook.stderr
+        assert hook.returncode == 0, (hook.stderr, pod.api("gpuws/api/checkpoints")["kernels"], hub.tail(pod))
         hub.stop("alice")  # the hub's DELETE: SIGTERM, as Kubernetes deletes the pod
     finally:
         client.stop_channels()
