@@ -1,4 +1,5 @@
 import React from 'react';
+import { TextItem } from '@jupyterlab/statusbar';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 
 import { TrainingModel, trainingWord } from './training';
@@ -18,15 +19,15 @@ export class TrainingStatusItem extends ReactWidget {
       <UseSignal signal={this._model.changed}>
         {() => {
           const { text, title, level } = trainingWord(this._model);
+          // JupyterLab's own text item: the same font, height and baseline as its neighbours.
           return text ? (
-            <span
-              className={`jp-gpuws-status-item jp-gpuws-status-text jp-gpuws-status-training jp-gpuws-status-${level}`}
-              data-testid="gpuws-status-training"
+            <TextItem
+              source={text}
               title={title}
+              className={`jp-gpuws-status-item jp-gpuws-status-training jp-gpuws-status-${level}`}
+              data-testid="gpuws-status-training"
               onClick={this._onClick}
-            >
-              {text}
-            </span>
+            />
           ) : (
             <span />
           );

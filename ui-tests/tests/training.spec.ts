@@ -51,6 +51,14 @@ test('a tracked loop shows at the top of the panel, and its curve in the dashboa
   const first = panel.locator('[data-section]').first();
   await expect(first).toHaveAttribute('data-section', 'training');
 
+  // The status bar carries a run, on the same line as its neighbours (JupyterLab's text item).
+  const item = page.getByTestId('gpuws-status-training');
+  await expect(item).toHaveText(/^step [\d,]+(\/[\d,]+)?/, { timeout: 30000 });
+  const [own, neighbour] = [await item.boundingBox(), await page.getByTestId('gpuws-status').boundingBox()];
+  expect(own && neighbour).toBeTruthy();
+  expect(Math.abs(own!.y - neighbour!.y)).toBeLessThanOrEqual(1);
+  expect(Math.abs(own!.height - neighbour!.height)).toBeLessThanOrEqual(1);
+
   await page.screenshot({ path: picturePath('panel-training.png') });
 
   await panel.getByTestId('gpuws-open-dashboard').click();
