@@ -86,6 +86,11 @@ async def test_persist_checkpoints_tracked_kernels_then_syncs(jp_fetch: Any, gpu
         assert done["steps"][1] == {"name": "checkpoints", "state": "done", "detail": "1 of 1 kernels checkpointed"}
         manifests = list((store_dir / "test-ws" / "files" / ".gpuws" / "checkpoints" / "persist.ipynb").glob("*/manifest.json"))
         assert len(manifests) == 1 and json.loads(manifests[0].read_text())["step"] == 2
+        # The summary ends with what the store now holds: files, bytes, each run's newest step.
+        stored = done["result"]["stored"]
+        mirror = [p for p in (store_dir / "test-ws" / "files").rglob("*") if p.is_file()]
+        assert stored["files"] == len(mirror) and stored["bytes"] == sum(p.stat().st_size for p in mirror)
+        assert stored["checkpoints"] == [{"run": "persist.ipynb", "step": 2, "folder": manifests[0].parent.name}]
         kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
         assert kernels[0]["last"]["synced"] is True
 

@@ -102,6 +102,28 @@ def test_files_of_a_failed_pass_stay_pending_with_the_reason(workdir: Path, stor
     assert engine.sync().ok and engine.pending() == (0, 0)
 
 
+def test_once_the_full_store_has_room_again_every_pending_file_goes_by_itself(workdir: Path, store_dir: Path,
+                                                                              make_engine: Make) -> None:
+    # No click, no rescan (an hour away): the service tries the failed pass again by itself.
+    backend = FullAfter(str(store_dir))
+    backend.full = True
+    engine = make_engine(workdir, backend=backend)
+    service = SyncService(engine, debounce=0.05, rescan_interval=3600)
+    service.start()
+    try:
+        for i in range(20):
+            write(workdir, f"data/{i:02d}.csv", "1,2,3\n" * (i + 1))
+        wait_until(lambda: engine.status()["state"] == "error" and engine.pending()[0] == 20, 30)
+        assert "full" in (engine.status()["last_error"] or "")
+        time.sleep(1.0)  # every write seen and its pass failed: nothing of the watcher's left to run
+        assert engine.pending()[0] == 20
+        backend.full = False  # space freed on the store
+        wait_until(lambda: engine.pending() == (0, 0) and engine.status()["state"] == "idle", 60)
+    finally:
+        service.stop()
+    assert tree_files(store_dir / "ws" / "files") == tree_files(workdir)
+
+
 def test_a_persist_that_waits_for_a_running_pass_shows_and_counts_its_work(workdir: Path, store_dir: Path,
                                                                           make_engine: Make) -> None:
     size = 24 * 2**20  # three chunks of the local copy, each counted as it lands
