@@ -7,6 +7,7 @@
  * and one for the panel's reviewed pictures without a GPU (panel-layout.spec.ts), which no other
  * test touches.
  */
+const path = require('path');
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 
 module.exports = {
@@ -14,6 +15,8 @@ module.exports = {
   timeout: 90000,
   retries: process.env.CI ? 1 : 0,
   workers: 1,
+  // The reviewed pictures the panel is compared with (toHaveScreenshot) live with the docs.
+  snapshotPathTemplate: path.join(__dirname, '..', 'docs', 'images', 'compared', '{arg}{ext}'),
   use: {
     ...baseConfig.use,
     video: 'off',

@@ -132,7 +132,8 @@ async function checkBothThemes(page: IJupyterLabPageFixture, state: string, read
     await page.locator(PANEL).evaluate(node => node.scrollTo(0, 0));
     await page.screenshot({ path: picturePath(`panel-${state}-${theme}.png`) });
     expect(await layoutProblems(page), `${state}, ${theme} theme`).toEqual([]);
-    // The panel against its reviewed picture: what moves by itself (clocks, ages, live figures,
+    // The panel against its reviewed picture (docs/images/compared/, beside the whole-window
+    // pictures of docs/images/): what moves by itself (clocks, ages, live figures,
     // sparklines) is masked; a changed layout, colour or wording elsewhere fails. After a change
     // that is meant: `jlpm playwright test tests/panel-layout.spec.ts --update-snapshots`, and
     // look at the new pictures before committing them.
@@ -372,8 +373,15 @@ test.describe('The panel with two simulated GPUs (port 8889)', () => {
       await expect(panel.getByTestId('gpuws-gpu-card')).toHaveCount(2);
     });
     // The README's picture: the whole window, light theme, the GPU alerts' notifications hidden
-    // (they come back with each sample over the threshold).
-    await page.addStyleTag({ content: '.Toastify { display: none !important; }' });
+    // (they come back with each sample over the threshold), and neither the test's folder name
+    // (the Launcher's heading) nor this server's unreachable preemption watch (Runtime folded,
+    // as a user would fold it; unfolded again after).
+    await page.addStyleTag({ content: '.Toastify { display: none !important; } .jp-Launcher-cwd { visibility: hidden; }' });
+    const runtime = panel.getByTestId('gpuws-fold-runtime');
+    await runtime.click();
+    await expect(runtime).toHaveAttribute('aria-expanded', 'false');
     await page.screenshot({ path: picturePath('panel-gpus.png') });
+    await runtime.click();
+    await expect(runtime).toHaveAttribute('aria-expanded', 'true');
   });
 });
