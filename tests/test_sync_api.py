@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -135,13 +136,18 @@ class TestLeaseHeldElsewhere:
         engine.close()
 
     async def test_second_runtime_is_read_only_and_says_who_holds_it(self, other_runtime: Any,
-                                                                     jp_fetch: Any) -> None:
+                                                                     jp_fetch: Any, jp_root_dir: Path) -> None:
         async def read_only() -> Any:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "read-only" else None
 
         status = await wait_for(read_only)
         assert "Another runtime is writing this workspace" in status["read_only_reason"]
+        # The holder saves a file after this server's restore on start: only Take over brings it.
+        written = Path(other_runtime.workdir) / "from-the-holder.txt"
+        written.write_text("saved by the other runtime")
+        assert (await asyncio.to_thread(other_runtime.sync)).ok
+        assert not (jp_root_dir / "from-the-holder.txt").exists()
         with pytest.raises(HTTPClientError) as err:
             await jp_fetch("gpuws", "api", "persist", method="POST", body="")
         assert err.value.code == 409
@@ -154,6 +160,10 @@ class TestLeaseHeldElsewhere:
         assert err.value.code == 409 and "writing starts in" in json.loads(err.value.response.body)["message"]
         await wait_for(lambda: _true(other_runtime.read_only), timeout=15)  # the other one stops
         assert "took the workspace lease" in other_runtime.read_only_reason
+        # Take over also restores: the holder's file is here, as it saved it.
+        here = jp_root_dir / "from-the-holder.txt"
+        await wait_for(lambda: _true(here.exists()), timeout=30)
+        assert here.read_text() == "saved by the other runtime"
 
 
 class TestRestoreOnStart:
