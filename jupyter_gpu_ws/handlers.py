@@ -385,8 +385,7 @@ class LeaseHandler(GpuWorkspaceHandler):
         if body.get("take_over") is not True:
             raise web.HTTPError(400, 'Send {"take_over": true} to take over the workspace lease')
         try:
-            service = self.app.sync.require()
-            await run_blocking(service.engine.take_over)
+            await run_blocking(self.app.sync.take_over)
         except SyncError as err:
             raise http_error(err) from err
         self.finish(await sync_status(self.app))

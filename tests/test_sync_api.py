@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -139,7 +140,7 @@ class TestLeaseHeldElsewhere:
                                                                      jp_fetch: Any, jp_root_dir: Path) -> None:
         async def read_only() -> Any:
             s = await get(jp_fetch, "sync")
-            return s if s["state"] == "read-only" else None
+            return s if s["state"] == "read-only" and s["restore"] and not s["restoring"] else None
 
         status = await wait_for(read_only)
         assert "Another runtime is writing this workspace" in status["read_only_reason"]
@@ -289,6 +290,37 @@ class TestStartupFaults:
         response = await jp_fetch("gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}')
         assert json.loads(response.body)["lease_held"]
         await sync_running(jp_fetch)
+
+    @pytest.fixture
+    def start_restore_held(self, monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+        """The restore at start waits until the test lets it go."""
+        gate = threading.Event()
+        restore = SyncEngine.restore
+
+        def held(engine: SyncEngine, *args: Any, **kwargs: Any) -> Any:
+            gate.wait(60)
+            return restore(engine, *args, **kwargs)
+
+        monkeypatch.setattr(SyncEngine, "restore", held)
+        yield gate
+        gate.set()
+
+    @pytest.mark.parametrize("fault", ["lease"])
+    async def test_take_over_works_while_the_start_still_restores(
+            self, start_restore_held: threading.Event, jp_fetch: Any, fault: str) -> None:
+        async def error_while_restoring() -> Any:
+            s = await get(jp_fetch, "sync")
+            return s if s["state"] == "error" and s["restoring"] else None
+
+        status = await wait_for(error_while_restoring)
+        assert status["can_take_over"] and "take over to replace it" in status["read_only_reason"]
+        # What the status offers works now, not only once the restore is over.
+        response = await jp_fetch("gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}')
+        status = json.loads(response.body)
+        assert status["lease_held"] and status["state"] == "starting" and status["restoring"]
+        start_restore_held.set()
+        status = await sync_running(jp_fetch)
+        assert status["lease_held"] and not status["read_only_reason"]
 
     @pytest.mark.parametrize("fault", ["record"])
     async def test_a_damaged_record_is_rebuilt_and_overwrites_nothing_unversioned(

@@ -41,7 +41,6 @@ class SyncSupervisor:
         self.state = "starting"
         self.error: str | None = None
         self.restore_summary: dict[str, Any] | None = None
-        self.engine: SyncEngine | None = None  # once opened, before the service runs
         self.restoring = False
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -130,6 +129,14 @@ class SyncSupervisor:
                 raise SyncError("The sync is still starting (opening the store and restoring); try again shortly")
             raise SyncError(f"The sync is not running: {self.error or 'disabled (c.GpuWorkspace.sync_enabled)'}")
         return self.service
+
+    def take_over(self) -> None:
+        """The user's Take over, also while the start's restore runs (it needs no lease): the
+        engine is open by then, and the service that follows starts as the writer."""
+        engine = self.service.engine if self.service is not None else self.engine
+        if engine is None:
+            engine = self.require().engine  # raises: why there is no engine yet
+        engine.take_over()
 
     def status(self) -> dict[str, Any]:
         engine = self.service.engine if self.service is not None else self.engine
