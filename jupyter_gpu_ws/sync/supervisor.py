@@ -35,8 +35,9 @@ class SyncSupervisor:
         self.config = config
         self.log = log
         self.service: SyncService | None = None
-        # The engine as soon as the store is open, before the service runs: a kernel's resume()
-        # may ask it for a checkpoint (fetch_checkpoint) while the start's restore is under way.
+        # The engine as soon as the store is open, and the service's once it runs: a kernel's
+        # resume() may ask it for a checkpoint (fetch_checkpoint) while the start's restore is
+        # under way, and the user may take the lease over then.
         self.engine: SyncEngine | None = None
         self.state = "starting"
         self.error: str | None = None
@@ -133,13 +134,13 @@ class SyncSupervisor:
     def take_over(self) -> None:
         """The user's Take over, also while the start's restore runs (it needs no lease): the
         engine is open by then, and the service that follows starts as the writer."""
-        engine = self.service.engine if self.service is not None else self.engine
+        engine = self.engine  # also the running service's
         if engine is None:
             engine = self.require().engine  # raises: why there is no engine yet
         engine.take_over()
 
     def status(self) -> dict[str, Any]:
-        engine = self.service.engine if self.service is not None else self.engine
+        engine = self.engine
         if engine is None:
             return {"state": self.state, "last_error": self.error,
                     "pending_files": 0, "pending_bytes": 0, "restore": self.restore_summary}
