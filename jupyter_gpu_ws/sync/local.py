@@ -234,6 +234,24 @@ class LocalBackend:
         going to disk while it is copied, so that the flush after it has little left to do;
         otherwise the copy runs at memory speed and the disk gets it at the flush.
         """
+        def copy(src: int, dst: int, size: int, early: bool) -> int:
+            return _copy_fd(src, dst, progress, early)
+
+        return self._put(local, key, copy, check, flush_soon)
+
+    def put_encoded(self, local: str, key: str, encode: Encoder, check: Callable[[], bool] | None = None,
+                    flush_soon: bool = False) -> int:
+        """As put(), with `encode` writing the stored form of the file (the encryption's) straight
+        into the temporary name: no copy of it anywhere else. `encode(src, dst, size, written)`
+        returns how many bytes of the file it read, and calls `written(offset, length)` for each
+        range it wrote."""
+        def copy(src: int, dst: int, size: int, early: bool) -> int:
+            return encode(src, dst, size, (lambda at, n: start_writeback(dst, at, n)) if early else None)
+
+        return self._put(local, key, copy, check, flush_soon)
+
+    def _put(self, local: str, key: str, copy: Callable[[int, int, int, bool], int],
+             check: Callable[[], bool] | None, flush_soon: bool) -> int:
         target = self._path(key)
         parent = target.rpartition(os.sep)[0]
         # Short, whatever the name: any name the work directory's file system accepts can sync.
@@ -249,7 +267,7 @@ class LocalBackend:
                 dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
                 try:
                     early = flush_soon and self.durable and size >= EARLY_WRITEBACK
-                    stored = _copy_fd(src, dst, progress, early)
+                    stored = copy(src, dst, size, early)
                 finally:
                     os.close(dst)
             finally:
@@ -637,6 +655,10 @@ O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 O_NOCTTY = getattr(os, "O_NOCTTY", 0)
+# Writes the stored form of the open file `src` (of `size` bytes) into `dst`; returns the bytes of
+# `src` it read; calls the last argument, where given, with each (offset, length) it wrote.
+Encoder = Callable[[int, int, int, "Callable[[int, int], None] | None"], int]
+
 # copy_file_range refusals that mean "not between these two files": fall back to read/write.
 _NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF,
                    errno.EPERM}

@@ -57,6 +57,49 @@ def test_stored_and_plain_sizes_map_both_ways(size: int) -> None:
     assert fmt.plain_size(len(stored)) == size
 
 
+@pytest.mark.parametrize("size", [0, 1, fmt.SEGMENT - 1, fmt.SEGMENT, fmt.SEGMENT + 1, 3 * fmt.SEGMENT + 5])
+def test_a_file_encrypted_from_descriptor_to_descriptor_is_the_same_object(tmp_path: Path, size: int) -> None:
+    # The large-file path (positional reads and writes, straight into the store's temporary
+    # file) writes byte for byte what the small-object path writes, and reports each range.
+    master, header, plain = os.urandom(32), fmt.Header.new(), os.urandom(size)
+    (tmp_path / "src").write_bytes(plain)
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_WRONLY | os.O_CREAT)
+    ranges: list[tuple[int, int]] = []
+    seen: list[int] = []
+    try:
+        read = fmt.encrypt_file(master, b"file:a", src, dst, size, seen.append,
+                                lambda at, n: ranges.append((at, n)), header)
+    finally:
+        os.close(src)
+        os.close(dst)
+    stored = (tmp_path / "dst").read_bytes()
+    assert read == size and sum(seen) == size
+    assert stored == fmt.encrypt_bytes(master, b"file:a", plain, header)
+    assert sum(n for _, n in ranges) == len(stored) - fmt.HEADER and ranges[-1][0] + ranges[-1][1] == len(stored)
+    assert fmt.decrypt_bytes(master, b"file:a", stored) == plain
+
+
+@pytest.mark.parametrize("change", ["shorter", "longer"])
+def test_a_file_that_changes_size_while_encrypted_is_not_taken_for_the_file(tmp_path: Path, change: str) -> None:
+    size = 3 * fmt.SEGMENT
+    (tmp_path / "src").write_bytes(os.urandom(size))
+    with open(tmp_path / "src", "r+b") as f:
+        if change == "shorter":
+            f.truncate(size - fmt.SEGMENT - 10)
+        else:
+            f.seek(0, os.SEEK_END)
+            f.write(b"more")
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_WRONLY | os.O_CREAT)
+    try:
+        read = fmt.encrypt_file(os.urandom(32), b"file:a", src, dst, size)  # the size measured before
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert read != size
+
+
 # -- round trips ------------------------------------------------------------------------------
 
 def test_files_round_trip_encrypted_through_a_local_store(tmp_path: Path, workdir: Path, store_dir: Path,
@@ -81,6 +124,50 @@ def test_files_round_trip_encrypted_through_a_local_store(tmp_path: Path, workdi
     report = other.restore()
     assert not report.errors, report
     assert tree_files(fresh) == {"notes/secret.ipynb": small, "data/big.bin": large, "empty.txt": b""}
+
+
+def test_a_local_store_gets_the_encrypted_file_straight_not_through_a_scratch_copy(
+        tmp_path: Path, workdir: Path, store_dir: Path, crypt_engine: Callable[..., SyncEngine]) -> None:
+    # The scratch folder does not exist: a put that went through a scratch copy would fail.
+    large = os.urandom(2 * fmt.SEGMENT + 3)
+    write(workdir, "data/big.bin", large)
+    engine = crypt_engine(workdir)
+    engine.backend.scratch = str(tmp_path / "no-such-folder")
+    assert engine.sync().ok
+    stored = stored_objects(store_dir)["data/big.bin"]
+    assert len(stored) == fmt.encrypted_size(len(large))
+    assert fmt.decrypt_bytes(engine.backend._master, b"file:data/big.bin", stored) == large
+    assert not [p for p in store_dir.rglob("*") if p.name.endswith(".gpuws-part")]  # no temporary name left
+    engine.close()
+
+
+def test_a_file_changed_during_an_encrypted_put_to_a_local_store_is_never_made_visible(
+        tmp_path: Path, workdir: Path, store_dir: Path, crypt_engine: Callable[..., SyncEngine]) -> None:
+    from jupyter_gpu_ws.sync.backend import SourceChangedError
+
+    write(workdir, "data/big.bin", os.urandom(2 * fmt.SEGMENT))
+    engine = crypt_engine(workdir)
+    path = str(workdir / "data/big.bin")
+
+    def check_misses_it() -> bool:  # only the size read back can tell
+        return True
+
+    original = fmt.encrypt_file
+
+    def encrypt_then_grow(*args: Any, **kwargs: Any) -> int:
+        with open(path, "ab") as f:
+            f.write(b"appended meanwhile")
+        return original(*args, **kwargs)
+
+    fmt.encrypt_file = encrypt_then_grow  # type: ignore[assignment]
+    try:
+        with pytest.raises(SourceChangedError):
+            engine.backend.put(path, "ws/files/data/big.bin", None, check_misses_it)
+    finally:
+        fmt.encrypt_file = original  # type: ignore[assignment]
+    assert not (store_dir / "ws/files/data/big.bin").exists()
+    assert not [p for p in store_dir.rglob("*") if p.name.endswith(".gpuws-part")]
+    engine.close()
 
 
 def test_a_large_file_restores_in_parts_through_an_s3_store(tmp_path: Path, workdir: Path, s3_url: str,

@@ -228,11 +228,19 @@ class EncryptedBackend:
 
     def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
             check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
-        """Encrypt the file into an unnamed scratch file, then let the inner backend send that
-        as it sends any file (atomic, multipart, checked by `check`)."""
+        """Encrypt the file straight into the store's temporary name where the inner backend
+        takes an encoder (a local folder); otherwise into an unnamed scratch file, which the
+        inner backend then sends as it sends any file (atomic, multipart, checked by `check`)."""
         stored, binding = self._map(key)
         if binding is None:
             return self.inner.put(local, key, progress, check, flush_soon)
+        put_encoded = getattr(self.inner, "put_encoded", None)
+        if put_encoded is not None:
+            def encode(src: int, dst: int, size: int, written: Callable[[int, int], None] | None) -> int:
+                return fmt.encrypt_file(self._master, binding, src, dst, size, progress, written)
+
+            self._forget(stored)
+            return put_encoded(local, stored, encode, check, flush_soon)
         try:
             src = os.open(local, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -241,18 +249,11 @@ class EncryptedBackend:
             raise LocalFileError(f"cannot be read: {err.strerror or err}") from None
         scratch = _scratch_file(self.scratch)
         try:
-            with os.fdopen(src, "rb", buffering=0, closefd=True) as source:
-                size = os.fstat(source.fileno()).st_size
-                read = 0
-
-                def take(n: int) -> bytes:
-                    nonlocal read
-                    chunk = _read_exactly(source, n)
-                    read += len(chunk)
-                    return chunk
-
-                for piece in fmt.encrypt_stream(self._master, binding, take):
-                    _write_all(scratch, piece)
+            try:
+                size = os.fstat(src).st_size
+                read = fmt.encrypt_file(self._master, binding, src, scratch, size)
+            finally:
+                os.close(src)
             if read != size:
                 raise SourceChangedError(key)
             stored_size = fmt.encrypted_size(size)
@@ -481,24 +482,6 @@ def _scratch_file(folder: str | None) -> int:
         fd, path = tempfile.mkstemp(dir=where, prefix=".gpuws-encrypt-")
         os.unlink(path)
         return fd
-
-
-def _read_exactly(source: object, n: int) -> bytes:
-    parts = []
-    want = n
-    while want:
-        chunk = source.read(want)  # type: ignore[attr-defined]
-        if not chunk:
-            break
-        parts.append(chunk)
-        want -= len(chunk)
-    return b"".join(parts)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _pwrite_all(fd: int, view: memoryview, at: int) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -121,7 +121,7 @@ class Encryptor:
         self._aead = object_key(master, self.header.salt, binding)
         self._number = 0
 
-    def segment(self, plain: bytes, last: bool) -> bytes:
+    def segment(self, plain: bytes | memoryview, last: bool) -> bytes:
         out = self._aead.encrypt(_nonce(self.header.prefix, self._number, last), plain, self._header)
         self._number += 1
         return out
@@ -142,33 +142,66 @@ class Decryptor:
             raise FormatError(f"segment {number} does not authenticate") from None
 
 
-def encrypt_stream(master: bytes, binding: bytes, read: Callable[[int], bytes],
-                   header: Header | None = None) -> Iterator[bytes]:
-    """The stored bytes of what `read(n)` yields until it returns b'': the header, then each
-    segment. One segment is read ahead so that the last one is known to be the last."""
+def encrypt_file(master: bytes, binding: bytes, src: int, dst: int, size: int,
+                 progress: Callable[[int], None] | None = None,
+                 written: Callable[[int, int], None] | None = None, header: Header | None = None) -> int:
+    """Encrypt the `size` bytes of the open file `src` into the open file `dst` (both from offset
+    0, by positional reads and writes): the stored object, in one pass, one segment in memory.
+    The last segment is the one that ends at `size`. Returns how many bytes of `src` were read:
+    `size` unless the file became shorter (then it stops there) or longer meanwhile (then one
+    more): either way the caller knows the object is not the file. `progress` gets each segment's plain size; `written(offset,
+    length)` each stored range as it is written (to start it towards the disk)."""
     enc = Encryptor(master, binding, header)
-    yield enc.header.encode()
-    size = enc.header.segment
-    current = read(size)
-    while True:
-        following = read(size) if len(current) == size else b""
-        yield enc.segment(current, not following)
-        if not following:
-            return
-        current = following
+    seg = enc.header.segment
+    count = max(1, -(-size // seg))
+    _pwrite_all(dst, enc.header.encode(), 0)
+    buffer = bytearray(seg)
+    view = memoryview(buffer)
+    at = HEADER
+    done = 0
+    for number in range(count):
+        want = min(seg, size - done)
+        got = _pread_full(src, view[:want], done)
+        if got < want:
+            return done + got
+        out = enc.segment(view[:want], number == count - 1)
+        _pwrite_all(dst, out, at)
+        if written is not None:
+            written(at, len(out))
+        at += len(out)
+        done += want
+        if progress is not None:
+            progress(want)
+    if os.pread(src, 1, size):
+        return size + 1  # longer now than when it was measured
+    return done
+
+
+def _pread_full(fd: int, view: memoryview, offset: int) -> int:
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n == 0:
+            break
+        got += n
+    return got
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
 
 
 def encrypt_bytes(master: bytes, binding: bytes, data: bytes, header: Header | None = None) -> bytes:
+    """The stored bytes of a small object: the header, then each segment."""
+    enc = Encryptor(master, binding, header)
+    size = enc.header.segment
     view = memoryview(data)
-    at = 0
-
-    def read(n: int) -> bytes:
-        nonlocal at
-        chunk = bytes(view[at:at + n])
-        at += len(chunk)
-        return chunk
-
-    return b"".join(encrypt_stream(master, binding, read, header))
+    count = max(1, -(-len(data) // size))
+    return enc.header.encode() + b"".join(
+        enc.segment(view[n * size:(n + 1) * size], n == count - 1) for n in range(count))
 
 
 def decrypt_bytes(master: bytes, binding: bytes, stored: bytes) -> bytes:
