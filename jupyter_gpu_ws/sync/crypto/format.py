@@ -149,15 +149,14 @@ def encrypt_file(master: bytes, binding: bytes, src: int, dst: int, size: int,
     0, by positional reads and writes): the stored object, in one pass, one segment in memory.
     The last segment is the one that ends at `size`. Returns how many bytes of `src` were read:
     `size` unless the file became shorter (then it stops there) or longer meanwhile (then one
-    more): either way the caller knows the object is not the file. `progress` gets each segment's plain size; `written(offset,
-    length)` each stored range as it is written (to start it towards the disk)."""
+    more): either way the caller knows the object is not the file. `progress` gets each
+    segment's plain size; `written(offset, length)` each stored range as it is written, in
+    order from offset 0 (to start it towards the disk)."""
     enc = Encryptor(master, binding, header)
     seg = enc.header.segment
     count = max(1, -(-size // seg))
-    _pwrite_all(dst, enc.header.encode(), 0)
-    buffer = bytearray(seg)
-    view = memoryview(buffer)
-    at = HEADER
+    view = memoryview(bytearray(min(seg, size)))  # a small file's size, not a whole segment
+    at = 0
     done = 0
     for number in range(count):
         want = min(seg, size - done)
@@ -165,6 +164,15 @@ def encrypt_file(master: bytes, binding: bytes, src: int, dst: int, size: int,
         if got < want:
             return done + got
         out = enc.segment(view[:want], number == count - 1)
+        if number == 0:
+            head = enc.header.encode()
+            if count == 1:
+                out = head + out  # a small file: one write
+            else:
+                _pwrite_all(dst, head, 0)
+                if written is not None:
+                    written(0, HEADER)
+                at = HEADER
         _pwrite_all(dst, out, at)
         if written is not None:
             written(at, len(out))
