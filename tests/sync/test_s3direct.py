@@ -166,3 +166,71 @@ def test_no_direct_put_where_requests_carry_extra_arguments(
     assert engine.sync().ok
     assert _backend(engine).direct_put() is None
     assert bucket_read(s3_env, s3_url, "ws/files/a.txt") == b"x"
+
+
+class BodyStore(http.server.BaseHTTPRequestHandler):
+    """Serves one object of BODY bytes (whole or a Range) on kept-alive connections, counting
+    the connections; with `cut` set, the next answer stops halfway and the connection closes."""
+
+    protocol_version = "HTTP/1.1"
+    body = b""
+    connections: set[int] = set()
+    cut = False
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        type(self).connections.add(id(self.connection))
+        data, status = self.body, 200
+        wanted = self.headers.get("Range")
+        if wanted:
+            first, last = (int(v) for v in wanted.removeprefix("bytes=").split("-"))
+            data, status = data[first:last + 1], 206
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("ETag", '"not-an-md5-3"')
+        self.end_headers()
+        if type(self).cut:
+            type(self).cut = False
+            self.wfile.write(data[:len(data) // 2])
+            self.close_connection = True
+            return
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_large_body_goes_from_the_socket_to_the_file_whole_and_the_connection_serves_again(
+        tmp_path: Path) -> None:
+    import os
+
+    from jupyter_gpu_ws.sync.s3direct import PROGRESS_EVERY, RECEIVE, SMALL_BODY, DirectGet
+
+    BodyStore.body = os.urandom(SMALL_BODY + 3 * RECEIVE + 12345)  # odd sized: the last chunk is short
+    BodyStore.connections = set()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), BodyStore)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    direct = DirectGet("http", f"127.0.0.1:{server.server_port}", "/bucket/", "us-east-1",
+                       lambda: Credentials("AKID", "secret"))
+    target = tmp_path / "out"
+    fd = os.open(target, os.O_RDWR | os.O_CREAT)
+    try:
+        told: list[int] = []
+        assert direct.get("big.bin", fd, progress=told.append) == len(BodyStore.body)
+        assert target.read_bytes() == BodyStore.body
+        assert sum(told) == len(BodyStore.body) and max(told) <= PROGRESS_EVERY + RECEIVE  # told in steps
+        os.ftruncate(fd, 0)
+        os.ftruncate(fd, len(BodyStore.body))
+        half = len(BodyStore.body) // 2
+        assert direct.get("big.bin", fd, half, len(BodyStore.body) - half) == len(BodyStore.body) - half
+        assert direct.get("big.bin", fd, 0, half) == half
+        assert target.read_bytes() == BodyStore.body  # two ranges at their offsets
+        assert len(BodyStore.connections) == 1  # each body read to its end: the one connection served all
+
+        BodyStore.cut = True  # an answer cut short: no good answer, and that connection is not kept
+        assert direct.get("big.bin", fd) is None
+        assert direct._spare.qsize() == 0
+    finally:
+        os.close(fd)
+        direct.close()
+        server.shutdown()
+        server.server_close()
