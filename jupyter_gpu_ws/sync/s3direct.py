@@ -35,6 +35,8 @@ from typing import Any, Callable, TypeVar
 from urllib.parse import quote, unquote_plus, urlsplit
 from xml.etree import ElementTree
 
+from ..diskio import pwrite_all
+
 log = logging.getLogger(__name__)
 
 PROBE_KEY = "gpuws-probe"
@@ -479,7 +481,7 @@ def _body_into(response: http.client.HTTPResponse, fd: int, offset: int, md5: An
         data = response.read()
         if md5 is not None:
             md5.update(data)
-        _pwrite_all(fd, memoryview(data), offset)
+        pwrite_all(fd, memoryview(data), offset)
         if progress is not None and data:
             progress(len(data))
         return len(data)
@@ -510,7 +512,7 @@ def _body_into(response: http.client.HTTPResponse, fd: int, offset: int, md5: An
             chunk = buffer[:n]
             if md5 is not None:
                 md5.update(chunk)
-            _pwrite_all(fd, chunk, offset + written)
+            pwrite_all(fd, chunk, offset + written)
             written += n
             untold += n
             if progress is not None and untold >= PROGRESS_EVERY:
@@ -524,12 +526,6 @@ def _body_into(response: http.client.HTTPResponse, fd: int, offset: int, md5: An
     finally:
         if _buffers.qsize() < SPARE_BUFFERS:
             _buffers.put(buffer)
-
-
-def _pwrite_all(fd: int, view: memoryview, at: int) -> None:
-    while view:
-        n = os.pwrite(fd, view, at)
-        view, at = view[n:], at + n
 
 
 Client = TypeVar("Client", bound=DirectS3)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import http.server
+import ssl
 import threading
 from pathlib import Path
 from typing import Callable
@@ -184,23 +185,50 @@ class BodyStore(http.server.BaseHTTPRequestHandler):
         if wanted:
             first, last = (int(v) for v in wanted.removeprefix("bytes=").split("-"))
             data, status = data[first:last + 1], 206
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("ETag", '"not-an-md5-3"')
-        self.end_headers()
+        head = (f"HTTP/1.1 {status} {'OK' if status == 200 else 'Partial Content'}\r\n"
+                f"Content-Length: {len(data)}\r\nETag: \"not-an-md5-3\"\r\n\r\n").encode()
         if type(self).cut:
             type(self).cut = False
-            self.wfile.write(data[:len(data) // 2])
+            data = data[:len(data) // 2]
             self.close_connection = True
-            return
-        self.wfile.write(data)
+        # The headers and the body's start in one write: the client's reader holds some of the
+        # body along with the headers, which must come first.
+        self.wfile.write(head + data)
 
     def log_message(self, *args: object) -> None:
         pass
 
 
+def _self_signed(folder: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context with a fresh certificate for 127.0.0.1, and a client context that trusts it."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                       serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    return server, ssl.create_default_context(cafile=str(folder / "cert.pem"))
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
 def test_a_large_body_goes_from_the_socket_to_the_file_whole_and_the_connection_serves_again(
-        tmp_path: Path) -> None:
+        tmp_path: Path, scheme: str) -> None:
     import os
 
     from jupyter_gpu_ws.sync.s3direct import PROGRESS_EVERY, RECEIVE, SMALL_BODY, DirectGet
@@ -208,9 +236,13 @@ def test_a_large_body_goes_from_the_socket_to_the_file_whole_and_the_connection_
     BodyStore.body = os.urandom(SMALL_BODY + 3 * RECEIVE + 12345)  # odd sized: the last chunk is short
     BodyStore.connections = set()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), BodyStore)
+    client_context = None
+    if scheme == "https":  # the socket read straight is then a TLS socket with its own buffering
+        server_context, client_context = _self_signed(tmp_path)
+        server.socket = server_context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    direct = DirectGet("http", f"127.0.0.1:{server.server_port}", "/bucket/", "us-east-1",
-                       lambda: Credentials("AKID", "secret"))
+    direct = DirectGet(scheme, f"127.0.0.1:{server.server_port}", "/bucket/", "us-east-1",
+                       lambda: Credentials("AKID", "secret"), ssl_context=client_context)
     target = tmp_path / "out"
     fd = os.open(target, os.O_RDWR | os.O_CREAT)
     try:

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESSIV
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from ...diskio import pwrite_all
 from ..backend import Backend, RemoteFile, SourceChangedError
 from ..errors import LocalFileError, StoreConfigError, SyncError
 from . import format as fmt
@@ -398,7 +399,7 @@ class EncryptedBackend:
                 lo = max(offset, n * size)
                 hi = min(offset + length, n * size + len(clear))
                 if hi > lo:
-                    _pwrite_all(fd, memoryview(clear)[lo - n * size:hi - n * size], lo)
+                    pwrite_all(fd, memoryview(clear)[lo - n * size:hi - n * size], lo)
                     written += hi - lo
                     if progress:
                         progress(hi - lo)
@@ -482,12 +483,6 @@ def _scratch_file(folder: str | None) -> int:
         fd, path = tempfile.mkstemp(dir=where, prefix=".gpuws-encrypt-")
         os.unlink(path)
         return fd
-
-
-def _pwrite_all(fd: int, view: memoryview, at: int) -> None:
-    while view:
-        n = os.pwrite(fd, view, at)
-        view, at = view[n:], at + n
 
 
 def _unlink_quietly(path: str) -> None:

@@ -25,6 +25,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from ...diskio import pread_into, pwrite_all
+
 MAGIC = b"GWSE"
 VERSION = 1
 SHIFT = 20  # plaintext segments of 1 MiB: a Tink AES256_GCM_HKDF_1MB-sized segment
@@ -160,7 +162,7 @@ def encrypt_file(master: bytes, binding: bytes, src: int, dst: int, size: int,
     done = 0
     for number in range(count):
         want = min(seg, size - done)
-        got = _pread_full(src, view[:want], done)
+        got = pread_into(src, view[:want], done)
         if got < want:
             return done + got
         out = enc.segment(view[:want], number == count - 1)
@@ -169,11 +171,11 @@ def encrypt_file(master: bytes, binding: bytes, src: int, dst: int, size: int,
             if count == 1:
                 out = head + out  # a small file: one write
             else:
-                _pwrite_all(dst, head, 0)
+                pwrite_all(dst, head, 0)
                 if written is not None:
                     written(0, HEADER)
                 at = HEADER
-        _pwrite_all(dst, out, at)
+        pwrite_all(dst, out, at)
         if written is not None:
             written(at, len(out))
         at += len(out)
@@ -183,23 +185,6 @@ def encrypt_file(master: bytes, binding: bytes, src: int, dst: int, size: int,
     if os.pread(src, 1, size):
         return size + 1  # longer now than when it was measured
     return done
-
-
-def _pread_full(fd: int, view: memoryview, offset: int) -> int:
-    got = 0
-    while got < len(view):
-        n = os.preadv(fd, [view[got:]], offset + got)
-        if n == 0:
-            break
-        got += n
-    return got
-
-
-def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
 
 
 def encrypt_bytes(master: bytes, binding: bytes, data: bytes, header: Header | None = None) -> bytes:
