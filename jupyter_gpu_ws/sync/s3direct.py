@@ -4,7 +4,8 @@ Through s3fs every request passes botocore's machinery (parameter validation, en
 event hooks, user agent, signing): about 1.6 ms of CPU a request, which for thousands of small
 files costs more than the network does (and, measured for a restore, about 2 ms per GET). A PUT
 of a small file, or a GET of an object or of a range of it, needs only an AWS Signature Version
-4 and one request on a kept-alive connection, so that is all this module does.
+4 and one request on a kept-alive connection, so that is all this module does (the connection
+and its lean reading of answers: sync/http1.py).
 
 It is used only where that is the whole story: a plain `s3fs.S3FileSystem` with signed
 requests, no extra request arguments (encryption, requester pays), no proxy. Where to send is
@@ -20,11 +21,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import http.client
 import logging
 import os
 import queue
-import socket
 import ssl
 import threading
 import time
@@ -36,6 +35,7 @@ from urllib.parse import quote, unquote_plus, urlsplit
 from xml.etree import ElementTree
 
 from ..diskio import pwrite_all
+from .http1 import Answer, Connection, ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,9 @@ SMALL_BODY = 1 << 20
 RECEIVE = 64 << 10
 PROGRESS_EVERY = 1 << 20
 SPARE_BUFFERS = 64
+# The most an error answer's body or a listing page may hold (a page of 1,000 keys is ~300 KB).
+ERROR_BODY = 1 << 20
+PAGE_BODY = 64 << 20
 # The SHA-256 of an empty body: what a GET signs as its payload.
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # After this many refusals in a row the shortcut rests this many seconds (s3fs sends meanwhile).
@@ -122,7 +125,7 @@ class DirectS3:
         self._timeout = timeout
         self._max_idle = max_idle
         self._lock = threading.Lock()
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[Connection] = []
         self._closed = False
         self.requests = 0
         self._failures = 0  # refusals in a row
@@ -138,17 +141,15 @@ class DirectS3:
     def forget_credentials(self) -> None:
         self._credentials = None
 
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+    def _connection(self) -> tuple[Connection, bool]:
         """An idle kept-alive connection (True: it has been used before) or a new one."""
         with self._lock:
             if self._idle:
                 return self._idle.pop(), True
         host = self.netloc.rpartition("@")[2]
-        if self.scheme == "https":
-            return http.client.HTTPSConnection(host, timeout=self._timeout, context=self._ssl), False
-        return http.client.HTTPConnection(host, timeout=self._timeout), False
+        return Connection(host, self._ssl if self.scheme == "https" else None, self._timeout), False
 
-    def _release(self, conn: http.client.HTTPConnection) -> None:
+    def _release(self, conn: Connection) -> None:
         with self._lock:
             if len(self._idle) < self._max_idle and not self._closed:
                 self._idle.append(conn)
@@ -241,23 +242,23 @@ class DirectPut(DirectS3):
             conn, reused = self._connection()
             self.requests += 1
             try:
-                conn.request("PUT", path, body=data, headers=headers)
-                response = conn.getresponse()
-                response.read()
-            except (OSError, http.client.HTTPException):
+                conn.send("PUT", path, headers, data)
+                answer = conn.answer()
+                conn.read_body(answer, ERROR_BODY)
+            except OSError:
                 conn.close()
                 if reused:
                     continue  # a kept-alive connection the server had closed: try a fresh one
                 return None, None
-            if response.will_close:
+            if answer.will_close:
                 conn.close()
             else:
                 self._release(conn)
-            if response.status == 403:
+            if answer.status == 403:
                 self.forget_credentials()  # maybe renewed since: ask again next time
-            if response.status == 200 and (response.getheader("ETag") or "").strip('"') != md5.hex():
+            if answer.status == 200 and (answer.header("etag") or "").strip('"') != md5.hex():
                 return 502, None  # stored something else than was sent: not a success
-            return response.status, response.getheader("x-amz-bucket-region")
+            return answer.status, answer.header("x-amz-bucket-region")
 
 
 class ChangedInStoreError(Exception):
@@ -278,16 +279,16 @@ class DirectGet(DirectS3):
         self.fetched = 0  # objects or ranges fetched this way, for the curious and for the tests
         # Idle connections in a queue that takes and gives without a Python lock: a restore's
         # many workers would otherwise queue on the pool's lock for every request.
-        self._spare: queue.SimpleQueue[http.client.HTTPConnection] = queue.SimpleQueue()
+        self._spare: queue.SimpleQueue[Connection] = queue.SimpleQueue()
         self._max_idle = max(self._max_idle, GET_MAX_IDLE)
 
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+    def _connection(self) -> tuple[Connection, bool]:
         try:
             return self._spare.get_nowait(), True
         except queue.Empty:
             return super()._connection()[0], False
 
-    def _release(self, conn: http.client.HTTPConnection) -> None:
+    def _release(self, conn: Connection) -> None:
         if self._closed or self._spare.qsize() >= self._max_idle:
             conn.close()
         else:
@@ -332,23 +333,23 @@ class DirectGet(DirectS3):
             conn, reused = self._connection()
             self.requests += 1
             try:
-                conn.request("GET", path, headers=headers)
-                response = conn.getresponse()
-                body = response.read()
-            except (OSError, http.client.HTTPException):
+                conn.send("GET", path, headers)
+                answer = conn.answer()
+                body = conn.read_body(answer, PAGE_BODY)
+            except OSError:
                 conn.close()
                 if reused:
                     continue
                 self._refused(None)
                 return None
-            if response.will_close:
+            if answer.will_close:
                 conn.close()
             else:
                 self._release(conn)
-            if response.status != 200:
-                if response.status == 403:
+            if answer.status != 200:
+                if answer.status == 403:
                     self.forget_credentials()
-                self._refused(response.status)
+                self._refused(answer.status)
                 return None
             return body
 
@@ -400,43 +401,50 @@ class DirectGet(DirectS3):
             conn, reused = self._connection()
             self.requests += 1
             try:
-                conn.request("GET", path, headers=headers)
-                response = conn.getresponse()
-            except (OSError, http.client.HTTPException):
+                conn.send("GET", path, headers)
+                answer = conn.answer()
+            except OSError:
                 conn.close()
                 if reused:
                     continue  # a kept-alive connection the server had closed: try a fresh one
                 return None, None
+            except ValueError:  # a header that cannot be sent (an ETag with a line break)
+                self._release(conn)
+                return None, None
             break
         try:
-            expected = length if length is not None else None
-            ok = response.status == 206 if length is not None else response.status == 200
-            if length is not None and response.status == 200 and offset == 0:
-                ok = response.length == length  # a store that ignores Range for the whole file
+            ok = answer.status == 206 if length is not None else answer.status == 200
+            if length is not None and answer.status == 200 and offset == 0:
+                ok = answer.length == length  # a store that ignores Range for the whole file
             if not ok:
-                response.read()
-                if response.status == 403:
+                conn.read_body(answer, ERROR_BODY)
+                if answer.status == 403:
                     self.forget_credentials()
-                status = response.status if response.status != 200 else 502
-                return status, response.getheader("x-amz-bucket-region")
-            if expected is None:
-                expected = response.length
+                status = answer.status if answer.status != 200 else 502
+                if answer.will_close:
+                    conn.close()
+                else:
+                    self._release(conn)
+                return status, answer.header("x-amz-bucket-region")
+            expected = answer.length
+            if expected is None or (length is not None and expected != length):
+                raise ProtocolError("an object's answer without its size, or of another size than asked")
             md5 = None
-            tag = (response.getheader("ETag") or "").strip('"')
+            tag = (answer.header("etag") or "").strip('"')
             if length is None and len(tag) == 32 and "-" not in tag:
                 md5 = hashlib.md5()
-            written = _body_into(response, fd, offset, md5, progress, conn.sock)
-        except (OSError, http.client.HTTPException):
+            written = _body_into(conn, answer, fd, offset, md5, progress)
+        except OSError:
             conn.close()
             return None, None
         except BaseException:
             conn.close()  # stopped mid-body (progress raised): the connection is not reusable
             raise
-        if response.will_close or (expected is not None and written != expected):
+        if answer.will_close or written != expected:
             conn.close()  # closed by the server, or cut short: no use for another request
         else:
             self._release(conn)
-        if expected is not None and written != expected:
+        if written != expected:
             return None, None
         if md5 is not None and md5.hexdigest() != tag:
             raise ChecksumMismatchError(path)
@@ -473,12 +481,14 @@ def _parse_listing(page: bytes, out: list[tuple[str, int, float | None, str | No
 _buffers: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
 
 
-def _body_into(response: http.client.HTTPResponse, fd: int, offset: int, md5: Any,
-               progress: Callable[[int], None] | None, sock: socket.socket | None = None) -> int:
-    """Write the response body into `fd` from `offset`: a small body whole, a larger one as it
-    arrives, through a small reused buffer."""
-    if response.length is not None and response.length <= SMALL_BODY:
-        data = response.read()
+def _body_into(conn: Connection, answer: Answer, fd: int, offset: int, md5: Any,
+               progress: Callable[[int], None] | None) -> int:
+    """Write the answer's body (answer.length bytes) into `fd` from `offset`: a small body
+    whole, a larger one as it arrives, through a small reused buffer, one read of the socket
+    per chunk once the bytes received with the head are written."""
+    left = answer.length or 0
+    if left <= SMALL_BODY:
+        data = conn.read_body(answer, SMALL_BODY)
         if md5 is not None:
             md5.update(data)
         pwrite_all(fd, memoryview(data), offset)
@@ -492,21 +502,8 @@ def _body_into(response: http.client.HTTPResponse, fd: int, offset: int, md5: An
     try:
         written = 0
         untold = 0
-        left = response.length
-        direct = sock is not None and left is not None and not response.chunked
-        # What the reader holds beyond the headers first, then (`direct`) straight from the
-        # socket: one system call per chunk, without the layers of Python around it.
-        held = len(response.fp.peek(0)) if direct else 0
-
-        def receive(view: memoryview) -> int:
-            if not direct:
-                return response.readinto(view)
-            if written < held:
-                return response.fp.readinto(view[:min(held, left) - written])
-            return sock.recv_into(view, min(len(view), left - written))
-
-        while left is None or written < left:
-            n = receive(buffer)
+        while written < left:
+            n = conn.readinto(buffer[:min(len(buffer), left - written)])
             if not n:
                 break
             chunk = buffer[:n]
@@ -520,8 +517,6 @@ def _body_into(response: http.client.HTTPResponse, fd: int, offset: int, md5: An
                 untold = 0
         if progress is not None and untold:
             progress(untold)
-        if direct and written == left:
-            response.close()  # read to its end: the connection serves the next request
         return written
     finally:
         if _buffers.qsize() < SPARE_BUFFERS:
