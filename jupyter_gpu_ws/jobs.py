@@ -67,10 +67,11 @@ class JobRunner:
               key: str | None = None) -> Job:
         """A new job (with `result` as its first result), or the one of this kind still running.
         `key`: jobs of one kind about different things run side by side (a fetch per run); one
-        about the same thing is joined instead of started again."""
+        about the same thing is joined instead of started again. A cancelled job still finishing
+        its step is not joined: it starts no further step."""
         with self._lock:
             for job in self._jobs.values():
-                if job.kind == kind and job.key == key and job.state == "running":
+                if job.kind == kind and job.key == key and job.state == "running" and not job.cancel_event.is_set():
                     return job
             job = Job(uuid.uuid4().hex[:12], kind, [Step(name) for name, _ in steps], result=dict(result or {}),
                       key=key)

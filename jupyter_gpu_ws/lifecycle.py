@@ -34,6 +34,8 @@ GIT_STATUS_EVERY = 30.0
 # The emergency persist waits at most this long for the browsers to save their open documents:
 # a user's unsaved edits are worth a tenth of the grace, not more (the files come first).
 EMERGENCY_DOCUMENTS_TIMEOUT = 2.0
+# What starts a persist in ordinary times (an emergency's trigger is its reason: SIGTERM, preemption:…).
+ORDINARY = ("user", "auto", "release")
 # A tracked run whose step moved within this many seconds is stepping (its agent looks every 2 s).
 STEPPING_WINDOW = 30.0
 # Kept out of the grace for the server's own exit after the emergency persist.
@@ -330,11 +332,12 @@ class RuntimeSupervisor:
             git = git_step(self.git)
         # An emergency has no seconds to spare for reading the environment.
         environment = None
-        if app.env_snapshot_on_persist and trigger in ("user", "auto", "release"):
+        if app.env_snapshot_on_persist and trigger in ORDINARY:
             environment = _tolerant(app.environment.snapshot_step())
         job = start_persist(app.jobs, service, app.checkpoints, app.run_async,
                             checkpoint_timeout if checkpoint_timeout is not None else app.checkpoint_timeout,
                             git=git, environment=environment, trigger=trigger, pages=app.pages,
+                            key=None if trigger in ORDINARY else "emergency",
                             documents_timeout=(documents_timeout if documents_timeout is not None
                                                else app.document_save_timeout))
         self._git_checked = 0.0  # the sidebar shows the new commit soon after
@@ -374,9 +377,21 @@ class RuntimeSupervisor:
         service = self.app.sync.service
         if service is not None:
             service.engine.urgent = True
+        # A persist already running waits with the patience of ordinary times (a minute for a
+        # checkpoint, the browsers' documents): one that has not reached its sync yet is stopped
+        # before its next step. This one runs beside it on the grace's own timeouts (its sync
+        # joins a pass already running); another emergency's persist is joined.
+        ordinary = self.app.jobs.latest("persist")
+        if (ordinary is not None and ordinary.state == "running" and ordinary.result.get("trigger") in ORDINARY
+                and ordinary.steps[-1].state == "pending"):
+            ordinary.cancel_event.set()
+        else:
+            ordinary = None
         job = self._persist(reason, checkpoint_timeout=max(1.0, min(self.app.checkpoint_timeout, grace * 0.3)),
                             documents_timeout=min(self.app.document_save_timeout, EMERGENCY_DOCUMENTS_TIMEOUT,
                                                   grace * 0.1))
+        if ordinary is not None:
+            ordinary.result["superseded_by"] = job.id if job is not None else None
         if job is not None:
             while job.state == "running" and time.monotonic() - started < grace - 1:
                 await asyncio.sleep(0.05)
@@ -445,8 +460,16 @@ class RuntimeSupervisor:
         return job
 
     async def _release_when_done(self, job: Job, force: bool) -> None:
-        while job.state == "running":
-            await asyncio.sleep(0.1)
+        while True:
+            while job.state == "running" and not job.result.get("superseded_by"):
+                await asyncio.sleep(0.1)
+            # Stopped for an emergency persist (though maybe still in its step): the release
+            # follows that one instead.
+            successor = self.app.jobs.get(job.result.get("superseded_by") or "")
+            if successor is None:
+                break
+            job = successor
+            self.release = {**(self.release or {}), "job_id": job.id}
         assert self.release is not None
         if job.state != "done" and not force:
             self.release.update(state="kept", error="; ".join(job.errors) or job.state)

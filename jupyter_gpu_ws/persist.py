@@ -91,10 +91,11 @@ def start_persist(runner: JobRunner, service: SyncService, coordinator: Any = No
                   run_async: Callable[..., Any] | None = None, checkpoint_timeout: float = 60.0,
                   git: StepFunction | None = None, environment: StepFunction | None = None,
                   trigger: str = "user", pages: BrowserPages | None = None,
-                  documents_timeout: float = 5.0) -> Job:
+                  documents_timeout: float = 5.0, key: str | None = None) -> Job:
     """The open documents first (so the checkpoints, the commit and the sync see what the user
     sees), then checkpoints (so the sync carries them), the environment snapshot and the Git
-    commit, then the sync. `documents_timeout` 0 leaves the browsers alone."""
+    commit, then the sync. `documents_timeout` 0 leaves the browsers alone. `key`: a persist
+    of another key runs beside one running (an emergency's), else the running one is joined."""
     steps: list[tuple[str, StepFunction]] = []
     if pages is not None and run_async is not None and documents_timeout > 0:
         steps.append(("documents", _documents_step(pages, run_async, documents_timeout)))
@@ -105,7 +106,7 @@ def start_persist(runner: JobRunner, service: SyncService, coordinator: Any = No
     if git is not None:
         steps.append(("git", git))
     steps.append(("sync", _sync_step(service)))
-    job = runner.start("persist", steps)
+    job = runner.start("persist", steps, key=key)
     job.result.setdefault("trigger", trigger)
     return job
 

@@ -120,7 +120,10 @@ export class SyncModel extends PolledModel {
     while (job.state === 'running' && !this.isDisposed) {
       await new Promise(resolve => setTimeout(resolve, 300));
       try {
-        job = await requestAPI<IJob>(`persist/${job.id}`);
+        // An emergency persist (SIGTERM, a preemption notice) may have taken over from this
+        // one before its sync: follow that one to the end.
+        const successor: string | null | undefined = job.result?.superseded_by;
+        job = await requestAPI<IJob>(`persist/${successor ?? job.id}`);
       } catch (error) {
         job = { ...job, state: 'failed', errors: [(error as Error).message] };
       }

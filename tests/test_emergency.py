@@ -3,6 +3,7 @@ files, and a preemption notice from a fake metadata server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -46,19 +47,35 @@ def server(tmp_path: Path, extra_config: dict[str, Any]) -> Iterator[ServerProce
         yield running
 
 
-def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: ServerProcess) -> None:
+@contextlib.contextmanager
+def tracking_kernel(server: ServerProcess, code: str, path: str = "train.ipynb") -> Iterator[None]:
+    """A notebook's kernel on `server` running `code` (which tracks something), once its
+    agent has registered what it tracks; the client lets go at the end."""
     from jupyter_client import BlockingKernelClient
 
-    port, root, store = server.port, server.root, server.store
-    session = api(port, "/api/sessions", "POST",
-                  {"path": "train.ipynb", "type": "notebook", "name": "train.ipynb", "kernel": {"name": "python3"}})
-    kernel_id = session["kernel"]["id"]
-    client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{kernel_id}.json"))
+    session = api(server.port, "/api/sessions", "POST",
+                  {"path": path, "type": "notebook", "name": path, "kernel": {"name": "python3"}})
+    client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{session['kernel']['id']}.json"))
     client.load_connection_file()
     client.start_channels()
     try:
         client.wait_for_ready(timeout=60)
-        client.execute(TRAINING)  # runs until the server goes
+        client.execute(code)
+        until(lambda: any(k.get("objects") for k in api(server.port, "/gpuws/api/checkpoints")["kernels"]), 90,
+              "the kernel's agent")
+        yield
+    finally:
+        client.stop_channels()
+
+
+def checkpoint_step_running(server: ServerProcess, job_id: str) -> None:
+    until(lambda: next(s for s in api(server.port, f"/gpuws/api/persist/{job_id}")["steps"]
+                       if s["name"] == "checkpoints")["state"] == "running", 30, "the persist's checkpoint step")
+
+
+def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: ServerProcess) -> None:
+    port, root, store = server.port, server.root, server.store
+    with tracking_kernel(server, TRAINING):  # trains until the server goes
         until(lambda: any(k.get("run") for k in api(port, "/gpuws/api/checkpoints")["kernels"]), 90,
               "the training kernel's agent")
         data = os.urandom(6 * 2**20)  # large: the watcher holds it for the (endless) settle delay
@@ -70,8 +87,6 @@ def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: Serve
         signalled = time.time()
         server.proc.send_signal(signal.SIGTERM)
         server.proc.wait(timeout=60)
-    finally:
-        client.stop_channels()
     took = time.time() - signalled
 
     assert (mirror(store) / "results.bin").read_bytes() == data
@@ -83,6 +98,47 @@ def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: Serve
     report = json.loads((server.state / "emergency-report.json").read_text())
     assert report["reason"] == "SIGTERM" and report["pending_count"] == 0 and report["errors"] == []
     assert report["seconds"] < 25 and took < 60
+
+
+STUCK = """\
+%load_ext jupyter_gpu_ws
+import time, torch, jupyter_gpu_ws as gpuws
+model = torch.nn.Linear(8, 1)
+gpuws.track(model=model)
+print("tracking", flush=True)
+time.sleep(3600)  # a long evaluation: no step() in which a checkpoint could be taken
+"""
+
+
+class TestStuckPersist:
+    @pytest.fixture
+    def extra_config(self) -> dict[str, Any]:
+        return {"checkpoint_timeout": 300.0, "grace_period": 15.0}
+
+    def test_sigterm_during_a_persist_stuck_on_a_checkpoint_still_syncs_within_the_grace(
+            self, server: ServerProcess) -> None:
+        """A Persist now waits up to checkpoint_timeout (here 5 minutes) for a kernel between
+        steps. A SIGTERM meanwhile must not wait with it: the emergency stops that persist
+        and runs its own on the grace's timeouts, so the files reach the store in time."""
+        port, root, store = server.port, server.root, server.store
+        with tracking_kernel(server, STUCK, "eval.ipynb"):
+            data = os.urandom(6 * 2**20)  # held back by the watcher's settle delay
+            (root / "results.bin").write_bytes(data)
+            user = api(port, "/gpuws/api/persist", "POST", {})
+            checkpoint_step_running(server, user["id"])
+            time.sleep(1.0)
+            signalled = time.time()
+            server.proc.send_signal(signal.SIGTERM)
+            server.proc.wait(timeout=60)
+        took = time.time() - signalled
+
+        assert (mirror(store) / "results.bin").read_bytes() == data, server.log.read_text()[-3000:]
+        report = json.loads((server.state / "emergency-report.json").read_text())
+        assert report["pending_count"] == 0
+        assert report["job"]["id"] != user["id"]  # its own job, not the stuck one
+        assert report["job"]["result"]["trigger"] == "SIGTERM"
+        assert any("no checkpoint within" in e for e in report["errors"])  # the kernel is named, not waited for
+        assert took < 15 + 10
 
 
 class TestDeadline:
@@ -136,6 +192,33 @@ def metadata() -> Iterator[str]:
 def gpuws_config(gpuws_config: dict[str, Any], metadata: str) -> dict[str, Any]:
     return {**gpuws_config, "preemption_clouds": ["gcp"], "gcp_metadata_url": metadata,
             "preemption_poll_interval": 0.2}
+
+
+class TestReleaseThenPreemption:
+    @pytest.fixture
+    def extra_config(self, metadata: str) -> dict[str, Any]:
+        return {"checkpoint_timeout": 300.0, "grace_period": 15.0, "preemption_clouds": ["gcp"],
+                "gcp_metadata_url": metadata, "preemption_poll_interval": 0.2}
+
+    def test_a_release_waiting_on_a_stuck_persist_follows_the_emergency_persist(self, server: ServerProcess) -> None:
+        port, root, store = server.port, server.root, server.store
+        with tracking_kernel(server, STUCK, "eval.ipynb"):
+            (root / "results.bin").write_bytes(b"r" * (6 * 2**20))
+            stuck = api(port, "/gpuws/api/runtime/release", "POST", {"force": False})
+            checkpoint_step_running(server, stuck["id"])
+            FakeMetadata.preempted = True
+            state = until(lambda: (lambda s: s if s["emergency"] and s["emergency"]["state"] == "done" else None)(
+                api(port, "/gpuws/api/runtime")), 30, "the emergency persist")
+            release = until(lambda: (lambda r: r if r["state"] != "persisting" else None)(
+                api(port, "/gpuws/api/runtime")["release"]), 30, "the release's decision")
+        assert (mirror(store) / "results.bin").stat().st_size == 6 * 2**20
+        assert state["emergency"]["pending_count"] == 0
+        # The release now follows the emergency's persist, whose failure (the kernel gave no
+        # checkpoint) it reports, instead of the "cancelled" of the persist it had waited on.
+        assert release["job_id"] != stuck["id"]
+        assert release["state"] == "kept" and "no checkpoint within" in release["error"]
+        # The persist it had waited on is still in its checkpoint wait, but its sync never starts.
+        assert api(port, f"/gpuws/api/persist/{stuck['id']}")["steps"][-1]["state"] == "pending"
 
 
 async def test_a_preemption_notice_runs_the_emergency_persist(jp_fetch: Any, jp_root_dir: Path, store_dir: Path,
