@@ -28,6 +28,7 @@ import ssl
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, TypeVar
@@ -55,6 +56,10 @@ SMALL_BODY = 1 << 20
 RECEIVE = 64 << 10
 PROGRESS_EVERY = 1 << 20
 SPARE_BUFFERS = 64
+# A listing goes folder by folder, this many at once, after entering lone folders this deep.
+LIST_IN_FLIGHT = 8
+LIST_DEPTH = 3
+LIST_PAGE = 1000  # objects a page (S3's most)
 # The most an error answer's body or a listing page may hold (a page of 1,000 keys is ~300 KB).
 ERROR_BODY = 1 << 20
 PAGE_BODY = 64 << 20
@@ -304,15 +309,52 @@ class DirectGet(DirectS3):
 
     def list(self, prefix: str) -> list[tuple[str, int, float | None, str | None]] | None:
         """(key, size, mtime, ETag) of every object whose key starts with `prefix` (relative to
-        the bucket), by ListObjectsV2 pages of 1,000 parsed with the C XML parser: through s3fs,
-        botocore spends about 0.1 ms of CPU per object listed. None where the shortcut gave no
-        good answer (the caller lists through s3fs)."""
+        the bucket), sorted by key; None where the shortcut gave no good answer (the caller
+        lists through s3fs).
+
+        ListObjectsV2 pages of 1,000, parsed with the C XML parser (through s3fs, botocore spends
+        about 0.1 ms of CPU per object listed). A page waits for the one before it (its
+        continuation token), so a large tree is listed folder by folder, several at once: first
+        the prefix's own objects and folders (a listing with a delimiter; a lone folder is
+        entered, down to LIST_DEPTH levels), then every folder whole, LIST_IN_FLIGHT at a time
+        (20,000 objects in 50 folders: 1.3 s one page after the other on SeaweedFS)."""
         if self.resting():
             return None
         out: list[tuple[str, int, float | None, str | None]] = []
+        folders = [prefix]
+        for _ in range(LIST_DEPTH):
+            found: list[str] = []
+            if self._pages(folders[0], out, found) is None:
+                return None
+            folders = found
+            if len(folders) != 1 or out:
+                break
+        if folders:
+            workers = min(LIST_IN_FLIGHT, len(folders))
+            with ThreadPoolExecutor(workers, thread_name_prefix="gpuws-list") as pool:
+                listed = list(pool.map(self._folder, folders))
+            if any(part is None for part in listed):
+                return None
+            for part in listed:
+                out.extend(part or ())
+        out.sort(key=lambda item: item[0])
+        self._accepted()
+        return out
+
+    def _folder(self, prefix: str) -> list[tuple[str, int, float | None, str | None]] | None:
+        out: list[tuple[str, int, float | None, str | None]] = []
+        return out if self._pages(prefix, out) is not None else None
+
+    def _pages(self, prefix: str, out: list[tuple[str, int, float | None, str | None]],
+               folders: list[str] | None = None) -> bool | None:
+        """Every page of the objects under `prefix` into `out`; with `folders`, a listing with
+        the delimiter "/": only the objects right under `prefix`, and its folders' prefixes
+        into `folders`. True, or None where the store gave no good answer."""
         token: str | None = None
         while True:
-            params = {"list-type": "2", "prefix": prefix, "encoding-type": "url", "max-keys": "1000"}
+            params = {"list-type": "2", "prefix": prefix, "encoding-type": "url", "max-keys": str(LIST_PAGE)}
+            if folders is not None:
+                params["delimiter"] = "/"
             if token:
                 params["continuation-token"] = token
             path, headers = self._signed("GET", "", EMPTY_SHA256, {}, canonical_query(params))
@@ -320,13 +362,12 @@ class DirectGet(DirectS3):
             if page is None:
                 return None
             try:
-                token = _parse_listing(page, out)
+                token = _parse_listing(page, out, folders)
             except (ElementTree.ParseError, ValueError):
                 self._refused(502)
                 return None
             if token is None:
-                self._accepted()
-                return out
+                return True
 
     def _page(self, path: str, headers: dict[str, str]) -> bytes | None:
         while True:
@@ -454,8 +495,10 @@ class DirectGet(DirectS3):
 _S3 = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
 
-def _parse_listing(page: bytes, out: list[tuple[str, int, float | None, str | None]]) -> str | None:
-    """Add a ListObjectsV2 page's objects to `out`; the continuation token, or None at the end."""
+def _parse_listing(page: bytes, out: list[tuple[str, int, float | None, str | None]],
+                   folders: list[str] | None = None) -> str | None:
+    """Add a ListObjectsV2 page's objects to `out` (and, with `folders`, its common prefixes to
+    it); the continuation token, or None at the end."""
     root = ElementTree.fromstring(page)
     ns = _S3 if root.tag.startswith(_S3) else ""
     if root.tag != f"{ns}ListBucketResult":
@@ -469,6 +512,10 @@ def _parse_listing(page: bytes, out: list[tuple[str, int, float | None, str | No
         mtime = datetime.fromisoformat(modified.replace("Z", "+00:00")).timestamp() if modified else None
         etag = (item.findtext(f"{ns}ETag") or "").strip('"') or None
         out.append((key, int(item.findtext(f"{ns}Size") or 0), mtime, etag))
+    if folders is not None:
+        for item in root.iter(f"{ns}CommonPrefixes"):
+            folder = item.findtext(f"{ns}Prefix") or ""
+            folders.append(unquote_plus(folder) if encoded else folder)
     truncated = (root.findtext(f"{ns}IsTruncated") or "").lower() == "true"
     token = root.findtext(f"{ns}NextContinuationToken")
     if truncated and not token:

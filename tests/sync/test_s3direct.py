@@ -21,7 +21,8 @@ from jupyter_gpu_ws.sync.s3direct import FAILURES_TO_PAUSE, Credentials, DirectP
 from jupyter_gpu_ws.sync.remote import FsspecBackend
 from tests.sync.conftest import tree_files, write
 from tests.sync.s3server import S3Server
-from tests.sync.test_s3 import bucket_read, mirror_keys
+from tests.sync.conftest import S3_BUCKET
+from tests.sync.test_s3 import bucket_keys, bucket_read, mirror_keys
 
 Make = Callable[..., SyncEngine]
 
@@ -266,3 +267,33 @@ def test_a_large_body_goes_from_the_socket_to_the_file_whole_and_the_connection_
         direct.close()
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("page", [1000, 2])  # 2: every listing, with and without the delimiter, in pages
+def test_a_listing_folder_by_folder_finds_every_object_once_in_key_order(
+        workdir: Path, s3_url: str, s3_env: S3Server, make_engine: Make, monkeypatch: pytest.MonkeyPatch,
+        page: int) -> None:
+    import jupyter_gpu_ws.sync.s3direct as s3direct
+
+    names = [*ODD_NAMES, "top.txt", "z last.txt", "one/two/three/four/five/deep.txt",  # a lone-folder chain
+             *(f"many/f{i}.txt" for i in range(7)), "many/sub/x.txt", "a+b/c.txt", "a b/c.txt"]
+    for name in names:
+        write(workdir, name, name.encode())
+    engine = make_engine(workdir, store_url=s3_url)
+    assert engine.sync().ok
+    monkeypatch.setattr(s3direct, "LIST_PAGE", page)
+    reader = _backend(engine).direct_get()
+    assert reader is not None
+    prefix = s3_url.split(f"s3://{S3_BUCKET}/", 1)[1] + "/"
+    requests = reader.requests
+    listed = reader.list(prefix + "ws/files/")
+    assert listed is not None
+    keys = [key for key, *_ in listed]
+    assert keys == sorted(prefix + "ws/files/" + name for name in names)  # each once, in key order
+    assert reader.requests - requests > 2  # a listing of the top, then one per folder
+    sizes = {key[len(prefix):]: size for key, size, _, _ in listed}
+    assert sizes == {k: v for k, v in bucket_keys(s3_env, s3_url).items() if k.startswith("ws/files/")}
+    # A lone folder is entered: the chain's objects come from one listing at its end.
+    assert [key for key, *_ in reader.list(prefix + "ws/files/one/") or []] == [
+        prefix + "ws/files/one/two/three/four/five/deep.txt"]
+    assert reader.list(prefix + "ws/files/nothing-here/") == []
