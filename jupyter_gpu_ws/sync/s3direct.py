@@ -324,9 +324,14 @@ class DirectGet(DirectS3):
         folders = [prefix]
         for _ in range(LIST_DEPTH):
             found: list[str] = []
-            if self._pages(folders[0], out, found) is None:
+            level = folders[0]
+            if self._pages(level, out, found) is None:
                 return None
-            folders = found
+            # Folders inside the one listed, each once: a store that names others gives no good answer.
+            folders = list(dict.fromkeys(found))
+            if any(not folder.startswith(level) or len(folder) <= len(level) for folder in folders):
+                self._refused(502)
+                return None
             if len(folders) != 1 or out:
                 break
         if folders:

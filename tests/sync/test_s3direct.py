@@ -297,3 +297,38 @@ def test_a_listing_folder_by_folder_finds_every_object_once_in_key_order(
     assert [key for key, *_ in reader.list(prefix + "ws/files/one/") or []] == [
         prefix + "ws/files/one/two/three/four/five/deep.txt"]
     assert reader.list(prefix + "ws/files/nothing-here/") == []
+
+
+class ForeignFolders(http.server.BaseHTTPRequestHandler):
+    """A listing whose folders lie outside the prefix asked for (a broken or hostile store)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        body = (b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult '
+                b'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><IsTruncated>false</IsTruncated>'
+                b'<CommonPrefixes><Prefix>ws/files/a/</Prefix></CommonPrefixes>'
+                b'<CommonPrefixes><Prefix>other-ws/files/</Prefix></CommonPrefixes></ListBucketResult>')
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_listing_that_names_folders_outside_the_prefix_is_no_answer() -> None:
+    from jupyter_gpu_ws.sync.s3direct import DirectGet
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ForeignFolders)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    direct = DirectGet("http", f"127.0.0.1:{server.server_port}", "/bucket/", "us-east-1",
+                       lambda: Credentials("AKID", "secret"))
+    try:
+        assert direct.list("ws/files/") is None  # the caller lists through s3fs instead
+        assert direct.requests == 1  # and nothing outside was listed
+    finally:
+        direct.close()
+        server.shutdown()
+        server.server_close()
