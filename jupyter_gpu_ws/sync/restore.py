@@ -590,8 +590,10 @@ class RestoreJob:
             raise StoreUnavailableError("the bytes received do not match the store's checksum")
         if d.remote.mtime:
             os.utime(fd, (d.remote.mtime, d.remote.mtime))
-        # Data, never a program: made with landing.MODE and written through its descriptor
-        # only, it has no execute (nor set-id) bit (docs/security.md).
+        # Data, never a program: no execute (nor set-id) bit, whatever a backend may have kept
+        # (one that copies the stored mode onto the file, as shutil.copy2 or rsync would); a
+        # hook under .git/hooks/ needs the user's own chmod to run (docs/security.md).
+        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & 0o666)
         st = os.fstat(fd)
         try:
             d.incoming.link(d.target)  # fails if a file of that name is there (or was made meanwhile)
