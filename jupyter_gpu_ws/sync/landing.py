@@ -22,9 +22,6 @@ O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 # O_TMPFILE refusals that mean "not on this file system" (old kernels answer EISDIR).
 _NO_TMPFILE = {errno.EOPNOTSUPP, errno.ENOTSUP, errno.EISDIR, errno.EINVAL, errno.ENOSYS}
-# What arrives is data, never a program: no execute bit, whatever the store held (the umask
-# takes away more). A restored hook under .git/hooks/ needs the user's own chmod to run.
-MODE = 0o666
 
 _probe_lock = threading.Lock()
 _unnamed_works: dict[int, bool] = {}  # per device: whether an unnamed file can be linked there
@@ -40,13 +37,13 @@ class IncomingFile:
         self.fd = -1
         if O_TMPFILE and unnamed_files_work(self.folder):
             try:
-                self.fd = os.open(self.folder, O_TMPFILE | os.O_RDWR | O_CLOEXEC, MODE)
+                self.fd = os.open(self.folder, O_TMPFILE | os.O_RDWR | O_CLOEXEC, 0o666)
             except OSError as err:
                 if err.errno not in _NO_TMPFILE:
                     raise
         if self.fd < 0:
             self.tmp = os.path.join(self.folder, f".~{self.name}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}")
-            self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | O_CLOEXEC, MODE)
+            self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
 
     def link(self, path: str) -> None:
         """Give the complete file the name `path` (in the same folder or another on this file

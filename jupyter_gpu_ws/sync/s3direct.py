@@ -161,6 +161,13 @@ class DirectS3:
                 return
         conn.close()
 
+    def _done(self, conn: Connection, answer: Answer) -> None:
+        """An answer read whole: its connection serves again unless the server closes it."""
+        if answer.will_close:
+            conn.close()
+        else:
+            self._release(conn)
+
     def _signed(self, method: str, key: str, payload: str, headers: dict[str, str],
                 query: str = "") -> tuple[str, dict[str, str]]:
         """The request path of `key` (with `query`, canonical) and `headers` with the date,
@@ -255,10 +262,7 @@ class DirectPut(DirectS3):
                 if reused:
                     continue  # a kept-alive connection the server had closed: try a fresh one
                 return None, None
-            if answer.will_close:
-                conn.close()
-            else:
-                self._release(conn)
+            self._done(conn, answer)
             if answer.status == 403:
                 self.forget_credentials()  # maybe renewed since: ask again next time
             if answer.status == 200 and (answer.header("etag") or "").strip('"') != md5.hex():
@@ -388,10 +392,7 @@ class DirectGet(DirectS3):
                     continue
                 self._refused(None)
                 return None
-            if answer.will_close:
-                conn.close()
-            else:
-                self._release(conn)
+            self._done(conn, answer)
             if answer.status != 200:
                 if answer.status == 403:
                     self.forget_credentials()
@@ -467,10 +468,7 @@ class DirectGet(DirectS3):
                 if answer.status == 403:
                     self.forget_credentials()
                 status = answer.status if answer.status != 200 else 502
-                if answer.will_close:
-                    conn.close()
-                else:
-                    self._release(conn)
+                self._done(conn, answer)
                 return status, answer.header("x-amz-bucket-region")
             expected = answer.length
             if expected is None or (length is not None and expected != length):
