@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import struct
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -56,14 +57,38 @@ class Connection:
     def _connect(self) -> socket.socket:
         sock = socket.create_connection((self._host, self._port), self._timeout)
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._context is not None:
                 sock = self._context.wrap_socket(sock, server_hostname=self._host)
+            self.adopt(sock)
         except BaseException:
             sock.close()
             raise
-        self.sock = sock
         return sock
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._host, self._port
+
+    @property
+    def context(self) -> ssl.SSLContext | None:
+        return self._context
+
+    def adopt(self, sock: socket.socket) -> None:
+        """Serve requests on `sock`, connected (TLS where the connection has a context) by the
+        caller or by the first request: blocking, with the connection's timeout."""
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._context is None and hasattr(socket, "SO_RCVTIMEO"):
+            # The same timeout kept by the kernel: a Python socket with a timeout polls before
+            # every read and write, two system calls more per request. A read or write that
+            # times out fails with EAGAIN (see _timed_out).
+            whole = int(self._timeout)
+            limit = struct.pack("ll", whole, int((self._timeout - whole) * 1e6))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+            sock.settimeout(None)
+        else:
+            sock.settimeout(self._timeout)
+        self.sock = sock
 
     def close(self) -> None:
         if self.sock is not None:
@@ -72,15 +97,12 @@ class Connection:
     def send(self, method: str, target: str, headers: dict[str, str], body: bytes = b"") -> None:
         """The request line, `headers` and `body` in one write (a header value with a line break
         is a ValueError: it would end the header early)."""
-        lines = [f"{method} {target} HTTP/1.1\r\n"]
-        for name, value in headers.items():
-            if "\r" in value or "\n" in value:
-                raise ValueError(f"a line break in the value of {name}")
-            lines.append(f"{name}: {value}\r\n")
-        lines.append("\r\n")
-        data = "".join(lines).encode("latin-1")
+        data = request(method, target, headers)
         sock = self.sock or self._connect()
-        sock.sendall(data + body if body else data)
+        try:
+            sock.sendall(data + body if body else data)
+        except BlockingIOError:
+            raise _timed_out() from None
 
     def answer(self) -> Answer:
         """The next answer's status and headers (an interim 1xx answer is passed over); its body
@@ -93,7 +115,10 @@ class Connection:
 
     def _recv(self, size: int) -> bytes:
         assert self.sock is not None, "read before a request"
-        return self.sock.recv(size)
+        try:
+            return self.sock.recv(size)
+        except BlockingIOError:
+            raise _timed_out() from None
 
     def _head(self) -> Answer:
         held = self._held
@@ -110,41 +135,8 @@ class Connection:
                 raise ProtocolError("the connection closed before an answer" if not held
                                     else "the connection closed in the middle of an answer's head")
             held += chunk
-        if end > MAX_HEAD:
-            raise ProtocolError(f"an answer's head longer than {MAX_HEAD} bytes")
-        lines = held[:end].decode("latin-1").split("\r\n")
+        answer = parse_head(held, end)
         del held[:end + 4]
-        version, _, rest = lines[0].partition(" ")
-        code = rest[:3]
-        if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdigit() or rest[3:4] not in ("", " "):
-            raise ProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
-        if len(lines) - 1 > MAX_HEADERS:
-            raise ProtocolError(f"more than {MAX_HEADERS} headers")
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, colon, value = line.partition(":")
-            if not colon or not name or name != name.strip() or line[0] in " \t":
-                raise ProtocolError(f"not a header line: {line[:80]!r}")
-            name = name.lower()
-            value = value.strip(" \t")
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        answer = Answer(int(code), headers)
-        connection = {token.strip().lower() for token in headers.get("connection", "").split(",")}
-        answer.will_close = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
-        if answer.status in (204, 304) or 100 <= answer.status < 200:
-            answer.length = 0
-        elif "transfer-encoding" in headers:
-            if headers["transfer-encoding"].lower() != "chunked":
-                raise ProtocolError(f"a body sent as {headers['transfer-encoding']!r}")
-            answer.chunked = True
-        elif "content-length" in headers:
-            sizes = {size.strip() for size in headers["content-length"].split(",")}
-            size = sizes.pop()
-            if sizes or not size.isdigit():
-                raise ProtocolError(f"not a body size: {headers['content-length'][:40]!r}")
-            answer.length = int(size)
-        else:
-            answer.will_close = True  # the body runs to the close
         return answer
 
     def held(self) -> int:
@@ -160,7 +152,10 @@ class Connection:
             del self._held[:n]
             return n
         assert self.sock is not None, "read before a request"
-        return self.sock.recv_into(view, len(view))
+        try:
+            return self.sock.recv_into(view, len(view))
+        except BlockingIOError:
+            raise _timed_out() from None
 
     def read_body(self, answer: Answer, limit: int) -> bytes:
         """The whole body of `answer`, at most `limit` bytes (ProtocolError beyond, or when the
@@ -225,3 +220,61 @@ class Connection:
             body += self._exactly(size)
             if self._line():
                 raise ProtocolError("a chunk longer than its size")
+
+
+def _timed_out() -> TimeoutError:
+    """What a read or write that ran past the kernel's timeout (EAGAIN on a blocking socket)
+    raises: the TimeoutError a socket with a Python timeout would."""
+    return TimeoutError("timed out")
+
+
+def request(method: str, target: str, headers: dict[str, str]) -> bytes:
+    """A request's line and headers as sent (ValueError: a header value with a line break,
+    which would end the head early)."""
+    lines = [f"{method} {target} HTTP/1.1\r\n"]
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value:
+            raise ValueError(f"a line break in the value of {name}")
+        lines.append(f"{name}: {value}\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
+
+
+def parse_head(data: bytes | bytearray, end: int) -> Answer:
+    """The answer whose status line and headers are data[:end] (data[end:end + 4] is the blank
+    line that ends them). ProtocolError where it is not HTTP/1.x as this client reads it."""
+    if end > MAX_HEAD:
+        raise ProtocolError(f"an answer's head longer than {MAX_HEAD} bytes")
+    lines = data[:end].decode("latin-1").split("\r\n")
+    version, _, rest = lines[0].partition(" ")
+    code = rest[:3]
+    if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdigit() or rest[3:4] not in ("", " "):
+        raise ProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise ProtocolError(f"more than {MAX_HEADERS} headers")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon or not name or name != name.strip() or line[0] in " \t":
+            raise ProtocolError(f"not a header line: {line[:80]!r}")
+        name = name.lower()
+        value = value.strip(" \t")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    answer = Answer(int(code), headers)
+    connection = {token.strip().lower() for token in headers.get("connection", "").split(",")}
+    answer.will_close = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
+    if answer.status in (204, 304) or 100 <= answer.status < 200:
+        answer.length = 0
+    elif "transfer-encoding" in headers:
+        if headers["transfer-encoding"].lower() != "chunked":
+            raise ProtocolError(f"a body sent as {headers['transfer-encoding']!r}")
+        answer.chunked = True
+    elif "content-length" in headers:
+        sizes = {size.strip() for size in headers["content-length"].split(",")}
+        size = sizes.pop()
+        if sizes or not size.isdigit():
+            raise ProtocolError(f"not a body size: {headers['content-length'][:40]!r}")
+        answer.length = int(size)
+    else:
+        answer.will_close = True  # the body runs to the close
+    return answer

@@ -202,3 +202,28 @@ def test_a_refused_connection_is_an_os_error_at_the_first_request() -> None:
     with pytest.raises(OSError):
         conn.send("GET", "/", {})
     conn.close()
+
+
+def test_a_server_that_never_answers_is_a_timeout_after_the_connections_timeout() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        conn = Connection(f"127.0.0.1:{port}", None, 0.4)
+        outcome: list[BaseException | None] = []
+
+        def ask() -> None:
+            try:
+                conn.send("GET", "/", {})
+                conn.answer()
+                outcome.append(None)
+            except BaseException as err:  # noqa: BLE001 - what the test looks at
+                outcome.append(err)
+
+        started = time.monotonic()
+        thread = threading.Thread(target=ask, daemon=True)
+        thread.start()
+        thread.join(10)
+        took = time.monotonic() - started
+        conn.close()
+    assert outcome and isinstance(outcome[0], TimeoutError), outcome  # not a wait without end
+    assert 0.3 < took < 5
+    assert conn.sock is not None and conn.sock.gettimeout() is None  # kept by the kernel: no poll per call
