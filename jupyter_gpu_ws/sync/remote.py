@@ -17,6 +17,7 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from . import s3direct
+from .getmany import Wanted
 from fsspec.asyn import sync as fsspec_sync
 
 from .backend import PART_SUFFIX, ChangedInStoreError, PreconditionFailed, RemoteFile, SourceChangedError
@@ -259,6 +260,18 @@ class FsspecBackend:
         if progress:
             progress(size)
         return size
+
+    def read_many(self, items: list[tuple[str, str | None, Any]], landed: Callable[[Any, bytes], None],
+                  in_flight: int, stop: Callable[[], bool] | None = None) -> list[Any] | None:
+        """Whole small objects (key, etag from the listing, the caller's token), `in_flight`
+        at once from this thread, on plain S3 only (None elsewhere): `landed(token, body)` for
+        each that came whole and checked; the tokens of the others are returned, for `read_into`."""
+        reader = self.direct_get()
+        if reader is None:
+            return None
+        wanted = [Wanted(self._path(key).partition("/")[2], etag, token) for key, etag, token in items]
+        left = reader.get_many(wanted, lambda item, body: landed(item.token, body), in_flight, stop)
+        return [item.token for item in left]
 
     def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
                   progress: Callable[[int], None] | None = None, etag: str | None = None) -> int:

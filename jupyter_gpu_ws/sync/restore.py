@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ..checkpoints.files import MANIFEST, folder_order
+from ..diskio import pwrite_all
 from .backend import PART_SUFFIX, Backend, RemoteFile
 from .errors import CancelledError, StoreUnavailableError, SyncError
 from .hashing import fd_hash, file_hash
@@ -68,6 +69,15 @@ BATCH_ROUND_TRIPS = 4
 # pass running meanwhile finds them recorded instead of sending them back (a larger batch
 # rewrites fewer of the record's pages: 256 cost 15,000 page writes for 20,000 files).
 RECORD_BATCH = 1024
+# Where the backend fetches small files many at once from one thread (plain S3: read_many),
+# at most this many workers do so at a time, each with its share of the concurrency x
+# SMALL_IN_FLIGHT requests in flight, in batches of at most MANY_BATCH files (the others wait:
+# with a thread per request, handing the GIL from thread to thread at every system call cost
+# a quarter of the client's CPU).
+MANY_LOOPS = 2
+MANY_BATCH = 128
+# Mode bits a restored file never keeps: execute, set-id, sticky.
+NOT_DATA = 0o7111
 
 
 @dataclass
@@ -257,7 +267,7 @@ class _Work:
     """The job's workers and what they have to do: batches of (file, part) taken in order,
     a released manifest put in front; `wait()` returns once every batch handed in is done."""
 
-    def __init__(self, workers: int, run: Callable[[_Download, int], None]) -> None:
+    def __init__(self, workers: int, run: Callable[[list[tuple[_Download, int]]], None]) -> None:
         self._run = run
         self._queue: deque[list[tuple[_Download, int]] | None] = deque()
         self._changed = threading.Condition()
@@ -296,11 +306,10 @@ class _Work:
                 batch = self._queue.popleft()
             if batch is None:
                 return
-            for download, part in batch:
-                try:
-                    self._run(download, part)
-                except BaseException:  # noqa: BLE001 - a bug must not stop the worker or hang the phase
-                    log.exception("Restore of %s failed", download.rel)
+            try:
+                self._run(batch)
+            except BaseException:  # noqa: BLE001 - a bug must not stop the worker or hang the phase
+                log.exception("Restore of %s failed", ", ".join(d.rel for d, _ in batch[:3]))
             with self._changed:
                 self._outstanding -= 1
                 if not self._outstanding:
@@ -335,6 +344,9 @@ class RestoreJob:
         self._parts = threading.Semaphore(self.concurrency)
         self._stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))
         self._work: _Work | None = None
+        self._many = False
+        self._in_flight = 1
+        self._loops = threading.Semaphore(MANY_LOOPS)
         self._recorded = index.count_and_bytes()[0] > 0
 
     # -- running -------------------------------------------------------------------------------
@@ -367,13 +379,18 @@ class RestoreJob:
         tasks = sum(d.parts for d in downloads.values())
         workers = min(self.concurrency * (SMALL_IN_FLIGHT if round_trips else 1), max(1, tasks))
         cap = BATCH_ROUND_TRIPS if round_trips else BATCH_LOCAL
-        self._work = work = _Work(workers, self._fetch_part)
+        # Small files many at once from one thread where the backend can (plain S3).
+        self._many = round_trips and self.limiter is None and hasattr(self.backend, "read_many")
+        if self._many:
+            cap = MANY_BATCH
+            self._in_flight = max(1, self.concurrency * SMALL_IN_FLIGHT // MANY_LOOPS)
+        self._work = work = _Work(workers, self._fetch_batch)
         try:
             for phase in phases:
                 if self._stopped():
                     break
-                # Batches small enough that every worker gets several (a short phase too).
-                size = max(1, min(cap, len(phase) // (workers * 4)))
+                # Batches small enough that every worker (every loop) gets several, a short phase too.
+                size = max(1, min(cap, len(phase) // ((MANY_LOOPS if self._many else workers) * 4)))
                 batch: list[tuple[_Download, int]] = []
                 for rel in phase:
                     download = downloads[rel]
@@ -418,12 +435,52 @@ class RestoreJob:
         assert self._work is not None
         self._work.add([(manifest, 0)], first=True)
 
+    # -- a batch -------------------------------------------------------------------------------
+
+    def _fetch_batch(self, batch: list[tuple[_Download, int]]) -> None:
+        """One worker's batch: where the backend can, its small whole files many at once from
+        this thread (backend.read_many), and what that did not bring, and the rest, one by one."""
+        if not self._many or len(batch) == 1:
+            for d, part in batch:
+                self._fetch_part(d, part)
+            return
+        small: list[tuple[str, str | None, _Download]] = []
+        for d, part in batch:
+            if d.parts == 1 and d.remote.size < QUIET_BELOW and not self._stopped():
+                self._start(d)
+                if d.skip is None and d.error is None:
+                    small.append((d.key, d.remote.etag, d))
+                    continue
+            self._fetch_part(d, part)
+        if not small:
+            return
+        landed: set[int] = set()
+
+        def land(d: _Download, body: bytes) -> None:
+            landed.add(id(d))
+            self._landed(d, body)
+
+        with self._loops:
+            self.backend.read_many(small, land, self._in_flight, self._stopped)  # type: ignore[attr-defined]
+        for _, _, d in small:
+            if id(d) not in landed:
+                self._fetch_part(d, 0)  # the ordinary way (or failed as stopped)
+
+    def _landed(self, d: _Download, body: bytes) -> None:
+        """A small file's whole body, from read_many: written, counted, done."""
+        assert d.incoming is not None
+        try:
+            pwrite_all(d.incoming.fd, memoryview(body), 0)
+            d.written = len(body)
+        except OSError as err:
+            d.fail(self._local_error(err))
+        self._count(d, len(body))
+        self._part_done(d)
+
     # -- one part of one file ------------------------------------------------------------------
 
-    def _fetch_part(self, d: _Download, part: int) -> None:
-        if self._stopped():
-            d.fail(self.stop_reason or "stopped")
-            return self._part_done(d)
+    def _start(self, d: _Download) -> None:
+        """Before the first part of `d` is fetched, once: see _prepare."""
         with d.lock:
             if not d.started:
                 d.started = True
@@ -434,6 +491,12 @@ class RestoreJob:
                 except Exception as err:  # noqa: BLE001 - this file's error, reported
                     log.exception("Restore of %s failed", d.rel)
                     d.error = d.error or str(err)
+
+    def _fetch_part(self, d: _Download, part: int) -> None:
+        if self._stopped():
+            d.fail(self.stop_reason or "stopped")
+            return self._part_done(d)
+        self._start(d)
         if d.skip is None and d.error is None:
             offset = part * PART_SIZE
             length = None if d.parts == 1 else min(PART_SIZE, d.remote.size - offset)
@@ -590,11 +653,13 @@ class RestoreJob:
             raise StoreUnavailableError("the bytes received do not match the store's checksum")
         if d.remote.mtime:
             os.utime(fd, (d.remote.mtime, d.remote.mtime))
-        # Data, never a program: no execute (nor set-id) bit, whatever a backend may have kept
-        # (one that copies the stored mode onto the file, as shutil.copy2 or rsync would); a
-        # hook under .git/hooks/ needs the user's own chmod to run (docs/security.md).
-        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & 0o666)
         st = os.fstat(fd)
+        if st.st_mode & NOT_DATA:
+            # Data, never a program: no execute (nor set-id) bit, whatever a backend may have
+            # kept (one that copies the stored mode onto the file, as shutil.copy2 or rsync
+            # would); a hook under .git/hooks/ needs the user's own chmod to run
+            # (docs/security.md). A chmod leaves the size and mtime recorded below as they are.
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o666)
         try:
             d.incoming.link(d.target)  # fails if a file of that name is there (or was made meanwhile)
         except FileExistsError:

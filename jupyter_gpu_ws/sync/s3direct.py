@@ -36,7 +36,8 @@ from urllib.parse import quote, unquote_plus, urlsplit
 from xml.etree import ElementTree
 
 from ..diskio import pwrite_all
-from .http1 import Answer, Connection, ProtocolError
+from . import getmany
+from .http1 import Answer, Connection, ProtocolError, request
 
 log = logging.getLogger(__name__)
 
@@ -439,6 +440,18 @@ class DirectGet(DirectS3):
             break
         self._refused(status)
         return None
+
+    def get_many(self, items: list[getmany.Wanted], landed: Callable[[getmany.Wanted, bytes], None],
+                 in_flight: int, stop: Callable[[], bool] | None = None) -> list[getmany.Wanted]:
+        """Many whole small objects from this thread, `in_flight` at once (sync/getmany.py):
+        `landed(item, body)` for each that came; the others are returned."""
+        return getmany.get_many(self, items, landed, in_flight, stop)
+
+    def request_for(self, key: str, etag: str | None) -> bytes:
+        """The signed GET of the whole object `key`, If-Match `etag`, as sent."""
+        extra = {"if-match": etag if etag.startswith('"') else f'"{etag}"'} if etag else {}
+        path, headers = self._signed("GET", key, EMPTY_SHA256, extra)
+        return request("GET", path, headers)
 
     def _fetch(self, path: str, headers: dict[str, str], fd: int, offset: int, length: int | None,
                progress: Callable[[int], None] | None) -> int | tuple[int | None, str | None]:

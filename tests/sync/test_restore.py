@@ -299,6 +299,64 @@ def test_through_s3_small_files_and_a_large_one_in_ranged_parts_arrive_byte_exac
     assert reader.fetched == parts + len(names)  # every byte came by the lean GET, the large file in parts
 
 
+def test_through_s3_many_small_files_come_many_at_once_from_one_thread_in_order_and_a_gone_one_is_skipped(
+        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    shards = [f"{NEW}/shard-{i:02d}.pt" for i in range(40)]
+    for rel in shards:
+        write(workdir, rel, os.urandom(random.Random(rel).randrange(0, 9000)))
+    write(workdir, f"{NEW}/manifest.json", json.dumps({"format": 1, "folder": NEW}))
+    code = [f"src/mod{i:03d}.py" for i in range(120)]
+    data = [f"data/part{i:03d}.bin" for i in range(200)]
+    for rel in code + data:
+        write(workdir, rel, os.urandom(random.Random(rel).randrange(1, 20000)))
+    assert make_engine(workdir, store_url=s3_url).sync().ok
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    engine = make_engine(fresh, store_url=s3_url, state="state2")
+    backend = engine.backend
+    assert isinstance(backend, FsspecBackend)
+    original = backend.read_many
+    calls: list[int] = []
+    active = [0, 0]  # now, most
+    lock = threading.Lock()
+    problems: list[str] = []
+    prefix = s3_url.split(f"s3://{S3_BUCKET}/", 1)[1]
+
+    def watched(items: list[tuple[str, Any, Any]], landed: Callable[[Any, bytes], None], in_flight: int,
+                stop: Any = None) -> Any:
+        if not calls:  # deleted by another runtime after the listing
+            s3_env.client().delete_object(Bucket=S3_BUCKET, Key=f"{prefix}/ws/files/data/part007.bin")
+        with lock:
+            calls.append(len(items))
+            active[0] += 1
+            active[1] = max(active)
+
+        def check(token: Any, body: bytes) -> None:
+            rel = token.rel
+            if rel == f"{NEW}/manifest.json" and not all((fresh / shard).is_file() for shard in shards):
+                problems.append("the manifest landed before its folder was complete")
+            if rel in code and not (fresh / NEW / "manifest.json").is_file():
+                problems.append(f"{rel} before the newest checkpoint was complete")
+            landed(token, body)
+
+        try:
+            return original(items, check, in_flight, stop)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    backend.read_many = watched  # type: ignore[method-assign]
+    report = engine.restore()
+    assert not report.errors and not problems, (report.errors, problems)
+    expected = {rel: data for rel, data in tree_files(workdir).items() if rel != "data/part007.bin"}
+    assert tree_files(fresh) == expected  # every file whole; the deleted one skipped, not an error
+    reader = backend.direct_get()
+    assert reader is not None and reader.fetched == len(expected)
+    assert max(calls) > 1 and sum(calls) >= len(expected) - 1  # small files went many at a time
+    assert active[1] <= restore_module.MANY_LOOPS  # a few threads, each with many requests in flight
+    assert engine.restoring.describe()["runs"] == {RUN: {"checkpoint": NEW, "local": True, "error": None}}
+
+
 def test_a_large_object_replaced_in_s3_during_the_restore_is_not_stitched_together(
         workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
     first = random.Random(1).randbytes(PARTS_FROM + 5)
