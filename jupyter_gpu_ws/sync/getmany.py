@@ -61,6 +61,7 @@ class _Slot:
     data: bytearray = field(default_factory=bytearray)
     answer: Answer | None = None
     scanned: int = 0  # bytes of `data` searched for the head's end
+    made: bool = False  # connected by this loop (else taken from the client's pool)
     connecting: bool = False  # a TCP connect (then a TLS handshake) under way
     handshaking: bool = False
     since: float = 0.0  # when it last made progress
@@ -128,7 +129,7 @@ class _Loop:
         for slot in list(self.slots.values()):
             self._give_back(slot, again=False)
         for slot in self.idle:
-            self._keep(slot.conn)
+            self._keep(slot)
         self.idle.clear()
         self.selector.close()
 
@@ -155,7 +156,10 @@ class _Loop:
         slot.since = time.monotonic()
         self.client.requests += 1
         if not slot.connecting:
-            self._send(slot)
+            try:
+                self._send(slot)
+            except OSError:  # a kept-alive connection the server reset meanwhile
+                self._give_back(slot)
         return True
 
     def _open(self) -> _Slot | None:
@@ -170,7 +174,7 @@ class _Loop:
                 sock = self._socket(conn)
             except OSError:
                 return None
-            slot = _Slot(conn, False, connecting=True)
+            slot = _Slot(conn, False, made=True, connecting=True)
         self.slots[sock.fileno()] = slot
         self.selector.register(sock, selectors.EVENT_WRITE if slot.connecting else selectors.EVENT_READ)
         return slot
@@ -341,12 +345,15 @@ class _Loop:
             return  # a kept-alive connection the server had closed meanwhile: sent again on another
         self.left.append(item)
 
-    def _keep(self, conn: Connection) -> None:
+    def _keep(self, slot: _Slot) -> None:
         """An idle connection back to the client's pool, blocking again."""
-        sock = conn.sock
-        assert sock is not None
+        conn = slot.conn
+        assert conn.sock is not None
         try:
-            conn.adopt(sock)
+            if slot.made:
+                conn.adopt(conn.sock)  # its options, once
+            else:
+                conn.blocking()
         except OSError:
             conn.close()
             return

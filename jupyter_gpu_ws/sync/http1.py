@@ -85,10 +85,14 @@ class Connection:
             limit = struct.pack("ll", whole, int((self._timeout - whole) * 1e6))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
-            sock.settimeout(None)
-        else:
-            sock.settimeout(self._timeout)
         self.sock = sock
+        self.blocking()
+
+    def blocking(self) -> None:
+        """Blocking again with the connection's timeout, after a spell without (`adopt` made it)."""
+        assert self.sock is not None
+        kernel = self._context is None and hasattr(socket, "SO_RCVTIMEO")
+        self.sock.settimeout(None if kernel else self._timeout)
 
     def close(self) -> None:
         if self.sock is not None:

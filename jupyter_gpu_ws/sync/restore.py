@@ -75,7 +75,7 @@ RECORD_BATCH = 1024
 # with a thread per request, handing the GIL from thread to thread at every system call cost
 # a quarter of the client's CPU).
 MANY_LOOPS = 2
-MANY_BATCH = 128
+MANY_BATCH = 256
 # Mode bits a restored file never keeps: execute, set-id, sticky.
 NOT_DATA = 0o7111
 
@@ -445,52 +445,60 @@ class RestoreJob:
                 self._fetch_part(d, part)
             return
         small: list[tuple[str, str | None, _Download]] = []
-        for d, part in batch:
-            if d.parts == 1 and d.remote.size < QUIET_BELOW and not self._stopped():
-                self._start(d)
-                if d.skip is None and d.error is None:
-                    small.append((d.key, d.remote.etag, d))
-                    continue
-            self._fetch_part(d, part)
-        if not small:
-            return
         landed: set[int] = set()
 
         def land(d: _Download, body: bytes) -> None:
             landed.add(id(d))
             self._landed(d, body)
 
-        with self._loops:
-            self.backend.read_many(small, land, self._in_flight, self._stopped)  # type: ignore[attr-defined]
-        for _, _, d in small:
-            if id(d) not in landed:
-                self._fetch_part(d, 0)  # the ordinary way (or failed as stopped)
+        other: list[tuple[_Download, int]] = []
+        with self._loops:  # the batch's turn: only then are its files looked at
+            for d, part in batch:
+                if d.parts == 1 and d.remote.size < QUIET_BELOW and not self._stopped():
+                    self._start(d, open_file=False)
+                    if d.skip is None and d.error is None:
+                        small.append((d.key, d.remote.etag, d))
+                        continue
+                other.append((d, part))
+            if small:
+                try:
+                    self.backend.read_many(small, land, self._in_flight, self._stopped)  # type: ignore[attr-defined]
+                except Exception:  # noqa: BLE001 - a bug there must not lose the batch: the rest goes the ordinary way
+                    log.exception("Restore: fetching many at once failed")
+        other.extend((d, 0) for _, _, d in small if id(d) not in landed)
+        for d, part in other:
+            self._fetch_part(d, part)  # skipped, large, or not brought above: the ordinary way (or stopped)
 
     def _landed(self, d: _Download, body: bytes) -> None:
         """A small file's whole body, from read_many: written, counted, done."""
-        assert d.incoming is not None
-        try:
-            pwrite_all(d.incoming.fd, memoryview(body), 0)
-            d.written = len(body)
-        except OSError as err:
-            d.fail(self._local_error(err))
+        self._start(d)
+        if d.incoming is not None and d.error is None:
+            try:
+                pwrite_all(d.incoming.fd, memoryview(body), 0)
+                d.written = len(body)
+            except OSError as err:
+                d.fail(self._local_error(err))
         self._count(d, len(body))
         self._part_done(d)
 
     # -- one part of one file ------------------------------------------------------------------
 
-    def _start(self, d: _Download) -> None:
-        """Before the first part of `d` is fetched, once: see _prepare."""
+    def _start(self, d: _Download, open_file: bool = True) -> None:
+        """Before the first part of `d` is fetched, once: see _prepare; then, unless it is
+        skipped or `open_file` is False (read_many opens it when its body is in: a batch
+        waiting for its turn holds no open file), the file it is written into."""
         with d.lock:
-            if not d.started:
-                d.started = True
-                try:
+            try:
+                if not d.started:
+                    d.started = True
                     self._prepare(d)
-                except OSError as err:
-                    d.error = d.error or self._local_error(err)
-                except Exception as err:  # noqa: BLE001 - this file's error, reported
-                    log.exception("Restore of %s failed", d.rel)
-                    d.error = d.error or str(err)
+                if open_file and d.incoming is None and d.skip is None and d.error is None:
+                    self._open(d)
+            except OSError as err:
+                d.error = d.error or self._local_error(err)
+            except Exception as err:  # noqa: BLE001 - this file's error, reported
+                log.exception("Restore of %s failed", d.rel)
+                d.error = d.error or str(err)
 
     def _fetch_part(self, d: _Download, part: int) -> None:
         if self._stopped():
@@ -543,6 +551,9 @@ class RestoreJob:
         if folder not in self._folders_made:
             os.makedirs(folder, exist_ok=True)
             self._folders_made.add(folder)
+
+    def _open(self, d: _Download) -> None:
+        """The file `d` is written into, unnamed until it is whole."""
         d.incoming = IncomingFile(d.target)
         if d.parts > 1:
             os.ftruncate(d.incoming.fd, d.remote.size)  # parts land at their offsets, in any order

@@ -357,6 +357,29 @@ def test_through_s3_many_small_files_come_many_at_once_from_one_thread_in_order_
     assert engine.restoring.describe()["runs"] == {RUN: {"checkpoint": NEW, "local": True, "error": None}}
 
 
+def test_through_s3_a_restore_of_many_small_files_holds_few_files_open(
+        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    import resource
+
+    names = [f"d{i % 20}/f{i:04d}.txt" for i in range(2000)]
+    for name in names:
+        write(workdir, name, name.encode() * 3)
+    assert make_engine(workdir, store_url=s3_url).sync().ok
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    engine = make_engine(fresh, store_url=s3_url, state="state2")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # Room for the connections and a few files, far from a file per file of the batches
+    # waiting for their turn (2,000 here): a user's limit is often 1,024.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 150, hard))
+    try:
+        report = engine.restore()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert not report.errors, report.errors[:3]
+    assert tree_files(fresh) == tree_files(workdir)
+
+
 def test_a_large_object_replaced_in_s3_during_the_restore_is_not_stitched_together(
         workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
     first = random.Random(1).randbytes(PARTS_FROM + 5)
