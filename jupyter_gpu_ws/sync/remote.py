@@ -261,6 +261,11 @@ class FsspecBackend:
             progress(size)
         return size
 
+    def reads_many(self) -> bool:
+        """Whether read_many can fetch here (plain S3, the lean GET not resting after refusals)."""
+        reader = self.direct_get()
+        return reader is not None and not reader.resting()
+
     def read_many(self, items: list[tuple[str, str | None, Any]], landed: Callable[[Any, bytes], None],
                   in_flight: int, stop: Callable[[], bool] | None = None) -> list[Any] | None:
         """Whole small objects (key, etag from the listing, the caller's token), `in_flight`

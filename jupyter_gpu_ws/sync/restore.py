@@ -257,6 +257,7 @@ class _Download:
         self.written = 0
         self.counted = 0  # bytes reported to the progress
         self.error: str | None = None
+        self.ordinary = False  # not for read_many (it was given back by it once)
 
     def fail(self, message: str) -> None:
         with self.lock:
@@ -380,7 +381,8 @@ class RestoreJob:
         workers = min(self.concurrency * (SMALL_IN_FLIGHT if round_trips else 1), max(1, tasks))
         cap = BATCH_ROUND_TRIPS if round_trips else BATCH_LOCAL
         # Small files many at once from one thread where the backend can (plain S3).
-        self._many = round_trips and self.limiter is None and hasattr(self.backend, "read_many")
+        reads_many = getattr(self.backend, "reads_many", None)
+        self._many = round_trips and self.limiter is None and reads_many is not None and reads_many()
         if self._many:
             cap = MANY_BATCH
             self._in_flight = max(1, self.concurrency * SMALL_IN_FLIGHT // MANY_LOOPS)
@@ -440,7 +442,7 @@ class RestoreJob:
     def _fetch_batch(self, batch: list[tuple[_Download, int]]) -> None:
         """One worker's batch: where the backend can, its small whole files many at once from
         this thread (backend.read_many), and what that did not bring, and the rest, one by one."""
-        if not self._many or len(batch) == 1:
+        if not self._many or len(batch) == 1 or batch[0][0].ordinary:
             for d, part in batch:
                 self._fetch_part(d, part)
             return
@@ -454,7 +456,7 @@ class RestoreJob:
         other: list[tuple[_Download, int]] = []
         with self._loops:  # the batch's turn: only then are its files looked at
             for d, part in batch:
-                if d.parts == 1 and d.remote.size < QUIET_BELOW and not self._stopped():
+                if d.parts == 1 and d.remote.size < QUIET_BELOW and not d.ordinary and not self._stopped():
                     self._start(d, open_file=False)
                     if d.skip is None and d.error is None:
                         small.append((d.key, d.remote.etag, d))
@@ -465,7 +467,16 @@ class RestoreJob:
                     self.backend.read_many(small, land, self._in_flight, self._stopped)  # type: ignore[attr-defined]
                 except Exception:  # noqa: BLE001 - a bug there must not lose the batch: the rest goes the ordinary way
                     log.exception("Restore: fetching many at once failed")
-        other.extend((d, 0) for _, _, d in small if id(d) not in landed)
+        left = [d for _, _, d in small if id(d) not in landed]
+        if len(left) > BATCH_ROUND_TRIPS and self._work is not None and not self._stopped():
+            # Many not brought (a store that went silent or refuses): the ordinary way, spread
+            # over every worker again, not one after the other here.
+            for d in left:
+                d.ordinary = True
+            for n in range(0, len(left), BATCH_ROUND_TRIPS):
+                self._work.add([(d, 0) for d in left[n:n + BATCH_ROUND_TRIPS]])
+            left = []
+        other.extend((d, 0) for d in left)
         for d, part in other:
             self._fetch_part(d, part)  # skipped, large, or not brought above: the ordinary way (or stopped)
 

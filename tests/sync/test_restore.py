@@ -380,6 +380,72 @@ def test_through_s3_a_restore_of_many_small_files_holds_few_files_open(
     assert tree_files(fresh) == tree_files(workdir)
 
 
+def test_through_s3_what_many_at_once_gives_back_goes_the_ordinary_way_on_every_worker(
+        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    names = [f"f{i:03d}.txt" for i in range(100)]
+    for name in names:
+        write(workdir, name, name.encode())
+    assert make_engine(workdir, store_url=s3_url).sync().ok
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    engine = make_engine(fresh, store_url=s3_url, state="state2")
+    monkeypatch.setattr(restore_module, "MANY_LOOPS", 1)  # 100 files: 4 batches of 25
+    backend = engine.backend
+    assert isinstance(backend, FsspecBackend)
+    given: list[int] = []
+    busy = [0, 0]  # now, most
+    lock = threading.Lock()
+    original = backend.read_into
+
+    def nothing_comes(items: list[Any], landed: Any, in_flight: int, stop: Any = None) -> list[Any]:
+        given.append(len(items))  # as a store that went silent would: everything back
+        return [token for _, _, token in items]
+
+    def slow(*args: Any, **kwargs: Any) -> int:
+        with lock:
+            busy[0] += 1
+            busy[1] = max(busy)
+        try:
+            time.sleep(0.05)
+            return original(*args, **kwargs)
+        finally:
+            with lock:
+                busy[0] -= 1
+
+    backend.read_many = nothing_comes  # type: ignore[method-assign]
+    backend.read_into = slow  # type: ignore[method-assign]
+    report = engine.restore()
+    assert not report.errors
+    assert tree_files(fresh) == tree_files(workdir)
+    assert given == [25, 25, 25, 25]  # what came back is not offered to read_many again
+    assert busy[1] > 4  # spread over the workers, not one after the other in the four batches'
+
+
+def test_through_s3_without_the_lean_get_small_files_are_not_batched_for_it(
+        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    for i in range(60):
+        write(workdir, f"f{i:02d}.txt", f"file {i}")
+    extra = {"s3_additional_kwargs": {"StorageClass": "STANDARD"}}  # requests s3fs must make itself
+    assert make_engine(workdir, store_url=s3_url, storage_options=extra).sync().ok
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    engine = make_engine(fresh, store_url=s3_url, state="state2", storage_options=extra)
+    backend = engine.backend
+    assert isinstance(backend, FsspecBackend)
+    offered: list[int] = []
+    original = backend.read_many
+
+    def watched(items: list[Any], *args: Any) -> Any:
+        offered.append(len(items))
+        return original(items, *args)
+
+    backend.read_many = watched  # type: ignore[method-assign]
+    report = engine.restore()
+    assert not report.errors and tree_files(fresh) == tree_files(workdir)
+    assert offered == []  # batches of a few files, each fetched as before, on every worker
+
+
 def test_a_large_object_replaced_in_s3_during_the_restore_is_not_stitched_together(
         workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
     first = random.Random(1).randbytes(PARTS_FROM + 5)
