@@ -11,8 +11,10 @@ The order is what a fresh machine needs first, each group done before the next s
 
 Speed: `concurrency` workers as for uploads, and on stores where each request waits for a
 network round trip, many more small requests in flight (SMALL_IN_FLIGHT per worker), on
-kept-alive connections; files from PARTS_FROM in parts of PART_SIZE fetched in parallel (at
-most `concurrency` at once) and written at their offsets into one file. Each file lands whole:
+kept-alive connections; on plain S3, small files many at once from at most MANY_LOOPS threads
+(backend.read_many, sync/getmany.py), what that does not bring handed to every worker again;
+files from PARTS_FROM in parts of PART_SIZE fetched in parallel (at most `concurrency` at once)
+and written at their offsets into one file. Each file lands whole:
 written unnamed (or under a hidden temporary name), its size checked (and its MD5 where the
 store's ETag is one), then linked under its name, never over a file that is there: a local file
 that differs stays, and the store's copy lands beside it as `name.conflict-<time>.ext`.
