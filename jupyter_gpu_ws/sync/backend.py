@@ -24,6 +24,13 @@ class RemoteFile:
     etag: str | None = None  # where the store has one (S3: the MD5 of a single PUT), unquoted
 
 
+def md5_of(etag: str | None) -> str | None:
+    """The MD5 an S3 ETag names (quoted or not), where it is one (a single PUT's); None for a
+    multipart upload's ("<md5>-<parts>") or any other tag."""
+    tag = (etag or "").strip('"')
+    return tag if len(tag) == 32 and "-" not in tag else None
+
+
 class Backend(Protocol):
     """The operations the engine needs from any storage; keys are '/'-separated."""
 

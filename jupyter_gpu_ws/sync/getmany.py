@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from .backend import md5_of
 from .http1 import MAX_HEAD, Answer, Connection, ProtocolError, parse_head
 
 if TYPE_CHECKING:
@@ -303,8 +304,8 @@ class _Loop:
         slot.item, slot.answer, slot.data = None, None, bytearray()
         self._after(slot, answer)
         client = self.client
-        tag = (answer.header("etag") or "").strip('"')
-        if answer.status != 200 or (len(tag) == 32 and "-" not in tag and hashlib.md5(body).hexdigest() != tag):
+        tag = md5_of(answer.header("etag"))
+        if answer.status != 200 or (tag is not None and hashlib.md5(body).hexdigest() != tag):
             if answer.status == 403:
                 client.forget_credentials()
             if answer.status not in (404, 412):

@@ -20,7 +20,7 @@ from . import s3direct
 from .getmany import Wanted
 from fsspec.asyn import sync as fsspec_sync
 
-from .backend import PART_SUFFIX, ChangedInStoreError, PreconditionFailed, RemoteFile, SourceChangedError
+from .backend import PART_SUFFIX, ChangedInStoreError, PreconditionFailed, RemoteFile, SourceChangedError, md5_of
 from .errors import LocalFileError, StoreConfigError, StoreFullError, StoreUnavailableError, SyncError
 from .local import O_CLOEXEC, content_tag
 
@@ -306,8 +306,8 @@ class FsspecBackend:
             raise _remote_error(err, key) from err
         if length is None:
             os.ftruncate(fd, 0)  # a lean GET that broke off may have written more
-            tag = (etag or "").strip('"')
-            if len(tag) == 32 and "-" not in tag and hashlib.md5(data).hexdigest() != tag:
+            tag = md5_of(etag)
+            if tag is not None and hashlib.md5(data).hexdigest() != tag:
                 raise StoreUnavailableError(f"{key}: the bytes received do not match the store's checksum")
         view, at = memoryview(data), offset
         while view:

@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable
 
 from ..checkpoints.files import MANIFEST, folder_order
 from ..diskio import pwrite_all
-from .backend import PART_SUFFIX, Backend, RemoteFile
+from .backend import PART_SUFFIX, Backend, RemoteFile, md5_of
 from .errors import CancelledError, StoreUnavailableError, SyncError
 from .hashing import fd_hash, file_hash
 from .index import Record, SyncIndex
@@ -672,8 +672,8 @@ class RestoreJob:
         fd = d.incoming.fd
         if d.written != d.remote.size:
             raise StoreUnavailableError(f"got {d.written} of {d.remote.size} bytes")
-        tag = (d.remote.etag or "").strip('"')
-        if d.parts > 1 and len(tag) == 32 and "-" not in tag and _md5(fd, d.remote.size) != tag:
+        tag = md5_of(d.remote.etag)
+        if d.parts > 1 and tag is not None and _md5(fd, d.remote.size) != tag:
             raise StoreUnavailableError("the bytes received do not match the store's checksum")
         if d.remote.mtime:
             os.utime(fd, (d.remote.mtime, d.remote.mtime))

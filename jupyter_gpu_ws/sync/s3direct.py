@@ -36,6 +36,7 @@ from urllib.parse import quote, unquote_plus, urlsplit
 from xml.etree import ElementTree
 
 from ..diskio import pwrite_all
+from .backend import md5_of
 from . import getmany
 from .http1 import Answer, Connection, ProtocolError, request
 
@@ -420,8 +421,7 @@ class DirectGet(DirectS3):
         extra: dict[str, str] = {}
         if length is not None:
             extra["range"] = f"bytes={offset}-{offset + length - 1}"
-        if etag:
-            extra["if-match"] = etag if etag.startswith('"') else f'"{etag}"'
+        extra.update(if_match(etag))
         for _ in range(2):
             path, headers = self._signed("GET", key, EMPTY_SHA256, extra)
             result = self._fetch(path, headers, fd, offset, length, progress)
@@ -449,8 +449,7 @@ class DirectGet(DirectS3):
 
     def request_for(self, key: str, etag: str | None) -> bytes:
         """The signed GET of the whole object `key`, If-Match `etag`, as sent."""
-        extra = {"if-match": etag if etag.startswith('"') else f'"{etag}"'} if etag else {}
-        path, headers = self._signed("GET", key, EMPTY_SHA256, extra)
+        path, headers = self._signed("GET", key, EMPTY_SHA256, if_match(etag))
         return request("GET", path, headers)
 
     def _fetch(self, path: str, headers: dict[str, str], fd: int, offset: int, length: int | None,
@@ -487,8 +486,8 @@ class DirectGet(DirectS3):
             if expected is None or (length is not None and expected != length):
                 raise ProtocolError("an object's answer without its size, or of another size than asked")
             md5 = None
-            tag = (answer.header("etag") or "").strip('"')
-            if length is None and len(tag) == 32 and "-" not in tag:
+            tag = md5_of(answer.header("etag"))
+            if length is None and tag is not None:
                 md5 = hashlib.md5()
             written = _body_into(conn, answer, fd, offset, md5, progress)
         except OSError:
@@ -506,6 +505,11 @@ class DirectGet(DirectS3):
         if md5 is not None and md5.hexdigest() != tag:
             raise ChecksumMismatchError(path)
         return written
+
+
+def if_match(etag: str | None) -> dict[str, str]:
+    """The If-Match header for the listing's `etag` (quoted as sent), or none without one."""
+    return {"if-match": etag if etag.startswith('"') else f'"{etag}"'} if etag else {}
 
 
 _S3 = "{http://s3.amazonaws.com/doc/2006-03-01/}"
