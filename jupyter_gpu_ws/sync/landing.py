@@ -16,6 +16,7 @@ import os
 import threading
 import uuid
 
+from ..diskio import stop_turns, take_turns
 from .backend import PART_SUFFIX
 
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -29,9 +30,10 @@ _folders: dict[str, bool] = {}  # the same answer per folder, so each file costs
 
 
 class IncomingFile:
-    """A file being written for `target`; `link()` gives it a name once it is complete."""
+    """A file being written for `target`; `link()` gives it a name once it is complete.
+    `shared`: several threads write it at once (its parts): they take turns (diskio.take_turns)."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, shared: bool = False) -> None:
         self.folder, self.name = os.path.split(target)
         self.tmp: str | None = None  # the temporary name, where there is one
         self.fd = -1
@@ -44,6 +46,8 @@ class IncomingFile:
         if self.fd < 0:
             self.tmp = os.path.join(self.folder, f".~{self.name}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}")
             self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
+        if shared:
+            take_turns(self.fd)
 
     def link(self, path: str) -> None:
         """Give the complete file the name `path` (in the same folder or another on this file
@@ -56,6 +60,7 @@ class IncomingFile:
     def close(self) -> None:
         """Close it; an unnamed file that was never linked vanishes, a temporary name goes."""
         if self.fd >= 0:
+            stop_turns(self.fd)
             os.close(self.fd)
             self.fd = -1
         if self.tmp is not None:

@@ -25,7 +25,7 @@ import time
 import uuid
 from typing import Callable, Iterator, NoReturn
 
-from ..diskio import start_writeback
+from ..diskio import pwrite_all, start_writeback, turn
 from .backend import CHUNK, PART_SUFFIX, PreconditionFailed, RemoteFile, SourceChangedError
 from .errors import LocalFileError, StoreFullError, StoreUnavailableError, UnsafeStoreEntryError
 from .hashing import fd_hash, file_hash
@@ -767,7 +767,8 @@ def _copy_range(src: int, dst: int, offset: int, length: int | None,
                 progress: Callable[[int], None] | None) -> int:
     """Copy `length` bytes (None: to the end) at `offset` of `src` to the same offset of `dst`,
     in the kernel where it can, else through a buffer; neither file's position moves, so
-    several threads may copy ranges of the same pair at once."""
+    several threads may copy ranges of the same pair at once (taking turns to write where
+    `dst`'s writers do: diskio.take_turns)."""
     total = 0
     step = CHUNK if progress else 1 << 30
     kernel = hasattr(os, "copy_file_range")
@@ -776,7 +777,8 @@ def _copy_range(src: int, dst: int, offset: int, length: int | None,
         n = -1
         if kernel:
             try:
-                n = os.copy_file_range(src, dst, want, offset + total, offset + total)
+                with turn(dst):
+                    n = os.copy_file_range(src, dst, want, offset + total, offset + total)
             except OSError as err:
                 if err.errno not in _NO_KERNEL_COPY:
                     raise
@@ -785,10 +787,7 @@ def _copy_range(src: int, dst: int, offset: int, length: int | None,
             chunk = os.pread(src, min(want, CHUNK), offset + total)
             if not chunk:
                 break
-            view, at = memoryview(chunk), offset + total
-            while view:
-                written = os.pwrite(dst, view, at)
-                view, at = view[written:], at + written
+            pwrite_all(dst, chunk, offset + total)
             n = len(chunk)
         total += n
         if progress:

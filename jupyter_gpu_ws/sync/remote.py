@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterator
 
+from ..diskio import pwrite_all
 from . import s3direct
 from .getmany import Wanted
 from fsspec.asyn import sync as fsspec_sync
@@ -309,10 +310,7 @@ class FsspecBackend:
             tag = md5_of(etag)
             if tag is not None and hashlib.md5(data).hexdigest() != tag:
                 raise StoreUnavailableError(f"{key}: the bytes received do not match the store's checksum")
-        view, at = memoryview(data), offset
-        while view:
-            n = os.pwrite(fd, view, at)
-            view, at = view[n:], at + n
+        pwrite_all(fd, data, offset)
         if progress:
             progress(len(data))
         return len(data)

@@ -567,7 +567,7 @@ class RestoreJob:
 
     def _open(self, d: _Download) -> None:
         """The file `d` is written into, unnamed until it is whole."""
-        d.incoming = IncomingFile(d.target)
+        d.incoming = IncomingFile(d.target, shared=d.parts > 1)
         if d.parts > 1:
             os.ftruncate(d.incoming.fd, d.remote.size)  # parts land at their offsets, in any order
 

@@ -32,6 +32,7 @@ from jupyter_gpu_ws.sync import (
 from jupyter_gpu_ws.sync.backend import PART_SUFFIX
 from jupyter_gpu_ws.sync.landing import unnamed_files_work
 from jupyter_gpu_ws.sync.remote import FsspecBackend
+from jupyter_gpu_ws import diskio
 from jupyter_gpu_ws.sync import restore as restore_module
 from tests.sync.conftest import S3_BUCKET, tree_files, write
 from tests.sync.s3server import S3Server, closed_port
@@ -277,6 +278,54 @@ def test_a_large_file_comes_in_parallel_ranged_parts_byte_exact(
     assert (snapshot["files_done"], snapshot["bytes_done"]) == (1, len(data))
 
 
+class Overlaps:
+    """Wraps a write function (os.copy_file_range, os.pwrite) whose file descriptor is its
+    argument number `fd_at`: each call lingers a moment; counts how many run at once into the
+    same file."""
+
+    def __init__(self, real: Callable[..., int], fd_at: int, linger: float) -> None:
+        self.real, self.fd_at, self.linger = real, fd_at, linger
+        self.lock = threading.Lock()
+        self.active: dict[int, int] = {}
+        self.most_same = 0  # the most calls at once into one file
+        self.calls = 0
+
+    def __call__(self, *args: Any) -> int:
+        fd = args[self.fd_at]
+        with self.lock:
+            self.calls += 1
+            self.active[fd] = self.active.get(fd, 0) + 1
+            self.most_same = max(self.most_same, self.active[fd])
+        try:
+            time.sleep(self.linger)
+            return self.real(*args)
+        finally:
+            with self.lock:
+                self.active[fd] -= 1
+
+
+def test_the_parts_of_a_large_file_come_at_once_and_are_written_in_turn(
+        workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ext4 lets one write into a file at a time and has the others spin on a CPU meanwhile: the
+    # parts' threads take turns in user space, where a waiting thread sleeps (diskio.take_turns).
+    data = {f"models/{name}.bin": random.Random(name).randbytes(PARTS_FROM + 2 * PART_SIZE + 99) for name in "ab"}
+    for rel, body in data.items():
+        write(workdir, rel, body)
+    assert make_engine(workdir).sync().ok
+    backend = WatchedBackend(str(store_dir), pause=0.05)
+    engine, fresh = fresh_engine(tmp_path, make_engine, backend, concurrency=4)
+    copies = Overlaps(os.copy_file_range, 1, 0.01)
+    monkeypatch.setattr(os, "copy_file_range", copies)
+    report = engine.restore()
+    assert sorted(report.restored) == sorted(data)
+    assert backend.most_active == 4  # the parts are fetched at once
+    assert copies.calls >= 2 * (-(-len(data["models/a.bin"]) // PART_SIZE))
+    assert copies.most_same == 1  # and written one at a time
+    for rel, body in data.items():
+        assert (fresh / rel).read_bytes() == body
+    assert not diskio._turns  # none left behind for a later file with the same descriptor
+
+
 def test_through_s3_small_files_and_a_large_one_in_ranged_parts_arrive_byte_exact(
         workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
     big = random.Random(6).randbytes(PARTS_FROM + PART_SIZE // 2 + 7)
@@ -297,6 +346,25 @@ def test_through_s3_small_files_and_a_large_one_in_ranged_parts_arrive_byte_exac
     assert reader is not None
     parts = -(-len(big) // PART_SIZE)
     assert reader.fetched == parts + len(names)  # every byte came by the lean GET, the large file in parts
+
+
+def test_through_s3_the_parts_of_a_large_file_are_written_in_turn(
+        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    big = random.Random(7).randbytes(PARTS_FROM + 2 * PART_SIZE + 3)
+    write(workdir, "models/weights.bin", big)
+    assert make_engine(workdir, store_url=s3_url).sync().ok
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    engine = make_engine(fresh, store_url=s3_url, state="state2", concurrency=4)
+    writes = Overlaps(os.pwrite, 0, 0.02)
+    monkeypatch.setattr(os, "pwrite", writes)
+    report = engine.restore()
+    assert report.restored == ["models/weights.bin"] and not report.errors
+    assert (fresh / "models" / "weights.bin").read_bytes() == big
+    assert writes.calls >= -(-len(big) // PART_SIZE)  # each part written as it arrives
+    assert writes.most_same == 1
+    assert not diskio._turns
 
 
 def test_through_s3_many_small_files_come_many_at_once_from_one_thread_in_order_and_a_gone_one_is_skipped(
