@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..checkpoints import protocol
+from ..checkpoints.coordinator import process_ended
 from ..checkpoints.files import checksum, complete_checkpoints
 from .anomalies import AnomalyPolicy, RunAnomalies, RunSignals
 from .history import History, HistoryError
@@ -176,9 +177,14 @@ class TrainingWatch:
                     self._read(kernel_id, path, now)
                 except Exception as err:  # one odd stream must not stop the others
                     self._error(f"training stream of kernel {kernel_id[:8]}: {err}")
+            ended = {kernel_id for kernel_id in self._cursors if self._process_ended(kernel_id)}
             for run in self.runs.values():
-                # A kernel's run is the last one it reported (a notebook may train several in turn).
-                run.live = run.kernel_id in self._cursors and self._kernel_run.get(run.kernel_id) == run.name
+                # A kernel's run is the last one it reported (a notebook may train several in turn),
+                # while the process that reported it runs: a kernel that died (out of memory, a
+                # crash, kill -9) stays listed, and its last status "busy", until it is restarted,
+                # and then trains nothing until a cell calls gpuws.track again.
+                run.live = (run.kernel_id in self._cursors and self._kernel_run.get(run.kernel_id) == run.name
+                            and run.kernel_id not in ended)
             if now - self._scanned >= self.settings.rescan_seconds:
                 self._scanned = now
                 self._scan_checkpoints()
@@ -301,6 +307,12 @@ class TrainingWatch:
         run.open = run.anomalies.update(RunSignals(
             now=now, kernel_id=run.kernel_id, busy=run.busy, last_step=run.step, last_step_time=run.last_time,
             rate=rate, finished=finished, gpu_util=util, gpu_memory=memory, verdict=run.verdict))
+
+    def _process_ended(self, kernel_id: str) -> bool:
+        """Whether the kernel process whose registration sits beside its stream has provably
+        ended (a new process of a restarted kernel registers anew when it tracks again)."""
+        registration = _read_json(self._registration(kernel_id))
+        return registration is not None and process_ended(registration)
 
     def _registration(self, kernel_id: str) -> Path | None:
         """The registration beside a kernel's stream (its last checkpoint and its health)."""

@@ -201,6 +201,28 @@ class TestStall:
             await wait_for(over, timeout=20, interval=0.5)
 
 
+async def test_a_run_whose_kernel_died_mid_cell_is_stopped_not_running(jp_fetch: Any, gpuws_app: Any) -> None:
+    # Out of memory, a crash, kill -9: the kernel stays listed, its last status "busy", until
+    # the restarter brings a fresh process under the same id, which trains nothing.
+    async with Notebook(jp_fetch, gpuws_app, "died.ipynb") as nb:
+        await nb.run(SETUP.format(options="total_steps=100000"))
+        nb.client.execute("train(0, 100000, delay=0.01)")
+
+        async def state(wanted: str) -> Any:
+            run = run_of(await training(jp_fetch), "died.ipynb")
+            return run if run and run["state"] == wanted else None
+
+        before = await wait_for(lambda: state("running"), timeout=30, interval=0.3)
+        assert before["live"]
+        os.kill(nb.pid, signal.SIGKILL)
+        after = await wait_for(lambda: state("stopped"), timeout=15, interval=0.3)
+        assert not after["live"] and after["rate"] is None
+        for _ in range(12):  # and it stays stopped while the kernel is restarted, and after
+            await asyncio.sleep(0.5)
+            run = run_of(await training(jp_fetch), "died.ipynb")
+            assert run is not None and run["state"] == "stopped", run
+
+
 async def test_a_resumed_run_shows_its_curve_continuous_across_a_new_kernel(jp_fetch: Any, gpuws_app: Any) -> None:
     async with Notebook(jp_fetch, gpuws_app, "curve.ipynb") as nb:
         await nb.run(SETUP.format(options="total_steps=60"))
