@@ -177,7 +177,9 @@ class TrainingWatch:
                     self._read(kernel_id, path, now)
                 except Exception as err:  # one odd stream must not stop the others
                     self._error(f"training stream of kernel {kernel_id[:8]}: {err}")
-            ended = {kernel_id for kernel_id in self._cursors if self._process_ended(kernel_id)}
+            # Each kernel's registration, read once a look: its process, its last checkpoint.
+            registrations = {kernel_id: _read_json(self._registration(kernel_id)) for kernel_id in self._cursors}
+            ended = {kernel_id for kernel_id, reg in registrations.items() if reg is not None and process_ended(reg)}
             for run in self.runs.values():
                 # A kernel's run is the last one it reported (a notebook may train several in turn),
                 # while the process that reported it runs: a kernel that died (out of memory, a
@@ -190,7 +192,7 @@ class TrainingWatch:
                 self._scan_checkpoints()
             deadline = self.deadline()
             for run in self.runs.values():
-                self._judge(run, now, deadline)
+                self._judge(run, now, deadline, registrations.get(run.kernel_id or ""))
             self._trim()
 
     def _read(self, kernel_id: str, path: Path, now: float) -> None:
@@ -283,9 +285,9 @@ class TrainingWatch:
             run = self.runs[name] = Run(name, RunAnomalies(name, self.settings.policy))
         return run
 
-    def _judge(self, run: Run, now: float, deadline: DeadlineView | None) -> None:
+    def _judge(self, run: Run, now: float, deadline: DeadlineView | None,
+               registration: dict[str, Any] | None) -> None:
         if run.live and run.kernel_id is not None:
-            registration = _read_json(self._registration(run.kernel_id))
             last = (registration or {}).get("last")
             if isinstance(last, dict) and _whole(last.get("step"), 0):
                 run.checkpoint = {"step": last["step"], "health": last.get("health"), "path": last.get("path"),
@@ -307,12 +309,6 @@ class TrainingWatch:
         run.open = run.anomalies.update(RunSignals(
             now=now, kernel_id=run.kernel_id, busy=run.busy, last_step=run.step, last_step_time=run.last_time,
             rate=rate, finished=finished, gpu_util=util, gpu_memory=memory, verdict=run.verdict))
-
-    def _process_ended(self, kernel_id: str) -> bool:
-        """Whether the kernel process whose registration sits beside its stream has provably
-        ended (a new process of a restarted kernel registers anew when it tracks again)."""
-        registration = _read_json(self._registration(kernel_id))
-        return registration is not None and process_ended(registration)
 
     def _registration(self, kernel_id: str) -> Path | None:
         """The registration beside a kernel's stream (its last checkpoint and its health)."""
