@@ -123,7 +123,8 @@ class _Loop:
             done, self.done = self.done, []
             for item, body in done:
                 self.landed(item, body)
-            for slot in [s for s in self.slots.values() if now - s.since > self.timeout]:
+            for slot in [s for s in self.slots.values()
+                         if now - s.since > (s.conn.connect_timeout if s.connecting else self.timeout)]:
                 self._give_back(slot, again=False)  # silent for the connection's whole timeout
 
     def close(self) -> None:

@@ -43,19 +43,23 @@ class Answer:
 
 class Connection:
     """A connection to `netloc` ("host", "host:port", "[v6]:port"), TLS where `context` is
-    given; `timeout` for the connect and every read and write."""
+    given; `timeout` for every read and write, and for the connect unless `connect_timeout`
+    is given (a store that drops connection attempts is found out sooner than one that is slow
+    to answer)."""
 
-    def __init__(self, netloc: str, context: ssl.SSLContext | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, netloc: str, context: ssl.SSLContext | None = None, timeout: float = 60.0,
+                 connect_timeout: float | None = None) -> None:
         parts = urlsplit(f"//{netloc}")
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if context is not None else 80)
         self._context = context
         self._timeout = timeout
+        self.connect_timeout = timeout if connect_timeout is None else connect_timeout
         self.sock: socket.socket | None = None  # connected by the first request
         self._held = bytearray()  # bytes received beyond what has been read
 
     def _connect(self) -> socket.socket:
-        sock = socket.create_connection((self._host, self._port), self._timeout)
+        sock = socket.create_connection((self._host, self._port), self.connect_timeout)
         try:
             if self._context is not None:
                 sock = self._context.wrap_socket(sock, server_hostname=self._host)

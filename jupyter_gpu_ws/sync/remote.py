@@ -396,6 +396,14 @@ class FsspecBackend:
         return removed
 
     def read_bytes(self, key: str) -> bytes | None:
+        reader = self.direct_get()
+        if reader is not None:  # on plain S3: one lean GET (through s3fs, a missing key costs two requests)
+            try:
+                data = reader.read(self._path(key).partition("/")[2])
+            except FileNotFoundError:
+                return None
+            if data is not None:
+                return data
         try:
             return self.fs.cat_file(self._path(key))
         except FileNotFoundError:

@@ -42,6 +42,8 @@ from .http1 import Answer, Connection, ProtocolError, request
 
 log = logging.getLogger(__name__)
 
+Got = TypeVar("Got", int, bytes)
+
 PROBE_KEY = "gpuws-probe"
 ALGORITHM = "AWS4-HMAC-SHA256"
 # Frozen credentials are asked for again after this long (refreshable ones renew themselves).
@@ -120,7 +122,7 @@ class DirectS3:
 
     def __init__(self, scheme: str, netloc: str, prefix: str, region: str,
                  credentials: Callable[[], Credentials], ssl_context: ssl.SSLContext | None = None,
-                 timeout: float = 60.0, max_idle: int = MAX_IDLE) -> None:
+                 timeout: float = 60.0, max_idle: int = MAX_IDLE, connect_timeout: float | None = None) -> None:
         self.scheme = scheme
         self.netloc = netloc
         self.prefix = prefix  # the encoded path before the object key: "/bucket/" or "/"
@@ -130,6 +132,7 @@ class DirectS3:
         self._keys: dict[tuple[str, str], bytes] = {}
         self._ssl = ssl_context
         self._timeout = timeout
+        self._connect_timeout = connect_timeout
         self._max_idle = max_idle
         self._lock = threading.Lock()
         self._idle: list[Connection] = []
@@ -154,7 +157,8 @@ class DirectS3:
             if self._idle:
                 return self._idle.pop(), True
         host = self.netloc.rpartition("@")[2]
-        return Connection(host, self._ssl if self.scheme == "https" else None, self._timeout), False
+        return Connection(host, self._ssl if self.scheme == "https" else None, self._timeout,
+                          self._connect_timeout), False
 
     def _release(self, conn: Connection) -> None:
         with self._lock:
@@ -276,6 +280,10 @@ class ChangedInStoreError(Exception):
     """The object is not the one asked for any more (If-Match failed): it changed meanwhile."""
 
 
+class _TooLarge(Exception):
+    """An object larger than the caller reads into memory."""
+
+
 class ChecksumMismatchError(Exception):
     """The bytes received do not have the MD5 the store gave as the object's ETag."""
 
@@ -381,26 +389,24 @@ class DirectGet(DirectS3):
                 return True
 
     def _page(self, path: str, headers: dict[str, str]) -> bytes | None:
-        while True:
-            conn, reused = self._connection()
-            self.requests += 1
-            try:
-                conn.send("GET", path, headers)
-                answer = conn.answer()
-                body = conn.read_body(answer, PAGE_BODY)
-            except OSError:
-                conn.close()
-                if reused:
-                    continue
-                self._refused(None)
-                return None
-            self._done(conn, answer)
-            if answer.status != 200:
-                if answer.status == 403:
-                    self.forget_credentials()
-                self._refused(answer.status)
-                return None
-            return body
+        try:
+            result = self._small(path, headers, PAGE_BODY)
+        except _TooLarge:
+            result = (None, None)
+        if isinstance(result, tuple):
+            self._refused(result[0])
+            return None
+        return result
+
+    def read(self, key: str, limit: int | None = None) -> bytes | None:
+        """The whole object `key` (relative to the bucket), read into memory; None where the
+        shortcut gave no good answer or the object is larger than `limit` (the caller reads
+        through s3fs). FileNotFoundError: no such object."""
+        most = PAGE_BODY if limit is None else limit
+        try:
+            return self._ask(key, {}, lambda path, headers: self._small(path, headers, most))
+        except _TooLarge:
+            return None  # not a refusal: s3fs reads it
 
     def get(self, key: str, fd: int, offset: int = 0, length: int | None = None, etag: str | None = None,
             progress: Callable[[int], None] | None = None) -> int | None:
@@ -416,16 +422,23 @@ class DirectGet(DirectS3):
         bytes do not match their MD5. `progress` is called with each chunk's size as it lands,
         and may raise to stop the transfer.
         """
-        if self.resting():
-            return None
         extra: dict[str, str] = {}
         if length is not None:
             extra["range"] = f"bytes={offset}-{offset + length - 1}"
         extra.update(if_match(etag))
+        return self._ask(key, extra, lambda path, headers: self._fetch(path, headers, fd, offset, length, progress))
+
+    def _ask(self, key: str, extra: dict[str, str],
+             send: Callable[[str, dict[str, str]], Got | tuple[int | None, str | None]]) -> Got | None:
+        """`send` the signed GET of `key` with the headers `extra`: what it got, or None for a
+        refusal (any other answer, or none). Sent once more, signed for the bucket's own region,
+        where the store names it. FileNotFoundError: 404; ChangedInStoreError: 412."""
+        if self.resting():
+            return None
         for _ in range(2):
             path, headers = self._signed("GET", key, EMPTY_SHA256, extra)
-            result = self._fetch(path, headers, fd, offset, length, progress)
-            if isinstance(result, int):
+            result = send(path, headers)
+            if not isinstance(result, tuple):
                 self.fetched += 1
                 self._accepted()
                 return result
@@ -440,6 +453,47 @@ class DirectGet(DirectS3):
             break
         self._refused(status)
         return None
+
+    def _small(self, path: str, headers: dict[str, str], limit: int) -> bytes | tuple[int | None, str | None]:
+        """One signed GET read whole: the body of a 200, else (the status, or None for no
+        answer; the region the store names, if it does). _TooLarge: a body over `limit`."""
+        got = self._answer(path, headers)
+        if got is None:
+            return None, None
+        conn, answer = got
+        if answer.status == 200 and answer.length is not None and answer.length > limit:
+            conn.close()
+            raise _TooLarge()
+        try:
+            body = conn.read_body(answer, limit if answer.status == 200 else ERROR_BODY)
+        except OSError:
+            conn.close()
+            return None, None
+        self._done(conn, answer)
+        if answer.status == 200:
+            return body
+        if answer.status == 403:
+            self.forget_credentials()
+        return answer.status, answer.header("x-amz-bucket-region")
+
+    def _answer(self, path: str, headers: dict[str, str]) -> tuple[Connection, Answer] | None:
+        """The head of the answer to one signed GET, on a kept-alive connection (a fresh one
+        where the server had closed it), or None for none (a failed connection, a header that
+        cannot be sent: an ETag with a line break)."""
+        while True:
+            conn, reused = self._connection()
+            self.requests += 1
+            try:
+                conn.send("GET", path, headers)
+                return conn, conn.answer()
+            except OSError:
+                conn.close()
+                if reused:
+                    continue  # a kept-alive connection the server had closed: try a fresh one
+                return None
+            except ValueError:
+                self._release(conn)
+                return None
 
     def get_many(self, items: list[getmany.Wanted], landed: Callable[[getmany.Wanted, bytes], None],
                  in_flight: int, stop: Callable[[], bool] | None = None) -> list[getmany.Wanted]:
@@ -456,21 +510,10 @@ class DirectGet(DirectS3):
                progress: Callable[[int], None] | None) -> int | tuple[int | None, str | None]:
         """One signed GET: the bytes written, or (the status, or None for no answer; the region
         the store names, if it does)."""
-        while True:
-            conn, reused = self._connection()
-            self.requests += 1
-            try:
-                conn.send("GET", path, headers)
-                answer = conn.answer()
-            except OSError:
-                conn.close()
-                if reused:
-                    continue  # a kept-alive connection the server had closed: try a fresh one
-                return None, None
-            except ValueError:  # a header that cannot be sent (an ETag with a line break)
-                self._release(conn)
-                return None, None
-            break
+        got = self._answer(path, headers)
+        if got is None:
+            return None, None
+        conn, answer = got
         try:
             ok = answer.status == 206 if length is not None else answer.status == 200
             if length is not None and answer.status == 200 and offset == 0:
@@ -634,7 +677,9 @@ def for_s3fs(fs: Any, bucket: str, kind: type[Client] = DirectPut) -> Client | N
     except Exception:  # noqa: BLE001
         return None
     timeout = float(getattr(config, "read_timeout", None) or 60)
-    return kind(parts.scheme, parts.netloc, parts.path[:-len(PROBE_KEY)], region, credentials, context, timeout)
+    connect = float(getattr(config, "connect_timeout", None) or timeout)
+    return kind(parts.scheme, parts.netloc, parts.path[:-len(PROBE_KEY)], region, credentials, context, timeout,
+                connect_timeout=connect)
 
 
 async def _awaited(value: Any) -> Any:

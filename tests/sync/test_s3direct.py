@@ -332,3 +332,79 @@ def test_a_listing_that_names_folders_outside_the_prefix_is_no_answer() -> None:
         direct.close()
         server.shutdown()
         server.server_close()
+
+
+def test_state_is_read_by_one_lean_get_and_s3fs_answers_when_the_shortcut_cannot(
+        workdir: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    import time
+
+    for name in ODD_NAMES:
+        write(workdir, name, name.encode() * 3)
+    engine = make_engine(workdir, store_url=s3_url)
+    assert engine.sync().ok
+    backend = _backend(engine)
+    backend.write_bytes("ws/.gpuws/state.json", b'{"a": 1}')
+    reader = backend.direct_get()
+    assert reader is not None
+    assert reader._connect_timeout == 5  # the store's own connect timeout, not its 60 s for an answer
+    fetched, requests = reader.fetched, reader.requests
+    assert backend.read_bytes("ws/.gpuws/state.json") == b'{"a": 1}'
+    for name in ODD_NAMES:
+        assert backend.read_bytes(f"ws/files/{name}") == bucket_read(s3_env, s3_url, f"ws/files/{name}")
+    assert reader.fetched == fetched + 1 + len(ODD_NAMES)
+    # A missing key is one request (s3fs asks twice: the object, then whether it is a folder).
+    requests = reader.requests
+    assert backend.read_bytes("ws/.gpuws/missing.json") is None
+    assert backend.read_bytes("ws/.gpuws") is None  # a folder is no object
+    assert reader.requests == requests + 2
+
+    # Larger than the shortcut reads: no answer from it, and not held against it.
+    key = s3_url.split(f"s3://{S3_BUCKET}/", 1)[1] + "/ws/.gpuws/state.json"
+    assert reader.read(key, limit=4) is None
+    assert reader._failures == 0 and not reader.resting()
+
+    # Refused (stale credentials), then resting: s3fs reads, and says what is missing.
+    reader._fetch_credentials = lambda: Credentials("wrong-key", "wrong-secret")
+    reader.forget_credentials()
+    assert backend.read_bytes("ws/.gpuws/state.json") == b'{"a": 1}'
+    assert backend.read_bytes("ws/.gpuws/missing.json") is None
+    assert reader._failures == 2
+    reader._paused_until = time.monotonic() + 60
+    requests = reader.requests
+    assert backend.read_bytes("ws/.gpuws/state.json") == b'{"a": 1}'
+    assert backend.read_bytes("ws/.gpuws/missing.json") is None
+    assert reader.requests == requests
+
+
+def test_a_store_that_drops_connection_attempts_is_given_up_on_after_the_connect_timeout() -> None:
+    import socket
+    import time
+
+    from jupyter_gpu_ws.sync.getmany import Wanted
+    from jupyter_gpu_ws.sync.s3direct import DirectGet
+
+    # A listener whose accept queue is full: the kernel drops further connection attempts, as
+    # for a store behind a network that lost its route.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        fillers.append(filler)
+    time.sleep(0.2)
+    direct = DirectGet("http", f"127.0.0.1:{port}", "/bucket/", "us-east-1", lambda: Credentials("AKID", "secret"),
+                       timeout=120.0, connect_timeout=0.5)
+    try:
+        started = time.monotonic()
+        assert direct.read("ws/.gpuws/state.json") is None  # the caller asks s3fs, with its own retries
+        wanted = [Wanted(f"ws/files/{i}.txt", None) for i in range(3)]
+        assert direct.get_many(wanted, lambda item, body: None, in_flight=3) == wanted  # all given back
+        assert time.monotonic() - started < 30  # not the 120 s a silent answer is waited for
+    finally:
+        direct.close()
+        for sock in [*fillers, listener]:
+            sock.close()
