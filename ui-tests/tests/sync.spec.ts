@@ -107,3 +107,51 @@ test.describe('Sync, pending files', () => {
     await expect(toggle).toHaveCount(0);
   });
 });
+
+test.describe('Sync, another runtime took the lease', () => {
+  test('says who writes, counts down, takes over by itself once that one stops, then uploads what waited', async ({
+    page
+  }) => {
+    await openPanel(page);
+    const summary = page.locator(PANEL).getByTestId('gpuws-sync-summary');
+    await expect(summary).toContainText(/All saved|Nothing synced/, { timeout: 20000 });
+    // A runtime on another machine takes the lease over (as the panel's Take over does), then
+    // dies: its heartbeat stays where it was, the lease runs out 25 s later.
+    const lease = path.join(STORE_BASE, 'gpuws-ui-store', 'ui-tests', '.gpuws', 'lease.json');
+    const now = Date.now() / 1000;
+    const theirs = { holder: 'ui-test-other', host: 'spot-vm-2', pid: 4242, user: 'ana', ttl: 20 };
+    fs.writeFileSync(
+      `${lease}.ui-test`,
+      JSON.stringify({ ...theirs, acquired: now, heartbeat: now, expires: now + 25 })
+    );
+    fs.renameSync(`${lease}.ui-test`, lease);
+
+    const readOnly = page.locator(PANEL).getByTestId('gpuws-read-only');
+    await expect(readOnly).toContainText('ana@spot-vm-2 (pid 4242) writes this workspace.', { timeout: 15000 });
+    await expect(page.getByTestId('gpuws-status-sync')).toHaveText('read-only');
+    await expect(summary).toContainText('Read-only: ana@spot-vm-2 writes; taking over in');
+    const left = async (): Promise<number> => {
+      const found = /in (\d+) s at the latest/.exec(await readOnly.innerText());
+      expect(found, await readOnly.innerText()).not.toBeNull();
+      return Number(found![1]);
+    };
+    const first = await left();
+    expect(first).toBeGreaterThan(2);
+    expect(first).toBeLessThanOrEqual(25);
+    await page.locator(PANEL).screenshot({ path: test.info().outputPath('read-only.png') });
+    // A file written meanwhile waits: nothing is written to the store without the lease.
+    fs.writeFileSync(path.join(ROOT, 'while-read-only.txt'), 'written while another runtime held the lease\n');
+    await page.waitForTimeout(2500);
+    expect(await left()).toBeLessThan(first); // a live countdown
+    expect(fs.existsSync(path.join(STORE, 'while-read-only.txt'))).toBe(false);
+
+    // Their lease runs out: this runtime takes over without a click and uploads what waited.
+    await expect(readOnly).toHaveCount(0, { timeout: 40000 });
+    await expect(summary).toContainText('All saved', { timeout: 30000 });
+    expect(fs.readFileSync(path.join(STORE, 'while-read-only.txt'), 'utf8')).toBe(
+      'written while another runtime held the lease\n'
+    );
+    const holder = JSON.parse(fs.readFileSync(lease, 'utf8'));
+    expect(holder.host).not.toBe('spot-vm-2');
+  });
+});
