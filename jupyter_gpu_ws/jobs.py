@@ -44,6 +44,9 @@ class Job:
             "id": self.id,
             "kind": self.kind,
             "state": self.state,
+            # Cancelled while a step that cannot stop midway finishes (a checkpoint, a browser's
+            # save): no further step starts.
+            "cancelling": self.state == "running" and self.cancel_event.is_set(),
             "started": self.started,
             "finished": self.finished,
             "steps": [vars(step) for step in self.steps],

@@ -198,6 +198,8 @@ export interface IJob {
   id: string;
   kind: 'persist' | 'restore' | 'env-snapshot' | 'env-restore';
   state: 'running' | 'done' | 'failed' | 'cancelled';
+  /** Cancelled, while a step that cannot stop midway finishes: no further step starts. */
+  cancelling?: boolean;
   started: number;
   finished: number | null;
   steps: Array<{ name: string; state: string; detail: string | null }>;

@@ -130,7 +130,9 @@ export class SyncModel extends PolledModel {
       this.job = job;
       this._changed.emit();
       const p = job.progress;
-      if (job.state === 'running' && p.files_total) {
+      if (job.state === 'running' && job.cancelling) {
+        Notification.update({ id: note, message: 'Cancelling the persist once its current step ends…' });
+      } else if (job.state === 'running' && p.files_total) {
         Notification.update({ id: note, message: `Persisting: ${progressText(p)}` });
       }
     }
@@ -178,7 +180,11 @@ export class SyncModel extends PolledModel {
   async cancel(jobId?: string): Promise<void> {
     const id = jobId ?? (this.job?.state === 'running' ? this.job.id : null);
     if (id) {
-      await requestAPI<IJob>(`persist/${id}`, { method: 'DELETE' });
+      const job = await requestAPI<IJob>(`persist/${id}`, { method: 'DELETE' });
+      if (this.job?.id === job.id) {
+        this.job = job; // "cancelling" at once, not at the next look
+        this._changed.emit();
+      }
     }
   }
 
@@ -348,6 +354,9 @@ export function syncWord(sync: SyncModel): { text: string; title: string; level:
   }
   const title = status.last_error ?? status.read_only_reason ?? syncSummary(status, Date.now() / 1000);
   const job = sync.currentPersist;
+  if (job?.state === 'running' && job.cancelling) {
+    return { text: words.cancelling, title: 'Cancelling the persist once its current step ends', level: 'pending' };
+  }
   if (job?.state === 'running') {
     const p = job.progress;
     const share = p.bytes_total ? Math.floor((100 * p.bytes_done) / p.bytes_total) : null;

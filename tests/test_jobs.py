@@ -29,13 +29,16 @@ def test_a_job_asked_again_is_joined_but_a_cancelled_one_still_in_its_step_is_no
 
     first = runner.start("persist", [("stuck", stuck), ("then", then)])
     assert runner.start("persist", [("stuck", stuck), ("then", then)]) is first  # joined
-    first.cancel_event.set()
+    assert first.to_dict()["cancelling"] is False
+    runner.cancel(first.id)
+    assert first.to_dict()["state"] == "running" and first.to_dict()["cancelling"] is True
     second = runner.start("persist", [("then", then)])
     assert second is not first  # a cancelled job starts no further step: a new one does the work
     _until(lambda: second.state == "done")
     assert first.state == "running"  # still in its step
     release.set()
     _until(lambda: first.state == "cancelled")
+    assert first.to_dict()["cancelling"] is False
     assert [s.state for s in first.steps] == ["done", "skipped"]
     assert ran == [f"{second.id}:then", f"{first.id}:stuck"]
 

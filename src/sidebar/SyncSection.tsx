@@ -98,12 +98,18 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           testId="gpuws-sync-progress"
         />
       )}
-      {savingDocuments && (
+      {savingDocuments && !job?.cancelling && (
         <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-persist-documents">
           Saving the open documents…
         </div>
       )}
-      {running && job && !savingDocuments && (
+      {running && job?.cancelling && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-persist-cancelling">
+          Cancelling: the persist stops after its current step ({stepWords(job)}). What is uploaded stays
+          uploaded.
+        </div>
+      )}
+      {running && job && !savingDocuments && !job.cancelling && (
         <Bar
           label="Persisting"
           value={progressShare(job.progress)}
@@ -289,6 +295,20 @@ function pendingLinkText(status: ISyncStatus | null): string {
 
 function storeUsage(status: ISyncStatus): number {
   return (status.store_bytes ?? 0) + (status.versions_bytes ?? 0);
+}
+
+const STEP_WORDS: { [step: string]: string } = {
+  documents: 'saving the open documents',
+  checkpoints: 'the tracked notebooks’ checkpoints',
+  environment: 'the environment snapshot',
+  git: 'the Git commit',
+  sync: 'the upload'
+};
+
+/** The persist's step still running, in words: what a cancel waits for. */
+function stepWords(job: IJob): string {
+  const step = job.steps.find(s => s.state === 'running');
+  return step ? STEP_WORDS[step.name] ?? step.name : 'the current step';
 }
 
 function progressShare(p: IJob['progress']): number | null {

@@ -78,7 +78,11 @@ export function defaultSections(m: IPanelModels, options: () => IPanelOptions): 
         const job = m.sync.currentPersist;
         return job?.state === 'running' ? (
           <ActionButton
-            action={{ enabled: true, tooltip: 'Cancel the persist: what is uploaded stays uploaded' }}
+            action={
+              job.cancelling
+                ? { enabled: false, tooltip: 'Cancelling: the persist stops once its current step ends' }
+                : { enabled: true, tooltip: 'Cancel the persist: what is uploaded stays uploaded' }
+            }
             icon={stopIcon}
             onClick={() => void m.sync.cancel(job.id)}
             testId="gpuws-persist-cancel"

@@ -155,3 +155,50 @@ test.describe('Sync, another runtime took the lease', () => {
     expect(holder.host).not.toBe('spot-vm-2');
   });
 });
+
+test.describe('Sync, a cancelled persist', () => {
+  test('says "cancelling" while its step ends, then "cancelled"', async ({ page }) => {
+    await page.notebook.createNew();
+    // A training loop in a long step: the persist's checkpoint waits for its next step().
+    await page.notebook.setCell(
+      0,
+      'code',
+      [
+        '%load_ext jupyter_gpu_ws',
+        'import time, torch, jupyter_gpu_ws as gpuws',
+        'model = torch.nn.Linear(8, 2)',
+        'gpuws.track(model=model)',
+        'gpuws.step(0)',
+        'time.sleep(12)',
+        'gpuws.step(1)'
+      ].join('\n')
+    );
+    await page.evaluate(() => {
+      void (window as any).jupyterapp.commands.execute('notebook:run-cell');
+    });
+    await openPanel(page);
+    await expect(page.locator(PANEL).getByTestId('gpuws-checkpoint-kernel')).toHaveCount(1, { timeout: 20000 });
+    await page.locator(PANEL).getByTestId('gpuws-persist').click();
+    await expect(page.locator(PANEL).getByTestId('gpuws-persist-progress')).toBeVisible({ timeout: 10000 });
+
+    const cancel = page.locator(PANEL).getByTestId('gpuws-persist-cancel');
+    await cancel.click();
+    const cancelling = page.locator(PANEL).getByTestId('gpuws-persist-cancelling');
+    await expect(cancelling).toContainText(
+      'Cancelling: the persist stops after its current step (the tracked notebooks’ checkpoints).'
+    );
+    await expect(page.getByTestId('gpuws-status-sync')).toHaveText('cancelling');
+    await expect(cancel).toHaveAttribute('aria-disabled', 'true');
+    await expect(page.locator(PANEL).getByTestId('gpuws-persist-progress')).toHaveCount(0);
+    await page.locator(PANEL).screenshot({ path: test.info().outputPath('cancelling.png') });
+
+    // The loop's next step saves the checkpoint; then the persist stops, its sync skipped.
+    await expect(page.locator('.Toastify__toast', { hasText: 'Persist cancelled' })).toHaveCount(1, {
+      timeout: 30000
+    });
+    await expect(cancelling).toHaveCount(0);
+    await expect(cancel).toHaveCount(0);
+    await expect(page.getByTestId('gpuws-status-sync')).not.toHaveText('cancelling');
+    await page.notebook.close(true);
+  });
+});
