@@ -310,6 +310,10 @@ export function syncSummary(status: ISyncStatus | null, now: number): string {
   if (status.state === 'syncing' || status.progress) {
     return 'Syncing…';
   }
+  if (status.persist?.state === 'running') {
+    // Not "all saved" yet: the persist's checkpoints, snapshot and commit are still to come.
+    return status.persist.cancelling ? 'Cancelling the persist…' : 'Persisting…';
+  }
   if (status.last_sync) {
     return status.store_same_disk
       ? `Copied to this machine's disk ${formatAge(now - status.last_sync)} ago, not saved elsewhere`

@@ -188,6 +188,8 @@ test.describe('Sync, a cancelled persist', () => {
       'Cancelling: the persist stops after its current step (the tracked notebooks’ checkpoints).'
     );
     await expect(page.getByTestId('gpuws-status-sync')).toHaveText('cancelling');
+    // Not "All saved" while the checkpoint the persist waits for is still to come.
+    await expect(page.locator(PANEL).getByTestId('gpuws-sync-summary')).toHaveText('Cancelling the persist…');
     await expect(cancel).toHaveAttribute('aria-disabled', 'true');
     await expect(page.locator(PANEL).getByTestId('gpuws-persist-progress')).toHaveCount(0);
     await page.locator(PANEL).screenshot({ path: test.info().outputPath('cancelling.png') });
