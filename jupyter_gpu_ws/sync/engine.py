@@ -33,6 +33,7 @@ from .errors import (
     DeletionGuardError,
     LeaseCorruptError,
     LeaseHeldError,
+    LocalDiskFullError,
     LocalFileError,
     QuotaExceededError,
     StoreConfigError,
@@ -392,13 +393,13 @@ class SyncEngine:
                             self.flush()
                         elif self.backend.unflushed() or self.index.unflushed_mark():
                             self._flush_soon()
-            except SyncError as err:
-                self.state, self.last_error = ("read-only" if self.read_only else "error"), str(err)
+            except Exception as err:
                 if paths:  # not done: the watcher's news must not be lost with this pass
                     with self._dirty_lock:
                         self._dirty.update(paths)
-                raise
-            except Exception as err:
+                if isinstance(err, SyncError):
+                    self.state, self.last_error = ("read-only" if self.read_only else "error"), str(err)
+                    raise
                 self.state, self.last_error = "error", f"Sync failed: {err}"
                 log.exception("Sync pass failed")
                 raise SyncError(self.last_error) from err
@@ -667,7 +668,8 @@ class SyncEngine:
                     with lock:
                         report.errors.append(str(err))
                         failed_folders.add(f.path.rpartition("/")[0])
-                    if isinstance(err, (StoreFullError, LeaseHeldError)) or self.store_down is not None:
+                    if (isinstance(err, (StoreFullError, LocalDiskFullError, LeaseHeldError))
+                            or self.store_down is not None):
                         with lock:
                             report.stopped = report.stopped or str(err)
                         stop.set()

@@ -19,6 +19,11 @@ class StoreFullError(SyncError):
     """The store's disk is full."""
 
 
+class LocalDiskFullError(SyncError):
+    """This machine's own disk is full where the sync needs room (the encrypted copy of a file
+    to send): nothing of that file was sent."""
+
+
 class WorkdirError(SyncError):
     """The work directory is missing or unreadable; nothing is deleted because of it."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -341,3 +342,44 @@ def test_encrypted_names_leave_no_plaintext_segment_in_the_listing(
     report = crypt_engine(fresh, names=True, state="state2").restore()
     assert not report.errors
     assert tree_files(fresh) == {"projects/secret-plan/notes.md": b"a2", "projects/secret-plan/model.pt": b"b"}
+
+
+def _fills_the_disk(master: bytes, binding: bytes, src: int, dst: int, size: int, *args: Any, **kwargs: Any) -> int:
+    os.write(dst, b"\0" * 4096)  # some of the ciphertext lands, then the disk is full
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_a_full_disk_under_encryption_is_a_clear_error_nothing_is_half_written_and_it_heals(
+        workdir: Path, store_dir: Path, s3_url: str, crypt_engine: Callable[..., SyncEngine], store: str) -> None:
+    # To a local folder the file is encrypted straight into the store's disk; to S3 into a
+    # scratch copy on this machine's disk. Either disk filling up is said as such.
+    large = os.urandom(2 * fmt.SEGMENT + 5)
+    write(workdir, "data/big.bin", large)
+    write(workdir, "notes.md", b"my notes")
+    engine = crypt_engine(workdir, **({"store_url": s3_url} if store == "s3" else {}))
+    original, fmt.encrypt_file = fmt.encrypt_file, _fills_the_disk  # type: ignore[assignment]
+    try:
+        report = engine.sync()
+    finally:
+        fmt.encrypt_file = original
+    said = "The store's disk is full" if store == "local" else "This machine's disk is full: no room in"
+    assert report.errors and said in report.errors[0] and report.uploaded == []
+    assert engine.status()["state"] == "error" and said in (engine.status()["last_error"] or "")
+    assert engine.pending()[0] == 2
+    first = engine.pending_list(5)["files"][0]
+    assert first["state"] == "failing" and said in first["error"]
+    assert engine.index.get("notes.md") is None and engine.index.get("data/big.bin") is None  # nothing recorded
+    if store == "local":
+        assert not stored_objects(store_dir)  # no object, and no temporary name left behind
+        assert not [p for p in store_dir.rglob("*") if p.name.endswith(".gpuws-part")]
+    else:
+        assert not engine.store.list_files()
+
+    assert engine.sync().ok  # the disk has room again: the next pass sends both
+    assert engine.pending() == (0, 0)
+    got = workdir.parent / "fresh"
+    got.mkdir()
+    other = crypt_engine(got, state="state-fresh", **({"store_url": s3_url} if store == "s3" else {}))
+    assert not other.restore().errors
+    assert tree_files(got) == {"data/big.bin": large, "notes.md": b"my notes"}

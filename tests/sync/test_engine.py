@@ -17,6 +17,7 @@ from jupyter_gpu_ws.sync import (
     LocalBackend,
     StoreConfigError,
     SyncEngine,
+    SyncError,
     WorkdirError,
 )
 from jupyter_gpu_ws.sync.backend import PART_SUFFIX
@@ -536,3 +537,24 @@ def test_the_record_keeps_when_the_last_pass_ended_even_with_nothing_to_send(wor
     assert engine.sync().ok  # nothing changed, yet it is a sync: `jupyter gpuws status` says so
     assert engine.last_sync is not None and engine.last_sync > sent_at
     assert engine.index.last_pass() == engine.last_sync
+
+
+def test_a_pass_that_fails_on_something_unforeseen_keeps_the_watchers_news(workdir: Path, store_dir: Path,
+                                                                          make_engine: Make) -> None:
+    class Broken(LocalBackend):
+        broken = True
+
+        def put(self, local: str, key: str, *args: Any, **kwargs: Any) -> int:
+            if self.broken:
+                raise RuntimeError("a bug in a backend")
+            return super().put(local, key, *args, **kwargs)
+
+    backend = Broken(str(store_dir))
+    engine = make_engine(workdir, backend=backend)
+    write(workdir, "a.txt", "a")
+    with pytest.raises(SyncError, match="Sync failed: a bug in a backend"):
+        engine.sync(["a.txt"])
+    assert engine.status()["state"] == "error"
+    backend.broken = False
+    # What the watcher had noticed comes with the next pass, not an hour later with the rescan.
+    assert engine.sync(engine.take_dirty()).uploaded == ["a.txt"]

@@ -15,6 +15,7 @@ raises IntegrityError, naming the file, and the caller discards what it wrote.
 from __future__ import annotations
 
 import base64
+import errno
 import logging
 import os
 import tempfile
@@ -29,7 +30,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ...diskio import pwrite_all
 from ..backend import Backend, RemoteFile, SourceChangedError
-from ..errors import LocalFileError, StoreConfigError, SyncError
+from ..errors import LocalDiskFullError, LocalFileError, StoreConfigError, SyncError
 from . import format as fmt
 from . import keys
 from .keys import CIPHER
@@ -248,11 +249,21 @@ class EncryptedBackend:
             raise
         except OSError as err:
             raise LocalFileError(f"cannot be read: {err.strerror or err}") from None
-        scratch = _scratch_file(self.scratch)
+        try:
+            scratch = _scratch_file(self.scratch)
+        except OSError as err:
+            os.close(src)
+            if err.errno in DISK_FULL:
+                raise self._disk_full(key) from err
+            raise
         try:
             try:
                 size = os.fstat(src).st_size
                 read = fmt.encrypt_file(self._master, binding, src, scratch, size)
+            except OSError as err:
+                if err.errno in DISK_FULL:  # writing the copy: reading the file never says so
+                    raise self._disk_full(key) from err
+                raise
             finally:
                 os.close(src)
             if read != size:
@@ -273,6 +284,11 @@ class EncryptedBackend:
         finally:
             os.close(scratch)
         return size
+
+    def _disk_full(self, key: str) -> LocalDiskFullError:
+        where = self.scratch or tempfile.gettempdir()
+        return LocalDiskFullError(f"This machine's disk is full: no room in {where} for the encrypted copy of "
+                                  f"{_shown(key, self.workspace)} to send")
 
     def write_bytes(self, key: str, data: bytes) -> None:
         stored, binding = self._map(key)
@@ -465,6 +481,9 @@ class EncryptedBackend:
 
     def close(self) -> None:
         self.inner.close()
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _shown(key: str, workspace: str) -> str:
