@@ -7,6 +7,9 @@ import { formatBytes, formatClock } from './format';
 import { ago, count, fill, span, WORDS } from './vocabulary';
 
 /** What to do when the store is a folder on the work directory's own disk. */
+/** What a cancelled persist does until the step under way ends (a checkpoint, a browser's save). */
+export const CANCELLING = 'Cancelling: the persist stops once its current step ends';
+
 export const LOCAL_STORE_ADVICE =
   'The store is a folder on this machine\'s own disk, so it goes with the machine. Set GPUWS_STORE ' +
   '(or c.GpuWorkspace.store_url) to a store that outlives it: s3://bucket/prefix, gs://…, or a mounted drive.';
@@ -131,7 +134,7 @@ export class SyncModel extends PolledModel {
       this._changed.emit();
       const p = job.progress;
       if (job.state === 'running' && job.cancelling) {
-        Notification.update({ id: note, message: 'Cancelling the persist once its current step ends…' });
+        Notification.update({ id: note, message: `${CANCELLING}…` });
       } else if (job.state === 'running' && p.files_total) {
         Notification.update({ id: note, message: `Persisting: ${progressText(p)}` });
       }
@@ -359,7 +362,7 @@ export function syncWord(sync: SyncModel): { text: string; title: string; level:
   const title = status.last_error ?? status.read_only_reason ?? syncSummary(status, Date.now() / 1000);
   const job = sync.currentPersist;
   if (job?.state === 'running' && job.cancelling) {
-    return { text: words.cancelling, title: 'Cancelling the persist once its current step ends', level: 'pending' };
+    return { text: words.cancelling, title: CANCELLING, level: 'pending' };
   }
   if (job?.state === 'running') {
     const p = job.progress;

@@ -72,6 +72,10 @@ class FsspecBackend:
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
 
+    def _in_bucket(self, key: str) -> str:
+        """The key of `key` within the bucket (S3's lean requests name objects so)."""
+        return self._path(key).partition("/")[2]
+
     def direct_put(self) -> s3direct.DirectPut | None:
         """The lean PUT for small files where the store is a plain S3 bucket, else None."""
         if not self._direct_ready:
@@ -117,7 +121,7 @@ class FsspecBackend:
                     raise SourceChangedError(key)
                 md5 = hashlib.md5(data).digest()
                 direct = self.direct_put()
-                if direct is not None and direct.put(target.partition("/")[2], data, md5):
+                if direct is not None and direct.put(self._in_bucket(key), data, md5):
                     if progress:
                         progress(size)
                     return size  # stored, and its ETag is the MD5 of what was sent
@@ -275,7 +279,7 @@ class FsspecBackend:
         reader = self.direct_get()
         if reader is None:
             return None
-        wanted = [Wanted(self._path(key).partition("/")[2], etag, token) for key, etag, token in items]
+        wanted = [Wanted(self._in_bucket(key), etag, token) for key, etag, token in items]
         left = reader.get_many(wanted, lambda item, body: landed(item.token, body), in_flight, stop)
         return [item.token for item in left]
 
@@ -289,7 +293,7 @@ class FsspecBackend:
         reader = self.direct_get()
         if reader is not None:
             try:
-                got = reader.get(path.partition("/")[2], fd, offset, length, etag, progress)
+                got = reader.get(self._in_bucket(key), fd, offset, length, etag, progress)
             except s3direct.ChangedInStoreError:
                 raise ChangedInStoreError(f"{key} changed in the store while it was being fetched") from None
             except s3direct.ChecksumMismatchError:
@@ -344,7 +348,7 @@ class FsspecBackend:
     def list(self, prefix: str) -> Iterator[RemoteFile]:
         base = self._path(prefix)
         reader = self.direct_get()
-        listed = reader.list(base.partition("/")[2].rstrip("/") + "/") if reader is not None else None
+        listed = reader.list(self._in_bucket(prefix).rstrip("/") + "/") if reader is not None else None
         if listed is not None:  # on plain S3: one lean signed request per 1,000 objects
             start = len(self.root.partition("/")[2]) + 1 if "/" in self.root else 0
             for key, size, mtime, etag in listed:
@@ -399,7 +403,7 @@ class FsspecBackend:
         reader = self.direct_get()
         if reader is not None:  # on plain S3: one lean GET (through s3fs, a missing key costs two requests)
             try:
-                data = reader.read(self._path(key).partition("/")[2])
+                data = reader.read(self._in_bucket(key))
             except FileNotFoundError:
                 return None
             if data is not None:

@@ -10,7 +10,7 @@ import { snapshotIcon } from '../icons';
 import { MetricsModel } from '../metrics';
 import { RuntimeModel, runtimeWord } from '../runtime';
 import { gpuSummary } from '../statusbar';
-import { SyncModel, syncWord } from '../sync';
+import { CANCELLING, SyncModel, syncWord } from '../sync';
 import { count, percentText, usage, WORDS } from '../vocabulary';
 import { CheckpointsSection } from './CheckpointsSection';
 import { EnvironmentSection } from './EnvironmentSection';
@@ -80,7 +80,7 @@ export function defaultSections(m: IPanelModels, options: () => IPanelOptions): 
           <ActionButton
             action={
               job.cancelling
-                ? { enabled: false, tooltip: 'Cancelling: the persist stops once its current step ends' }
+                ? { enabled: false, tooltip: CANCELLING }
                 : { enabled: true, tooltip: 'Cancel the persist: what is uploaded stays uploaded' }
             }
             icon={stopIcon}

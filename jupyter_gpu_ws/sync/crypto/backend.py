@@ -249,19 +249,14 @@ class EncryptedBackend:
             raise
         except OSError as err:
             raise LocalFileError(f"cannot be read: {err.strerror or err}") from None
-        try:
-            scratch = _scratch_file(self.scratch)
-        except OSError as err:
-            os.close(src)
-            if err.errno in DISK_FULL:
-                raise self._disk_full(key) from err
-            raise
+        scratch = -1
         try:
             try:
+                scratch = _scratch_file(self.scratch)
                 size = os.fstat(src).st_size
                 read = fmt.encrypt_file(self._master, binding, src, scratch, size)
             except OSError as err:
-                if err.errno in DISK_FULL:  # writing the copy: reading the file never says so
+                if err.errno in DISK_FULL:  # making or writing the copy: reading the file never says so
                     raise self._disk_full(key) from err
                 raise
             finally:
@@ -282,7 +277,8 @@ class EncryptedBackend:
             self._forget(stored)
             self.inner.put(f"/proc/self/fd/{scratch}", stored, scaled, check, flush_soon)
         finally:
-            os.close(scratch)
+            if scratch >= 0:
+                os.close(scratch)
         return size
 
     def _disk_full(self, key: str) -> LocalDiskFullError:
