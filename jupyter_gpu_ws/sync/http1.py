@@ -16,7 +16,10 @@ import socket
 import ssl
 import struct
 from dataclasses import dataclass, field
+from typing import Callable
 from urllib.parse import urlsplit
+
+from . import splice
 
 # An answer's status line and headers together, at most (http.client allows 100 headers of 64 KiB).
 MAX_HEAD = 64 << 10
@@ -162,6 +165,19 @@ class Connection:
         assert self.sock is not None, "read before a request"
         try:
             return self.sock.recv_into(view, len(view))
+        except BlockingIOError:
+            raise _timed_out() from None
+
+    def splice_into(self, fd: int, offset: int, count: int, told: Callable[[int], None] | None,
+                    every: int) -> tuple[int, bool]:
+        """Up to `count` bytes of the body from the socket straight into `fd` at `offset`
+        (sync/splice.py), once the bytes already received are read: the bytes written, and
+        whether splicing went on to the end or the connection's end; (n, False): the rest is
+        for `readinto`. Only on a plain TCP socket whose timeout the kernel keeps."""
+        if self._held or self._context is not None or self.sock is None or self.sock.gettimeout() is not None:
+            return 0, False
+        try:
+            return splice.socket_into_file(self.sock.fileno(), fd, offset, count, told, every)
         except BlockingIOError:
             raise _timed_out() from None
 

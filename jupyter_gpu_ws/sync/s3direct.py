@@ -594,8 +594,10 @@ _buffers: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
 def _body_into(conn: Connection, answer: Answer, fd: int, offset: int, md5: Any,
                progress: Callable[[int], None] | None) -> int:
     """Write the answer's body (answer.length bytes) into `fd` from `offset`: a small body
-    whole, a larger one as it arrives, through a small reused buffer, one read of the socket
-    per chunk once the bytes received with the head are written."""
+    whole; a larger one as it arrives, the bytes received with the head first, then straight
+    from the socket into the file where the kernel can (Connection.splice_into: one copy, none
+    through this process), else through a small reused buffer, one read of the socket per
+    chunk. Progress is told every PROGRESS_EVERY bytes or so."""
     left = answer.length or 0
     if left <= SMALL_BODY:
         data = conn.read_body(answer, SMALL_BODY)
@@ -612,7 +614,17 @@ def _body_into(conn: Connection, answer: Answer, fd: int, offset: int, md5: Any,
     try:
         written = 0
         untold = 0
+        direct = md5 is None  # a body whose MD5 is checked on the way passes through here
         while written < left:
+            if direct and not conn.held():
+                if progress is not None and untold:
+                    progress(untold)
+                    untold = 0
+                moved, direct = conn.splice_into(fd, offset + written, left - written, progress, PROGRESS_EVERY)
+                written += moved
+                if direct:
+                    break  # all of it, or the connection closed before its end
+                continue
             n = conn.readinto(buffer[:min(len(buffer), left - written)])
             if not n:
                 break
