@@ -2,11 +2,10 @@
 
 recv and pwrite copy every byte twice: from the socket's buffers into this process, then into
 the file's page cache. splice(2) hands the socket's pages to a pipe and copies them once, into
-the page cache, with no Python work per chunk. Measured on a restore of 4 x 512 MiB from
-SeaweedFS on two cores (with 20 ms of round trip), the engine's CPU went from 1.3 s (0.3 s
-user, 1.0 s system) to 1.15 s (0.3 s, 0.85 s), below `s5cmd cp`'s 1.35 s (0.15 s, 1.2 s); on
-a machine the store and the client share, that is time the copy gets back
-(docs/benchmarks.md).
+the page cache, with no Python work per chunk. Measured by bench/restore_bench.py on a
+restore of 4 x 512 MiB from SeaweedFS on two cores, the engine's CPU went from 1.18 s to
+0.92 s (1.36 s to 1.00 s with 20 ms of round trip), below `s5cmd cp`'s 1.2-1.4 s; on a
+machine the store and the client share, that is time the copy gets back (docs/benchmarks.md).
 
 Only for a plain TCP socket (TLS keeps its bytes in the process) and a file that takes a
 splice; where the kernel says it cannot (`EINVAL` and kin: a file system without splice
