@@ -40,7 +40,7 @@ def socket_into_file(sock: int, fd: int, offset: int, count: int,
                      told: Callable[[int], None] | None, every: int) -> tuple[int, bool]:
     """Move up to `count` bytes from the connected socket `sock` into `fd` at `offset` (never
     more: a kept-alive connection's next answer stays in the socket). `told(n)` after each
-    `every` bytes are in the file, and for the rest at the end (it may raise: the move
+    `every` bytes are in the file (every > 0; else once, at the end), and for the rest at the end (it may raise: the move
     stops there). Returns the bytes written and whether splicing went on to the end: (n,
     False) means the kernel cannot splice this pair, and bytes from offset + n are still to
     come by other means. Fewer than `count` with True: the connection closed first.
@@ -49,6 +49,7 @@ def socket_into_file(sock: int, fd: int, offset: int, count: int,
     on a socket whose timeout the kernel keeps; a full disk raises as pwrite would."""
     if not ENABLED:
         return 0, False
+    every = every if every > 0 else count
     pipe = _pipe()
     if pipe is None:
         return 0, False
@@ -105,6 +106,8 @@ def _drain(r: int, fd: int, offset: int, n: int) -> bool:
                     raise
                 while done < n:
                     data = os.read(r, n - done)
+                    if not data:
+                        raise OSError(errno.EIO, "a pipe gave back fewer bytes than it was given") from err
                     pwrite_all(fd, data, offset + done)
                     done += len(data)
                 return False
