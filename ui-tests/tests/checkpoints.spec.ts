@@ -16,9 +16,8 @@ test('lists a training notebook, and Checkpoint now updates it', async ({ page }
       'model = torch.nn.Linear(64, 8)',
       'opt = torch.optim.Adam(model.parameters())',
       'gpuws.track(model=model, optimizer=opt)',
-      'for i in range(5):',
-      '    opt.zero_grad(); model(torch.randn(4, 64)).sum().backward(); opt.step()',
-      '    gpuws.step(i)'
+      // One line: typed into the editor, an indented line can get the editor's own indent too.
+      'for i in range(5): opt.zero_grad(); model(torch.randn(4, 64)).sum().backward(); opt.step(); gpuws.step(i)'
     ].join('\n')
   );
   await page.notebook.run();

@@ -30,10 +30,10 @@ test('a tracked loop shows at the top of the panel, and its curve in the dashboa
       'model = torch.nn.Linear(64, 8)',
       'opt = torch.optim.Adam(model.parameters())',
       `gpuws.track(model=model, optimizer=opt, total_steps=${total})`,
-      'for i in range(300):',
-      '    opt.zero_grad(); loss = model(torch.randn(4, 64)).pow(2).mean(); loss.backward(); opt.step()',
-      '    gpuws.step(i, loss=loss)',
-      '    time.sleep(0.02)'
+      // The loop on one line: typed into the editor, an indented line can get the editor's own
+      // indent on top of its spaces (an IndentationError, seen once in CI).
+      'for i in range(300): opt.zero_grad(); loss = model(torch.randn(4, 64)).pow(2).mean(); ' +
+        'loss.backward(); opt.step(); gpuws.step(i, loss=loss); time.sleep(0.02)'
     ].join('\n')
   );
   await page.notebook.run();
