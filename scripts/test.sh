@@ -23,11 +23,14 @@ jupyter server extension list 2>&1 | grep "jupyter_gpu_ws.*enabled" >/dev/null
 step "configurable-http-proxy (npm) for the JupyterHub tests"
 (cd tests/hub && npm ci --no-audit --no-fund --loglevel=error)
 
-step "Chromium (Debian's package) for the browser tests"
-if ! command -v chromium >/dev/null; then
+step "Debian's packages: Chromium for the browser tests, libfaketime for clocks that disagree"
+missing=""
+command -v chromium >/dev/null || missing="$missing chromium"
+command -v faketime >/dev/null || missing="$missing faketime"
+if [ -n "$missing" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q $missing
 fi
 export CHROMIUM_PATH=${CHROMIUM_PATH:-$(command -v chromium)}
 

@@ -1,16 +1,22 @@
 """One runtime writes a workspace at a time: a lease in the store, taken and renewed by
 compare-and-swap, kept alive by its own thread, and a fence before every write.
 
-`.gpuws/lease.json` names the holder, its host and its heartbeat. Every change to it is a
-conditional write (`Backend.write_if`: S3's If-None-Match / If-Match on the ETag, a lock file on
-a local folder), so of two runtimes that try at once exactly one wins. The holder renews it every
-`ttl / 4` from a thread of its own, so a long pass never lets it lapse; it counts its lease valid
-only until `ttl - ttl / 4` after the start of its last successful renewal (monotonic time), and
-writes nothing after that (`fence()`). A runtime that finds the lease held waits, and takes it
-over by itself once the holder's heartbeat is older than `ttl`: the holder stopped writing a
-quarter of `ttl` before that, which is the room left for clocks that disagree. Where the store
-offers no compare-and-swap (`Backend.conditional_writes()` says why), the lease is advisory and
-the status says so.
+`.gpuws/lease.json` names the holder, its host, its lifetime (`ttl`) and a renewal count. Every
+change to it is a conditional write (`Backend.write_if`: S3's If-None-Match / If-Match on the
+ETag, a lock file on a local folder), so of two runtimes that try at once exactly one wins. The
+holder renews it every `ttl / 4` from a thread of its own, so a long pass never lets it lapse; it
+counts its lease valid only until `ttl - ttl / 4` after the start of its last successful renewal
+(monotonic time), and writes nothing after that (`fence()`).
+
+Nothing the lease states about time is trusted: another machine's clock may run minutes ahead
+or behind, and a corrupt or hostile file may say anything. A runtime that finds the lease held
+judges it on its own monotonic clock: the lease is free once its record (its tag, which changes
+with every write: each renewal counts up) has not changed for the lease's `ttl` as measured here.
+The holder stopped writing a quarter of `ttl` before that. The stated `ttl` is bounded
+(`MAX_TTL`); a lease with non-finite, negative or absurd numbers is corrupt: Take over replaces
+it at once, and one that nobody changes for `MAX_TTL` is free by itself. Where the store offers
+no compare-and-swap (`Backend.conditional_writes()` says why), the lease is advisory and the
+status says so.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import getpass
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -27,7 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from .backend import PreconditionFailed
-from .errors import LeaseCorruptError, LeaseHeldError, LeaseLostError, SyncError
+from .errors import LeaseCorruptError, LeaseHeldError, LeaseLostError, StoreUnavailableError, SyncError
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -36,6 +43,11 @@ LEASE_NAME = "lease.json"
 # Where the store has no compare-and-swap: wait this long after writing before reading back
 # who won (a concurrent writer's lease lands meanwhile). No lock, only fewer collisions.
 ADVISORY_SETTLE = 0.5
+# The longest lifetime a lease may state (the largest `lease_ttl` a runtime takes): a longer one
+# is corrupt, and a corrupt lease that nobody changes for this long is free.
+MAX_TTL = 3600.0
+# Room for rounding between a lease's stated heartbeat, expiry and ttl.
+SLACK = 1.0
 
 
 @dataclass
@@ -48,35 +60,82 @@ class LeaseInfo:
     heartbeat: float
     expires: float
     ttl: float = 0.0
+    renewals: int = 0  # counts every write, so the record changes even under a frozen clock
+    released: bool = False  # given back at a clean stop: free at once
 
     @classmethod
     def parse(cls, data: bytes) -> LeaseInfo:
-        """The lease as stored; LeaseCorruptError when it is not one (truncated, foreign)."""
+        """The lease as stored, its numbers checked; LeaseCorruptError when it is not one
+        (truncated, foreign) or states what no runtime writes (a non-finite, negative or absurd
+        time or lifetime)."""
         try:
             value = json.loads(data)
+            if not isinstance(value, dict):
+                raise TypeError(f"a JSON {type(value).__name__}, not an object")
             info = cls(**{name: value[name] for name in cls.__dataclass_fields__ if name in value})
-            info.pid, info.expires, info.heartbeat = int(info.pid), float(info.expires), float(info.heartbeat)
-        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            for name in ("holder", "host", "user"):
+                if not isinstance(getattr(info, name), str):
+                    raise TypeError(f"{name} is not text")
+            if not info.holder:
+                raise ValueError("it names no holder")
+            info.pid = _whole(info.pid, "pid")
+            info.renewals = _whole(info.renewals, "renewals")
+            for name in ("acquired", "heartbeat", "expires", "ttl"):
+                setattr(info, name, _finite(getattr(info, name), name))
+            if not isinstance(info.released, bool):
+                raise TypeError("released is not true or false")
+            info.ttl = info.ttl or info.expires - info.heartbeat  # written before ttl was stated
+            if not 0 < info.ttl <= MAX_TTL:
+                raise ValueError(f"its lifetime is {info.ttl:g} s, outside the (0, {MAX_TTL:g}] s any runtime uses")
+            if not -SLACK <= info.expires - info.heartbeat <= info.ttl + SLACK:
+                raise ValueError(f"it expires {info.expires - info.heartbeat:g} s after its heartbeat, "
+                                 f"with a lifetime of {info.ttl:g} s")
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as err:
             raise LeaseCorruptError(
-                f"The workspace lease ({LEASE_NAME}) is unreadable ({type(err).__name__}: {err}); "
-                "take over to replace it"
+                f"The workspace lease ({LEASE_NAME}) is unreadable or corrupt ({err}); take over to replace it"
             ) from None
         return info
 
     def who(self) -> str:
         return f"{self.user}@{self.host} (pid {self.pid})"
 
-    def describe(self, now: float) -> str:
-        left = self.expires - now
-        state = f"expires in {left:.0f} s" if left > 0 else f"expired {-left:.0f} s ago"
-        return f"{self.who()}, {state}"
+
+def _finite(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} is not a number")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{name} is {value!r}")
+    return number
+
+
+def _whole(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} is {value!r}, not a whole number")
+    return value
+
+
+class _Sighting:
+    """What this runtime has seen of the lease record: its tag, and since when (monotonic) it
+    has been that tag. The record's age, as measured here, is all that says it is left alone."""
+
+    def __init__(self) -> None:
+        self.tag: str | None = None
+        self.since = 0.0
+
+    def saw(self, tag: str | None) -> float:
+        """Note the tag read now; returns for how long (seconds, here) it has been unchanged."""
+        now = time.monotonic()
+        if tag != self.tag:
+            self.tag, self.since = tag, now
+        return now - self.since
 
 
 class Lease:
     def __init__(self, store: Store, ttl: float = 20.0, clock: Callable[[], float] = time.time,
                  host: str | None = None) -> None:
-        if ttl <= 0:
-            raise ValueError("lease_ttl must be positive")
+        if not 0 < ttl <= MAX_TTL:
+            raise ValueError(f"lease_ttl must be positive and at most {MAX_TTL:g} s")
         self.store = store
         self.ttl = ttl
         self.clock = clock
@@ -86,12 +145,14 @@ class Lease:
         # The tag (ETag) of our last write: a renewal succeeds only if nobody wrote since.
         self._tag: str | None = None
         self._acquired: float | None = None
+        self._renewals = 0
         # Monotonic times: writes are allowed from `write_after` until `valid_until`.
         self.valid_until = 0.0
         self.write_after = 0.0
         self._lock = threading.Lock()
         self._advisory: str | None = None
         self._advisory_checked = False
+        self._seen = _Sighting()
         self.info: LeaseInfo | None = None  # what we last wrote
 
     @property
@@ -117,58 +178,74 @@ class Lease:
     def _read(self) -> tuple[LeaseInfo, str] | None:
         raw = self.store.backend.read_tagged(self.store.state_key(LEASE_NAME))
         if raw is None:
+            self._seen.saw(None)
             return None
         data, tag = raw
+        self._seen.saw(tag)
         try:
             return LeaseInfo.parse(data), tag
         except LeaseCorruptError as err:
-            err.tag = tag  # type: ignore[attr-defined]  # what an explicit take-over replaces
+            err.tag = tag  # type: ignore[attr-defined]  # what a take-over replaces
             raise
 
+    def free_in(self, info: LeaseInfo | None) -> float:
+        """Seconds, on this machine's clock, until the lease last read is free for this runtime:
+        0 for none, ours, a released one, one of a dead process of this host, or one whose record
+        has been unchanged for its lifetime since this runtime first saw it; None-safe."""
+        if info is None or info.holder == self.holder or info.released or self._dead_here(info):
+            return 0.0
+        return max(0.0, info.ttl - (time.monotonic() - self._seen.since))
+
+    def corrupt_free_in(self) -> float:
+        """Seconds until a corrupt lease that nobody changes is free by itself (MAX_TTL after it
+        was first seen as it is)."""
+        return max(0.0, MAX_TTL - (time.monotonic() - self._seen.since))
+
     def takeover_at(self, info: LeaseInfo) -> float | None:
-        """When (wall clock) this runtime may take the lease over by itself; None: now."""
-        if self._dead_here(info):
-            return None
-        return info.expires
+        """When (this machine's wall clock) this runtime takes the lease over by itself if its
+        holder renews it no more; None: now."""
+        left = self.free_in(info)
+        return None if left <= 0 else self.clock() + left
 
     # -- taking, renewing, releasing ---------------------------------------------------------------
 
     def acquire(self, take_over: bool = False) -> LeaseInfo:
-        """Take the lease if it is free, ours, expired, or held by a dead process of this host;
-        with `take_over` (the user's word) also from a live holder: then nothing is written
-        until that holder's lease would have expired, by which time it has stopped writing.
-        Raises LeaseHeldError (held by another), LeaseCorruptError (unreadable, and no
-        `take_over`)."""
+        """Take the lease if it is free (see free_in); with `take_over` (the user's word) also
+        from a live holder, writing nothing until that holder has stopped (the rest of its
+        lifetime as measured here), and a corrupt lease is replaced at once. Raises
+        LeaseHeldError (held by another), LeaseCorruptError (corrupt, and no `take_over`)."""
         with self._lock:
             self.advisory  # noqa: B018 - asks the store once, before the first write
             try:
                 found = self._read()
             except LeaseCorruptError as err:
-                if not take_over:
+                if not take_over and self.corrupt_free_in() > 0:
                     raise
                 found, tag = None, getattr(err, "tag", None)
             else:
                 tag = found[1] if found else None
-            now = self.clock()
             wait = 0.0
             if found is not None:
                 info = found[0]
-                if info.holder != self.holder and now < info.expires and not self._dead_here(info):
-                    if not take_over:
-                        raise LeaseHeldError(
-                            f"Another runtime is writing this workspace: {info.who()}. This one is read-only "
-                            "and takes over by itself once that runtime stops renewing its lease."
-                        )
-                    wait = info.expires - now
-            info = self._write(now, tag, acquired=None)
+                wait = self.free_in(info)
+                if wait > 0 and not take_over:
+                    raise LeaseHeldError(
+                        f"Another runtime is writing this workspace: {info.who()}. This one is read-only, "
+                        f"and takes over by itself {info.ttl:.0f} s after that runtime's last renewal "
+                        "once it stops renewing its lease."
+                    )
+            self._renewals = found[0].renewals + 1 if found is not None else 0
+            info = self._write(self.clock(), tag, acquired=None)
             self.write_after = time.monotonic() + wait
             return info
 
     def renew(self) -> LeaseInfo:
-        """Heartbeat. Raises LeaseLostError when another runtime wrote the lease since ours."""
+        """Heartbeat. Raises LeaseLostError when another runtime wrote the lease since ours, or
+        it vanished from the store."""
         with self._lock:
             if not self.held and self._tag is None:
                 raise LeaseLostError("This runtime does not hold the workspace lease")
+            self._renewals += 1
             return self._write(self.clock(), self._tag, acquired=self._acquired)
 
     def _write(self, now: float, tag: str | None, acquired: float | None) -> LeaseInfo:
@@ -178,7 +255,7 @@ class Lease:
             user = "unknown"
         info = LeaseInfo(holder=self.holder, host=self.host, pid=os.getpid(), user=user,
                          acquired=acquired if acquired is not None else now, heartbeat=now,
-                         expires=now + self.ttl, ttl=self.ttl)
+                         expires=now + self.ttl, ttl=self.ttl, renewals=self._renewals)
         started = time.monotonic()
         data = json.dumps(asdict(info), indent=1).encode()
         key = self.store.state_key(LEASE_NAME)
@@ -196,9 +273,13 @@ class Lease:
                     tag = found[1]
                     continue
                 self._lost()
+                if found is None and attempt == 0:
+                    raise LeaseLostError("The workspace lease vanished from the store (was the store emptied, "
+                                         "replaced or remounted?): this runtime stopped writing") from None
                 who = found[0].who() if found else "another runtime"
                 raise LeaseLostError(f"Another runtime took the workspace lease: {who}. "
                                      "This one is read-only.") from None
+        self._seen.saw(self._tag)
         self.held = True
         self._acquired = info.acquired
         self.valid_until = started + self.ttl - self.margin
@@ -209,12 +290,16 @@ class Lease:
         """No compare-and-swap: let a concurrent writer's lease land, then see who won."""
         time.sleep(ADVISORY_SETTLE)
         raw = self.store.backend.read_tagged(key)
-        if raw is None or LeaseInfo.parse(raw[0]).holder != self.holder:
+        try:
+            won = raw is not None and LeaseInfo.parse(raw[0]).holder == self.holder
+        except LeaseCorruptError:
+            won = False
+        if not won or raw is None:
             raise PreconditionFailed(key)
         return raw[1]
 
     def release(self) -> None:
-        """Expire the lease at once, so the next runtime need not wait."""
+        """Give the lease back at once, so the next runtime need not wait."""
         with self._lock:
             if not self.held:
                 return
@@ -224,10 +309,12 @@ class Lease:
                 if found is not None and found[0].holder == self.holder:
                     info = found[0]
                     info.heartbeat = info.expires = now
+                    info.renewals += 1
+                    info.released = True
                     self.store.backend.write_if(self.store.state_key(LEASE_NAME),
                                                 json.dumps(asdict(info), indent=1).encode(), found[1])
             except (PreconditionFailed, SyncError) as err:
-                log.debug("Sync: lease not released (%s); it expires by itself", err)
+                log.debug("Sync: lease not released (%s); it runs out by itself", err)
             self._lost()
 
     def _lost(self) -> None:
@@ -251,7 +338,7 @@ class Lease:
             raise LeaseLostError("This runtime no longer holds the workspace lease: writing stopped")
         if now < self.write_after:
             raise LeaseLostError(f"Taking over the workspace: writing starts in {self.write_after - now:.0f} s, "
-                                 "once the previous runtime's lease has run out")
+                                 "once the previous runtime has stopped writing")
         raise LeaseLostError("The workspace lease could not be renewed in time (is the store answering?): "
                              "writing paused until it is")
 
@@ -264,7 +351,7 @@ class Lease:
             os.kill(info.pid, 0)
         except ProcessLookupError:
             return True
-        except (PermissionError, OverflowError):
+        except (PermissionError, OverflowError, ValueError):
             return False
         return False
 
@@ -273,13 +360,17 @@ class LeaseKeeper:
     """The lease's own thread: renews it while held (so a long pass never lets it lapse), and
     while another runtime holds it, watches for that runtime to stop and takes over by itself.
 
-    `on_change(held, reason)` is told whenever this runtime starts or stops being the writer.
+    `on_change(held, reason)` is told whenever this runtime starts or stops being the writer;
+    `on_gap()` when a renewal succeeds again after failing (the store was away meanwhile).
     """
 
-    def __init__(self, lease: Lease, on_change: Callable[[bool, str | None], None]) -> None:
+    def __init__(self, lease: Lease, on_change: Callable[[bool, str | None], None],
+                 on_gap: Callable[[], None] | None = None) -> None:
         self.lease = lease
         self.on_change = on_change
+        self.on_gap = on_gap
         self.error: str | None = None  # the last renewal or take-over failure, for the status
+        self.cause: Exception | None = None  # the error behind it (a store gone missing, …)
         self.waiting_for: LeaseInfo | None = None  # the other holder, while read-only
         self.corrupt: str | None = None
         self._stop = threading.Event()
@@ -303,7 +394,13 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self._step())
+            try:
+                delay = self._step()
+            except Exception as err:  # noqa: BLE001 - the lease's thread must live on
+                log.exception("Sync: the lease's thread failed")
+                self.error = f"The workspace lease could not be looked at: {err}"
+                delay = 1.0
+            self._wake.wait(delay)
             self._wake.clear()
 
     def _step(self) -> float:
@@ -313,8 +410,6 @@ class LeaseKeeper:
         if lease.held:
             try:
                 lease.renew()
-                self.error = None
-                return interval
             except LeaseLostError as err:
                 self.error = None
                 self.on_change(False, str(err))
@@ -322,31 +417,41 @@ class LeaseKeeper:
             except SyncError as err:
                 # The store does not answer: keep trying; fence() stops the writes once the lease
                 # may have run out, and a later renewal resumes them if nobody took it meanwhile.
-                self.error = f"Cannot renew the workspace lease: {err}"
+                self.error, self.cause = f"Cannot renew the workspace lease: {err}", err
                 return min(1.0, interval)
+            if self.error is not None:
+                self.error = self.cause = None
+                if self.on_gap is not None:
+                    self.on_gap()
+            return interval
         try:
             info = lease.current()
             self.corrupt = None
+            if isinstance(self.cause, StoreUnavailableError):
+                self.error = self.cause = None  # the store answers again
         except LeaseCorruptError as err:
-            self.corrupt = str(err)
-            return interval
+            left = lease.corrupt_free_in()
+            self.corrupt = f"{err}. Unchanged, it is replaced by itself in {left:.0f} s."
+            self.waiting_for = None
+            if left > 0:
+                return min(max(0.05, left + 0.05), max(interval, 1.0))
+            info = None
         except SyncError as err:
-            self.error = f"Cannot read the workspace lease: {err}"
+            self.error, self.cause = f"Cannot read the workspace lease: {err}", err
             return min(1.0, interval)
         self.waiting_for = info
-        now = lease.clock()
-        due = None if info is None else lease.takeover_at(info)
-        if due is not None and info is not None and info.holder != lease.holder and now < due:
-            # Look again a little after it is due, or sooner: its holder may have released it.
-            return max(0.05, min(due - now + 0.05, interval))
+        left = lease.free_in(info)
+        if left > 0:
+            # Look again a little after it is due, or sooner: its holder may renew or release it.
+            return max(0.05, min(left + 0.05, interval))
         try:
             lease.acquire()
         except LeaseHeldError:
             return min(1.0, interval)
-        except (LeaseLostError, LeaseCorruptError, SyncError) as err:
-            self.error = str(err)
+        except (LeaseCorruptError, SyncError) as err:
+            self.error, self.cause = str(err), err
             return min(1.0, interval)
-        self.error = None
+        self.error = self.corrupt = self.cause = None
         self.waiting_for = None
         log.info("Sync: took over the workspace lease from %s", info.who() if info else "nobody")
         self.on_change(True, None)
@@ -354,18 +459,21 @@ class LeaseKeeper:
 
 
 def lease_status(lease: Lease, keeper: LeaseKeeper) -> dict[str, Any]:
-    """What the panel shows about the lease: who holds it, until when, and whether it is
-    exclusive; from what the lease's thread last wrote or read (no request to the store)."""
+    """What the panel shows about the lease: who holds it, whether it is exclusive, and when
+    this runtime takes it over by itself if its holder renews it no more (this machine's clock:
+    what will actually happen); from what the lease's thread last wrote or read (no request)."""
     info = lease.info if lease.held else keeper.waiting_for
-    error = keeper.corrupt or keeper.error
     now_mono = time.monotonic()
+    other = info is not None and info.holder != lease.holder
     return {
         "lease": asdict(info) if info else None,
         "lease_held": lease.held,
         "lease_writing": lease.valid(),
-        "lease_error": error or (keeper.error if keeper else None),
+        "lease_error": keeper.corrupt or keeper.error,
         "lease_exclusive": lease._advisory_checked and lease._advisory is None,
         "lease_note": lease._advisory,
-        "takeover_at": None if info is None or info.holder == lease.holder else lease.takeover_at(info),
+        "takeover_at": lease.takeover_at(info) if other and info is not None else None,
+        # Seconds since this runtime last saw the other holder's lease change (its renewal).
+        "lease_unchanged_for": max(0.0, now_mono - lease._seen.since) if other else None,
         "writes_start_in": max(0.0, lease.write_after - now_mono) if lease.held else None,
     }

@@ -4,8 +4,14 @@ once its holder stops renewing, and honest where the store cannot make it exclus
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -112,6 +118,7 @@ def test_two_runtimes_starting_together_on_a_slow_store_exactly_one_wins(tmp_pat
 
     for round_ in range(20):
         store = store_dir / str(round_)
+        store.mkdir(parents=True)
         engines: list[SyncEngine] = []
         for name in ("a", "b"):
             folder = tmp_path / f"{round_}-{name}"
@@ -226,3 +233,169 @@ def test_the_s3_store_proves_its_conditional_writes(workdir: Path, s3_url: str, 
     assert engine.status()["lease_exclusive"] is True and engine.status()["lease_note"] is None
     fs = engine.backend.fs  # type: ignore[attr-defined]
     assert not [p for p in fs.find(f"{S3_BUCKET}/") if "swap-probe" in p]  # the probe is gone
+
+
+# -- numbers from the store are checked, not trusted --------------------------------------------
+
+def foreign_lease(store_dir: Path, **fields: Any) -> Path:
+    """A lease file as another (or a hostile) runtime left it in the store."""
+    now = time.time()
+    value = {"holder": "f" * 32, "host": "elsewhere", "pid": 4242, "user": "someone", "acquired": now,
+             "heartbeat": now, "expires": now + 20, "ttl": 20.0, **fields}
+    path = store_dir / "ws" / ".gpuws" / LEASE_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value))  # allow_nan: Python writes NaN and Infinity as a hostile file may
+    return path
+
+
+@pytest.mark.parametrize("fields", [
+    {"expires": datetime(2100, 1, 1, tzinfo=timezone.utc).timestamp()},
+    {"expires": float("inf")},
+    {"heartbeat": float("nan")},
+    {"ttl": 2.3e9, "expires": time.time() + 2.3e9},
+    {"ttl": -5.0},
+    {"pid": "1; rm -rf /"},
+], ids=["expires-2100", "expires-infinity", "heartbeat-nan", "ttl-absurd", "ttl-negative", "pid-text"])
+def test_a_lease_with_absurd_numbers_is_corrupt_and_take_over_replaces_it_at_once(
+        fields: dict[str, Any], workdir: Path, store_dir: Path, make_engine: Make) -> None:
+    foreign_lease(store_dir, **fields)
+    engine = make_engine(workdir)
+    status = engine.status()
+    assert status["state"] == "error" and status["can_take_over"]
+    assert "corrupt" in status["read_only_reason"]
+    # Nothing in the answer is a number JSON cannot carry.
+    json.dumps(status, allow_nan=False)
+    engine.take_over()
+    assert engine.writable, "a corrupt lease is replaced at once, not waited for"
+    write(workdir, "a.txt", "saved")
+    assert engine.sync().uploaded == ["a.txt"]
+    assert engine.lease.current().holder == engine.lease.holder
+
+
+def test_a_corrupt_lease_that_nobody_changes_is_replaced_by_itself(
+        workdir: Path, store_dir: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_gpu_ws.sync import lease as lease_module
+
+    monkeypatch.setattr(lease_module, "MAX_TTL", 2.0)  # instead of an hour
+    foreign_lease(store_dir, expires=float("inf"))
+    engine = make_engine(workdir, lease_ttl=0.4)
+    assert engine.read_only and "corrupt" in (engine.read_only_reason or "")
+    wait_until(lambda: "replaced by itself" in (engine.status()["lease_error"] or ""), 1.0, "the panel saying so")
+    wait_until(lambda: engine.writable, 5.0, "the corrupt lease replaced once unchanged for its bound")
+    write(workdir, "b.txt", "after the heal")
+    assert engine.sync().uploaded == ["b.txt"]
+
+
+def test_a_lease_is_judged_on_this_machines_clock_whatever_times_it_states(
+        workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make) -> None:
+    """A lease whose stated expiry is long past (its writer's clock runs minutes behind) is not
+    free while its record keeps changing; once it stops changing, it is free after its ttl as
+    measured here, however far in the future its stated expiry is."""
+    from jupyter_gpu_ws.sync import SyncSettings
+
+    ttl = 0.8
+    holder = make_engine(workdir, lease_ttl=ttl)
+    holder.lease.clock = lambda: time.time() - 120  # its clock runs two minutes behind
+    holder.keeper.wake()
+    other = second_workdir(tmp_path)
+    newcomer = SyncEngine(SyncSettings(workdir=str(other), store_url=str(store_dir), workspace="ws",
+                                       state_dir=str(tmp_path / "state2"), lease_ttl=ttl, host="fast-clock"),
+                          clock=lambda: time.time() + 120)  # two minutes ahead
+    newcomer.open()
+    try:
+        time.sleep(4 * ttl)
+        assert newcomer.read_only and not newcomer.lease.held, "the newcomer took a live runtime's lease"
+        assert holder.writable and not holder.read_only
+        assert newcomer.status()["takeover_at"] is not None
+        holder.keeper.stop()  # the holder dies: its record stops changing
+        holder.lease.clock = lambda: time.time() + 10**6  # a stated expiry far in the future is ignored
+        stopped = time.monotonic()
+        wait_until(lambda: newcomer.writable, 5 * ttl, "the newcomer taking over")
+        assert time.monotonic() - stopped <= ttl + 0.6
+    finally:
+        newcomer.close()
+
+
+def test_a_holder_whose_clock_stands_still_still_renews(workdir: Path, tmp_path: Path, make_engine: Make) -> None:
+    """Each renewal counts up, so the record changes even when every time it states is the same."""
+    ttl = 0.6
+    holder = make_engine(workdir, lease_ttl=ttl)
+    holder.lease.clock = lambda: 1_000_000.0
+    second = make_engine(second_workdir(tmp_path), state="state2", lease_ttl=ttl, host="other")
+    time.sleep(4 * ttl)
+    assert second.read_only and holder.writable
+
+
+def test_a_released_lease_is_free_at_once(workdir: Path, tmp_path: Path, make_engine: Make) -> None:
+    first = make_engine(workdir, lease_ttl=30.0)
+    first.close()  # a clean stop gives the lease back
+    started = time.monotonic()
+    second = make_engine(second_workdir(tmp_path), state="state2", lease_ttl=30.0, host="next")
+    assert second.writable and time.monotonic() - started < 5
+
+
+# -- clocks that disagree, in processes of their own (libfaketime) ------------------------------
+
+CHILD = Path(__file__).with_name("lease_child.py")
+
+
+def faketime() -> str:
+    path = shutil.which("faketime")
+    if path is None:
+        pytest.fail("faketime is not installed (scripts/test.sh installs Debian's package)", pytrace=False)
+    return path
+
+
+@pytest.mark.parametrize("skew", ["+2m", "-2m"])
+def test_a_newcomer_whose_clock_is_minutes_off_never_takes_a_live_runtimes_lease(
+        skew: str, workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make) -> None:
+    ttl = 1.0
+    holder = make_engine(workdir, lease_ttl=ttl)
+    other = second_workdir(tmp_path)
+    write(other, "mine.txt", "the newcomer's file")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    fields = {"workdir": str(other), "store_url": str(store_dir), "workspace": "ws",
+              "state_dir": str(tmp_path / "state2"), "lease_ttl": ttl, "host": "skewed"}
+    child = subprocess.run([faketime(), "-f", skew, sys.executable, str(CHILD), json.dumps(fields), str(5 * ttl)],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0, child.stderr
+    said = child.stdout.split()
+    assert said[0] == "clock-offset" and abs(abs(float(said[1])) - 120) < 5, child.stdout  # faketime took
+    assert said[-1] == "read-only", child.stdout
+    assert holder.writable and not holder.read_only
+    assert "mine.txt" not in tree_files(store_dir / "ws" / "files")
+    write(workdir, "still.txt", "the live runtime goes on")
+    assert holder.sync().uploaded == ["still.txt"]
+
+
+@pytest.mark.parametrize("skew", ["+2m", "-2m"])
+def test_a_dead_runtime_whose_clock_was_minutes_off_is_taken_over_after_its_ttl(
+        skew: str, workdir: Path, tmp_path: Path, store_dir: Path) -> None:
+    from jupyter_gpu_ws.sync import SyncSettings
+
+    ttl = 1.0
+    other = second_workdir(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    fields = {"workdir": str(other), "store_url": str(store_dir), "workspace": "ws",
+              "state_dir": str(tmp_path / "state2"), "lease_ttl": ttl, "host": "skewed"}
+    child = subprocess.Popen([faketime(), "-f", skew, sys.executable, str(CHILD), json.dumps(fields), "60"],
+                             env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().startswith("clock-offset")
+        assert child.stdout.readline().strip() == "writable"  # it holds the lease
+        engine = SyncEngine(SyncSettings(workdir=str(workdir), store_url=str(store_dir), workspace="ws",
+                                         state_dir=str(tmp_path / "state"), lease_ttl=ttl))
+        engine.open()
+        try:
+            assert engine.read_only
+            child.kill()
+            child.wait(10)
+            killed = time.monotonic()
+            wait_until(lambda: engine.writable, 10 * ttl, "the successor taking over")
+            assert time.monotonic() - killed <= ttl + 1.0
+        finally:
+            engine.close()
+    finally:
+        child.kill()
+        child.wait(10)
