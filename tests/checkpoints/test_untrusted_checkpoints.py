@@ -262,6 +262,32 @@ def test_a_checkpoint_folder_that_is_a_symbolic_link_is_not_a_checkpoint(saved: 
     assert all(torch.equal(a, b) for a, b in zip(saved.weights, model.parameters()))
 
 
+def copy_of_run_as(source: Path, target: Path, name: str) -> None:
+    """A copy of a run's folder whose manifests call the run `name`."""
+    shutil.copytree(source, target)
+    for folder, manifest in complete_checkpoints(target):
+        (folder / MANIFEST).write_text(json.dumps({**manifest, "run": name}))
+
+
+def test_the_servers_training_view_reads_no_checkpoint_through_a_link_or_from_a_fifo(saved: Saved,
+                                                                                    tmp_path: Path) -> None:
+    from jupyter_gpu_ws.training.anomalies import AnomalyPolicy
+    from jupyter_gpu_ws.training.watch import TrainingWatch, WatchSettings
+
+    # A run folder that is a link to one elsewhere: not one of the runs here.
+    copy_of_run_as(saved.good.path.parent, tmp_path / "elsewhere", "linked-run")
+    (saved.root / "linked").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    metrics = saved.bad.path / "metrics.json"
+    metrics.unlink()
+    os.mkfifo(metrics)  # nobody writes to it
+    saved.list_as("metrics.json")
+    watch = TrainingWatch(WatchSettings(policy=AnomalyPolicy()), streams=dict, kernel_busy=lambda k: False,
+                          deadline=lambda: None, checkpoints_root=saved.root)
+    within(watch.tick)
+    assert set(watch.runs) == {"run"}
+    assert watch.runs["run"].from_checkpoint == str(saved.bad.path)  # its manifest is fine; its curves are not read
+
+
 # -- what state.pt says of the tensors -------------------------------------------------------
 
 def rewrite_skeleton(saved: Saved, change: Callable[[dict[str, Any]], None]) -> None:
@@ -397,6 +423,17 @@ def test_a_dcp_checkpoint_naming_other_files_falls_back_in_one_process_and_expor
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 1 and last.startswith("jupyter gpuws: error:") and reason in last and newest.name in last, last
     assert not to.exists()
+
+
+def test_the_servers_list_of_distributed_runs_leaves_out_a_run_folder_that_is_a_link(
+        dcp_copy: tuple[Path, Path], tmp_path: Path) -> None:
+    from jupyter_gpu_ws.checkpoints.catalog import distributed_runs
+
+    root, _ = dcp_copy
+    copy_of_run_as(root / "dist-run", tmp_path / "elsewhere", "linked-run")
+    (root / "linked").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    runs, _ = within(lambda: distributed_runs(root))
+    assert [run["run"] for run in runs.values()] == ["dist-run"]
 
 
 def test_a_distributed_resume_skips_a_dcp_checkpoint_with_a_fifo_for_the_one_before(
