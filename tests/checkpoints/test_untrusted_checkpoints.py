@@ -2,7 +2,7 @@
 manifest names another file, a device, a FIFO or a symbolic link, states a wrong size, or whose
 state names a bogus dtype or place, is skipped by `resume()` for the one before it (bitwise) and
 refused by `jupyter gpuws checkpoint export` in one line; nothing blocks (real files, FIFOs,
-symbolic links, /dev/zero, real torch and torchrun)."""
+symbolic links, /dev/zero, real torch and torchrun), nor does resume()'s wait for the server."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ import stat
 import threading
 import warnings
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 import torch
 
-from jupyter_gpu_ws.checkpoints.files import MANIFEST, CheckpointInfo, checksum, complete_checkpoints
+from jupyter_gpu_ws.checkpoints.files import MANIFEST, CheckpointError, CheckpointInfo, checksum, complete_checkpoints
 from jupyter_gpu_ws.checkpoints.tracker import Tracker
 from jupyter_gpu_ws.cli import main
 
@@ -450,3 +451,46 @@ def test_a_distributed_resume_skips_a_dcp_checkpoint_with_a_fifo_for_the_one_bef
     saved = load(saved_by_torchrun / "out" / "full-4.pt")
     assert differences(saved["model"], resumed["model"]) == []
     assert differences(saved["optimizer"], resumed["optimizer"]) == []
+
+
+# -- the way to the server -------------------------------------------------------------------
+
+class StillRunning(BaseHTTPRequestHandler):
+    """Every answer about the fetch job: still running (a server whose fetch hangs)."""
+
+    def answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"id": "job", "state": "running", "result": {}, "errors": []}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_server_whose_fetch_never_ends_makes_resume_raise_instead_of_waiting_for_ever(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_gpu_ws.checkpoints import fromstore
+    from jupyter_gpu_ws.checkpoints.protocol import RUNTIME_DIR_ENV
+    from jupyter_gpu_ws.client import SERVER_PID_ENV
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StillRunning)  # a real HTTP server, found as a kernel finds its own
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / f"jpserver-{os.getpid()}.json").write_text(
+        json.dumps({"url": f"http://127.0.0.1:{server.server_address[1]}/", "token": "t"}))
+    monkeypatch.setenv("GPUWS_WORKDIR", str(tmp_path))
+    monkeypatch.setenv(SERVER_PID_ENV, str(os.getpid()))
+    monkeypatch.setenv(RUNTIME_DIR_ENV, str(runtime))
+    monkeypatch.setattr(fromstore, "SERVER_GRACE", 1.0)
+    try:
+        with pytest.raises(CheckpointError, match="the server did not finish bringing run's checkpoint within 2 s"):
+            within(lambda: fromstore.bring_newest(tmp_path / ".gpuws" / "checkpoints" / "run", "run", timeout=1.0))
+    finally:
+        server.shutdown()
