@@ -410,7 +410,8 @@ class _TrainerHooks(_Policy):
         if self._resumed_info is not None and self._resume_dir is not None:
             tracker.last = self._resumed_info
             path, manifest = self._resumed_manifest
-            tracker.training.resumed(int(manifest["step"]), read_metrics(path))  # the curves go on from there
+            # The curves go on from there.
+            tracker.training.resumed(int(manifest["step"]), read_metrics(path, manifest))
             note = continue_wandb(manifest.get("wandb"))
             if note:
                 print(note, flush=True)

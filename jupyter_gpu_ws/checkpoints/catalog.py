@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from . import dcpfiles
-from .files import complete_checkpoints, run_dir
+from .files import complete_checkpoints, real_folders, run_dir
 
 SHOWN = 5  # checkpoints listed per run, newest first
 
@@ -17,13 +17,8 @@ def distributed_runs(root: Path, extra_runs: list[tuple[str, str]] = (), gpus: l
                      ) -> dict[str, dict[str, Any]]:
     """By run folder: the runs under `root` (and the (root, run) pairs of live runs kept
     elsewhere) whose newest checkpoint was saved through DCP."""
-    folders: dict[str, Path] = {}
-    try:
-        for entry in root.iterdir():
-            if entry.is_dir() and not entry.name.startswith("."):
-                folders[str(entry)] = entry
-    except OSError:
-        pass
+    # Real folders only: a link to a folder elsewhere is not one of the runs, and is not read.
+    folders = {str(entry): entry for entry in real_folders(root) if not entry.name.startswith(".")}
     for other_root, run in extra_runs:
         path = run_dir(other_root, run)
         folders.setdefault(str(path), path)

@@ -11,6 +11,10 @@ converted into one `torch.save` file for inference elsewhere.
 DCP itself unpickles `.metadata` and loads non-tensor values with `weights_only=False`: either
 would run code planted in a checkpoint that came from the store. Here `.metadata` goes through
 an unpickler that knows only DCP's own record classes, and values load with `weights_only=True`.
+Every file DCP opens (the index, the shards it names) is opened as files.CheckpointFolder opens
+a checkpoint's files: listed in the manifest, a regular file of the stated size, inside the
+folder; the index naming any other file, or a place past a shard's end, is refused before DCP
+reads anything.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .files import CheckpointError
+from .files import CheckpointError, CheckpointFolder, name_problem, open_file
 
 KIND = "dcp"
 METADATA = ".metadata"
@@ -31,6 +35,17 @@ METADATA = ".metadata"
 def rank_file(rank: int) -> str:
     """The file of one rank's RNG states and plain values."""
     return f"rank-{rank}.pt"
+
+
+def read_rank_file(path: Path, manifest: dict[str, Any], rank: int) -> dict[str, Any]:
+    """One rank's RNG states and plain values, from its file as the manifest lists it."""
+    import torch
+
+    with open_file(path, manifest, rank_file(rank)) as f:
+        own = torch.load(f, map_location="cpu", weights_only=True)
+    if not isinstance(own, dict) or not isinstance(own.get("rng"), dict):
+        raise CheckpointError(f"{rank_file(rank)} holds no random states")
+    return own
 
 
 def rank_shards(names: list[str], rank: int) -> list[str]:
@@ -68,29 +83,85 @@ class _MetadataUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def read_metadata(path: Path) -> Any:
-    """A checkpoint folder's DCP index, unpickled with DCP's record classes only."""
-    with open(path / METADATA, "rb") as f:
-        return _MetadataUnpickler(f).load()
+def read_metadata(path: Path, manifest: dict[str, Any]) -> Any:
+    """A checkpoint folder's DCP index, unpickled with DCP's record classes only, and checked:
+    every place it names lies inside a shard file the manifest lists, and the manifest lists
+    every rank's own file."""
+    with CheckpointFolder(path, manifest) as folder:
+        with folder.open(METADATA) as f:
+            metadata = _MetadataUnpickler(f).load()
+        _check_places(metadata, folder)
+        ranks = manifest.get("world_size", 1)
+        # Every rank wrote a file of its own: more ranks than files is not a checkpoint's count.
+        if not isinstance(ranks, int) or isinstance(ranks, bool) or not 1 <= ranks <= len(folder.files):
+            raise CheckpointError(f"the manifest gives the world size {ranks!r}")
+        for rank in range(ranks):
+            folder.size(rank_file(rank))
+    return metadata
 
 
-def _safe_reader(path: Path) -> Any:
+def _check_places(metadata: Any, folder: CheckpointFolder) -> None:
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    storage = getattr(metadata, "storage_data", None) if isinstance(metadata, Metadata) else None
+    if not isinstance(storage, dict):
+        raise CheckpointError(f"{METADATA} is not a DCP index of files")
+    for place in storage.values():
+        if not isinstance(place, _StorageInfo):
+            raise CheckpointError(f"{METADATA} holds a place that is not a file's")
+        name, offset, length = place.relative_path, place.offset, place.length
+        problem = name_problem(name, METADATA)
+        if problem is not None:
+            raise CheckpointError(problem)
+        if place.transform_descriptors:
+            raise CheckpointError(f"{METADATA} reads {name} through stream transforms, which gpuws never writes")
+        size = folder.size(name)  # listed in the manifest, or refused
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (offset, length)) \
+                or offset + length > size:
+            raise CheckpointError(f"{METADATA} places data at {offset!r} (+{length!r} bytes) of {name}, "
+                                  f"which has {size}")
+
+
+def _safe_reader(path: Path, manifest: dict[str, Any]) -> Any:
+    from contextlib import contextmanager
+
     from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.filesystem import FileSystem
     from torch.distributed.checkpoint.metadata import StorageMeta
 
+    class CheckpointFiles(FileSystem):
+        """DCP's file access, reduced to the checkpoint's own files by name: every path DCP
+        joins stays the bare name it was given, opened through CheckpointFolder."""
+
+        def concat_path(self, path: Any, suffix: str) -> Any:
+            return suffix
+
+        @contextmanager
+        def create_stream(self, name: Any, mode: str) -> Any:
+            if mode != "rb":
+                raise CheckpointError(f"a checkpoint is only read here, not opened with {mode!r}")
+            with CheckpointFolder(path, manifest) as folder, folder.open(str(name)) as stream:
+                yield stream
+
     class SafeReader(FileSystemReader):
-        """DCP's file reader, with the index read by `read_metadata` above."""
+        """DCP's file reader, with the index read by `read_metadata` above and every file opened
+        as a checkpoint's file."""
+
+        def __init__(self) -> None:
+            super().__init__(path)
+            self.fs = CheckpointFiles()
 
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             if kwargs.get("rank") is not None:
                 raise CheckpointError("per-rank DCP indexes are not written by gpuws")
-            metadata = read_metadata(Path(self.path))
+            metadata = read_metadata(path, manifest)
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id
             return metadata
 
-    return SafeReader(path)
+    return SafeReader()
 
 
 def _weights_only_bytes(base: type) -> type:
@@ -168,7 +239,8 @@ def state_of(objects: dict[str, Any], owner: dict[str, str]) -> dict[str, Any]:
     return state
 
 
-def load(objects: dict[str, Any], owner: dict[str, str], path: Path, group: Any = None) -> None:
+def load(objects: dict[str, Any], owner: dict[str, str], path: Path, manifest: dict[str, Any],
+         group: Any = None) -> None:
     """Load a DCP checkpoint folder into the tracked stateful objects, resharded by DCP to this
     run's world size and layout (every rank calls it; `group` None: a single process)."""
     import torch
@@ -179,7 +251,7 @@ def load(objects: dict[str, Any], owner: dict[str, str], path: Path, group: Any 
     try:
         with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
             warnings.filterwarnings("ignore", "torch.distributed is disabled")
-            dcp.load(state, storage_reader=_safe_reader(path), planner=_load_planner(), process_group=group,
+            dcp.load(state, storage_reader=_safe_reader(path, manifest), planner=_load_planner(), process_group=group,
                      no_dist=group is None)
     except CheckpointError:
         raise
@@ -206,6 +278,24 @@ def _first_line(err: BaseException) -> str:
 
 # -- export ------------------------------------------------------------------------------------
 
+def _read_state(path: Path, manifest: dict[str, Any], names: list[str], only: list[str] | None) -> dict[str, Any]:
+    if manifest.get("kind") == KIND:
+        # DCP's conversion, as dcp_to_torch_save runs it: a planner that builds the state from
+        # the index (the public load() would fill a copy of an empty dict).
+        from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+        read_metadata(path, manifest)  # its refusal said here, in one line, not inside DCP's
+        state: dict[str, Any] = {}
+        planner = _weights_only_bytes(_EmptyStateDictLoadPlanner)(keys=set(only) if only else None)
+        _load_state_dict(state, storage_reader=_safe_reader(path, manifest), planner=planner, no_dist=True)
+        return state
+    from .tracker import read_checkpoint
+
+    state, _ = read_checkpoint(path, manifest)
+    return {k: v for k, v in state.items() if k in names}  # plain values are not model state
+
+
 def export(path: Path, manifest: dict[str, Any], to: Path, only: list[str] | None = None) -> dict[str, Any]:
     """Write one checkpoint's state as a single `torch.save` file (full tensors, no sharding,
     loads with `weights_only=True`): DCP's own conversion (what `dcp_to_torch_save` does) for a
@@ -218,20 +308,10 @@ def export(path: Path, manifest: dict[str, Any], to: Path, only: list[str] | Non
     unknown = [n for n in only or [] if n not in names]
     if unknown:
         raise CheckpointError(f"The checkpoint has no {', '.join(map(repr, unknown))} (it tracks {', '.join(names)})")
-    if manifest.get("kind") == KIND:
-        # DCP's conversion, as dcp_to_torch_save runs it: a planner that builds the state from
-        # the index (the public load() would fill a copy of an empty dict).
-        from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
-        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
-
-        state: dict[str, Any] = {}
-        planner = _weights_only_bytes(_EmptyStateDictLoadPlanner)(keys=set(only) if only else None)
-        _load_state_dict(state, storage_reader=_safe_reader(path), planner=planner, no_dist=True)
-    else:
-        from .tracker import read_checkpoint
-
-        state, _ = read_checkpoint(path)
-        state = {k: v for k, v in state.items() if k in names}  # plain values are not model state
+    try:
+        state = _read_state(path, manifest, names, only)
+    except CheckpointError as err:
+        raise CheckpointError(f"{path.name}: {err}") from None
     if only:
         state = {k: v for k, v in state.items() if k in only}
     to.parent.mkdir(parents=True, exist_ok=True)

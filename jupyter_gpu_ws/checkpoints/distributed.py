@@ -52,7 +52,8 @@ from .files import (
     verify,
 )
 from .fromstore import NONE, bring_newest
-from .tracker import (METRICS, Pending, Tracker, capture_rng, default_run_name, healthy_first, restore_rng, say_health)
+from .tracker import (METRICS, Pending, Tracker, capture_rng, default_run_name, healthy_first, restore_rng, say_health,
+                      unreadable)
 
 log = logging.getLogger(__name__)
 
@@ -377,8 +378,11 @@ class DistributedTracker(Tracker):
         asked = self._from_rank0(asked)
         if asked[0] == "error":
             raise CheckpointError(asked[1])
+        unusable: list[tuple[Path, str]] = []
         candidates = self._from_rank0(
-            [(str(p), m) for p, m in complete_checkpoints(self.run_path)] if self.rank == 0 else None)
+            [(str(p), m) for p, m in complete_checkpoints(self.run_path, unusable)] if self.rank == 0 else None)
+        for path, problem in sorted(unusable, reverse=True):  # rank 0's alone: the others list nothing
+            warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=2)
         chosen = None
         healthy, suspect = healthy_first([(Path(folder), manifest) for folder, manifest in candidates])
         for path, manifest in healthy + suspect:
@@ -401,7 +405,7 @@ class DistributedTracker(Tracker):
             raise CheckpointError(
                 f"Checkpoint {path.name} was saved by a single process, not through torch.distributed.checkpoint: "
                 "resume it in one process (a notebook, or without torch.distributed), then save through DCP")
-        dcpfiles.load(self.objects, self._owner, path, self.group)
+        dcpfiles.load(self.objects, self._owner, path, manifest, self.group)
         self._restore_own(torch, path, manifest)
         self.last = info_of(path, manifest)
         self.last_bytes_per_rank = [r.get("bytes", 0) for r in manifest.get("ranks", [])]
@@ -426,9 +430,9 @@ class DistributedTracker(Tracker):
         try:
             problem = verify(path, manifest, names[self.rank::self.world_size]) if names else "it lists no files"
             if problem is None and self.rank == 0 and manifest.get("kind") == dcpfiles.KIND:
-                dcpfiles.read_metadata(path)  # refused when it holds anything but DCP's records
+                dcpfiles.read_metadata(path, manifest)  # refused when it holds anything but DCP's records
         except Exception as err:
-            problem = f"cannot be read ({err})"
+            problem = unreadable(err)
         found: list[Any] = [None] * self.world_size
         dist.all_gather_object(found, problem, group=self.group)
         return next((p for p in found if p), None)
@@ -438,10 +442,10 @@ class DistributedTracker(Tracker):
         RNG states and takes rank 0's plain values."""
         saved_on = int(manifest.get("world_size", 1))
         if self.rank < saved_on:
-            own = torch.load(path / dcpfiles.rank_file(self.rank), map_location="cpu", weights_only=True)
+            own = dcpfiles.read_rank_file(path, manifest, self.rank)
             restore_rng(torch, own["rng"])
         else:
-            own = torch.load(path / dcpfiles.rank_file(0), map_location="cpu", weights_only=True)
+            own = dcpfiles.read_rank_file(path, manifest, 0)
             print(f"gpuws: rank {self.rank} is new (checkpoint {path.name} was saved on {saved_on} "
                   f"rank{'s' * (saved_on != 1)}): its random states stay as this process seeded them; its plain "
                   "values are rank 0's", flush=True)
@@ -525,8 +529,8 @@ def load_in_one_process(tracker: Tracker, path: Path, manifest: dict[str, Any]) 
     states and plain values come back."""
     import torch
 
-    dcpfiles.load(tracker.objects, dcpfiles.owners(tracker.objects), path, None)
-    own = torch.load(path / dcpfiles.rank_file(0), map_location="cpu", weights_only=True)
+    dcpfiles.load(tracker.objects, dcpfiles.owners(tracker.objects), path, manifest, None)
+    own = dcpfiles.read_rank_file(path, manifest, 0)
     restore_rng(torch, own["rng"])
     restore_values(tracker, own.get("values", {}), path)
     saved_on = int(manifest.get("world_size", 1))

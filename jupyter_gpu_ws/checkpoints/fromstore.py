@@ -13,6 +13,8 @@ from .files import CheckpointError
 HERE = "here"  # the store's newest checkpoint of the run is complete here now
 NONE = "none"  # the store holds no checkpoint of the run
 NO_SERVER = "no-server"  # nobody to ask: a script, a kernel of another server, sync off
+# How long past its own timeout the server's fetch may take to say it ended, before resume() gives up.
+SERVER_GRACE = 30.0
 
 
 def bring_newest(run_path: Path, run: str, timeout: float) -> str:
@@ -32,6 +34,11 @@ def bring_newest(run_path: Path, run: str, timeout: float) -> str:
         said = False
         started = time.monotonic()
         while job["state"] == "running":
+            # The server ends the job at `timeout`; a server that never does must not hold the
+            # kernel for ever (each call has its own timeout too, client.call's).
+            if time.monotonic() - started > timeout + SERVER_GRACE:
+                raise CheckpointError(f"gpuws.resume(): the server did not finish bringing {run}'s checkpoint "
+                                      f"within {timeout + SERVER_GRACE:.0f} s. Not starting from 0: try again.")
             if not said and time.monotonic() - started > 0.5:
                 how = "the restore is bringing it" if job["result"].get("restoring") else "fetching it"
                 print(f"gpuws: waiting for the newest checkpoint of {run} in the store ({how})…", flush=True)

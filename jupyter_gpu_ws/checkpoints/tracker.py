@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -30,12 +31,14 @@ from ..training.recorder import Recorder, continue_wandb
 from .fromstore import NONE, bring_newest
 from .files import (
     CheckpointError,
+    CheckpointFolder,
     CheckpointInfo,
     apply_retention,
     complete_checkpoints,
     finish,
     info_of,
     new_tmp_dir,
+    read_json,
     run_dir,
     verify,
 )
@@ -389,7 +392,7 @@ class Tracker:
         """After a resume from `path`: its health, the curves from its metrics, and its W&B run."""
         self.last_health = manifest.get("health") if manifest.get("health") in ("healthy", "suspect") else None
         self.training.configure(run=self.run)
-        self.training.resumed(self.step_value, read_metrics(path))
+        self.training.resumed(self.step_value, read_metrics(path, manifest))
         note = continue_wandb(manifest.get("wandb"))
         if note:
             print(note, flush=True)
@@ -506,7 +509,10 @@ def newest_checkpoint(run_path: Path, stacklevel: int = 2, distributed: bool = F
     one is preferred, and a line says which was passed over and why. Only when none is healthy
     is the newest suspect one used, with a warning.
     """
-    healthy, suspect = healthy_first(complete_checkpoints(run_path))
+    unusable: list[tuple[Path, str]] = []
+    healthy, suspect = healthy_first(complete_checkpoints(run_path, unusable))
+    for path, problem in sorted(unusable, reverse=True):
+        warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=stacklevel)
     for path, manifest in healthy + suspect:
         problem = verify(path, manifest)
         if problem:
@@ -516,20 +522,26 @@ def newest_checkpoint(run_path: Path, stacklevel: int = 2, distributed: bool = F
             from .dcpfiles import read_metadata
 
             try:
-                read_metadata(path)  # small; refused when it holds anything but DCP's records
+                read_metadata(path, manifest)  # small; refused when it holds anything but DCP's records
             except Exception as err:
-                warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=stacklevel)
+                warnings.warn(f"gpuws: skipping checkpoint {path.name}: {unreadable(err)}", stacklevel=stacklevel)
                 continue
             say_health(manifest, suspect, stacklevel + 1)
             return path, manifest, None, None
         try:
-            state, rng = read_checkpoint(path)
+            state, rng = read_checkpoint(path, manifest)
         except Exception as err:
-            warnings.warn(f"gpuws: skipping checkpoint {path.name}: cannot be read ({err})", stacklevel=stacklevel)
+            warnings.warn(f"gpuws: skipping checkpoint {path.name}: {unreadable(err)}", stacklevel=stacklevel)
             continue
         say_health(manifest, suspect, stacklevel + 1)
         return path, manifest, state, rng
     return None
+
+
+def unreadable(err: BaseException) -> str:
+    """Why a checkpoint that passed its checksums still cannot be used: a CheckpointError names
+    the file and says what is wrong with it; anything else is what the reader said."""
+    return str(err) if isinstance(err, CheckpointError) else f"cannot be read ({err})"
 
 
 def healthy_first(complete: list[tuple[Path, dict[str, Any]]]) -> tuple[list[tuple[Path, dict[str, Any]]],
@@ -561,38 +573,40 @@ def _why_suspect(manifest: dict[str, Any]) -> str:
     return "the loss stopped being finite"
 
 
-def read_metrics(path: Path) -> dict[str, Any] | None:
+def read_metrics(path: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
     """A checkpoint's metrics.json (checked by its manifest's checksum already), or None."""
-    file = path / METRICS
-    try:
-        if file.stat().st_size > MAX_METRICS_BYTES:
-            return None
-        value = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+    return read_json(path, manifest, METRICS, MAX_METRICS_BYTES, checked=True)
 
 
-def read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The saved state, tensors filled in, and the RNG states of one checkpoint folder."""
+def read_checkpoint(path: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The saved state, tensors filled in, and the RNG states of one checkpoint folder: its
+    files as the manifest lists them (CheckpointError, naming the file, for anything else)."""
     import torch
 
-    state = read_tensors(torch.load(path / "state.pt", map_location="cpu", weights_only=True), path / "tensors.bin")
-    return state, torch.load(path / "rng.pt", map_location="cpu", weights_only=True)
+    with CheckpointFolder(path, manifest) as folder:
+        with folder.open("state.pt") as f:
+            skeleton = torch.load(f, map_location="cpu", weights_only=True)
+        if not isinstance(skeleton, dict):
+            raise CheckpointError("state.pt holds no state")
+        data = folder.read("tensors.bin") if "tensors.bin" in folder.files else bytearray()
+        with folder.open("rng.pt") as f:
+            rng = torch.load(f, map_location="cpu", weights_only=True)
+    return read_tensors(skeleton, data), rng
 
 
-def read_tensors(skeleton: dict[str, Any], path: Path) -> dict[str, Any]:
+def read_tensors(skeleton: dict[str, Any], data: bytearray) -> dict[str, Any]:
+    """The skeleton with each tensor's entry replaced by the tensor, its bytes from `data` (views
+    of it, not copies). An entry that is not a torch dtype, a shape, and a place inside `data`
+    holding exactly that many bytes is a CheckpointError: nothing is allocated for it."""
     import torch
-
-    data = bytearray(path.read_bytes()) if path.exists() else bytearray()
 
     def fill(value: Any) -> Any:
         if isinstance(value, dict) and value.get(TENSOR):
-            dtype = getattr(torch, value["dtype"])
-            if value["nbytes"] == 0:
-                return torch.empty(value["shape"], dtype=dtype)
-            flat = torch.frombuffer(data, dtype=torch.uint8, count=value["nbytes"], offset=value["offset"])
-            return flat.view(dtype).reshape(value["shape"])
+            dtype, shape, offset, nbytes = _tensor_entry(torch, value, len(data))
+            if nbytes == 0:
+                return torch.empty(shape, dtype=dtype)
+            flat = torch.frombuffer(data, dtype=torch.uint8, count=nbytes, offset=offset)
+            return flat.view(dtype).reshape(shape)
         if isinstance(value, dict):
             return {k: fill(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
@@ -601,6 +615,27 @@ def read_tensors(skeleton: dict[str, Any], path: Path) -> dict[str, Any]:
         return value
 
     return {name: fill(value) for name, value in skeleton.items()}
+
+
+def _tensor_entry(torch: Any, value: dict[str, Any], available: int) -> tuple[Any, list[int], int, int]:
+    """(dtype, shape, offset, nbytes) of a tensor's entry in state.pt, checked against tensors.bin."""
+    name = value.get("dtype")
+    dtype = getattr(torch, name, None) if isinstance(name, str) and not name.startswith("_") else None
+    if not isinstance(dtype, torch.dtype):
+        raise CheckpointError(f"state.pt names the dtype {name!r}, which is not a torch dtype")
+    shape, offset, nbytes = value.get("shape"), value.get("offset"), value.get("nbytes")
+    if not isinstance(shape, (list, tuple)) or not all(_count(n) for n in shape):
+        raise CheckpointError(f"state.pt gives a tensor the shape {shape!r}")
+    if not _count(offset) or not _count(nbytes) or offset + nbytes > available:
+        raise CheckpointError(f"state.pt places a tensor at {offset!r} (+{nbytes!r} bytes), outside tensors.bin "
+                              f"({available} bytes)")
+    if math.prod(shape) * dtype.itemsize != nbytes:
+        raise CheckpointError(f"state.pt gives a {name} tensor of shape {list(shape)} {nbytes} bytes")
+    return dtype, list(shape), offset, nbytes
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _state_of(obj: Any) -> Any:

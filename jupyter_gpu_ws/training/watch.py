@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..checkpoints import protocol
 from ..checkpoints.coordinator import process_ended
-from ..checkpoints.files import checksum, complete_checkpoints
+from ..checkpoints.files import complete_checkpoints, read_json, real_folders
 from .anomalies import AnomalyPolicy, RunAnomalies, RunSignals
 from .history import History, HistoryError
 from .progress import DeadlineView, RateMeter, forecast
@@ -323,11 +323,7 @@ class TrainingWatch:
         root = self.checkpoints_root
         if root is None or not root.is_dir():
             return
-        try:
-            folders = [p for p in root.iterdir() if p.is_dir()]
-        except OSError:
-            return
-        for folder in folders:
+        for folder in real_folders(root):  # a link to a folder elsewhere is not one of the runs
             try:
                 complete = complete_checkpoints(folder)
             except OSError:
@@ -453,18 +449,9 @@ class TrainingWatch:
 
 def _read_metrics(path: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
     """A checkpoint's metrics.json, only if it matches its manifest (a file still arriving from
-    the store does not); JSON only, nothing in it is run."""
-    meta = (manifest.get("files") or {}).get(METRICS_FILE)
-    file = path / METRICS_FILE
-    try:
-        if not isinstance(meta, dict) or file.stat().st_size != meta.get("size") or meta["size"] > MAX_METRICS_BYTES:
-            return None
-        if checksum(file) != meta.get("xxh3"):
-            return None
-        value = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+    the store does not); JSON only, nothing in it is run, and read only as a checkpoint's file
+    (checkpoints/files.py: never through a link, from a FIFO or a device)."""
+    return read_json(path, manifest, METRICS_FILE, MAX_METRICS_BYTES)
 
 
 def _read_json(path: Path | None) -> dict[str, Any] | None:

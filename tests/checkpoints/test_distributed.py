@@ -210,7 +210,7 @@ def test_an_index_that_would_run_code_is_refused_and_nothing_runs(tmp_path: Path
     manifest["files"][".metadata"] = {"size": (path / ".metadata").stat().st_size, "xxh3": checksum(path / ".metadata")}
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(pickle.UnpicklingError, match="pathlib.Path.touch, which a DCP index never holds"):
-        dcpfiles.read_metadata(path)
+        dcpfiles.read_metadata(path, manifest)
     model = build("plain", 32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     tracker = Tracker().track("dist-run", model=model, optimizer=optimizer, scheduler=torch.optim.lr_scheduler.StepLR(
