@@ -15,8 +15,8 @@ from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default
 from traitlets.config import Configurable
 
 from . import __version__
-from .defaults import (default_state_dir, default_store_url, derive_workspace_name, legacy_workspace_name,
-                       local_store_path)
+from .defaults import (default_state_dir, default_store_url, derive_workspace_name, is_embedded_store,
+                       legacy_workspace_name, local_store_path)
 from .sync.workspaces import list_workspaces, remembered_choice, require_workspace
 from .documents import BrowserPages
 from .client import SERVER_PID_ENV
@@ -52,6 +52,13 @@ class GpuWorkspace(Configurable):
     store_url = Unicode(
         help="""fsspec URL of the persistent store (s3://bucket/prefix, gs://…, a local folder).
         Environment variable GPUWS_STORE. Default: a local folder in Jupyter's data directory.""",
+    ).tag(config=True)
+
+    create_store = Bool(
+        False, help="""Make a missing store folder even where the folder it goes in is empty or missing (what an
+        unmounted drive looks like). Without it, a missing store folder is made only where its parent holds other
+        things (the embedded default always is), and never where this machine synced the workspace before: that
+        store is unavailable until it is back (a drive that dropped), or until Take over starts it anew.""",
     ).tag(config=True)
 
     workdir = Unicode(
@@ -709,6 +716,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             version_max_age=self.version_max_age_days * 86400,
             lease_ttl=self.lease_ttl,
             encryption=self.encryption(),
+            create_store=self.create_store or is_embedded_store(self.store_url),
         )
 
     def encryption(self) -> Encryption | None:

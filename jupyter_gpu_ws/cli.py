@@ -28,7 +28,8 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from . import envsnap
-from .defaults import default_state_dir, default_store_url, derive_workspace_name, legacy_workspace_name
+from .defaults import (default_state_dir, default_store_url, derive_workspace_name, is_embedded_store,
+                       legacy_workspace_name)
 from .sync import Progress, SyncEngine, SyncError, SyncSettings
 from .sync.backend import Backend
 from .sync.crypto import Encryption, keys as crypto_keys, protect
@@ -131,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="take the workspace over from the runtime that writes it (writing starts once its "
                            "lease has run out)")
     sync.add_argument("--once", action="store_true", help="one full pass, then exit")
+    sync.add_argument("--create-store", action="store_true",
+                      help="make the store folder if it is missing, even where the folder it goes in is empty (an "
+                           "unmounted drive looks so); never where this machine synced the workspace before")
     restore = commands.add_parser("restore", help="bring back what the work directory lacks",
                                   description="Bring back the files the work directory lacks from the store. "
                                               "Nothing here is overwritten or deleted: where both sides differ, "
@@ -290,6 +294,7 @@ def make_engine(args: argparse.Namespace, take_lease: bool = True, must_exist: b
         bandwidth_limit=getattr(args, "bandwidth_limit", None),
         quota_bytes=getattr(args, "quota", None),
         encryption=_encryption(args),
+        create_store=getattr(args, "create_store", False) or is_embedded_store(_store_url(args)),
     )
     engine = SyncEngine(settings, backend=backend)
     if take_lease:

@@ -12,7 +12,18 @@ from jupyter_core.paths import jupyter_data_dir
 
 def default_store_url() -> str:
     """`GPUWS_STORE`, or the embedded default: a local folder that needs no credentials."""
-    return os.environ.get("GPUWS_STORE") or (Path(jupyter_data_dir()) / "gpuws" / "store").as_uri()
+    return os.environ.get("GPUWS_STORE") or embedded_store_url()
+
+
+def embedded_store_url() -> str:
+    """The embedded default store: a folder in Jupyter's data directory, made on first use."""
+    return (Path(jupyter_data_dir()) / "gpuws" / "store").as_uri()
+
+
+def is_embedded_store(url: str) -> bool:
+    """Whether `url` names the embedded default store (made by itself, kept out of the mirror)."""
+    path = local_store_path(url.strip())
+    return path is not None and os.path.abspath(os.path.expanduser(path)) == local_store_path(embedded_store_url())
 
 
 def default_state_dir() -> str:

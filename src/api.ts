@@ -178,7 +178,12 @@ export interface ILease {
   user: string;
   acquired: number;
   heartbeat: number;
+  /** What the holder's clock says: shown, never used to judge the lease. */
   expires: number;
+  /** The lease's lifetime: free once it has not changed for this long, as measured here. */
+  ttl?: number;
+  renewals?: number;
+  released?: boolean;
 }
 
 export interface IJobProgress {
@@ -220,6 +225,9 @@ export interface ISyncStatus {
   can_take_over?: boolean;
   /** Why the store is taken to be down; it is asked again by itself. */
   store_down?: string | null;
+  /** The store's folder (or this workspace's, synced here before) is not there: a drive that
+   * dropped is the store unavailable, never an empty store. Take over starts it anew. */
+  store_missing?: boolean;
   versions_bytes?: number | null;
   versions_count?: number | null;
   record_rebuilt?: string | null;
@@ -229,8 +237,11 @@ export interface ISyncStatus {
   /** False where the store offers no compare-and-swap: the lease is advisory. */
   lease_exclusive?: boolean;
   lease_note?: string | null;
-  /** When this runtime takes the lease over by itself (epoch seconds). */
+  /** When this runtime takes the lease over by itself if its holder renews it no more (epoch
+   * seconds, this machine's clock; it moves on at each renewal). */
   takeover_at?: number | null;
+  /** Seconds since this runtime last saw the other holder's lease change (its renewal). */
+  lease_unchanged_for?: number | null;
   /** Seconds until writing starts after a take-over. */
   writes_start_in?: number | null;
   restoring?: boolean;

@@ -196,7 +196,19 @@ export class SyncModel extends PolledModel {
     const status = this.status;
     const holder = status?.lease;
     const live = !!holder && !!status?.takeover_at && status.takeover_at > Date.now() / 1000;
-    if (live && holder) {
+    if (status?.store_missing) {
+      const answer = await showDialog({
+        title: 'Start the store anew here?',
+        body:
+          `${status.store_down ?? 'The store is missing.'} Only if it is not coming back: this runtime ` +
+          'makes the folder again and uploads every file of this work directory into it. If it is on a ' +
+          'drive that is not mounted, mount it instead: the sync goes on by itself.',
+        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Start anew' })]
+      });
+      if (!answer.button.accept) {
+        return;
+      }
+    } else if (live && holder) {
       const answer = await showDialog({
         title: 'Take over this workspace?',
         body:
@@ -294,7 +306,7 @@ export function syncSummary(status: ISyncStatus | null, now: number): string {
       if (status.takeover_at) {
         const left = status.takeover_at - now;
         return left > 0
-          ? `Read-only: ${who} writes; taking over in ${formatClock(left)}`
+          ? `Read-only: ${who} writes; taking over in ${formatClock(left)} unless it renews`
           : `Read-only: ${who} stopped; taking over…`;
       }
       return `Read-only: ${who} writes this workspace`;
@@ -302,7 +314,7 @@ export function syncSummary(status: ISyncStatus | null, now: number): string {
   }
   const pending = status.pending_files > 0 ? `${plural(status.pending_files, 'file')}, ${formatBytes(status.pending_bytes)} pending` : '';
   if (status.store_down) {
-    return `Store not answering${pending ? `: ${pending}` : ''}`;
+    return `${status.store_missing ? 'Store unavailable' : 'Store not answering'}${pending ? `: ${pending}` : ''}`;
   }
   if (pending) {
     return pending;

@@ -126,6 +126,52 @@ class TestBrokenStore:
         assert "nosuchproto" in json.loads(err.value.response.body)["message"]
 
 
+class TestMistypedStoreUrl:
+    @pytest.fixture
+    def gpuws_config(self, gpuws_config: dict[str, Any]) -> dict[str, Any]:
+        return {**gpuws_config, "store_url": "s3:/my-bucket/work"}
+
+    async def test_the_status_says_what_was_meant_within_seconds(self, jp_fetch: Any, jp_root_dir: Path) -> None:
+        async def failed() -> Any:
+            s = await get(jp_fetch, "sync")
+            return s if s["state"] == "error" else None
+
+        status = await wait_for(failed, timeout=10)
+        assert "did you mean 's3://my-bucket/work'" in status["last_error"]
+        assert not (jp_root_dir / "s3:").exists() and not list(jp_root_dir.glob("s3*"))
+
+
+class TestStoreOnADriveThatIsNotMounted:
+    @pytest.fixture
+    def gpuws_config(self, gpuws_config: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+        (tmp_path / "drive").mkdir()  # the mount point, empty while the drive is not mounted
+        return {**gpuws_config, "store_url": str(tmp_path / "drive" / "MyDrive" / "gpuws"), "lease_ttl": 2.0}
+
+    async def test_it_is_store_unavailable_and_goes_on_by_itself_once_mounted(
+            self, jp_fetch: Any, jp_root_dir: Path, tmp_path: Path) -> None:
+        (jp_root_dir / "notes.md").write_text("mine")
+
+        async def missing() -> Any:
+            s = await get(jp_fetch, "sync")
+            return s if s.get("store_missing") else None
+
+        status = await wait_for(missing, timeout=10)
+        assert status["state"] == "error" and "unmounted drive" in status["store_down"]
+        assert status["can_take_over"] is True
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("gpuws", "api", "persist", method="POST", body="")
+        assert err.value.code in (409, 503)
+        assert list((tmp_path / "drive").iterdir()) == []  # nothing made in the mount point
+        (tmp_path / "drive" / "MyDrive" / "gpuws").mkdir(parents=True)  # the drive is mounted
+
+        async def saved() -> Any:
+            s = await get(jp_fetch, "sync")
+            return s if not s["store_missing"] and s["synced_files"] >= 1 and s["pending_files"] == 0 else None
+
+        await wait_for(saved, timeout=30)
+        assert (tmp_path / "drive" / "MyDrive" / "gpuws" / "test-ws" / "files" / "notes.md").read_text() == "mine"
+
+
 class TestLeaseHeldElsewhere:
     @pytest.fixture
     def other_runtime(self, store_dir: Path, tmp_path: Path) -> Any:

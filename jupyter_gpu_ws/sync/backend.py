@@ -99,6 +99,26 @@ class Backend(Protocol):
         return the new tag. Raises PreconditionFailed when another writer got there first."""
         ...
 
+    # -- whether the store is there at all (a mounted drive may drop) ------------------------
+
+    def present(self, prefix: str) -> bool:
+        """Whether the store's folder (prefix '') or a folder in it is there; True where the
+        store has no folders (an object store)."""
+        ...
+
+    def expect(self, prefix: str) -> None:
+        """From now on `prefix` must be there: no write makes it, and missing it is
+        StoreMissingError (the root always is)."""
+        ...
+
+    def make(self, prefix: str) -> None:
+        """An explicit first use: make the store's folder (and `prefix` in it), then expect them."""
+        ...
+
+    def missing(self, prefix: str) -> str:
+        """The message for a missing root (prefix '') or expected folder."""
+        ...
+
     def conditional_writes(self) -> str | None:
         """None where write_if is a true compare-and-swap against other machines; otherwise the
         reason it is not (the lease is then advisory). May ask the store once."""

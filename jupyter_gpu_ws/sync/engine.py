@@ -38,6 +38,7 @@ from .errors import (
     QuotaExceededError,
     StoreConfigError,
     StoreFullError,
+    StoreMissingError,
     StoreUnavailableError,
     SyncError,
     WorkdirError,
@@ -47,6 +48,7 @@ from .ignore import IGNORE_FILE, IgnoreRules
 from .index import Record, SyncIndex
 from .lease import LEASE_NAME, Lease, LeaseKeeper, lease_status
 from .pending import PendingSet
+from .presence import check_store, keep_apart, make_anew
 from .progress import Progress, RateLimiter
 from .scan import LocalFile, scan, stat_path
 from ..checkpoints.files import MANIFEST, folder_order
@@ -58,6 +60,7 @@ from .restore import (
     newest_checkpoints,
     restore_phases,
 )
+from ..defaults import is_embedded_store
 from .crypto import Encryption, protect
 from .store import Store, open_backend
 from .versions import Versions
@@ -107,6 +110,9 @@ class SyncSettings:
     excludes: list[str] = field(default_factory=list)
     # The encrypted store (sync/crypto): None for a plain one. Holds the passphrase: never logged.
     encryption: Encryption | None = None
+    # A missing store folder may be made (the embedded default, or the user's create_store);
+    # otherwise only where its parent holds other things (sync/presence.py).
+    create_store: bool = False
 
 
 @dataclass
@@ -150,6 +156,19 @@ class SyncEngine:
             # The encrypted copy of a file being sent goes beside the engine's own state, on a
             # disk (a temporary folder may be memory, too small for a checkpoint).
             settings.encryption.scratch = settings.state_dir
+        # The store and the work directory apart; this engine's own folders out of the mirror.
+        own = keep_apart(backend, self.workdir, settings.state_dir, is_embedded_store(settings.store_url))
+        # The record first (its name is the store's, encrypted or not): whether this machine
+        # synced the workspace before decides whether a missing store is gone or is to begin.
+        self.index = SyncIndex(index_path(settings.state_dir, self.workdir, backend, settings.workspace))
+        if self.index.rebuilt:
+            log.warning("Sync: %s", self.index.rebuilt)
+        missing = None
+        try:
+            check_store(backend, settings.workspace, self.index.count_and_bytes()[0],
+                        self.index.last_pass() is not None, settings.create_store)
+        except StoreMissingError as err:
+            missing = str(err)  # read-only until it is back (open() and the lease's thread)
         try:
             # Before anything else touches the store: a wrong passphrase, or a writer of the
             # other kind (plain against encrypted), stops here.
@@ -162,12 +181,9 @@ class SyncEngine:
             log.warning("Sync: could not check whether the workspace is encrypted (the store is not answering)")
             self.backend = backend
         self.store = Store(self.backend, settings.workspace)
-        self.index = SyncIndex(index_path(settings.state_dir, self.workdir, self.backend, settings.workspace))
-        if self.index.rebuilt:
-            log.warning("Sync: %s", self.index.rebuilt)
-        self.rules = IgnoreRules(self.workdir, settings.excludes)
+        self.rules = IgnoreRules(self.workdir, settings.excludes + own)
         self.lease = Lease(self.store, settings.lease_ttl, clock, host=settings.host)
-        self.keeper = LeaseKeeper(self.lease, self._lease_changed)
+        self.keeper = LeaseKeeper(self.lease, self._lease_changed, self._store_back)
         self.kept_versions = Versions(self.store, settings.keep_versions, settings.version_max_age, clock,
                                  self.lease.fence)
         self.pending_set = PendingSet(self.workdir, self.index.get)
@@ -181,6 +197,14 @@ class SyncEngine:
         # Why the store is taken to be down (a file failed after every retry), or None: while set,
         # files are not retried one after another, and each pass first asks the store once.
         self.store_down: str | None = None
+        # Why the store's folder (or this workspace's, synced here before) is taken to be missing,
+        # or None: a drive that dropped is the store unavailable, never an empty store.
+        self.store_missing: str | None = missing
+        # The record is compared with the store before it is trusted: at the first pass, and after
+        # any gap (the store away, the lease lost or taken over); what the store lacks goes again.
+        self._reconcile_due = True
+        # Told when the store answers again after a gap (the service then looks at everything).
+        self.on_gap: Callable[[], None] | None = None
         self._failing_since: float | None = None  # monotonic: the first failure since a success
         # Paths whose last write here may not be durable (a failed flush, an unclean stop before
         # one): sent again as they are, without comparing (after a failed fsync the page cache can
@@ -218,9 +242,16 @@ class SyncEngine:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open(self, take_over: bool = False) -> None:
-        """Take the lease and start keeping it. A lease held by another runtime, an unreadable
-        lease or a store that does not answer leave the engine read-only, with the reason; the
-        lease's thread keeps looking and makes it the writer as soon as it can."""
+        """Check that the store is there (sync/presence.py), take the lease and start keeping
+        it. A missing store, a lease held by another runtime, an unreadable lease or a store that
+        does not answer leave the engine read-only, with the reason; the lease's thread keeps
+        looking and makes it the writer as soon as it can."""
+        if self.store_missing is not None:
+            log.warning("Sync: %s", self.store_missing)
+            self.store_down = self.store_missing
+            self.read_only_reason = self.store_missing  # the lease's thread takes it once the store is back
+            self.keeper.start()
+            return
         try:
             self.lease.acquire(take_over=take_over)
         except LeaseCorruptError as err:
@@ -241,15 +272,40 @@ class SyncEngine:
 
     def take_over(self) -> None:
         """The user's Take over: the lease becomes ours even from a live holder (writes wait
-        until its time is up), or replaces an unreadable lease."""
+        until it has stopped), replaces an unreadable lease, or, where the store's folder or
+        this workspace went missing, starts them anew there from this machine's files."""
+        if self.store_missing is not None or isinstance(self.keeper.cause, StoreMissingError):
+            make_anew(self.backend, self.settings.workspace)
+            log.warning("Sync: the store %s/%s is made anew, at the user's word", self.backend.description,
+                        self.settings.workspace)
         self.lease.acquire(take_over=True)
         self._lease_changed(True, None)
+
+    def _missing(self, why: str) -> None:
+        """The store's folder, or this workspace's, is not there: unavailable, not empty."""
+        if why != self.store_missing:
+            log.warning("Sync: %s", why)
+        self.store_missing = self.store_down = why
+
+    def _store_back(self) -> None:
+        """The store answers again after a gap: the record is checked against it first."""
+        self._reconcile_due = True
+        if self.store_missing is not None and self.store_down == self.store_missing:
+            self.store_down = None
+        self.store_missing = None
+        callback = self.on_gap
+        if callback is not None:
+            callback()
 
     def _lease_changed(self, held: bool, reason: str | None) -> None:
         if not held:
             self.read_only_reason = reason or "Another runtime writes this workspace"
             return
         self.read_only_reason, self.lease_corrupt = None, False
+        if self.store_missing is not None and self.store_down == self.store_missing:
+            self.store_down = None
+        self.store_missing = None
+        self._reconcile_due = True  # another runtime may have written, or the store may have lost files
         if self.state in ("read-only", "error"):
             self.state, self.last_error = "idle", None
         self._acquired()
@@ -258,6 +314,8 @@ class SyncEngine:
             callback()
 
     def _acquired(self) -> None:
+        # The workspace's folder is there now (its lease is): should it vanish, it is missing.
+        self.backend.expect(self.settings.workspace)
         # Recorded just before an unclean stop, maybe never made durable: send them again.
         forgotten = self.index.forget_unflushed()
         if forgotten:
@@ -397,6 +455,8 @@ class SyncEngine:
                 if paths:  # not done: the watcher's news must not be lost with this pass
                     with self._dirty_lock:
                         self._dirty.update(paths)
+                if isinstance(err, StoreMissingError):
+                    self._missing(str(err))
                 if isinstance(err, SyncError):
                     self.state, self.last_error = ("read-only" if self.read_only else "error"), str(err)
                     raise
@@ -431,13 +491,44 @@ class SyncEngine:
         """A store taken to be down is asked once (a read) before a pass tries any file."""
         if self.store_down is None:
             return
-        self.backend.stat(self.store.state_key(LEASE_NAME))  # StoreUnavailableError: still down
+        try:
+            self.backend.stat(self.store.state_key(LEASE_NAME))  # StoreUnavailableError: still down
+        except StoreMissingError as err:
+            self._missing(str(err))
+            raise
         log.info("Sync: the store answers again (%s before)", self.store_down)
         self.store_down = None
         self._maintenance_due = True  # uploads aborted during the outage are cleared
+        self._store_back()
+
+    def _reconcile(self) -> tuple[dict[str, RemoteFile] | None, list[str]]:
+        """Compare the record with the store (one listing) before trusting it: a path recorded
+        as synced that the store lacks, or holds with another size (the store lost it, came back
+        older, was emptied, or another runtime wrote meanwhile), is forgotten, so that it is
+        compared and sent again. Returns the listing (None when there was no record to check)
+        for the pass to use, and the paths forgotten."""
+        if not self.index.count_and_bytes()[0]:
+            self._reconcile_due = False
+            return None, []
+        listing = self.store.list_files()
+        records = self.index.all()
+        lost = [rel for rel, record in records.items()
+                if (stored := listing.get(rel)) is None or stored.size != record.size]
+        if lost:
+            log.warning("Sync: the store lacks %s this machine had recorded as synced (%s): they are sent again",
+                        _files(len(lost)), ", ".join(sorted(lost)[:3]) + (" …" if len(lost) > 3 else ""))
+            self.index.delete_many(lost)
+            self.mark_dirty(lost)
+        self._reconcile_due = False
+        return listing, lost
 
     def _sync(self, paths: Iterable[str] | None, progress: Progress, cancel: threading.Event | None,
               flush_soon: bool, report: PassReport) -> None:
+        listing = None
+        if self._reconcile_due:
+            listing, lost = self._reconcile()
+            if lost:
+                paths = None  # the record was wrong: look at everything once
         changed, deleted, report.unchanged, total_records = self.plan(paths)
         if paths is None:
             self.pending_set.replace(changed, deleted)
@@ -458,7 +549,7 @@ class SyncEngine:
         # Only a file the store had before can gain a version in this pass.
         overwritten = {path for path, record in known.items() if record is not None}
         progress.plan(len(changed) + len(deleted), sum(f.size for f in changed), "uploading")
-        in_store = self._store_listing(changed, known)
+        in_store = listing if listing is not None else self._store_listing(changed, known)
         records_done = self._upload_all(changed, known, in_store, progress, cancel, report, flush_soon)
         # Listed as not yet durable whether or not a flush has started on them meanwhile: only
         # a flush that begins after this records them as durable.
@@ -789,6 +880,9 @@ class SyncEngine:
                 attempt += 1  # it changed while we read it: read it again, never store it torn
                 if attempt > 20:
                     raise SyncError(f"{f.path} keeps changing; it will be synced once it settles") from None
+            except StoreMissingError as err:
+                self._missing(str(err))  # no retry brings a missing folder back
+                raise
             except StoreUnavailableError as err:
                 attempt += 1
                 now = time.monotonic()
@@ -976,7 +1070,10 @@ class SyncEngine:
         count, used = self.index.count_and_bytes()
         running = self._running
         lease = lease_status(self.lease, self.keeper)
-        if self.lease_corrupt or (lease["lease_error"] and not self.lease.held):
+        missing = self.store_missing
+        if missing is None and isinstance(self.keeper.cause, StoreMissingError):
+            missing = str(self.keeper.cause)  # seen by the lease's thread before any pass
+        if missing is not None or self.lease_corrupt or (lease["lease_error"] and not self.lease.held):
             state = "error"
         elif self.read_only:
             state = "read-only"
@@ -997,10 +1094,12 @@ class SyncEngine:
             "problem_files": problems["problems_total"],
             "progress": running[0].snapshot() if running is not None else None,
             "last_sync": self.last_sync,
-            "last_error": self.last_error or lease["lease_error"],
+            "last_error": missing or self.last_error or lease["lease_error"],
             "read_only_reason": self.read_only_reason,
-            "can_take_over": self.read_only or self.lease_corrupt,
-            "store_down": self.store_down,
+            "can_take_over": self.read_only or self.lease_corrupt or missing is not None,
+            "store_down": self.store_down or missing,
+            # The store's folder (or this workspace's, synced here before) is not there: unavailable.
+            "store_missing": missing is not None,
             "synced_files": count,
             "store_bytes": used,
             "versions_bytes": self.kept_versions.bytes,

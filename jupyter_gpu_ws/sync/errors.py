@@ -15,6 +15,12 @@ class StoreUnavailableError(SyncError):
     """The store cannot be reached or refuses us right now; nothing was changed."""
 
 
+class StoreMissingError(StoreUnavailableError):
+    """The store's folder (or a workspace this machine synced to it) is not there: a drive that is
+    not mounted, a folder renamed or emptied. Never taken for an empty store: nothing is written
+    until it is back, or until the user makes it anew."""
+
+
 class StoreFullError(SyncError):
     """The store's disk is full."""
 

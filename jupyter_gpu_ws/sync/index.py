@@ -65,6 +65,7 @@ class SyncIndex:
                             "with the store once before it is sent")
             self._open()
         self._totals: tuple[int, int] | None = None  # (paths, bytes), once counted
+        self._data_version: int | None = None  # SQLite's count of other connections' commits
 
     def _open(self) -> None:
         self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None)
@@ -180,8 +181,13 @@ class SyncIndex:
 
     def count_and_bytes(self) -> tuple[int, int]:
         """How many paths are recorded and their total size: counted once, then kept up to
-        date by put_many and delete_many, so a pass over one file never counts the table."""
+        date by put_many and delete_many, so a pass over one file never counts the table; and
+        counted again whenever another process changed the record meanwhile (two servers on
+        one state folder: the one that writes after the other stopped sees its records)."""
         with self._lock:
+            version = self._db.execute("PRAGMA data_version").fetchone()[0]
+            if version != self._data_version:
+                self._totals, self._data_version = None, version
             if self._totals is None:
                 count, total = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM files").fetchone()
                 self._totals = (int(count), int(total))

@@ -8,6 +8,11 @@ in it is trusted: only regular files are listed and read, a symbolic link below 
 never followed (for reading, writing, renaming or deleting), and a FIFO, socket or device is
 never opened in a way that could block. Such entries are skipped, warned about once each, and
 kept in `skipped` for the engine's status. The root itself may be a link: it is resolved once.
+
+The folder may also vanish: a drive that is unmounted or drops (Google Drive's mount on Colab),
+a renamed folder. So no write ever makes the root, nor a folder the engine said to expect (a
+workspace it synced before): missing, they are StoreMissingError, the store unavailable, until
+they are back. Only `make()` creates them, on an explicit first use (sync/presence.py).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Callable, Iterator, NoReturn
 
 from ..diskio import pwrite_all, start_writeback, turn
 from .backend import CHUNK, PART_SUFFIX, PreconditionFailed, RemoteFile, SourceChangedError
-from .errors import LocalFileError, StoreFullError, StoreUnavailableError, UnsafeStoreEntryError
+from .errors import LocalFileError, StoreFullError, StoreMissingError, StoreUnavailableError, UnsafeStoreEntryError
 from .hashing import fd_hash, file_hash
 
 log = logging.getLogger(__name__)
@@ -66,6 +71,8 @@ class LocalBackend:
         self.durable = durable
         # Folder → when it was last found to be a real folder under the root (see _real_folder).
         self._dirs: dict[str, float] = {}
+        # Folders under the root that must be there and are never made by a write (expect()).
+        self._expected: set[str] = set()
         # Entries of the store that are skipped (key → why), each warned about once.
         self._skipped: dict[str, str] = {}
         self._skipped_lock = threading.Lock()
@@ -153,11 +160,9 @@ class LocalBackend:
         checked = self._dirs.get(folder)
         if checked is not None and now - checked < FOLDER_TRUST_SECONDS:
             return True
-        if len(folder) < len(self._prefix):  # the root: the user's own choice, trusted
-            if create:
-                os.makedirs(self._root, exist_ok=True)
-            elif not os.path.isdir(self._root):
-                return False
+        if len(folder) < len(self._prefix):  # the root: the user's own choice, trusted, never made here
+            if not os.path.isdir(self._root):
+                raise StoreMissingError(self.missing(""))
             self._dirs[folder] = now
             return True
         parent, _, name = folder.rpartition(os.sep)
@@ -165,6 +170,8 @@ class LocalBackend:
             raise ValueError(f"Not a folder inside the store: {folder!r}")
         if not self._real_folder(parent, create, doing):
             return False
+        if folder in self._expected and not os.path.isdir(folder):
+            raise StoreMissingError(self.missing(self._key(folder)))
         if create:
             try:
                 os.mkdir(folder)  # never follows a link: an existing one fails with EEXIST
@@ -208,6 +215,34 @@ class LocalBackend:
             raise
         self._fine(path)
         return fd
+
+    # -- the folder itself: there, missing, or made on purpose --------------------------------
+
+    def present(self, prefix: str) -> bool:
+        """Whether the store's folder (prefix ''), or a folder under it, is there."""
+        return os.path.isdir(self._path(prefix) if prefix else self._root)
+
+    def expect(self, prefix: str) -> None:
+        """From now on `prefix` (a folder under the root) must be there: a write never makes it,
+        and missing it is StoreMissingError. The root is always expected."""
+        if prefix:
+            self._expected.add(self._path(prefix))
+
+    def make(self, prefix: str) -> None:
+        """The explicit first use: make the root (and `prefix` under it), then expect them."""
+        try:
+            os.makedirs(self._path(prefix) if prefix else self._root, exist_ok=True)
+        except OSError as err:
+            _raise_os_error(err, prefix or "the store's folder")
+        self.expect(prefix)
+
+    def missing(self, prefix: str) -> str:
+        """Why the store is unavailable when the root (or an expected folder) is not there."""
+        if not prefix:
+            return (f"The store folder {self.root} is missing: is the drive it is on mounted? Nothing is written "
+                    "until it is back (the sync goes on by itself then)")
+        return (f"The folder {prefix} is missing from the store {self.root}: is the drive mounted, and the "
+                "folder where it was? Nothing is written until it is back (the sync goes on by itself then)")
 
     # -- the operations ----------------------------------------------------------------------
 
@@ -440,7 +475,7 @@ class LocalBackend:
 
     def folders(self, prefix: str) -> list[str]:
         base = self._path(prefix) if prefix else self._root
-        if prefix and not self._real_folder(base, False, f"list {prefix}"):
+        if not self._real_folder(base, False, f"list {prefix}"):
             return []
         try:
             with os.scandir(base) as entries:

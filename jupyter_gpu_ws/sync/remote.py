@@ -484,6 +484,20 @@ class FsspecBackend:
             raise _remote_error(err, key) from err
         return str(answer["ETag"])
 
+    # An object store has no folders to lose: a prefix is there once an object is (a missing
+    # bucket or refused access is an error of every request instead).
+    def present(self, prefix: str) -> bool:
+        return True
+
+    def expect(self, prefix: str) -> None:
+        pass
+
+    def make(self, prefix: str) -> None:
+        pass
+
+    def missing(self, prefix: str) -> str:
+        return f"{prefix or 'The store'} is missing from {self.description}"
+
     def conditional_writes(self) -> str | None:
         if self.protocol == "memory":
             return None  # one process holds the whole store

@@ -87,6 +87,7 @@ class SyncService:
         self.rescan_interval = rescan_interval
         self.on_pass = on_pass
         self.final_pass = True
+        self._next_rescan = 0.0  # monotonic: when the next full rescan is due
         self._stop = threading.Event()
         self._wake = threading.Event()
         # Set once the watch is in place (or has failed): the first pass waits for it, so that a
@@ -98,6 +99,7 @@ class SyncService:
 
     def start(self, initial_pass: bool = True) -> None:
         self.engine.on_writable = self._on_writable
+        self.engine.on_gap = self.request_rescan  # the store is back: its record is checked, everything looked at
         self._stop.clear()
         self._watching.clear()
         self._need_rescan = initial_pass
@@ -168,7 +170,11 @@ class SyncService:
             return
         quiet = time.monotonic() - self.engine.last_change >= self.debounce
         self._leading = quiet and not writing and _few_small(self.engine.workdir, rels)
-        self.engine.mark_dirty(rels)
+        try:
+            self.engine.mark_dirty(rels)
+        except Exception:  # noqa: BLE001 - a path it cannot look at must not stop the watching
+            log.exception("Sync: could not note %d changed paths; a full pass looks at them", len(rels))
+            self._need_rescan = True
         self._wake.set()
 
     def _watch_inotify(self) -> None:
@@ -215,58 +221,72 @@ class SyncService:
             self._report({rel for rel in rels if not rel.startswith("..")})
 
     def _loop(self) -> None:
+        """The service's thread: it never dies. A step that fails unforeseen (a bug, a file the
+        engine did not expect) is logged with its traceback and shown as the sync's error, and
+        the next step runs after a back-off; a clean stop still ends with a last full pass."""
         self._watching.wait(WATCH_READY_TIMEOUT)
-        engine = self.engine
-        next_rescan = time.monotonic() + self.rescan_interval
+        self._next_rescan = time.monotonic() + self.rescan_interval
         while not self._stop.is_set():
-            now = time.monotonic()
-            due = [next_rescan]
-            if self._retry_at is not None:
-                due.append(self._retry_at)
-            if self._next_prune is not None:
-                due.append(self._next_prune)
-            if not engine.writable and engine.lease.held:
-                due.append(now + 1.0)  # taking over, or the lease awaits a renewal: look again soon
-            self._wake.wait(max(0.0, min(due) - now))
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            now = time.monotonic()
-            if self._need_takeover_work and self.on_takeover is not None and not engine.read_only:
-                self._need_takeover_work = False
-                self._safely(self.on_takeover)
-            if not engine.writable:
-                continue  # another runtime writes, or ours is not yet in force: changes wait
-            if self._next_prune is not None and now >= self._next_prune:
-                self._next_prune = now + PRUNE_EVERY
-                self._safely(engine.prune_versions)
-            if self._retry_at is not None and now >= self._retry_at:
-                self._retry_at = None
-                if engine.store_down is not None:
-                    self._need_rescan = True  # the store may be back: look at everything once
-                else:
-                    engine.mark_dirty(engine.pending_set.paths())  # everything that waits goes now
-            if self._need_rescan or now >= next_rescan:
-                self._need_rescan = False
-                next_rescan = now + self.rescan_interval
-                engine.take_dirty()
-                self._after(self._run(None))
-                continue
-            settle = self.debounce - (time.monotonic() - engine.last_change)
-            if settle > 0 and not self._leading:
-                # Let a burst of writes (a notebook saving, a checkpoint being written) settle.
-                self._stop.wait(settle)
-                self._wake.set()
-                continue
-            self._leading = False
-            dirty = engine.take_dirty()
-            if dirty:
-                self._after(self._run(dirty))
+            try:
+                self._step()
+            except Exception as err:  # noqa: BLE001 - the sync must never stop silently
+                log.exception("Sync: the sync's loop failed; it goes on")
+                self.engine.state, self.engine.last_error = "error", f"Sync failed: {err}"
+                self._retry_delay = min(RETRY_MAX, self._retry_delay * 2) if self._retry_delay else RETRY_FIRST
+                self._retry_at = time.monotonic() + self._retry_delay
+                self._stop.wait(min(self._retry_delay, 1.0))
         # A last full pass, so a clean stop loses nothing, whether or not the watcher
         # has reported the last writes yet.
-        engine.take_dirty()
-        if engine.writable and self.final_pass:
+        self.engine.take_dirty()
+        if self.engine.writable and self.final_pass:
             self._run(None, durable=True)
+
+    def _step(self) -> None:
+        """One turn of the loop: wait for news or a due time, then the pass it calls for."""
+        engine = self.engine
+        now = time.monotonic()
+        due = [self._next_rescan]
+        if self._retry_at is not None:
+            due.append(self._retry_at)
+        if self._next_prune is not None:
+            due.append(self._next_prune)
+        if not engine.writable and engine.lease.held:
+            due.append(now + 1.0)  # taking over, or the lease awaits a renewal: look again soon
+        self._wake.wait(max(0.0, min(due) - now))
+        self._wake.clear()
+        if self._stop.is_set():
+            return
+        now = time.monotonic()
+        if self._need_takeover_work and self.on_takeover is not None and not engine.read_only:
+            self._need_takeover_work = False
+            self._safely(self.on_takeover)
+        if not engine.writable:
+            return  # another runtime writes, or ours is not yet in force: changes wait
+        if self._next_prune is not None and now >= self._next_prune:
+            self._next_prune = now + PRUNE_EVERY
+            self._safely(engine.prune_versions)
+        if self._retry_at is not None and now >= self._retry_at:
+            self._retry_at = None
+            if engine.store_down is not None:
+                self._need_rescan = True  # the store may be back: look at everything once
+            else:
+                engine.mark_dirty(engine.pending_set.paths())  # everything that waits goes now
+        if self._need_rescan or now >= self._next_rescan:
+            self._need_rescan = False
+            self._next_rescan = now + self.rescan_interval
+            engine.take_dirty()
+            self._after(self._run(None))
+            return
+        settle = self.debounce - (time.monotonic() - engine.last_change)
+        if settle > 0 and not self._leading:
+            # Let a burst of writes (a notebook saving, a checkpoint being written) settle.
+            self._stop.wait(settle)
+            self._wake.set()
+            return
+        self._leading = False
+        dirty = engine.take_dirty()
+        if dirty:
+            self._after(self._run(dirty))
 
     def _after(self, report: PassReport | None) -> None:
         """After a pass: a store that failed it is tried again by itself, sooner at first; the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Any
 from urllib.parse import urlparse
@@ -20,19 +21,49 @@ from .local import LocalBackend
 from .remote import FsspecBackend
 
 __all__ = ["PART_SUFFIX", "Backend", "FsspecBackend", "LocalBackend", "RemoteFile", "SourceChangedError",
-           "Store", "open_backend", "version_stamp"]
+           "Store", "check_store_url", "open_backend", "version_stamp"]
+
+
+# What a URL's scheme looks like (RFC 3986): a letter, then letters, digits, +, - or .
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def check_store_url(url: str) -> str:
+    """The store URL as it is to be opened, or StoreConfigError with the corrected form: a
+    `scheme://…` URL or an absolute path (`~` allowed). Anything else (`s3:/bucket`, `s3:bucket`,
+    `file:/tmp/x`, a relative folder) would otherwise become a local folder named after it in
+    whatever the current folder is, which may be the work directory itself."""
+    if not url or not url.strip():
+        raise StoreConfigError("The store URL is empty: set GPUWS_STORE or c.GpuWorkspace.store_url")
+    url = url.strip()
+    if "::" in url:
+        raise StoreConfigError(f"Chained URLs are not supported as a store: {url!r}")
+    if "://" in url:
+        scheme, _, rest = url.partition("://")
+        if scheme in ("file", "local") and rest and not rest.startswith("/") and urlparse(url).netloc != "localhost":
+            raise StoreConfigError(f"The store URL {url!r} names a host, not a folder: did you mean "
+                                   f"'file:///{rest}'?")
+        return url
+    match = _SCHEME.match(url)
+    if match and len(match.group(1)) > 1:  # not a bare drive letter
+        scheme, rest = match.group(1), url[match.end():].lstrip("/")
+        better = f"file:///{rest}" if scheme.lower() in ("file", "local") else f"{scheme}://{rest}"
+        raise StoreConfigError(f"The store URL {url!r} is neither scheme://… nor an absolute path: did you mean "
+                               f"{better!r}?")
+    path = os.path.expanduser(url)
+    if not os.path.isabs(path):
+        raise StoreConfigError(f"The store {url!r} is a relative path, which would depend on the current folder: "
+                               f"give an absolute one (did you mean {os.path.abspath(path)!r}?) or a scheme://… URL")
+    return url
 
 
 def open_backend(url: str, storage_options: dict[str, Any] | None = None, durable: bool = True,
                  max_concurrency: int = 4) -> Backend:
-    """A backend for a store URL: a local path or file:// URL, or any fsspec URL."""
-    if not url or not url.strip():
-        raise StoreConfigError("The store URL is empty: set GPUWS_STORE or c.GpuWorkspace.store_url")
-    url = url.strip()
+    """A backend for a store URL (checked by check_store_url): an absolute path or file:// URL,
+    or any fsspec URL."""
+    url = check_store_url(url)
     parsed = urlparse(url)
     if "://" not in url:
-        if "::" in url:
-            raise StoreConfigError(f"Chained URLs are not supported as a store: {url!r}")
         return LocalBackend(os.path.expanduser(url), durable)
     if parsed.scheme in ("file", "local"):
         if parsed.netloc not in ("", "localhost"):

@@ -141,7 +141,7 @@ function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => voi
   const holder = status.lease;
   const takeOver = status.can_take_over && (
     <button className="jp-mod-styled jp-gpuws-button" data-testid="gpuws-take-over" onClick={props.onTakeOver}>
-      Take over
+      {status.store_missing ? 'Start anew' : 'Take over'}
     </button>
   );
   return (
@@ -156,7 +156,7 @@ function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => voi
         <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-read-only">
           {holder ? `${holder.user}@${holder.host} (pid ${holder.pid}) writes this workspace. ` : ''}
           {status.takeover_at && status.takeover_at > now
-            ? `This runtime restores, reads, and takes over by itself if that runtime stops renewing its lease (in ${formatDuration(status.takeover_at - now)} at the latest).`
+            ? `This runtime restores, reads, and takes over by itself once that runtime stops renewing its lease: ${formatDuration(holder?.ttl ?? 0)} after its last renewal, as this machine's clock measures it (in ${formatDuration(status.takeover_at - now)} if it renews no more).`
             : status.read_only_reason}
           {takeOver}
         </div>

@@ -12,11 +12,17 @@ from jupyter_gpu_ws.sync import LocalBackend
 from jupyter_gpu_ws.sync.backend import CHUNK, PART_SUFFIX
 
 
+def made(folder: Path) -> str:
+    """A store's folder, made as its first use makes it (a write never makes it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder)
+
+
 def test_put_copies_the_bytes_and_reports_progress_per_chunk(tmp_path: Path) -> None:
     source = tmp_path / "big.bin"
     data = os.urandom(2 * CHUNK + 123)
     source.write_bytes(data)
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     seen: list[int] = []
     assert backend.put(str(source), "ws/files/big.bin", seen.append) == len(data)
     assert (tmp_path / "store/ws/files/big.bin").read_bytes() == data
@@ -31,7 +37,7 @@ def test_put_falls_back_to_read_write_where_the_kernel_copy_is_refused(tmp_path:
     monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
     source = tmp_path / "a.txt"
     source.write_bytes(b"hello " * 1000)
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     assert backend.put(str(source), "ws/files/dir/a.txt") == 6000
     assert (tmp_path / "store/ws/files/dir/a.txt").read_bytes() == b"hello " * 1000
     assert not [p for p in (tmp_path / "store").rglob("*") if PART_SUFFIX in p.name]
@@ -44,7 +50,7 @@ def test_put_makes_the_folder_again_if_it_vanished_from_the_store(tmp_path: Path
     monkeypatch.setattr(local, "FOLDER_TRUST_SECONDS", 3600.0)  # the folder is still taken on trust
     source = tmp_path / "a.txt"
     source.write_bytes(b"one")
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     backend.put(str(source), "ws/files/sub/a.txt")
     (tmp_path / "store/ws/files/sub/a.txt").unlink()
     (tmp_path / "store/ws/files/sub").rmdir()
@@ -64,7 +70,7 @@ def test_flush_fsyncs_a_few_files_and_syncs_the_file_system_after_many(tmp_path:
     monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd)))
     source = tmp_path / "a.txt"
     source.write_bytes(b"data")
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
 
     backend.put(str(source), "ws/files/sub/a.txt")
     backend.flush()
@@ -88,7 +94,7 @@ def test_flush_does_nothing_when_not_durable(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(os, "fsync", calls.append)
     source = tmp_path / "a.txt"
     source.write_bytes(b"data")
-    backend = LocalBackend(str(tmp_path / "store"), durable=False)
+    backend = LocalBackend(made(tmp_path / "store"), durable=False)
     backend.put(str(source), "ws/files/a.txt")
     backend.flush()
     assert not calls
@@ -105,7 +111,7 @@ def test_a_large_file_heads_for_the_disk_while_copied_only_when_a_flush_follows(
     source = tmp_path / "big.bin"
     data = os.urandom(2 * CHUNK + 5)
     source.write_bytes(data)
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     assert backend.put(str(source), "ws/files/big.bin", flush_soon=flush_soon) == len(data)
     assert (tmp_path / "store/ws/files/big.bin").read_bytes() == data
     # Chunk by chunk while copying, or not at all: the flush that comes later writes it then.
@@ -136,7 +142,7 @@ def test_put_through_a_folder_link_in_the_store_writes_nothing_outside(tmp_path:
     (tmp_path / "store/ws/files/data").symlink_to(outside)
     source = tmp_path / "a.txt"
     source.write_text("mine")
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     with pytest.raises(UnsafeStoreEntryError, match="ws/files/data"):
         backend.put(str(source), "ws/files/data/a.txt")
     with pytest.raises(UnsafeStoreEntryError):
@@ -153,7 +159,7 @@ def test_versions_moves_and_writes_through_a_folder_link_write_nothing_outside(t
     before = snapshot(outside)
     source = tmp_path / "a.txt"
     source.write_text("mine")
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     backend.put(str(source), "ws/files/a.txt")
     (tmp_path / "store/ws/.gpuws").mkdir()
     (tmp_path / "store/ws/.gpuws/versions").symlink_to(outside)
@@ -181,7 +187,7 @@ def test_sweeping_parts_never_reaches_through_a_folder_link(tmp_path: Path) -> N
     os.utime(part, (0, 0))
     (tmp_path / "store").mkdir()
     (tmp_path / "store/ws").symlink_to(outside)  # the workspace's own folder
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     with pytest.raises(UnsafeStoreEntryError, match="symbolic link"):
         backend.sweep_parts("ws", older_than=60)
     assert part.exists()
@@ -196,7 +202,7 @@ def test_listing_yields_regular_files_only_and_reports_the_rest(tmp_path: Path) 
     (files / "secret").symlink_to(outside / "a.txt")
     (files / "linked").symlink_to(outside)
     os.mkfifo(files / "pipe")
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     assert sorted(f.key for f in backend.list("ws/files")) == ["ws/files/plain.txt", "ws/files/sub/deep.txt"]
     assert set(backend.skipped) == {"ws/files/secret", "ws/files/linked", "ws/files/pipe"}
     assert "symbolic link" in backend.skipped["ws/files/secret"]
@@ -211,7 +217,7 @@ def test_a_special_entry_is_warned_about_once_and_forgotten_once_it_is_gone(
     files = tmp_path / "store/ws/files"
     files.mkdir(parents=True)
     os.mkfifo(files / "pipe")
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     with caplog.at_level("WARNING", logger="jupyter_gpu_ws.sync.local"):
         for _ in range(3):
             list(backend.list("ws/files"))
@@ -231,7 +237,7 @@ def test_reading_a_fifo_or_a_link_in_the_store_never_blocks_nor_follows(tmp_path
     files.mkdir(parents=True)
     os.mkfifo(files / "pipe")
     (files / "secret").symlink_to(outside / "a.txt")
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     outcome: dict[str, object] = {}
 
     def read_all() -> None:
@@ -261,7 +267,7 @@ def test_the_store_root_itself_may_be_a_link(tmp_path: Path) -> None:
     (tmp_path / "store").symlink_to(real)
     source = tmp_path / "a.txt"
     source.write_text("mine")
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     backend.put(str(source), "ws/files/dir/a.txt")
     backend.write_bytes("ws/.gpuws/lease.json", b"{}")
     assert (real / "ws/files/dir/a.txt").read_text() == "mine"
@@ -278,7 +284,7 @@ def test_keeping_a_version_of_a_link_copies_nothing_from_outside(tmp_path: Path,
     files = tmp_path / "store/ws/files"
     files.mkdir(parents=True)
     (files / "secret").symlink_to(outside / "a.txt")
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     monkeypatch.setattr(os, "link", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EPERM, "no links")))
     with pytest.raises(UnsafeStoreEntryError, match="symbolic link"):
         backend.copy("ws/files/secret", "ws/.gpuws/versions/secret/v1")
@@ -290,7 +296,7 @@ def test_a_flush_never_waits_on_a_fifo_put_in_place_of_a_written_file(tmp_path: 
 
     source = tmp_path / "a.txt"
     source.write_text("mine")
-    backend = LocalBackend(str(tmp_path / "store"))
+    backend = LocalBackend(made(tmp_path / "store"))
     backend.put(str(source), "ws/files/a.txt")
     written = tmp_path / "store/ws/files/a.txt"
     written.unlink()

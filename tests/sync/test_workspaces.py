@@ -10,6 +10,8 @@ from typing import Callable
 
 import pytest
 
+from jupyter_gpu_ws.sync.errors import StoreMissingError
+
 from jupyter_gpu_ws.defaults import derive_workspace_name, legacy_workspace_name
 from jupyter_gpu_ws.sync import LocalBackend, SyncEngine
 from jupyter_gpu_ws.sync.errors import WorkspaceNotFoundError
@@ -65,6 +67,9 @@ def test_the_store_lists_its_workspaces_with_size_and_last_write(workdir: Path, 
 
 def test_a_missing_workspace_is_an_error_naming_those_that_exist(store_dir: Path) -> None:
     backend = LocalBackend(str(store_dir))
+    with pytest.raises(StoreMissingError, match="store folder .* is missing"):
+        require_workspace(backend, "mine")  # no store at all: not an empty one
+    store_dir.mkdir()
     with pytest.raises(WorkspaceNotFoundError, match="holds no workspace yet"):
         require_workspace(backend, "mine")
     write(store_dir / "root-project" / "files", "a.txt", "a")

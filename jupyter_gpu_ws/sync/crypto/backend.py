@@ -469,6 +469,18 @@ class EncryptedBackend:
     def conditional_writes(self) -> str | None:
         return self.inner.conditional_writes()
 
+    def present(self, prefix: str) -> bool:
+        return self.inner.present(prefix)  # a workspace's own folder has its plain name
+
+    def expect(self, prefix: str) -> None:
+        self.inner.expect(prefix)
+
+    def make(self, prefix: str) -> None:
+        self.inner.make(prefix)
+
+    def missing(self, prefix: str) -> str:
+        return self.inner.missing(prefix)
+
     def flush(self) -> None:
         self.inner.flush()
 
