@@ -150,6 +150,12 @@ class GpuWorkspace(Configurable):
         0.05, help="Seconds a change must settle (no further writes) before it is uploaded."
     ).tag(config=True)
 
+    sync_settle = Float(
+        2.0, help="""Seconds a file still being written (open for writing, or changing) must stay unchanged before
+        it is uploaded; a file closed after writing goes at once. Previous versions of a file are kept at most
+        once per this interval."""
+    ).tag(config=True)
+
     lease_ttl = Float(
         20.0, help="""Seconds the workspace lease lives without a heartbeat (renewed every quarter of it).
         A runtime that finds the lease held takes it over by itself once its heartbeat is older
@@ -391,6 +397,12 @@ class GpuWorkspace(Configurable):
         unknown = sorted(set(proposal["value"]) - {"aws", "gcp", "azure"})
         if unknown:
             raise TraitError(f"preemption_clouds: unknown {', '.join(unknown)} (use aws, gcp, azure)")
+        return proposal["value"]
+
+    @validate("sync_settle")
+    def _check_settle(self, proposal: Any) -> float:
+        if not 0 <= proposal["value"] <= 3600:
+            raise TraitError("sync_settle must be between 0 and 3600 seconds")
         return proposal["value"]
 
     @validate("lease_ttl")
@@ -717,6 +729,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             lease_ttl=self.lease_ttl,
             encryption=self.encryption(),
             create_store=self.create_store or is_embedded_store(self.store_url),
+            settle_interval=self.sync_settle,
         )
 
     def encryption(self) -> Encryption | None:

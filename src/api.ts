@@ -278,9 +278,11 @@ export interface ISyncStatus {
 export interface IPendingFile {
   path: string;
   size: number;
-  state: 'waiting' | 'uploading' | 'failing' | 'deleting';
+  state: 'waiting' | 'writing' | 'uploading' | 'failing' | 'deleting';
   error: string | null;
   since: number;
+  /** Why it waits, where that is no error ("still being written: …"). */
+  note?: string | null;
 }
 
 export interface IPendingList {

@@ -50,6 +50,7 @@ from .lease import LEASE_NAME, Lease, LeaseKeeper, lease_status
 from .pending import PendingSet
 from .presence import check_store, keep_apart, make_anew
 from .progress import Progress, RateLimiter
+from .settle import Settling
 from .scan import LocalFile, scan, stat_path
 from ..checkpoints.files import MANIFEST, folder_order
 from .restore import (
@@ -113,6 +114,8 @@ class SyncSettings:
     # A missing store folder may be made (the embedded default, or the user's create_store);
     # otherwise only where its parent holds other things (sync/presence.py).
     create_store: bool = False
+    # A file still being written waits until it has not changed for this long (sync/settle.py).
+    settle_interval: float = 2.0
 
 
 @dataclass
@@ -125,6 +128,8 @@ class PassReport:
     skipped: list[str] = field(default_factory=list)  # too large, ignored
     problems: list[str] = field(default_factory=list)  # "path: reason", files that cannot be synced
     stopped: str | None = None  # why the pass stopped before trying every file
+    # Files still being written, held back (path → seconds until they may settle).
+    settling: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -185,8 +190,11 @@ class SyncEngine:
         self.lease = Lease(self.store, settings.lease_ttl, clock, host=settings.host)
         self.keeper = LeaseKeeper(self.lease, self._lease_changed, self._store_back)
         self.kept_versions = Versions(self.store, settings.keep_versions, settings.version_max_age, clock,
-                                 self.lease.fence)
+                                      self.lease.fence, min_interval=settings.settle_interval)
         self.pending_set = PendingSet(self.workdir, self.index.get)
+        self.settling = Settling(settings.settle_interval)
+        # Paths whose copy in the store was sent while still being written: never kept as a version.
+        self._partial = set(self.index.partial_paths())
         self.limiter = RateLimiter(settings.bandwidth_limit) if settings.bandwidth_limit else None
         self.read_only_reason: str | None = None
         self.lease_corrupt = False
@@ -546,6 +554,8 @@ class SyncEngine:
             )
 
         changed = self._apply_limits(changed, report)
+        if not flush_soon:  # a pass nobody waits for: what is still being written waits to settle
+            changed = self._hold_unsettled(changed, report)
         # Only a file the store had before can gain a version in this pass.
         overwritten = {path for path, record in known.items() if record is not None}
         progress.plan(len(changed) + len(deleted), sum(f.size for f in changed), "uploading")
@@ -570,6 +580,18 @@ class SyncEngine:
             self.pending_set.done(rel)
         self.kept_versions.prune(overwritten | set(report.deleted))
         progress.set_phase("done")
+
+    def _hold_unsettled(self, changed: list[LocalFile], report: PassReport) -> list[LocalFile]:
+        """The files that may go now; those still being written wait (pending, saying so)."""
+        ready = []
+        for f in changed:
+            wait = self.settling.wait(f)
+            if wait > 0:
+                report.settling[f.path] = wait
+                self.pending_set.writing(f.path, f.size, self.settling.interval)
+            else:
+                ready.append(f)
+        return ready
 
     def _store_listing(self, changed: list[LocalFile], known: dict[str, Record | None]) -> dict[str, RemoteFile] | None:
         """For a pass with many files this runtime has no record of (a new machine, a lost
@@ -848,6 +870,8 @@ class SyncEngine:
             try:
                 if not versioned and f.path in self._resend:
                     versioned = True  # the store's copy is our own write that may not have lasted
+                if not versioned and record is not None and f.path in self._partial:
+                    versioned = True  # the store's copy was sent while still being written: not a version
                 if not versioned:
                     self.lease.fence()
                     # Nothing is overwritten without a version, whether or not we recorded it;
@@ -873,6 +897,7 @@ class SyncEngine:
                 self.backend.put(path, key, per_chunk, check=unchanged, flush_soon=flush_soon)
                 self._failing_since = None
                 self._resend.discard(f.path)
+                self._note_partial(f.path, self.settling.partial(LocalFile(f.path, *before)))
                 if per_chunk is None:
                     progress.add_bytes(before[0])
                 return Record(f.path, before[0], before[1], None, self.clock()), True
@@ -901,6 +926,18 @@ class SyncEngine:
                         ) from err
                     raise StoreUnavailableError(f"{f.path}: {err} (after {attempt} attempts)") from err
                 time.sleep(min(self.settings.retry_backoff * 2 ** (attempt - 1), 10.0))
+
+    def _note_partial(self, rel: str, partial: bool) -> None:
+        """Whether the copy just sent may be partial (sent while the file was still being
+        written, by a persist or after waiting too long): the record keeps it across restarts."""
+        if partial == (rel in self._partial):
+            return
+        if partial:
+            self._partial.add(rel)
+        else:
+            self._partial.discard(rel)
+            self.settling.done(rel)
+        self.index.set_partial(rel, partial)
 
     def _in_store(self, rel: str, key: str, in_store: dict[str, RemoteFile] | None) -> RemoteFile | None:
         """What the store holds at a path this runtime has no record of: from the pass's one

@@ -78,6 +78,8 @@ class SyncIndex:
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         # Recorded, not yet durable in the store; the rowid orders them against a flush.
         self._db.execute("CREATE TABLE IF NOT EXISTS unflushed (path TEXT PRIMARY KEY)")
+        # Sent while still being written (a partial copy): never kept as a previous version.
+        self._db.execute("CREATE TABLE IF NOT EXISTS partial (path TEXT PRIMARY KEY)")
         # A damaged file can open and fail only when read: read it whole once here.
         row = self._db.execute("PRAGMA quick_check").fetchone()
         if row is None or row[0] != "ok":
@@ -178,6 +180,17 @@ class SyncIndex:
             with self._lock:
                 self._db.executemany("DELETE FROM unflushed WHERE path = ?", [(p,) for p in paths])
         return paths
+
+    def partial_paths(self) -> list[str]:
+        with self._lock:
+            return [row[0] for row in self._db.execute("SELECT path FROM partial")]
+
+    def set_partial(self, path: str, partial: bool) -> None:
+        with self._lock:
+            if partial:
+                self._db.execute("INSERT OR REPLACE INTO partial VALUES (?)", (path,))
+            else:
+                self._db.execute("DELETE FROM partial WHERE path = ?", (path,))
 
     def count_and_bytes(self) -> tuple[int, int]:
         """How many paths are recorded and their total size: counted once, then kept up to

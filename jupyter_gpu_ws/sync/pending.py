@@ -21,9 +21,10 @@ RECHECK_LIMIT = 5000
 class PendingFile:
     path: str
     size: int
-    state: str = "waiting"  # waiting, uploading, failing, deleting
+    state: str = "waiting"  # waiting, writing (still being written), uploading, failing, deleting
     error: str | None = None
     since: float = 0.0
+    note: str | None = None  # why it waits, where that is not an error
 
 
 @dataclass
@@ -100,16 +101,23 @@ class PendingSet:
             self._items[rel] = PendingFile(rel, size, state, since=time.time())
         else:
             item.size = size
-            if item.state != "failing":
+            if item.state not in ("failing", "writing"):
                 item.state = state
 
     # -- what a pass does ------------------------------------------------------------------------
+
+    def writing(self, rel: str, size: int, settle: float) -> None:
+        """A file held back because it is still being written."""
+        with self._lock:
+            item = self._items.setdefault(rel, PendingFile(rel, size, since=time.time()))
+            item.size, item.state, item.error = size, "writing", None
+            item.note = f"still being written: it goes once it has not changed for {settle:g} s"
 
     def uploading(self, rel: str) -> None:
         with self._lock:
             item = self._items.get(rel)
             if item is not None:
-                item.state = "uploading"
+                item.state, item.note = "uploading", None
 
     def done(self, rel: str) -> None:
         with self._lock:
@@ -180,7 +188,7 @@ class PendingSet:
         """The pending files (failing first, then uploading, then waiting; largest first within
         each) and the files that cannot be synced, for the panel's expandable list."""
         self._prune_vanished()
-        order = {"failing": 0, "uploading": 1, "deleting": 2, "waiting": 3}
+        order = {"failing": 0, "uploading": 1, "deleting": 2, "writing": 3, "waiting": 4}
         with self._lock:
             items = sorted(self._items.values(), key=lambda i: (order.get(i.state, 9), -i.size, i.path))
             problems = sorted(self.problems.values(), key=lambda p: p.path)

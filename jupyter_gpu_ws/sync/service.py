@@ -88,6 +88,9 @@ class SyncService:
         self.on_pass = on_pass
         self.final_pass = True
         self._next_rescan = 0.0  # monotonic: when the next full rescan is due
+        # Files held back while still being written, and when to look at them again.
+        self._settling: set[str] = set()
+        self._settle_at: float | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         # Set once the watch is in place (or has failed): the first pass waits for it, so that a
@@ -99,6 +102,7 @@ class SyncService:
 
     def start(self, initial_pass: bool = True) -> None:
         self.engine.on_writable = self._on_writable
+        self.engine.settling.sees_closing = self._use_inotify  # inotify says when a file is closed
         self.engine.on_gap = self.request_rescan  # the store is back: its record is checked, everything looked at
         self._stop.clear()
         self._watching.clear()
@@ -161,13 +165,16 @@ class SyncService:
                 log.warning("Sync: file watching stopped (%s); relying on periodic rescans", err)
                 self._stop.wait(30)
 
-    def _report(self, rels: set[str], writing: bool = False) -> None:
-        """The watcher's news: mark the paths dirty and wake the loop. `writing`: a file among
-        them is still open for writing, so it waits for the settle delay."""
+    def _report(self, rels: set[str], writing: set[str] | None = None) -> None:
+        """The watcher's news: mark the paths dirty and wake the loop. `writing`: those still
+        open for writing at their latest event (they wait to settle: sync/settle.py); None where
+        the watcher cannot tell."""
         rules = self.engine.rules
         rels = {rel for rel in rels if PART_SUFFIX not in rel and not rules.ignored(rel)}
         if not rels:
             return
+        if writing is not None:
+            self.engine.settling.heard(rels, writing)
         quiet = time.monotonic() - self.engine.last_change >= self.debounce
         self._leading = quiet and not writing and _few_small(self.engine.workdir, rels)
         try:
@@ -198,7 +205,7 @@ class SyncService:
                 if IGNORE_FILE in batch.paths:  # folders it no longer excludes are watched from now on
                     engine.rules.reload()
                     watcher.add_tree("")
-                self._report(batch.paths, writing=bool(batch.writing))
+                self._report(batch.paths, batch.writing)
         finally:
             self._tree_watcher = None
             watcher.release()
@@ -250,6 +257,8 @@ class SyncService:
             due.append(self._retry_at)
         if self._next_prune is not None:
             due.append(self._next_prune)
+        if self._settle_at is not None:
+            due.append(self._settle_at)
         if not engine.writable and engine.lease.held:
             due.append(now + 1.0)  # taking over, or the lease awaits a renewal: look again soon
         self._wake.wait(max(0.0, min(due) - now))
@@ -265,6 +274,10 @@ class SyncService:
         if self._next_prune is not None and now >= self._next_prune:
             self._next_prune = now + PRUNE_EVERY
             self._safely(engine.prune_versions)
+        if self._settle_at is not None and now >= self._settle_at:
+            self._settle_at = None
+            engine.mark_dirty(self._settling)  # files held back while written: settled by now, maybe
+            self._settling = set()
         if self._retry_at is not None and now >= self._retry_at:
             self._retry_at = None
             if engine.store_down is not None:
@@ -294,6 +307,10 @@ class SyncService:
         engine = self.engine
         if self._next_prune is None and report is not None:
             self._next_prune = time.monotonic()
+        if report is not None and report.settling:
+            self._settling.update(report.settling)
+            due = time.monotonic() + min(report.settling.values())
+            self._settle_at = due if self._settle_at is None else min(self._settle_at, due)
         if engine.store_down is not None or (report is not None and report.stopped) or (
                 report is None and engine.state == "error" and engine.pending_set.paths()):
             self._retry_delay = min(RETRY_MAX, self._retry_delay * 2) if self._retry_delay else RETRY_FIRST

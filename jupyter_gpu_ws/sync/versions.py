@@ -1,11 +1,14 @@
 """Previous versions under `.gpuws/versions/<path>/<stamp>`: the store's copy is kept before an
-overwrite and a deletion is a move into them; pruned by count per path and by age across the
-whole store (not only the paths a pass touched), and counted, so the quota sees them."""
+overwrite and a deletion is a move into them; at most one per path every `min_interval` seconds
+(a copy that lived less long was a moment of a file being rewritten, not a version of it),
+pruned by count per path and by age across the whole store (not only the paths a pass
+touched), and counted, so the quota sees them."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from typing import Callable, Iterable
 
@@ -18,7 +21,7 @@ log = logging.getLogger(__name__)
 
 class Versions:
     def __init__(self, store: Store, keep: int, max_age: float, clock: Callable[[], float],
-                 fence: Callable[[], None]) -> None:
+                 fence: Callable[[], None], min_interval: float = 0.0) -> None:
         self.store = store
         self.backend: Backend = store.backend
         self.keep_count = max(0, keep)
@@ -26,6 +29,8 @@ class Versions:
         self.clock = clock
         self.fence = fence
         self._lock = threading.Lock()
+        self.min_interval = min_interval
+        self._kept_at: dict[str, float] = {}  # path → when (monotonic) its last version was kept
         self._bytes: int | None = None  # known once the whole store was pruned (or counted)
         self._count: int | None = None
 
@@ -51,6 +56,11 @@ class Versions:
     def keep(self, rel: str, current: RemoteFile | None = None) -> None:
         """Before an overwrite: the store's current copy (`current`, when the caller looked
         already) becomes a version."""
+        now = time.monotonic()
+        with self._lock:
+            last = self._kept_at.get(rel)
+        if last is not None and now - last < self.min_interval:
+            return  # one kept within the interval already
         key = self.store.file_key(rel)
         current = current or self.backend.stat(key)
         if current is None:
@@ -58,6 +68,10 @@ class Versions:
         self.fence()
         self.backend.copy(key, self.store.version_key(rel, version_stamp(self.clock())))
         self._add(1, current.size)
+        with self._lock:
+            if len(self._kept_at) > 10_000:  # only recent ones matter
+                self._kept_at = {p: t for p, t in self._kept_at.items() if now - t < self.min_interval}
+            self._kept_at[rel] = now
 
     def retire(self, rel: str) -> None:
         """A deletion: the store's copy moves into the versions."""

@@ -215,6 +215,7 @@ function PendingList(props: { listing: IPendingList | null }): JSX.Element {
               {file.state !== 'deleting' && ` · ${formatBytes(file.size)}`}
             </span>
             {file.error && <div className="jp-gpuws-pending-error">{file.error}</div>}
+            {!file.error && file.note && <div className="jp-gpuws-pending-note">{file.note}</div>}
           </li>
         ))}
       </ul>
@@ -274,6 +275,7 @@ function WorkspaceChooser(props: { workspaces: IWorkspaces; status: ISyncStatus;
 
 const STATE_WORDS: { [state: string]: string } = {
   waiting: 'waiting',
+  writing: 'being written',
   uploading: 'uploading',
   failing: 'failing',
   deleting: 'to remove'

@@ -294,7 +294,7 @@ def test_full_store_disk_is_a_clear_error_and_nothing_is_recorded(workdir: Path,
 
 def test_only_the_newest_keep_versions_versions_are_kept(workdir: Path, store_dir: Path,
                                                          make_engine: Make) -> None:
-    engine = make_engine(workdir, keep_versions=2)
+    engine = make_engine(workdir, keep_versions=2, settle_interval=0)  # every rewrite a version
     for n in range(5):
         write(workdir, "model.txt", f"v{n}" * (n + 1))  # a new size each time: always a change
         assert engine.sync(["model.txt"]).uploaded == ["model.txt"]

@@ -64,7 +64,7 @@ def test_a_durable_pass_returns_only_after_the_flush(workdir: Path, store_dir: P
     write(workdir, "a.txt", "a")
     backend = GatedBackend(str(store_dir))
     backend.gate.set()
-    engine = make_engine(workdir, backend=backend)
+    engine = make_engine(workdir, backend=backend, settle_interval=0)
     assert engine.sync().uploaded == ["a.txt"]
     assert backend.flushed_in == [threading.current_thread().name]
     assert backend.flush_soon == [True]  # a large file would head for the disk while copied
@@ -76,7 +76,7 @@ def test_a_pass_that_does_not_wait_is_flushed_in_the_background(workdir: Path, s
     write(workdir, "a.txt", "aaa")
     write(workdir, "sub/b.txt", "bb")
     backend = GatedBackend(str(store_dir))
-    engine = make_engine(workdir, backend=backend)
+    engine = make_engine(workdir, backend=backend, settle_interval=0)
     report = engine.sync(durable=False)  # the flush is held at the gate: the pass does not wait
     assert sorted(report.uploaded) == ["a.txt", "sub/b.txt"]
     assert (store_dir / "ws/files/sub/b.txt").read_text() == "bb"  # whole, in the store already
@@ -94,7 +94,7 @@ CRASH_BEFORE_FLUSH = """
 import json, os, signal, sys, threading
 from jupyter_gpu_ws.sync import LocalBackend, SyncEngine, SyncSettings
 LocalBackend.flush = lambda self: threading.Event().wait()  # the disk never gets there
-engine = SyncEngine(SyncSettings(**json.loads(sys.argv[1])))
+engine = SyncEngine(SyncSettings(**json.loads(sys.argv[1]), settle_interval=0))
 engine.open()
 report = engine.sync(durable=False)
 print(json.dumps(sorted(report.uploaded)), flush=True)
@@ -105,7 +105,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_an_unclean_stop_before_the_flush_sends_those_files_again(workdir: Path, store_dir: Path, tmp_path: Path,
                                                                    make_engine: Make) -> None:
     write(workdir, "old.txt", "flushed long ago")
-    first = make_engine(workdir)
+    first = make_engine(workdir, settle_interval=0)
     first.sync()
     first.close()
     write(workdir, "new.txt", "written just before the machine stopped")
@@ -117,7 +117,7 @@ def test_an_unclean_stop_before_the_flush_sends_those_files_again(workdir: Path,
     assert child.returncode == -signal.SIGKILL, child.stderr
     assert json.loads(child.stdout) == ["new.txt", "old.txt"]  # in the store and recorded, not durable
 
-    second = make_engine(workdir)  # takes the lease the dead process left
+    second = make_engine(workdir, settle_interval=0)  # takes the lease the dead process left
     assert sorted(f.path for f in second.plan()[0]) == ["new.txt", "old.txt"]
     assert sorted(second.sync().uploaded) == ["new.txt", "old.txt"]
     assert (store_dir / "ws/files/new.txt").read_text() == "written just before the machine stopped"
@@ -131,7 +131,7 @@ def test_a_failed_flush_leaves_the_files_pending_and_the_next_pass_sends_them(wo
     backend = GatedBackend(str(store_dir))
     backend.gate.set()
     backend.fail_next = True
-    engine = make_engine(workdir, backend=backend)
+    engine = make_engine(workdir, backend=backend, settle_interval=0)
     with pytest.raises(SyncError, match=r"Input/output error: the last writes may not be durable, so 2 files"):
         engine.sync()
     assert engine.state == "error" and engine.pending() == (2, 3)
@@ -145,7 +145,7 @@ def test_a_failed_background_flush_shows_as_an_error_and_keeps_the_files_pending
     write(workdir, "a.txt", "a")
     backend = GatedBackend(str(store_dir))
     backend.fail_next = True
-    engine = make_engine(workdir, backend=backend)
+    engine = make_engine(workdir, backend=backend, settle_interval=0)
     engine.sync(durable=False)
     backend.gate.set()
     wait_until(lambda: engine.state == "error")
@@ -158,7 +158,7 @@ def test_a_failed_background_flush_shows_as_an_error_and_keeps_the_files_pending
 def test_close_flushes_what_the_background_has_not_yet(workdir: Path, store_dir: Path, make_engine: Make) -> None:
     write(workdir, "a.txt", "a")
     backend = GatedBackend(str(store_dir))
-    engine = make_engine(workdir, backend=backend)
+    engine = make_engine(workdir, backend=backend, settle_interval=0)
     engine.sync(durable=False)
     closed = threading.Thread(target=engine.close)
     closed.start()
@@ -172,7 +172,7 @@ def test_close_flushes_what_the_background_has_not_yet(workdir: Path, store_dir:
 def test_writes_a_running_flush_took_before_the_pass_recorded_them_stay_listed(
         workdir: Path, store_dir: Path, make_engine: Make) -> None:
     backend = GatedBackend(str(store_dir))
-    engine = make_engine(workdir, backend=backend)
+    engine = make_engine(workdir, backend=backend, settle_interval=0)
     write(workdir, "b.txt", "b")
     put = backend.put
 
