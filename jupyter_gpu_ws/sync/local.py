@@ -29,6 +29,7 @@ from ..diskio import pwrite_all, start_writeback, turn
 from .backend import CHUNK, PART_SUFFIX, PreconditionFailed, RemoteFile, SourceChangedError
 from .errors import LocalFileError, StoreFullError, StoreUnavailableError, UnsafeStoreEntryError
 from .hashing import fd_hash, file_hash
+from .names import refused_by_store
 
 log = logging.getLogger(__name__)
 
@@ -291,8 +292,9 @@ class LocalBackend:
                     self._prune_folders(parent)
                     raise
                 self._dirs.pop(parent, None)  # the store's folder went away: make it again next time
-            if err.errno == errno.ENAMETOOLONG:
-                raise LocalFileError(f"its name is too long for the store ({err.strerror})") from None
+            refused = refused_by_store(err)  # too long, or not a name its file system takes
+            if refused:
+                raise LocalFileError(refused) from None
             _raise_os_error(err, key)
         except BaseException:
             _remove_quietly(tmp)

@@ -7,6 +7,7 @@ machine: another work directory and another state folder.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import random
@@ -154,8 +155,6 @@ def test_shown_names_are_for_people_and_always_encodable() -> None:
 
 
 def test_a_store_refusing_a_name_is_told_apart_from_a_store_failing() -> None:
-    import errno
-
     assert refused_by_store(OSError(errno.EILSEQ, "Invalid or incomplete multibyte or wide character", "x"))
     assert refused_by_store(OSError(errno.ENAMETOOLONG, "File name too long", "x"))
     assert refused_by_store(OSError(errno.EINVAL, "Invalid argument", "/store/ws/files/a:b"))
@@ -278,3 +277,29 @@ def test_the_service_keeps_uploading_after_a_non_utf8_name_appears(
     finally:
         service.stop()
 
+
+
+@pytest.mark.parametrize("refusal", [errno.EILSEQ, errno.EINVAL], ids=["EILSEQ", "EINVAL"])
+def test_a_name_the_stores_file_system_refuses_is_that_files_problem(
+        refusal: int, workdir: Path, store_dir: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A mounted store that takes only some names (an SMB share refusing ':', a FUSE mount of a
+    # bucket): its rename into place fails for that name alone.
+    real_replace = os.replace
+
+    def picky_replace(src: str, dst: str) -> None:
+        if ":" in os.path.basename(dst):
+            raise OSError(refusal, os.strerror(refusal), src, None, dst)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", picky_replace)
+    make_files(workdir, [b"run:1.log", b"f-\xe9.txt", b"notes.txt"])
+    engine = make_engine(workdir)
+    report = engine.sync()
+    assert report.errors == []
+    assert sorted(report.uploaded) == sorted([os.fsdecode(b"f-\xe9.txt"), "notes.txt"])
+    assert [p.split(": ", 1)[0] for p in report.problems] == ["run:1.log"]
+    assert "does not take this name" in report.problems[0]
+    assert [p["path"] for p in engine.pending_list()["problems"]] == ["run:1.log"]
+    status = engine.status()
+    assert (status["state"], status["problem_files"], status["last_error"]) == ("idle", 1, None)
+    assert not any(name.startswith(".~") for name in os.listdir(store_dir / "ws" / "files"))  # no temporary left
