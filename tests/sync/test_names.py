@@ -12,9 +12,11 @@ import itertools
 import os
 import random
 import sqlite3
+import uuid
 from pathlib import Path
 from typing import Callable
 
+import fsspec
 import pytest
 
 from jupyter_gpu_ws.sync import SyncEngine
@@ -303,3 +305,27 @@ def test_a_name_the_stores_file_system_refuses_is_that_files_problem(
     status = engine.status()
     assert (status["state"], status["problem_files"], status["last_error"]) == ("idle", 1, None)
     assert not any(name.startswith(".~") for name in os.listdir(store_dir / "ws" / "files"))  # no temporary left
+
+
+def test_a_restore_lists_the_store_names_that_cannot_be_files_here_and_brings_the_rest(
+        workdir: Path, tmp_path: Path, make_engine: Make) -> None:
+    # Keys another program wrote into the store (an object store takes them all): a NUL byte,
+    # parts that lead out of the work directory or are empty, a part longer than a name may be.
+    fs = fsspec.filesystem("memory")
+    root = f"/names-{uuid.uuid4().hex[:8]}"
+    hostile = {"a\0b.txt": "NUL byte", "../escape.txt": "not a path inside", "dir//twice.txt": "not a path inside",
+               "./here.txt": "not a path inside", "x" * 300 + "/f.txt": "File name too long"}
+    fine = {"good.txt": b"good", f"caf{ESCAPE}E9.txt": b"latin-1", "glob*[1]?.txt": b"glob", "ctl\x01.txt": b"ctl"}
+    for key in hostile:
+        fs.pipe_file(f"{root}/ws/files/{key}", b"hostile")
+    for key, body in fine.items():
+        fs.pipe_file(f"{root}/ws/files/{key}", body)
+    try:
+        report = make_engine(workdir, store_url=f"memory://{root}").restore()
+    finally:
+        fs.rm(root, recursive=True)
+    assert files_as_bytes(workdir) == {os.fsencode(decode(key)): body for key, body in fine.items()}
+    assert sorted(os.listdir(tmp_path)) == sorted([workdir.name, "state"])  # nothing written beside the work directory
+    reasons = dict(error.split(": ", 1) for error in report.errors)
+    assert set(reasons) == set(hostile)
+    assert all(why in reasons[key] for key, why in hostile.items())
