@@ -20,6 +20,7 @@ import fsspec
 import pytest
 
 from jupyter_gpu_ws.sync import SyncEngine
+from jupyter_gpu_ws.sync.crypto import Encryption
 from jupyter_gpu_ws.sync.index import Record, SyncIndex
 from jupyter_gpu_ws.sync.names import ESCAPE, decode, encode, refused_by_store, shown
 from jupyter_gpu_ws.sync.service import SyncService
@@ -33,6 +34,7 @@ except ImportError:  # the property test then runs as a seeded random loop
 
 Make = Callable[..., SyncEngine]
 MARK = ESCAPE.encode()  # the escape mark's own bytes (U+201B in UTF-8)
+PASSPHRASE = "correct horse battery staple"
 
 
 def every_high_byte() -> list[bytes]:
@@ -329,3 +331,35 @@ def test_a_restore_lists_the_store_names_that_cannot_be_files_here_and_brings_th
     reasons = dict(error.split(": ", 1) for error in report.errors)
     assert set(reasons) == set(hostile)
     assert all(why in reasons[key] for key, why in hostile.items())
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain-names", "encrypted-names"])
+def test_every_name_round_trips_through_an_encrypted_store(
+        sealed: bool, workdir: Path, tmp_path: Path, make_engine: Make) -> None:
+    written = make_files(workdir, every_high_byte() + awkward_names())
+    engine = make_engine(workdir, encryption=Encryption(PASSPHRASE, sealed))
+    report = engine.sync()
+    assert (report.errors, report.problems) == ([], [])
+    saved(engine)
+    engine.close()
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    restored = make_engine(fresh, state="state2", encryption=Encryption(PASSPHRASE)).restore()
+    assert restored.errors == []
+    assert files_as_bytes(fresh) == written
+
+
+def test_a_tampered_object_names_its_file_as_people_read_it(
+        workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make) -> None:
+    make_files(workdir, [b"secret\xe9\n.txt"])
+    make_engine(workdir, encryption=Encryption(PASSPHRASE)).sync()
+    stored = store_dir / "ws" / "files" / encode(os.fsdecode(b"secret\xe9\n.txt"))
+    data = bytearray(stored.read_bytes())
+    data[-1] ^= 1
+    stored.write_bytes(bytes(data))
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    report = make_engine(fresh, state="state2", encryption=Encryption(PASSPHRASE)).restore()
+    [error] = report.errors
+    assert "secret\\xe9\\n.txt in the store failed authentication" in error
+    assert os.listdir(fresh) == []
