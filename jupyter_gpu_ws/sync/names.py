@@ -44,7 +44,7 @@ _NAME_ERRNOS = {errno.ENAMETOOLONG: "its name is too long for the store",
 
 def encode(rel: str) -> str:
     """The key text of a path as os gives it: valid UTF-8, and decode() gives `rel` back."""
-    if rel.isascii() or (_UTF8_NAMES and ESCAPE not in rel and _encodes(rel)):
+    if rel.isascii() or (_UTF8_NAMES and ESCAPE not in rel and encodable(rel)):
         return rel
     try:
         raw = os.fsencode(rel)
@@ -58,7 +58,7 @@ def decode(text: str) -> str:
     if text.isascii():
         return text
     unescaped = _FROM_KEY.sub(_unescape, text) if ESCAPE in text else text
-    if _UTF8_NAMES and _encodes(unescaped):
+    if _UTF8_NAMES and encodable(unescaped):
         return unescaped
     try:
         raw = unescaped.encode("utf-8", "surrogateescape")
@@ -85,7 +85,10 @@ def refused_by_store(err: OSError) -> str | None:
     return f"{reason} ({err.strerror or err})"
 
 
-def _encodes(text: str) -> bool:
+def encodable(text: str) -> bool:
+    """Whether `text` holds no surrogate: UTF-8 (and so SQLite, S3, JSON, a terminal) takes it."""
+    if text.isascii():
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
