@@ -29,7 +29,7 @@ from ..diskio import pwrite_all, start_writeback, turn
 from .backend import CHUNK, PART_SUFFIX, PreconditionFailed, RemoteFile, SourceChangedError
 from .errors import LocalFileError, StoreFullError, StoreUnavailableError, UnsafeStoreEntryError
 from .hashing import fd_hash, file_hash
-from .names import refused_by_store
+from .names import from_os, refused_by_store, to_os
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +94,11 @@ class LocalBackend:
 
     def _path(self, key: str) -> str:
         if os.sep == "/":
-            return self._prefix + key
+            return self._prefix + to_os(key)  # UTF-8 names whatever the locale (names.py)
         return os.path.join(self._root, *key.split("/"))
 
     def _key(self, path: str) -> str:
-        return path[len(self._prefix):].replace(os.sep, "/")
+        return from_os(path[len(self._prefix):].replace(os.sep, "/"))
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -446,7 +446,7 @@ class LocalBackend:
             return []
         try:
             with os.scandir(base) as entries:
-                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+                return sorted(from_os(e.name) for e in entries if e.is_dir(follow_symlinks=False))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as err:

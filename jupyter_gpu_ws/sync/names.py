@@ -67,6 +67,21 @@ def decode(text: str) -> str:
     return os.fsdecode(raw)
 
 
+def to_os(text: str) -> str:
+    """Key text as a name for the os functions (a local-folder store): its UTF-8 bytes, so that
+    the folder holds the same names whatever the locale of the process that wrote it."""
+    if _UTF8_NAMES or text.isascii():
+        return text
+    return os.fsdecode(text.encode("utf-8", "surrogateescape"))
+
+
+def from_os(name: str) -> str:
+    """A name as the os functions give it (a local-folder store's listing) as key text."""
+    if _UTF8_NAMES or name.isascii():
+        return name
+    return os.fsencode(name).decode("utf-8", "surrogateescape")
+
+
 def shown(rel: str) -> str:
     """`rel` for people (API answers, logs, the command line): a byte that is not UTF-8 as
     `\\xe9`, a control character as `\\n`, `\\t` or `\\x1b`, the rest as it is."""
