@@ -265,9 +265,10 @@ def test_a_name_too_long_for_the_store_is_that_files_problem_and_the_rest_goes(
     assert (status["state"], status["problem_files"], status["pending_files"]) == ("idle", 1, 0)
 
 
+@pytest.mark.parametrize("watcher", ["auto", "watchfiles"])
 def test_the_service_keeps_uploading_after_a_non_utf8_name_appears(
-        workdir: Path, store_dir: Path, make_engine: Make) -> None:
-    service = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
+        watcher: str, workdir: Path, store_dir: Path, make_engine: Make) -> None:
+    service = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600, watcher=watcher)
     service.start()
     mirror = os.fsencode(store_dir / "ws" / "files")
     try:
