@@ -364,3 +364,21 @@ def test_a_tampered_object_names_its_file_as_people_read_it(
     [error] = report.errors
     assert "secret\\xe9\\n.txt in the store failed authentication" in error
     assert os.listdir(fresh) == []
+
+
+def test_a_work_directory_whose_own_name_is_not_utf8_syncs_and_restores(tmp_path: Path, make_engine: Make) -> None:
+    from jupyter_gpu_ws.defaults import legacy_workspace_name
+
+    workdir = Path(os.fsdecode(os.fsencode(tmp_path) + b"/proj\xe9"))
+    workdir.mkdir()
+    written = make_files(workdir, [b"notes.txt", b"f-\xe9.txt"])
+    engine = make_engine(workdir)
+    report = engine.sync()
+    assert (sorted(os.fsencode(rel) for rel in report.uploaded), report.errors) == (sorted(written), [])
+    saved(engine)
+    engine.close()
+    assert legacy_workspace_name(str(workdir)).endswith(tuple("0123456789abcdef"))  # a name, not an error
+    fresh = Path(os.fsdecode(os.fsencode(tmp_path) + b"/fresh\xff"))
+    fresh.mkdir()
+    assert make_engine(fresh, state="state2").restore().errors == []
+    assert files_as_bytes(fresh) == written
