@@ -43,10 +43,12 @@ def every_high_byte() -> list[bytes]:
 
 
 def awkward_names() -> list[bytes]:
-    """Newlines, tabs, an escape sequence written literally, and a folder whose name is not UTF-8."""
+    """Newlines, tabs, an escape sequence written literally, a folder whose name is not UTF-8, and
+    what URLs and globs give a meaning to (an S3 key is sent in a URL, fsspec globs some paths)."""
     return [b"line\nbreak.txt", b"\n", b"tab\there.txt", b"esc\x1bape", MARK + b"41.txt",
             MARK + MARK + b".txt", MARK + b"E9.txt", b"caf\xc3\xa9.txt", b"\xff\xfe/inside\xe9.txt",
-            b"deep\xe9/er\n/most\x80.bin", b"plain.txt"]
+            b"deep\xe9/er\n/most\x80.bin", b"plain.txt", b"plus+and space %41.txt", b"glob*[1]?.txt",
+            b"query?a=1&b=#frag", b"ctl\x01\x7f.txt"]
 
 
 def make_files(root: Path, names: list[bytes]) -> dict[bytes, bytes]:
