@@ -122,8 +122,10 @@ def test_names_without_escape_sequences_are_their_own_key_text() -> None:
 
 def test_a_folder_and_its_files_keep_their_key_text_apart() -> None:
     # The record finds a folder's files by a range of key text: "folder/" then anything.
-    for folder, name in itertools.product([b"d", b"d\xe9", b"d" + MARK, b"\xff" + MARK], [b"x", MARK + b"E9", b"\xe9"]):
-        assert encode(os.fsdecode(folder + b"/" + name)) == encode(os.fsdecode(folder)) + "/" + encode(os.fsdecode(name))
+    folders = [b"d", b"d\xe9", b"d" + MARK, b"\xff" + MARK]
+    for folder, name in itertools.product(folders, [b"x", MARK + b"E9", b"\xe9"]):
+        whole = encode(os.fsdecode(folder + b"/" + name))
+        assert whole == encode(os.fsdecode(folder)) + "/" + encode(os.fsdecode(name))
 
 
 def round_trips(name: bytes) -> None:
