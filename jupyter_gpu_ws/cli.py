@@ -11,7 +11,8 @@
     jupyter gpuws persist [--wait] [--timeout S] [--server URL] [--runtime-dir DIR]   (asks the running server)
     jupyter gpuws checkpoint export RUN [--step N] --to FILE [--only NAME] [--workdir DIR]
 
-Errors: one clear line on stderr and a non-zero exit.
+Errors: one clear line on stderr and a non-zero exit. File names are printed as names.shown()
+writes them (a byte that is not UTF-8 as \\xe9, a newline as \\n), whatever the locale.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable
 
-from . import envsnap
+from . import envsnap, strictjson
 from .defaults import (default_state_dir, default_store_url, derive_workspace_name, is_embedded_store,
                        legacy_workspace_name)
 from .sync import Progress, SyncEngine, SyncError, SyncSettings
 from .sync.backend import Backend
 from .sync.crypto import Encryption, keys as crypto_keys, protect
+from .sync.names import shown
 from .sync.service import SyncService
 from .sync.store import Store, open_backend
 from .sync.workspaces import describe, list_workspaces, require_workspace, resolve_workspace
@@ -361,12 +363,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
             print(f"{count(len(report.uploaded), 'file')} uploaded ({size(report.bytes_uploaded)}), "
                   f"{len(report.deleted):,} removed, {report.unchanged:,} unchanged")
             for path in report.skipped:
-                print(f"skipped (over the size limit): {path}")
-            if report.errors:
-                for error in report.errors:
-                    print(f"jupyter gpuws: error: {error}", file=sys.stderr)
-                return 1
-            return 0
+                print(f"skipped (over the size limit): {shown(path)}")
+            for problem in report.problems:  # "path: reason": not in the store, and not retried until it changes
+                print(f"jupyter gpuws: error: not synced: {shown(problem)}", file=sys.stderr)
+            for error in report.errors:
+                print(f"jupyter gpuws: error: {shown(error)}", file=sys.stderr)
+            return 1 if report.errors or report.problems else 0
         service = SyncService(engine)
         stop = threading.Event()
         signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -378,7 +380,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             pass
         service.stop()
         if engine.last_error is not None:
-            print(f"jupyter gpuws: error: {engine.last_error}", file=sys.stderr)
+            print(f"jupyter gpuws: error: {shown(engine.last_error)}", file=sys.stderr)
             return 1
         return 0
     finally:
@@ -392,9 +394,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
         print(f"{count(len(report.restored), 'file')} restored ({size(report.bytes_restored)}), "
               f"{report.already_present:,} already here, {count(len(report.conflicts), 'conflict copy')} kept")
         for path in report.conflicts:
-            print(f"conflict copy: {path}")
+            print(f"conflict copy: {shown(path)}")
         for error in report.errors:
-            print(f"jupyter gpuws: error: {error}", file=sys.stderr)
+            print(f"jupyter gpuws: error: {shown(error)}", file=sys.stderr)
         return 1 if report.errors else 0
     finally:
         engine.close()
@@ -484,12 +486,12 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
     for rel in chosen:
         parts = rel.split("/")
         if any(part in ("", ".", "..") for part in parts):
-            print(f"jupyter gpuws: error: {rel}: not a safe path; skipped", file=sys.stderr)
+            print(f"jupyter gpuws: error: {shown(rel)}: not a safe path; skipped", file=sys.stderr)
             failed += 1
             continue
         dest = os.path.join(target, *parts)
         if os.path.lexists(dest):
-            print(f"jupyter gpuws: error: {rel}: {dest} exists; left alone", file=sys.stderr)
+            print(f"jupyter gpuws: error: {shown(rel)}: {shown(dest)} exists; left alone", file=sys.stderr)
             failed += 1
             continue
         try:
@@ -498,7 +500,7 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
             os.chmod(dest, 0o644)  # data, never a program, whatever the store says
             done += 1
         except (SyncError, OSError) as err:
-            print(f"jupyter gpuws: error: {rel}: {err}", file=sys.stderr)
+            print(f"jupyter gpuws: error: {shown(rel)}: {shown(str(err))}", file=sys.stderr)
             failed += 1
     print(f"{done} files decrypted into {target}" + (f", {failed} failed" if failed else ""))
     return 1 if failed else 0
@@ -536,14 +538,14 @@ def cmd_workspaces(args: argparse.Namespace) -> int:
     rows = [("workspace", "files", "size", "last write", "by")]
     for w in found:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(w.last_write)) if w.last_write else "unknown"
-        rows.append((w.name, f"{w.files:,}{'+' if w.more else ''}", size(w.bytes), when,
+        rows.append((shown(w.name), f"{w.files:,}{'+' if w.more else ''}", size(w.bytes), when,
                      f"{w.host or '?'}:{w.folder}" if w.folder else (w.host or "")))
     _print_table(rows)
     return 0
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=1, default=str))
+    print(strictjson.dumps(value, indent=1))  # no NaN or Infinity, no text that is not Unicode
 
 
 def cmd_env_snapshot(args: argparse.Namespace) -> int:
@@ -736,6 +738,11 @@ def main(argv: list[str] | None = None) -> int:
     quiet = logging.getLogger("jupyter_gpu_ws")
     quiet.addHandler(logging.NullHandler())
     quiet.propagate = False
+    # Whatever the locale (LC_ALL=C with UTF-8 mode off gives ASCII), what cannot be written is
+    # escaped, never a UnicodeEncodeError after the work is done.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env,
                 "workspaces": cmd_workspaces, "persist": cmd_persist, "checkpoint": cmd_checkpoint,
@@ -749,11 +756,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _reader_gone()
     except (SyncError, envsnap.EnvError, CheckpointError) as err:
-        print(f"jupyter gpuws: error: {err}", file=sys.stderr)
+        print(f"jupyter gpuws: error: {shown(str(err))}", file=sys.stderr)
         return 1
     except Exception as err:  # noqa: BLE001 - whatever happens, one line, never a traceback
         text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        print(f"jupyter gpuws: error: {type(err).__name__}{': ' + text if text else ''}", file=sys.stderr)
+        print(f"jupyter gpuws: error: {type(err).__name__}{': ' + shown(text) if text else ''}", file=sys.stderr)
         return 1
 
 

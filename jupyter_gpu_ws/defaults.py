@@ -49,7 +49,7 @@ def derive_workspace_name(workdir: str) -> str:
 def legacy_workspace_name(workdir: str) -> str:
     """The name versions before 0.2 derived, `<user>-<folder>-<hash of the absolute path>`: a
     workspace with this name and none with the new one keeps being used."""
-    digest = hashlib.sha1(os.path.abspath(workdir).encode()).hexdigest()[:8]
+    digest = hashlib.sha1(os.path.abspath(workdir).encode("utf-8", "surrogateescape")).hexdigest()[:8]
     return f"{derive_workspace_name(workdir)}-{digest}"
 
 

@@ -14,10 +14,12 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from tornado import web, websocket
 
+from . import strictjson
 from .checkpoints.coordinator import CheckpointRequestError
 from .documents import ERROR
 from .envsnap import EnvError, InterpreterError, SnapshotNotFoundError, SourcesNotAllowedError, UnsafeSnapshotError
 from .persist import start_checkpoint_fetch, start_restore
+from .sync.names import encodable, shown
 from .sync.errors import (
     DeletionGuardError,
     LeaseHeldError,
@@ -36,14 +38,29 @@ AUTH_RESOURCE = "gpuws"
 
 
 class GpuWorkspaceHandler(APIHandler):
-    """Shared rules: every API is authenticated, authorised on `gpuws`, and answers JSON."""
+    """Shared rules: every API is authenticated, authorised on `gpuws`, and answers strict JSON."""
 
     auth_resource = AUTH_RESOURCE
 
     def initialize(self, app: GpuWorkspaceApp) -> None:
         self.app = app
 
+    def write(self, chunk: str | bytes | dict[str, Any] | list[Any]) -> None:
+        """Every answer's value goes out as strict JSON (strictjson.py): no NaN or Infinity, no
+        string that is not Unicode (a file name's bytes that are not UTF-8), whatever it holds."""
+        if isinstance(chunk, (dict, list)):
+            self.set_header("Content-Type", "application/json; charset=UTF-8")
+            chunk = strictjson.dumps(chunk).replace("</", "<\\/")  # as Tornado's own: never ends a <script>
+        super().write(chunk)
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc_info = kwargs.get("exc_info")
+        error = exc_info[1] if exc_info else None
+        if isinstance(error, web.HTTPError) and error.log_message and not encodable(error.log_message):
+            # The message names a file whose name is not UTF-8: written as people read it.
+            message = error.get_message() if hasattr(error, "get_message") else error.log_message
+            kwargs["exc_info"] = (exc_info[0], web.HTTPError(error.status_code, shown(message), reason=error.reason),
+                                  exc_info[2])
         if status_code == 405:  # RFC 9110: a 405 says which methods the address does take
             own = [m for m in self.SUPPORTED_METHODS
                    if getattr(type(self), m.lower()) is not getattr(web.RequestHandler, m.lower())]
@@ -182,14 +199,14 @@ class MetricsHandler(GpuWorkspaceHandler):
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         if "since" not in params:
-            self.finish(sampler.latest_json)
+            self.finish(sampler.latest_json)  # strict JSON already (the sampler's)
             return
         since = parse_time("since", params["since"])
         history = sampler.history(since)
         body = dict(sampler.latest or {})
         body["history"] = history
         body["history_seconds"] = sampler.history_capacity * sampler.interval
-        self.finish(json.dumps(body, separators=(",", ":")))
+        self.finish(body)
 
 
 class SyncHandler(GpuWorkspaceHandler):
@@ -224,7 +241,7 @@ class RuntimeHandler(GpuWorkspaceHandler):
     @authorized
     async def get(self) -> None:
         self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(self.app.runtime.state(), default=str))
+        self.finish(self.app.runtime.state())
 
 
 class ReleaseHandler(GpuWorkspaceHandler):
@@ -253,7 +270,7 @@ class EnvHandler(GpuWorkspaceHandler):
     async def get(self) -> None:
         self.app.environment.watch()
         self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(await run_blocking(self.app.environment.state), default=str))
+        self.finish(await run_blocking(self.app.environment.state))
 
 
 class EnvSnapshotsHandler(GpuWorkspaceHandler):
@@ -484,7 +501,7 @@ class TrainingHandler(GpuWorkspaceHandler):
     async def get(self) -> None:
         self.set_header("Cache-Control", "no-store")
         notebooks = await self.app.kernel_notebooks()
-        self.finish(json.dumps(await run_blocking(self.app.training.state, notebooks), allow_nan=False))
+        self.finish(await run_blocking(self.app.training.state, notebooks))
 
 
 class TrainingHistoryHandler(GpuWorkspaceHandler):
@@ -502,7 +519,7 @@ class TrainingHistoryHandler(GpuWorkspaceHandler):
         if history is None:
             raise web.HTTPError(404, f"No run {_quoted(run or '')}: GET /gpuws/api/training lists them")
         self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(history, allow_nan=False))
+        self.finish(history)
 
 
 async def sync_status(app: GpuWorkspaceApp) -> dict[str, Any]:
@@ -606,13 +623,13 @@ class DocumentsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, Jupyter
         self.app.pages.connect(self)
 
     def send(self, message: dict[str, Any]) -> None:
-        self.write_message(json.dumps(message))
+        self.write_message(strictjson.dumps(message))
 
     def on_message(self, message: str | bytes) -> None:
         try:
             self.app.pages.answer(self, json.loads(message))
         except ValueError as err:  # not JSON, or an AnswerError: the page hears why
-            self.write_message(json.dumps({"type": ERROR, "message": f"Not understood: {err}"}))
+            self.write_message(strictjson.dumps({"type": ERROR, "message": f"Not understood: {err}"}))
 
     def on_close(self) -> None:
         self.app.pages.disconnect(self)

@@ -9,6 +9,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 from .client import ServerUnreachable, call
 from .statusreport import bundle, gpu_parts, status_parts
+from .sync.names import shown
 from .vocabulary import count, size
 
 
@@ -32,7 +33,7 @@ class GpuwsMagics(Magics):
 
         info = default_tracker().checkpoint(wait=True)
         if info is not None:
-            print(f"Checkpoint at step {info.step}: {size(info.bytes)} in {info.path}")
+            print(f"Checkpoint at step {info.step}: {size(info.bytes)} in {shown(str(info.path))}")
 
     def _resume(self) -> None:
         from .checkpoints.tracker import default_tracker

@@ -226,3 +226,59 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path: Path, 
         os.close(write_end)
     assert said(result.stderr) == []  # no traceback, no error line
     assert result.returncode == 128 + signal.SIGPIPE
+
+
+@pytest.fixture(params=["C", "C-ascii"])
+def plain_locale(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The environment of a bare container: LC_ALL=C and no PYTHONIOENCODING; with C-ascii also
+    Python's UTF-8 mode off, so that stdout is ASCII."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONIOENCODING", "PYTHONUTF8", "LANG", "LANGUAGE") and not k.startswith("LC_")}
+    env["LC_ALL"] = "C"
+    if request.param == "C-ascii":
+        env["PYTHONUTF8"] = "0"
+    return env
+
+
+def gpuws_bytes(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """The command with output as bytes, as the terminal gets it."""
+    return subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", *args], capture_output=True, env=env,
+                          timeout=120)
+
+
+def test_names_that_are_not_utf8_sync_restore_and_print_in_a_plain_locale(
+        tmp_path: Path, common: list[str], plain_locale: dict[str, str]) -> None:
+    from tests.sync.test_names import awkward_names, every_high_byte, files_as_bytes, make_files
+
+    work = tmp_path / "work"
+    work.mkdir()
+    written = make_files(work, every_high_byte() + awkward_names())
+    make_files(work, [b"\xff" * 250])  # as key text too long for the store: that file's problem
+    result = gpuws_bytes(plain_locale, "sync", "--workdir", str(work), "--once", *common)
+    assert result.returncode == 1  # not everything is in the store, and it says which one
+    assert b"Traceback" not in result.stderr and b"UnicodeEncodeError" not in result.stderr
+    assert f"{len(written)} files uploaded".encode() in result.stdout
+    assert b"jupyter gpuws: error: not synced: " + b"\\xff" * 250 + b": its name is too long" in result.stderr
+    # The store's folder holds the key text in UTF-8, the same whatever the locale that wrote it.
+    stored = os.listdir(os.fsencode(tmp_path / "store" / "ws" / "files"))
+    assert "f-\u201bE9.txt".encode() in stored and all(name.decode("utf-8") for name in stored)
+
+    # A fresh machine, where one name is taken by other content and one folder's name by a file.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    make_files(fresh, [b"\xff\xfe"])
+    with open(os.fsencode(fresh) + b"/f-\xe9.txt", "wb") as f:
+        f.write(b"written here meanwhile")
+    state = [*common[:-1], str(tmp_path / "state-fresh")]
+    result = gpuws_bytes(plain_locale, "restore", "--workdir", str(fresh), *state)
+    assert b"Traceback" not in result.stderr and b"UnicodeEncodeError" not in result.stderr
+    assert result.returncode == 1  # the folder that could not be made
+    assert re.search(rb"^conflict copy: f-\\xe9\.conflict-\d{8}T\d{6}Z\.txt$", result.stdout, re.M)
+    assert b"jupyter gpuws: error: \\xff\\xfe/inside\\xe9.txt: cannot write here" in result.stderr
+    here = files_as_bytes(fresh)
+    for name, data in written.items():
+        if name not in (b"f-\xe9.txt", b"\xff\xfe/inside\xe9.txt"):
+            assert here[name] == data, name
+    result = gpuws_bytes(plain_locale, "status", "--workdir", str(fresh), "--json", *state)
+    assert result.returncode == 0
+    json.loads(result.stdout.decode("ascii" if "PYTHONUTF8" in plain_locale else "utf-8"))

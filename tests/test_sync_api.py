@@ -449,3 +449,98 @@ class TestEncryptedStore:
 
 async def test_a_plain_store_says_encryption_null(jp_fetch: Any) -> None:
     assert (await sync_running(jp_fetch))["encryption"] is None
+
+
+def strict_json(body: bytes) -> Any:
+    """The answer as a strict parser reads it: UTF-8, no NaN or Infinity, every string Unicode."""
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    value = json.loads(body.decode("utf-8"), parse_constant=refuse)
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            item.encode("utf-8")  # a "\udce9" escape would parse to text no encoder takes
+    return value
+
+
+def make_file(folder: Path, name: bytes, data: bytes) -> None:
+    fd = os.open(os.fsencode(folder) + b"/" + name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(fd, data)
+    os.close(fd)
+
+
+class TestAnswersStayJson:
+    """A lease another program wrote with `"expires": Infinity` (Python's json writes it, and
+    reads it back), and a file whose name is not UTF-8 waiting behind it: every answer is JSON."""
+
+    @pytest.fixture
+    def gpuws_config(self, gpuws_config: dict[str, Any], store_dir: Path) -> dict[str, Any]:
+        lease = store_dir / "test-ws" / ".gpuws" / "lease.json"
+        lease.parent.mkdir(parents=True)
+        lease.write_text('{"holder": "forever-1", "host": "elsewhere", "pid": 1, "user": "someone", '
+                         '"acquired": 0, "heartbeat": 1e308, "expires": Infinity, "ttl": NaN}')
+        return gpuws_config
+
+    async def test_the_status_and_the_pending_list_are_strict_json(self, jp_fetch: Any, jp_root_dir: Path) -> None:
+        async def status_when(ready: Any) -> Any:
+            status = strict_json((await jp_fetch("gpuws", "api", "sync")).body)
+            return status if ready(status) else None
+
+        status = await wait_for(lambda: status_when(lambda s: s["state"] == "read-only"))
+        assert status["lease"]["expires"] is None and status["lease"]["holder"] == "forever-1"
+        make_file(jp_root_dir, b"f-\xe9\n.txt", b"waiting")  # seen by the watcher, held back by the lease
+        await wait_for(lambda: status_when(lambda s: s["pending_files"] == 1))
+        pending = strict_json((await jp_fetch("gpuws", "api", "sync", "pending")).body)
+        assert [(f["path"], f["state"]) for f in pending["files"]] == [("f-\\xe9\\n.txt", "waiting")]
+
+
+async def test_a_file_whose_name_is_not_utf8_reaches_the_store_and_the_answers_stay_json(
+        jp_fetch: Any, jp_root_dir: Path, store_dir: Path) -> None:
+    from jupyter_gpu_ws.sync.names import encode
+
+    await sync_running(jp_fetch)
+    make_file(jp_root_dir, b"caf\xe9\tnotes.txt", b"written by a latin-1 program")
+    make_file(jp_root_dir, b"\xff" * 250, b"a name too long for the store as key text")
+    stored = os.fsencode(mirror(store_dir)) + b"/" + encode(os.fsdecode(b"caf\xe9\tnotes.txt")).encode()
+
+    async def settled() -> Any:
+        response = await jp_fetch("gpuws", "api", "sync")
+        status = strict_json(response.body)
+        done = os.path.exists(stored) and status["pending_files"] == 0 and status["problem_files"] == 1
+        return status if response.code == 200 and done else None
+
+    status = await wait_for(settled)
+    assert status["state"] == "idle" and status["last_error"] is None
+    with open(stored, "rb") as f:
+        assert f.read() == b"written by a latin-1 program"
+    pending = strict_json((await jp_fetch("gpuws", "api", "sync", "pending")).body)
+    [problem] = pending["problems"]
+    assert problem["path"] == "\\xff" * 250 and "too long for the store" in problem["reason"]
+
+
+class TestWorkspaceNamedInLatin1:
+    """A store folder another program made, its name not UTF-8: the listing and an error that
+    names it are JSON, the name written as people read it."""
+
+    @pytest.fixture
+    def gpuws_config(self, gpuws_config: dict[str, Any], store_dir: Path) -> dict[str, Any]:
+        files = os.fsencode(store_dir) + b"/lab\xe9/files"
+        os.makedirs(files)
+        make_file(Path(os.fsdecode(files)), b"notes.md", b"notes")
+        return gpuws_config
+
+    async def test_the_listing_and_an_error_naming_it_are_strict_json(self, jp_fetch: Any) -> None:
+        await sync_running(jp_fetch)
+        listing = strict_json((await jp_fetch("gpuws", "api", "sync", "workspaces")).body)
+        assert "lab\\xe9" in [w["name"] for w in listing["workspaces"]]
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("gpuws", "api", "sync", "workspaces", "use", method="POST", body='{"name": "nope"}')
+        assert err.value.code == 404
+        assert "lab\\xe9" in strict_json(err.value.response.body)["message"]

@@ -4,7 +4,6 @@ bounded history, and hands each sample, serialised once, to every subscriber."""
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 import threading
 import time
@@ -12,6 +11,7 @@ from collections import deque
 from dataclasses import asdict
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
+from .. import strictjson
 from .alerts import AlertTracker
 from .attribution import KernelReport, attribute
 from .kernels import KernelRef
@@ -123,7 +123,7 @@ class Sampler:
             "system": system,
             "alerts": [asdict(alert) for alert in alerts],
         }
-        text = json.dumps(sample, separators=(",", ":"))
+        text = strictjson.dumps(sample, separators=(",", ":"))  # sent as is to the API and its stream
         with self._lock:
             self._history.append(sample)
             self._times.append(now)

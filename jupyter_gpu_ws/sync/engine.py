@@ -143,7 +143,9 @@ class PassReport:
 
 
 def index_path(state_dir: str, settings_workdir: str, backend: Backend, workspace: str) -> str:
-    key = hashlib.sha1(f"{os.path.abspath(settings_workdir)}\0{backend.description}\0{workspace}".encode())
+    # surrogateescape: a folder whose own name is not UTF-8 (the same hash for any other)
+    key = hashlib.sha1(f"{os.path.abspath(settings_workdir)}\0{backend.description}\0{workspace}"
+                       .encode("utf-8", "surrogateescape"))
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in workspace)
     return os.path.join(state_dir, f"{safe}-{key.hexdigest()[:12]}.sqlite3")
 

@@ -2,7 +2,8 @@
 
 SQLite on the local disk, outside the work directory: a lookup per changed path, so an idle
 workspace costs nothing and one change in a 100,000-file tree needs no walk and no listing.
-Lost on a fresh machine, and rebuilt by the restore.
+Lost on a fresh machine, and rebuilt by the restore. Paths are kept as key text (names.py):
+SQLite takes only valid UTF-8, and a name may hold any bytes.
 
 A pass may record files before the store has made them durable (the flush follows in the
 background): those paths are also listed as unflushed, in the same transaction, until the flush
@@ -18,6 +19,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator
+
+from .names import decode, encode
 
 
 @dataclass(frozen=True)
@@ -87,26 +90,28 @@ class SyncIndex:
 
     def get(self, path: str) -> Record | None:
         with self._lock:
-            row = self._db.execute("SELECT * FROM files WHERE path = ?", (path,)).fetchone()
-        return Record(*row) if row else None
+            row = self._db.execute("SELECT * FROM files WHERE path = ?", (encode(path),)).fetchone()
+        return _record(row) if row else None
 
     def all(self) -> dict[str, Record]:
         with self._lock:
-            return {row[0]: Record(*row) for row in self._db.execute("SELECT * FROM files")}
+            records = [_record(row) for row in self._db.execute("SELECT * FROM files")]
+        return {record.path: record for record in records}
 
     def paths(self) -> Iterator[str]:
         with self._lock:
             rows = self._db.execute("SELECT path FROM files").fetchall()
-        return (row[0] for row in rows)
+        return (decode(row[0]) for row in rows)
 
     def paths_under(self, folder: str) -> list[str]:
         """Recorded paths inside `folder` (a folder deleted or moved away as a whole)."""
-        prefix = folder.rstrip("/") + "/"
+        # A name's key text is the key text of its folder, "/", then its own: a range still works.
+        prefix = encode(folder.rstrip("/")) + "/"
         with self._lock:
             rows = self._db.execute(
                 "SELECT path FROM files WHERE path >= ? AND path < ?", (prefix, prefix[:-1] + "0")
             ).fetchall()
-        return [row[0] for row in rows]
+        return [decode(row[0]) for row in rows]
 
     def _sizes(self, paths: list[str]) -> dict[str, int]:
         """The recorded size of each of `paths` that has a record (under the lock)."""
@@ -119,7 +124,7 @@ class SyncIndex:
 
     def put_many(self, records: Iterable[Record], unflushed: bool = False) -> None:
         """Record `records`; `unflushed`: the store has not made them durable yet."""
-        rows = [(r.path, r.size, r.mtime_ns, r.hash, r.synced_at) for r in records]
+        rows = [(encode(r.path), r.size, r.mtime_ns, r.hash, r.synced_at) for r in records]
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -142,7 +147,10 @@ class SyncIndex:
                 self._totals = (count, total)
 
     def delete_many(self, paths: Iterable[str]) -> None:
-        paths = list(dict.fromkeys(paths))
+        self._delete_keys(list(dict.fromkeys(encode(p) for p in paths)))
+
+    def _delete_keys(self, paths: list[str]) -> None:
+        """delete_many() of paths already in key text."""
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -162,7 +170,7 @@ class SyncIndex:
 
     def unflushed_paths(self) -> list[str]:
         with self._lock:
-            return [row[0] for row in self._db.execute("SELECT path FROM unflushed ORDER BY rowid")]
+            return [decode(row[0]) for row in self._db.execute("SELECT path FROM unflushed ORDER BY rowid")]
 
     def clear_unflushed(self, upto: int) -> None:
         """The flush that began after unflushed_mark() returned `upto` is done."""
@@ -176,10 +184,10 @@ class SyncIndex:
             query = "SELECT path FROM unflushed" + (" WHERE rowid <= ?" if upto is not None else "")
             paths = [row[0] for row in self._db.execute(query, () if upto is None else (upto,))]
         if paths:
-            self.delete_many(paths)
+            self._delete_keys(list(dict.fromkeys(paths)))
             with self._lock:
                 self._db.executemany("DELETE FROM unflushed WHERE path = ?", [(p,) for p in paths])
-        return paths
+        return [decode(p) for p in paths]
 
     def partial_paths(self) -> list[str]:
         with self._lock:
@@ -234,3 +242,7 @@ class SyncIndex:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _record(row: tuple[str, int, int, str | None, float]) -> Record:
+    return Record(decode(row[0]), *row[1:])

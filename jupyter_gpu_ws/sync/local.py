@@ -34,6 +34,7 @@ from ..diskio import pwrite_all, start_writeback, turn
 from .backend import CHUNK, PART_SUFFIX, PreconditionFailed, RemoteFile, SourceChangedError
 from .errors import LocalFileError, StoreFullError, StoreMissingError, StoreUnavailableError, UnsafeStoreEntryError
 from .hashing import fd_hash, file_hash
+from .names import from_os, refused_by_store, to_os
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +101,11 @@ class LocalBackend:
 
     def _path(self, key: str) -> str:
         if os.sep == "/":
-            return self._prefix + key
+            return self._prefix + to_os(key)  # UTF-8 names whatever the locale (names.py)
         return os.path.join(self._root, *key.split("/"))
 
     def _key(self, path: str) -> str:
-        return path[len(self._prefix):].replace(os.sep, "/")
+        return from_os(path[len(self._prefix):].replace(os.sep, "/"))
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -326,8 +327,9 @@ class LocalBackend:
                     self._prune_folders(parent)
                     raise
                 self._dirs.pop(parent, None)  # the store's folder went away: make it again next time
-            if err.errno == errno.ENAMETOOLONG:
-                raise LocalFileError(f"its name is too long for the store ({err.strerror})") from None
+            refused = refused_by_store(err)  # too long, or not a name its file system takes
+            if refused:
+                raise LocalFileError(refused) from None
             _raise_os_error(err, key)
         except BaseException:
             _remove_quietly(tmp)
@@ -479,7 +481,7 @@ class LocalBackend:
             return []
         try:
             with os.scandir(base) as entries:
-                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+                return sorted(from_os(e.name) for e in entries if e.is_dir(follow_symlinks=False))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as err:

@@ -550,8 +550,12 @@ class RestoreJob:
     def _prepare(self, d: _Download) -> None:
         """Before the first byte (under the file's lock): skip a file recorded as synced and
         unchanged here; else make its folder and the file it is written into."""
-        if not _safe(d.rel):
-            d.skip = "outside"
+        if PART_SUFFIX in d.rel:
+            d.skip = "outside"  # a temporary name of an interrupted write: never a file of the user's
+            return
+        unfit = _unfit(d.rel)
+        if unfit is not None:
+            d.error = unfit  # listed with the reason; the other files go on
             return
         st = None
         if self._recorded:  # with no record at all (a fresh machine) no file here can be skipped
@@ -666,7 +670,7 @@ class RestoreJob:
                 self.report.already_present += 1
             return True
         if d.skip is not None:
-            return False  # outside the work directory, or gone from the store since the listing
+            return False  # a temporary name, or gone from the store since the listing
         if d.error is not None:
             if d.error != "cancelled":
                 with self._lock:
@@ -797,11 +801,16 @@ class RestoreJob:
             self.index.put_many(records)
 
 
-def _safe(rel: str) -> bool:
-    """A path from the store that stays inside the work directory and is not one of our
-    temporary names: no empty, `.` or `..` component (checked by parts: far cheaper per file
-    than normalising the path)."""
-    return PART_SUFFIX not in rel and not any(part in ("", ".", "..") for part in rel.split("/"))
+def _unfit(rel: str) -> str | None:
+    """Why a path from the store cannot be a file of the work directory (None: it can). An
+    empty, `.` or `..` part would lead elsewhere (checked by parts: far cheaper per file than
+    normalising the path), and no file name holds a NUL byte. Whatever else the file system
+    here refuses (a name too long for it) fails when the file is written, as that file's error."""
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        return "not restored: its name in the store is not a path inside the work directory"
+    if "\0" in rel:
+        return "not restored: its name in the store holds a NUL byte, which no file name can"
+    return None
 
 
 def _regular(st: os.stat_result) -> bool:

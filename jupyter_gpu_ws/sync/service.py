@@ -160,6 +160,11 @@ class SyncService:
                 else:
                     self._watch_watchfiles()
             except Exception as err:  # the folder vanished, too many watches, …: rescans still run
+                if "Unable to decode path" in str(err):
+                    # watchfiles cannot name a file whose name is not UTF-8 (sync/names.py): the
+                    # rescan finds it and the others in that batch, and watching goes on at once.
+                    self.request_rescan()
+                    continue
                 self._watching.set()
                 self.watch_error = f"File watching stopped: {err}"
                 log.warning("Sync: file watching stopped (%s); relying on periodic rescans", err)

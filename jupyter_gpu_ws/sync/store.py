@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 from .backend import PART_SUFFIX, Backend, RemoteFile, SourceChangedError
 from .errors import StoreConfigError
 from .local import LocalBackend
+from .names import decode, encode
 from .remote import FsspecBackend
 
 __all__ = ["PART_SUFFIX", "Backend", "FsspecBackend", "LocalBackend", "RemoteFile", "SourceChangedError",
@@ -107,14 +108,15 @@ class Store:
         self.backend = backend
         self.workspace = workspace
 
+    # Keys are valid UTF-8 whatever the name's bytes (names.py); what is listed is decoded back.
     def file_key(self, rel: str) -> str:
-        return f"{self.workspace}/files/{rel}"
+        return f"{self.workspace}/files/{encode(rel)}"
 
     def state_key(self, name: str) -> str:
         return f"{self.workspace}/.gpuws/{name}"
 
     def version_key(self, rel: str, stamp: str) -> str:
-        return f"{self.workspace}/.gpuws/versions/{rel}/{stamp}"
+        return f"{self.workspace}/.gpuws/versions/{encode(rel)}/{stamp}"
 
     def read_json(self, name: str) -> Any:
         data = self.backend.read_bytes(self.state_key(name))
@@ -126,16 +128,17 @@ class Store:
     def list_files(self, under: str = "") -> dict[str, RemoteFile]:
         """The mirror's files (those inside the folder `under`, when given) by relative path."""
         prefix = f"{self.workspace}/files/"
-        base = f"{prefix}{under.strip('/')}" if under else prefix.rstrip("/")
-        return {f.key[len(prefix):]: f for f in self.backend.list(base)}
+        base = f"{prefix}{encode(under.strip('/'))}" if under else prefix.rstrip("/")
+        return {decode(f.key[len(prefix):]): f for f in self.backend.list(base)}
 
     def list_versions(self, rel: str | None = None) -> list[tuple[str, str, RemoteFile]]:
         """(relative path, stamp, file) for every kept version, or those of one path."""
         prefix = f"{self.workspace}/.gpuws/versions/"
-        base = prefix + rel if rel else prefix.rstrip("/")
+        base = prefix + encode(rel) if rel else prefix.rstrip("/")
         out = []
         for f in self.backend.list(base):
-            path, _, stamp = f.key[len(prefix):].rpartition("/")
+            stored, _, stamp = f.key[len(prefix):].rpartition("/")
+            path = decode(stored)
             if rel is None or path == rel:
                 out.append((path, stamp, f))
         return sorted(out, key=lambda item: (item[0], item[1]))

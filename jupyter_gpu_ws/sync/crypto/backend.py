@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from ...diskio import pwrite_all
 from ..backend import Backend, RemoteFile, SourceChangedError
 from ..errors import LocalDiskFullError, LocalFileError, StoreConfigError, SyncError
+from ..names import decode, shown
 from . import format as fmt
 from . import keys
 from .keys import CIPHER
@@ -141,6 +142,7 @@ class EncryptedBackend:
     # -- plain keys to stored keys -----------------------------------------------------------
 
     def _seal_name(self, name: str) -> str:
+        # Keys come as key text (Store.file_key, names.py): valid UTF-8 whatever the file's bytes.
         sealed = self._siv.encrypt(name.encode(), [b"gpuws name"])
         return base64.b32encode(sealed).decode().rstrip("=").lower()
 
@@ -495,9 +497,10 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _shown(key: str, workspace: str) -> str:
-    """The key as the user knows it: the file's path under files/, else the key."""
+    """The key as the user knows it: the file's path under files/ (as names.shown writes it),
+    else the key."""
     prefix = f"{workspace}/files/"
-    return key[len(prefix):] if key.startswith(prefix) else key
+    return shown(decode(key[len(prefix):])) if key.startswith(prefix) else key
 
 
 def _scratch_file(folder: str | None) -> int:

@@ -1,0 +1,47 @@
+"""JSON text that every strict parser reads: no NaN or Infinity, no string that is not Unicode.
+
+Python's json writes NaN and Infinity (not JSON: a browser's JSON.parse refuses the whole
+answer) and writes a file name's surrogate escapes (bytes that are not UTF-8, sync/names.py) as
+`\\udce9`, text no UTF-8 reader can hold. Values reach the answers from files other programs
+wrote (a lease with `"expires": Infinity`) and from the work directory's names, so every answer
+of the API, its websockets and `--json` on the command line goes through here: a non-finite
+number becomes null, a string holding surrogates is written as names.shown() writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from .sync.names import encodable, shown
+
+
+def plain(value: Any) -> Any:
+    """`value` with only what strict JSON holds: non-finite floats as None, strings (and keys)
+    holding surrogates in their shown form, tuples as lists, any other object as its text."""
+    if isinstance(value, str):
+        return value if encodable(value) else shown(value)
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {_key(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return plain(str(value))  # what default=str gave before: a time, a path, an enum
+
+
+def dumps(value: Any, **options: Any) -> str:
+    """`value` as strict JSON text; `options` as for json.dumps (indent, separators)."""
+    return json.dumps(plain(value), allow_nan=False, **options)
+
+
+def _key(key: Any) -> Any:
+    if isinstance(key, str):
+        return plain(key)
+    if isinstance(key, float) and not math.isfinite(key):
+        return None  # json writes a None key as "null"; NaN would become the key "NaN"
+    return key if key is None or isinstance(key, (bool, int, float)) else plain(str(key))
+

@@ -1,0 +1,131 @@
+"""File names between the work directory's bytes, the store's text and what people read.
+
+Linux allows any bytes in a name but `/` and NUL; Python gives the bytes that are not UTF-8 as
+surrogate escapes (`b"\\xe9"` reads as `"\\udce9"`), which the os functions take back but no
+text encoding does (SQLite, S3 keys, JSON, a terminal). So a path (`rel`, as os gives it) is
+turned into key text, valid UTF-8, where it meets those, and back where it comes out:
+
+- a byte that is not UTF-8 becomes `‛XX` (U+201B and two uppercase hex digits, 80 to FF), as
+  rclone's "InvalidUtf8" encoding writes it;
+- a literal `‛` is doubled only where it would otherwise read as such an escape (followed by
+  `‛`, by an escaped byte, or by two hex digits from 80 to FF);
+- everything else stays as it is, so names without such sequences (nearly all) are unchanged,
+  and stores and records written before this codec read the same.
+
+The codec works on the bytes (os.fsencode / os.fsdecode), so a name comes back byte for byte
+whatever the locale. `shown()` is for people: never raises, always encodable.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import os
+import re
+import sys
+
+ESCAPE = "\u201b"  # SINGLE HIGH-REVERSED-9 QUOTATION MARK, as rclone uses it
+# Where the file system's names are UTF-8 (nearly always), text that encodes strictly is its own
+# key text: the common case costs one scan of the string.
+_UTF8_NAMES = codecs.lookup(sys.getfilesystemencoding()).name == "utf-8"
+# In text decoded with surrogateescape: a byte that is not UTF-8, or a literal escape mark that
+# must be doubled because what follows would make it read as an escape.
+_TO_KEY = re.compile(f"[\udc80-\udcff]|{ESCAPE}(?={ESCAPE}|[\udc80-\udcff]|[89A-F][0-9A-F])")
+_FROM_KEY = re.compile(f"{ESCAPE}(?:{ESCAPE}|([89A-F][0-9A-F]))")
+# What shown() writes as an escape: control characters (C0, DEL, C1), line and paragraph
+# separators, and surrogates (bytes that are not UTF-8, or text that never was a name).
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+# Errors of a store's file system that refuse one name, not the store: the file is the problem.
+_NAME_ERRNOS = {errno.ENAMETOOLONG: "its name is too long for the store",
+                errno.EILSEQ: "the store does not take this name (not valid in its character set)",
+                errno.EINVAL: "the store does not take this name"}
+
+
+def encode(rel: str) -> str:
+    """The key text of a path as os gives it: valid UTF-8, and decode() gives `rel` back."""
+    if rel.isascii() or (_UTF8_NAMES and ESCAPE not in rel and encodable(rel)):
+        return rel
+    try:
+        raw = os.fsencode(rel)
+    except UnicodeEncodeError:  # a surrogate no file name holds (text from elsewhere): kept as its bytes
+        raw = rel.encode("utf-8", "surrogatepass")
+    return _TO_KEY.sub(_escape, raw.decode("utf-8", "surrogateescape"))
+
+
+def decode(text: str) -> str:
+    """The path (as os gives it) of key text; anything that is not an escape is taken literally."""
+    if text.isascii():
+        return text
+    unescaped = _FROM_KEY.sub(_unescape, text) if ESCAPE in text else text
+    if _UTF8_NAMES and encodable(unescaped):
+        return unescaped
+    try:
+        raw = unescaped.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no listing of a file system gives: not a byte of a name
+        raw = unescaped.encode("utf-8", "replace")
+    return os.fsdecode(raw)
+
+
+def to_os(text: str) -> str:
+    """Key text as a name for the os functions (a local-folder store): its UTF-8 bytes, so that
+    the folder holds the same names whatever the locale of the process that wrote it."""
+    if _UTF8_NAMES or text.isascii():
+        return text
+    return os.fsdecode(text.encode("utf-8", "surrogateescape"))
+
+
+def from_os(name: str) -> str:
+    """A name as the os functions give it (a local-folder store's listing) as key text."""
+    if _UTF8_NAMES or name.isascii():
+        return name
+    return os.fsencode(name).decode("utf-8", "surrogateescape")
+
+
+def shown(rel: str) -> str:
+    """`rel` for people (API answers, logs, the command line): a byte that is not UTF-8 as
+    `\\xe9`, a control character as `\\n`, `\\t` or `\\x1b`, the rest as it is."""
+    if rel.isascii() and rel.isprintable():
+        return rel
+    return _UNSHOWABLE.sub(_show, rel)
+
+
+def refused_by_store(err: OSError) -> str | None:
+    """Why a store's file system refused a name (too long, not in its character set), for the
+    file's problem; None where the error is not about a name. EINVAL counts only with a path
+    named (a rename, a mkdir), not from a read or write of data."""
+    reason = _NAME_ERRNOS.get(err.errno or 0)
+    if reason is None or (err.errno == errno.EINVAL and err.filename is None):
+        return None
+    return f"{reason} ({err.strerror or err})"
+
+
+def encodable(text: str) -> bool:
+    """Whether `text` holds no surrogate: UTF-8 (and so SQLite, S3, JSON, a terminal) takes it."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return ESCAPE + ESCAPE if char == ESCAPE else f"{ESCAPE}{ord(char) - 0xDC00:02X}"
+
+
+def _unescape(match: re.Match[str]) -> str:
+    digits = match.group(1)
+    return ESCAPE if digits is None else chr(0xDC00 + int(digits, 16))
+
+
+def _show(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
