@@ -377,6 +377,8 @@ class RuntimeSupervisor:
         service = self.app.sync.service
         if service is not None:
             service.engine.urgent = True
+            # No file is started that cannot end by then, and one under way stops there.
+            service.engine.urgent_until = started + grace - 1
         # A persist already running waits with the patience of ordinary times (a minute for a
         # checkpoint, the browsers' documents): one that has not reached its sync yet is stopped
         # before its next step. This one runs beside it on the grace's own timeouts (its sync
@@ -402,7 +404,7 @@ class RuntimeSupervisor:
         self.emergency.update(report, state="done")
         await asyncio.get_running_loop().run_in_executor(None, self._write_report, report)
         if service is not None:
-            service.engine.urgent = False
+            service.engine.urgent, service.engine.urgent_until = False, None
         if exit_after:
             if service is not None and report["pending_files"]:
                 service.final_pass = False  # out of grace: do not start another full pass
@@ -419,9 +421,12 @@ class RuntimeSupervisor:
                 pending = sorted([f.path for f in changed] + deleted)
             except SyncError as err:
                 errors.append(str(err))
+        left_behind = list(job.result.get("left_behind") or []) if job is not None else []
         report = {"reason": reason, "time": time.time(), "seconds": round(seconds, 3),
                   "job": job.to_dict() if job is not None else None, "errors": errors,
-                  "pending_files": pending[:200], "pending_count": len(pending)}
+                  "pending_files": pending[:200], "pending_count": len(pending),
+                  # "path: why" of each file not started (or cut off): it could not end in the grace
+                  "left_behind": left_behind[:200]}
         if pending or errors:
             self.log.error("GPU workspace: emergency persist left %d files unpersisted; errors: %s",
                            len(pending), "; ".join(errors) or "none")

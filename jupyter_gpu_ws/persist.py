@@ -29,10 +29,13 @@ def _sync_step(service: SyncService):
             # Files that cannot be synced for a reason of their own are named, and do not fail
             # the persist of everything else.
             problems=[f"{p['path']}: {p['reason']}" for p in service.engine.pending_list(100)["problems"]],
+            # An emergency persist's files that could not end in its time: not started, named.
+            left_behind=report.left_behind,
             stored=service.engine.stored_summary(),
         )
         step.detail = f"{len(report.uploaded)} files uploaded, {len(report.deleted)} removed" + (
-            f", {len(job.result['problems'])} cannot be synced" if job.result["problems"] else "")
+            f", {len(job.result['problems'])} cannot be synced" if job.result["problems"] else "") + (
+            f", {len(report.left_behind)} left behind" if report.left_behind else "")
         if report.errors:
             raise SyncError("; ".join(report.errors[:3]) + (" …" if len(report.errors) > 3 else ""))
 

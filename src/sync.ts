@@ -260,6 +260,10 @@ export function persistSummary(job: IJob, withStore = true): string {
     }
     parts.push(inStore);
   }
+  const leftBehind: string[] = job.result.left_behind ?? [];
+  if (leftBehind.length) {
+    parts.push(`${plural(leftBehind.length, 'file')} left behind, too large for the time left (${names(leftBehind.map(p => p.split(':')[0]))})`);
+  }
   const problems: string[] = job.result.problems ?? [];
   if (problems.length) {
     parts.push(`${plural(problems.length, 'file')} cannot be synced (${names(problems.map(p => p.split(':')[0]))})`);

@@ -75,6 +75,10 @@ GUARD_MIN_DELETIONS = 10
 STALE_PART_SECONDS = 3600.0
 # In an emergency pass, files under this size (outside checkpoints) go first.
 URGENT_SMALL = 1 << 20
+# The speed an emergency pass counts on before it has measured one (bytes/s): a local folder,
+# and a store across a network. A larger file than fits in the time left is not started.
+URGENT_GUESS_LOCAL = 200 * 2**20
+URGENT_GUESS_REMOTE = 20 * 2**20
 # From this many unrecorded files in a pass, one listing of the store answers "is it there
 # already?" instead of a request per file.
 LIST_INSTEAD_OF_STAT = 32
@@ -130,6 +134,8 @@ class PassReport:
     stopped: str | None = None  # why the pass stopped before trying every file
     # Files still being written, held back (path → seconds until they may settle).
     settling: dict[str, float] = field(default_factory=dict)
+    # "path: why" of files an emergency persist did not start: they could not end in its time.
+    left_behind: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -233,6 +239,9 @@ class SyncEngine:
         # Set for an emergency persist (SIGTERM, preemption): what is smallest and most needed
         # goes first, in case the machine is gone before the pass ends.
         self.urgent = False
+        # With it, the monotonic time by which the emergency persist must be done: a file that
+        # cannot be finished by then is not started, and one under way stops there.
+        self.urgent_until: float | None = None
         # Housekeeping owed once the lease is taken or the store is back: temporaries of dead
         # writes, abandoned multipart uploads, the whole-store prune of versions.
         self._maintenance_due = False
@@ -715,7 +724,10 @@ class SyncEngine:
         limit = self.settings.max_file_size
         for f in changed:
             if limit is not None and f.size > limit:
+                reason = f"larger than max_file_size ({_size(f.size)} > {_size(limit)}): not synced"
                 report.skipped.append(f.path)
+                report.problems.append(f"{f.path}: {reason}")
+                self.pending_set.problem(f.path, reason, f)
                 continue
             keep.append(f)
         quota = self.settings.quota_bytes
@@ -767,7 +779,14 @@ class SyncEngine:
                     continue  # its data did not all reach the store: no manifest without it
                 with lock:
                     tried.add(f.path)
-                self.pending_set.uploading(f.path)
+                left = self._left_behind(f, progress)
+                if left is not None:
+                    self.pending_set.failing(f.path, f.size, left)
+                    with lock:
+                        report.left_behind.append(f"{f.path}: {left}")
+                        failed_folders.add(f.path.rpartition("/")[0])  # no manifest without its data
+                    continue
+                self.pending_set.uploading(f.path, self._holes_note(f))
                 try:
                     record, sent = self._upload_one(f, known.get(f.path), in_store, progress, flush_soon)
                 except LocalFileError as err:
@@ -779,6 +798,12 @@ class SyncEngine:
                     self.pending_set.done(f.path)
                     continue  # deleted meanwhile: the next pass carries the deletion
                 except SyncError as err:
+                    if isinstance(err, CancelledError) and self.urgent_until is not None:
+                        self.pending_set.failing(f.path, f.size, str(err))  # nothing of it became visible
+                        with lock:
+                            report.left_behind.append(f"{f.path}: {err}")
+                            failed_folders.add(f.path.rpartition("/")[0])
+                        continue
                     self.pending_set.failing(f.path, f.size, str(err))
                     with lock:
                         report.errors.append(str(err))
@@ -815,6 +840,38 @@ class SyncEngine:
             self._run_batches(phase, run)
         self.pending_set.waiting(f.path for f in files if f.path not in tried)
         return done
+
+    def _left_behind(self, f: LocalFile, progress: Progress) -> str | None:
+        """In an emergency persist with a deadline (`urgent_until`): why `f` is not started, if it
+        cannot be finished in time at the speed this pass has shown (a guess before it has shown
+        one); None: it goes."""
+        until = self.urgent_until
+        if until is None:
+            return None
+        left = until - time.monotonic()
+        if f.size < URGENT_SMALL and left > 0:
+            return None
+        speed = progress.snapshot().get("speed") or 0
+        speed = speed if speed > 0 else (URGENT_GUESS_REMOTE if self.backend.round_trips else URGENT_GUESS_LOCAL)
+        need = f.size / speed
+        if need <= left:
+            return None
+        return (f"left behind by the emergency persist: it would take about {need:.0f} s at "
+                f"{_size(speed)}/s, and {max(0.0, left):.0f} s were left")
+
+    def _holes_note(self, f: LocalFile) -> str | None:
+        """For a large file with holes, where the store keeps every byte: its two sizes."""
+        if f.size < URGENT_SMALL or getattr(self.backend, "keeps_holes", False):
+            return None
+        try:
+            st = os.stat(self._abs(f.path))
+        except OSError:
+            return None
+        on_disk = st.st_blocks * 512
+        if on_disk >= st.st_size:
+            return None
+        return (f"a sparse file: {_size(st.st_size)}, of which {_size(on_disk)} on disk; this store keeps "
+                f"every byte, holes too")
 
     def _run_batches(self, files: list[LocalFile], run: Callable[[list[LocalFile]], None]) -> None:
         """Large files one to a worker, small ones 64 to a batch: few thread hand-offs."""
@@ -888,12 +945,16 @@ class SyncEngine:
                         self.kept_versions.keep(f.path)
                     versioned = True
                 per_chunk = None
-                if self.limiter is not None or before[0] >= 64 << 20:
+                until = self.urgent_until
+                if self.limiter is not None or before[0] >= 64 << 20 or (until is not None and before[0] >= URGENT_SMALL):
                     limiter = self.limiter
 
                     def per_chunk(n: int) -> None:
-                        if limiter is not None:
-                            limiter.take(n)
+                        for part in range(0, n, 1 << 20) if limiter is not None or until is not None else ():
+                            if until is not None and time.monotonic() > until:
+                                raise CancelledError("cut off: the emergency persist's time was up")
+                            if limiter is not None:
+                                limiter.take(min(1 << 20, n - part))  # slices: the deadline is looked at between
                         progress.add_bytes(n)
 
                 self.backend.put(path, key, per_chunk, check=unchanged, flush_soon=flush_soon)

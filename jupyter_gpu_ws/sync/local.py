@@ -60,6 +60,8 @@ class LocalBackend:
     """A folder on a mounted disk (the embedded default, NFS, a FUSE mount of a bucket)."""
 
     supports_rename = True
+    # A file's holes stay holes here (sparse copies); an object store keeps every byte.
+    keeps_holes = True
 
     def __init__(self, root: str, durable: bool = True) -> None:
         # As configured: it names the store (and so the local record of what was synced).
@@ -271,6 +273,8 @@ class LocalBackend:
         otherwise the copy runs at memory speed and the disk gets it at the flush.
         """
         def copy(src: int, dst: int, size: int, early: bool) -> int:
+            if sparse(os.fstat(src)):
+                return _copy_range_sparse(src, dst, 0, size, progress)  # holes stay holes
             return _copy_fd(src, dst, progress, early)
 
         return self._put(local, key, copy, check, flush_soon)
@@ -417,7 +421,10 @@ class LocalBackend:
             st = os.fstat(src)
             if not stat.S_ISREG(st.st_mode):
                 raise StoreUnavailableError(f"{key} in the store is not a regular file")
-            return _copy_range(src, fd, offset, st.st_size if length is None else length, progress)
+            length = st.st_size - offset if length is None else length
+            if sparse(st):
+                return _copy_range_sparse(src, fd, offset, length, progress)  # holes stay holes
+            return _copy_range(src, fd, offset, length, progress)
         except OSError as err:
             if err.errno == errno.ENOSPC:
                 raise  # the work directory's disk is full: the caller says so
@@ -830,6 +837,45 @@ def _copy_range(src: int, dst: int, offset: int, length: int | None,
         if progress:
             progress(n)
     return total
+
+
+def sparse(st: os.stat_result) -> bool:
+    """Whether a regular file has holes: fewer blocks on disk than its size needs."""
+    return st.st_blocks * 512 < st.st_size
+
+
+def _copy_range_sparse(src: int, dst: int, offset: int, length: int,
+                       progress: Callable[[int], None] | None) -> int:
+    """As _copy_range, for a file with holes: only its data is copied (SEEK_DATA, SEEK_HOLE),
+    each hole left a hole in `dst` (extended to the range's end), so a 10 GB file that holds a
+    few megabytes costs a few megabytes. Returns the bytes of the range covered (fewer where
+    `src` ends early)."""
+    end = offset + length
+    at = offset
+    while at < end:
+        try:
+            data = os.lseek(src, at, os.SEEK_DATA)
+        except OSError as err:
+            if err.errno != errno.ENXIO:  # ENXIO: no data after `at`, only a hole to the end
+                raise
+            data = os.fstat(src).st_size
+        data = min(data, end)
+        if data > at and progress:
+            progress(data - at)  # a hole: done at once
+        if data >= end:
+            at = end
+            break
+        hole = min(os.lseek(src, data, os.SEEK_HOLE), end)
+        copied = _copy_range(src, dst, data, hole - data, progress)
+        at = data + copied
+        if copied < hole - data:
+            break  # the file got shorter meanwhile
+    if at > os.fstat(src).st_size:
+        at = os.fstat(src).st_size  # the range ran past the file's end: a shorter file
+    with turn(dst):
+        if os.fstat(dst).st_size < at:
+            os.ftruncate(dst, at)  # a hole at the end is a length, not bytes
+    return at - offset
 
 
 # File system types (as /proc/self/mountinfo names them) whose requests cross a network.

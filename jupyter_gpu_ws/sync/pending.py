@@ -78,7 +78,8 @@ class PendingSet:
         watcher reports as one path, among them)."""
         with self._lock:
             for f in changed:
-                self._set(f.path, f.size, "waiting")
+                if not self._known(f):
+                    self._set(f.path, f.size, "waiting")
             for rel in deleted:
                 self._set(rel, 0, "deleting")
 
@@ -87,6 +88,8 @@ class PendingSet:
         with self._lock:
             items: dict[str, PendingFile] = {}
             for f in changed:
+                if self._known(f):
+                    continue  # listed with its reason among the problems, not as waiting
                 old = self._items.get(f.path)
                 items[f.path] = old if old is not None else PendingFile(f.path, f.size, since=time.time())
                 items[f.path].size = f.size
@@ -113,11 +116,11 @@ class PendingSet:
             item.size, item.state, item.error = size, "writing", None
             item.note = f"still being written: it goes once it has not changed for {settle:g} s"
 
-    def uploading(self, rel: str) -> None:
+    def uploading(self, rel: str, note: str | None = None) -> None:
         with self._lock:
             item = self._items.get(rel)
             if item is not None:
-                item.state, item.note = "uploading", None
+                item.state, item.note = "uploading", note
 
     def done(self, rel: str) -> None:
         with self._lock:
@@ -148,8 +151,11 @@ class PendingSet:
     def known_problem(self, f: LocalFile) -> bool:
         """A file that failed for a local reason and has not changed since: not tried again."""
         with self._lock:
-            known = self.problems.get(f.path)
-            return known is not None and (known.size, known.mtime_ns) == (f.size, f.mtime_ns)
+            return self._known(f)
+
+    def _known(self, f: LocalFile) -> bool:
+        known = self.problems.get(f.path)
+        return known is not None and (known.size, known.mtime_ns) == (f.size, f.mtime_ns)
 
     def forget_problems(self) -> None:
         with self._lock:
