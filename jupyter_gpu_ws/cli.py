@@ -33,6 +33,7 @@ from .defaults import (default_state_dir, default_store_url, derive_workspace_na
                        legacy_workspace_name)
 from .sync import Progress, SyncEngine, SyncError, SyncSettings
 from .sync.backend import Backend
+from .sync.presence import check_store
 from .sync.crypto import Encryption, keys as crypto_keys, protect
 from .sync.names import shown
 from .sync.service import SyncService
@@ -247,6 +248,8 @@ def add_env_commands(commands: Any) -> None:
                           help="keep a wheel of every package in the store, so that a restore needs no index")
     snapshot.add_argument("--apt", action="store_true", help="also record the Debian packages installed by hand")
     snapshot.add_argument("--conda", action="store_true", help="also record conda's package list")
+    snapshot.add_argument("--create-store", action="store_true",
+                          help="make the store folder if it is missing, even where the folder it goes in is empty")
     diff = env_commands.add_parser("diff", help="how the environment differs from a snapshot, and GPU compatibility")
     env_args(diff)
     diff.add_argument("--snapshot", default=None, metavar="ID", help="the snapshot to compare with (default: latest)")
@@ -453,8 +456,11 @@ def _when(epoch: float, now: float) -> str:
     return f"{age(epoch, now)} ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(epoch))})"
 
 
-def env_store(args: argparse.Namespace, must_exist: bool = True) -> Store:
+def env_store(args: argparse.Namespace, must_exist: bool = True, first_use: bool = False) -> Store:
     backend, workspace = open_workspace(args, must_exist)
+    if first_use:  # a store folder is begun only where it may be (sync/presence.py)
+        check_store(backend, workspace, 0, False,
+                    getattr(args, "create_store", False) or is_embedded_store(_store_url(args)))
     # An encrypted workspace: its snapshots are encrypted too (the passphrase as for sync).
     encryption = None
     if crypto_keys.read_marker(backend, workspace) is not None:
@@ -549,8 +555,8 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_env_snapshot(args: argparse.Namespace) -> int:
-    store = env_store(args, must_exist=False)  # a first snapshot makes the workspace
-    snapshot = envsnap.capture(args.python, apt=args.apt, conda=args.conda)
+    snapshot = envsnap.capture(args.python, apt=args.apt, conda=args.conda)  # a bad interpreter: nothing made
+    store = env_store(args, must_exist=False, first_use=True)  # a first snapshot makes the workspace
     result = envsnap.save_snapshot(store, snapshot, keep_all_wheels=args.keep_all_wheels)
     if args.json:
         _print_json(result.to_dict())

@@ -98,6 +98,8 @@ class EnvironmentSupervisor:
             signature = self._site_signature()
             if signature != self._signature:
                 self.refresh()
+            elif self.compared is not None and self.compared.get("error"):
+                self.compare()  # the store could not be read (away, missing): heals once it can
 
     def _site_signature(self) -> tuple[float, ...] | None:
         """The modification times of the folders packages are installed in, and of the

@@ -35,7 +35,8 @@ export class SyncModel extends PolledModel {
       if (this.showPending) {
         this.pending = await requestAPI<IPendingList>('sync/pending?limit=200');
       }
-      if (this.workspaces === null && ['idle', 'syncing', 'read-only', 'error'].includes(this.status.state)) {
+      const listable = ['idle', 'syncing', 'read-only', 'error'].includes(this.status.state) && !this.status.store_missing;
+      if (this.workspaces === null && listable) {
         const listing = await requestAPI<IWorkspaces>('sync/workspaces');
         this.workspaces = Array.isArray(listing?.workspaces) ? listing : null;
       }

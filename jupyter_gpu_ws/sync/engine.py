@@ -422,6 +422,13 @@ class SyncEngine:
                     for f in scan(self.workdir, self.rules, rel):
                         self.pending_set.note(f.path, f, self.index.get(f.path), True)
 
+    def look(self) -> None:
+        """What differs from the record, noted as pending, without writing anything: for an
+        engine that cannot write yet (the store unavailable, another runtime's lease), so that
+        the status is true before its first pass."""
+        changed, deleted, _, _ = self.plan()
+        self.pending_set.replace(changed, deleted)
+
     def pending(self) -> tuple[int, int]:
         """Files and bytes not in the store (what the last look found; vanished paths dropped)."""
         return self.pending_set.totals()

@@ -91,6 +91,7 @@ class SyncService:
         # Files held back while still being written, and when to look at them again.
         self._settling: set[str] = set()
         self._settle_at: float | None = None
+        self._looked = False  # what differs was noted while the engine could not write yet
         self._stop = threading.Event()
         self._wake = threading.Event()
         # Set once the watch is in place (or has failed): the first pass waits for it, so that a
@@ -275,6 +276,9 @@ class SyncService:
             self._need_takeover_work = False
             self._safely(self.on_takeover)
         if not engine.writable:
+            if self._need_rescan and not self._looked:
+                self._looked = True  # what waits is pending, and said so, before the first pass
+                self._safely(engine.look)
             return  # another runtime writes, or ours is not yet in force: changes wait
         if self._next_prune is not None and now >= self._next_prune:
             self._next_prune = now + PRUNE_EVERY

@@ -12,7 +12,7 @@ import time
 from typing import Any, Protocol
 
 from .engine import SyncEngine, SyncSettings
-from .errors import LeaseHeldError, SyncError
+from .errors import LeaseHeldError, StoreMissingError, SyncError
 from .service import SyncService
 from .store import open_backend
 from .workspaces import remember_choice, resolve_workspace
@@ -91,6 +91,9 @@ class SyncSupervisor:
             if report.restored or report.conflicts:
                 self.log.info("GPU workspace: restored %d files (%d conflict copies)",
                               len(report.restored), len(report.conflicts))
+        except StoreMissingError as err:
+            # Said once, as the sync's own state; the restore runs when the store is back.
+            self.log.warning("GPU workspace restore waits for the store: %s", err)
         except Exception as err:  # noqa: BLE001 - reported; the sync goes on without it
             self.restore_summary = {"restored": 0, "conflicts": [], "errors": [_one_line(err)], "time": time.time()}
             self.log.error("GPU workspace restore failed: %s", _one_line(err))

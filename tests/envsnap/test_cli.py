@@ -22,7 +22,7 @@ def gpuws_env(*args: str | Path) -> subprocess.CompletedProcess:
 def test_snapshot_diff_and_offline_restore_end_to_end(source_python: str, new_venv: Any, tmp_path: Path,
                                                       no_index: Callable[[], None]) -> None:
     where = ["--store", tmp_path / "store", "--workspace", "ws"]
-    first = gpuws_env("snapshot", *where, "--python", source_python, "--keep-all-wheels")
+    first = gpuws_env("snapshot", *where, "--python", source_python, "--keep-all-wheels", "--create-store")
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("New snapshot ")
     again = gpuws_env("snapshot", *where, "--python", source_python)
@@ -45,7 +45,16 @@ def test_snapshot_diff_and_offline_restore_end_to_end(source_python: str, new_ve
     assert listed.stdout.splitlines()[1].split()[0] == first.stdout.split()[2].rstrip(":")
 
 
+def test_restore_from_a_store_folder_that_is_missing_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    result = gpuws_env("restore", "--store", tmp_path / "store", "--workspace", "ws")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"jupyter gpuws: error: The store folder {tmp_path / 'store'} is missing")
+    assert not (tmp_path / "store").exists()
+
+
 def test_restore_from_an_empty_store_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
     result = gpuws_env("restore", "--store", tmp_path / "store", "--workspace", "ws")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
@@ -64,6 +73,7 @@ def test_a_missing_interpreter_is_one_line_and_exit_1(tmp_path: Path) -> None:
 def test_a_failed_package_makes_restore_exit_1_naming_it(source_python: str, new_venv: Any, tmp_path: Path,
                                                          no_index: Callable[[], None]) -> None:
     where = ["--store", tmp_path / "store", "--workspace", "ws"]
+    (tmp_path / "store").mkdir()  # a new store, made by hand
     assert gpuws_env("snapshot", *where, "--python", source_python).returncode == 0  # index packages: no wheels
     no_index()
     result = gpuws_env("restore", *where, "--python", new_venv(), "--offline")
@@ -116,7 +126,7 @@ def add_package(python: str, name: str, version: str) -> None:
 def test_list_is_a_table_newest_first_with_the_latest_marked(new_venv: Any, tmp_path: Path) -> None:
     python = new_venv()
     where = ["--store", tmp_path / "store", "--workspace", "ws"]
-    first = gpuws_env("snapshot", *where, "--python", python)
+    first = gpuws_env("snapshot", *where, "--python", python, "--create-store")
     assert first.returncode == 0, first.stderr
     assert first.stdout.endswith(" packages, 0 wheels added to the store\n"), first.stdout
     add_package(python, "demo-pkg", "1.0")
