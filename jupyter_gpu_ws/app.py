@@ -17,6 +17,7 @@ from traitlets.config import Configurable
 from . import __version__
 from .defaults import (default_state_dir, default_store_url, derive_workspace_name, is_embedded_store,
                        legacy_workspace_name, local_store_path)
+from .sync.presence import holds_things
 from .sync.workspaces import list_workspaces, remembered_choice, require_workspace
 from .documents import BrowserPages
 from .client import SERVER_PID_ENV
@@ -24,7 +25,7 @@ from .jobs import JobRunner
 from .environment import EnvironmentSupervisor
 from .lifecycle import RuntimeSupervisor
 from .runtime import parse_deadline, parse_duration
-from .runtime.hub import check_store_template, expand_store_url
+from .runtime.hub import check_store_template, expand_store_url, template_base
 from .checkpoints.catalog import distributed_runs
 from .checkpoints.coordinator import CheckpointCoordinator
 from .checkpoints.files import run_dir
@@ -451,6 +452,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
 
     def initialize_settings(self) -> None:
         # A per-user store under JupyterHub: s3://bucket/{username}/{servername}.
+        self._store_template_base = template_base(self.store_url)
         self.store_url = expand_store_url(self.store_url)
         if not self.workdir:
             self.workdir = os.path.abspath(os.path.expanduser(self.serverapp.root_dir))
@@ -728,9 +730,17 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             version_max_age=self.version_max_age_days * 86400,
             lease_ttl=self.lease_ttl,
             encryption=self.encryption(),
-            create_store=self.create_store or is_embedded_store(self.store_url),
+            create_store=self._may_create_store(),
             settle_interval=self.sync_settle,
         )
+
+    def _may_create_store(self) -> bool:
+        """Whether a missing store folder may be made on its first use: the embedded default,
+        the user's create_store, or a user's store under the folder an admin's template names
+        (`/srv/stores/{username}`: that folder there, or where it would go holds other things)."""
+        base = getattr(self, "_store_template_base", None)
+        vouched = base is not None and (os.path.isdir(base) or holds_things(os.path.dirname(base) or "/"))
+        return self.create_store or is_embedded_store(self.store_url) or vouched
 
     def encryption(self) -> Encryption | None:
         """The encryption setting, with its passphrase; None for a plain store."""

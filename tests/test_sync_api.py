@@ -478,7 +478,8 @@ def make_file(folder: Path, name: bytes, data: bytes) -> None:
 
 class TestAnswersStayJson:
     """A lease another program wrote with `"expires": Infinity` (Python's json writes it, and
-    reads it back), and a file whose name is not UTF-8 waiting behind it: every answer is JSON."""
+    reads it back): corrupt, never trusted; and a file whose name is not UTF-8 waiting behind it:
+    every answer is JSON."""
 
     @pytest.fixture
     def gpuws_config(self, gpuws_config: dict[str, Any], store_dir: Path) -> dict[str, Any]:
@@ -493,8 +494,8 @@ class TestAnswersStayJson:
             status = strict_json((await jp_fetch("gpuws", "api", "sync")).body)
             return status if ready(status) else None
 
-        status = await wait_for(lambda: status_when(lambda s: s["state"] == "read-only"))
-        assert status["lease"]["expires"] is None and status["lease"]["holder"] == "forever-1"
+        status = await wait_for(lambda: status_when(lambda s: s["state"] == "error"))
+        assert "corrupt" in status["read_only_reason"] and status["can_take_over"] is True  # not trusted
         make_file(jp_root_dir, b"f-\xe9\n.txt", b"waiting")  # seen by the watcher, held back by the lease
         await wait_for(lambda: status_when(lambda s: s["pending_files"] == 1))
         pending = strict_json((await jp_fetch("gpuws", "api", "sync", "pending")).body)

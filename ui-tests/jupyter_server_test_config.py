@@ -54,6 +54,9 @@ _store_base = _tmp if os.environ.get("GPUWS_UI_TEST_GPUS") else _other_disk
 for _part in ("root", "state", "env"):
     shutil.rmtree(_tmp / f"{_name}-{_part}", ignore_errors=True)
 shutil.rmtree(_store_base / f"{_name}-store", ignore_errors=True)
+# A new store, made as a user makes one: its folder is never made by the sync where the folder
+# it goes in may be an empty mount point (/dev/shm may well be empty).
+(_store_base / f"{_name}-store").mkdir()
 (_tmp / f"{_name}-root").mkdir()
 c.ServerApp.root_dir = str(_tmp / f"{_name}-root")  # noqa: F821
 c.GpuWorkspace.store_url = str(_store_base / f"{_name}-store")  # noqa: F821

@@ -82,6 +82,16 @@ def check_store_template(url: str) -> None:
                          "(use {username} and {servername})")
 
 
+def template_base(url: str) -> str | None:
+    """For a local store template (`/srv/stores/{username}`), the folder the admin chose to hold
+    the users' stores (`/srv/stores`); None for a URL that is no template or not a local folder."""
+    if not store_template_fields(url) or "://" in url and not url.startswith("file://"):
+        return None
+    path = url[len("file://"):] if url.startswith("file://") else url
+    fixed = path[:path.index("{")]
+    return os.path.dirname(fixed) if not fixed.endswith("/") else fixed.rstrip("/") or "/"
+
+
 def expand_store_url(url: str, env: Mapping[str, str] | None = None) -> str:
     """`s3://bucket/{username}/{servername}` for this server: the hub's user and server name
     (outside JupyterHub, the local user and an empty server name)."""

@@ -59,9 +59,13 @@ def fresh_place(backend: Backend) -> bool:
     root = _root(backend)
     if root is None:
         return True  # not a folder of this machine: nothing to mistake for an unmounted drive
-    parent = os.path.dirname(root.rstrip(os.sep)) or os.sep
+    return holds_things(os.path.dirname(root.rstrip(os.sep)) or os.sep)
+
+
+def holds_things(folder: str) -> bool:
+    """Whether `folder` is there and not empty (an empty one may be a drive not mounted)."""
     try:
-        with os.scandir(parent) as entries:
+        with os.scandir(folder) as entries:
             return any(True for _ in entries)
     except OSError:
         return False

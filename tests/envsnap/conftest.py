@@ -53,6 +53,8 @@ def versions(python: str) -> dict[str, str]:
 
 
 def store_at(path: Path) -> Store:
+    """The workspace `ws` in a local-folder store at `path`, made as a new store is."""
+    path.mkdir(parents=True, exist_ok=True)
     return Store(open_backend(str(path)), "ws")
 
 
