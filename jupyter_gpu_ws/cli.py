@@ -73,8 +73,10 @@ DESCRIPTION = (
     "passphrases (key). Each command says on stderr the store and workspace it resolved; "
     "an error is one line on stderr and a non-zero exit."
 )
-STORE_HELP = "fsspec URL of the store (default: $GPUWS_STORE or a local folder)"
-OPTION_HELP = "fsspec option for the store, repeatable, e.g. endpoint_url=http://127.0.0.1:8333"
+STORE_HELP = ("the store: s3://, gs://, az:// (obstore), another fsspec URL, or an absolute path "
+              "(default: $GPUWS_STORE or a local folder)")
+OPTION_HELP = ("an option for the store, repeatable, e.g. endpoint_url=http://127.0.0.1:8333 (obstore's names or "
+               "fsspec's; an unknown one is refused)")
 
 
 def _store_url(args: argparse.Namespace) -> str:

@@ -150,6 +150,33 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+class NoFolders:
+    """What a store of objects (no folders of its own to lose) answers about its presence and
+    durability: a prefix is there once an object is, a missing bucket or refused access fails
+    every request instead, and a completed write is durable."""
+
+    flushes = False
+    description: str
+
+    def present(self, prefix: str) -> bool:
+        return True
+
+    def expect(self, prefix: str) -> None:
+        pass
+
+    def make(self, prefix: str) -> None:
+        pass
+
+    def missing(self, prefix: str) -> str:
+        return f"{prefix or 'The store'} is missing from {self.description}"
+
+    def flush(self) -> None:
+        pass
+
+    def unflushed(self) -> bool:
+        return False
+
+
 class SourceChangedError(Exception):
     """The local file changed while it was read: nothing was made visible; try again."""
 

@@ -1132,7 +1132,7 @@ class SyncEngine:
         raise SyncError(f"Could not bring {newest} from the store: {why}")
 
     def _restore_job(self, progress: Progress, cancel: Any, state: RestoreState | None) -> RestoreJob:
-        return RestoreJob(self.workdir, self.backend, self.store.file_key, self.index,
+        return RestoreJob(self.workdir, self.backend, self.index,
                           concurrency=self.settings.concurrency, retries=self.settings.retries,
                           retry_backoff=self.settings.retry_backoff, clock=self.clock, progress=progress,
                           cancel=cancel, limiter=self.limiter, state=state)

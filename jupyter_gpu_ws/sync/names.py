@@ -6,7 +6,8 @@ text encoding does (SQLite, S3 keys, JSON, a terminal). So a path (`rel`, as os 
 turned into key text, valid UTF-8, where it meets those, and back where it comes out:
 
 - a byte that is not UTF-8 becomes `‛XX` (U+201B and two uppercase hex digits, 80 to FF), as
-  rclone's "InvalidUtf8" encoding writes it;
+  rclone's "InvalidUtf8" encoding writes it, and so does a control character (01 to 1F, 7F:
+  a newline, a tab), which object stores refuse in a key;
 - a literal `‛` is doubled only where it would otherwise read as such an escape (followed by
   `‛`, by an escaped byte, or by two hex digits from 80 to FF);
 - everything else stays as it is, so names without such sequences (nearly all) are unchanged,
@@ -30,8 +31,10 @@ ESCAPE = "\u201b"  # SINGLE HIGH-REVERSED-9 QUOTATION MARK, as rclone uses it
 _UTF8_NAMES = codecs.lookup(sys.getfilesystemencoding()).name == "utf-8"
 # In text decoded with surrogateescape: a byte that is not UTF-8, or a literal escape mark that
 # must be doubled because what follows would make it read as an escape.
-_TO_KEY = re.compile(f"[\udc80-\udcff]|{ESCAPE}(?={ESCAPE}|[\udc80-\udcff]|[89A-F][0-9A-F])")
-_FROM_KEY = re.compile(f"{ESCAPE}(?:{ESCAPE}|([89A-F][0-9A-F]))")
+_ESCAPED = "\x01-\x1f\x7f\udc80-\udcff"
+_DIGITS = "[89A-F][0-9A-F]|0[1-9A-F]|1[0-9A-F]|7F"
+_TO_KEY = re.compile(f"[{_ESCAPED}]|{ESCAPE}(?={ESCAPE}|[{_ESCAPED}]|{_DIGITS})")
+_FROM_KEY = re.compile(f"{ESCAPE}(?:{ESCAPE}|({_DIGITS}))")
 # What shown() writes as an escape: control characters (C0, DEL, C1), line and paragraph
 # separators, and surrogates (bytes that are not UTF-8, or text that never was a name).
 _UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
@@ -44,7 +47,7 @@ _NAME_ERRNOS = {errno.ENAMETOOLONG: "its name is too long for the store",
 
 def encode(rel: str) -> str:
     """The key text of a path as os gives it: valid UTF-8, and decode() gives `rel` back."""
-    if rel.isascii() or (_UTF8_NAMES and ESCAPE not in rel and encodable(rel)):
+    if rel.isprintable() and (rel.isascii() or (_UTF8_NAMES and ESCAPE not in rel and encodable(rel))):
         return rel
     try:
         raw = os.fsencode(rel)
@@ -113,12 +116,18 @@ def encodable(text: str) -> bool:
 
 def _escape(match: re.Match[str]) -> str:
     char = match.group()
-    return ESCAPE + ESCAPE if char == ESCAPE else f"{ESCAPE}{ord(char) - 0xDC00:02X}"
+    if char == ESCAPE:
+        return ESCAPE + ESCAPE
+    code = ord(char)
+    return f"{ESCAPE}{code - 0xDC00 if code >= 0xDC00 else code:02X}"
 
 
 def _unescape(match: re.Match[str]) -> str:
     digits = match.group(1)
-    return ESCAPE if digits is None else chr(0xDC00 + int(digits, 16))
+    if digits is None:
+        return ESCAPE
+    value = int(digits, 16)
+    return chr(0xDC00 + value) if value >= 0x80 else chr(value)
 
 
 def _show(match: re.Match[str]) -> str:

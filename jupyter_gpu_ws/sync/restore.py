@@ -12,7 +12,7 @@ The order is what a fresh machine needs first, each group done before the next s
 Speed: `concurrency` workers as for uploads, and on stores where each request waits for a
 network round trip, many more small requests in flight (SMALL_IN_FLIGHT per worker), on
 kept-alive connections; on plain S3, small files many at once (MANY_IN_FLIGHT per worker) from
-at most MANY_LOOPS threads (backend.read_many, sync/getmany.py), what that does not bring handed
+at most MANY_LOOPS threads (backend.read_many: obstore's async reads), what that does not bring handed
 to every worker again;
 files from PARTS_FROM in parts of PART_SIZE fetched in parallel (at most `concurrency` at once)
 and written at their offsets into one file. Each file lands whole:
@@ -326,13 +326,12 @@ class _Work:
 class RestoreJob:
     """Brings a set of the store's files into the work directory (see the module's docstring)."""
 
-    def __init__(self, workdir: str, backend: Backend, file_key: Callable[[str], str], index: SyncIndex, *,
+    def __init__(self, workdir: str, backend: Backend, index: SyncIndex, *,
                  concurrency: int, retries: int, retry_backoff: float, clock: Callable[[], float],
                  progress: Any, cancel: threading.Event | None = None,
                  limiter: Any = None, state: RestoreState | None = None) -> None:
         self.workdir = workdir
         self.backend = backend
-        self.file_key = file_key
         self.index = index
         self.concurrency = max(1, concurrency)
         self.retries = retries
@@ -373,7 +372,9 @@ class RestoreJob:
                 folder = folders.get(found[1])
                 if folder is None:
                     folder = folders[found[1]] = _Folder(found[1], tracked.get(found[1]))
-            download = downloads[rel] = _Download(rel, remote, self._target(rel), self.file_key(rel), folder)
+            # Read by the key the listing gave: another program may have written a name raw
+            # that this codec would escape (sync/names.py).
+            download = downloads[rel] = _Download(rel, remote, self._target(rel), remote.key, folder)
             if folder is not None:
                 if rel == f"{folder.path}/{MANIFEST}":
                     folder.manifest = download

@@ -19,6 +19,7 @@ from .backend import PART_SUFFIX, Backend, RemoteFile, SourceChangedError
 from .errors import StoreConfigError
 from .local import LocalBackend
 from .names import decode, encode
+from .objectstore import SCHEMES as OBJECT_STORE_SCHEMES, open_object_store
 from .remote import FsspecBackend
 
 __all__ = ["PART_SUFFIX", "Backend", "FsspecBackend", "LocalBackend", "RemoteFile", "SourceChangedError",
@@ -60,8 +61,8 @@ def check_store_url(url: str) -> str:
 
 def open_backend(url: str, storage_options: dict[str, Any] | None = None, durable: bool = True,
                  max_concurrency: int = 4) -> Backend:
-    """A backend for a store URL (checked by check_store_url): an absolute path or file:// URL,
-    or any fsspec URL."""
+    """A backend for a store URL (checked by check_store_url): an absolute path or file:// URL
+    (a local folder), S3, GCS or Azure (obstore), or any other fsspec URL."""
     url = check_store_url(url)
     parsed = urlparse(url)
     if "://" not in url:
@@ -70,6 +71,10 @@ def open_backend(url: str, storage_options: dict[str, Any] | None = None, durabl
         if parsed.netloc not in ("", "localhost"):
             raise StoreConfigError(f"A file:// store URL cannot name a host: {url!r}")
         return LocalBackend(parsed.path, durable)
+    if parsed.scheme in OBJECT_STORE_SCHEMES:
+        if not parsed.netloc:
+            raise StoreConfigError(f"The store URL {url!r} names no bucket")
+        return open_object_store(url, storage_options, max_concurrency)
     try:
         import fsspec
         from fsspec.core import url_to_fs
@@ -79,17 +84,7 @@ def open_backend(url: str, storage_options: dict[str, Any] | None = None, durabl
         raise StoreConfigError(f"Unknown storage protocol {parsed.scheme!r} in {url!r}") from None
     except ImportError as err:
         raise StoreConfigError(f"The {parsed.scheme}:// store needs a package that is not installed: {err}") from None
-    if not parsed.netloc and parsed.scheme in ("s3", "gs", "gcs", "az", "abfs"):
-        raise StoreConfigError(f"The store URL {url!r} names no bucket")
     options = dict(storage_options or {})
-    if parsed.scheme in ("s3", "s3a"):
-        options.setdefault("use_listings_cache", False)
-        # Fail fast on an unreachable endpoint: the engine has its own retries with back-off.
-        options.setdefault("config_kwargs", {"connect_timeout": 5, "retries": {"max_attempts": 2}})
-        options.setdefault("max_concurrency", max_concurrency)
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint:
-            options.setdefault("endpoint_url", endpoint)
     try:
         fs, root = url_to_fs(url, **options)
     except ImportError as err:

@@ -115,9 +115,15 @@ def test_every_neighbour_of_a_literal_escape_mark_comes_back() -> None:
 def test_names_without_escape_sequences_are_their_own_key_text() -> None:
     # Stores and records written before the codec read the same.
     for rel in ["notebooks/train.ipynb", "caf\u00e9/\u00fcber.txt", "\u65e5\u672c/\u8a9e",
-                f"{ESCAPE}41.txt", f"{ESCAPE}e9.txt", f"{ESCAPE}7F", f"a{ESCAPE}", "line\nbreak"]:
+                f"{ESCAPE}41.txt", f"{ESCAPE}e9.txt", f"a{ESCAPE}"]:
         assert encode(rel) == rel
         assert decode(rel) == rel
+
+
+def test_control_characters_are_escaped_as_object_stores_refuse_them_in_a_key() -> None:
+    for rel, key in [("line\nbreak", f"line{ESCAPE}0Abreak"), ("tab\there", f"tab{ESCAPE}09here"),
+                     ("del\x7f", f"del{ESCAPE}7F"), (f"{ESCAPE}7F", f"{ESCAPE}{ESCAPE}7F")]:
+        assert encode(rel) == key and decode(key) == rel
 
 
 def test_a_folder_and_its_files_keep_their_key_text_apart() -> None:

@@ -63,7 +63,7 @@ def local(workdir: Path) -> dict[str, str]:
 def test_a_store_outage_shows_at_once_and_heals_by_itself(own_s3: S3Server, workdir: Path, tmp_path: Path) -> None:
     prefix = f"outage-{uuid.uuid4().hex[:8]}"
     engine = SyncEngine(SyncSettings(str(workdir), f"s3://{S3_BUCKET}/{prefix}", "ws", str(tmp_path / "state"),
-                                     storage_options={"skip_instance_cache": True}, bandwidth_limit=8 * 2**20))
+                                     bandwidth_limit=8 * 2**20))
     engine.open()
     service = SyncService(engine, debounce=0.05, rescan_interval=3600)
     service.start()
@@ -102,6 +102,6 @@ def test_a_store_outage_shows_at_once_and_heals_by_itself(own_s3: S3Server, work
     finally:
         service.stop()
         engine.close()
-    assert stored(own_s3, f"{prefix}/ws/files/") == local(workdir)  # every file, byte for byte
-    uploads = own_s3.client().list_multipart_uploads(Bucket=S3_BUCKET, Prefix=prefix).get("Uploads", [])
-    assert uploads == []  # the one cut by the outage was aborted
+    # Every file, byte for byte; the multipart upload the outage cut never became visible (its
+    # parts, if the store kept them, wait for the bucket's lifecycle rule: docs/sync.md).
+    assert stored(own_s3, f"{prefix}/ws/files/") == local(workdir)

@@ -31,7 +31,7 @@ from jupyter_gpu_ws.sync import (
 )
 from jupyter_gpu_ws.sync.backend import PART_SUFFIX
 from jupyter_gpu_ws.sync.landing import unnamed_files_work
-from jupyter_gpu_ws.sync.remote import FsspecBackend
+from jupyter_gpu_ws.sync.objectstore import ObjectStoreBackend
 from jupyter_gpu_ws import diskio
 from jupyter_gpu_ws.sync import restore as restore_module
 from tests.sync.conftest import S3_BUCKET, tree_files, write
@@ -326,6 +326,28 @@ def test_the_parts_of_a_large_file_come_at_once_and_are_written_in_turn(
     assert not diskio._turns  # none left behind for a later file with the same descriptor
 
 
+def count_fetches(backend: ObjectStoreBackend) -> dict[str, int]:
+    """Counts, as the restore goes, the objects fetched whole (one request each, many at once
+    or one by one) and the ranged parts."""
+    fetched = {"ranges": 0, "whole": 0}
+    read_into, read_many = backend.read_into, backend.read_many
+
+    def one(key: str, fd: int, offset: int = 0, length: int | None = None, *args: Any) -> int:
+        fetched["whole" if length is None else "ranges"] += 1
+        return read_into(key, fd, offset, length, *args)
+
+    def many(items: list[Any], landed: Callable[[Any, bytes], None], *args: Any) -> Any:
+        def counted(token: Any, body: bytes) -> None:
+            fetched["whole"] += 1
+            landed(token, body)
+
+        return read_many(items, counted, *args)
+
+    backend.read_into = one  # type: ignore[method-assign]
+    backend.read_many = many  # type: ignore[method-assign]
+    return fetched
+
+
 def test_through_s3_small_files_and_a_large_one_in_ranged_parts_arrive_byte_exact(
         workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
     big = random.Random(6).randbytes(PARTS_FROM + PART_SIZE // 2 + 7)
@@ -337,15 +359,14 @@ def test_through_s3_small_files_and_a_large_one_in_ranged_parts_arrive_byte_exac
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     engine = make_engine(fresh, store_url=s3_url, state="state2")
+    backend = engine.backend
+    assert isinstance(backend, ObjectStoreBackend)
+    fetched = count_fetches(backend)
     report = engine.restore()
     assert not report.errors and not report.conflicts
     assert tree_files(fresh) == tree_files(workdir)
-    backend = engine.backend
-    assert isinstance(backend, FsspecBackend)
-    reader = backend.direct_get()
-    assert reader is not None
     parts = -(-len(big) // PART_SIZE)
-    assert reader.fetched == parts + len(names)  # every byte came by the lean GET, the large file in parts
+    assert fetched == {"ranges": parts, "whole": len(names)}  # the large file in ranged parts, the rest whole
 
 
 def test_through_s3_the_parts_of_a_large_file_are_written_in_turn(
@@ -385,7 +406,7 @@ def test_through_s3_many_small_files_come_many_at_once_from_one_thread_in_order_
     fresh.mkdir()
     engine = make_engine(fresh, store_url=s3_url, state="state2")
     backend = engine.backend
-    assert isinstance(backend, FsspecBackend)
+    assert isinstance(backend, ObjectStoreBackend)
     original = backend.read_many
     calls: list[int] = []
     active = [0, 0]  # now, most
@@ -421,8 +442,6 @@ def test_through_s3_many_small_files_come_many_at_once_from_one_thread_in_order_
     assert not report.errors and not problems, (report.errors, problems)
     expected = {rel: data for rel, data in tree_files(workdir).items() if rel != "data/part007.bin"}
     assert tree_files(fresh) == expected  # every file whole; the deleted one skipped, not an error
-    reader = backend.direct_get()
-    assert reader is not None and reader.fetched == len(expected)
     assert max(calls) > 1 and sum(calls) >= len(expected) - 1  # small files went many at a time
     assert active[1] <= restore_module.MANY_LOOPS  # a few threads, each with many requests in flight
     assert engine.restoring.describe()["runs"] == {RUN: {"checkpoint": NEW, "local": True, "error": None}}
@@ -463,7 +482,7 @@ def test_through_s3_what_many_at_once_gives_back_goes_the_ordinary_way_on_every_
     engine = make_engine(fresh, store_url=s3_url, state="state2")
     monkeypatch.setattr(restore_module, "MANY_LOOPS", 1)  # 100 files: 4 batches of 25
     backend = engine.backend
-    assert isinstance(backend, FsspecBackend)
+    assert isinstance(backend, ObjectStoreBackend)
     given: list[int] = []
     busy = [0, 0]  # now, most
     lock = threading.Lock()
@@ -493,30 +512,6 @@ def test_through_s3_what_many_at_once_gives_back_goes_the_ordinary_way_on_every_
     assert busy[1] > 4  # spread over the workers, not one after the other in the four batches'
 
 
-def test_through_s3_without_the_lean_get_small_files_are_not_batched_for_it(
-        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
-    for i in range(60):
-        write(workdir, f"f{i:02d}.txt", f"file {i}")
-    extra = {"s3_additional_kwargs": {"StorageClass": "STANDARD"}}  # requests s3fs must make itself
-    assert make_engine(workdir, store_url=s3_url, storage_options=extra).sync().ok
-    fresh = tmp_path / "fresh"
-    fresh.mkdir()
-    engine = make_engine(fresh, store_url=s3_url, state="state2", storage_options=extra)
-    backend = engine.backend
-    assert isinstance(backend, FsspecBackend)
-    offered: list[int] = []
-    original = backend.read_many
-
-    def watched(items: list[Any], *args: Any) -> Any:
-        offered.append(len(items))
-        return original(items, *args)
-
-    backend.read_many = watched  # type: ignore[method-assign]
-    report = engine.restore()
-    assert not report.errors and tree_files(fresh) == tree_files(workdir)
-    assert offered == []  # batches of a few files, each fetched as before, on every worker
-
-
 def test_a_large_object_replaced_in_s3_during_the_restore_is_not_stitched_together(
         workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
     first = random.Random(1).randbytes(PARTS_FROM + 5)
@@ -526,7 +521,7 @@ def test_a_large_object_replaced_in_s3_during_the_restore_is_not_stitched_togeth
     fresh.mkdir()
     engine = make_engine(fresh, store_url=s3_url, state="state2", concurrency=1)  # one part after the other
     backend = engine.backend
-    assert isinstance(backend, FsspecBackend)
+    assert isinstance(backend, ObjectStoreBackend)
     original = backend.read_into
     replaced = threading.Event()
 
@@ -779,8 +774,7 @@ def test_fetch_checkpoint_raises_when_the_store_cannot_be_reached(tmp_path: Path
     work = tmp_path / "work"
     work.mkdir()
     settings = SyncSettings(str(work), f"s3://{S3_BUCKET}/nowhere", "ws", str(tmp_path / "state"),
-                            storage_options={"endpoint_url": f"http://127.0.0.1:{closed_port()}",
-                                             "skip_instance_cache": True}, retry_backoff=0.01)
+                            storage_options={"endpoint_url": f"http://127.0.0.1:{closed_port()}"}, retry_backoff=0.01)
     engine = SyncEngine(settings)
     try:
         with pytest.raises(StoreUnavailableError):

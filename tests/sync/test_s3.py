@@ -1,4 +1,4 @@
-"""The sync engine against a real S3 server (SeaweedFS on loopback), through s3fs."""
+"""The sync engine against a real S3 server (SeaweedFS on loopback), through obstore."""
 
 from __future__ import annotations
 
@@ -129,8 +129,6 @@ def test_lease_in_s3_refuses_a_second_engine(workdir: Path, tmp_path: Path, s3_u
 
 
 def _engine(workdir: Path, tmp_path: Path, url: str, options: dict[str, Any]) -> SyncEngine:
-    # A fresh s3fs instance: a cached one would carry another test's credentials.
-    options = {"skip_instance_cache": True, **options}
     return SyncEngine(SyncSettings(str(workdir), url, "ws", str(tmp_path / "state"), storage_options=options,
                                    retry_backoff=0.01))
 

@@ -190,18 +190,19 @@ def test_files_the_store_lost_behind_the_runtimes_back_go_again_after_a_take_ove
 
 
 def test_the_s3_store_that_lost_files_is_given_them_at_the_next_start(
-        tmp_path: Path, workdir: Path, s3_url: str, make_engine: Make) -> None:
+        tmp_path: Path, workdir: Path, s3_url: str, s3_env: Any, make_engine: Make) -> None:
+    from tests.sync.conftest import S3_BUCKET
+
     write(workdir, "a.txt", "a")
     write(workdir, "sub/b.txt", "b")
     engine = make_engine(workdir, s3_url)
     engine.sync()
-    fs = engine.backend.fs  # type: ignore[attr-defined]
-    root = engine.backend.root  # type: ignore[attr-defined]
     engine.close()
-    fs.rm(f"{root}/ws/files/sub/b.txt")
+    key = f"{s3_url.split(S3_BUCKET + '/', 1)[1]}/ws/files/sub/b.txt"
+    s3_env.client().delete_object(Bucket=S3_BUCKET, Key=key)  # lost behind the runtime's back
     engine = make_engine(workdir, s3_url)
     assert engine.sync().uploaded == ["sub/b.txt"]
-    assert fs.cat(f"{root}/ws/files/sub/b.txt") == b"b"
+    assert s3_env.client().get_object(Bucket=S3_BUCKET, Key=key)["Body"].read() == b"b"
 
 
 # -- the counts are the store's -------------------------------------------------------------------
