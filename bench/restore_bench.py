@@ -70,7 +70,7 @@ from sync_bench import (  # noqa: E402
 )
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
-from tests.sync.s3server import S3Server, _die_with_parent as die_with_parent  # noqa: E402
+from tests.sync.s3server import S3Server, die_with_parent  # noqa: E402
 
 S3_KEY, S3_SECRET, BUCKET = "gpuws-bench-key", "gpuws-bench-secret", "gpuws-restore-bench"
 WORKSPACE = "bench"

@@ -23,6 +23,9 @@ jupyter server extension list 2>&1 | grep "jupyter_gpu_ws.*enabled" >/dev/null
 step "configurable-http-proxy (npm) for the JupyterHub tests"
 (cd tests/hub && npm ci --no-audit --no-fund --loglevel=error)
 
+step "Azurite (npm), the Azure Blob emulator for the store tests"
+(cd tests/stores && npm ci --no-audit --no-fund --loglevel=error)
+
 step "Debian's packages: Chromium for the browser tests, libfaketime for clocks that disagree"
 missing=""
 command -v chromium >/dev/null || missing="$missing chromium"
