@@ -37,9 +37,9 @@ class FsspecBackend(NoFolders):
     """Any fsspec file system but the three clouds: sftp://, smb://, memory://, …"""
 
     def __init__(self, fs: Any, root: str, max_concurrency: int = 4) -> None:
-        self.fs = fs
-        self.root = root.rstrip("/")
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        self.fs = fs  # a Session for sftp://, ftp://, smb:// (see open_session)
+        self.root = root.rstrip("/")
         self.description = f"{protocol}://{self.root}"
         # Object stores make a PUT visible only once complete; file-like ones need a rename.
         self.object_store = protocol in ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory")
@@ -58,7 +58,9 @@ class FsspecBackend(NoFolders):
         return f"{self.root}/{key}"
 
     def close(self) -> None:
-        """Nothing held between calls."""
+        """A session's connection is closed; other file systems hold nothing between calls."""
+        if isinstance(self.fs, Session):
+            self.fs.close()
 
     def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
             check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
@@ -143,9 +145,27 @@ class FsspecBackend(NoFolders):
     def copy(self, src: str, dst: str) -> None:
         try:
             self._parent_dir(self._path(dst))
-            self.fs.copy(self._path(src), self._path(dst))
+            try:
+                self.fs.copy(self._path(src), self._path(dst))
+            except NotImplementedError:  # no server-side copy (sftp): through this machine
+                self._copy_through(self._path(src), self._path(dst))
         except Exception as err:
             raise _remote_error(err, src) from err
+
+    def _copy_through(self, src: str, dst: str) -> None:
+        """Read the file and write it to a temporary name beside `dst`, then move it there."""
+        tmp = f"{dst}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}"
+        try:
+            with self.fs.open(src, "rb") as reader, self.fs.open(tmp, "wb") as writer:
+                while chunk := reader.read(CHUNK_READ):
+                    writer.write(chunk)
+            self.fs.mv(tmp, dst)
+        except BaseException:
+            try:
+                self.fs.rm_file(tmp)
+            except Exception:  # noqa: BLE001 - swept with the temporaries
+                pass
+            raise
 
     def get(self, key: str, local: str, progress: Callable[[int], None] | None = None) -> int:
         try:
@@ -307,6 +327,93 @@ class FsspecBackend(NoFolders):
 
     def abandoned_uploads(self) -> int:
         return 0
+
+
+# fsspec file systems on one connection (a session) whose client is not safe across threads,
+# and which does not connect again by itself once the connection is gone.
+SESSION_PROTOCOLS = ("sftp", "ssh", "ftp", "smb")
+# Seconds without an answer on a session before it is taken as lost: a dropped link or a server
+# that hangs, not a slow one (each read of a transfer waits this long at most, not the whole).
+SESSION_TIMEOUT = 10.0
+
+
+class Session:
+    """A session file system (see SESSION_PROTOCOLS) that serves one request at a time, and is
+    made anew by `connect` on the next request after its connection failed, so that a server
+    that comes back is used again without a restart."""
+
+    def __init__(self, connect: Callable[[], Any], protocol: str, fs: Any = None) -> None:
+        self._connect = connect
+        self.protocol = protocol
+        self._fs = fs
+        # The engine's threads (uploads, the lease's renewals) take turns on the one channel.
+        self._lock = threading.RLock()
+
+    def _current(self) -> Any:
+        if self._fs is None:
+            self._fs = self._connect()
+        return self._fs
+
+    def _drop(self) -> None:
+        fs, self._fs = self._fs, None
+        for closable in (getattr(fs, "ftp", None), getattr(fs, "client", None)):
+            try:
+                if closable is not None:
+                    closable.close()
+            except Exception:  # noqa: BLE001 - the connection is gone already
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                fs = self._current()
+                try:
+                    return getattr(fs, name)(*args, **kwargs)
+                except Exception as err:
+                    if connection_lost(err):
+                        self._drop()
+                    raise
+
+        return call
+
+
+def connection_lost(err: BaseException) -> bool:
+    """Whether `err` says the session's connection is gone (not that a file is missing or refused)."""
+    if isinstance(err, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+                        NotADirectoryError, NotImplementedError)):
+        return False
+    if isinstance(err, (EOFError, ConnectionError, TimeoutError)):
+        return True
+    if any(cls.__name__ == "SSHException" for cls in type(err).__mro__):
+        return True
+    return isinstance(err, OSError) and err.errno is None  # paramiko's "Socket is closed"
+
+
+def open_session(protocol: str, make: Callable[[], Any]) -> Session:
+    """A Session over `make` (a new, uncached file system each call), connected now if the
+    server answers; one that does not answer yet is connected on the first request. A server
+    that answers and refuses (wrong credentials, unknown host key) is a configuration error."""
+
+    def connect() -> Any:
+        fs = make()
+        channel = getattr(getattr(fs, "ftp", None), "get_channel", None)
+        if channel is not None:  # sftp (fsspec keeps paramiko's SFTPClient as .ftp): bounded waits
+            channel().settimeout(SESSION_TIMEOUT)
+        return fs
+
+    try:
+        return Session(connect, protocol, connect())
+    except Exception as err:
+        if type(err).__name__ in ("AuthenticationException", "BadHostKeyException", "BadAuthenticationType"):
+            raise StoreConfigError(f"The {protocol}:// server refused this runtime: {err}") from None
+        if connection_lost(err) or isinstance(err, OSError):
+            log.info("The %s:// store does not answer yet (%s): connecting on first use", protocol, err)
+            return Session(connect, protocol)
+        raise
 
 
 class _FsspecCallback:

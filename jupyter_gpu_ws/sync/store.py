@@ -20,7 +20,7 @@ from .errors import StoreConfigError
 from .local import LocalBackend
 from .names import decode, encode
 from .objectstore import SCHEMES as OBJECT_STORE_SCHEMES, open_object_store
-from .remote import FsspecBackend
+from .remote import SESSION_PROTOCOLS, SESSION_TIMEOUT, FsspecBackend, open_session
 
 __all__ = ["PART_SUFFIX", "Backend", "FsspecBackend", "LocalBackend", "RemoteFile", "SourceChangedError",
            "Store", "check_store_url", "open_backend", "version_stamp"]
@@ -85,6 +85,8 @@ def open_backend(url: str, storage_options: dict[str, Any] | None = None, durabl
     except ImportError as err:
         raise StoreConfigError(f"The {parsed.scheme}:// store needs a package that is not installed: {err}") from None
     options = dict(storage_options or {})
+    if parsed.scheme in SESSION_PROTOCOLS:
+        return _open_session_store(url, parsed.scheme, options, max_concurrency)
     try:
         fs, root = url_to_fs(url, **options)
     except ImportError as err:
@@ -92,6 +94,29 @@ def open_backend(url: str, storage_options: dict[str, Any] | None = None, durabl
     except Exception as err:
         raise StoreConfigError(f"Cannot open the store {url!r}: {err}") from err
     return FsspecBackend(fs, root, max_concurrency)
+
+
+def _open_session_store(url: str, scheme: str, options: dict[str, Any], max_concurrency: int) -> Backend:
+    """sftp://, ftp://, smb://: a connection of this backend's own (not fsspec's shared cached
+    instance), made anew after it fails, with a bounded wait for a server that stops answering."""
+    from fsspec.core import url_to_fs
+
+    if scheme in ("sftp", "ssh"):
+        for name in ("timeout", "banner_timeout", "auth_timeout"):
+            options.setdefault(name, SESSION_TIMEOUT)
+    try:
+        import fsspec
+
+        cls = fsspec.get_filesystem_class(scheme)
+        root = cls._strip_protocol(url)
+        session = open_session(scheme, lambda: url_to_fs(url, skip_instance_cache=True, **options)[0])
+    except StoreConfigError:
+        raise
+    except ImportError as err:
+        raise StoreConfigError(f"The {scheme}:// store needs a package that is not installed: {err}") from None
+    except Exception as err:
+        raise StoreConfigError(f"Cannot open the store {url!r}: {err}") from err
+    return FsspecBackend(session, root, max_concurrency)
 
 
 class Store:
