@@ -29,7 +29,7 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jupyter_gpu_ws.envsnap import capture, load_snapshot, restore, save_snapshot  # noqa: E402
-from jupyter_gpu_ws.sync.store import Store, open_backend  # noqa: E402
+from jupyter_gpu_ws.store import Store, open_backend  # noqa: E402
 
 PACKAGES = [
     "six", "idna", "certifi", "charset-normalizer", "urllib3", "requests", "packaging", "pyparsing", "attrs",

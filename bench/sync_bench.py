@@ -48,8 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
-from jupyter_gpu_ws.sync.crypto import Encryption  # noqa: E402
-from jupyter_gpu_ws.sync.hashing import file_hash  # noqa: E402
+from jupyter_gpu_ws.store.crypto import Encryption  # noqa: E402
+from jupyter_gpu_ws.store.hashing import file_hash  # noqa: E402
 from jupyter_gpu_ws.sync.service import WATCH_STEP_MS, SyncService  # noqa: E402
 
 MiB = 2**20

@@ -17,8 +17,8 @@ from traitlets.config import Configurable
 from . import __version__
 from .defaults import (default_state_dir, default_store_url, derive_workspace_name, is_embedded_store,
                        legacy_workspace_name, local_store_path)
-from .sync.presence import holds_things
-from .sync.workspaces import list_workspaces, remembered_choice, require_workspace
+from .store.presence import holds_things
+from .store.workspaces import list_workspaces, remembered_choice, require_workspace
 from .documents import BrowserPages
 from .client import SERVER_PID_ENV
 from .jobs import JobRunner
@@ -31,8 +31,8 @@ from .checkpoints.coordinator import CheckpointCoordinator
 from .checkpoints.files import run_dir
 from .checkpoints.protocol import RUNTIME_DIR_ENV, SERVER_ID_ENV
 from .sync import StoreConfigError, SyncSettings
-from .sync.crypto import Encryption
-from .sync.crypto.keys import read_passphrase
+from .store.crypto import Encryption
+from .store.crypto.keys import read_passphrase
 from .sync.supervisor import SyncSupervisor
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
 from .checkpoints import protocol
@@ -651,7 +651,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
 
     def use_workspace(self, name: str) -> dict[str, Any]:
         """Switch to another existing workspace of the store (blocking)."""
-        from .sync.store import Store
+        from .store import Store
 
         backend = self._store_backend()
         try:
@@ -664,7 +664,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         return self.workspaces()
 
     def _store_backend(self) -> Any:
-        from .sync.store import open_backend
+        from .store import open_backend
 
         return open_backend(self.store_url, dict(self.storage_options))
 

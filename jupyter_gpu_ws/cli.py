@@ -32,13 +32,13 @@ from . import envsnap, strictjson
 from .defaults import (default_state_dir, default_store_url, derive_workspace_name, is_embedded_store,
                        legacy_workspace_name)
 from .sync import Progress, SyncEngine, SyncError, SyncSettings
-from .sync.backend import Backend
-from .sync.presence import check_store
-from .sync.crypto import Encryption, keys as crypto_keys, protect
-from .sync.names import shown
+from .store.backend import Backend
+from .store.presence import check_store
+from .store.crypto import Encryption, keys as crypto_keys, protect
+from .store.names import shown
 from .sync.service import SyncService
-from .sync.store import Store, open_backend
-from .sync.workspaces import describe, list_workspaces, require_workspace, resolve_workspace
+from .store import Store, open_backend
+from .store.workspaces import describe, list_workspaces, require_workspace, resolve_workspace
 from .vocabulary import age, count, size
 
 # Parallel transfers when no --concurrency says otherwise (the server's sync_concurrency default).
@@ -460,7 +460,7 @@ def _when(epoch: float, now: float) -> str:
 
 def env_store(args: argparse.Namespace, must_exist: bool = True, first_use: bool = False) -> Store:
     backend, workspace = open_workspace(args, must_exist)
-    if first_use:  # a store folder is begun only where it may be (sync/presence.py)
+    if first_use:  # a store folder is begun only where it may be (store/presence.py)
         check_store(backend, workspace, 0, False,
                     getattr(args, "create_store", False) or is_embedded_store(_store_url(args)))
     # An encrypted workspace: its snapshots are encrypted too (the passphrase as for sync).

@@ -17,7 +17,7 @@ from .sync.errors import SyncError
 
 if TYPE_CHECKING:
     from .app import GpuWorkspaceApp
-    from .sync.store import Store
+    from .store import Store
 
 # The installer's last lines kept for the panel.
 KEEP_LOG_LINES = 200

@@ -19,7 +19,7 @@ from .checkpoints.coordinator import CheckpointRequestError
 from .documents import ERROR
 from .envsnap import EnvError, InterpreterError, SnapshotNotFoundError, SourcesNotAllowedError, UnsafeSnapshotError
 from .persist import start_checkpoint_fetch, start_restore
-from .sync.names import encodable, shown
+from .store.names import encodable, shown
 from .sync.errors import (
     DeletionGuardError,
     LeaseHeldError,

@@ -9,7 +9,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 from .client import ServerUnreachable, call
 from .statusreport import bundle, gpu_parts, status_parts
-from .sync.names import shown
+from .store.names import shown
 from .vocabulary import count, size
 
 

@@ -1,7 +1,7 @@
 """JSON text that every strict parser reads: no NaN or Infinity, no string that is not Unicode.
 
 Python's json writes NaN and Infinity (not JSON: a browser's JSON.parse refuses the whole
-answer) and writes a file name's surrogate escapes (bytes that are not UTF-8, sync/names.py) as
+answer) and writes a file name's surrogate escapes (bytes that are not UTF-8, store/names.py) as
 `\\udce9`, text no UTF-8 reader can hold. Values reach the answers from files other programs
 wrote (a lease with `"expires": Infinity`) and from the work directory's names, so every answer
 of the API, its websockets and `--json` on the command line goes through here: a non-finite
@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any
 
-from .sync.names import encodable, shown
+from .store.names import encodable, shown
 
 
 def plain(value: Any) -> Any:

@@ -84,7 +84,7 @@ def run(client: Any, code: str, timeout: float = 180) -> str:
 
 def _backend(server: ServerProcess) -> Any:
     """The store as the server sees it, through the same code (a local folder or S3)."""
-    from jupyter_gpu_ws.sync.store import open_backend
+    from jupyter_gpu_ws.store import open_backend
 
     return open_backend(server.config["store_url"], server.config.get("storage_options", {}))
 

@@ -504,7 +504,7 @@ class TestAnswersStayJson:
 
 async def test_a_file_whose_name_is_not_utf8_reaches_the_store_and_the_answers_stay_json(
         jp_fetch: Any, jp_root_dir: Path, store_dir: Path) -> None:
-    from jupyter_gpu_ws.sync.names import encode
+    from jupyter_gpu_ws.store.names import encode
 
     await sync_running(jp_fetch)
     make_file(jp_root_dir, b"caf\xe9\tnotes.txt", b"written by a latin-1 program")

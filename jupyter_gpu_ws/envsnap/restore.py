@@ -9,7 +9,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal
 
-from ..sync.store import Store
+from ..store import Store
 from .capture import packages_by_name, probe_environment, resolve_python
 from .commands import Log, find_uv, run_command
 from .errors import InstallerError, SourcesNotAllowedError

@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..sync.store import Store, version_stamp
+from ..store import Store, version_stamp
 from .commands import Log
 from .errors import SnapshotNotFoundError, UnsafeSnapshotError
 from .lock import index_options, lock_text

@@ -17,7 +17,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from ..sync.store import Store
+from ..store import Store
 from .commands import Log, find_uv, run_command
 
 WHEELS = "wheels"

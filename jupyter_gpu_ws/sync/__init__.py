@@ -1,4 +1,5 @@
-"""The storage sync engine: mirrors the work directory to a store through fsspec."""
+"""The storage sync engine: mirrors the work directory to a store (jupyter_gpu_ws.store). The
+store's backends are re-exported here so that a caller of the engine needs one import."""
 
 from .engine import PassReport, Progress, RestoreReport, SyncEngine, SyncSettings
 from .errors import (
@@ -13,10 +14,7 @@ from .errors import (
     UnsafeStoreEntryError,
     WorkdirError,
 )
-from .backend import Backend
-from .local import LocalBackend
-from .remote import FsspecBackend
-from .store import Store, open_backend
+from ..store import Backend, FsspecBackend, LocalBackend, Store, open_backend
 
 __all__ = [
     "Backend", "CancelledError", "DeletionGuardError", "FsspecBackend", "LeaseHeldError",

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .backend import PART_SUFFIX, Backend, RemoteFile, SourceChangedError
+from ..store.backend import PART_SUFFIX, Backend, RemoteFile, SourceChangedError
 from .errors import (
     CancelledError,
     DeletionGuardError,
@@ -43,12 +43,12 @@ from .errors import (
     SyncError,
     WorkdirError,
 )
-from .hashing import file_hash
+from ..store.hashing import file_hash
 from .ignore import IGNORE_FILE, IgnoreRules
 from .index import Record, SyncIndex
-from .lease import LEASE_NAME, Lease, LeaseKeeper, lease_status
+from ..store.lease import LEASE_NAME, Lease, LeaseKeeper, lease_status
 from .pending import PendingSet
-from .presence import check_store, keep_apart, make_anew
+from ..store.presence import check_store, keep_apart, make_anew
 from .progress import Progress, RateLimiter
 from .settle import Settling
 from .scan import LocalFile, scan, stat_path
@@ -62,10 +62,10 @@ from .restore import (
     restore_phases,
 )
 from ..defaults import is_embedded_store
-from .crypto import Encryption, protect
-from .store import Store, open_backend
-from .versions import Versions
-from .workspaces import write_summary
+from ..store.crypto import Encryption, protect
+from ..store import Store, open_backend
+from ..store.versions import Versions
+from ..store.workspaces import write_summary
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +113,10 @@ class SyncSettings:
     # no write has succeeded for this long; otherwise it is that file's error, and others go on.
     store_down_after: float = 5.0
     excludes: list[str] = field(default_factory=list)
-    # The encrypted store (sync/crypto): None for a plain one. Holds the passphrase: never logged.
+    # The encrypted store (store/crypto): None for a plain one. Holds the passphrase: never logged.
     encryption: Encryption | None = None
     # A missing store folder may be made (the embedded default, or the user's create_store);
-    # otherwise only where its parent holds other things (sync/presence.py).
+    # otherwise only where its parent holds other things (store/presence.py).
     create_store: bool = False
     # A file still being written waits until it has not changed for this long (sync/settle.py).
     settle_interval: float = 2.0
@@ -261,7 +261,7 @@ class SyncEngine:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open(self, take_over: bool = False) -> None:
-        """Check that the store is there (sync/presence.py), take the lease and start keeping
+        """Check that the store is there (store/presence.py), take the lease and start keeping
         it. A missing store, a lease held by another runtime, an unreadable lease or a store that
         does not answer leave the engine read-only, with the reason; the lease's thread keeps
         looking and makes it the writer as soon as it can."""

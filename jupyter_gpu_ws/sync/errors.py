@@ -1,62 +1,50 @@
-"""What can go wrong in a sync, as classes the app maps to HTTP codes and the CLI to one line."""
+"""What can go wrong in a sync, as classes the app maps to HTTP codes and the CLI to one line: the
+sync's own here, the store's (and their base SyncError) from store/errors.py, so that a caller
+catches one family from one place."""
 
 from __future__ import annotations
 
+from ..store.errors import (
+    SyncError,
+    StoreConfigError,
+    StoreUnavailableError,
+    StoreMissingError,
+    StoreFullError,
+    LocalDiskFullError,
+    LocalFileError,
+    LeaseHeldError,
+    LeaseLostError,
+    LeaseCorruptError,
+    WorkspaceNotFoundError,
+    UnsafeStoreEntryError,
+)
 
-class SyncError(Exception):
-    """Base: the message is one clear line for the user."""
-
-
-class StoreConfigError(SyncError):
-    """The store URL is malformed, its fsspec package is missing, or credentials are missing."""
-
-
-class StoreUnavailableError(SyncError):
-    """The store cannot be reached or refuses us right now; nothing was changed."""
-
-
-class StoreMissingError(StoreUnavailableError):
-    """The store's folder (or a workspace this machine synced to it) is not there: a drive that is
-    not mounted, a folder renamed or emptied. Never taken for an empty store: nothing is written
-    until it is back, or until the user makes it anew."""
-
-
-class StoreFullError(SyncError):
-    """The store's disk is full."""
-
-
-class LocalDiskFullError(SyncError):
-    """This machine's own disk is full where the sync needs room (the encrypted copy of a file
-    to send): nothing of that file was sent."""
+__all__ = [
+    "CancelledError",
+    "DeletionGuardError",
+    "LeaseCorruptError",
+    "LeaseHeldError",
+    "LeaseLostError",
+    "LocalDiskFullError",
+    "LocalFileError",
+    "QuotaExceededError",
+    "StoreConfigError",
+    "StoreFullError",
+    "StoreMissingError",
+    "StoreUnavailableError",
+    "SyncError",
+    "UnsafeStoreEntryError",
+    "WorkdirError",
+    "WorkspaceNotFoundError",
+]
 
 
 class WorkdirError(SyncError):
     """The work directory is missing or unreadable; nothing is deleted because of it."""
 
 
-class LocalFileError(SyncError):
-    """A file of the work directory cannot be synced for a reason of its own (unreadable, a name
-    the store refuses): it is listed as such, and the rest of the pass goes on."""
-
-
 class QuotaExceededError(SyncError):
     """The upload would take the store past `quota_bytes`; the local file stays pending."""
-
-
-class LeaseHeldError(SyncError):
-    """Another runtime holds the workspace's lease: this one is read-only."""
-
-
-class LeaseLostError(LeaseHeldError):
-    """This runtime lost the lease (taken over, or not renewed in time): it writes nothing more."""
-
-
-class LeaseCorruptError(SyncError):
-    """The lease in the store is unreadable: only an explicit take-over replaces it."""
-
-
-class WorkspaceNotFoundError(SyncError):
-    """The named workspace does not exist in the store (the message names those that do)."""
 
 
 class DeletionGuardError(SyncError):
@@ -65,8 +53,3 @@ class DeletionGuardError(SyncError):
 
 class CancelledError(SyncError):
     """The user cancelled the job; what was done stays done, nothing is half-written."""
-
-
-class UnsafeStoreEntryError(SyncError):
-    """The store holds a symbolic link or a special file (FIFO, socket, device) where the sync
-    needs a file or a folder: it is never followed, opened or written through."""

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from .names import decode, encode
+from ..store.names import decode, encode
 
 
 @dataclass(frozen=True)

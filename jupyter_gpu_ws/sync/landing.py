@@ -17,7 +17,7 @@ import threading
 import uuid
 
 from ..diskio import stop_turns, take_turns
-from .backend import PART_SUFFIX
+from ..store.backend import PART_SUFFIX
 
 O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 O_TMPFILE = getattr(os, "O_TMPFILE", 0)

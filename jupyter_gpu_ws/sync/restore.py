@@ -40,9 +40,9 @@ from typing import Any, Callable, Iterable
 
 from ..checkpoints.files import MANIFEST, folder_order
 from ..diskio import pwrite_all
-from .backend import PART_SUFFIX, Backend, RemoteFile, md5_of
+from ..store.backend import PART_SUFFIX, Backend, RemoteFile, md5_of
 from .errors import CancelledError, StoreUnavailableError, SyncError
-from .hashing import fd_hash, file_hash
+from ..store.hashing import fd_hash, file_hash
 from .index import Record, SyncIndex
 from .landing import IncomingFile, conflict_name
 
@@ -373,7 +373,7 @@ class RestoreJob:
                 if folder is None:
                     folder = folders[found[1]] = _Folder(found[1], tracked.get(found[1]))
             # Read by the key the listing gave: another program may have written a name raw
-            # that this codec would escape (sync/names.py).
+            # that this codec would escape (store/names.py).
             download = downloads[rel] = _Download(rel, remote, self._target(rel), remote.key, folder)
             if folder is not None:
                 if rel == f"{folder.path}/{MANIFEST}":

@@ -19,7 +19,7 @@ from .engine import PassReport, Progress, SyncEngine
 from .errors import LeaseHeldError, SyncError
 from .ignore import IGNORE_FILE
 from .scan import is_environment
-from .backend import PART_SUFFIX
+from ..store.backend import PART_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class SyncService:
                     self._watch_watchfiles()
             except Exception as err:  # the folder vanished, too many watches, …: rescans still run
                 if "Unable to decode path" in str(err):
-                    # watchfiles cannot name a file whose name is not UTF-8 (sync/names.py): the
+                    # watchfiles cannot name a file whose name is not UTF-8 (store/names.py): the
                     # rescan finds it and the others in that batch, and watching goes on at once.
                     self.request_rescan()
                     continue

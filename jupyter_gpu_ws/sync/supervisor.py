@@ -14,8 +14,8 @@ from typing import Any, Protocol
 from .engine import SyncEngine, SyncSettings
 from .errors import LeaseHeldError, StoreMissingError, SyncError
 from .service import SyncService
-from .store import open_backend
-from .workspaces import remember_choice, resolve_workspace
+from ..store import open_backend
+from ..store.workspaces import remember_choice, resolve_workspace
 
 
 class SyncConfig(Protocol):

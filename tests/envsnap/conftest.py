@@ -20,7 +20,7 @@ from typing import Any, Callable
 import pytest
 
 from jupyter_gpu_ws.envsnap import SaveResult, capture, save_snapshot
-from jupyter_gpu_ws.sync.store import Store, open_backend
+from jupyter_gpu_ws.store import Store, open_backend
 
 PINNED = {"six": "1.16.0", "idna": "3.7"}
 LOCAL = ("local-pkg", "0.3.1")

@@ -14,7 +14,7 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 import jupyter_gpu_ws.environment
-from jupyter_gpu_ws.sync.store import Store, open_backend
+from jupyter_gpu_ws.store import Store, open_backend
 from tests.envsnap.conftest import LOCAL, PINNED, FileServer, serve_wheel_of, versions
 from tests.test_sync_api import finished, get, sync_running, wait_for
 

@@ -11,7 +11,7 @@ import pytest
 
 from jupyter_gpu_ws.envsnap import capture, diff, load_snapshot, restore, save_snapshot
 from jupyter_gpu_ws.envsnap.capture import packages_by_name
-from jupyter_gpu_ws.sync.store import Store
+from jupyter_gpu_ws.store import Store
 from tests.envsnap.conftest import (
     EDITABLE,
     LOCAL,

@@ -26,7 +26,7 @@ from jupyter_gpu_ws.envsnap import (
 from jupyter_gpu_ws.envsnap.lock import requirement
 from jupyter_gpu_ws.envsnap.snapshots import ENV, LATEST
 from jupyter_gpu_ws.envsnap.validate import safe_text
-from jupyter_gpu_ws.sync.store import Store
+from jupyter_gpu_ws.store import Store
 from tests.envsnap.conftest import LOCAL, FileServer, serve_wheel_of, versions
 
 Block = Callable[[], None]

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
-from jupyter_gpu_ws.sync.crypto import Encryption
-from jupyter_gpu_ws.sync.objectstore import PART
+from jupyter_gpu_ws.store.crypto import Encryption
+from jupyter_gpu_ws.store.objectstore import PART
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.stores.conftest import BUCKET
 from tests.sync.conftest import eventually, tree_files, write

@@ -11,8 +11,8 @@ import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from jupyter_gpu_ws.sync import StoreConfigError, SyncEngine, open_backend
-from jupyter_gpu_ws.sync.crypto import Encryption, WrongKeyError, keys
-from jupyter_gpu_ws.sync.crypto import format as fmt
+from jupyter_gpu_ws.store.crypto import Encryption, WrongKeyError, keys
+from jupyter_gpu_ws.store.crypto import format as fmt
 from tests.sync.conftest import tree_files, write
 
 PASSPHRASE = "correct horse battery staple"
@@ -145,7 +145,7 @@ def test_a_local_store_gets_the_encrypted_file_straight_not_through_a_scratch_co
 
 def test_a_file_changed_during_an_encrypted_put_to_a_local_store_is_never_made_visible(
         tmp_path: Path, workdir: Path, store_dir: Path, crypt_engine: Callable[..., SyncEngine]) -> None:
-    from jupyter_gpu_ws.sync.backend import SourceChangedError
+    from jupyter_gpu_ws.store.backend import SourceChangedError
 
     write(workdir, "data/big.bin", os.urandom(2 * fmt.SEGMENT))
     engine = crypt_engine(workdir)

@@ -20,7 +20,7 @@ from jupyter_gpu_ws.sync import (
     SyncError,
     WorkdirError,
 )
-from jupyter_gpu_ws.sync.backend import PART_SUFFIX
+from jupyter_gpu_ws.store.backend import PART_SUFFIX
 from tests.sync.conftest import same_trees, tree_files, write
 
 Make = Callable[..., SyncEngine]
@@ -277,7 +277,7 @@ def test_second_engine_on_the_same_workspace_is_read_only(workdir: Path, tmp_pat
 
 def test_full_store_disk_is_a_clear_error_and_nothing_is_recorded(workdir: Path, store_dir: Path,
                                                                   make_engine: Make) -> None:
-    from jupyter_gpu_ws.sync.local import _raise_os_error
+    from jupyter_gpu_ws.store.local import _raise_os_error
 
     class Full(LocalBackend):
         def put(self, local: str, key: str, progress: Any = None, check: Any = None, **options: Any) -> int:

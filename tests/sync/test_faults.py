@@ -21,8 +21,8 @@ import fsspec
 import pytest
 
 from jupyter_gpu_ws.sync import FsspecBackend, StoreUnavailableError, SyncEngine
-from jupyter_gpu_ws.sync.backend import PART_SUFFIX
-from jupyter_gpu_ws.sync.remote import SMALL_FILE
+from jupyter_gpu_ws.store.backend import PART_SUFFIX
+from jupyter_gpu_ws.store.fsspec_store import SMALL_FILE
 from tests.sync.conftest import tree_files, write
 
 Make = Callable[..., SyncEngine]

@@ -9,7 +9,7 @@ final name. The kills land at different moments of the pass: the delays are stra
 its length, with a seeded jitter; a pass that ends before its signal is run again on a fresh
 store and killed twice as early, so every test does interrupt a pass.
 
-The first-pass tests run on an encrypted store too (sync/crypto): there every object visible
+The first-pass tests run on an encrypted store too (store/crypto): there every object visible
 under files/ must decrypt and authenticate whole, and equal a source file.
 
 The killed process's lease cannot be released: the next run, on the same machine, finds its
@@ -35,9 +35,9 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from jupyter_gpu_ws.sync import SyncEngine
-from jupyter_gpu_ws.sync.backend import PART_SUFFIX
-from jupyter_gpu_ws.sync.crypto import Encryption, protect
-from jupyter_gpu_ws.sync.store import open_backend
+from jupyter_gpu_ws.store.backend import PART_SUFFIX
+from jupyter_gpu_ws.store.crypto import Encryption, protect
+from jupyter_gpu_ws.store import open_backend
 from tests.sync.conftest import S3_BUCKET
 from tests.sync.sync_child import settings_from
 from tests.sync.s3server import S3Server

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from jupyter_gpu_ws.sync import SyncEngine
-from jupyter_gpu_ws.sync.backend import PART_SUFFIX
+from jupyter_gpu_ws.store.backend import PART_SUFFIX
 from tests.sync.conftest import eventually, write
 
 Make = Callable[..., SyncEngine]

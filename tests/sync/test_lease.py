@@ -20,8 +20,8 @@ import pytest
 
 from jupyter_gpu_ws.sync import LeaseHeldError, LocalBackend, SyncEngine
 from jupyter_gpu_ws.sync.errors import LeaseLostError, StoreUnavailableError
-from jupyter_gpu_ws.sync.lease import LEASE_NAME
-from jupyter_gpu_ws.sync.remote import FsspecBackend
+from jupyter_gpu_ws.store.lease import LEASE_NAME
+from jupyter_gpu_ws.store.fsspec_store import FsspecBackend
 from tests.sync.conftest import S3_BUCKET, tree_files, write
 
 Make = Callable[..., SyncEngine]
@@ -275,7 +275,7 @@ def test_a_lease_with_absurd_numbers_is_corrupt_and_take_over_replaces_it_at_onc
 
 def test_a_corrupt_lease_that_nobody_changes_is_replaced_by_itself(
         workdir: Path, store_dir: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_gpu_ws.sync import lease as lease_module
+    from jupyter_gpu_ws.store import lease as lease_module
 
     monkeypatch.setattr(lease_module, "MAX_TTL", 2.0)  # instead of an hour
     foreign_lease(store_dir, expires=float("inf"))

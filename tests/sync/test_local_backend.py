@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jupyter_gpu_ws.sync import LocalBackend
-from jupyter_gpu_ws.sync.backend import CHUNK, PART_SUFFIX
+from jupyter_gpu_ws.store.backend import CHUNK, PART_SUFFIX
 
 
 def made(folder: Path) -> str:
@@ -45,7 +45,7 @@ def test_put_falls_back_to_read_write_where_the_kernel_copy_is_refused(tmp_path:
 
 def test_put_makes_the_folder_again_if_it_vanished_from_the_store(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_gpu_ws.sync import local
+    from jupyter_gpu_ws.store import local
 
     monkeypatch.setattr(local, "FOLDER_TRUST_SECONDS", 3600.0)  # the folder is still taken on trust
     source = tmp_path / "a.txt"
@@ -61,7 +61,7 @@ def test_put_makes_the_folder_again_if_it_vanished_from_the_store(tmp_path: Path
 
 def test_flush_fsyncs_a_few_files_and_syncs_the_file_system_after_many(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_gpu_ws.sync import local as store
+    from jupyter_gpu_ws.store import local as store
 
     syncfs_calls: list[str] = []
     fsyncs: list[int] = []
@@ -87,7 +87,7 @@ def test_flush_fsyncs_a_few_files_and_syncs_the_file_system_after_many(tmp_path:
 
 
 def test_flush_does_nothing_when_not_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_gpu_ws.sync import local as store
+    from jupyter_gpu_ws.store import local as store
 
     calls: list[object] = []
     monkeypatch.setattr(store, "_syncfs", calls.append)
@@ -103,7 +103,7 @@ def test_flush_does_nothing_when_not_durable(tmp_path: Path, monkeypatch: pytest
 @pytest.mark.parametrize("flush_soon", [True, False])
 def test_a_large_file_heads_for_the_disk_while_copied_only_when_a_flush_follows(
         flush_soon: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_gpu_ws.sync import local as store
+    from jupyter_gpu_ws.store import local as store
 
     started: list[tuple[int, int]] = []
     monkeypatch.setattr(store, "start_writeback", lambda fd, offset, n: started.append((offset, n)))
@@ -218,7 +218,7 @@ def test_a_special_entry_is_warned_about_once_and_forgotten_once_it_is_gone(
     files.mkdir(parents=True)
     os.mkfifo(files / "pipe")
     backend = LocalBackend(made(tmp_path / "store"))
-    with caplog.at_level("WARNING", logger="jupyter_gpu_ws.sync.local"):
+    with caplog.at_level("WARNING", logger="jupyter_gpu_ws.store.local"):
         for _ in range(3):
             list(backend.list("ws/files"))
     assert len([r for r in caplog.records if "ws/files/pipe" in r.getMessage()]) == 1

@@ -20,9 +20,9 @@ import fsspec
 import pytest
 
 from jupyter_gpu_ws.sync import SyncEngine
-from jupyter_gpu_ws.sync.crypto import Encryption
+from jupyter_gpu_ws.store.crypto import Encryption
 from jupyter_gpu_ws.sync.index import Record, SyncIndex
-from jupyter_gpu_ws.sync.names import ESCAPE, decode, encode, refused_by_store, shown
+from jupyter_gpu_ws.store.names import ESCAPE, decode, encode, refused_by_store, shown
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.test_s3 import bucket_keys
 from tests.sync.test_service import eventually

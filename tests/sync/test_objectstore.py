@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpu_ws.sync.backend import PreconditionFailed, SourceChangedError
+from jupyter_gpu_ws.store.backend import PreconditionFailed, SourceChangedError
 from jupyter_gpu_ws.sync.errors import StoreConfigError, StoreUnavailableError
-from jupyter_gpu_ws.sync.objectstore import PART, ObjectStoreBackend, open_object_store
-from jupyter_gpu_ws.sync.store import open_backend
+from jupyter_gpu_ws.store.objectstore import PART, ObjectStoreBackend, open_object_store
+from jupyter_gpu_ws.store import open_backend
 from tests.sync.conftest import S3_BUCKET
 from tests.sync.s3server import S3Server, closed_port
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import pytest
 
 from jupyter_gpu_ws.sync import LocalBackend, Progress, SyncEngine
-from jupyter_gpu_ws.sync.local import _raise_os_error
+from jupyter_gpu_ws.store.local import _raise_os_error
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.conftest import eventually, tree_files, write
 

@@ -29,9 +29,9 @@ from jupyter_gpu_ws.sync import (
     SyncError,
     SyncSettings,
 )
-from jupyter_gpu_ws.sync.backend import PART_SUFFIX
+from jupyter_gpu_ws.store.backend import PART_SUFFIX
 from jupyter_gpu_ws.sync.landing import unnamed_files_work
-from jupyter_gpu_ws.sync.objectstore import ObjectStoreBackend
+from jupyter_gpu_ws.store.objectstore import ObjectStoreBackend
 from jupyter_gpu_ws import diskio
 from jupyter_gpu_ws.sync import restore as restore_module
 from tests.sync.conftest import S3_BUCKET, tree_files, write
@@ -202,7 +202,7 @@ def test_a_checkpoint_whose_data_cannot_be_restored_stays_without_its_manifest(
         def list(self, prefix: str) -> Iterator[Any]:  # the listing from before the removal
             items = listed.setdefault(prefix, list(super().list(prefix)))
             if prefix.endswith("/files"):
-                from jupyter_gpu_ws.sync.backend import RemoteFile
+                from jupyter_gpu_ws.store.backend import RemoteFile
                 yield RemoteFile(key_of(f"{NEW}/state.pt"), 12, None)
             yield from items
 
@@ -247,7 +247,7 @@ def test_a_store_with_round_trips_keeps_many_small_requests_in_flight(
 
 def test_a_local_store_on_a_network_file_system_is_read_with_many_requests_in_flight(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from jupyter_gpu_ws.sync import local
+    from jupyter_gpu_ws.store import local
 
     store = tmp_path / "mnt" / "share" / "store"
     mountinfo = tmp_path / "mountinfo"  # Linux's format: the mount point is the fifth field

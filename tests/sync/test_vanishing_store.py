@@ -16,7 +16,7 @@ from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from jupyter_gpu_ws.sync.errors import StoreConfigError, StoreMissingError
 from jupyter_gpu_ws.sync.index import SyncIndex
 from jupyter_gpu_ws.sync.service import SyncService
-from jupyter_gpu_ws.sync.store import check_store_url, open_backend
+from jupyter_gpu_ws.store import check_store_url, open_backend
 from tests.sync.conftest import eventually, tree_files, write
 
 Make = Callable[..., SyncEngine]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from jupyter_gpu_ws.sync import SyncEngine
-from jupyter_gpu_ws.sync.store import version_stamp
+from jupyter_gpu_ws.store import version_stamp
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.conftest import write
 

@@ -15,7 +15,7 @@ from jupyter_gpu_ws.sync.errors import StoreMissingError
 from jupyter_gpu_ws.defaults import derive_workspace_name, legacy_workspace_name
 from jupyter_gpu_ws.sync import LocalBackend, SyncEngine
 from jupyter_gpu_ws.sync.errors import WorkspaceNotFoundError
-from jupyter_gpu_ws.sync.workspaces import (
+from jupyter_gpu_ws.store.workspaces import (
     list_workspaces,
     remember_choice,
     remembered_choice,

@@ -12,7 +12,7 @@ kept in `skipped` for the engine's status. The root itself may be a link: it is 
 The folder may also vanish: a drive that is unmounted or drops (Google Drive's mount on Colab),
 a renamed folder. So no write ever makes the root, nor a folder the engine said to expect (a
 workspace it synced before): missing, they are StoreMissingError, the store unavailable, until
-they are back. Only `make()` creates them, on an explicit first use (sync/presence.py).
+they are back. Only `make()` creates them, on an explicit first use (store/presence.py).
 """
 
 from __future__ import annotations

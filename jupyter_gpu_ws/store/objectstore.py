@@ -152,7 +152,7 @@ def _options(cloud: str, options: dict[str, Any]) -> tuple[dict[str, Any], dict[
 
 
 class ObjectStoreBackend(NoFolders):
-    """An obstore store under a prefix: the Backend interface (sync/backend.py)."""
+    """An obstore store under a prefix: the Backend interface (store/backend.py)."""
 
     supports_rename = False
     round_trips = True

@@ -16,7 +16,7 @@ from typing import Any
 
 from .backend import Backend
 from .errors import SyncError, WorkspaceNotFoundError
-from .store import Store
+from .layout import Store
 
 SUMMARY_NAME = "summary.json"
 # A workspace without a summary is counted by listing it, up to this many files.

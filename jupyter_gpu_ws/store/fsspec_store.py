@@ -1,5 +1,5 @@
 """A store on any other fsspec file system: sftp://, smb://, hf://, memory://, … (S3, GCS and
-Azure go through obstore: sync/objectstore.py).
+Azure go through obstore: store/objectstore.py).
 
 A file-like system gets a temporary name and a move into place; an object store reached through
 fsspec makes a PUT visible only once complete. fsspec offers no compare-and-swap, so the lease
@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from typing import Any, Callable, Iterator
+from urllib.parse import urlparse
 
 from ..diskio import pwrite_all
 from .backend import PART_SUFFIX, NoFolders, PreconditionFailed, RemoteFile, SourceChangedError
@@ -414,6 +415,53 @@ def open_session(protocol: str, make: Callable[[], Any]) -> Session:
             log.info("The %s:// store does not answer yet (%s): connecting on first use", protocol, err)
             return Session(connect, protocol)
         raise
+
+
+def open_fsspec_store(url: str, storage_options: dict[str, Any] | None = None, max_concurrency: int = 4) -> FsspecBackend:
+    """The fsspec file system for `url`'s scheme (its package must be installed)."""
+    parsed = urlparse(url)
+    try:
+        import fsspec
+        from fsspec.core import url_to_fs
+
+        fsspec.get_filesystem_class(parsed.scheme)
+    except ValueError:
+        raise StoreConfigError(f"Unknown storage protocol {parsed.scheme!r} in {url!r}") from None
+    except ImportError as err:
+        raise StoreConfigError(f"The {parsed.scheme}:// store needs a package that is not installed: {err}") from None
+    options = dict(storage_options or {})
+    try:
+        fs, root = url_to_fs(url, **options)
+    except ImportError as err:
+        raise StoreConfigError(f"The {parsed.scheme}:// store needs a package that is not installed: {err}") from None
+    except Exception as err:
+        raise StoreConfigError(f"Cannot open the store {url!r}: {err}") from err
+    return FsspecBackend(fs, root, max_concurrency)
+
+
+def open_session_store(url: str, storage_options: dict[str, Any] | None = None, max_concurrency: int = 4) -> FsspecBackend:
+    """sftp://, ftp://, smb://: a connection of this backend's own (not fsspec's shared cached
+    instance), made anew after it fails, with a bounded wait for a server that stops answering."""
+    from fsspec.core import url_to_fs
+
+    scheme = urlparse(url).scheme
+    options = dict(storage_options or {})
+    if scheme in ("sftp", "ssh"):
+        for name in ("timeout", "banner_timeout", "auth_timeout"):
+            options.setdefault(name, SESSION_TIMEOUT)
+    try:
+        import fsspec
+
+        cls = fsspec.get_filesystem_class(scheme)
+        root = cls._strip_protocol(url)
+        session = open_session(scheme, lambda: url_to_fs(url, skip_instance_cache=True, **options)[0])
+    except StoreConfigError:
+        raise
+    except ImportError as err:
+        raise StoreConfigError(f"The {scheme}:// store needs a package that is not installed: {err}") from None
+    except Exception as err:
+        raise StoreConfigError(f"Cannot open the store {url!r}: {err}") from err
+    return FsspecBackend(session, root, max_concurrency)
 
 
 class _FsspecCallback:

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from .backend import PreconditionFailed
 from .errors import LeaseCorruptError, LeaseHeldError, LeaseLostError, StoreUnavailableError, SyncError
-from .store import Store
+from .layout import Store
 
 log = logging.getLogger(__name__)
 

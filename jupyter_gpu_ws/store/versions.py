@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 
 from .backend import Backend, RemoteFile
 from .errors import SyncError
-from .store import Store, version_stamp
+from .layout import Store, version_stamp
 
 log = logging.getLogger(__name__)
 
