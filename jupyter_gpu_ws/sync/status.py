@@ -1,0 +1,123 @@
+"""Reporting the engine's status: the Sync section's figures and state (what the panel, the
+magic and the CLI show), and what a persist leaves in the store.
+
+Read-only: nothing here writes to the store or changes the engine.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from ..checkpoints.files import MANIFEST, folder_order
+from ..store.backend import Backend
+from ..store.lease import lease_status
+from .errors import StoreMissingError
+from .index import SyncIndex
+from .restore import CHECKPOINTS_PREFIX
+
+if TYPE_CHECKING:
+    from .engine import SyncEngine
+
+# The status names at most this many entries of the store that are skipped (and counts them all).
+SHOWN_SKIPPED = 100
+
+
+def engine_status(engine: SyncEngine) -> dict[str, Any]:
+    """The engine's state in one dictionary (GET /gpuws/api/sync, `jupyter gpuws status`)."""
+    files, size = engine.pending_set.totals()
+    count, used = engine.index.count_and_bytes()
+    running = engine.running
+    lease = lease_status(engine.lease, engine.keeper)
+    missing = engine.store_missing
+    if missing is None and isinstance(engine.keeper.cause, StoreMissingError):
+        missing = str(engine.keeper.cause)  # seen by the lease's thread before any pass
+    if missing is not None or engine.lease_corrupt or (lease["lease_error"] and not engine.lease.held):
+        state = "error"
+    elif engine.read_only:
+        state = "read-only"
+    elif engine.lease.held and lease["writes_start_in"]:
+        state = "taking-over"  # whatever a pass tries meanwhile: it cannot write yet
+    elif engine.lease.held and not engine.lease.valid() and engine.state != "syncing":
+        state = "error"  # the lease could not be renewed in time: writes paused
+    else:
+        state = engine.state
+    problems = engine.pending_set.listing(0)
+    skipped = engine.backend.skipped
+    return {
+        "state": state,
+        "pending_files": files,
+        "pending_bytes": size,
+        "problem_files": problems["problems_total"],
+        "progress": running[0].snapshot() if running is not None else None,
+        "last_sync": engine.last_sync,
+        "last_error": missing or engine.last_error or lease["lease_error"],
+        "read_only_reason": engine.read_only_reason,
+        "can_take_over": engine.read_only or engine.lease_corrupt or missing is not None,
+        "store_down": engine.store_down or missing,
+        # The store's folder (or this workspace's, synced here before) is not there: unavailable.
+        "store_missing": missing is not None,
+        "synced_files": count,
+        "store_bytes": used,
+        "versions_bytes": engine.kept_versions.bytes,
+        "versions_count": engine.kept_versions.count,
+        "quota_bytes": engine.settings.quota_bytes,
+        "quota_warning": engine.quota_warning,
+        "record_rebuilt": engine.index.rebuilt,
+        "ignore_problems": list(engine.rules.problems),
+        "store": engine.backend.description,
+        # A store on the work directory's own disk goes with the machine: "saved" there is
+        # not saved somewhere that outlives it, and the panel says so.
+        "store_same_disk": engine.same_disk(),
+        "workspace": engine.store.workspace,
+        # The cipher and whether names are encrypted; never a key (null: a plain store).
+        "encryption": getattr(engine.backend, "encryption", None),
+        # Links and special files found in the store, never followed nor read (key → why).
+        "store_skipped": {key: skipped[key] for key in sorted(skipped)[:SHOWN_SKIPPED]},
+        "store_skipped_count": len(skipped),
+        **lease,
+    }
+
+
+def stored_summary(workdir: str, index: SyncIndex, versions_bytes: int | None) -> dict[str, Any]:
+    """What is now in the store, as a persist ends: files and bytes of the mirror and of the
+    versions, and the newest checkpoint of each run whose manifest (written last) is there."""
+    count, used = index.count_and_bytes()
+    runs = []
+    root = os.path.join(workdir, *CHECKPOINTS_PREFIX.rstrip("/").split("/"))
+    try:
+        run_dirs = sorted(entry.name for entry in os.scandir(root) if entry.is_dir(follow_symlinks=False))
+    except OSError:
+        run_dirs = []
+    for run in run_dirs:
+        try:
+            folders = sorted((e.name for e in os.scandir(os.path.join(root, run))
+                              if folder_order(e.name) is not None), key=folder_order, reverse=True)
+        except OSError:
+            continue
+        for folder in folders:
+            rel = f"{CHECKPOINTS_PREFIX}{run}/{folder}/{MANIFEST}"
+            record = index.get(rel)
+            try:
+                st = os.stat(os.path.join(workdir, *rel.split("/")))
+            except OSError:
+                continue
+            if record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):
+                runs.append({"run": run, "step": int(folder.split("-")[1]), "folder": folder})
+                break
+    return {"files": count, "bytes": used, "versions_bytes": versions_bytes, "checkpoints": runs}
+
+
+def same_disk(backend: Backend, workdir: str) -> bool:
+    """Whether the store is a folder on the work directory's file system (the embedded default)."""
+    backend = getattr(backend, "inner", backend)  # an encrypted store: where its objects really are
+    root = getattr(backend, "root", None)
+    if not isinstance(root, str) or getattr(backend, "fs", None) is not None:
+        return False  # an object store, or another fsspec file system
+    folder = root
+    while folder and not os.path.exists(folder):  # not made yet: where it will be
+        folder = os.path.dirname(folder)
+    try:
+        return os.stat(folder or "/").st_dev == os.stat(workdir).st_dev
+    except OSError:
+        return False

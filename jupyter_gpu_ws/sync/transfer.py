@@ -1,0 +1,321 @@
+"""Transferring a pass's files: uploads in parallel, each one fenced by the lease, checked
+against the file as planned and versioned before it overwrites; deletions as moves into
+versions. A full store, a store that stopped answering or a lease no longer in force stop the
+pass at once instead of failing file after file.
+
+One PassTransfer serves one pass of the engine (engine.py). It reads the engine's parts (the
+store, the lease, the versions, the record) and keeps the engine's view of the store's health
+(`store_down`, `failing_since`, the state shown) up to date as files succeed and fail.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable
+
+from ..checkpoints.files import MANIFEST
+from ..store.backend import RemoteFile, SourceChangedError
+from ..store.hashing import file_hash
+from .errors import (
+    CancelledError,
+    LeaseHeldError,
+    LocalDiskFullError,
+    LocalFileError,
+    StoreFullError,
+    StoreMissingError,
+    StoreUnavailableError,
+    SyncError,
+)
+from .index import Record
+from .plan import URGENT_SMALL, PassReport, left_behind, size_text, upload_phases
+from .progress import Progress
+from .scan import LocalFile
+
+if TYPE_CHECKING:
+    from .engine import SyncEngine
+
+# Files from this size go one to a worker; smaller ones SMALL_BATCH to a worker (few hand-offs).
+LARGE_FILE = 1 << 20
+SMALL_BATCH = 64
+# Files from this size report their bytes as they go (the panel's progress within one file).
+REPORTS_AS_IT_GOES = 64 << 20
+
+
+class PassTransfer:
+    def __init__(self, engine: SyncEngine, progress: Progress, cancel: threading.Event | None,
+                 report: PassReport, flush_soon: bool) -> None:
+        self.engine = engine
+        self.progress = progress
+        self.cancel = cancel
+        self.report = report
+        self.flush_soon = flush_soon
+
+    def _cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    # -- uploads -----------------------------------------------------------------------------
+
+    def upload_all(self, files: list[LocalFile], known: dict[str, Record | None],
+                   in_store: dict[str, RemoteFile] | None) -> list[Record]:
+        """Upload in parallel, in the plan's phases (plan.upload_phases). A checkpoint folder's
+        manifest goes only once the folder's other files are in the store. `known`: each file's
+        record before this pass; `in_store`: the store's files from one listing, when the pass
+        made one. Returns the records of what reached the store (or was there already)."""
+        if not files:
+            return []
+        engine, report, progress = self.engine, self.report, self.progress
+        pending = engine.pending_set
+        done: list[Record] = []
+        lock = threading.Lock()
+        stop = threading.Event()
+        failed_folders: set[str] = set()
+        tried: set[str] = set()
+
+        def fail(f: LocalFile, message: str, into: list[str], entry: str) -> None:
+            pending.failing(f.path, f.size, message)
+            with lock:
+                into.append(entry)
+                failed_folders.add(f.path.rpartition("/")[0])  # no manifest without its data
+
+        def run(batch: list[LocalFile]) -> None:
+            for f in batch:
+                if self._cancelled() or stop.is_set():
+                    return
+                if f.path.endswith("/" + MANIFEST) and f.path.rpartition("/")[0] in failed_folders:
+                    continue  # its data did not all reach the store: no manifest without it
+                with lock:
+                    tried.add(f.path)
+                speed = progress.snapshot().get("speed") or 0
+                behind = left_behind(f, engine.urgent_until, time.monotonic(), speed, engine.backend.round_trips)
+                if behind is not None:
+                    fail(f, behind, report.left_behind, f"{f.path}: {behind}")
+                    continue
+                pending.uploading(f.path, self._holes_note(f))
+                try:
+                    record, sent = self.upload_one(f, known.get(f.path), in_store)
+                except LocalFileError as err:
+                    pending.problem(f.path, str(err), f)
+                    with lock:
+                        report.problems.append(f"{f.path}: {err}")
+                    continue
+                except FileNotFoundError:
+                    pending.done(f.path)
+                    continue  # deleted meanwhile: the next pass carries the deletion
+                except SyncError as err:
+                    if isinstance(err, CancelledError) and engine.urgent_until is not None:
+                        fail(f, str(err), report.left_behind, f"{f.path}: {err}")  # nothing of it became visible
+                        continue
+                    fail(f, str(err), report.errors, str(err))
+                    if (isinstance(err, (StoreFullError, LocalDiskFullError, LeaseHeldError))
+                            or engine.store_down is not None):
+                        with lock:
+                            report.stopped = report.stopped or str(err)
+                        stop.set()
+                        return
+                    continue
+                with lock:
+                    done.append(record)
+                    if sent:
+                        report.uploaded.append(f.path)
+                        report.bytes_uploaded += record.size
+                    else:
+                        report.unchanged += 1  # the store had these bytes already
+                progress.file_done(f.path)
+
+        for phase in upload_phases(files, engine.urgent):
+            if stop.is_set() or self._cancelled():
+                break
+            self._run_batches(phase, run)
+        pending.waiting(f.path for f in files if f.path not in tried)
+        return done
+
+    def _run_batches(self, files: list[LocalFile], run: Callable[[list[LocalFile]], None]) -> None:
+        """Large files one to a worker, small ones SMALL_BATCH to a batch: few thread hand-offs."""
+        batches: list[list[LocalFile]] = []
+        small: list[LocalFile] = []
+        for f in files:
+            if f.size >= LARGE_FILE:
+                batches.append([f])
+            else:
+                small.append(f)
+                if len(small) == SMALL_BATCH:
+                    batches.append(small)
+                    small = []
+        if small:
+            batches.append(small)
+        if not batches:
+            return
+        workers = max(1, min(self.engine.settings.concurrency, len(batches)))
+        if workers == 1:
+            for batch in batches:
+                run(batch)
+        else:
+            with ThreadPoolExecutor(workers, thread_name_prefix="gpuws-sync") as pool:
+                list(pool.map(run, batches))
+
+    def upload_one(self, f: LocalFile, record: Record | None,
+                   in_store: dict[str, RemoteFile] | None) -> tuple[Record, bool]:
+        """`record`: the path's record before this pass. The scan's stat, taken just before, is
+        the state the copy is checked against; after a change mid-copy the file is stat'ed again.
+        Returns the new record, and whether bytes were sent (not when the store had them already)."""
+        engine = self.engine
+        path = engine.abs(f.path)
+        key = engine.store.file_key(f.path)
+        attempt = 0
+        versioned = False
+        before = (f.size, f.mtime_ns)
+        while True:
+            if attempt:
+                st = os.stat(path)  # FileNotFoundError: deleted meanwhile, the caller skips it
+                before = (st.st_size, st.st_mtime_ns)
+            if record is not None and record.size == before[0] and record.hash is not None:
+                # Touched but maybe not changed: a hash settles it without an upload.
+                digest = _local_hash(path)
+                if digest == record.hash:
+                    return Record(f.path, before[0], before[1], digest, engine.clock()), False
+
+            def unchanged() -> bool:
+                engine.lease.fence()  # the last moment before the copy becomes visible
+                try:
+                    now = os.stat(path)
+                except FileNotFoundError:
+                    return False
+                return (now.st_size, now.st_mtime_ns) == before
+
+            try:
+                if not versioned and f.path in engine.resend:
+                    versioned = True  # the store's copy is our own write that may not have lasted
+                if not versioned and record is not None and f.path in engine.partial:
+                    versioned = True  # the store's copy was sent while still being written: not a version
+                if not versioned:
+                    engine.lease.fence()
+                    # Nothing is overwritten without a version, whether or not we recorded it;
+                    # with no record, the store's copy may even be this very file already.
+                    if record is None:
+                        existing = in_store.get(f.path) if in_store is not None else engine.backend.stat(key)
+                        if existing is not None:
+                            if existing.size == before[0] and engine.backend.same_content(key, path, existing):
+                                return Record(f.path, before[0], before[1], None, engine.clock()), False
+                            engine.kept_versions.keep(f.path, existing)
+                    else:
+                        engine.kept_versions.keep(f.path)
+                    versioned = True
+                per_chunk = self._per_chunk(before[0])
+                engine.backend.put(path, key, per_chunk, check=unchanged, flush_soon=self.flush_soon)
+                engine.failing_since = None
+                engine.resend.discard(f.path)
+                engine.note_partial(f.path, engine.settling.partial(LocalFile(f.path, *before)))
+                if per_chunk is None:
+                    self.progress.add_bytes(before[0])
+                return Record(f.path, before[0], before[1], None, engine.clock()), True
+            except SourceChangedError:
+                attempt += 1  # it changed while we read it: read it again, never store it torn
+                if attempt > 20:
+                    raise SyncError(f"{f.path} keeps changing; it will be synced once it settles") from None
+            except StoreMissingError as err:
+                engine.note_missing(str(err))  # no retry brings a missing folder back
+                raise
+            except StoreUnavailableError as err:
+                attempt += 1
+                self._unavailable(f.path, err, attempt)
+
+    def _per_chunk(self, size: int) -> Callable[[int], None] | None:
+        """What the backend calls with each chunk's size as it sends a file: the bandwidth limit,
+        the emergency persist's deadline (looked at between 1 MiB slices) and the progress
+        within a large file; None where none of those applies (progress counts it at the end)."""
+        limiter = self.engine.limiter
+        until = self.engine.urgent_until
+        if limiter is None and size < REPORTS_AS_IT_GOES and (until is None or size < URGENT_SMALL):
+            return None
+        progress = self.progress
+
+        def per_chunk(n: int) -> None:
+            for part in range(0, n, 1 << 20) if limiter is not None or until is not None else ():
+                if until is not None and time.monotonic() > until:
+                    raise CancelledError("cut off: the emergency persist's time was up")
+                if limiter is not None:
+                    limiter.take(min(1 << 20, n - part))
+            progress.add_bytes(n)
+
+        return per_chunk
+
+    def _unavailable(self, rel: str, err: StoreUnavailableError, attempt: int) -> None:
+        """A write the store did not answer: wait and let the caller retry, or raise once the
+        retries are spent (the store taken to be down when nothing was written for a while)."""
+        engine = self.engine
+        now = time.monotonic()
+        if engine.failing_since is None:
+            engine.failing_since = now
+        if engine.store_down is not None:
+            raise err  # another file found the store down: no retries one after another
+        # Seen at once in the status, while the retries go on.
+        engine.state, engine.last_error = "error", f"The store is not answering ({err}); retrying"
+        if attempt > engine.settings.retries:
+            if now - engine.failing_since >= engine.settings.store_down_after:
+                engine.store_down = str(err)
+                raise StoreUnavailableError(
+                    f"The store is not answering: {err} (nothing written for "
+                    f"{now - engine.failing_since:.0f} s). Pending files go as soon as it answers again."
+                ) from err
+            raise StoreUnavailableError(f"{rel}: {err} (after {attempt} attempts)") from err
+        time.sleep(min(engine.settings.retry_backoff * 2 ** (attempt - 1), 10.0))
+
+    def _holes_note(self, f: LocalFile) -> str | None:
+        """For a large file with holes, where the store keeps every byte: its two sizes."""
+        if f.size < URGENT_SMALL or getattr(self.engine.backend, "keeps_holes", False):
+            return None
+        try:
+            st = os.stat(self.engine.abs(f.path))
+        except OSError:
+            return None
+        on_disk = st.st_blocks * 512
+        if on_disk >= st.st_size:
+            return None
+        return (f"a sparse file: {size_text(st.st_size)}, of which {size_text(on_disk)} on disk; this store "
+                f"keeps every byte, holes too")
+
+    # -- deletions ---------------------------------------------------------------------------
+
+    def delete_all(self, deleted: list[str]) -> None:
+        self.progress.set_phase("deleting")
+        for rel in deleted:
+            self.delete_one(rel)
+            self.progress.file_done(rel)
+
+    def delete_one(self, rel: str) -> None:
+        """A deletion reaches the store as a move into versions; a checkpoint that the run's
+        retention removed (a newer complete one is here) is deleted outright, else versions
+        would keep every checkpoint ever written."""
+        engine, report = self.engine, self.report
+        key = engine.store.file_key(rel)
+        attempt = 0
+        while True:
+            try:
+                engine.lease.fence()
+                if engine.planner.retired_checkpoint(rel):
+                    engine.backend.delete(key)
+                else:
+                    engine.kept_versions.retire(rel)
+                report.deleted.append(rel)
+                return
+            except StoreUnavailableError as err:
+                attempt += 1
+                if attempt > engine.settings.retries or engine.store_down is not None:
+                    report.errors.append(f"{rel}: {err} (after {attempt} attempts)")
+                    engine.pending_set.failing(rel, 0, str(err))
+                    return
+                time.sleep(min(engine.settings.retry_backoff * 2 ** (attempt - 1), 10.0))
+            except SyncError as err:
+                report.errors.append(f"{rel}: {err}")
+                engine.pending_set.failing(rel, 0, str(err))
+                return
+
+
+def _local_hash(path: str) -> str:
+    try:
+        return file_hash(path)
+    except PermissionError as err:
+        raise LocalFileError(f"cannot be read: {err.strerror}") from None
