@@ -63,7 +63,7 @@ from .restore import (
 )
 from .scan import LocalFile, scan, stat_path
 from .settle import Settling
-from .status import engine_status, same_disk, stored_summary
+from .status import engine_status, on_same_disk, stored_summary
 from .transfer import PassTransfer
 
 log = logging.getLogger(__name__)
@@ -523,8 +523,9 @@ class SyncEngine:
         changed = [f for f in changed if not self.pending_set.known_problem(f)]
         known = {f.path: self.index.get(f.path) for f in changed}  # each record looked up once
         self.planner.guard_deletions(deleted, total_records, self.settings.max_delete_fraction)
+        quota = self.settings.quota_bytes
         changed, self.quota_warning = self.planner.apply_limits(
-            changed, report, self.settings.max_file_size, self.settings.quota_bytes, self.store_usage())
+            changed, report, self.settings.max_file_size, quota, 0 if quota is None else self.store_usage())
         if not flush_soon:  # a pass nobody waits for: what is still being written waits to settle
             changed = self.planner.hold_unsettled(changed, report, self.settling)
         # Only a file the store had before can gain a version in this pass.
@@ -731,7 +732,7 @@ class SyncEngine:
     def same_disk(self) -> bool:
         """Whether the store is on the work directory's own disk (looked at once)."""
         if self._same_disk is None:
-            self._same_disk = same_disk(self.backend, self.workdir)
+            self._same_disk = on_same_disk(self.backend, self.workdir)
         return self._same_disk
 
     def stored_summary(self) -> dict[str, Any]:

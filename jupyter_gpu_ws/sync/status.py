@@ -108,7 +108,7 @@ def stored_summary(workdir: str, index: SyncIndex, versions_bytes: int | None) -
     return {"files": count, "bytes": used, "versions_bytes": versions_bytes, "checkpoints": runs}
 
 
-def same_disk(backend: Backend, workdir: str) -> bool:
+def on_same_disk(backend: Backend, workdir: str) -> bool:
     """Whether the store is a folder on the work directory's file system (the embedded default)."""
     backend = getattr(backend, "inner", backend)  # an encrypted store: where its objects really are
     root = getattr(backend, "root", None)
