@@ -150,7 +150,7 @@ class Proxy:
 def engine_settings(workdir: Path, store: str, state: Path, endpoint: str | None) -> SyncSettings:
     options: dict[str, Any] = {}
     if endpoint:
-        options = {"endpoint_url": endpoint, "key": S3_KEY, "secret": S3_SECRET, "skip_instance_cache": True}
+        options = {"endpoint_url": endpoint, "key": S3_KEY, "secret": S3_SECRET}
     return SyncSettings(workdir=str(workdir), store_url=store, workspace=WORKSPACE, state_dir=str(state),
                         storage_options=options, concurrency=8)
 

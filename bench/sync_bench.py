@@ -622,8 +622,12 @@ def stop_weed(proc: subprocess.Popen) -> None:
 
 
 def s3_options(port: int) -> dict[str, Any]:
-    return {"endpoint_url": f"http://127.0.0.1:{port}", "key": S3_KEY, "secret": S3_SECRET,
-            "skip_instance_cache": True}
+    """The engine's storage_options (the fsspec names it takes, for obstore)."""
+    return {"endpoint_url": f"http://127.0.0.1:{port}", "key": S3_KEY, "secret": S3_SECRET}
+
+
+def s3fs_options(port: int) -> dict[str, Any]:
+    return {**s3_options(port), "skip_instance_cache": True}
 
 
 def wait_for_s3(port: int, proc: subprocess.Popen, timeout: float = 90) -> None:
@@ -635,7 +639,7 @@ def wait_for_s3(port: int, proc: subprocess.Popen, timeout: float = 90) -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"weed mini exited with {proc.returncode}")
         try:
-            fs = s3fs.S3FileSystem(**s3_options(port), use_listings_cache=False)
+            fs = s3fs.S3FileSystem(**s3fs_options(port), use_listings_cache=False)
             fs.pipe_file(f"{BUCKET}/probe", b"ok")
             if fs.cat_file(f"{BUCKET}/probe") == b"ok":
                 fs.rm_file(f"{BUCKET}/probe")
@@ -665,19 +669,19 @@ def part_s3(sz: Sizes, tmp: Path) -> None:
             "RCLONE_CONFIG_SW_ENDPOINT": f"http://127.0.0.1:{port}", "RCLONE_CONFIG_SW_ACCESS_KEY_ID": S3_KEY,
             "RCLONE_CONFIG_SW_SECRET_ACCESS_KEY": S3_SECRET, "RCLONE_CONFIG_SW_REGION": "us-east-1",
         })
-        admin = s3fs.S3FileSystem(**s3_options(port), use_listings_cache=False)
+        admin = s3fs.S3FileSystem(**s3fs_options(port), use_listings_cache=False)
         counter = iter(range(10**6))
 
         def s3fs_put(src: Path, prefix: str) -> float:
             gc.collect()
             started = time.perf_counter()
-            fs = s3fs.S3FileSystem(**s3_options(port))
+            fs = s3fs.S3FileSystem(**s3fs_options(port))
             fs.put(f"{src}/", f"{BUCKET}/{prefix}/", recursive=True)
             return time.perf_counter() - started
 
         def obstore_put(src: Path, prefix: str) -> float:
             """obstore (Rust object_store) signing and sending each file itself, 8 at a time like
-            the engine: the candidate for replacing sync/s3direct.py's signed PUT (issue 12)."""
+            the engine, without its checks, fences and versions (the engine's own transport since issue 29)."""
             from concurrent.futures import ThreadPoolExecutor
 
             import obstore

@@ -95,7 +95,11 @@ def open_object_store(url: str, storage_options: dict[str, Any] | None = None,
         store = from_url(standard, config=config or None, client_options=client,
                          retry_config={"max_retries": retries, "retry_timeout": timedelta(seconds=10)})
     except obx.UnknownConfigurationKeyError as err:
-        raise StoreConfigError(f"The store option {_first_line(err)}") from None
+        found = re.search(r"key: '([^']*)'", str(err))
+        name = found.group(1) if found else _first_line(err)
+        raise StoreConfigError(f"The store option {name!r} is not one this store takes (it is passed to obstore's "
+                               f"{cloud.upper()} store, which does not know it): remove it from storage_options, "
+                               "or see docs/sync.md for the names each store takes") from None
     except (obx.BaseError, ValueError) as err:
         raise StoreConfigError(f"Cannot open the store {url!r}: {_first_line(err)}") from None
     return ObjectStoreBackend(store, url.rstrip("/"), cloud, max_concurrency)

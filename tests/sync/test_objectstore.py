@@ -40,6 +40,14 @@ def test_an_option_nobody_knows_is_refused_by_name(s3_url: str, options: dict[st
         open_backend(s3_url, options)
 
 
+def test_an_fsspec_only_option_is_refused_in_one_line_that_names_it(s3_url: str) -> None:
+    with pytest.raises(StoreConfigError) as err:
+        open_backend(s3_url, {"skip_instance_cache": True})
+    text = str(err.value)
+    assert text.startswith("The store option 'skip_instance_cache' is not one this store takes") and "\n" not in text
+    assert "storage_options" in text
+
+
 def test_the_fsspec_names_users_write_take_effect(s3_env: S3Server, s3_url: str, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # Nothing in the environment: the options alone reach the server.
