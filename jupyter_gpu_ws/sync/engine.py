@@ -61,7 +61,7 @@ from .restore import (
     newest_checkpoints,
     restore_phases,
 )
-from .scan import LocalFile, scan, stat_path
+from .scan import LocalFile, local_path, scan, stat_path
 from .settle import Settling
 from .status import engine_status, on_same_disk, stored_summary
 from .transfer import PassTransfer
@@ -747,7 +747,7 @@ class SyncEngine:
     # -- helpers -----------------------------------------------------------------------------
 
     def abs(self, rel: str) -> str:
-        return os.path.join(self.workdir, *rel.split("/"))
+        return local_path(self.workdir, rel)
 
 
 class _Stop:

@@ -16,7 +16,7 @@ from .ignore import IGNORE_FILE, IgnoreRules
 from .index import Record, SyncIndex
 from .pending import PendingSet
 from .restore import CHECKPOINTS_PREFIX
-from .scan import LocalFile, scan, stat_path
+from .scan import LocalFile, local_path, scan, stat_path
 from .settle import Settling
 
 # Below this many deletions the share guard does not apply (deleting 2 of 3 files is normal).
@@ -207,7 +207,7 @@ class Planner:
             return False
 
     def abs(self, rel: str) -> str:
-        return os.path.join(self.workdir, *rel.split("/"))
+        return local_path(self.workdir, rel)
 
 
 def needs_listing(changed: list[LocalFile], known: dict[str, Record | None]) -> bool:

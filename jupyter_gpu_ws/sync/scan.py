@@ -54,6 +54,11 @@ def scan(workdir: str, rules: IgnoreRules, under: str = "",
                 continue  # vanished while we looked
 
 
+def local_path(workdir: str, rel: str) -> str:
+    """The path on this machine of `rel` (relative to the work directory, '/'-separated)."""
+    return os.path.join(workdir, *rel.split("/"))
+
+
 def stat_path(workdir: str, rel: str, rules: IgnoreRules) -> LocalFile | None:
     """One path as the scan would see it, or None if it is gone, not a file, or ignored."""
     parts = rel.split("/")

@@ -15,6 +15,7 @@ from ..store.lease import lease_status
 from .errors import StoreMissingError
 from .index import SyncIndex
 from .restore import CHECKPOINTS_PREFIX
+from .scan import local_path
 
 if TYPE_CHECKING:
     from .engine import SyncEngine
@@ -84,7 +85,7 @@ def stored_summary(workdir: str, index: SyncIndex, versions_bytes: int | None) -
     versions, and the newest checkpoint of each run whose manifest (written last) is there."""
     count, used = index.count_and_bytes()
     runs = []
-    root = os.path.join(workdir, *CHECKPOINTS_PREFIX.rstrip("/").split("/"))
+    root = local_path(workdir, CHECKPOINTS_PREFIX.rstrip("/"))
     try:
         run_dirs = sorted(entry.name for entry in os.scandir(root) if entry.is_dir(follow_symlinks=False))
     except OSError:
@@ -99,7 +100,7 @@ def stored_summary(workdir: str, index: SyncIndex, versions_bytes: int | None) -
             rel = f"{CHECKPOINTS_PREFIX}{run}/{folder}/{MANIFEST}"
             record = index.get(rel)
             try:
-                st = os.stat(os.path.join(workdir, *rel.split("/")))
+                st = os.stat(local_path(workdir, rel))
             except OSError:
                 continue
             if record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):

@@ -88,11 +88,13 @@ class PassTransfer:
                     continue  # its data did not all reach the store: no manifest without it
                 with lock:
                     tried.add(f.path)
-                speed = progress.snapshot().get("speed") or 0
-                behind = left_behind(f, engine.urgent_until, time.monotonic(), speed, engine.backend.round_trips)
-                if behind is not None:
-                    fail(f, behind, report.left_behind, f"{f.path}: {behind}")
-                    continue
+                until = engine.urgent_until
+                if until is not None:  # an emergency with a deadline: does this file fit in it?
+                    speed = progress.snapshot().get("speed") or 0
+                    behind = left_behind(f, until, time.monotonic(), speed, engine.backend.round_trips)
+                    if behind is not None:
+                        fail(f, behind, report.left_behind, f"{f.path}: {behind}")
+                        continue
                 pending.uploading(f.path, self._holes_note(f))
                 try:
                     record, sent = self.upload_one(f, known.get(f.path), in_store)
