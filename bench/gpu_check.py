@@ -27,6 +27,8 @@ import torch  # noqa: E402
 from jupyter_gpu_ws.checkpoints.tracker import Tracker  # noqa: E402
 from jupyter_gpu_ws.monitor.nvml import NvmlReader  # noqa: E402
 
+DEVICE = "cuda"  # "cpu" only to try the script itself on a machine without a GPU
+
 
 def show_reading(title: str, reader: NvmlReader) -> bool:
     """Print one NVML reading; whether this process was among a GPU's processes."""
@@ -50,10 +52,10 @@ def show_reading(title: str, reader: NvmlReader) -> bool:
 
 
 def train(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: Tracker, start: int, stop: int) -> None:
-    gen = torch.Generator(device="cuda")
+    gen = torch.Generator(device=DEVICE)
     for i in range(start, stop):
         gen.manual_seed(i)  # the data: a function of the step alone
-        x = torch.randn(64, 256, device="cuda", generator=gen)
+        x = torch.randn(64, 256, device=DEVICE, generator=gen)
         loss = (model(x) - x.sum(dim=1, keepdim=True)).square().mean()
         opt.zero_grad()
         loss.backward()
@@ -65,7 +67,7 @@ def small_model(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(seed)
     model = torch.nn.Sequential(
         torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(512, 1)
-    ).cuda()
+    ).to(DEVICE)
     return model, torch.optim.Adam(model.parameters(), lr=1e-3)
 
 
@@ -83,7 +85,8 @@ def bitwise_resume(root: str) -> bool:
 
     model, opt = small_model(123)  # another process: other weights, other RNG
     torch.manual_seed(999)
-    torch.cuda.manual_seed(999)
+    if DEVICE == "cuda":
+        torch.cuda.manual_seed(999)
     second = Tracker().track("run", model=model, optimizer=opt, root=root + "/run")
     start = second.resume()
     train(model, opt, second, start, 40)
