@@ -138,8 +138,14 @@ def bench(args: argparse.Namespace) -> None:
     # gpuws: every rank at the same step, DCP async_save with the stager kept by the tracker.
     gpuws.track("bench", model=model, optimizer=optimizer, root=str(root / "gpuws"), keep_last=1)
     tracker = default_tracker()
+
+    def landed(_: Any) -> None:
+        tracker.wait()
+        if tracker.last_error:  # a failed checkpoint is no figure: it would read as a fast one
+            raise SystemExit(f"rank {rank}: {tracker.last_error}")
+
     results.append(measure("gpuws.checkpoint() (DCP async_save, staging reused)", lambda i: tracker.checkpoint(),
-                           lambda _: tracker.wait()))
+                           landed))
 
     # DCP's async_save as its examples show it: a new stager (new CPU buffers) each time.
     group = dist.new_group(backend="gloo")

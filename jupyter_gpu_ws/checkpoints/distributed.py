@@ -260,12 +260,19 @@ class DistributedTracker(Tracker):
 
     def _reused_stager(self) -> Any:
         """One stager for the whole run: DCP keeps its CPU copy of each tensor's storage and copies
-        into it again at the next checkpoint (pinned, and copied without blocking, on CUDA)."""
+        into it again at the next checkpoint (pinned, and copied without blocking, on CUDA).
+
+        Its close() is made a no-op: torch 2.11's async_save closes the stager it is given once it
+        has staged, which empties the stager's storage cache and its deepcopy table, so the next
+        checkpoint through it failed (KeyError: <class 'type'>, seen on an H200). The run's stager
+        lives as long as the process, as the buffers it holds are meant to."""
         if self._stager is None:
             from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-            self._stager = DefaultStager(StagingOptions(use_pinned_memory=self.cuda, use_shared_memory=False,
-                                                        use_async_staging=False, use_non_blocking_copy=self.cuda))
+            stager = DefaultStager(StagingOptions(use_pinned_memory=self.cuda, use_shared_memory=False,
+                                                  use_async_staging=False, use_non_blocking_copy=self.cuda))
+            stager.close = lambda: None
+            self._stager = stager
         return self._stager
 
     def _write(self, future: Any, tmp: Path, own: dict[str, Any], step: int, pending: Pending | None,
