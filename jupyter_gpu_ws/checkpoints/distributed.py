@@ -262,16 +262,19 @@ class DistributedTracker(Tracker):
         """One stager for the whole run: DCP keeps its CPU copy of each tensor's storage and copies
         into it again at the next checkpoint (pinned, and copied without blocking, on CUDA).
 
-        Its close() is made a no-op: torch 2.11's async_save closes the stager it is given once it
-        has staged, which empties the stager's storage cache and its deepcopy table, so the next
-        checkpoint through it failed (KeyError: <class 'type'>, seen on an H200). The run's stager
-        lives as long as the process, as the buffers it holds are meant to."""
+        Kept open across checkpoints: torch 2.11's DefaultStager closes the StateDictStager inside
+        it after every staging, which empties its storage cache and its deepcopy table, so every
+        checkpoint after the first failed (KeyError: <class 'type'>; seen on an H200). Its close()
+        and the inner one are made no-ops: the buffers are meant to live as long as the run."""
         if self._stager is None:
             from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
             stager = DefaultStager(StagingOptions(use_pinned_memory=self.cuda, use_shared_memory=False,
                                                   use_async_staging=False, use_non_blocking_copy=self.cuda))
             stager.close = lambda: None
+            inner = getattr(stager, "_state_dict_stager", None)
+            if inner is not None:
+                inner.close = lambda: None
             self._stager = stager
         return self._stager
 

@@ -46,8 +46,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--dump-full", action="store_true", help="rank 0 writes the whole state at each checkpoint step")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--width", type=int, default=32)
-    p.add_argument("--dcp-closes-the-stager", action="store_true",
-                   help="async_save closes the stager it is given once it has staged, as torch 2.11's does")
+    p.add_argument("--stager-closes-after-staging", action="store_true",
+                   help="DCP's DefaultStager closes itself after each staging, as torch 2.11's does")
     p.add_argument("--linger", type=float, default=0.0, help="seconds spent after the loop (a final evaluation)")
     return p.parse_args()
 
@@ -100,28 +100,27 @@ def local(value):  # a DTensor's own shard, anything else as it is
     return value
 
 
-def dcp_closes_the_stager() -> None:
-    """DCP's async_save as torch 2.11 has it (seen on an H200): it closes the stager it was given
-    after staging, which empties the stager's deepcopy table, so the next save through the same
-    stager fails (KeyError: <class 'type'>). torch 2.13 closes only a stager of its own."""
-    import torch.distributed.checkpoint as dcp
+def stager_closes_after_staging() -> None:
+    """DCP's DefaultStager as torch 2.11 has it (seen on an H200): `_stage` closes its
+    StateDictStager after every staging (to break a reference cycle), which empties that
+    stager's deepcopy table, so a second staging through the same DefaultStager fails with
+    KeyError: <class 'type'>. torch 2.13 leaves it open."""
+    from torch.distributed.checkpoint.staging import DefaultStager
 
-    save = dcp.async_save
+    stage = DefaultStager._stage
 
-    def async_save(*args: object, **kwargs: object) -> object:
-        future = save(*args, **kwargs)
-        stager = kwargs.get("async_stager")
-        if stager is not None:
-            stager.close()  # type: ignore[attr-defined]
-        return future
+    def _stage(self: DefaultStager, state_dict: dict, **kwargs: object) -> dict:
+        staged = stage(self, state_dict, **kwargs)
+        self._state_dict_stager.close()
+        return staged
 
-    dcp.async_save = async_save
+    DefaultStager._stage = _stage  # type: ignore[method-assign]
 
 
 def main() -> int:
     args = parse()
-    if args.dcp_closes_the_stager:
-        dcp_closes_the_stager()
+    if args.stager_closes_after_staging:
+        stager_closes_after_staging()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     os.makedirs(args.out, exist_ok=True)

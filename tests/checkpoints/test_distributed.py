@@ -61,10 +61,10 @@ def test_a_run_killed_with_sigkill_resumes_bitwise_on_the_same_world_size(tmp_pa
     assert_curve_of_rank_0(curve, losses(tmp_path / "out", 0), last=12)
 
 
-def test_every_checkpoint_is_taken_when_dcp_closes_the_stager_after_each_save(tmp_path: Path) -> None:
-    """torch 2.11's async_save closes the stager it is given (its deepcopy table emptied): the
-    run's reused stager must survive that, or every checkpoint after the first fails."""
-    text = run(1, "--parallel", "ddp", "--every", "2", "--steps", "7", "--dcp-closes-the-stager",
+def test_every_checkpoint_is_taken_when_the_stager_closes_itself_after_staging(tmp_path: Path) -> None:
+    """torch 2.11's DefaultStager closes itself after each staging (its deepcopy table emptied):
+    the run's reused stager must survive that, or every checkpoint after the first fails."""
+    text = run(1, "--parallel", "ddp", "--every", "2", "--steps", "7", "--stager-closes-after-staging",
                "--root", str(tmp_path / "ck"), "--out", str(tmp_path / "out"), log=tmp_path / "log")
     assert "failed" not in text
     assert [m["step"] for _, m in checkpoints(tmp_path / "ck")] == [2, 4, 6]
