@@ -7,8 +7,9 @@ this process holds GPU memory, and whether this process is found among the GPU's
 then trains a small CUDA model with dropout (so the CUDA RNG state matters) straight through,
 and again stopped half-way with a checkpoint, resumed into a fresh model with other weights
 and RNG, and continued: the two end states must be equal bit for bit. The loop's stall for a
-checkpoint on the GPU is bench/checkpoint_bench.py --device cuda. Exits non-zero if a check fails. Run on a machine with a GPU (the
-project's tests run without one); record what it printed in docs/benchmarks.md.
+checkpoint on the GPU is `bench/checkpoint_bench.py --device cuda`. Exits non-zero if a check
+fails. Run on a machine with a GPU (the tests run without one); its figures are in
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
