@@ -1,16 +1,19 @@
 """`jupyter gpuws …`: the sync engine and environment snapshots from a terminal or a script, without a server.
 
-    jupyter gpuws sync    --workdir DIR --store URL [--workspace NAME] [--once]
-    jupyter gpuws restore --workdir DIR --store URL [--workspace NAME]
-    jupyter gpuws status  --workdir DIR --store URL [--workspace NAME]
-    jupyter gpuws env snapshot|diff|restore|list --store URL [--workspace NAME] [--python PATH] [--offline]
-    jupyter gpuws workspaces --store URL [--json]
-    jupyter gpuws decrypt --store URL --workspace NAME --to DIR [PATH …]   (an encrypted store, no server)
-    jupyter gpuws key add|change|remove [KEY_ID] --store URL --workspace NAME
+    jupyter gpuws sync    [--workdir DIR] [--store URL] [--workspace NAME] [--once]
+    jupyter gpuws restore [--workdir DIR] [--store URL] [--workspace NAME]
+    jupyter gpuws status  [--workdir DIR] [--store URL] [--workspace NAME]
+    jupyter gpuws env snapshot|diff|restore|list [--store URL] [--workspace NAME] [--python PATH] [--offline]
+    jupyter gpuws workspaces [--store URL] [--json]
+    jupyter gpuws decrypt [--store URL] [--workspace NAME] --to DIR [PATH …]   (an encrypted store, no server)
+    jupyter gpuws key add|change|remove [KEY_ID] [--store URL] [--workspace NAME]
       (sync, restore, status, decrypt, key: --encrypt, --key-file FILE or $GPUWS_PASSPHRASE, else a prompt)
     jupyter gpuws persist [--wait] [--timeout S] [--server URL] [--runtime-dir DIR]   (asks the running server)
     jupyter gpuws checkpoint export RUN [--step N] --to FILE [--only NAME] [--workdir DIR]
 
+What the flags leave out comes from the work directory this folder is in: the running server's
+settings, else what this machine synced (workspace_rule.py); each command says on stderr the
+store and workspace it resolved. A command that reads makes nothing: no store, no workspace.
 Errors: one clear line on stderr and a non-zero exit. File names are printed as names.shown()
 writes them (a byte that is not UTF-8 as \\xe9, a newline as \\n), whatever the locale.
 """
@@ -38,8 +41,9 @@ from .store.crypto import Encryption, keys as crypto_keys, protect
 from .store.names import shown
 from .sync.service import SyncService
 from .store import Store, open_backend
-from .store.workspaces import describe, list_workspaces, require_workspace, resolve_workspace
+from .store.workspaces import describe, list_workspaces, require_store, require_workspace, resolve_workspace
 from .vocabulary import age, count, size
+from .workspace_rule import Needs, NoWorkspaceHereError, known_folder, resolve
 
 # Parallel transfers when no --concurrency says otherwise (the server's sync_concurrency default).
 DEFAULT_CONCURRENCY = 8
@@ -70,11 +74,13 @@ DESCRIPTION = (
     "(sync, restore, status), list the store's workspaces, keep, compare and restore snapshots of a "
     "Python environment (env), ask the running server to persist (persist) and export a training "
     "run's checkpoint (checkpoint); an encrypted workspace's files without a server (decrypt) and its "
-    "passphrases (key). Each command says on stderr the store and workspace it resolved; "
-    "an error is one line on stderr and a non-zero exit."
+    "passphrases (key). Run inside a work directory, a command means its workspace (the running server's "
+    "settings, else what this machine synced there); flags say otherwise. Each command says on stderr the "
+    "store and workspace it resolved; an error is one line on stderr and a non-zero exit."
 )
 STORE_HELP = ("the store: s3://, gs://, az:// (obstore), another fsspec URL, or an absolute path "
-              "(default: $GPUWS_STORE or a local folder)")
+              "(default: the work directory's; with --workdir or --workspace, $GPUWS_STORE or a local folder)")
+WORKSPACE_HELP = "workspace name in the store (default: the work directory's, else derived from user and folder)"
 OPTION_HELP = ("an option for the store, repeatable, e.g. endpoint_url=http://127.0.0.1:8333 (obstore's names or "
                "fsspec's; an unknown one is refused)")
 
@@ -97,18 +103,30 @@ def _seconds(text: str) -> float:
     return value
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: an argument it does not know is refused with this command's usage
+    (argparse leaves that to the top level, whose usage names no command's options)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jupyter gpuws", description=DESCRIPTION)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
 
     def where(p: argparse.ArgumentParser) -> None:
         """The options that say which work directory and workspace: every sync command has them."""
-        p.add_argument("--workdir", required=True, help="the work directory (mirrored to the store)")
+        p.add_argument("--workdir", default=None,
+                       help="the work directory (mirrored to the store; default: the one this folder is in)")
         p.add_argument("--store", default=None, help=STORE_HELP)
-        p.add_argument("--workspace", default=None,
-                       help="workspace name in the store (default: derived from user and folder)")
+        p.add_argument("--workspace", default=None, help=WORKSPACE_HELP)
         p.add_argument("--state-dir", default=None,
-                       help="folder of the local record of what was synced (default: in the Jupyter data folder)")
+                       help="folder of the local record of what was synced (default: the running server's, else "
+                            "in the Jupyter data folder)")
         p.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
                        help=OPTION_HELP)
         crypt_args(p)
@@ -160,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     workspaces.add_argument("--json", action="store_true", help="machine-readable output")
     decrypt = commands.add_parser("decrypt", help="decrypt files of an encrypted workspace into a folder, no server")
     decrypt.add_argument("--store", default=None, help=STORE_HELP)
-    decrypt.add_argument("--workspace", required=True, help="the encrypted workspace")
+    decrypt.add_argument("--workspace", default=None, help="the encrypted workspace (default: the work directory's)")
     decrypt.add_argument("--to", required=True, metavar="DIR", help="where the decrypted files go (never over a file)")
     decrypt.add_argument("paths", nargs="*", metavar="PATH", help="files or folders of the workspace (default: all)")
     decrypt.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
@@ -170,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     key.add_argument("action", choices=["add", "change", "remove"])
     key.add_argument("key_id", nargs="?", help="with remove: the key file to remove")
     key.add_argument("--store", default=None, help=STORE_HELP)
-    key.add_argument("--workspace", required=True, help="the encrypted workspace")
+    key.add_argument("--workspace", default=None, help="the encrypted workspace (default: the work directory's)")
     key.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
                      help=OPTION_HELP)
     crypt_args(key)
@@ -214,7 +232,8 @@ def add_checkpoint_commands(commands: Any) -> None:
     export.add_argument("--step", type=int, default=None, help="the checkpoint of this step (default: the newest)")
     export.add_argument("--only", action="append", default=None, metavar="NAME",
                         help="keep only this tracked object (repeat for more), e.g. --only model")
-    export.add_argument("--workdir", default=".", help="the work directory whose .gpuws/checkpoints holds the run")
+    export.add_argument("--workdir", default=None, help="the work directory whose .gpuws/checkpoints holds the run "
+                                                         "(default: the one this folder is in, else this folder)")
     export.add_argument("--root", default=None, help="the checkpoints folder (default: WORKDIR/.gpuws/checkpoints)")
 
 
@@ -234,10 +253,9 @@ def add_env_commands(commands: Any) -> None:
 
     def env_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--store", default=None, help=STORE_HELP)
-        p.add_argument("--workspace", default=None,
-                       help="workspace name in the store (default: derived from user and --workdir)")
-        p.add_argument("--workdir", default=".",
-                       help="the work directory the default workspace name comes from (default: this folder)")
+        p.add_argument("--workspace", default=None, help=WORKSPACE_HELP)
+        p.add_argument("--workdir", default=None,
+                       help="the work directory whose workspace is meant (default: the one this folder is in)")
         p.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
                        help=OPTION_HELP)
         p.add_argument("--python", default=sys.executable,
@@ -283,14 +301,23 @@ def open_workspace(args: argparse.Namespace, must_exist: bool) -> tuple[Backend,
         workdir = os.path.abspath(os.path.expanduser(args.workdir))
         name, _ = resolve_workspace(backend, derive_workspace_name(workdir), legacy_workspace_name(workdir))
     Store(backend, name)  # a valid name, or a clear error
-    print(f"store: {backend.description}  workspace: {name}", file=sys.stderr)
+    print(f"store: {backend.description}  workspace: {name}{_whence(args)}", file=sys.stderr)
     if must_exist:
+        require_store(backend)
         require_workspace(backend, name)
     return backend, name
 
 
-def make_engine(args: argparse.Namespace, take_lease: bool = True, must_exist: bool = False) -> SyncEngine:
+def _whence(args: argparse.Namespace) -> str:
+    """Where what the flags left out came from, for the line that says what was resolved."""
+    return f"  ({args.resolved_from})" if getattr(args, "resolved_from", None) else ""
+
+
+def make_engine(args: argparse.Namespace, take_lease: bool = True, must_exist: bool = False,
+                make_workdir: bool = False) -> SyncEngine:
     backend, workspace = open_workspace(args, must_exist)
+    if make_workdir:  # restore into a new folder: made only once the workspace is known to be there
+        os.makedirs(os.path.abspath(os.path.expanduser(args.workdir)), exist_ok=True)
     settings = SyncSettings(
         workdir=os.path.abspath(os.path.expanduser(args.workdir)),
         store_url=_store_url(args),
@@ -393,7 +420,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    engine = make_engine(args, take_lease=False, must_exist=True)  # reading needs no lease
+    engine = make_engine(args, take_lease=False, must_exist=True, make_workdir=True)  # reading needs no lease
     try:
         report = with_cancel(lambda progress, cancel: engine.restore(progress, cancel))
         print(f"{count(len(report.restored), 'file')} restored ({size(report.bytes_restored)}), "
@@ -473,7 +500,8 @@ def env_store(args: argparse.Namespace, must_exist: bool = True, first_use: bool
 def _crypt_store(args: argparse.Namespace) -> tuple[Backend, str]:
     backend = open_backend(_store_url(args), dict(args.storage_option))
     Store(backend, args.workspace)  # a valid name
-    print(f"store: {backend.description}  workspace: {args.workspace}", file=sys.stderr)
+    print(f"store: {backend.description}  workspace: {args.workspace}{_whence(args)}", file=sys.stderr)
+    require_store(backend)
     if crypto_keys.read_marker(backend, args.workspace) is None:
         raise SyncError(f"The workspace {args.workspace!r} in the store is not encrypted")
     return backend, args.workspace
@@ -535,7 +563,8 @@ def cmd_key(args: argparse.Namespace) -> int:
 
 def cmd_workspaces(args: argparse.Namespace) -> int:
     backend = open_backend(_store_url(args), dict(args.storage_option))
-    print(f"store: {backend.description}", file=sys.stderr)
+    print(f"store: {backend.description}{_whence(args)}", file=sys.stderr)
+    require_store(backend)  # a mistyped URL is not an empty store
     found = list_workspaces(backend)
     if args.json:
         _print_json([w.to_dict() for w in found])
@@ -724,7 +753,11 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     from .checkpoints.dcpfiles import export
     from .checkpoints.files import find_checkpoint
 
-    root = args.root or os.path.join(os.path.abspath(os.path.expanduser(args.workdir)), ".gpuws", "checkpoints")
+    workdir = args.workdir
+    if not (workdir or args.root or Path(args.run).is_dir()):  # a run's name: in the work directory this folder is in
+        known = known_folder(os.getcwd(), exact=False)
+        workdir = known.workdir if known else None
+    root = args.root or os.path.join(os.path.abspath(os.path.expanduser(workdir or ".")), ".gpuws", "checkpoints")
     folder, manifest = find_checkpoint(root, args.run, args.step)
     ranks = int(manifest.get("world_size") or 1)
     print(f"checkpoint: {folder} (step {manifest['step']}, saved by {ranks} rank{'s' * (ranks != 1)})",
@@ -738,6 +771,20 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 def cmd_env(args: argparse.Namespace) -> int:
     commands = {"snapshot": cmd_env_snapshot, "diff": cmd_env_diff, "restore": cmd_env_restore, "list": cmd_env_list}
     return commands[args.env_command](args)
+
+
+# What each command cannot do without; `persist` asks the server, `checkpoint` reads a folder.
+NEEDS: dict[str, Needs] = {"sync": "workdir", "restore": "workdir", "status": "workdir", "env": "workspace",
+                           "decrypt": "workspace", "key": "workspace", "workspaces": "store"}
+
+
+def apply_workspace_rule(args: argparse.Namespace, needs: Needs) -> None:
+    """The work directory, store and workspace the command means, by the one rule
+    (workspace_rule.py), put in its arguments in place of the flags it was given."""
+    found = resolve(needs, getattr(args, "workdir", None), args.store, getattr(args, "workspace", None),
+                    getattr(args, "state_dir", None))
+    args.workdir, args.store, args.workspace = found.workdir, found.store_url, found.workspace
+    args.state_dir, args.resolved_from = found.state_dir, found.source
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -758,11 +805,16 @@ def main(argv: list[str] | None = None) -> int:
     from .checkpoints.files import CheckpointError
 
     try:
+        if args.command in NEEDS:
+            apply_workspace_rule(args, NEEDS[args.command])
         code = commands[args.command](args)
         sys.stdout.flush()  # here, so that a reader that went away is noticed below
         return code
     except BrokenPipeError:
         return _reader_gone()
+    except NoWorkspaceHereError as err:  # what to pass: a usage error, as argparse's are
+        print(f"jupyter gpuws: error: {shown(str(err))}", file=sys.stderr)
+        return 2
     except (SyncError, envsnap.EnvError, CheckpointError) as err:
         print(f"jupyter gpuws: error: {shown(str(err))}", file=sys.stderr)
         return 1

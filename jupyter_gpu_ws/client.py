@@ -64,21 +64,31 @@ def running_server(runtime_dir: str | None = None, url: str | None = None) -> tu
     token is the server's own API token; `JUPYTERHUB_API_TOKEN` or `JUPYTER_TOKEN` stand in
     where a file has none.
     """
-    from jupyter_core.paths import jupyter_runtime_dir
-
-    folder = runtime_dir or jupyter_runtime_dir()
-    servers = _server_files(Path(folder))
+    folder, servers = _runtime_folder(runtime_dir), running_servers(runtime_dir)
     if url:
         wanted = url.rstrip("/") + "/"
-        servers = [s for s in servers if s.get("url", "").rstrip("/") + "/" == wanted] or [{"url": wanted}]
+        servers = [s for s in servers if s[0] == wanted] or [(wanted, _token({}))]
     if not servers:
         raise ServerUnreachable(f"No running Jupyter Server found in {folder}")
     if len(servers) > 1:
-        raise ServerUnreachable("Several Jupyter Servers run here (" + ", ".join(s["url"] for s in servers)
+        raise ServerUnreachable("Several Jupyter Servers run here (" + ", ".join(s[0] for s in servers)
                                 + "): name one with --server URL")
-    info = servers[0]
-    token = info.get("token") or os.environ.get("JUPYTERHUB_API_TOKEN") or os.environ.get("JUPYTER_TOKEN", "")
-    return info["url"].rstrip("/") + "/", token
+    return servers[0]
+
+
+def running_servers(runtime_dir: str | None = None) -> list[tuple[str, str]]:
+    """Every Jupyter Server running here, as its URL and token (see running_server)."""
+    return [(info["url"].rstrip("/") + "/", _token(info)) for info in _server_files(Path(_runtime_folder(runtime_dir)))]
+
+
+def _runtime_folder(runtime_dir: str | None) -> str:
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return runtime_dir or jupyter_runtime_dir()
+
+
+def _token(info: dict[str, Any]) -> str:
+    return info.get("token") or os.environ.get("JUPYTERHUB_API_TOKEN") or os.environ.get("JUPYTER_TOKEN", "")
 
 
 def _server_files(folder: Path) -> list[dict[str, Any]]:

@@ -525,6 +525,9 @@ class TrainingHistoryHandler(GpuWorkspaceHandler):
 async def sync_status(app: GpuWorkspaceApp) -> dict[str, Any]:
     """The answer of `GET /gpuws/api/sync`, also sent after a lease take-over."""
     status = await run_blocking(app.sync.status)
+    # Where this server syncs from and to: `jupyter gpuws` run inside its work directory follows it.
+    status.update(workdir=app.workdir, store_url=app.store_url, state_dir=app.state_dir)
+    status.setdefault("workspace", app.workspace)
     latest = app.jobs.latest("persist")
     status["persist"] = None if latest is None else latest.to_dict()
     return status

@@ -21,6 +21,14 @@ def gpuws(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                           cwd=cwd, timeout=120)
 
 
+@pytest.fixture(autouse=True)
+def this_machine_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No server running here and nothing synced before: a command means only what its flags say."""
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("GPUWS_STORE", raising=False)
+
+
 @pytest.fixture
 def common(tmp_path: Path) -> list[str]:
     return ["--store", str(tmp_path / "store"), "--workspace", "ws", "--state-dir", str(tmp_path / "state")]

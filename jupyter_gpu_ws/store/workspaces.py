@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .backend import Backend
-from .errors import SyncError, WorkspaceNotFoundError
+from .errors import StoreMissingError, SyncError, WorkspaceNotFoundError
 from .layout import Store
 
 SUMMARY_NAME = "summary.json"
@@ -75,6 +75,14 @@ def describe(backend: Backend, name: str) -> WorkspaceInfo:
 
 def workspace_exists(backend: Backend, name: str) -> bool:
     return name in backend.folders("") and _is_workspace(backend, name)
+
+
+def require_store(backend: Backend) -> None:
+    """A clear error when the store's folder is not there, for a command that only reads: a
+    mistyped URL or an unmounted drive is not an empty store, and nothing is made in its place."""
+    if not backend.present(""):
+        raise StoreMissingError(f"No store at {backend.description}: nothing there to read (check the URL, or mount "
+                                "the drive it is on)")
 
 
 def require_workspace(backend: Backend, name: str) -> None:

@@ -135,6 +135,8 @@ class SyncEngine:
         self.index = SyncIndex(index_path(settings.state_dir, self.workdir, backend, settings.workspace))
         if self.index.rebuilt:
             log.warning("Sync: %s", self.index.rebuilt)
+        # Which folder, store and workspace this is: a command run in the folder finds them there.
+        self.index.note_place(self.workdir, settings.store_url, settings.workspace)
         missing = None
         try:
             check_store(backend, settings.workspace, self.index.count_and_bytes()[0],

@@ -12,12 +12,14 @@ is done. After an unclean stop the engine forgets their records, and sends them 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..store.names import decode, encode
@@ -36,6 +38,9 @@ class Record:
 LOOKUP_CHUNK = 500
 # The meta key of when the last complete pass ended (what `jupyter gpuws status` says).
 LAST_PASS = "last_pass"
+# The meta key of the work directory, store and workspace the record is of: how a command run
+# inside a work directory finds them again (synced_folders).
+PLACE = "place"
 
 
 log = logging.getLogger(__name__)
@@ -239,9 +244,53 @@ class SyncIndex:
     def record_pass(self, when: float) -> None:
         self.set_meta(LAST_PASS, repr(when))
 
+    def note_place(self, workdir: str, store_url: str, workspace: str) -> None:
+        """Say in the record which work directory, store and workspace it is of (written only
+        when that changed, so an engine that only looks does not write)."""
+        value = json.dumps({"workdir": workdir, "store_url": store_url, "workspace": workspace}, sort_keys=True)
+        if self.get_meta(PLACE) != value:
+            self.set_meta(PLACE, value)
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+@dataclass(frozen=True)
+class SyncedFolder:
+    """A work directory this machine has synced, as its record says."""
+
+    workdir: str
+    store_url: str
+    workspace: str
+    last_sync: float  # epoch seconds: the last complete pass, or the last file sent or restored
+
+
+def synced_folders(state_dir: str) -> list[SyncedFolder]:
+    """The work directories whose records in `state_dir` hold a sync (files, or a complete pass),
+    newest first. Read only; a record that cannot be read, or that does not say its place (one
+    written before records did), is passed over."""
+    try:
+        names = sorted(name for name in os.listdir(state_dir) if name.endswith(".sqlite3"))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            db = sqlite3.connect(Path(state_dir, name).as_uri() + "?mode=ro", uri=True)
+            try:
+                meta = dict(db.execute("SELECT key, value FROM meta WHERE key IN (?, ?)", (PLACE, LAST_PASS)))
+                newest = db.execute("SELECT MAX(synced_at) FROM files").fetchone()[0]
+            finally:
+                db.close()
+            place = json.loads(meta[PLACE])
+            when = float(meta[LAST_PASS]) if LAST_PASS in meta else newest
+            if when is not None:
+                found.append(SyncedFolder(str(place["workdir"]), str(place["store_url"]), str(place["workspace"]),
+                                          float(when)))
+        except (sqlite3.Error, KeyError, ValueError, TypeError):
+            continue
+    return sorted(found, key=lambda f: -f.last_sync)
 
 
 def _record(row: tuple[str, int, int, str | None, float]) -> Record:

@@ -49,7 +49,7 @@ def test_restore_from_a_store_folder_that_is_missing_is_one_line_and_exit_1(tmp_
     result = gpuws_env("restore", "--store", tmp_path / "store", "--workspace", "ws")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(
-        f"jupyter gpuws: error: The store folder {tmp_path / 'store'} is missing")
+        f"jupyter gpuws: error: No store at {tmp_path / 'store'}: nothing there to read")
     assert not (tmp_path / "store").exists()
 
 

@@ -1,4 +1,5 @@
-"""The local record's running totals (count and bytes) against a count of the table itself."""
+"""The local record: its running totals (count and bytes) against a count of the table itself, the
+flush marks, and the work directories it tells this machine synced."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import random
 import sqlite3
 from pathlib import Path
 
-from jupyter_gpu_ws.sync.index import Record, SyncIndex
+from jupyter_gpu_ws.sync.index import Record, SyncedFolder, SyncIndex, synced_folders
 
 
 def counted(db: Path) -> tuple[int, int]:
@@ -67,3 +68,24 @@ def test_a_failed_flush_forgets_up_to_its_mark_only(tmp_path: Path) -> None:
     assert index.unflushed_paths() == ["b.txt"] and index.get("b.txt") is not None
     assert index.count_and_bytes() == (1, 2)
     index.close()
+
+
+def test_the_records_tell_which_folders_this_machine_synced_and_to_where(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    synced = SyncIndex(str(state / "a.sqlite3"))
+    synced.note_place("/home/me/proj", "s3://bucket/me", "me-proj")
+    synced.record_pass(1000.0)
+    restored = SyncIndex(str(state / "b.sqlite3"))  # a restore records files, and no pass
+    restored.note_place("/home/me/other", "/mnt/store", "me-other")
+    restored.put_many([Record("a.txt", 1, 1, None, 2000.0)])
+    looked = SyncIndex(str(state / "c.sqlite3"))  # a status that only looked: nothing synced
+    looked.note_place("/home/me/looked", "/mnt/store", "me-looked")
+    older = SyncIndex(str(state / "d.sqlite3"))  # a record from before records said their place
+    older.record_pass(3000.0)
+    (state / "e.sqlite3").write_bytes(b"not a record")
+    for index in (synced, restored, looked, older):
+        index.close()
+    assert synced_folders(str(state)) == [SyncedFolder("/home/me/other", "/mnt/store", "me-other", 2000.0),
+                                          SyncedFolder("/home/me/proj", "s3://bucket/me", "me-proj", 1000.0)]
+    assert (state / "e.sqlite3").read_bytes() == b"not a record"  # read only: nothing moved or changed
+    assert synced_folders(str(tmp_path / "missing")) == [] and not (tmp_path / "missing").exists()
