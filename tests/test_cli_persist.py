@@ -48,7 +48,7 @@ def test_a_failed_persist_exits_1_with_one_line(server: ServerProcess) -> None:
     result = persist(server.runtime, "--wait", "--timeout", "60")
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("jupyter gpuws: error:")]
-    assert len(errors) == 1 and "persist failed" in errors[0], result.stderr
+    assert len(errors) == 1 and "Persist failed" in errors[0], result.stderr
     assert blocker.read_text() == "in the way"  # nothing of the user's overwritten
 
 
