@@ -15,7 +15,8 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
   const job = model.currentPersist;
   const running = job?.state === 'running';
   // Files counted only while they move: never "0 of 0 files" while a checkpoint or a snapshot runs.
-  const uploading = running && !!job?.steps.some(s => s.name === 'sync' && s.state === 'running') && job.progress.files_total > 0;
+  const uploading =
+    running && !!job?.steps.some(s => s.name === 'sync' && s.state === 'running') && job.progress.files_total > 0;
   const listable = !!status && (status.pending_files > 0 || (status.problem_files ?? 0) > 0);
   return (
     <>
