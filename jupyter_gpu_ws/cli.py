@@ -692,17 +692,23 @@ def cmd_persist(args: argparse.Namespace) -> int:
     except ServerUnreachable as err:
         print(f"jupyter gpuws: error: {err}", file=sys.stderr)
         return 1
+    # The server's one wording of the outcome, as the panel and %gpuws persist say it: "All
+    # saved" only for a store that outlives this machine.
+    summary = (job.get("result") or {}).get("summary") or {}
     if job.get("state") != "done":
         reasons = "; ".join(job.get("errors") or []) or job.get("state", "unknown state")
-        print(f"jupyter gpuws: error: persist {job.get('state')}: {reasons}", file=sys.stderr)
+        line = summary.get("text") or f"persist {job.get('state')}: {reasons}"
+        print(f"jupyter gpuws: error: {line}", file=sys.stderr)
         return 1
-    print(f"Persisted in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    print(f"{summary.get('text') or 'Persisted.'} ({time.monotonic() - started:.1f} s)", file=sys.stderr)
     return 0
 
 
 def _persist_position(job: dict[str, Any]) -> str:
     """Where a running persist is: the step it waits on (documents, checkpoints, environment,
-    git, sync) and, in the sync, the files done."""
+    git, sync) in the words the panel shows ("Uploading 3 of 12 files")."""
+    if job.get("activity"):
+        return str(job["activity"])
     running = next((step for step in job.get("steps") or [] if step.get("state") == "running"), None)
     done = job.get("progress") or {}
     files = f"{done.get('files_done', 0)} of {done.get('files_total', 0)} files"

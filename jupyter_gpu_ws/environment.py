@@ -14,6 +14,7 @@ from .envsnap import EnvError, SnapshotNotFoundError, SourcesNotAllowedError, ca
 from .envsnap import list_snapshots, load_snapshot, read_machine, restore, restore_sources, save_snapshot
 from .jobs import Job, Step
 from .sync.errors import SyncError
+from .vocabulary import WORDS
 
 if TYPE_CHECKING:
     from .app import GpuWorkspaceApp
@@ -210,14 +211,24 @@ class EnvironmentSupervisor:
         """Capture and keep a snapshot (a step of Persist now, or a job of its own)."""
 
         def run(job: Job, step: Step) -> None:
-            step.detail = "reading the environment"
+            words = WORDS["persist"]["steps"]["environment"]
+
+            def doing(what: str) -> None:
+                step.activity = f"{words}: {what}"
+
+            doing("reading the packages")
             snapshot = capture(self.python(), nvml=self.nvml())
             result = save_snapshot(self.store(), snapshot, self.python(), self.app.env_keep_all_wheels,
-                                   log=lambda line: _log(job, line))
+                                   log=lambda line: _log(job, line), doing=doing)
             self.current, self.captured = snapshot, time.time()
             self._signature = self._site_signature()
             self.compare()
             job.result["environment"] = result.to_dict()
+            # A wheel that could not be made leaves the snapshot short of that package, and the
+            # files are saved all the same: one line each, with the cause and what to do, where
+            # the user reads the result (not only in the job's log).
+            job.result.setdefault("warnings", []).extend(
+                f"Environment snapshot: {failure['message']}" for failure in result.not_reproducible)
             step.detail = (f"new snapshot {result.id}" if result.new else f"unchanged since {result.id}") + (
                 f", {len(result.not_reproducible)} packages not reproducible" if result.not_reproducible else "")
 

@@ -23,6 +23,16 @@ class Step:
     name: str
     state: str = "pending"  # pending, running, done, failed, skipped
     detail: str | None = None
+    # What the step is doing now, in the user's words ("Checkpointing 2 kernels"), while it
+    # runs: a text, or a function that says it from live figures (the upload's files done).
+    activity: str | Callable[[], str] | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "state": self.state, "detail": self.detail}
+
+    def doing(self) -> str | None:
+        activity = self.activity
+        return activity() if callable(activity) else activity
 
 
 @dataclass
@@ -49,7 +59,9 @@ class Job:
             "cancelling": self.state == "running" and self.cancel_event.is_set(),
             "started": self.started,
             "finished": self.finished,
-            "steps": [vars(step) for step in self.steps],
+            "steps": [step.to_dict() for step in self.steps],
+            # The running step's own words and progress: never a file count while no file moves.
+            "activity": next((step.doing() for step in self.steps if step.state == "running"), None),
             "progress": self.progress.snapshot(),
             "errors": list(self.errors),
             "result": dict(self.result),
@@ -57,6 +69,9 @@ class Job:
 
 
 StepFunction = Callable[[Job, Step], None]
+# Called once every step has ended, with the state the job is about to take: the last word on
+# its result (a summary), in place before anyone polling sees the job end.
+EndFunction = Callable[[Job, str], None]
 
 
 class JobRunner:
@@ -67,7 +82,7 @@ class JobRunner:
         self._lock = threading.Lock()
 
     def start(self, kind: str, steps: list[tuple[str, StepFunction]], result: dict[str, Any] | None = None,
-              key: str | None = None) -> Job:
+              key: str | None = None, on_end: EndFunction | None = None) -> Job:
         """A new job (with `result` as its first result), or the one of this kind still running.
         `key`: jobs of one kind about different things run side by side (a fetch per run); one
         about the same thing is joined instead of started again. A cancelled job still finishing
@@ -81,7 +96,7 @@ class JobRunner:
             self._jobs[job.id] = job
             while len(self._jobs) > KEEP_JOBS:
                 self._jobs.popitem(last=False)
-        threading.Thread(target=self._run, args=(job, steps), name=f"gpuws-{kind}", daemon=True).start()
+        threading.Thread(target=self._run, args=(job, steps, on_end), name=f"gpuws-{kind}", daemon=True).start()
         return job
 
     def get(self, job_id: str) -> Job | None:
@@ -99,7 +114,7 @@ class JobRunner:
             job.cancel_event.set()
         return job
 
-    def _run(self, job: Job, steps: list[tuple[str, StepFunction]]) -> None:
+    def _run(self, job: Job, steps: list[tuple[str, StepFunction]], on_end: EndFunction | None = None) -> None:
         for step, (_, function) in zip(job.steps, steps):
             if job.cancel_event.is_set():
                 step.state = "skipped"
@@ -114,10 +129,11 @@ class JobRunner:
                 job.errors.append(str(err))
                 if not isinstance(err, SyncError):  # expected failures carry their own message
                     log.exception("%s job %s: step %s failed", job.kind, job.id, step.name)
+        state = "cancelled" if job.cancel_event.is_set() else "failed" if job.errors else "done"
+        if on_end is not None:
+            try:
+                on_end(job, state)
+            except Exception:  # the job's own outcome stands; its summary is a courtesy
+                log.exception("%s job %s: its summary failed", job.kind, job.id)
         job.finished = time.time()
-        if job.cancel_event.is_set():
-            job.state = "cancelled"
-        elif job.errors:
-            job.state = "failed"
-        else:
-            job.state = "done"
+        job.state = state

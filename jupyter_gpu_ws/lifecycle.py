@@ -385,7 +385,7 @@ class RuntimeSupervisor:
         # joins a pass already running); another emergency's persist is joined.
         ordinary = self.app.jobs.latest("persist")
         if (ordinary is not None and ordinary.state == "running" and ordinary.result.get("trigger") in ORDINARY
-                and ordinary.steps[-1].state == "pending"):
+                and next(s.state for s in ordinary.steps if s.name == "sync") == "pending"):
             ordinary.cancel_event.set()
         else:
             ordinary = None

@@ -67,25 +67,25 @@ class GpuwsMagics(Magics):
 
         tracker = default_tracker()
         job = call("gpuws/api/persist", "POST", {})
+        tried: set[str | None] = set()
         while job["state"] == "running":
             # This cell is a safe point too: the pipeline's request to this very kernel is
-            # honoured here, or it would wait for a step() that this cell never reaches.
-            if tracker.pending is not None and tracker.objects:
-                tracker.checkpoint(wait=True)
-            p = job["progress"]
-            print(f"\rPersisting: {p['files_done']:,} of {count(p['files_total'], 'file')}, "
-                  f"{size(p['bytes_done'])} of {size(p['bytes_total'])}   ", end="", flush=True)
+            # honoured here, or it would wait for a step() that this cell never reaches. Once
+            # per request: a failure is the kernel's answer, which the persist's result reports.
+            pending = tracker.pending
+            if pending is not None and tracker.objects and pending.request_id not in tried:
+                tried.add(pending.request_id)
+                try:
+                    tracker.checkpoint(wait=True)
+                except Exception:  # noqa: BLE001 - reported through the persist, with the cause
+                    pass
+            print(f"\r{job.get('activity') or 'Persisting'}{' ' * 20}", end="", flush=True)
             time.sleep(0.5)
             job = call(f"gpuws/api/persist/{job['id']}")
         print()
-        documents = job["result"].get("documents") or {}
-        if job["state"] == "done":
-            # Not "all saved" when a browser page did not say whether it saved its documents.
-            print(f"{'Persisted' if documents.get('unanswered') else 'All saved'}: "
-                  f"{count(job['result'].get('uploaded', 0), 'file')} uploaded "
-                  f"({size(job['result'].get('bytes_uploaded', 0))}).")
-        else:
-            print(f"Persist {job['state']}: {'; '.join(job['errors'])}")
+        summary = job["result"].get("summary") or {}
+        # The server's one wording of the outcome, as the panel and `jupyter gpuws persist` say it.
+        print(summary.get("text") or f"Persist {job['state']}: {'; '.join(job['errors'])}")
         step = next((s for s in job["steps"] if s["name"] == "documents"), None)
         if step is not None and step["detail"]:
             print(f"Open documents: {step['detail']}.")

@@ -1,6 +1,7 @@
 """The one pipeline behind "Persist now": the browsers save their open documents, every tracked
-kernel checkpoints, then the sync flushes (newest checkpoints first), with the environment
-snapshot and the Git commit between them."""
+kernel checkpoints, the Git commit, the sync flushes (newest checkpoints first), then the
+environment snapshot; each step says what it does while it runs, and the job ends with one
+summary of its outcome."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .jobs import Job, JobRunner, Step, StepFunction
 from .sync.errors import CancelledError, SyncError
+from .vocabulary import WORDS, count, fill, persist_summary
 
 if TYPE_CHECKING:
     from .documents import BrowserPages
     from .sync.service import SyncService
 
 
+STEP_WORDS: dict[str, str] = WORDS["persist"]["steps"]
+
+
 def _sync_step(service: SyncService):
     def run(job: Job, step: Step) -> None:
+        step.activity = lambda: _upload_words(job.progress.snapshot())
         try:
             report = service.flush(job.progress, job.cancel_event)
         except CancelledError as err:
@@ -42,6 +48,14 @@ def _sync_step(service: SyncService):
     return run
 
 
+def _upload_words(progress: dict[str, Any]) -> str:
+    """"Uploading 3 of 12 files", or what the sync does before it knows of any file."""
+    if not progress.get("files_total"):
+        return STEP_WORDS["sync_planning"]
+    return fill(STEP_WORDS["sync"], done=f"{progress.get('files_done', 0):,}",
+                files=count(progress["files_total"], "file"))
+
+
 def _documents_step(pages: BrowserPages, run_async: Callable[..., Any], timeout: float):
     def run(job: Job, step: Step) -> None:
         report = run_async(pages.save_documents(timeout), timeout + 15)
@@ -58,25 +72,40 @@ def _documents_step(pages: BrowserPages, run_async: Callable[..., Any], timeout:
 
 def _checkpoint_step(coordinator: Any, run_async: Callable[..., Any], timeout: float):
     def run(job: Job, step: Step) -> None:
-        if not coordinator.tracking() and not coordinator.run_states():
+        kernels, runs = coordinator.tracking(), coordinator.run_states()
+        if not kernels and not runs:
             step.detail = "no kernel tracks anything"
             return
+        asked = count(len(kernels), "kernel") + (f" and {count(len(runs), 'distributed run')}" if runs else "")
+        step.activity = fill(STEP_WORDS["checkpoints"], kernels=asked)
         results = run_async(coordinator.request_all(), timeout + 15)
-        failed = [r for r in results if r["state"] == "error"]
+        ids = [r["request_id"] for r in results if "request_id" in r]
+
+        def waiting_words() -> str:
+            ended = sum(coordinator.requests[rid]["state"] in ("done", "error") for rid in ids)
+            return fill(STEP_WORDS["checkpoints_waiting"], kernels=asked, done=ended, asked=len(results))
+
+        step.activity = waiting_words
         waiting = [r["request_id"] for r in results if r["state"] in ("accepted", "sent")]
+        # Ends as soon as every kernel has answered: a checkpoint complete, or failed with the
+        # kernel's reason (never the whole timeout for what has already failed).
         late = run_async(coordinator.wait_done(waiting, timeout), timeout + 15) if waiting else []
+        # Each request as it ended (the answers above were taken when the kernels picked them up).
+        results = [dict(coordinator.requests.get(r.get("request_id"), r)) for r in results]
         job.result["checkpoints"] = results
+        notebooks = _notebooks(coordinator, run_async)
 
         def done(kind: str) -> str:
-            asked = [r for r in results if kind in r]
-            ok = [r for r in asked if r["state"] != "error" and r.get("request_id") not in late]
-            return f"{len(ok)} of {len(asked)}"
+            of_kind = [r for r in results if kind in r]
+            ok = [r for r in of_kind if r["state"] == "done"]
+            return f"{len(ok)} of {len(of_kind)}"
 
-        runs = sum("run_id" in r for r in results)
         step.detail = f"{done('kernel_id')} kernels checkpointed" + (
             f", {done('run_id')} distributed runs" if runs else "")
-        problems = [f"{_who(r)}: {r.get('message')}" for r in failed]
-        problems += [f"{_who(coordinator.requests[rid])}: no checkpoint within {timeout:.0f} s" for rid in late]
+        problems = [f"{_who(r, notebooks)}: {r.get('message') or 'the checkpoint failed'}"
+                    for r in results if r["state"] == "error"]
+        problems += [f"{_who(coordinator.requests[rid], notebooks)}: no checkpoint within {timeout:.0f} s"
+                     for rid in late]
         if problems:
             # Report, but go on to the sync: the files on disk still need to reach the store.
             job.errors.extend(problems)
@@ -84,10 +113,20 @@ def _checkpoint_step(coordinator: Any, run_async: Callable[..., Any], timeout: f
     return run
 
 
-def _who(request: dict[str, Any]) -> str:
+def _notebooks(coordinator: Any, run_async: Callable[..., Any]) -> dict[str, str]:
+    """Kernel id → the notebook its session names; none when the sessions cannot be read."""
+    try:
+        return dict(run_async(coordinator.notebooks(), 15) or {})
+    except Exception:  # noqa: BLE001 - a kernel id still says which one
+        return {}
+
+
+def _who(request: dict[str, Any], notebooks: dict[str, str]) -> str:
+    """The notebook a request went to (its session's path); a kernel's id only when no session
+    names it; a distributed run by its id."""
     if "run_id" in request:
         return f"distributed run {request['run_id'][:8]}"
-    return f"kernel {request['kernel_id'][:8]}"
+    return notebooks.get(request["kernel_id"]) or f"kernel {request['kernel_id'][:8]}"
 
 
 def start_persist(runner: JobRunner, service: SyncService, coordinator: Any = None,
@@ -96,22 +135,44 @@ def start_persist(runner: JobRunner, service: SyncService, coordinator: Any = No
                   trigger: str = "user", pages: BrowserPages | None = None,
                   documents_timeout: float = 5.0, key: str | None = None) -> Job:
     """The open documents first (so the checkpoints, the commit and the sync see what the user
-    sees), then checkpoints (so the sync carries them), the environment snapshot and the Git
-    commit, then the sync. `documents_timeout` 0 leaves the browsers alone. `key`: a persist
-    of another key runs beside one running (an emergency's), else the running one is joined."""
+    sees), then checkpoints (so the sync carries them) and the Git commit, then the sync, and
+    the environment snapshot last: its wheels of packages installed from folders take seconds
+    to build (and may fail), and the files never wait for them. `documents_timeout` 0 leaves
+    the browsers alone. `key`: a persist of another key runs beside one running (an
+    emergency's), else the running one is joined. The job ends with `result.summary`: the
+    one wording of its outcome (vocabulary.persist_summary)."""
     steps: list[tuple[str, StepFunction]] = []
     if pages is not None and run_async is not None and documents_timeout > 0:
-        steps.append(("documents", _documents_step(pages, run_async, documents_timeout)))
+        steps.append(("documents", _named(_documents_step(pages, run_async, documents_timeout), "documents")))
     if coordinator is not None and run_async is not None:
         steps.append(("checkpoints", _checkpoint_step(coordinator, run_async, checkpoint_timeout)))
-    if environment is not None:
-        steps.append(("environment", environment))
     if git is not None:
-        steps.append(("git", git))
+        steps.append(("git", _named(git, "git")))
     steps.append(("sync", _sync_step(service)))
-    job = runner.start("persist", steps, key=key)
+    if environment is not None:
+        steps.append(("environment", _named(environment, "environment")))
+
+    def summarize(job: Job, state: str) -> None:
+        try:
+            same_disk = service.engine.same_disk()
+        except Exception:  # noqa: BLE001 - unknown: never claim the files are elsewhere
+            same_disk = True
+        synced = any(step.name == "sync" and step.state == "done" for step in job.steps)
+        job.result["summary"] = persist_summary(state, job.errors, job.result, same_disk, synced)
+
+    job = runner.start("persist", steps, key=key, on_end=summarize)
     job.result.setdefault("trigger", trigger)
     return job
+
+
+def _named(function: StepFunction, name: str) -> StepFunction:
+    """A step that says what it does while it runs (its own function may say more)."""
+
+    def run(job: Job, step: Step) -> None:
+        step.activity = STEP_WORDS[name]
+        function(job, step)
+
+    return run
 
 
 def start_restore(runner: JobRunner, service: SyncService) -> Job:

@@ -144,3 +144,75 @@ def sync_word(status: dict[str, Any], now: float | None = None) -> tuple[str, st
     if state in sync:
         return sync[state], "none"
     return sync["never"] if state == "idle" else str(state or ""), "none"
+
+
+def _names(items: list[str]) -> str:
+    return ", ".join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
+
+
+def persist_summary(state: str, errors: list[str], result: dict[str, Any], same_disk: bool,
+                    synced: bool) -> dict[str, Any]:
+    """A finished persist in one coherent result, the words the panel, `%gpuws persist` and
+    `jupyter gpuws persist` all show: a headline ("All saved" only when the files are somewhere
+    that outlives this machine), what was done, what failed and why, what to look at.
+
+    `synced`: the upload ran to its end. `text` is the whole line; `short` leaves out what the
+    store holds and the advice for a store on this disk (the panel shows both beside it);
+    `level` is ok, warning or error."""
+    words = WORDS["persist"]
+    done: list[str] = []
+    documents = result.get("documents") or {}
+    if documents.get("saved"):
+        done.append(fill(words["documents_saved"], documents=count(len(documents["saved"]), "document")))
+    if result.get("uploaded"):
+        done.append(fill(words["uploaded"], files=count(result["uploaded"], "file"),
+                         size=size(result.get("bytes_uploaded") or 0)))
+    elif synced and "uploaded" in result:
+        # The background sync may have carried everything already: "0 files" would read as if
+        # nothing had reached the store.
+        done.append(words["up_to_date"])
+    left_behind = [str(p).split(":")[0] for p in result.get("left_behind") or []]
+    if left_behind:
+        done.append(f"{count(len(left_behind), 'file')} left behind, too large for the time left "
+                    f"({_names(left_behind)})")
+    problems = [str(p).split(":")[0] for p in result.get("problems") or []]
+    if problems:
+        done.append(f"{count(len(problems), 'file')} cannot be synced ({_names(problems)})")
+    stored_part = ""
+    stored = result.get("stored")
+    if stored:
+        stored_part = fill(words["in_store"], files=count(stored.get("files", 0), "file"), size=size(stored.get("bytes")))
+        runs = [f"{c['run']} at step {c['step']}" for c in stored.get("checkpoints") or []]
+        if runs:
+            stored_part += ", " + ", ".join(runs)
+    warnings = list(result.get("warnings") or [])
+    unanswered = list(documents.get("unanswered") or [])
+    if unanswered:
+        warnings.append(fill(words["unanswered"], pages=count(len(unanswered), "browser page"),
+                             names=_names(unanswered)))
+    advice = words["local_advice"] if same_disk and synced else None
+    if state == "cancelled":
+        headline, level = words["cancelled"], "warning"
+    elif state == "done":
+        headline = words["this_disk"] if same_disk else words["persisted"] if unanswered else words["all_saved"]
+        level = "warning" if same_disk or warnings else "ok"
+    elif synced:
+        headline, level = words["files_this_disk" if same_disk else "files_saved"], "error"
+    else:
+        headline, level = words["failed"], "error"
+
+    def line(whole: bool) -> str:
+        what = ", ".join(done + ([stored_part] if whole and stored_part else []))
+        reasons = "; ".join(errors) if state != "cancelled" else ""
+        if what:
+            sentences = [f"{headline}: {what}"] + ([fill(words["failed_list"], reasons=reasons)] if reasons else [])
+        else:  # nothing done: the reasons are the whole story
+            sentences = [f"{headline}: {reasons}" if reasons else headline]
+        sentences += warnings
+        if advice and whole:
+            sentences.append(advice)
+        return " ".join(s if s.endswith((".", "…")) else s + "." for s in sentences)
+
+    return {"level": level, "headline": headline, "saved_elsewhere": synced and not same_disk,
+            "done": done, "stored": stored_part or None, "errors": list(errors), "warnings": warnings,
+            "advice": advice, "text": line(True), "short": line(False)}

@@ -208,9 +208,31 @@ export interface IJob {
   started: number;
   finished: number | null;
   steps: Array<{ name: string; state: string; detail: string | null }>;
+  /** What the running step does now, with its own progress ("Checkpointing 2 kernels",
+   * "Uploading 3 of 12 files"); null once no step runs. */
+  activity?: string | null;
   progress: IJobProgress;
   errors: string[];
-  result: { [key: string]: any };
+  result: { [key: string]: any; summary?: IPersistSummary };
+}
+
+/** A finished persist's outcome in one coherent result, worded once by the server
+ * (vocabulary.persist_summary) for the panel, `%gpuws persist` and `jupyter gpuws persist`. */
+export interface IPersistSummary {
+  level: 'ok' | 'warning' | 'error';
+  /** "All saved" only when the files are somewhere that outlives this machine. */
+  headline: string;
+  saved_elsewhere: boolean;
+  done: string[];
+  stored: string | null;
+  errors: string[];
+  /** What did not fail the persist but needs the user (a wheel that could not be built). */
+  warnings: string[];
+  advice: string | null;
+  /** The whole line. */
+  text: string;
+  /** The line without what the store holds and the advice for a store on this disk. */
+  short: string;
 }
 
 export interface ISyncStatus {

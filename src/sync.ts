@@ -1,18 +1,17 @@
 // The browser's view of the sync: its status (polled), and the Persist now job it runs.
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 
-import { IDocumentsReport, IJob, IPendingList, ISyncStatus, IWorkspaces, requestAPI } from './api';
+import { IJob, IPendingList, IPersistSummary, ISyncStatus, IWorkspaces, requestAPI } from './api';
 import { PolledModel } from './polled';
 import { formatBytes, formatClock } from './format';
 import { ago, count, fill, span, WORDS } from './vocabulary';
 
-/** What to do when the store is a folder on the work directory's own disk. */
 /** What a cancelled persist does until the step under way ends (a checkpoint, a browser's save). */
 export const CANCELLING = 'Cancelling: the persist stops once its current step ends';
 
-export const LOCAL_STORE_ADVICE =
-  'The store is a folder on this machine\'s own disk, so it goes with the machine. Set GPUWS_STORE ' +
-  '(or c.GpuWorkspace.store_url) to a store that outlives it: s3://bucket/prefix, gs://…, or a mounted drive.';
+/** What to do when the store is a folder on the work directory's own disk (the words a
+ * persist's summary ends with there too). */
+export const LOCAL_STORE_ADVICE: string = WORDS.persist.local_advice;
 
 export class SyncModel extends PolledModel {
   status: ISyncStatus | null = null;
@@ -133,49 +132,22 @@ export class SyncModel extends PolledModel {
       }
       this.job = job;
       this._changed.emit();
-      const p = job.progress;
       if (job.state === 'running' && job.cancelling) {
         Notification.update({ id: note, message: `${CANCELLING}…` });
-      } else if (job.state === 'running' && p.files_total) {
-        Notification.update({ id: note, message: `Persisting: ${progressText(p)}` });
+      } else if (job.state === 'running' && job.activity) {
+        Notification.update({ id: note, message: `${job.activity}…` });
       }
     }
     await this.refresh();
-    const unanswered = unansweredPages(job);
-    if (job.state === 'done' && !unanswered && this.status?.store_same_disk) {
-      // Saved, but only on this machine's own disk: it goes when the machine goes.
-      Notification.update({
-        id: note,
-        type: 'warning',
-        message: `Copied to this machine's disk only: ${persistSummary(job)}. ${LOCAL_STORE_ADVICE}`,
-        autoClose: false
-      });
-    } else if (job.state === 'done' && !unanswered) {
-      Notification.update({
-        id: note,
-        type: 'success',
-        message: `All saved: ${persistSummary(job)}.`,
-        autoClose: 5000
-      });
-    } else if (job.state === 'done') {
-      // Not "all saved": a page that did not answer may hold unsaved documents.
-      Notification.update({
-        id: note,
-        type: 'warning',
-        message: `Persisted: ${persistSummary(job)}. ${unanswered}`,
-        autoClose: false
-      });
-    } else if (job.state === 'cancelled') {
-      Notification.update({ id: note, type: 'warning', message: 'Persist cancelled. What was uploaded stays uploaded.', autoClose: 5000 });
-    } else {
-      const done = persistSummary(job);
-      Notification.update({
-        id: note,
-        type: 'error',
-        message: `Persist failed: ${job.errors.join('; ')}.${done ? ` Done: ${done}.` : ''}`,
-        autoClose: false
-      });
-    }
+    // The server's one wording of the outcome, as %gpuws persist and jupyter gpuws persist say
+    // it: "All saved" only for a store that outlives this machine.
+    const summary = persistResult(job);
+    Notification.update({
+      id: note,
+      type: summary.level === 'ok' ? 'success' : summary.level,
+      message: summary.text,
+      autoClose: summary.level === 'ok' || job.state === 'cancelled' ? 5000 : false
+    });
     return job;
   }
 
@@ -235,61 +207,19 @@ export class SyncModel extends PolledModel {
 
 }
 
-/** What a persist did, in a few words: "1 document saved, 3 files uploaded (2.0 KiB)", or
- * "1 document saved, the store was already up to date". The
- * documents that could not be saved fail the persist, and its errors name them. */
-export function persistSummary(job: IJob, withStore = true): string {
-  const parts: string[] = [];
-  const documents: IDocumentsReport | undefined = job.result.documents;
-  if (documents?.saved.length) {
-    parts.push(`${plural(documents.saved.length, 'document')} saved`);
+/** A finished persist's outcome: the server's summary (vocabulary.persist_summary), or, for a
+ * job that ended without one (the server went away), its state and errors. */
+export function persistResult(job: IJob): Pick<IPersistSummary, 'level' | 'text' | 'short'> {
+  const summary = job.result.summary;
+  if (summary) {
+    return summary;
   }
-  if (job.result.uploaded) {
-    parts.push(`${plural(job.result.uploaded, 'file')} uploaded (${formatBytes(job.result.bytes_uploaded ?? 0)})`);
-  } else if (job.result.uploaded === 0) {
-    // The background sync may have carried the saved documents already: "0 files" would
-    // read as if they had not reached the store.
-    parts.push('the store was already up to date');
-  }
-  const stored = job.result.stored as
-    | { files: number; bytes: number; checkpoints: Array<{ run: string; step: number }> }
-    | undefined;
-  if (stored && withStore) {
-    let inStore = `in the store: ${plural(stored.files, 'file')} (${formatBytes(stored.bytes)})`;
-    if (stored.checkpoints?.length) {
-      inStore += `, ${stored.checkpoints.map(c => `${c.run} at step ${c.step}`).join(', ')}`;
-    }
-    parts.push(inStore);
-  }
-  const leftBehind: string[] = job.result.left_behind ?? [];
-  if (leftBehind.length) {
-    parts.push(`${plural(leftBehind.length, 'file')} left behind, too large for the time left (${names(leftBehind.map(p => p.split(':')[0]))})`);
-  }
-  const problems: string[] = job.result.problems ?? [];
-  if (problems.length) {
-    parts.push(`${plural(problems.length, 'file')} cannot be synced (${names(problems.map(p => p.split(':')[0]))})`);
-  }
-  return parts.join(', ');
-}
-
-/** The pages that did not answer a persist's request to save, or '' when all did. */
-export function unansweredPages(job: IJob): string {
-  const pages: string[] = job.result.documents?.unanswered ?? [];
-  if (!pages.length) {
-    return '';
-  }
-  return (
-    `${plural(pages.length, 'browser page')} did not answer (${names(pages)}): ` +
-    'documents open there may be unsaved.'
-  );
+  const text = `Persist ${job.state}${job.errors.length ? `: ${job.errors.join('; ')}` : ''}.`;
+  return { level: job.state === 'done' ? 'warning' : 'error', text, short: text };
 }
 
 function plural(count: number, noun: string): string {
   return `${count} ${noun}${count === 1 ? '' : 's'}`;
-}
-
-function names(items: string[]): string {
-  return items.slice(0, 3).join(', ') + (items.length > 3 ? ` and ${items.length - 3} more` : '');
 }
 
 /** "all saved 12 s ago", "3 files, 120 MiB pending", … in the user's words. Never "all saved"

@@ -12,6 +12,7 @@ from typing import Iterator
 import pytest
 
 from tests.servers import ServerProcess, server_process, until
+from tests.sync.conftest import s3_env, s3_server, s3_url  # noqa: F401 - the SeaweedFS fixtures
 from tests.test_sync_api import mirror
 
 
@@ -38,6 +39,26 @@ def test_wait_exits_0_once_the_files_are_in_the_store(server: ServerProcess) -> 
     assert f":{server.port}/, store {server.store}" in result.stderr and "workspace test-ws" in result.stderr
 
 
+def test_wait_on_a_store_on_this_disk_says_the_files_are_on_this_machines_disk_only(server: ServerProcess) -> None:
+    (server.root / "notes.md").write_text("on this disk")
+    result = persist(server.runtime, "--wait", "--timeout", "60")
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("Copied to this machine's disk only: ")]
+    assert "1 file uploaded" in line and "Set GPUWS_STORE" in line and "All saved" not in result.stderr
+
+
+def test_wait_on_a_store_off_this_machine_says_all_saved(tmp_path: Path, s3_url: str) -> None:
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    with server_process(tmp_path, runtime, {"store_url": s3_url}) as server:
+        until(lambda: server.api("/gpuws/api/sync")["state"] == "idle", 60, "the server's sync")
+        (server.root / "notes.md").write_text("in the bucket")
+        result = persist(runtime, "--wait", "--timeout", "60")
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("All saved: ")]
+    assert "1 file uploaded" in line and "this machine's disk" not in result.stderr
+
+
 def test_a_failed_persist_exits_1_with_one_line(server: ServerProcess) -> None:
     (server.root / "data").mkdir()
     (server.root / "data" / "a.txt").write_text("x")
@@ -48,7 +69,7 @@ def test_a_failed_persist_exits_1_with_one_line(server: ServerProcess) -> None:
     result = persist(server.runtime, "--wait", "--timeout", "60")
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("jupyter gpuws: error:")]
-    assert len(errors) == 1 and "persist failed" in errors[0], result.stderr
+    assert len(errors) == 1 and "Persist failed" in errors[0], result.stderr
     assert blocker.read_text() == "in the way"  # nothing of the user's overwritten
 
 

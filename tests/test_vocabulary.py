@@ -68,6 +68,39 @@ def test_sync_words_never_say_saved() -> None:
     assert v.sync_word({"state": "idle", "last_sync": None}, now)[0] == "nothing synced yet"
 
 
+SAVED = {"documents": {"saved": ["a.ipynb"], "unanswered": []}, "uploaded": 2, "bytes_uploaded": 2048,
+         "stored": {"files": 5, "bytes": 4096, "checkpoints": [{"run": "a.ipynb", "step": 3}]}}
+PERSISTS = [
+    # (state, errors, result, same disk, synced) → the one line
+    (("done", [], SAVED, False, True),
+     "All saved: 1 document saved, 2 files uploaded (2.0 KiB), in the store: 5 files (4.0 KiB), a.ipynb at step 3."),
+    (("done", [], {**SAVED, "uploaded": 0}, False, True),
+     "All saved: 1 document saved, the store was already up to date, in the store: 5 files (4.0 KiB), "
+     "a.ipynb at step 3."),
+    (("failed", ["a.ipynb: Checkpoint at step 3 failed: boom"], SAVED, False, True),
+     "Files saved, not everything: 1 document saved, 2 files uploaded (2.0 KiB), in the store: 5 files "
+     "(4.0 KiB), a.ipynb at step 3. Failed: a.ipynb: Checkpoint at step 3 failed: boom."),
+    (("failed", ["the store is full"], {}, False, False), "Persist failed: the store is full."),
+    (("cancelled", [], {}, False, False), "Persist cancelled: what was uploaded stays uploaded."),
+    (("done", [], {**SAVED, "documents": {"saved": [], "unanswered": ["JupyterLab /lab"]}}, False, True),
+     "Persisted: 2 files uploaded (2.0 KiB), in the store: 5 files (4.0 KiB), a.ipynb at step 3. 1 browser page "
+     "did not answer (JupyterLab /lab): documents open there may be unsaved."),
+]
+
+
+@pytest.mark.parametrize(("args", "text"), PERSISTS)
+def test_a_persist_is_one_line_that_says_all_saved_only_when_it_is(args: tuple, text: str) -> None:
+    assert v.persist_summary(*args)["text"] == text
+
+
+def test_a_persist_to_this_machines_disk_is_never_all_saved() -> None:
+    summary = v.persist_summary("done", [], SAVED, True, True)
+    assert summary["headline"] == "Copied to this machine's disk only" and summary["level"] == "warning"
+    assert summary["text"].endswith(v.WORDS["persist"]["local_advice"]) and not summary["saved_elsewhere"]
+    # The panel shows the store's content and the advice beside the line: not in its short form.
+    assert summary["short"] == "Copied to this machine's disk only: 1 document saved, 2 files uploaded (2.0 KiB)."
+
+
 def test_the_panel_formats_figures_exactly_as_python_does(tmp_path: Path) -> None:
     """src/vocabulary.ts, compiled and run by Node, against the same examples."""
     tsc = ROOT / "node_modules" / ".bin" / "tsc"

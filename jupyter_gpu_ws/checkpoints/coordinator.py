@@ -175,8 +175,7 @@ class CheckpointCoordinator:
             state["notebook"] = notebooks.get(kernel_id)
             request = next((r for r in self.requests.values()
                             if r.get("kernel_id") == kernel_id and r["state"] in ("sent", "accepted")), None)
-            if request and answered(state, request["request_id"]):
-                request["state"] = "done"
+            if request and _settle(request, state):
                 request = None
             state["request"] = request
             out.append(state)
@@ -188,8 +187,7 @@ class CheckpointCoordinator:
         for run_id, run in sorted(self.run_states().items(), key=lambda item: str(item[1].get("run"))):
             request = next((r for r in self.requests.values()
                             if r.get("run_id") == run_id and r["state"] in ("sent", "accepted")), None)
-            if request and answered(run, request["request_id"]):
-                request["state"] = "done"
+            if request and _settle(request, run):
                 request = None
             out.append({**run, "request": request})
         return out
@@ -221,9 +219,8 @@ class CheckpointCoordinator:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = self.agent_states().get(kernel_id) or {}
-            last, pending = state.get("last") or {}, state.get("pending") or {}
-            if answered(state, request_id):
-                record.update(state="done", step=last.get("step"), bytes=last.get("bytes"))
+            pending = state.get("pending") or {}
+            if _settle(record, state):  # complete, or failed with the kernel's reason
                 break
             if pending.get("request_id") == request_id or (state.get("writing") and not pending):
                 record.update(state="accepted", step=state.get("step"),
@@ -256,9 +253,8 @@ class CheckpointCoordinator:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = (self._processes().get(run_id) or {}).get(0, (None, {}))[1]
-            last, pending = state.get("last") or {}, state.get("pending") or {}
-            if answered(state, request_id):
-                record.update(state="done", step=last.get("step"), bytes=last.get("bytes"))
+            pending = state.get("pending") or {}
+            if _settle(record, state):  # complete, or failed with the kernel's reason
                 break
             if pending.get("request_id") == request_id:
                 record.update(state="accepted", step=state.get("step"),
@@ -285,9 +281,11 @@ class CheckpointCoordinator:
         return out
 
     async def wait_done(self, request_ids: list[str], timeout: float) -> list[str]:
-        """Wait until each request's checkpoint is complete; returns those still not done."""
+        """Wait until each request has ended: its checkpoint complete, or failed as its kernel
+        reports (the record then says why, at once: nobody waits out the timeout for what has
+        already failed), or its kernel gone. Returns those still not ended."""
         deadline = time.monotonic() + timeout
-        waiting = [r for r in request_ids if self.requests.get(r, {}).get("state") != "done"]
+        waiting = [r for r in request_ids if self.requests.get(r, {}).get("state") not in ("done", "error")]
         while waiting and time.monotonic() < deadline:
             states = self.agent_states()
             runs = {run_id: ranks[0][1] for run_id, ranks in self._processes().items() if 0 in ranks}
@@ -295,12 +293,38 @@ class CheckpointCoordinator:
                 record = self.requests[rid]
                 ident = record.get("kernel_id") or record.get("run_id")
                 state = states.get(ident) if "kernel_id" in record else runs.get(ident)
-                if answered(state, rid) or state is None:
-                    record["state"] = "done" if answered(state, rid) else "error"
+                if state is None:
+                    record.update(state="error", message="it stopped before its checkpoint was complete")
+                    waiting.remove(rid)
+                elif _settle(record, state):
                     waiting.remove(rid)
             if waiting:
                 await asyncio.sleep(0.2)
         return waiting
+
+
+def failure(state: dict[str, Any] | None, request_id: str) -> str | None:
+    """Why a request's checkpoint failed, as its kernel (or run leader) reported; None if it did not."""
+    for entry in (state or {}).get("failed") or ():
+        if isinstance(entry, dict) and entry.get("request_id") == request_id:
+            return str(entry.get("message") or "the checkpoint failed")
+    return None
+
+
+def _settle(record: dict[str, Any], state: dict[str, Any] | None) -> bool:
+    """Mark a request done or failed by what its kernel's registration says; whether it ended.
+    A later success (the request stays for the next safe point) counts over an earlier failure."""
+    if answered(state, record["request_id"]):
+        last = (state or {}).get("last") or {}
+        record.update(state="done", message=None)
+        if last.get("request_id") == record["request_id"]:
+            record.update(step=last.get("step"), bytes=last.get("bytes"))
+        return True
+    reason = failure(state, record["request_id"])
+    if reason is not None:
+        record.update(state="error", message=reason)
+        return True
+    return False
 
 
 def answered(state: dict[str, Any] | None, request_id: str) -> bool:

@@ -97,6 +97,9 @@ class Tracker:
         # The requests whose checkpoint is complete, newest last: a later save (the policy's, or
         # the next request's) replaces `last`, and the server asking still learns its request was met.
         self.answered: deque[str] = deque(maxlen=32)
+        # The requests whose checkpoint failed, with why, newest last: the server asking ends its
+        # wait at once with the kernel's own reason instead of running out of time.
+        self.failed: deque[dict[str, str]] = deque(maxlen=32)
         self._last: CheckpointInfo | None = None
         self.last_health: str | None = None  # "healthy" or "suspect" (the loss was not finite)
         self.last_error: str | None = None
@@ -283,11 +286,13 @@ class Tracker:
             rng = capture_rng(torch)
             if self.cuda:
                 torch.cuda.synchronize()
-        except BaseException:
+        except BaseException as err:
             with self._lock:  # nothing was written: the request stays for the next safe point
                 if self._pending is None:
                     self._pending = pending
                 self._write_done.set()
+            if isinstance(err, Exception):
+                self._failed(pending, f"Checkpoint at step {step} failed: {str(err) or type(err).__name__}")
             raise
         stall = time.perf_counter() - started
         if self.policy.every_seconds:
@@ -342,7 +347,7 @@ class Tracker:
             self.last_error = None
             apply_retention(self.run_path, self.policy.keep_last)
         except Exception as err:  # the training goes on; the failure is reported
-            self.last_error = f"Checkpoint at step {step} failed: {err}"
+            self._failed(pending, f"Checkpoint at step {step} failed: {str(err) or type(err).__name__}")
             logger.error(self.last_error)
             if tmp is not None:
                 import shutil
@@ -351,6 +356,12 @@ class Tracker:
         finally:
             self._write_done.set()
             self._changed()
+
+    def _failed(self, pending: Pending | None, message: str) -> None:
+        self.last_error = message
+        if pending is not None and pending.request_id:
+            self.failed.append({"request_id": pending.request_id, "message": message})
+        self._changed()
 
     # -- resuming ----------------------------------------------------------------------------
 
@@ -437,6 +448,7 @@ class Tracker:
             },
             "last_error": self.last_error,
             "answered": list(self.answered),
+            "failed": list(self.failed),
             "root": self.root,
         }
 

@@ -65,12 +65,13 @@ def needs_wheel(package: dict[str, Any]) -> bool:
 
 
 def save_snapshot(store: Store, snapshot: dict[str, Any], python: str | None = None, keep_all_wheels: bool = False,
-                  log: Log | None = None) -> SaveResult:
+                  log: Log | None = None, doing: Log | None = None) -> SaveResult:
     """Keep `snapshot` (from `capture`) in the store unless the latest one has the same content.
 
     Wheels of the packages no index can give back are built and stored first; with
     `keep_all_wheels` every package gets its wheel, so a restore needs no index. `python` is
-    the interpreter that builds them (default: the snapshot's own).
+    the interpreter that builds them (default: the snapshot's own). `doing` hears what is
+    under way, in words.
     """
     latest = _usable_latest(store)
     new = not latest or latest.get("hash") != snapshot["hash"]
@@ -80,7 +81,7 @@ def save_snapshot(store: Store, snapshot: dict[str, Any], python: str | None = N
     wanted = [p for p in snapshot["packages"]
               if (needs_wheel(p) and new) or (keep_all_wheels and not find_wheels(kept, p["name"], p["version"]))]
     added, failures = _store_wheels(store, wanted, python or snapshot["python"]["executable"], log,
-                                    index_options(snapshot))
+                                    index_options(snapshot), doing)
     if not new:
         return SaveResult(latest["id"], new=False, wheels_added=added)
     kept = sorted(set(kept) | set(added))
@@ -107,12 +108,12 @@ def _usable_latest(store: Store) -> dict[str, Any] | None:
 
 
 def _store_wheels(store: Store, packages: list[dict[str, Any]], python: str, log: Log | None,
-                  indexes: list[str]) -> tuple[list[str], list[Any]]:
+                  indexes: list[str], doing: Log | None = None) -> tuple[list[str], list[Any]]:
     """Build or fetch wheels for `packages` into a temporary folder, then put them in the store."""
     if not packages:
         return [], []
     with tempfile.TemporaryDirectory(prefix="gpuws-wheels-") as out_dir:
-        failures = build_wheels(packages, python, out_dir, log, indexes)
+        failures = build_wheels(packages, python, out_dir, log, indexes, doing)
         names = {p["name"] for p in packages}
         added = []
         for filename in sorted(os.listdir(out_dir)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -90,15 +91,21 @@ def source_of(package: dict[str, Any]) -> str | None:
 
 
 def build_wheels(packages: list[dict[str, Any]], python: str, out_dir: str, log: Log | None = None,
-                 indexes: list[str] | None = None) -> list[WheelFailure]:
+                 indexes: list[str] | None = None, doing: Log | None = None) -> list[WheelFailure]:
     """Wheels into `out_dir` for every package: index ones fetched at their exact version
     (`indexes`: extra installer options, such as PyTorch's index), the others built from their
-    source. Returns the packages for which none could be made."""
+    source. `doing` hears what is under way, in words ("building a wheel of mypkg"). Returns
+    the packages for which none could be made."""
     pip = pip_python(python)
     from_index = [p for p in packages if (p.get("origin") or {}).get("kind", "index") in ("index", "unknown")]
     from_source = [p for p in packages if p not in from_index]
+    if from_index and doing:
+        doing(f"fetching {len(from_index)} wheels from the index" if len(from_index) > 1
+              else f"fetching a wheel of {from_index[0]['name']}")
     failures = _fetch(from_index, pip, out_dir, log, indexes or [])
     for package in from_source:
+        if doing:
+            doing(f"building a wheel of {package['name']}")
         failure = _build(package, python, pip, out_dir, log)
         if failure:
             failures.append(failure)
@@ -143,9 +150,33 @@ def _build(package: dict[str, Any], python: str, pip: str, out_dir: str, log: Lo
     if uv and os.path.exists(source):  # uv builds folders and source archives, not URLs
         attempts.append([uv, "build", "--wheel", "--out-dir", out_dir, "--python", python, "--", source])
     attempts.append(wheel + ["--", source])
-    error = None
+    errors, output = [], []
+
+    def keep(line: str) -> None:  # the build's own words: the cause is often above pip's last lines
+        output.append(line)
+        if log:
+            log(line)
+
     for command in attempts:
-        error = run_command(command, log)
+        error = run_command(command, keep)
         if error is None:
             return None
-    return WheelFailure(package["name"], f"building a wheel from {source} failed: {error}")
+        errors.append(error)
+    return WheelFailure(package["name"], f"could not build a wheel of {package['name']} from {source}: "
+                                         f"{build_failure(errors, output, package['name'])}")
+
+
+_MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def build_failure(errors: list[str], output: list[str], name: str) -> str:
+    """Why a package's wheel could not be built, from its attempts' errors and output, with what
+    to do: a build backend missing from the environment (the usual case for a project installed
+    from its folder without build isolation) is named, with the install that mends it."""
+    for line in [*errors, *output]:
+        missing = _MISSING_MODULE.search(line)
+        if missing:
+            module = missing.group(1).split(".")[0]
+            return (f"No module named '{module}' (pip install {module} in this environment, so the next "
+                    f"snapshot can build it; or install {name} from an index or a wheel)")
+    return errors[-1] if errors else "no attempt was made"

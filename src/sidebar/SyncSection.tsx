@@ -2,15 +2,7 @@ import React from 'react';
 
 import { formatBytes, formatDuration, percent, shortPath } from '../format';
 import { IJob, IPendingList, ISyncStatus, IWorkspaces } from '../api';
-import {
-  formatAge,
-  LOCAL_STORE_ADVICE,
-  persistSummary,
-  progressText,
-  SyncModel,
-  syncSummary,
-  unansweredPages
-} from '../sync';
+import { formatAge, LOCAL_STORE_ADVICE, persistResult, progressText, SyncModel, syncSummary } from '../sync';
 import { Bar } from './Bar';
 
 /** Sync: state, what is pending (and why) or when all was saved, faults with their reasons,
@@ -22,7 +14,9 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
   const now = Date.now() / 1000;
   const job = model.currentPersist;
   const running = job?.state === 'running';
-  const savingDocuments = running && job?.steps.some(s => s.name === 'documents' && s.state === 'running');
+  // Files counted only while they move: never "0 of 0 files" while a checkpoint or a snapshot runs.
+  const uploading =
+    running && !!job?.steps.some(s => s.name === 'sync' && s.state === 'running') && job.progress.files_total > 0;
   const listable = !!status && (status.pending_files > 0 || (status.problem_files ?? 0) > 0);
   return (
     <>
@@ -98,9 +92,9 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           testId="gpuws-sync-progress"
         />
       )}
-      {savingDocuments && !job?.cancelling && (
-        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-persist-documents">
-          Saving the open documents…
+      {running && job && !job.cancelling && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-persist-activity">
+          {job.activity ?? 'Persisting…'}
         </div>
       )}
       {running && job?.cancelling && (
@@ -109,30 +103,37 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           uploaded.
         </div>
       )}
-      {running && job && !savingDocuments && !job.cancelling && (
+      {running && job && !job.cancelling && (
         <Bar
           label="Persisting"
-          value={progressShare(job.progress)}
-          text={progressText(job.progress)}
+          value={uploading ? progressShare(job.progress) : null}
+          text={uploading ? progressText(job.progress) : stepCount(job)}
           testId="gpuws-persist-progress"
         />
       )}
-      {job && job.state === 'failed' && (
-        <div className="jp-gpuws-message jp-gpuws-error">Persist failed: {job.errors.join('; ')}</div>
-      )}
-      {job && job.state !== 'running' && job.finished && (
-        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-persist-result">
-          Last persist {formatAge(now - job.finished)} ago
-          {persistSummary(job, false) ? `: ${persistSummary(job, false)}` : ''}
-        </div>
-      )}
-      {job && job.state !== 'running' && unansweredPages(job) && (
-        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-persist-unanswered">
-          {unansweredPages(job)}
-        </div>
-      )}
+      {job && job.state !== 'running' && job.finished && <PersistResult job={job} now={now} />}
     </>
   );
+}
+
+/** A finished persist in one coherent line (the server's summary): what was done, what failed
+ * and why, coloured by how it ended; never "failed" beside "up to date" as two stories. */
+function PersistResult(props: { job: IJob; now: number }): JSX.Element {
+  const { job, now } = props;
+  const result = persistResult(job);
+  const look =
+    result.level === 'ok' ? 'jp-gpuws-line jp-gpuws-subtle' : `jp-gpuws-message jp-gpuws-${result.level}`;
+  return (
+    <div className={look} data-testid="gpuws-persist-result">
+      Last persist {formatAge(now - (job.finished ?? now))} ago: {result.short}
+    </div>
+  );
+}
+
+/** "step 2 of 5": where a persist is while its step has no files to count. */
+function stepCount(job: IJob): string {
+  const index = job.steps.findIndex(s => s.state === 'running');
+  return index < 0 ? '' : `step ${index + 1} of ${job.steps.length}`;
 }
 
 /** Every fault with its reason, and Take over where it helps. */

@@ -83,7 +83,7 @@ test.describe('Sync', () => {
     // The flush uploads the notebook, unless the background sync (after the change settled)
     // already has.
     await expect(result).toHaveText(
-      /^Last persist \d+ s ago: 1 document saved, (1 file uploaded \([\d.]+ (B|KiB)\)|the store was already up to date)$/
+      /^Last persist \d+ s ago: All saved: 1 document saved, (1 file uploaded \([\d.]+ (B|KiB)\)|the store was already up to date)\.$/
     );
     await page.locator(PANEL).screenshot({ path: test.info().outputPath('panel-after-persist.png') });
     await page.notebook.close(true);
