@@ -3,7 +3,8 @@
 At a safe point the tracked state is copied into reusable CPU staging buffers (pinned when on
 CUDA), and a background thread writes it, so the loop stalls for the copy alone. At most one
 write is in flight; requests arriving during a write are coalesced into the next safe point.
-torch is imported only when something is tracked, so `import jupyter_gpu_ws` stays light.
+torch is imported only when something is tracked, so `import jupyter_gpu_ws` stays light; without
+torch, plain values are saved as JSON (plainstate.py), and a checkpoint needs neither torch nor NumPy.
 
 `step(i, loss=…, **scalars)` also records the training's progress (training/recorder.py): a
 reference to each value, read in the background; each checkpoint holds the curves up to its
@@ -18,6 +19,7 @@ import logging
 import math
 import os
 import random
+import sys
 import threading
 import time
 import warnings
@@ -28,6 +30,7 @@ from typing import Any, Callable
 
 from ..diskio import start_writeback
 from ..training.recorder import Recorder, continue_wandb
+from . import plainstate
 from .fromstore import NONE, bring_newest
 from .files import (
     CheckpointError,
@@ -145,8 +148,6 @@ class Tracker:
         if keep_last is not None and keep_last < 1:
             raise ValueError("keep_last must be at least 1 (the newest checkpoint is always kept)")
         _check_total(total_steps)
-        import torch  # noqa: F401  (fail here, clearly, if torch is missing)
-
         self.objects.update(objects)
         self.run = name or self.run or default_run_name()
         if root is not None:
@@ -263,7 +264,7 @@ class Tracker:
     # -- saving ------------------------------------------------------------------------------
 
     def _save(self, step: int) -> None:
-        import torch
+        torch = plainstate.optional_torch()
 
         # One save at a time: the slot and the request are taken together, so a second thread
         # arriving at the same moment (the agent's, while the loop steps) finds the write
@@ -281,7 +282,7 @@ class Tracker:
             self.training.drain()
             state = {name: self._stage(name, _state_of(obj)) for name, obj in self.objects.items()}
             rng = capture_rng(torch)
-            if self.cuda:
+            if self.cuda and torch is not None:
                 torch.cuda.synchronize()
         except BaseException:
             with self._lock:  # nothing was written: the request stays for the next safe point
@@ -299,9 +300,8 @@ class Tracker:
 
     def _stage(self, prefix: str, value: Any) -> Any:
         """A copy whose tensors live in reused CPU buffers: the loop may go on at once."""
-        import torch
-
-        if isinstance(value, torch.Tensor):
+        torch = sys.modules.get("torch")  # not imported: nothing tracked holds a tensor
+        if torch is not None and isinstance(value, torch.Tensor):
             buffer = self._staging.get(prefix)
             source = value.detach()
             if buffer is None or buffer.shape != source.shape or buffer.dtype != source.dtype:
@@ -319,22 +319,26 @@ class Tracker:
 
     def _write(self, state: dict[str, Any], rng: dict[str, Any], step: int, pending: Pending | None,
                stall: float) -> None:
-        import torch
-
+        torch = plainstate.optional_torch()
         started = time.perf_counter()
         tmp: Path | None = None
         try:
             tmp = new_tmp_dir(self.run_path)
-            skeleton, digest = write_tensors(state, tmp / "tensors.bin")
-            torch.save(skeleton, tmp / "state.pt")
-            torch.save(rng, tmp / "rng.pt")
+            known = {}
+            if torch is None:  # plain values only (nothing can hold a tensor): JSON
+                (tmp / plainstate.STATE).write_bytes(plainstate.dumps(state))
+                (tmp / plainstate.RNG).write_bytes(plainstate.dumps(rng))
+            else:
+                skeleton, known["tensors.bin"] = write_tensors(state, tmp / "tensors.bin")
+                torch.save(skeleton, tmp / "state.pt")
+                torch.save(rng, tmp / "rng.pt")
             metrics = self.training.checkpoint_metrics(step)  # the curves up to here, the loss's health
             with open(tmp / METRICS, "w", encoding="utf-8") as f:
                 json.dump(metrics, f, separators=(",", ":"), allow_nan=False)
             extra = {"run": self.run, "request_id": pending.request_id if pending else None,
                      "stall_seconds": stall, "health": metrics["health"], "suspect": metrics["suspect"],
                      "total_steps": metrics["total"], "wandb": metrics["wandb"]}
-            info = finish(tmp, step, sorted(self.objects), extra, known={"tensors.bin": digest})
+            info = finish(tmp, step, sorted(self.objects), extra, known=known)
             info.request_id = pending.request_id if pending else None
             self.last = info
             self.last_health = metrics["health"]
@@ -363,8 +367,6 @@ class Tracker:
         said), and a newer checkpoint in the store than here is fetched. A store that cannot
         be read is an error, never a silent 0; 0 comes with a line saying why.
         """
-        import torch
-
         if not self.objects:
             raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
         origin = bring_newest(self.run_path, self.run or default_run_name(), timeout)
@@ -381,7 +383,7 @@ class Tracker:
             load_in_one_process(self, path, manifest)
         else:
             self._load(state, path)
-            restore_rng(torch, rng)
+            restore_rng(plainstate.optional_torch(), rng)
         self.last = info_of(path, manifest)
         self.step_value = int(manifest["step"])
         self._continue_run(path, manifest)
@@ -481,6 +483,7 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
 
         def strip(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
+                _require_numpy()
                 flat = value.contiguous().reshape(-1)
                 data = memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
                 entry = {TENSOR: True, "dtype": str(value.dtype).replace("torch.", ""),
@@ -496,6 +499,13 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
 
         skeleton = {name: strip(value) for name, value in state.items()}
     return skeleton, hasher.hexdigest()
+
+
+def _require_numpy() -> None:
+    """torch hands a tensor's bytes over through NumPy: without it, one line saying what to install."""
+    if plainstate.optional_module("numpy") is None:
+        raise CheckpointError("saving tensors needs NumPy, which torch hands their bytes over through: "
+                              "pip install numpy")
 
 
 def newest_checkpoint(run_path: Path, stacklevel: int = 2, distributed: bool = False,
@@ -581,9 +591,10 @@ def read_metrics(path: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
 def read_checkpoint(path: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The saved state, tensors filled in, and the RNG states of one checkpoint folder: its
     files as the manifest lists them (CheckpointError, naming the file, for anything else)."""
-    import torch
-
     with CheckpointFolder(path, manifest) as folder:
+        if plainstate.STATE in folder.files:  # saved without torch: plain values, as JSON
+            return plainstate.loads(folder.read(plainstate.STATE)), plainstate.loads(folder.read(plainstate.RNG))
+        torch = plainstate.require_torch(f"Checkpoint {path.name} holds torch state: loading it")
         with folder.open("state.pt") as f:
             skeleton = torch.load(f, map_location="cpu", weights_only=True)
         if not isinstance(skeleton, dict):
@@ -645,9 +656,8 @@ def _state_of(obj: Any) -> Any:
 
 
 def _uses_cuda(objects: Any) -> bool:
-    import torch
-
-    if not torch.cuda.is_available():
+    torch = plainstate.optional_torch()
+    if torch is None or not torch.cuda.is_available():
         return False
     for obj in objects:
         params = getattr(obj, "parameters", None)
@@ -657,31 +667,39 @@ def _uses_cuda(objects: Any) -> bool:
     return False
 
 
-def capture_rng(torch: Any) -> dict[str, Any]:
-    """Every RNG a training loop draws from, as tensors and plain values (weights_only-safe)."""
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+def capture_rng(torch: Any | None) -> dict[str, Any]:
+    """Every RNG a training loop draws from, as tensors and plain values (weights_only-safe);
+    without torch (None), Python's and NumPy's as plain values."""
+    state: dict[str, Any] = {"python": random.getstate()}
+    if torch is not None:
+        state["torch"] = torch.get_rng_state()
     try:
         import numpy as np
 
         kind, keys, pos, has_gauss, gauss = np.random.get_state()
-        state["numpy"] = {"kind": kind, "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
-                          "has_gauss": int(has_gauss), "gauss": float(gauss)}
+        keys = keys.astype("int64")
+        state["numpy"] = {"kind": kind, "keys": keys.tolist() if torch is None else torch.from_numpy(keys),
+                          "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)}
     except ImportError:
         pass
-    if torch.cuda.is_available():
+    if torch is not None and torch.cuda.is_available():
         state["cuda"] = list(torch.cuda.get_rng_state_all())
     return state
 
 
-def restore_rng(torch: Any, state: dict[str, Any]) -> None:
+def restore_rng(torch: Any | None, state: dict[str, Any]) -> None:
+    """Back to the RNG states `capture_rng` took; those of a library not here (torch, NumPy) are
+    left out, since nothing in this process draws from them."""
     random.setstate(_tuples(state["python"]))
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        import numpy as np
-
+    if torch is not None and "torch" in state:
+        torch.set_rng_state(state["torch"])
+    np = plainstate.optional_module("numpy") if "numpy" in state else None
+    if np is not None:
         n = state["numpy"]
-        np.random.set_state((n["kind"], n["keys"].numpy().astype("uint32"), n["pos"], n["has_gauss"], n["gauss"]))
-    if "cuda" in state and torch.cuda.is_available():
+        keys = n["keys"] if isinstance(n["keys"], list) else n["keys"].numpy()
+        np.random.set_state((n["kind"], np.asarray(keys, dtype="int64").astype("uint32"), n["pos"],
+                             n["has_gauss"], n["gauss"]))
+    if torch is not None and "cuda" in state and torch.cuda.is_available():
         devices = torch.cuda.device_count()
         torch.cuda.set_rng_state_all(state["cuda"][:devices])
 
