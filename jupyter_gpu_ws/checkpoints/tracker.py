@@ -14,6 +14,7 @@ step and whether the loss was finite, and `resume()` prefers the newest healthy 
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..diskio import start_writeback
+from ..vocabulary import age
 from ..training.recorder import Recorder, continue_wandb
 from . import plainstate
 from .fromstore import NONE, bring_newest
@@ -113,6 +115,7 @@ class Tracker:
         self._write_done.set()
         self._lock = threading.Lock()
         self.cuda = False
+        self._caller_reports = False  # a checkpoint(wait=True) raises the write's failure itself
         self.training = Recorder()
         # The first recorded step starts the background reader; then this is the deque's append.
         self._record: Callable[[tuple], None] = self._start_recording
@@ -127,6 +130,11 @@ class Tracker:
         self._last = info
         if info is not None and info.request_id:
             self.answered.append(info.request_id)
+
+    def __repr__(self) -> str:
+        """What a cell ending in `gpuws.track(...)` shows: the run, what is tracked, where it goes."""
+        tracked = ", ".join(self.objects) or "nothing yet"
+        return f"<gpuws run {self.run or default_run_name()!r}: {tracked}; checkpoints in {_place(self.run_path)}>"
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -250,6 +258,7 @@ class Tracker:
         self._write_done.wait()
         if self._pending is None:
             self._pending = Pending()
+        self._caller_reports = wait
         self._save(max(self.step_value, 0))
         if wait:
             self._write_done.wait()
@@ -346,15 +355,28 @@ class Tracker:
             self.last_error = None
             apply_retention(self.run_path, self.policy.keep_last)
         except Exception as err:  # the training goes on; the failure is reported
-            self.last_error = f"Checkpoint at step {step} failed: {err}"
-            logger.error(self.last_error)
+            self.last_error = f"Checkpoint at step {step} failed: {self._why_not_written(err)}"
+            if not self._caller_reports:  # else it raises this, and one line is enough
+                logger.error(self.last_error)
             if tmp is not None:
                 import shutil
 
                 shutil.rmtree(tmp, ignore_errors=True)
         finally:
+            self._caller_reports = False
             self._write_done.set()
             self._changed()
+
+    def _why_not_written(self, err: Exception) -> str:
+        """A failed write in one line: the cause, and for a disk's refusal what to do."""
+        if isinstance(err, OSError) and err.strerror:
+            where = _place(Path(err.filename)) if err.filename else _place(self.run_path)
+            if err.errno == errno.ENOSPC:
+                return (f"no space left on the disk of {where}: free some, or keep fewer checkpoints "
+                        "with gpuws.track(keep_last=1)")
+            return f"cannot write {where} ({err.strerror}): choose a folder this kernel can write with gpuws.track(root=...)"
+        text = str(err).strip()
+        return text.splitlines()[0] if text else type(err).__name__
 
     # -- resuming ----------------------------------------------------------------------------
 
@@ -388,6 +410,9 @@ class Tracker:
         self.step_value = int(manifest["step"])
         self._continue_run(path, manifest)
         self._changed()
+        print(f"gpuws: resumed {self.run!r} at step {self.step_value:,} from the checkpoint of "
+              f"{_clock(self.last.time)} ({age(self.last.time)}); the loop goes on from step {self.step_value + 1:,}",
+              flush=True)
         return self.step_value + 1
 
     def _continue_run(self, path: Path, manifest: dict[str, Any]) -> None:
@@ -647,6 +672,22 @@ def _tensor_entry(torch: Any, value: dict[str, Any], available: int) -> tuple[An
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _place(path: Path) -> str:
+    """A path as the user knows it: inside the work directory relative to it."""
+    workdir = os.environ.get("GPUWS_WORKDIR") or os.getcwd()
+    try:
+        return str(path.resolve().relative_to(Path(workdir).resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def _clock(moment: float) -> str:
+    """A checkpoint's time: "14:02" today, with the date on another day."""
+    local = time.localtime(moment)
+    same_day = time.localtime()[:3] == local[:3]
+    return time.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M", local)
 
 
 def _state_of(obj: Any) -> Any:

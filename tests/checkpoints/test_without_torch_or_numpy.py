@@ -9,11 +9,13 @@ import sys
 import textwrap
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jupyter_gpu_ws.checkpoints import plainstate
 from jupyter_gpu_ws.checkpoints.files import CheckpointError
+from tests.kernels import Notebook
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -132,3 +134,24 @@ def test_a_value_json_cannot_hold_is_named_in_one_line() -> None:
 def test_a_plain_state_from_the_store_that_is_not_one_is_refused(data: bytes) -> None:
     with pytest.raises(CheckpointError, match="not a checkpoint's plain state"):
         plainstate.loads(data)
+
+
+async def test_a_notebook_without_torch_checkpoints_and_resumes_plain_values(
+        jp_fetch: Any, gpuws_app: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The kernels this server starts inherit the blocker: torch and numpy are not installed for them.
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(BLOCKER)
+    monkeypatch.setenv("GPUWS_TEST_NOT_INSTALLED", "torch,numpy")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")]))
+    track = ("%load_ext jupyter_gpu_ws\nimport jupyter_gpu_ws as gpuws\nstate = {'lr': 0.1, 'best': None}\n"
+             "gpuws.track(state=state, epoch=3)\n")
+    async with Notebook(jp_fetch, gpuws_app, "plain.ipynb") as nb:
+        await nb.run(track + "state['best'] = 0.5\nfor i in range(4):\n    gpuws.step(i)")
+        assert (await nb.run("%gpuws checkpoint")).startswith("Checkpoint at step 3:")
+    async with Notebook(jp_fetch, gpuws_app, "plain.ipynb") as nb:  # a new kernel: Restart, then resume
+        await nb.run(track)
+        said = await nb.run("%gpuws resume")
+        out = await nb.run("import sys\nprint(state, gpuws.track().restored, 'torch' in sys.modules)")
+    assert said.startswith("gpuws: resumed 'plain.ipynb' at step 3 from the checkpoint of ") and "Traceback" not in said
+    assert out == "{'lr': 0.1, 'best': 0.5} {'epoch': 3} False\n"
