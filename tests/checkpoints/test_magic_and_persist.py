@@ -152,3 +152,23 @@ async def test_track_and_progress_show_the_run_what_it_tracks_and_where_checkpoi
         [progress] = await nb.display("gpuws.progress(total=10)")
     expected = "<gpuws run 'repr.ipynb': model, epoch; checkpoints in .gpuws/checkpoints/repr.ipynb>"
     assert tracked["text/plain"] == progress["text/plain"] == expected
+
+
+async def test_the_magic_in_a_kernel_without_a_server_says_so_in_one_line(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_client.manager import start_new_async_kernel
+
+    from tests.kernels import run_in_kernel
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no server's file there
+    for name in ("GPUWS_SERVER_PID", "GPUWS_SERVER_ID", "GPUWS_RUNTIME_DIR", "JPY_SESSION_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    manager, client = await start_new_async_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        await run_in_kernel(client, "%load_ext jupyter_gpu_ws")
+        for command in ("persist", "status", "env"):
+            said = await run_in_kernel(client, f"%gpuws {command}")
+            assert said == "gpuws: No Jupyter Server found for this kernel (is it running under Jupyter?)\n", command
+    finally:
+        client.stop_channels()
+        await manager.shutdown_kernel(now=True)
