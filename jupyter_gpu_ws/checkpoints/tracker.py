@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..diskio import start_writeback
-from ..vocabulary import age
 from ..training.recorder import Recorder, continue_wandb
+from ..vocabulary import age
 from . import plainstate
 from .fromstore import NONE, bring_newest
 from .files import (
@@ -333,7 +333,7 @@ class Tracker:
         tmp: Path | None = None
         try:
             tmp = new_tmp_dir(self.run_path)
-            known = {}
+            known: dict[str, str] = {}  # checksums computed while writing
             if torch is None:  # plain values only (nothing can hold a tensor): JSON
                 (tmp / plainstate.STATE).write_bytes(plainstate.dumps(state))
                 (tmp / plainstate.RNG).write_bytes(plainstate.dumps(rng))
@@ -374,7 +374,8 @@ class Tracker:
             if err.errno == errno.ENOSPC:
                 return (f"no space left on the disk of {where}: free some, or keep fewer checkpoints "
                         "with gpuws.track(keep_last=1)")
-            return f"cannot write {where} ({err.strerror}): choose a folder this kernel can write with gpuws.track(root=...)"
+            return (f"cannot write {where} ({err.strerror}): choose a folder this kernel can write with "
+                    "gpuws.track(root=...)")
         text = str(err).strip()
         return text.splitlines()[0] if text else type(err).__name__
 
@@ -410,9 +411,9 @@ class Tracker:
         self.step_value = int(manifest["step"])
         self._continue_run(path, manifest)
         self._changed()
-        print(f"gpuws: resumed {self.run!r} at step {self.step_value:,} from the checkpoint of "
-              f"{_clock(self.last.time)} ({age(self.last.time)}); the loop goes on from step {self.step_value + 1:,}",
-              flush=True)
+        when = self.last.time
+        print(f"gpuws: resumed {self.run!r} at step {self.step_value:,} from the checkpoint of {_clock(when)} "
+              f"({age(when)}); the loop goes on from step {self.step_value + 1:,}", flush=True)
         return self.step_value + 1
 
     def _continue_run(self, path: Path, manifest: dict[str, Any]) -> None:

@@ -139,7 +139,8 @@ async def test_a_failed_magic_is_one_line_naming_the_cause_and_what_to_do(jp_fet
         await nb.run(f"import torch, jupyter_gpu_ws as gpuws\n"
                      f"gpuws.track(model=torch.nn.Linear(2, 2), root={str(blocked / 'ckpts')!r})")
         out = await nb.run("%gpuws checkpoint")
-    assert out == (f"gpuws: Checkpoint at step 0 failed: cannot write {blocked / 'ckpts' / 'fails.ipynb'} (Not a directory): "
+    run_path = blocked / "ckpts" / "fails.ipynb"
+    assert out == (f"gpuws: Checkpoint at step 0 failed: cannot write {run_path} (Not a directory): "
                    "choose a folder this kernel can write with gpuws.track(root=...)\n")
     assert blocked.read_text() == ""  # nothing of the user's touched
 
@@ -152,6 +153,9 @@ async def test_track_and_progress_show_the_run_what_it_tracks_and_where_checkpoi
         [progress] = await nb.display("gpuws.progress(total=10)")
     expected = "<gpuws run 'repr.ipynb': model, epoch; checkpoints in .gpuws/checkpoints/repr.ipynb>"
     assert tracked["text/plain"] == progress["text/plain"] == expected
+
+
+NO_SERVER = "gpuws: No Jupyter Server found for this kernel (is it running under Jupyter?)\n"
 
 
 async def test_the_magic_in_a_kernel_without_a_server_says_so_in_one_line(tmp_path: Path,
@@ -168,7 +172,7 @@ async def test_the_magic_in_a_kernel_without_a_server_says_so_in_one_line(tmp_pa
         await run_in_kernel(client, "%load_ext jupyter_gpu_ws")
         for command in ("persist", "status", "env"):
             said = await run_in_kernel(client, f"%gpuws {command}")
-            assert said == "gpuws: No Jupyter Server found for this kernel (is it running under Jupyter?)\n", command
+            assert said == NO_SERVER, command
     finally:
         client.stop_channels()
         await manager.shutdown_kernel(now=True)
