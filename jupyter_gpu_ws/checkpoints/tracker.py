@@ -411,10 +411,14 @@ class Tracker:
         self.step_value = int(manifest["step"])
         self._continue_run(path, manifest)
         self._changed()
-        when = self.last.time
+        self._say_resumed()
+        return self.step_value + 1
+
+    def _say_resumed(self) -> None:
+        """One line on what resume() did, as it says when it starts from 0."""
+        when = self.last.time if self.last is not None else time.time()
         print(f"gpuws: resumed {self.run!r} at step {self.step_value:,} from the checkpoint of {_clock(when)} "
               f"({age(when)}); the loop goes on from step {self.step_value + 1:,}", flush=True)
-        return self.step_value + 1
 
     def _continue_run(self, path: Path, manifest: dict[str, Any]) -> None:
         """After a resume from `path`: its health, the curves from its metrics, and its W&B run."""
