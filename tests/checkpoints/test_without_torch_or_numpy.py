@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +113,7 @@ def test_a_checkpoint_of_torch_state_read_without_torch_says_to_install_it(tmp_p
 
 
 def test_numpy_is_installed_with_the_package() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
     dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.split(">")[0].split("=")[0].strip() == "numpy" for d in dependencies)
 
