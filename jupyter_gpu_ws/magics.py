@@ -7,6 +7,7 @@ from typing import Any
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
+from .checkpoints.files import CheckpointError
 from .client import ServerUnreachable, call
 from .statusreport import bundle, gpu_parts, status_parts
 from .store.names import shown
@@ -25,8 +26,11 @@ class GpuwsMagics(Magics):
             return
         try:
             handler()
-        except ServerUnreachable as err:
-            print(f"gpuws: {err}")
+        except (ServerUnreachable, CheckpointError) as err:
+            # An expected failure (no server, nothing tracked, a checkpoint that cannot be
+            # written or read) is one line naming its cause and what to do; anything else raises.
+            text = str(err).strip()
+            print(f"gpuws: {text.splitlines()[0] if text else type(err).__name__}")
 
     def _checkpoint(self) -> None:
         from .checkpoints.tracker import default_tracker
@@ -38,8 +42,7 @@ class GpuwsMagics(Magics):
     def _resume(self) -> None:
         from .checkpoints.tracker import default_tracker
 
-        step = default_tracker().resume()
-        print(f"Resumed: continue from step {step}" if step else "No checkpoint yet: start from step 0")
+        default_tracker().resume()  # it says what it did: resumed from which checkpoint, or from 0 and why
 
     def _gpu(self) -> None:
         from IPython.display import display

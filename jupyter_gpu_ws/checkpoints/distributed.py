@@ -420,8 +420,9 @@ class DistributedTracker(Tracker):
         self.last = info_of(path, manifest)
         self.last_bytes_per_rank = [r.get("bytes", 0) for r in manifest.get("ranks", [])]
         self.step_value = int(manifest["step"])
-        if self.rank == 0:  # the one that records the curves and the W&B run
+        if self.rank == 0:  # the one that records the curves and the W&B run, and says what was done
             self._continue_run(path, manifest)
+            self._say_resumed()
         self._changed()
         return self.step_value + 1
 

@@ -7,6 +7,8 @@
         state.pt        every tracked object's state with tensors replaced by their place in
                         tensors.bin (torch.save of plain values: loads with weights_only=True)
         rng.pt          Python, NumPy and torch RNG states, as tensors and plain values
+        state.json, rng.json   instead of the three above where torch is not installed: plain
+                        values as JSON (plainstate.py)
         manifest.json   written last: step, time, objects, and size + xxh3 of each file
 
 A checkpoint is written under a temporary name, each file fsynced, the manifest written and

@@ -26,7 +26,9 @@ server of the same user on the machine:
 - The training stream: JSON lines the kernel appends a few times a second while a loop steps
   (`PROGRESS` records: the last step, its time, the scalars' mean/min/max since the previous
   record, non-finite values), a `RUN` record when the run's name or total changes, a `RESUMED`
-  record (with the run's history up to the checkpoint) after `gpuws.resume()`. When it grows
+  record (with the run's history up to the checkpoint) after `gpuws.resume()`, and one (with the
+  history up to the step before) where a new segment starts: the loop's first step without a
+  resume, or a step back; the server judges anomalies within a segment only. When it grows
   past `TRAINING_STREAM_MAX` bytes the kernel replaces it by one `SNAPSHOT` record (the whole
   history), so the server, which reads it from where it stopped, starts over from that.
 - A process that is not a kernel (each rank of a run launched by `torchrun` from a Jupyter

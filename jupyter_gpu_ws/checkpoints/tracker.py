@@ -3,7 +3,8 @@
 At a safe point the tracked state is copied into reusable CPU staging buffers (pinned when on
 CUDA), and a background thread writes it, so the loop stalls for the copy alone. At most one
 write is in flight; requests arriving during a write are coalesced into the next safe point.
-torch is imported only when something is tracked, so `import jupyter_gpu_ws` stays light.
+torch is imported only when something is tracked, so `import jupyter_gpu_ws` stays light; without
+torch, plain values are saved as JSON (plainstate.py), and a checkpoint needs neither torch nor NumPy.
 
 `step(i, loss=…, **scalars)` also records the training's progress (training/recorder.py): a
 reference to each value, read in the background; each checkpoint holds the curves up to its
@@ -13,11 +14,13 @@ step and whether the loss was finite, and `resume()` prefers the newest healthy 
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import logging
 import math
 import os
 import random
+import sys
 import threading
 import time
 import warnings
@@ -28,6 +31,8 @@ from typing import Any, Callable
 
 from ..diskio import start_writeback
 from ..training.recorder import Recorder, continue_wandb
+from ..vocabulary import age
+from . import plainstate
 from .fromstore import NONE, bring_newest
 from .files import (
     CheckpointError,
@@ -113,6 +118,7 @@ class Tracker:
         self._write_done.set()
         self._lock = threading.Lock()
         self.cuda = False
+        self._caller_reports = False  # a checkpoint(wait=True) raises the write's failure itself
         self.training = Recorder()
         # The first recorded step starts the background reader; then this is the deque's append.
         self._record: Callable[[tuple], None] = self._start_recording
@@ -127,6 +133,11 @@ class Tracker:
         self._last = info
         if info is not None and info.request_id:
             self.answered.append(info.request_id)
+
+    def __repr__(self) -> str:
+        """What a cell ending in `gpuws.track(...)` shows: the run, what is tracked, where it goes."""
+        tracked = ", ".join(self.objects) or "nothing yet"
+        return f"<gpuws run {self.run or default_run_name()!r}: {tracked}; checkpoints in {_place(self.run_path)}>"
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -148,8 +159,6 @@ class Tracker:
         if keep_last is not None and keep_last < 1:
             raise ValueError("keep_last must be at least 1 (the newest checkpoint is always kept)")
         _check_total(total_steps)
-        import torch  # noqa: F401  (fail here, clearly, if torch is missing)
-
         self.objects.update(objects)
         self.run = name or self.run or default_run_name()
         if root is not None:
@@ -252,6 +261,7 @@ class Tracker:
         self._write_done.wait()
         if self._pending is None:
             self._pending = Pending()
+        self._caller_reports = wait
         self._save(max(self.step_value, 0))
         if wait:
             self._write_done.wait()
@@ -266,7 +276,7 @@ class Tracker:
     # -- saving ------------------------------------------------------------------------------
 
     def _save(self, step: int) -> None:
-        import torch
+        torch = plainstate.optional_torch()
 
         # One save at a time: the slot and the request are taken together, so a second thread
         # arriving at the same moment (the agent's, while the loop steps) finds the write
@@ -284,7 +294,7 @@ class Tracker:
             self.training.drain()
             state = {name: self._stage(name, _state_of(obj)) for name, obj in self.objects.items()}
             rng = capture_rng(torch)
-            if self.cuda:
+            if self.cuda and torch is not None:
                 torch.cuda.synchronize()
         except BaseException as err:
             with self._lock:  # nothing was written: the request stays for the next safe point
@@ -304,9 +314,8 @@ class Tracker:
 
     def _stage(self, prefix: str, value: Any) -> Any:
         """A copy whose tensors live in reused CPU buffers: the loop may go on at once."""
-        import torch
-
-        if isinstance(value, torch.Tensor):
+        torch = sys.modules.get("torch")  # not imported: nothing tracked holds a tensor
+        if torch is not None and isinstance(value, torch.Tensor):
             buffer = self._staging.get(prefix)
             source = value.detach()
             if buffer is None or buffer.shape != source.shape or buffer.dtype != source.dtype:
@@ -324,22 +333,26 @@ class Tracker:
 
     def _write(self, state: dict[str, Any], rng: dict[str, Any], step: int, pending: Pending | None,
                stall: float) -> None:
-        import torch
-
+        torch = plainstate.optional_torch()
         started = time.perf_counter()
         tmp: Path | None = None
         try:
             tmp = new_tmp_dir(self.run_path)
-            skeleton, digest = write_tensors(state, tmp / "tensors.bin")
-            torch.save(skeleton, tmp / "state.pt")
-            torch.save(rng, tmp / "rng.pt")
+            known: dict[str, str] = {}  # checksums computed while writing
+            if torch is None:  # plain values only (nothing can hold a tensor): JSON
+                (tmp / plainstate.STATE).write_bytes(plainstate.dumps(state))
+                (tmp / plainstate.RNG).write_bytes(plainstate.dumps(rng))
+            else:
+                skeleton, known["tensors.bin"] = write_tensors(state, tmp / "tensors.bin")
+                torch.save(skeleton, tmp / "state.pt")
+                torch.save(rng, tmp / "rng.pt")
             metrics = self.training.checkpoint_metrics(step)  # the curves up to here, the loss's health
             with open(tmp / METRICS, "w", encoding="utf-8") as f:
                 json.dump(metrics, f, separators=(",", ":"), allow_nan=False)
             extra = {"run": self.run, "request_id": pending.request_id if pending else None,
                      "stall_seconds": stall, "health": metrics["health"], "suspect": metrics["suspect"],
                      "total_steps": metrics["total"], "wandb": metrics["wandb"]}
-            info = finish(tmp, step, sorted(self.objects), extra, known={"tensors.bin": digest})
+            info = finish(tmp, step, sorted(self.objects), extra, known=known)
             info.request_id = pending.request_id if pending else None
             self.last = info
             self.last_health = metrics["health"]
@@ -347,13 +360,15 @@ class Tracker:
             self.last_error = None
             apply_retention(self.run_path, self.policy.keep_last)
         except Exception as err:  # the training goes on; the failure is reported
-            self._failed(pending, f"Checkpoint at step {step} failed: {str(err) or type(err).__name__}")
-            logger.error(self.last_error)
+            self._failed(pending, f"Checkpoint at step {step} failed: {self._why_not_written(err)}")
+            if not self._caller_reports:  # else it raises this, and one line is enough
+                logger.error(self.last_error)
             if tmp is not None:
                 import shutil
 
                 shutil.rmtree(tmp, ignore_errors=True)
         finally:
+            self._caller_reports = False
             self._write_done.set()
             self._changed()
 
@@ -362,6 +377,18 @@ class Tracker:
         if pending is not None and pending.request_id:
             self.failed.append({"request_id": pending.request_id, "message": message})
         self._changed()
+
+    def _why_not_written(self, err: Exception) -> str:
+        """A failed write in one line: the cause, and for a disk's refusal what to do."""
+        if isinstance(err, OSError) and err.strerror:
+            where = _place(Path(err.filename)) if err.filename else _place(self.run_path)
+            if err.errno == errno.ENOSPC:
+                return (f"no space left on the disk of {where}: free some, or keep fewer checkpoints "
+                        "with gpuws.track(keep_last=1)")
+            return (f"cannot write {where} ({err.strerror}): choose a folder this kernel can write with "
+                    "gpuws.track(root=...)")
+        text = str(err).strip()
+        return text.splitlines()[0] if text else type(err).__name__
 
     # -- resuming ----------------------------------------------------------------------------
 
@@ -374,8 +401,6 @@ class Tracker:
         said), and a newer checkpoint in the store than here is fetched. A store that cannot
         be read is an error, never a silent 0; 0 comes with a line saying why.
         """
-        import torch
-
         if not self.objects:
             raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
         origin = bring_newest(self.run_path, self.run or default_run_name(), timeout)
@@ -392,12 +417,19 @@ class Tracker:
             load_in_one_process(self, path, manifest)
         else:
             self._load(state, path)
-            restore_rng(torch, rng)
+            restore_rng(plainstate.optional_torch(), rng)
         self.last = info_of(path, manifest)
         self.step_value = int(manifest["step"])
         self._continue_run(path, manifest)
         self._changed()
+        self._say_resumed()
         return self.step_value + 1
+
+    def _say_resumed(self) -> None:
+        """One line on what resume() did, as it says when it starts from 0."""
+        when = self.last.time if self.last is not None else time.time()
+        print(f"gpuws: resumed {self.run!r} at step {self.step_value:,} from the checkpoint of {_clock(when)} "
+              f"({age(when)}); the loop goes on from step {self.step_value + 1:,}", flush=True)
 
     def _continue_run(self, path: Path, manifest: dict[str, Any]) -> None:
         """After a resume from `path`: its health, the curves from its metrics, and its W&B run."""
@@ -493,6 +525,7 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
 
         def strip(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
+                _require_numpy()
                 flat = value.contiguous().reshape(-1)
                 data = memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
                 entry = {TENSOR: True, "dtype": str(value.dtype).replace("torch.", ""),
@@ -508,6 +541,13 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
 
         skeleton = {name: strip(value) for name, value in state.items()}
     return skeleton, hasher.hexdigest()
+
+
+def _require_numpy() -> None:
+    """torch hands a tensor's bytes over through NumPy: without it, one line saying what to install."""
+    if plainstate.optional_module("numpy") is None:
+        raise CheckpointError("saving tensors needs NumPy, which torch hands their bytes over through: "
+                              "pip install numpy")
 
 
 def newest_checkpoint(run_path: Path, stacklevel: int = 2, distributed: bool = False,
@@ -593,9 +633,10 @@ def read_metrics(path: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
 def read_checkpoint(path: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The saved state, tensors filled in, and the RNG states of one checkpoint folder: its
     files as the manifest lists them (CheckpointError, naming the file, for anything else)."""
-    import torch
-
     with CheckpointFolder(path, manifest) as folder:
+        if plainstate.STATE in folder.files:  # saved without torch: plain values, as JSON
+            return plainstate.loads(folder.read(plainstate.STATE)), plainstate.loads(folder.read(plainstate.RNG))
+        torch = plainstate.require_torch(f"Checkpoint {path.name} holds torch state: loading it")
         with folder.open("state.pt") as f:
             skeleton = torch.load(f, map_location="cpu", weights_only=True)
         if not isinstance(skeleton, dict):
@@ -650,6 +691,22 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _place(path: Path) -> str:
+    """A path as the user knows it: inside the work directory relative to it."""
+    workdir = os.environ.get("GPUWS_WORKDIR") or os.getcwd()
+    try:
+        return str(path.resolve().relative_to(Path(workdir).resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def _clock(moment: float) -> str:
+    """A checkpoint's time: "14:02" today, with the date on another day."""
+    local = time.localtime(moment)
+    same_day = time.localtime()[:3] == local[:3]
+    return time.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M", local)
+
+
 def _state_of(obj: Any) -> Any:
     if callable(getattr(obj, "state_dict", None)):
         return obj.state_dict()
@@ -657,9 +714,8 @@ def _state_of(obj: Any) -> Any:
 
 
 def _uses_cuda(objects: Any) -> bool:
-    import torch
-
-    if not torch.cuda.is_available():
+    torch = plainstate.optional_torch()
+    if torch is None or not torch.cuda.is_available():
         return False
     for obj in objects:
         params = getattr(obj, "parameters", None)
@@ -669,31 +725,39 @@ def _uses_cuda(objects: Any) -> bool:
     return False
 
 
-def capture_rng(torch: Any) -> dict[str, Any]:
-    """Every RNG a training loop draws from, as tensors and plain values (weights_only-safe)."""
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+def capture_rng(torch: Any | None) -> dict[str, Any]:
+    """Every RNG a training loop draws from, as tensors and plain values (weights_only-safe);
+    without torch (None), Python's and NumPy's as plain values."""
+    state: dict[str, Any] = {"python": random.getstate()}
+    if torch is not None:
+        state["torch"] = torch.get_rng_state()
     try:
         import numpy as np
 
         kind, keys, pos, has_gauss, gauss = np.random.get_state()
-        state["numpy"] = {"kind": kind, "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
-                          "has_gauss": int(has_gauss), "gauss": float(gauss)}
+        keys = keys.astype("int64")
+        state["numpy"] = {"kind": kind, "keys": keys.tolist() if torch is None else torch.from_numpy(keys),
+                          "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)}
     except ImportError:
         pass
-    if torch.cuda.is_available():
+    if torch is not None and torch.cuda.is_available():
         state["cuda"] = list(torch.cuda.get_rng_state_all())
     return state
 
 
-def restore_rng(torch: Any, state: dict[str, Any]) -> None:
+def restore_rng(torch: Any | None, state: dict[str, Any]) -> None:
+    """Back to the RNG states `capture_rng` took; those of a library not here (torch, NumPy) are
+    left out, since nothing in this process draws from them."""
     random.setstate(_tuples(state["python"]))
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        import numpy as np
-
+    if torch is not None and "torch" in state:
+        torch.set_rng_state(state["torch"])
+    np = plainstate.optional_module("numpy") if "numpy" in state else None
+    if np is not None:
         n = state["numpy"]
-        np.random.set_state((n["kind"], n["keys"].numpy().astype("uint32"), n["pos"], n["has_gauss"], n["gauss"]))
-    if "cuda" in state and torch.cuda.is_available():
+        keys = n["keys"] if isinstance(n["keys"], list) else n["keys"].numpy()
+        np.random.set_state((n["kind"], np.asarray(keys, dtype="int64").astype("uint32"), n["pos"],
+                             n["has_gauss"], n["gauss"]))
+    if torch is not None and "cuda" in state and torch.cuda.is_available():
         devices = torch.cuda.device_count()
         torch.cuda.set_rng_state_all(state["cuda"][:devices])
 

@@ -129,9 +129,7 @@ class Recorder:
                     stride = len(batch) / MAX_READ
                     chosen = {int(k * stride) for k in range(MAX_READ)} | {len(batch) - 1}
                     batch = [e for k, e in enumerate(batch) if k in chosen or e[0] is None]
-                progress = self._absorb(self._resolve(batch), steps)
-                if progress is not None:
-                    records.append(progress)
+                records += self._absorb(self._resolve(batch), steps)
             if records:
                 self._send(records)
 
@@ -179,29 +177,37 @@ class Recorder:
             self.warnings.append(message)
             log.warning(message)
 
-    def _absorb(self, rows: list[tuple[int | None, float, dict[str, float]]], steps: int) -> dict[str, Any] | None:
+    def _absorb(self, rows: list[tuple[int | None, float, dict[str, float]]], steps: int) -> list[dict[str, Any]]:
+        """The records these rows make: a progress record, and where the loop started a new
+        segment (its first step, or a step back: a cell run again, Restart and Run All), the
+        progress of the rows before it, then the segment's start, then the rest."""
         wall = time.time() - time.monotonic()  # monotonic → epoch
-        sums: dict[str, list[float]] = {}  # name → [sum, count, min, max, last, step]
-        nonfinite: dict[str, dict[str, Any]] = {}
+        records: list[dict[str, Any]] = []
+        part = _Part()
+        counted = 0  # steps in the parts already closed
         for step, at, values in rows:
             if step is None:  # log(): the values belong to the last step
                 step = self.last_step if self.last_step is not None else 0
             else:
-                if self.last_step is not None and step < self.last_step:
-                    self._restarted(step)
+                if self.last_step is None or step < self.last_step:
+                    records += self._progress(part, part.steps)
+                    counted += part.steps
+                    part = _Part()
+                    records.append(self._restarted(step))
                 if self._previous_step_at is not None and 0 <= at - self._previous_step_at <= MAX_STEP_GAP:
                     self.elapsed += at - self._previous_step_at
                 self._previous_step_at = at
                 self.last_step, self.last_time = step, wall + at
+                part.steps += 1
             for name, value in values.items():
                 if name == "loss":
                     self._loss_health(step, value)
                 if self._writer is not None and valid_name(name):
                     self._writer.add_scalar(name, value, step, walltime=wall + at)
                 if math.isfinite(value):
-                    s = sums.get(name)
+                    s = part.sums.get(name)
                     if s is None:
-                        sums[name] = [value, 1, value, value, value, step]
+                        part.sums[name] = [value, 1, value, value, value, step]
                     else:
                         s[0] += value
                         s[1] += 1
@@ -210,31 +216,37 @@ class Recorder:
                         s[4], s[5] = value, step
                     self.last_values[name] = value
                 else:
-                    bad = nonfinite.setdefault(name, {"step": step, "value": _text(value), "count": 0})
+                    bad = part.nonfinite.setdefault(name, {"step": step, "value": _text(value), "count": 0})
                     bad["count"] += 1
+        # The loop may go faster than the reader samples it: the last part counts what was not read.
+        return records + self._progress(part, max(steps - counted, part.steps))
+
+    def _progress(self, part: _Part, steps: int) -> list[dict[str, Any]]:
+        """A part's values into the curves, and its progress record (none for an empty part)."""
         at = self.last_time if self.last_time is not None else time.time()
-        for name, (total, count, low, high, last, step) in sums.items():
+        for name, (total, count, low, high, last, step) in part.sums.items():
             self.history.add(name, step, at, total / count)
-        for name, bad in nonfinite.items():
-            if name not in sums:
+        for name, bad in part.nonfinite.items():
+            if name not in part.sums:
                 self.history.add(name, bad["step"], at, None)  # a gap where the value was not finite
-        if not sums and not nonfinite and not steps:
-            return None
-        return {
+        if not part.sums and not part.nonfinite and not steps:
+            return []
+        return [{
             "type": protocol.PROGRESS, "run": self.run_name, "time": at, "step": self.last_step,
             "steps": steps, "total": self.total, "elapsed": round(self.elapsed, 3),
             "values": {name: {"mean": total / count, "min": low, "max": high, "last": last, "n": count}
-                       for name, (total, count, low, high, last, _) in sums.items()},
-            "nonfinite": nonfinite, "loss_bad": self.loss_bad(),
-        }
+                       for name, (total, count, low, high, last, _) in part.sums.items()},
+            "nonfinite": part.nonfinite, "loss_bad": self.loss_bad(),
+        }]
 
-    def _restarted(self, step: int) -> None:
-        """The loop went back to an earlier step (a cell run again): the curve goes on from there."""
+    def _restarted(self, step: int) -> dict[str, Any]:
+        """A new segment from `step`: the curve goes on from there, and the server, told by the
+        record returned, judges the loss against this segment's alone."""
         self.history.truncate_after(step - 1)
         self.bad_spans = [span for span in self.bad_spans if span[0] < step]
         if self.bad_spans and (self.bad_spans[-1][1] is None or self.bad_spans[-1][1] >= step):
             self.bad_spans[-1][1] = None
-        self._send([self._resumed_record(step - 1)])
+        return self._resumed_record(step - 1)
 
     # -- the loss's health -------------------------------------------------------------------
 
@@ -352,6 +364,15 @@ class Recorder:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+
+
+class _Part:
+    """The values of consecutive rows of one segment: per name [sum, count, min, max, last, step]."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, list[Any]] = {}
+        self.nonfinite: dict[str, dict[str, Any]] = {}
+        self.steps = 0
 
 
 def read_tensors(tensors: list[Any]) -> list[float | None]:

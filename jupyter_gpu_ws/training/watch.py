@@ -242,7 +242,11 @@ class TrainingWatch:
             if not _whole(step, 0) or not _number(at):
                 return
             if run.step is not None and step < run.step:
+                # Kernels say where a new segment starts (a resumed record) before its progress;
+                # a step back without one is a new segment all the same: never judged against
+                # an earlier run's best.
                 run.meter.reset()
+                run.anomalies.restart()
             run.step, run.last_time = step, at
             if _number(record.get("elapsed")):
                 run.elapsed = record["elapsed"]

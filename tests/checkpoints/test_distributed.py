@@ -123,6 +123,7 @@ def test_a_checkpoint_resumes_on_another_world_size_with_the_saved_model_and_opt
                "--out", str(tmp_path / "out"), log=tmp_path / "resumed.log")
     resumed = load(tmp_path / "out" / "resumed.pt")
     assert resumed["start"] == 9
+    assert text.count("gpuws: resumed 'dist-run' at step 8 from the checkpoint of ") == 1  # rank 0 says it, once
     saved = load(source / "out" / "full-8.pt")
     assert differences(saved["model"], resumed["model"]) == []
     assert differences(saved["optimizer"], resumed["optimizer"]) == []

@@ -74,8 +74,8 @@ async def test_training_resumed_in_a_new_kernel_ends_bitwise_equal(jp_fetch: Any
 
     async with Notebook(jp_fetch, gpuws_app, "exp/train.ipynb") as nb:  # a new kernel, same notebook
         await nb.run(SETUP.format(seed=12345, name=""))  # different initial weights and RNG
-        start = await nb.run("start = gpuws.resume()\nprint(start)")
-        assert start.strip() == "20"
+        said, start = (await nb.run("start = gpuws.resume()\nprint(start)")).strip().splitlines()
+        assert start == "20" and said.startswith("gpuws: resumed 'train.ipynb' at step 19 from the checkpoint of ")
         await nb.run("train(start, 40)\n" + SAVE_FINAL.format(path=str(resumed)))
 
     a, b = torch.load(straight), torch.load(resumed)
@@ -181,7 +181,7 @@ gpuws.track(model=model)
     assert len(complete) == 1  # the interrupted one never became a checkpoint
     async with Notebook(jp_fetch, gpuws_app, "big.ipynb") as nb:
         await nb.run(big)
-        assert (await nb.run("print(gpuws.resume())")).strip() == "1"
+        assert (await nb.run("print(gpuws.resume())")).strip().splitlines()[-1] == "1"
         await nb.run("gpuws.checkpoint(wait=True)")
     assert not [p for p in run_dir.iterdir() if p.name.startswith(".tmp-ckpt-")]  # cleaned up
 

@@ -36,7 +36,8 @@ async def test_gpuws_magic_checkpoints_resumes_and_reports(jp_fetch: Any, gpuws_
         await nb.run(SETUP)
         out = await nb.run("%gpuws checkpoint")
         assert out.startswith("Checkpoint at step 2:")
-        assert (await nb.run("%gpuws resume")).strip() == "Resumed: continue from step 3"
+        assert re.fullmatch(r"gpuws: resumed 'magic\.ipynb' at step 2 from the checkpoint of \d\d:\d\d \(\d+ s ago\); "
+                            r"the loop goes on from step 3\n", await nb.run("%gpuws resume"))
         [gpu] = await nb.display("%gpuws gpu")
         assert "A100-SXM4-40GB" in gpu["text/plain"]  # the test server's simulated GPUs
         [status] = await nb.display("%gpuws status")
@@ -123,3 +124,56 @@ async def test_magic_persist_runs_the_server_pipeline(jp_fetch: Any, gpuws_app: 
         assert "Copied to this machine's disk only:" in out and "All saved" not in out
         # Saved by the browser pages before anything else; none is connected in this test.
         assert "Open documents: no browser page is connected." in out
+
+
+NOTHING_TRACKED = "gpuws: Nothing is tracked: call gpuws.track(model=..., optimizer=...) first\n"
+
+
+async def test_a_failed_magic_is_one_line_naming_the_cause_and_what_to_do(jp_fetch: Any, gpuws_app: Any,
+                                                                          tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"  # a folder cannot be made inside a file: the checkpoint cannot be written
+    blocked.write_text("")
+    async with Notebook(jp_fetch, gpuws_app, "fails.ipynb") as nb:
+        await nb.run("%load_ext jupyter_gpu_ws")
+        assert await nb.run("%gpuws checkpoint") == NOTHING_TRACKED
+        assert await nb.run("%gpuws resume") == NOTHING_TRACKED
+        await nb.run(f"import torch, jupyter_gpu_ws as gpuws\n"
+                     f"gpuws.track(model=torch.nn.Linear(2, 2), root={str(blocked / 'ckpts')!r})")
+        out = await nb.run("%gpuws checkpoint")
+    run_path = blocked / "ckpts" / "fails.ipynb"
+    assert out == (f"gpuws: Checkpoint at step 0 failed: cannot write {run_path} (Not a directory): "
+                   "choose a folder this kernel can write with gpuws.track(root=...)\n")
+    assert blocked.read_text() == ""  # nothing of the user's touched
+
+
+async def test_track_and_progress_show_the_run_what_it_tracks_and_where_checkpoints_go(jp_fetch: Any,
+                                                                                       gpuws_app: Any) -> None:
+    async with Notebook(jp_fetch, gpuws_app, "repr.ipynb") as nb:
+        await nb.run("%load_ext jupyter_gpu_ws\nimport torch, jupyter_gpu_ws as gpuws\nmodel = torch.nn.Linear(2, 2)")
+        [tracked] = await nb.display("gpuws.track(model=model, epoch=0)")
+        [progress] = await nb.display("gpuws.progress(total=10)")
+    expected = "<gpuws run 'repr.ipynb': model, epoch; checkpoints in .gpuws/checkpoints/repr.ipynb>"
+    assert tracked["text/plain"] == progress["text/plain"] == expected
+
+
+NO_SERVER = "gpuws: No Jupyter Server found for this kernel (is it running under Jupyter?)\n"
+
+
+async def test_the_magic_in_a_kernel_without_a_server_says_so_in_one_line(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_client.manager import start_new_async_kernel
+
+    from tests.kernels import run_in_kernel
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))  # no server's file there
+    for name in ("GPUWS_SERVER_PID", "GPUWS_SERVER_ID", "GPUWS_RUNTIME_DIR", "JPY_SESSION_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    manager, client = await start_new_async_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        await run_in_kernel(client, "%load_ext jupyter_gpu_ws")
+        for command in ("persist", "status", "env"):
+            said = await run_in_kernel(client, f"%gpuws {command}")
+            assert said == NO_SERVER, command
+    finally:
+        client.stop_channels()
+        await manager.shutdown_kernel(now=True)

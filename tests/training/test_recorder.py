@@ -45,8 +45,9 @@ def test_tensors_and_numbers_are_read_later_into_the_curve_and_the_stream(tracke
         tracker.step(i, torch.tensor(float(i)), {"lr": 0.5, "acc": torch.tensor([0.0, 1.0])})
     assert tracker.training.history.points("loss") == []  # nothing read on the loop's thread
     tracker.training.flush()
-    [run, progress] = records(tracker.training.stream)
+    [run, start, progress] = records(tracker.training.stream)
     assert run == {"type": "run", "run": "run", "total": 100, "time": run["time"], "tensorboard": None}
+    assert (start["type"], start["step"], start["history"]["series"]) == ("resumed", -1, {})  # a new segment
     assert progress["step"] == 9 and progress["steps"] == 10
     assert progress["values"]["loss"] == {"mean": 4.5, "min": 0.0, "max": 9.0, "last": 9.0, "n": 10}
     assert progress["values"]["acc"]["mean"] == 0.5  # a tensor of several values: its mean
@@ -94,7 +95,8 @@ def test_a_loop_run_again_from_an_earlier_step_continues_the_curve_from_there(tr
     watch.tick()
     steps = [p[0] for p in tracker.training.history.points("loss")]
     assert steps == sorted(steps) and max(steps) == 14
-    assert [r["type"] for r in records(tracker.training.stream)].count("resumed") == 1
+    # Two segments: the first step's, and the loop's from step 10.
+    assert [r["step"] for r in records(tracker.training.stream) if r["type"] == "resumed"] == [-1, 9]
     on_server = watch.history("run")["runs"]["run"]["series"]["loss"]
     assert [p[0] for p in on_server] == steps and on_server[-1][2] == 100.0  # the same curve, not doubled back
 
@@ -138,3 +140,63 @@ def test_a_stream_grown_too_long_is_replaced_by_a_snapshot_the_server_reads_whol
     watch.tick()
     curve = watch.history("run")["runs"]["run"]["series"]["loss"]
     assert [p[0] for p in curve] == list(range(60))  # whole: nothing lost, nothing doubled
+
+
+def a_kernel(tmp_path: Path, kernel_id: str) -> Tracker:
+    """A kernel's tracker of the run "train.ipynb", its stream read only when the test flushes."""
+    tracker = Tracker()
+    tracker.training.stream = tmp_path / f"{kernel_id}.training.jsonl"
+    tracker.track("train.ipynb", epoch=0, root=str(tmp_path / "ckpt"))
+    with tracker.training._lock:
+        _unregister(tracker.training)
+    tracker._record = tracker.training.entries.append
+    return tracker
+
+
+def train_and_watch(tracker: Tracker, watch: TrainingWatch, losses: list[float]) -> None:
+    for i, loss in enumerate(losses):
+        tracker.step(i, loss)
+        if i % 5 == 4:  # a progress record every 5 steps, as the background reader makes them
+            tracker.training.flush()
+            watch.tick()
+
+
+# Falls to 1e-6; its last two steps are read with the rerun's first five (one record of mixed runs before).
+FIRST_RUN = [5.0 * (1e-6 / 5.0) ** (i / 201) for i in range(202)]
+RERUN = [5.0 * 0.99 ** i for i in range(200)]  # from 5.0 again, falling steadily
+
+
+@pytest.mark.parametrize("rerun_in", ["a new kernel", "the same kernel"])
+def test_restart_and_run_all_is_a_new_segment_judged_on_its_own(tmp_path: Path, rerun_in: str) -> None:
+    streams = {"k1": tmp_path / "k1.training.jsonl"}
+    watch = TrainingWatch(WatchSettings(policy=AnomalyPolicy()), streams=lambda: dict(streams),
+                          kernel_busy=lambda k: True, deadline=lambda: None)
+    first = a_kernel(tmp_path, "k1")
+    train_and_watch(first, watch, FIRST_RUN)
+    if rerun_in == "a new kernel":
+        del streams["k1"]
+        watch.tick()
+        streams["k2"] = tmp_path / "k2.training.jsonl"
+        second = a_kernel(tmp_path, "k2")
+    else:
+        second = first
+    train_and_watch(second, watch, RERUN)
+    state = watch.state()
+    assert state["anomalies"] == []
+    [run] = state["runs"]
+    assert run["step"] == 199 and run["live"]
+    curve = watch.history("train.ipynb")["runs"]["train.ipynb"]["series"]["loss"]
+    assert [p[0] for p in curve] == list(range(4, 200, 5))  # the rerun's points alone, from its start
+    assert curve[0][2] == pytest.approx(sum(RERUN[:5]) / 5)
+
+
+def test_a_loss_that_rises_within_the_rerun_is_still_divergence(tmp_path: Path) -> None:
+    streams = {"k1": tmp_path / "k1.training.jsonl"}
+    watch = TrainingWatch(WatchSettings(policy=AnomalyPolicy()), streams=lambda: dict(streams),
+                          kernel_busy=lambda k: True, deadline=lambda: None)
+    tracker = a_kernel(tmp_path, "k1")
+    train_and_watch(tracker, watch, FIRST_RUN)
+    train_and_watch(tracker, watch, [5.0 * 0.95 ** i for i in range(100)] + [0.03 * 1.1 ** i for i in range(60)])
+    [divergence] = [a for a in watch.state()["anomalies"] if a["kind"] == "divergence"]
+    assert divergence["kind"] == "divergence" and divergence["run"] == "train.ipynb"
+    assert "times its best (0.0" in divergence["message"]  # its best in this segment, not 1e-06

@@ -315,3 +315,43 @@ async def test_gpuws_status_shows_each_run_with_its_step_eta_and_verdict(jp_fetc
         [line] = [line for line in said.splitlines() if line.strip().startswith("status.ipynb") and "/5,000" in line]
         assert "paused" in line and "before the runtime ends" in line
         assert " h " in line or " min" in line  # the ETA in words
+
+
+RESTART_AND_RUN_ALL = """
+%load_ext jupyter_gpu_ws
+import time, jupyter_gpu_ws as gpuws
+gpuws.track(epoch=0)
+for i in range({steps}):
+    gpuws.step(i, loss={loss})
+    time.sleep(0.01)
+"""
+
+
+async def test_restart_and_run_all_raises_no_alarm_against_the_earlier_runs_best(jp_fetch: Any,
+                                                                               gpuws_app: Any) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def reached(step: int) -> Any:
+        state = await training(jp_fetch)
+        seen.extend(state["anomalies"])
+        run = run_of(state, "restart.ipynb")
+        return run if run and run["live"] and run["step"] == step else None
+
+    async with Notebook(jp_fetch, gpuws_app, "restart.ipynb") as nb:  # the first run: down to 1e-6
+        await nb.run(RESTART_AND_RUN_ALL.format(steps=200, loss="5.0 * (1e-6 / 5.0) ** (i / 199)"))
+        await wait_for(lambda: reached(199), timeout=30, interval=0.2)
+    async with Notebook(jp_fetch, gpuws_app, "restart.ipynb") as nb:  # Restart and Run All: from 5.0 again
+        rerun = RESTART_AND_RUN_ALL.format(steps=300, loss="5.0 * 0.99 ** i")
+        cell = nb.client.execute(rerun)
+        run = await wait_for(lambda: reached(299), timeout=60, interval=0.2)
+        await collect(nb.client, cell)
+        assert seen == [] and run["anomalies"] == []
+        history = json.loads((await jp_fetch("gpuws", "api", "training", "history",
+                                             params={"run": "restart.ipynb"})).body)
+        curve = history["runs"]["restart.ipynb"]["series"]["loss"]
+        # The rerun's curve alone, from its own start: none of the first run's points (down to 1e-6) left.
+        assert curve[0][0] <= 30 and curve[0][2] > 3.5 and min(p[2] for p in curve) > 0.2
+        assert [p[0] for p in curve] == sorted({p[0] for p in curve})
+        await nb.run(rerun.replace("%load_ext jupyter_gpu_ws", ""))  # the loop's cell run again, same kernel
+        run = await wait_for(lambda: reached(299), timeout=60, interval=0.2)
+    assert seen == [] and run["anomalies"] == []
