@@ -262,7 +262,7 @@ class Tracker:
         if self._pending is None:
             self._pending = Pending()
         self._caller_reports = wait
-        self._save(max(self.step_value, 0))
+        self._save(max(self.step_value, 0), explicit=True)
         if wait:
             self._write_done.wait()
             if self.last_error:
@@ -275,7 +275,7 @@ class Tracker:
 
     # -- saving ------------------------------------------------------------------------------
 
-    def _save(self, step: int) -> None:
+    def _save(self, step: int, explicit: bool = False) -> None:
         torch = plainstate.optional_torch()
 
         # One save at a time: the slot and the request are taken together, so a second thread
@@ -297,13 +297,25 @@ class Tracker:
             if self.cuda and torch is not None:
                 torch.cuda.synchronize()
         except BaseException as err:
-            with self._lock:  # nothing was written: the request stays for the next safe point
-                if self._pending is None:
-                    self._pending = pending
+            interrupted = not isinstance(err, Exception)  # Ctrl-C, SystemExit: not the state's fault
+            with self._lock:
+                if interrupted and self._pending is None:
+                    self._pending = pending  # nothing was written: the request stays for the next safe point
                 self._write_done.set()
-            if isinstance(err, Exception):
-                self._failed(pending, f"Checkpoint at step {step} failed: {str(err) or type(err).__name__}")
-            raise
+            if interrupted:
+                raise
+            # The state could not be read (a state_dict() that raises, no memory for the copy).
+            # The request is answered as failed, with the reason; a checkpoint() the user called
+            # raises it, but a safe point in the loop never does: a click on Persist now or a
+            # policy must not end a training run. The policy tries again at its next time.
+            message = f"Checkpoint at step {step} failed: {str(err) or type(err).__name__}"
+            self._failed(pending, message)
+            if self.policy.every_seconds:
+                self._next_time = time.monotonic() + self.policy.every_seconds
+            if explicit:
+                raise CheckpointError(message) from err
+            logger.error("gpuws: %s (the training goes on)", message)
+            return
         stall = time.perf_counter() - started
         if self.policy.every_seconds:
             self._next_time = time.monotonic() + self.policy.every_seconds

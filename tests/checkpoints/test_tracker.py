@@ -220,6 +220,40 @@ def test_a_save_that_fails_before_writing_keeps_its_request(root: str, monkeypat
     assert [(m["step"], m["request_id"]) for _, m in complete_checkpoints(tracker.run_path)] == [(2, "asked")]
 
 
+class Flaky:
+    """A stateful object whose state cannot be read while `broken`."""
+
+    def __init__(self) -> None:
+        self.broken = True
+        self.value = 0
+
+    def state_dict(self) -> dict:
+        if self.broken:
+            raise RuntimeError("the data loader's state is not ready")
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value = state["value"]
+
+
+def test_a_state_that_cannot_be_read_never_ends_the_training_loop(root: str) -> None:
+    model, opt = model_and_optimizer()
+    flaky = Flaky()
+    tracker = Tracker().track("flaky", model=model, optimizer=opt, loader=flaky, every_steps=5, root=root)
+    tracker.request("persist-1")
+    train(model, opt, tracker, 0, 12)  # the request at step 0 and the policy at 5 and 10 all fail: no raise
+    assert tracker.wait(5)
+    assert "the data loader's state is not ready" in (tracker.last_error or "")
+    assert [f["request_id"] for f in tracker.failed] == ["persist-1"]  # answered as failed, not kept
+    assert tracker.pending is None and complete_checkpoints(tracker.run_path) == []
+    with pytest.raises(CheckpointError, match="not ready"):  # a checkpoint the user asks for says why
+        tracker.checkpoint(wait=True)
+    flaky.broken = False
+    train(model, opt, tracker, 12, 16)  # the policy's next time works
+    tracker.wait()
+    assert [m["step"] for _, m in complete_checkpoints(tracker.run_path)] == [15]
+
+
 def test_a_request_met_stays_answered_after_a_later_save_replaces_the_last(root: str) -> None:
     # The server waits for its request id in the kernel's registration: a save right after (the
     # policy's, or the user's) must not hide that the request was met.
