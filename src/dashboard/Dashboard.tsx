@@ -261,7 +261,9 @@ function GpuCharts(props: { history: ITrainingHistory | null; sample: ISample | 
         {!sample ? (
           'Waiting for the first sample…'
         ) : sample.gpus.length === 0 ? (
-          <NoGpu sample={sample} />
+          <p>
+            <NoGpu sample={sample} />
+          </p>
         ) : (
           'The GPUs’ utilisation and memory appear here after their first few seconds.'
         )}
