@@ -12,7 +12,7 @@
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
 
-import { openNotebook, writeNotebook } from './notebooks';
+import { openNotebook, shutDownKernels, writeNotebook } from './notebooks';
 
 const PANEL = '#jp-gpuws-panel';
 
@@ -79,6 +79,10 @@ async function restartAndRunAll(page: IJupyterLabPageFixture, name: string): Pro
   });
   await page.locator('.jp-Dialog .jp-mod-accept').click();
 }
+
+test.afterEach(async ({ page }) => {
+  await shutDownKernels(page, ['plain.ipynb', 'model.ipynb']);
+});
 
 test('the README first hour: snippet, tracked loops, Persist now, Restart and Run All, resume', async ({ page }) => {
   test.setTimeout(300000);

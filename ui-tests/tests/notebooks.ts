@@ -26,3 +26,13 @@ export async function openNotebook(page: IJupyterLabPageFixture, name: string): 
   await page.notebook.activate(name);
   await expect(page.locator('#jp-main-statusbar')).toContainText('Idle', { timeout: 60000 });
 }
+
+/** Shut down the kernels of these notebooks (with Galata's record of kernels off, as in the
+ * specs that restart one, nothing else does; a kernel left running is one more tracked notebook
+ * in the next test's panel and persist). */
+export async function shutDownKernels(page: IJupyterLabPageFixture, names: string[]): Promise<void> {
+  const sessions: Array<{ id: string; path: string }> = await (await page.request.get('/api/sessions')).json();
+  for (const session of sessions.filter(s => names.some(name => s.path === name || s.path.endsWith(`/${name}`)))) {
+    await page.request.delete(`/api/sessions/${session.id}`);
+  }
+}

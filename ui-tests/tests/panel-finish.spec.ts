@@ -12,7 +12,7 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 
-import { openNotebook, writeNotebook } from './notebooks';
+import { openNotebook, shutDownKernels, writeNotebook } from './notebooks';
 
 const PANEL = '#jp-gpuws-panel';
 const DASHBOARD = '#jp-gpuws-training-dashboard';
@@ -96,6 +96,10 @@ async function contrast(page: IJupyterLabPageFixture, selector: string, property
 }
 
 test.describe('Without a GPU', () => {
+  test.afterEach(async ({ page }) => {
+    await shutDownKernels(page, ['finish.ipynb']);
+  });
+
   test.afterAll(() => {
     for (const old of fs.readdirSync(sitePackages()).filter(name => name.startsWith('arrow_pkg-'))) {
       fs.rmSync(path.join(sitePackages(), old), { recursive: true, force: true });
