@@ -133,7 +133,9 @@ def training_parts(training: dict[str, Any]) -> list[Part]:
         done, total = run.get("done_steps"), run.get("total")
         step = "—" if done is None else (f"{done:,}/{total:,}" if total else f"{done:,}")
         rate = f"{run['rate']:.3g}" if run.get("rate") else "—"
-        eta = "—" if run.get("eta") is None else duration(run["eta"])
+        # A finished run has no ETA (its verdict says it is done), as in the panel.
+        finished = run.get("state") == "done" or (run.get("verdict") or {}).get("state") == "done"
+        eta = "—" if run.get("eta") is None or finished else duration(run["eta"])
         verdict = (run.get("verdict") or {}).get("message") or ""
         rows.append([str(run["run"]), str(run.get("state", "")), step, rate, eta, verdict])
         for anomaly in run.get("anomalies") or []:

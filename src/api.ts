@@ -500,6 +500,7 @@ export interface IEnvState {
   diff: {
     added: Array<{ name: string; version: string }>;
     removed: Array<{ name: string; version: string }>;
+    /** from_version: in the snapshot; to_version: installed here now. */
     changed: Array<{ name: string; from_version: string; to_version: string }>;
     same: number;
     matches: boolean;

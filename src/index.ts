@@ -183,7 +183,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const openDashboard = () => {
       let dashboard = dashboards.find(() => true) ?? null;
       if (!dashboard || dashboard.isDisposed) {
-        dashboard = new TrainingDashboard(training, new TrainingHistoryModel());
+        dashboard = new TrainingDashboard(training, new TrainingHistoryModel(), model);
         void dashboards.add(dashboard);
         app.shell.add(dashboard, 'main');
       }

@@ -1,6 +1,6 @@
 // The status-bar item: the GPUs (labelled, the busiest one when they differ), the sync and the
 // time left, built from JupyterLab's own status-bar parts so it sits level with its neighbours,
-// and coloured as a whole on an alert or when 10 minutes or less remain.
+// and coloured as a whole while something needs the user, its tooltip saying what.
 import React from 'react';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import { GroupItem, TextItem } from '@jupyterlab/statusbar';
@@ -97,45 +97,64 @@ export class GpuStatusItem extends ReactWidget {
     const gpu = gpuSummary(this._model.latest);
     const sync = syncWord(this._sync);
     const runtime = runtimeWord(this._runtime);
-    // The item as a whole takes the colour of its most urgent part: an alert, a sync error,
-    // 10 minutes or less left.
-    const urgent = [gpu.level, sync.level === 'error' ? 'error' : 'none', runtime.level].reduce((a, b) =>
-      RANK[b] > RANK[a] ? b : a
-    );
+    const { level, title } = attention([
+      { name: 'GPU', ...gpu },
+      { name: 'Sync', ...sync },
+      { name: 'Runtime', ...runtime }
+    ]);
     const open = (event: React.KeyboardEvent) => {
       if (event.key === 'Enter' || event.key === ' ') {
         this._onClick();
       }
     };
+    // One tooltip for the whole item (its parts have none of their own, so it shows wherever
+    // the pointer is): why it is coloured, then each part in full.
     return (
       <GroupItem
         spacing={4}
-        className={`jp-gpuws-status-item jp-gpuws-status-${RANK[urgent] ? urgent : 'calm'}`}
+        className={`jp-gpuws-status-item jp-gpuws-status-${level}`}
         onClick={this._onClick}
         onKeyDown={open}
         role="button"
         tabIndex={0}
+        title={title}
         aria-label="GPU Workspace: open the panel"
+        data-testid="gpuws-status-item"
       >
         <gpuIcon.react tag="span" className="jp-gpuws-status-icon" />
-        <TextItem source={gpu.text} title={gpu.title} data-testid="gpuws-status" />
+        <TextItem source={gpu.text} data-testid="gpuws-status" />
         {sync.text ? (
-          <TextItem
-            source={sync.text}
-            title={sync.title}
-            className={`jp-gpuws-status-part jp-gpuws-status-${sync.level}`}
-            data-testid="gpuws-status-sync"
-          />
+          <TextItem source={sync.text} className="jp-gpuws-status-part" data-testid="gpuws-status-sync" />
         ) : null}
         {runtime.text ? (
-          <TextItem
-            source={runtime.text}
-            title={runtime.title}
-            className={`jp-gpuws-status-part jp-gpuws-status-${runtime.level}`}
-            data-testid="gpuws-status-runtime"
-          />
+          <TextItem source={runtime.text} className="jp-gpuws-status-part" data-testid="gpuws-status-runtime" />
         ) : null}
       </GroupItem>
     );
   }
+}
+
+/** A part of the status-bar item: its words, their explanation and how urgent it is. */
+export interface IStatusPart {
+  name: string;
+  text: string;
+  title: string;
+  level: Level;
+}
+
+/** The status-bar item's colour and tooltip. It is coloured only while a part needs the user
+ * (warning: orange, error: red): an alert, a sync fault, a store on this machine's own disk,
+ * another runtime writing, 10 minutes or less left. The tooltip says first why it is coloured,
+ * every reason, then what each part says in full. */
+export function attention(parts: IStatusPart[]): { level: 'calm' | 'warning' | 'error'; title: string } {
+  const urgent = parts.filter(p => RANK[p.level] > 0);
+  const level = urgent.some(p => p.level === 'error') ? 'error' : urgent.length ? 'warning' : 'calm';
+  const details = parts.filter(p => p.title).map(p => `${p.name}: ${p.title}`);
+  if (level === 'calm') {
+    return { level, title: details.join('\n') };
+  }
+  const colour = level === 'error' ? 'Red' : 'Orange';
+  const reasons = urgent.map(p => `• ${p.name}: ${p.title || p.text}`);
+  const others = parts.filter(p => RANK[p.level] === 0 && p.title).map(p => `${p.name}: ${p.title}`);
+  return { level, title: [`${colour} because:`, ...reasons, ...(others.length ? ['', ...others] : [])].join('\n') };
 }

@@ -327,7 +327,7 @@ export function syncWord(sync: SyncModel): { text: string; title: string; level:
   }
   if (status.store_same_disk && status.last_sync) {
     // Not "synced": the store is on this machine's own disk and goes with it.
-    return { text: words.local_only, title: "The store is a folder on this machine's own disk", level: 'warning' };
+    return { text: words.local_only, title: LOCAL_STORE_ADVICE, level: 'warning' };
   }
   if (status.last_sync && !status.progress) {
     return { text: fill(words.synced, { age: ago(Date.now() / 1000 - status.last_sync) }), title, level: 'ok' };

@@ -99,6 +99,15 @@ export function stepText(run: ITrainingRun): string {
     : `step ${formatCount(run.done_steps)}`;
 }
 
+/** "ETA 2 h 10 min" beside a run's pace, or null: a finished run has none (its verdict says it is
+ * done), and with no deadline to weigh it against the verdict already says the ETA. */
+export function etaText(run: ITrainingRun): string | null {
+  if (run.eta === null || run.state === 'done' || run.verdict?.state === 'done' || run.verdict?.state === 'no-deadline') {
+    return null;
+  }
+  return `ETA ${formatDuration(run.eta)}`;
+}
+
 /** The level a run's verdict and anomalies call for: 'error', 'warning', 'ok' or 'none'. */
 export function runLevel(run: ITrainingRun): string {
   if (run.anomalies.some(a => a.level === 'error')) {

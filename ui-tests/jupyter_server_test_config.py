@@ -8,6 +8,9 @@ reports none.
 GPUWS_UI_TEST_RELEASE=1 is the server that release.spec.ts releases (port 8890): a test stops
 it, so it has folders of its own and no other test uses it.
 
+GPUWS_UI_TEST_FIRST_HOUR=1 is a newcomer's first server (port 8893), which first-hour.spec.ts
+walks through the README's first hour: nothing tracked yet, a store on another disk.
+
 GPUWS_UI_TEST_LAYOUT=1 is the server of the panel's pictures without a GPU (port 8892), which
 panel-layout.spec.ts compares with its reviewed ones: no other test uses it, so the panel holds
 only what that spec puts there, whatever ran before. Its store is encrypted.
@@ -33,12 +36,15 @@ c.GpuWorkspace.sample_interval = 0.5  # noqa: F821
 _release = bool(os.environ.get("GPUWS_UI_TEST_RELEASE"))
 _fresh = bool(os.environ.get("GPUWS_UI_TEST_FRESH"))
 _layout = bool(os.environ.get("GPUWS_UI_TEST_LAYOUT"))
+_first_hour = bool(os.environ.get("GPUWS_UI_TEST_FIRST_HOUR"))
 if _release:
     _name = "gpuws-ui-release"
 elif _fresh:
     _name = "gpuws-ui-fresh"
 elif _layout:
     _name = "gpuws-ui-layout"
+elif _first_hour:
+    _name = "gpuws-ui-first-hour"
 elif os.environ.get("GPUWS_UI_TEST_GPUS"):
     _name = "gpuws-ui-gpus"
 else:

@@ -1,11 +1,11 @@
 /**
- * Galata in Debian's Chromium. Five servers: the plain one (this machine has no GPU), one
+ * Galata in Debian's Chromium. Six servers: the plain one (this machine has no GPU), one
  * reading simulated GPUs through the NVML test double, for the GPU cards, one that
  * release.spec.ts releases, which stops it (Playwright does not mind a web server that exits
  * once it has started: it only watches for that while waiting for the server's URL), and a
  * fresh machine's, whose workspace is new while the store holds another (workspaces.spec.ts),
- * and one for the panel's reviewed pictures without a GPU (panel-layout.spec.ts), which no other
- * test touches.
+ * one for the panel's reviewed pictures without a GPU (panel-layout.spec.ts), which no other
+ * test touches, and a newcomer's first server, which first-hour.spec.ts walks through.
  */
 const path = require('path');
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
@@ -54,6 +54,12 @@ module.exports = {
     {
       command: 'jlpm start:layout',
       url: 'http://localhost:8892/lab',
+      timeout: 120 * 1000,
+      reuseExistingServer: !process.env.CI
+    },
+    {
+      command: 'jlpm start:first-hour',
+      url: 'http://localhost:8893/lab',
       timeout: 120 * 1000,
       reuseExistingServer: !process.env.CI
     }

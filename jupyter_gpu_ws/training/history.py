@@ -89,8 +89,14 @@ class History:
         steps = [points[-1][0] for points in (self.points(name) for name in self.series) if points]
         return max(steps) if steps else None
 
-    def tail(self, name: str, count: int) -> list[Point]:
-        return self.points(name)[-count:]
+    def overview(self, name: str, count: int) -> list[Point]:
+        """The whole series in at most `count` points spread evenly over it, its first and last
+        among them: a sparkline of a finished run shows the run, not only its end."""
+        points = self.points(name)
+        if len(points) <= count:
+            return points
+        last = len(points) - 1
+        return [points[round(k * last / (count - 1))] for k in range(count)]
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "series": {name: self.points(name) for name in self.series},

@@ -144,13 +144,16 @@ class Recorder:
         rows: list[tuple[int | None, float, dict[str, float]]] = []
         tensors: list[tuple[dict[str, float], str, Any]] = []
         torch = sys.modules.get("torch")
+        # torch may be half imported on the loop's thread (a `track()` after the first steps): no
+        # tensor exists before its Tensor class does, so every value is then a plain one.
+        tensor = getattr(torch, "Tensor", None)
         for step, at, loss, scalars in batch:
             given = dict(scalars) if scalars else {}
             if loss is not None:
                 given["loss"] = loss
             values: dict[str, float] = {}
             for name, value in given.items():
-                if torch is not None and isinstance(value, torch.Tensor):
+                if tensor is not None and isinstance(value, tensor):
                     tensors.append((values, name, value))
                     values[name] = math.nan  # until read
                 elif isinstance(value, bool) or value is None:

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 READ_LIMIT = 4 * 2**20
 # Runs kept: the live ones, then the most recent of the others.
 MAX_RUNS = 50
-# Points of the loss in a run's sparkline.
+# Points of the loss in a run's sparkline, spread over the whole run.
 SPARKLINE_POINTS = 60
 METRICS_FILE = "metrics.json"
 MAX_METRICS_BYTES = 32 * 2**20
@@ -422,7 +422,7 @@ class TrainingWatch:
             "verdict": verdict or None,
             "values": dict(run.values),
             "scalars": sorted(run.history.series),
-            "sparkline": [[p[0], p[2]] for p in run.history.tail("loss", SPARKLINE_POINTS)],
+            "sparkline": [[p[0], p[2]] for p in run.history.overview("loss", SPARKLINE_POINTS)],
             "anomalies": [a.to_dict() for a in run.open],
             "checkpoint": run.checkpoint,
             "tensorboard": run.tensorboard,

@@ -32,6 +32,35 @@ function cssColour(name: string, fallback: string): string {
   return value || fallback;
 }
 
+/** A step as people read it: "1,200". */
+function count(value: number): string {
+  return Math.round(value).toLocaleString('en-US');
+}
+
+/** An epoch time as the clock on the wall: "14:05:09". */
+function timeOfDay(value: number): string {
+  return new Date(value * 1000).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+}
+
+/** The legend's value of a series: the point under the cursor, and while the cursor is away the
+ * newest value (uPlot would show "--" then, which tells nothing), so the legend always reads
+ * "step 1,200 · loss 0.0213". A gap under the cursor is "—". */
+function legendValue(format: (value: number) => string) {
+  return (u: uPlot, value: number | null, seriesIndex: number, index: number | null): string => {
+    if (index === null) {
+      const values = u.data[seriesIndex] as Array<number | null | undefined>;
+      for (let k = values.length - 1; k >= 0; k--) {
+        const v = values[k];
+        if (v !== null && v !== undefined) {
+          return format(v);
+        }
+      }
+      return '—';
+    }
+    return value === null || value === undefined ? '—' : format(value);
+  };
+}
+
 export function Chart(props: IChartProps): JSX.Element {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
@@ -61,13 +90,13 @@ export function Chart(props: IChartProps): JSX.Element {
         { ...axis, size: 70, values: props.yRange ? (_u, values) => values.map(v => `${v}%`) : undefined }
       ],
       series: [
-        { label: props.time ? 'time' : 'step' },
+        { label: props.time ? 'time' : 'step', value: legendValue(props.time ? timeOfDay : count) },
         ...props.series.map(s => ({
           label: s.label,
           stroke: cssColour(s.colour, '#1976d2'),
           width: 1.5,
           spanGaps: false,
-          value: s.format ? (_u: uPlot, v: number | null) => (v === null ? '—' : s.format!(v)) : undefined
+          value: legendValue(s.format ?? (v => v.toPrecision(4)))
         }))
       ],
       cursor: { drag: { x: true, y: false } },

@@ -5,13 +5,14 @@ import React, { useMemo } from 'react';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import uPlot from 'uplot';
 
-import { ITrainingHistory, ITrainingRun, requestAPI } from '../api';
+import { ISample, ITrainingHistory, ITrainingRun, requestAPI } from '../api';
 import { formatDuration, shortPath } from '../format';
+import { MetricsModel } from '../metrics';
+import { NoGpu } from '../sidebar/GpuSection';
 import { PolledModel } from '../polled';
-import { TrainingModel, runLevel, stepText } from '../training';
+import { TrainingModel, etaText, runLevel, stepText } from '../training';
 import { Chart } from './Chart';
 
-const RUN_KEY = 'jupyter_gpu_ws:dashboard-run';
 const LOG_KEY = 'jupyter_gpu_ws:dashboard-log';
 const COLOURS = ['--jp-brand-color1', '--jp-warn-color1', '--jp-success-color1', '--jp-info-color1'];
 
@@ -37,7 +38,8 @@ export class TrainingHistoryModel extends PolledModel {
 export class TrainingDashboard extends ReactWidget {
   constructor(
     readonly training: TrainingModel,
-    readonly curves: TrainingHistoryModel
+    readonly curves: TrainingHistoryModel,
+    readonly metrics: MetricsModel
   ) {
     super();
     this.id = 'jp-gpuws-training-dashboard';
@@ -45,7 +47,6 @@ export class TrainingDashboard extends ReactWidget {
     this.title.label = 'Training and GPUs';
     this.title.caption = 'Loss and scalars per run, GPU utilisation and memory over time';
     this.title.closable = true;
-    this._selected = localStorage.getItem(RUN_KEY);
     this._log = localStorage.getItem(LOG_KEY) === 'true';
   }
 
@@ -61,44 +62,61 @@ export class TrainingDashboard extends ReactWidget {
   }
 
   render(): JSX.Element {
+    // Drawn anew when the runs, their curves or the GPU samples (for why there is no GPU) change.
     return (
       <UseSignal signal={this.training.changed}>
         {() => (
           <UseSignal signal={this.curves.changed}>
-            {() => (
-              <DashboardView
-                runs={this.training.runs}
-                history={this.curves.history}
-                error={this.curves.error ?? this.training.error}
-                selected={this._selected}
-                theme={this._theme}
-                log={this._log}
-                onLog={log => {
-                  this._log = log;
-                  localStorage.setItem(LOG_KEY, String(log));
-                  this.update();
-                }}
-                onSelect={run => {
-                  this._selected = run;
-                  localStorage.setItem(RUN_KEY, run);
-                  this.update();
-                }}
-              />
-            )}
+            {() => <UseSignal signal={this.metrics.changed}>{() => this._view()}</UseSignal>}
           </UseSignal>
         )}
       </UseSignal>
     );
   }
 
-  private _selected: string | null;
+  private _view(): JSX.Element {
+    return (
+      <DashboardView
+        runs={newestFirst(this.training.runs)}
+        history={this.curves.history}
+        sample={this.metrics.latest}
+        error={this.curves.error ?? this.training.error}
+        selected={this._selected}
+        theme={this._theme}
+        log={this._log}
+        onLog={log => {
+          this._log = log;
+          localStorage.setItem(LOG_KEY, String(log));
+          this.update();
+        }}
+        onSelect={run => {
+          this._selected = run;
+          this.update();
+        }}
+      />
+    );
+  }
+
+  // The run chosen in the picker while this tab is open; it opens on the newest run.
+  private _selected: string | null = null;
   private _theme = 0;
   private _log: boolean;
+}
+
+/** The runs, the one that last stepped first (a run that never stepped last). */
+export function newestFirst(runs: ITrainingRun[]): ITrainingRun[] {
+  return [...runs].sort((a, b) => (b.last_time ?? 0) - (a.last_time ?? 0));
+}
+
+/** A scalar in the legend and on the axis: four significant digits, no trailing zeros ("0.0213"). */
+function scalarText(value: number): string {
+  return String(Number(value.toPrecision(4)));
 }
 
 function DashboardView(props: {
   runs: ITrainingRun[];
   history: ITrainingHistory | null;
+  sample: ISample | null;
   error: string | null;
   selected: string | null;
   theme: number;
@@ -117,7 +135,7 @@ function DashboardView(props: {
         <h2>Training and GPUs</h2>
         {names.length > 0 && (
           <select
-            className="jp-mod-styled"
+            className="jp-mod-styled jp-gpuws-run-picker"
             data-testid="gpuws-dashboard-run"
             value={current ?? ''}
             onChange={event => props.onSelect(event.target.value)}
@@ -155,7 +173,7 @@ function DashboardView(props: {
           )}
         </section>
         <section aria-label="GPUs">
-          <GpuCharts history={history} theme={props.theme} />
+          <GpuCharts history={history} sample={props.sample} theme={props.theme} />
         </section>
       </div>
     </div>
@@ -165,8 +183,7 @@ function DashboardView(props: {
 function RunSummary(props: { run: ITrainingRun }): JSX.Element {
   const { run } = props;
   const rate = run.rate ? `${run.rate.toPrecision(3)} steps/s` : null;
-  // Said once: with no deadline, the verdict is the ETA.
-  const eta = run.eta !== null && run.verdict?.state !== 'no-deadline' ? `ETA ${formatDuration(run.eta)}` : null;
+  const eta = etaText(run);
   const elapsed = run.elapsed !== null ? `${formatDuration(run.elapsed)} trained` : null;
   return (
     <div className="jp-gpuws-dashboard-summary" data-testid="gpuws-dashboard-summary">
@@ -225,7 +242,7 @@ function ScalarChart(props: {
     <Chart
       title={props.name}
       data={data}
-      series={[{ label: props.name, colour: props.colour, format: v => v.toPrecision(4) }]}
+      series={[{ label: props.name, colour: props.colour, format: scalarText }]}
       time={false}
       log={props.log}
       theme={props.theme}
@@ -234,10 +251,24 @@ function ScalarChart(props: {
   );
 }
 
-function GpuCharts(props: { history: ITrainingHistory | null; theme: number }): JSX.Element {
+function GpuCharts(props: { history: ITrainingHistory | null; sample: ISample | null; theme: number }): JSX.Element {
   const gpus = props.history?.gpus ?? [];
   if (gpus.length === 0) {
-    return <div className="jp-gpuws-subtle">No GPU on this machine, or no sample yet.</div>;
+    // The half says why it is empty, in the GPU section's words, where the charts would be.
+    const sample = props.sample;
+    return (
+      <div className="jp-gpuws-dashboard-empty" data-testid="gpuws-dashboard-no-gpu">
+        {!sample ? (
+          'Waiting for the first sample…'
+        ) : sample.gpus.length === 0 ? (
+          <p>
+            <NoGpu sample={sample} />
+          </p>
+        ) : (
+          'The GPUs’ utilisation and memory appear here after their first few seconds.'
+        )}
+      </div>
+    );
   }
   return (
     <>

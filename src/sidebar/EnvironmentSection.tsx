@@ -59,8 +59,8 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
             </li>
           ))}
           {d.changed.map(p => (
-            <li key={`~${p.name}`} title="Another version here than in the snapshot">
-              ~ {p.name} {p.to_version} → {p.from_version}
+            <li key={`~${p.name}`} title={`${p.from_version} in the snapshot, ${p.to_version} here`}>
+              ~ {p.name} {p.from_version} → {p.to_version}
             </li>
           ))}
           {d.added.map(p => (

@@ -28,10 +28,13 @@ export function GpuSection(props: {
           }
           data-testid="gpuws-no-gpu"
         >
-          {sample.gpus.length === 0 && <strong>No GPU found. </strong>}
-          {sample.gpu_error}.
-          {sample.gpus.length === 0 &&
-            ' The CPU, memory and disk figures below are still live.'}
+          {sample.gpus.length === 0 ? (
+            <>
+              <NoGpu sample={sample} /> The CPU, memory and disk figures below are still live.
+            </>
+          ) : (
+            `${sample.gpu_error}.`
+          )}
         </div>
       )}
       {sample.gpus.map(gpu => (
@@ -43,6 +46,16 @@ export function GpuSection(props: {
           now={sample.time}
         />
       ))}
+    </>
+  );
+}
+
+/** Why there is no GPU, as NVML said it: "No GPU found. NVML cannot be loaded (…)." The panel's
+ * GPU section and the dashboard's GPU half say the same. */
+export function NoGpu(props: { sample: ISample }): JSX.Element {
+  return (
+    <>
+      <strong>No GPU found.</strong> {props.sample.gpu_error ?? 'NVML reports no GPU'}.
     </>
   );
 }

@@ -98,7 +98,11 @@ export function CollapsibleSection(props: { section: IPanelSection; memory: Sect
         >
           <caretDownIcon.react tag="span" className="jp-gpuws-caret" />
           <span className="jp-gpuws-section-title">{section.title}</span>
-          {summary && <span className="jp-gpuws-section-summary">{summary}</span>}
+          {summary && (
+            <span className="jp-gpuws-section-summary" title={summary} data-testid="gpuws-section-summary">
+              {summary}
+            </span>
+          )}
         </button>
         {section.toolbar && (
           <div className="jp-gpuws-section-toolbar">

@@ -1,8 +1,8 @@
 import React from 'react';
 
 import { ITrainingRun } from '../api';
-import { formatDuration, shortPath } from '../format';
-import { TrainingModel, runLevel, stepText } from '../training';
+import { shortPath } from '../format';
+import { TrainingModel, etaText, runLevel, stepText } from '../training';
 import { Bar } from './Bar';
 import { EmptyState } from './EmptyState';
 import { Sparkline } from './Sparkline';
@@ -33,7 +33,9 @@ export function TrainingSection(props: { model: TrainingModel }): JSX.Element {
   );
 }
 
-const TRAINING_SNIPPET = `import jupyter_gpu_ws as gpuws
+// It starts with %load_ext: without it the kernel has no agent, and the steps reach nothing.
+export const TRAINING_SNIPPET = `%load_ext jupyter_gpu_ws
+import jupyter_gpu_ws as gpuws
 gpuws.progress(total=num_steps)  # the ETA against the runtime left
 # in the loop, after optimizer.step():
 gpuws.step(i, loss=loss)`;
@@ -41,8 +43,7 @@ gpuws.step(i, loss=loss)`;
 function RunCard(props: { run: ITrainingRun }): JSX.Element {
   const { run } = props;
   const progress = run.total && run.done_steps !== null ? (100 * run.done_steps) / run.total : null;
-  // The ETA on the bar, unless the verdict below already says it (with no deadline to weigh it against).
-  const eta = run.eta !== null && run.verdict?.state !== 'no-deadline' ? `ETA ${formatDuration(run.eta)}` : null;
+  const eta = etaText(run);
   const points = run.sparkline.filter((p): p is [number, number] => p[1] !== null);
   return (
     <div className={`jp-gpuws-card jp-gpuws-training-${runLevel(run)}`} data-testid="gpuws-training-run">
@@ -71,7 +72,8 @@ function RunCard(props: { run: ITrainingRun }): JSX.Element {
   );
 }
 
-/** The loss over the last points, scaled to its own range (the Sparkline draws 0–100). */
+/** The loss over the whole run (the server spreads its points over it), scaled to its own range
+ * (the Sparkline draws 0–100). */
 function LossSparkline(props: { points: Array<[number, number]> }): JSX.Element {
   const values = props.points.map(p => p[1]);
   const low = Math.min(...values);

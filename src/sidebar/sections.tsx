@@ -153,23 +153,25 @@ export function defaultSections(m: IPanelModels, options: () => IPanelOptions): 
   ];
 }
 
+/** The folded Environment section's word or two: short enough to fit beside its title and
+ * buttons at the panel's usual width (250 px); the section itself says it in full. */
 function environmentSummary(environment: EnvironmentModel): string {
   const env = environment.state;
   if (environment.busy) {
-    return environment.job?.kind === 'env-restore' ? 'restoring…' : 'taking a snapshot…';
+    return environment.job?.kind === 'env-restore' ? 'restoring…' : 'capturing…';
   }
   switch (env?.state) {
     case undefined:
     case 'capturing':
       return 'reading…';
     case 'no-snapshot':
-      return 'no snapshot yet';
+      return 'no snapshot';
     case 'matches':
-      return 'matches the snapshot';
+      return 'matches';
     case 'differs':
-      return 'differs from the snapshot';
+      return 'differs';
     default:
-      return 'cannot be read';
+      return 'unreadable';
   }
 }
 

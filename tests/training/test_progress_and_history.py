@@ -78,6 +78,18 @@ def test_a_long_series_halves_itself_and_keeps_its_shape() -> None:
     assert all(a[2] >= b[2] for a, b in zip(points, points[1:]))  # still falling everywhere
 
 
+def test_a_sparkline_overview_spans_the_whole_run_not_its_last_points() -> None:
+    history = History()
+    for i in range(200):
+        history.add("loss", i, NOW + i, 1.0 / (i + 1))
+    overview = history.overview("loss", 60)
+    steps = [p[0] for p in overview]
+    assert len(overview) == 60 and steps[0] == 0 and steps[-1] == 199
+    assert steps == sorted(set(steps))  # every point once, in order
+    assert max(b - a for a, b in zip(steps, steps[1:])) <= 4  # evenly spread, not a tail
+    assert history.overview("loss", 500) == history.points("loss")  # short enough: all of it
+
+
 def test_a_resume_forgets_the_points_after_its_step() -> None:
     history = History()
     for i in range(20):

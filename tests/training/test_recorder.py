@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,17 @@ def test_a_value_that_is_not_a_number_is_named_once_and_left_out(tracker: Tracke
     tracker.training.flush()
     assert tracker.training.warnings == ["gpuws: 'note' is a str, not a number or tensor: not recorded"]
     assert "note" not in tracker.training.history.series
+
+
+def test_plain_values_are_read_while_torch_is_still_being_imported(tracker: Tracker,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # After a restart, a step() before track() (which imports torch) meets a torch module that
+    # another thread is importing: it has no Tensor yet.
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    tracker.step(0, 1.0, {"lr": 0.5})
+    tracker.training.flush()
+    assert [p[2] for p in tracker.training.history.points("loss")] == [1.0]
+    assert tracker.training.warnings == []
 
 
 def test_a_loop_faster_than_the_reader_is_sampled_but_counted_exactly(tracker: Tracker) -> None:

@@ -1,0 +1,159 @@
+/**
+ * The README's first hour, walked in Chromium on a newcomer's server (port 8893: nothing tracked
+ * yet, a store on another disk): the Training section's copied snippet, `%load_ext`, a tracked
+ * loop of plain values and one of a small torch model, Persist now, Restart and Run All, resume.
+ * At each step the panel, the `%gpuws status` of the notebook and the status bar say the same
+ * thing, and nothing raises an error or warning notification or an anomaly.
+ *
+ * The notebooks are written through the contents API and their cells hold one-line loops: text
+ * typed into the editor can get the editor's own indent on top of its spaces (see git log,
+ * "training.spec.ts:18 was flaky"). The snippet goes in as a user puts it there: pasted.
+ */
+import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import { Locator } from '@playwright/test';
+
+import { openNotebook, shutDownKernels, writeNotebook } from './notebooks';
+
+const PANEL = '#jp-gpuws-panel';
+
+test.use({
+  baseURL: 'http://localhost:8893',
+  viewport: { width: 1280, height: 800 },
+  permissions: ['clipboard-read', 'clipboard-write'],
+  // Galata's record of the kernels a test starts stands between the page and a kernel restart
+  // (the page waits on "Starting" for ever): the page talks to the server directly instead.
+  kernels: null,
+  sessions: null
+});
+// One walk through a fresh server: a second try would find the first one's runs.
+test.describe.configure({ retries: 0 });
+
+/** README step 4, plain values: 100 steps a run, so a restart has something to resume. */
+const PLAIN = [
+  '%load_ext jupyter_gpu_ws',
+  'num_steps, i, loss = 200, 0, 1.0',
+  '', // the Training section's snippet, pasted
+  'import time\nstate = {"epoch": 0}\ngpuws.track(state=state, total_steps=200)\nstart = gpuws.resume()',
+  'for i in range(start, min(start + 100, 200)): state["epoch"] = i // 50; gpuws.step(i, loss=1 / (i + 1)); time.sleep(0.01)',
+  'print(f"at step {i + 1}")',
+  // The server reads the kernels' streams every second: the table then has the loop's last step.
+  'time.sleep(2.5)\n%gpuws status'
+];
+
+/** README step 4, a small torch model: a noisy linear fit whose loss falls to the noise. */
+const MODEL = [
+  '%load_ext jupyter_gpu_ws',
+  'import time, torch, jupyter_gpu_ws as gpuws\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(8, 1)\n' +
+    'opt = torch.optim.SGD(model.parameters(), lr=0.05)\ngpuws.track(model=model, optimizer=opt, total_steps=200)\n' +
+    'start = gpuws.resume()',
+  'for i in range(start, min(start + 100, 200)): x = torch.randn(16, 8); ' +
+    'loss = (model(x) - x.sum(1, keepdim=True) - 0.1 * torch.randn(16, 1)).pow(2).mean(); ' +
+    'opt.zero_grad(); loss.backward(); opt.step(); gpuws.step(i, loss=loss); time.sleep(0.01)',
+  'print(f"at step {i + 1}")',
+  'time.sleep(2.5)\n%gpuws status'
+];
+
+/** The text of a cell's outputs in the open notebook. */
+function output(page: IJupyterLabPageFixture, cell: number): Locator {
+  return page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell').nth(cell).locator('.jp-OutputArea');
+}
+
+/** No error or warning notification has shown, and no run has an open anomaly (soft: the walk
+ * goes on, and the test lists every alarm it met). */
+async function nothingAlarming(page: IJupyterLabPageFixture): Promise<void> {
+  const alarms = page.locator('.Toastify__toast--error, .Toastify__toast--warning');
+  expect.soft(await alarms.allInnerTexts()).toEqual([]);
+  await expect.soft(page.locator(PANEL).locator('.jp-gpuws-anomaly')).toHaveCount(0);
+}
+
+/** The run's card in the panel's Training section. */
+function card(page: IJupyterLabPageFixture, notebook: string): Locator {
+  return page.locator(PANEL).getByTestId('gpuws-training-run').filter({ hasText: notebook });
+}
+
+/** Restart the kernel and run every cell, as Kernel → Restart Kernel and Run All Cells does. */
+async function restartAndRunAll(page: IJupyterLabPageFixture, name: string): Promise<void> {
+  await page.notebook.activate(name);
+  void page.evaluate(async () => {
+    await (window as any).jupyterapp.commands.execute('notebook:restart-run-all');
+  });
+  await page.locator('.jp-Dialog .jp-mod-accept').click();
+}
+
+test.afterEach(async ({ page }) => {
+  await shutDownKernels(page, ['plain.ipynb', 'model.ipynb']);
+});
+
+test('the README first hour: snippet, tracked loops, Persist now, Restart and Run All, resume', async ({ page }) => {
+  test.setTimeout(300000);
+  await page.evaluate(async () => {
+    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+  });
+  const panel = page.locator(PANEL);
+
+  // The Training section's Copy snippet: the code works as pasted, %load_ext first.
+  await panel.getByTestId('gpuws-training-empty').getByTestId('gpuws-copy-snippet').click();
+  const snippet = await page.evaluate(() => navigator.clipboard.readText());
+  expect(snippet.split('\n')[0]).toBe('%load_ext jupyter_gpu_ws');
+  expect(snippet).toContain('gpuws.step(i, loss=loss)');
+
+  // Plain values: the notebook, the snippet pasted into its empty third cell, run.
+  await writeNotebook(page, 'plain.ipynb', PLAIN);
+  await writeNotebook(page, 'model.ipynb', MODEL);
+  await openNotebook(page, 'plain.ipynb');
+  await page.notebook.enterCellEditingMode(2);
+  await page.keyboard.press('Control+V');
+  expect(await page.notebook.getCellTextInput(2)).toBe(snippet);
+  await page.notebook.leaveCellEditingMode(2);
+  await page.notebook.run();
+  await expect(output(page, 5)).toContainText('at step 100');
+  await expect(card(page, 'plain.ipynb').getByTestId('gpuws-training-progress')).toContainText('step 100/200', {
+    timeout: 20000
+  });
+  // The status bar shows the run that needs the user most, a run of this notebook while it is the only one.
+  await expect(page.getByTestId('gpuws-status-training')).toContainText('step 100/200');
+  await expect(output(page, 6)).toContainText(/plain\.ipynb\D*100\/200/);
+  await nothingAlarming(page);
+
+  // A small torch model, in a notebook of its own.
+  await openNotebook(page, 'model.ipynb');
+  await page.notebook.run();
+  await expect(output(page, 3)).toContainText('at step 100');
+  await expect(card(page, 'model.ipynb').getByTestId('gpuws-training-progress')).toContainText('step 100/200', {
+    timeout: 20000
+  });
+  await expect(output(page, 4)).toContainText(/model\.ipynb\D*100\/200/);
+  await nothingAlarming(page);
+
+  // Persist now: every tracked notebook checkpoints, everything is uploaded; the panel, the
+  // status bar and the magic say it is saved.
+  await page.locator(PANEL).getByTestId('gpuws-persist').click();
+  const sync = panel.getByTestId('gpuws-sync-summary');
+  await expect(panel.getByTestId('gpuws-persist-result')).toBeVisible({ timeout: 120000 });
+  await expect(sync).toContainText('All saved', { timeout: 30000 });
+  await expect(page.getByTestId('gpuws-status-sync')).toHaveText(/^synced /);
+  await page.notebook.runCell(4);
+  await expect(output(page, 4)).toContainText(/Sync\W+synced /);
+  await expect(output(page, 4)).toContainText(/model\.ipynb\s*model, optimizer\s*99\s*[\d.]+ [KMG]?i?B.*?in the store/); // checkpoint: last step
+  await nothingAlarming(page);
+
+  // Restart and Run All: resume() continues from the checkpoint, the loops finish, no alarm
+  // (the rerun from step 0 is a new segment, not a divergence from the last run's best).
+  for (const [name, loopOutput, status] of [
+    ['plain.ipynb', 5, 6],
+    ['model.ipynb', 3, 4]
+  ] as Array<[string, number, number]>) {
+    await restartAndRunAll(page, name);
+    await expect(output(page, loopOutput)).toContainText('at step 200', { timeout: 120000 });
+    await expect.soft(output(page, loopOutput - 2)).toContainText('100'); // resume() says where it continues
+    await expect(output(page, status)).toContainText(/done\s*200\/200/, { timeout: 30000 });
+    const run = card(page, name);
+    await expect(run.getByTestId('gpuws-training-verdict')).toContainText('All 200 steps done', { timeout: 20000 });
+    await expect(run.getByTestId('gpuws-training-progress')).not.toContainText('ETA');
+    // The status bar speaks of runs still going, never of a finished one.
+    await expect(page.getByTestId('gpuws-status-training').filter({ hasText: '200/200' })).toHaveCount(0);
+    await nothingAlarming(page);
+  }
+  await expect(output(page, 4)).not.toContainText('ETA 0');
+  await nothingAlarming(page);
+});
