@@ -4,12 +4,13 @@ growing by a meaningful margin, held once it stops (pure logic, fed byte counts 
 Object stores cap each connection (S3 serves roughly 100 MB/s per connection; AWS's guidance is
 many connections at once), so a fixed number of parts in flight either leaves the link idle or
 opens connections that buy nothing. Like TCP's slow start, the number doubles from where it
-starts; each level is measured over `patience` windows of at least `window` seconds during
-which every slot was wanted (a window where no part was waiting for a slot, as at the end of a
-file, says nothing about the level and is thrown away), and its throughput is the best of them
-(one noisy window neither makes nor breaks a level). A level that brings at least `gain` more
-throughput than the one below leads to the next; one that does not sends it back to the level
-below, which gave as much with fewer connections, and there it stays for the rest of the restore.
+starts. Each level is measured over `patience` windows, each at least `window` seconds long and
+two chunks per part in flight, during which parts were waiting for a slot (a window where none
+was, as at the end of a file, says nothing about the level and is thrown away); its throughput
+is the best of them (one noisy window neither makes nor breaks a level). A level that brings at
+least `gain` more throughput than the one below leads to the next; one that does not sends it
+back to the level below, which gave as much with fewer connections, and there it stays for the
+rest of the restore.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class PartsInFlight:
         self._windows = 0  # judged at the current level
         self._started: float | None = None  # the current window's start (None: none open)
         self._bytes = 0
+        self._chunks = 0  # add() calls in the current window
 
     def add(self, nbytes: int, now: float, saturated: bool = True) -> int:
         """`nbytes` more received at `now` (seconds, any monotonic clock); `saturated`: parts were
@@ -51,13 +53,16 @@ class PartsInFlight:
             return self.limit
         if self._started is None:
             # The bytes of this call arrived over an unknown time before it: the window opens here.
-            self._started, self._bytes = now, 0
+            self._started, self._bytes, self._chunks = now, 0, 0
             return self.limit
         self._bytes += nbytes
+        self._chunks += 1
         elapsed = now - self._started
-        if elapsed >= self.window:
+        # Long enough, and every part in flight has brought about two chunks in it (a new part's
+        # first bytes come a round trip and a chunk after it starts; parts arrive in step).
+        if elapsed >= self.window and self._chunks >= 2 * self.limit:
             rate = self._bytes / max(elapsed, 1e-9)
-            self._started, self._bytes = now, 0
+            self._started, self._bytes, self._chunks = now, 0, 0
             self._judge(rate)
         return self.limit
 

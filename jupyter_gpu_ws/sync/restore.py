@@ -61,8 +61,7 @@ PART_SIZE = 32 << 20
 PARTS_FROM = 2 * PART_SIZE
 # Parts of large files in flight at most, however the throughput grows (on a store reached over
 # the network; a local-folder store keeps `concurrency`). 32 connections at S3's ~100 MB/s each
-# are ~3.2 GB/s, more than a 25 Gbit/s link carries; and each part in flight holds up to
-# READ_CHUNK (8 MiB) of the object store's stream in memory, so 32 hold at most ~256 MiB.
+# are ~3.2 GB/s, more than a 25 Gbit/s link carries; each is a connection and a thread here.
 MOST_PARTS_IN_FLIGHT = 32
 # On stores where each request waits for a round trip, small requests in flight per worker:
 # a small file costs one round trip and little bandwidth, so latency, not bandwidth, sets
@@ -362,9 +361,12 @@ class _PartsGate:
             after = self.controller.add(n, self._clock(), saturated=self._waiting > 0)
             if after > before:
                 self._changed.notify(after - before)
-            if self.controller.settled:
-                log.info("Restore: %d parts in flight (measured per level, MB/s: %s)", after,
-                         ", ".join(f"{level}: {rate / 1e6:.0f}" for level, rate in self.controller.history))
+
+    def describe(self) -> str:
+        controller = self.controller
+        state = "settled" if controller.settled else "still growing"
+        levels = ", ".join(f"{level}: {rate / 1e6:.0f}" for level, rate in controller.history) or "none judged"
+        return f"{controller.limit} parts in flight at the end, {state} (MB/s measured per level: {levels})"
 
 
 class RestoreJob:
@@ -470,6 +472,8 @@ class RestoreJob:
                 self._flush_records()
         finally:
             work.close()
+        if any(d.parts > 1 for d in downloads.values()):
+            log.info("Restore: %s", self._parts.describe())
         self._flush_records()
         if self.state is not None:
             self.state.settle_rest(self.stop_reason or "the restore ended without it")
