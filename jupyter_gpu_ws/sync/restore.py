@@ -16,10 +16,11 @@ at most MANY_LOOPS threads (backend.read_many: obstore's async reads), what that
 to every worker again;
 files from PARTS_FROM in parts of PART_SIZE fetched in parallel and written at their offsets into
 one file: `concurrency` parts at once to begin with, and on stores reached over the network more
-while the throughput keeps growing (parts_in_flight.py), at most MOST_PARTS_IN_FLIGHT. Each file lands whole:
-written unnamed (or under a hidden temporary name), its size checked (and its MD5 where the
-store's ETag is one), then linked under its name, never over a file that is there: a local file
-that differs stays, and the store's copy lands beside it as `name.conflict-<time>.ext`.
+while the throughput keeps growing (parts_in_flight.py), at most MOST_PARTS_IN_FLIGHT.
+Each file lands whole: written unnamed (or under a hidden temporary name), its size checked (and
+its MD5 where the store's ETag is one), then linked under its name, never over a file that is
+there: a local file that differs stays, and the store's copy lands beside it as
+`name.conflict-<time>.ext`.
 
 `RestoreState` says, while a restore runs, which checkpoint of each run it brings and whether
 that one is complete here yet, for `SyncEngine.fetch_checkpoint` (the server's side of a
