@@ -14,11 +14,13 @@ network round trip, many more small requests in flight (SMALL_IN_FLIGHT per work
 kept-alive connections; on plain S3, small files many at once (MANY_IN_FLIGHT per worker) from
 at most MANY_LOOPS threads (backend.read_many: obstore's async reads), what that does not bring handed
 to every worker again;
-files from PARTS_FROM in parts of PART_SIZE fetched in parallel (at most `concurrency` at once)
-and written at their offsets into one file. Each file lands whole:
-written unnamed (or under a hidden temporary name), its size checked (and its MD5 where the
-store's ETag is one), then linked under its name, never over a file that is there: a local file
-that differs stays, and the store's copy lands beside it as `name.conflict-<time>.ext`.
+files from PARTS_FROM in parts of PART_SIZE fetched in parallel and written at their offsets into
+one file: `concurrency` parts at once to begin with, and on stores reached over the network more
+while the throughput keeps growing (parts_in_flight.py), at most MOST_PARTS_IN_FLIGHT.
+Each file lands whole: written unnamed (or under a hidden temporary name), its size checked (and
+its MD5 where the store's ETag is one), then linked under its name, never over a file that is
+there: a local file that differs stays, and the store's copy lands beside it as
+`name.conflict-<time>.ext`.
 
 `RestoreState` says, while a restore runs, which checkpoint of each run it brings and whether
 that one is complete here yet, for `SyncEngine.fetch_checkpoint` (the server's side of a
@@ -45,6 +47,7 @@ from .errors import CancelledError, StoreUnavailableError, SyncError
 from ..store.hashing import fd_hash, file_hash
 from .index import Record, SyncIndex
 from .landing import IncomingFile, conflict_name
+from .parts_in_flight import PartsInFlight
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,10 @@ SMALL_TEXT = 1 << 20
 # Files from this size come in parts of PART_SIZE, several at once, written at their offsets.
 PART_SIZE = 32 << 20
 PARTS_FROM = 2 * PART_SIZE
+# Parts of large files in flight at most, however the throughput grows (on a store reached over
+# the network; a local-folder store keeps `concurrency`). 32 connections at S3's ~100 MB/s each
+# are ~3.2 GB/s, more than a 25 Gbit/s link carries; each is a connection and a thread here.
+MOST_PARTS_IN_FLIGHT = 32
 # On stores where each request waits for a round trip, small requests in flight per worker:
 # a small file costs one round trip and little bandwidth, so latency, not bandwidth, sets
 # their pace (measured: 2,000 files with 20 ms added took 6.4 s at 8 in flight, 1.4 s at 64).
@@ -323,6 +330,46 @@ class _Work:
                     self._changed.notify_all()
 
 
+class _PartsGate:
+    """Lets in at most `controller.limit` parts at once, a limit that may change while they run;
+    the bytes they receive are fed to the controller, each with whether parts were waiting."""
+
+    def __init__(self, controller: PartsInFlight, clock: Callable[[], float] = time.monotonic) -> None:
+        self.controller = controller
+        self._clock = clock
+        self._changed = threading.Condition()
+        self._in_flight = 0
+        self._waiting = 0
+
+    def __enter__(self) -> None:
+        with self._changed:
+            self._waiting += 1
+            while self._in_flight >= self.controller.limit:
+                self._changed.wait()
+            self._waiting -= 1
+            self._in_flight += 1
+
+    def __exit__(self, *_: object) -> None:
+        with self._changed:
+            self._in_flight -= 1
+            self._changed.notify()
+
+    def received(self, n: int) -> None:
+        if self.controller.settled:
+            return
+        with self._changed:
+            before = self.controller.limit
+            after = self.controller.add(n, self._clock(), saturated=self._waiting > 0)
+            if after > before:
+                self._changed.notify(after - before)
+
+    def describe(self) -> str:
+        controller = self.controller
+        state = "settled" if controller.settled else "still growing"
+        levels = ", ".join(f"{level}: {rate / 1e6:.0f}" for level, rate in controller.history) or "none judged"
+        return f"{controller.limit} parts in flight at the end, {state} (MB/s measured per level: {levels})"
+
+
 class RestoreJob:
     """Brings a set of the store's files into the work directory (see the module's docstring)."""
 
@@ -347,7 +394,7 @@ class RestoreJob:
         self._lock = threading.Lock()
         self._records: list[Record] = []
         self._folders_made: set[str] = set()
-        self._parts = threading.Semaphore(self.concurrency)
+        self._parts: _PartsGate | None = None  # made in run(), once the number of workers is known
         self._stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock()))
         self._work: _Work | None = None
         self._many = False
@@ -393,6 +440,10 @@ class RestoreJob:
         if self._many:
             cap = MANY_BATCH
             self._in_flight = max(1, self.concurrency * MANY_IN_FLIGHT // MANY_LOOPS)
+        # Where each request crosses a network, parts in flight grow with throughput, up to as
+        # many as there are workers to fetch them.
+        most = max(self.concurrency, min(MOST_PARTS_IN_FLIGHT, workers)) if round_trips else self.concurrency
+        self._parts = _PartsGate(PartsInFlight(self.concurrency, most))
         self._work = work = _Work(workers, self._fetch_batch)
         try:
             for phase in phases:
@@ -422,6 +473,8 @@ class RestoreJob:
                 self._flush_records()
         finally:
             work.close()
+        if any(d.parts > 1 for d in downloads.values()):
+            log.info("Restore: %s", self._parts.describe())
         self._flush_records()
         if self.state is not None:
             self.state.settle_rest(self.stop_reason or "the restore ended without it")
@@ -528,8 +581,9 @@ class RestoreJob:
             length = None if d.parts == 1 else min(PART_SIZE, d.remote.size - offset)
             try:
                 if length is not None:
-                    with self._parts:  # large files: at most `concurrency` parts at once
-                        n = self._fetch(d, offset, length)
+                    assert self._parts is not None
+                    with self._parts:  # large files: as many parts at once as the gate lets in
+                        n = self._fetch(d, offset, length, self._parts.received)
                 else:
                     n = self._fetch(d, 0, None)
                 with d.lock:
@@ -580,9 +634,11 @@ class RestoreJob:
         if d.parts > 1:
             os.ftruncate(d.incoming.fd, d.remote.size)  # parts land at their offsets, in any order
 
-    def _fetch(self, d: _Download, offset: int, length: int | None) -> int:
+    def _fetch(self, d: _Download, offset: int, length: int | None,
+               received: Callable[[int], None] | None = None) -> int:
         """One read_into with retries (doubling back-off) on a store that fails for now; bytes
-        reported by a failed attempt are taken back."""
+        reported by a failed attempt are taken back. `received` is told of each chunk (a part's
+        bytes, for the gate that judges the throughput)."""
         assert d.incoming is not None
         if length is None and d.remote.size < QUIET_BELOW:
             return self._fetch_small(d)
@@ -598,6 +654,8 @@ class RestoreJob:
                     self.limiter.take(n)
                 counted += n
                 self._count(d, n)
+                if received is not None:
+                    received(n)
 
             try:
                 return self.backend.read_into(d.key, d.incoming.fd, offset, length, progress, d.remote.etag)

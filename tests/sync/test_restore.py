@@ -34,6 +34,7 @@ from jupyter_gpu_ws.sync.landing import unnamed_files_work
 from jupyter_gpu_ws.store.objectstore import ObjectStoreBackend
 from jupyter_gpu_ws import diskio
 from jupyter_gpu_ws.sync import restore as restore_module
+from jupyter_gpu_ws.sync.parts_in_flight import PartsInFlight
 from tests.sync.conftest import S3_BUCKET, tree_files, write
 from tests.sync.s3server import S3Server, closed_port
 
@@ -389,6 +390,36 @@ def test_through_s3_the_parts_of_a_large_file_are_written_in_turn(
     assert writes.calls >= -(-len(big) // PART_SIZE)  # each part written as it arrives
     assert writes.most_same == 1  # and written one at a time
     assert not diskio._turns
+
+
+def test_through_s3_parts_in_flight_grow_past_the_concurrency_and_the_file_arrives_byte_exact(
+        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Parts of 1 MiB, so that a file of 24 parts stays small; each fetch lingers, so that parts
+    # overlap; the controller is the real one, told that every level is growth (gain -1), so it
+    # climbs whatever this machine's speed: the gate must let the extra parts in, at their offsets.
+    monkeypatch.setattr(restore_module, "PART_SIZE", 1 << 20)
+    monkeypatch.setattr(restore_module, "PARTS_FROM", 2 << 20)
+    made: list[PartsInFlight] = []
+
+    def always_growing(start: int, most: int) -> PartsInFlight:
+        made.append(PartsInFlight(start, most, gain=-1.0, window=0.0, patience=1))
+        return made[-1]
+
+    monkeypatch.setattr(restore_module, "PartsInFlight", always_growing)
+    big = random.Random(8).randbytes(24 * (1 << 20) - 5)
+    write(workdir, "models/weights.bin", big)
+    assert make_engine(workdir, store_url=s3_url).sync().ok
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    engine = make_engine(fresh, store_url=s3_url, state="state2", concurrency=2)
+    fetches = Overlaps(engine.backend.read_into, 1, 0.05)
+    monkeypatch.setattr(engine.backend, "read_into", fetches)
+    report = engine.restore()
+    assert report.restored == ["models/weights.bin"] and not report.errors
+    assert (fresh / "models" / "weights.bin").read_bytes() == big
+    assert made[0].limit > 2 and made[0].most == 16  # grew from the concurrency, bounded by the workers
+    assert fetches.most_same > 2  # more parts at once than the concurrency
 
 
 def test_through_s3_many_small_files_come_many_at_once_from_one_thread_in_order_and_a_gone_one_is_skipped(
