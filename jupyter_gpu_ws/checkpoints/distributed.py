@@ -220,7 +220,9 @@ class DistributedTracker(Tracker):
 
     # -- saving ----------------------------------------------------------------------------------
 
-    def _save(self, step: int) -> None:
+    def _save(self, step: int, explicit: bool = False) -> None:
+        """Every rank's part of one checkpoint. Never raises, asked for by the user or not (every
+        rank must reach the same steps): a failure is `last_error`, and a request's answer."""
         import torch
         import torch.distributed.checkpoint as dcp
 
@@ -245,7 +247,7 @@ class DistributedTracker(Tracker):
             future = dcp.async_save(state, storage_writer=writer, process_group=self.group,
                                     async_stager=self._reused_stager())
         except Exception as err:
-            self.last_error = f"Checkpoint at step {step} failed: {dcpfiles._first_line(err)}"
+            self._failed(pending, f"Checkpoint at step {step} failed: {dcpfiles._first_line(err)}")
             log.error("gpuws: %s", self.last_error, exc_info=True)
             self._set_phase("error")
             return
