@@ -213,7 +213,11 @@ def test_a_successor_seconds_after_a_kill_gets_everything_back_and_resumes(tmp_p
     second_root = tmp_path / "machine-b" / "srv" / "work" / "project"  # another path, same folder name
     with server_process(tmp_path / "b", tmp_path / "runtime-b", second_config, root=second_root,
                         hostname="machine-b") as b:
-        assert until(lambda: b.api("/gpuws/api/sync").get("workspace"), 60, "the successor's engine") == workspace  # found by the folder's name, wherever it sits
+        def engine() -> str | None:  # the status names the workspace from the start: wait for the engine itself
+            status = b.api("/gpuws/api/sync")
+            return status.get("workspace") if status["state"] != "starting" else None
+
+        assert until(engine, 60, "the successor's engine") == workspace  # found by the folder's name, wherever it sits
         engine_up = time.time()  # it has read the dead runtime's lease by now (the engine opens with it)
         client = kernel_client(b, "train.ipynb")
         if restoring:  # the restore goes on while resume() runs
