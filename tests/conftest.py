@@ -7,8 +7,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 
 pytest_plugins = ("pytest_jupyter.jupyter_server",)
+
+
+def _collected_without_term(self: zmq.Context) -> None:
+    """A zmq context the garbage collector finds in this process (a finished test server's
+    kernel manager, long gone) closes its sockets without lingering and is not terminated.
+    pyzmq's own __del__ calls term(), which waits for every socket of the context, those of a
+    shadow context (zmq.asyncio's) too: one still referenced made whichever test the collector
+    happened to run in hang for ever (seen once in CI, inside pytest.approx). The suite's
+    process ends soon anyway; nothing in the package relies on a context being collected."""
+    if getattr(self, "_shadow", True) or self.closed:
+        return
+    for socket in list(getattr(self, "_sockets", None) or ()):
+        if not socket.closed:
+            socket.close(linger=0)
+
+
+zmq.Context.__del__ = _collected_without_term  # type: ignore[method-assign]
 
 GIB = 2**30
 
