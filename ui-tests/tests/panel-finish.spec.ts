@@ -129,6 +129,13 @@ test.describe('Without a GPU', () => {
     const env = panel.getByLabel('Environment');
     await expect(env.getByTestId('gpuws-env-summary')).not.toContainText('Reading', { timeout: 30000 });
     await env.getByTestId('gpuws-env-snapshot').click();
+    // The click's own snapshot must end before the upgrade below: a snapshot an earlier test
+    // took already reads "Matches", and one still running would take in 84.2.1 (seen in CI).
+    await expect(
+      page.locator('.Toastify__toast', {
+        hasText: /Environment snapshot \S+ kept in the store|The environment has not changed since the last snapshot/
+      })
+    ).toBeVisible({ timeout: 120000 });
     await expect(env.getByTestId('gpuws-env-summary')).toContainText('Matches the snapshot of', { timeout: 60000 });
     installFake('84.2.1'); // the server sees site-packages change, the panel asks again by itself
     await expect(env.getByTestId('gpuws-env-summary')).toContainText('Differs from the snapshot of', { timeout: 60000 });
