@@ -206,6 +206,10 @@ test.describe('Sync, a cancelled persist', () => {
     await expect(page.locator(PANEL).getByTestId('gpuws-checkpoint-kernel')).toHaveCount(1, { timeout: 20000 });
     await page.locator(PANEL).getByTestId('gpuws-persist').click();
     await expect(page.locator(PANEL).getByTestId('gpuws-persist-progress')).toBeVisible({ timeout: 10000 });
+    // Cancelled while it waits for the checkpoint, not while the page saves its documents first.
+    await expect(page.locator(PANEL).getByTestId('gpuws-persist-activity')).toContainText('Checkpointing 1 kernel', {
+      timeout: 10000
+    });
 
     const cancel = page.locator(PANEL).getByTestId('gpuws-persist-cancel');
     await cancel.click();
