@@ -48,7 +48,6 @@ the proxy), CPU the client takes is CPU the copy lacks.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import logging
 import os
@@ -62,7 +61,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -72,6 +71,7 @@ from sync_bench import (  # noqa: E402
     GiB,
     MiB,
     emit,
+    environment,
     flush_disk,
     fmt_s,
     fs_type,
@@ -228,21 +228,6 @@ def upload(src: Path, store: str, options: dict[str, Any], state: Path) -> None:
             raise RuntimeError(f"the upload failed: {report.errors[:3]}")
     finally:
         engine.close()
-
-
-@contextlib.contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    """This process's environment with `values` set (the engine reads a cloud's variables)."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 # The engine as it was before obstore (its own HTTP/1.1 client and splice), run from a copy of

@@ -1,6 +1,6 @@
 """Sync engine speed, side by side with the tools a user would use instead.
 
-    python bench/sync_bench.py [--quick] [--parts 1,2,3,4] [--tmp DIR]
+    python bench/sync_bench.py [--quick] [--parts 1,2,3,3h,4,5] [--tmp DIR]
 
 Prints, in one run, Markdown tables with ratios (no assertions; the machines are noisy):
 1. One changed file in a large tree of small files: from the write to the store having the new
@@ -11,9 +11,13 @@ Prints, in one run, Markdown tables with ratios (no assertions; the machines are
    pass as the server's watcher runs it (whole files in the store, the flush to disk following
    in the background) against `cp -r`, `rsync -a` and `rclone sync`; and the same pass until its
    flush is done against `cp -r && sync`.
-3. Upload to a real S3 server (SeaweedFS `weed mini` on 127.0.0.1): engine against `rclone sync`
-   and a plain s3fs recursive `put`.
+3. Upload to a real S3 server (SeaweedFS `weed mini` on 127.0.0.1, tests/sync/s3server.py):
+   engine against `rclone sync`, a plain s3fs recursive `put` and obstore's own `put`;
+   `3h`: the same over HTTPS, with a CA made for the run (tests/stores/certs.py) trusted
+   through AWS_CA_BUNDLE (engine), `--ca-cert` (rclone) and `verify` (s3fs).
 4. Content hashing: the engine's `file_hash` against xxhsum, python-xxhash and blake3.
+5. Upload to Azurite (Azure Blob's emulator, tests/stores/azurite.py; `npm ci` in tests/stores)
+   through `az://`: engine against `rclone sync` (its azureblob backend) and obstore's `put`.
 
 Every tool works warm (sources in the page cache; nothing is dropped from caches), each copy
 goes to a fresh empty destination, and dirty pages of the previous copy are flushed (untimed)
@@ -30,17 +34,16 @@ import os
 import platform
 import random
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import psutil
 
@@ -583,99 +586,128 @@ def part_local(sz: Sizes, tmp: Path) -> None:
 
 # -- 3. upload to a real S3 server -------------------------------------------------------------
 
-def free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """This process's environment with `values` set (the engine reads a cloud's variables)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
-def start_weed(data_dir: Path) -> tuple[subprocess.Popen, int]:
-    weed = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
-    ports = free_ports(11)
-    names = ["s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-             "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc", "webdav.port"]
-    cmd = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false",
-           "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false", f"-bucket={BUCKET}",
-           "-master.volumeSizeLimitMB=1024"]
-    cmd += [f"-{name}={port}" for name, port in zip(names, ports)]
-    env = dict(os.environ, AWS_ACCESS_KEY_ID=S3_KEY, AWS_SECRET_ACCESS_KEY=S3_SECRET)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    logf = open(data_dir.parent / "weed.log", "wb")
-    proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-    return proc, ports[0]
-
-
-def stop_weed(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def s3_options(port: int) -> dict[str, Any]:
+def s3_options(endpoint: str) -> dict[str, Any]:
     """The engine's storage_options (the fsspec names it takes, for obstore)."""
-    return {"endpoint_url": f"http://127.0.0.1:{port}", "key": S3_KEY, "secret": S3_SECRET}
+    return {"endpoint_url": endpoint, "key": S3_KEY, "secret": S3_SECRET}
 
 
-def s3fs_options(port: int) -> dict[str, Any]:
-    return {**s3_options(port), "skip_instance_cache": True}
+def upload_rounds(sz: Sizes, title: str, note: str, sets: list[tuple[str, Path, int, int | None]],
+                  variants: list[tuple[str, Callable[[Path, str], float]]],
+                  count: Callable[[str], int], clear: Callable[[str], None], root: Path) -> None:
+    """Each tool uploads each data set to a fresh prefix, `sz.s3_trials` rounds in a shuffled
+    order; one table per data set, with every tool's time against the engine's full pass."""
+    counter = iter(range(10**6))
+    for label, src, files, nbytes in sets:
+        warm(src)
+        log(f"{title}: {label}: {sz.s3_trials} rounds")
+        times: dict[str, list[float]] = {}
+        for trial in range(sz.s3_trials):
+            for name, fn in shuffled(variants, trial):
+                prefix = f"t{next(counter):03d}"
+                try:
+                    took = fn(src, prefix)
+                except Exception as err:  # noqa: BLE001 - shown as "failed"
+                    log(f"{name} failed: {err}")
+                    took = float("nan")
+                found = count(prefix)
+                if found < files:
+                    log(f"{name}: only {found} objects under {prefix}")
+                times.setdefault(name, []).append(took)
+                clear(prefix)
+                for state in root.glob("state-*"):
+                    remove(state)
+                time.sleep(0.5)
+        eng = median(times["engine full pass"])
+        rows = []
+        for name, _ in variants:
+            xs = times[name]
+            row = [name, fmt_s(median(xs)), fmt_s(min(xs)), fmt_s(max(xs)), ratio(median(xs), eng)]
+            if nbytes:
+                row.append(f"{nbytes / median(xs) / MiB:.0f} MiB/s")
+            rows.append(row)
+        emit(f"## {title}: {label}")
+        emit()
+        emit(f"Median of {sz.s3_trials}; a fresh prefix (and engine state) each time. {note}")
+        emit()
+        headers = ["tool", "median", "min", "max", "÷ engine"] + (["throughput"] if nbytes else [])
+        emit(table(headers, rows))
+        emit()
 
 
-def wait_for_s3(port: int, proc: subprocess.Popen, timeout: float = 90) -> None:
+def build_upload_sets(sz: Sizes, root: Path, part: str) -> list[tuple[str, Path, int, int | None]]:
+    small, large = root / "small", root / "large"
+    log(f"{part}: building {sz.s3_small_files:,} small files and one {sz.s3_large_size // MiB} MiB file")
+    write_small_tree(small, 20, sz.s3_small_files // 20, 100, 4096, seed=3)
+    write_large(large / "big.bin", sz.s3_large_size, seed=30)
+    flush_disk()
+    return [(f"{sz.s3_small_files:,} small files (100 B – 4 KiB)", small, sz.s3_small_files, None),
+            (f"one {sz.s3_large_size // MiB} MiB file", large, 1, sz.s3_large_size)]
+
+
+def engine_variants(store: str, options: dict[str, Any], root: Path,
+                    env: dict[str, str]) -> list[tuple[str, Callable[[Path, str], float]]]:
+    """The engine's four upload rows: a full pass and a pass over opened files, each plain and
+    encrypted, into `store`/<prefix>, with `env` (a cloud's variables) set while it runs."""
+    def variant(encrypted: bool, opened: bool) -> Callable[[Path, str], float]:
+        def run(src: Path, prefix: str) -> float:
+            with environment(env):
+                figures = run_engine_pass(src, store, root / f"state-{prefix}", wait=True, workspace=prefix,
+                                          encrypted=encrypted, opened=opened, storage_options=options)
+            return figures[ENGINE_PERSIST + (ENCRYPTED if encrypted else "") + (OPENED if opened else "")]
+
+        return run
+
+    return [("engine full pass", variant(False, False)), ("engine full pass" + ENCRYPTED, variant(True, False)),
+            (ENGINE_OPENED, variant(False, True)), (ENGINE_OPENED + ENCRYPTED, variant(True, True))]
+
+
+def part_s3(sz: Sizes, tmp: Path, https: bool = False) -> None:
+    """Upload to SeaweedFS over plain HTTP or (`https`) over HTTPS with a CA made for the run,
+    trusted through AWS_CA_BUNDLE (the engine), `--ca-cert` (rclone) and `verify` (s3fs)."""
     import s3fs
 
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"weed mini exited with {proc.returncode}")
-        try:
-            fs = s3fs.S3FileSystem(**s3fs_options(port), use_listings_cache=False)
-            fs.pipe_file(f"{BUCKET}/probe", b"ok")
-            if fs.cat_file(f"{BUCKET}/probe") == b"ok":
-                fs.rm_file(f"{BUCKET}/probe")
-                return
-        except Exception as err:  # noqa: BLE001 - still starting
-            last = err
-        time.sleep(0.5)
-    raise RuntimeError(f"the S3 server did not come up: {last}")
-
-
-def part_s3(sz: Sizes, tmp: Path) -> None:
-    import s3fs
+    from tests.stores.certs import make_loopback_certificates
+    from tests.sync.s3server import S3Server
 
     root = Path(tempfile.mkdtemp(prefix="s3-", dir=tmp))
-    proc = None
+    tls = make_loopback_certificates(root / "tls") if https else None
+    server = S3Server(root / "weed", S3_KEY, S3_SECRET, tls=tls)
+    part, scheme = ("3h", "HTTPS") if https else ("3", "HTTP")
     try:
-        small, large = root / "small", root / "large"
-        log(f"3: building {sz.s3_small_files:,} small files and one {sz.s3_large_size // MiB} MiB file")
-        write_small_tree(small, 20, sz.s3_small_files // 20, 100, 4096, seed=3)
-        write_large(large / "big.bin", sz.s3_large_size, seed=30)
-        flush_disk()
-        proc, port = start_weed(root / "weed")
-        wait_for_s3(port, proc)
-        log(f"3: weed mini is up on 127.0.0.1:{port}")
+        sets = build_upload_sets(sz, root, part)
+        server.start()
+        server.create_bucket(BUCKET)
+        endpoint = server.https_endpoint if https else server.endpoint
+        log(f"{part}: weed mini is up on {endpoint}")
+        ca_env = {"AWS_CA_BUNDLE": str(tls.ca_file)} if tls else {}
+        ca_flag = ["--ca-cert", str(tls.ca_file)] if tls else []
         rclone = rclone_env({
             "RCLONE_CONFIG_SW_TYPE": "s3", "RCLONE_CONFIG_SW_PROVIDER": "Other",
-            "RCLONE_CONFIG_SW_ENDPOINT": f"http://127.0.0.1:{port}", "RCLONE_CONFIG_SW_ACCESS_KEY_ID": S3_KEY,
+            "RCLONE_CONFIG_SW_ENDPOINT": endpoint, "RCLONE_CONFIG_SW_ACCESS_KEY_ID": S3_KEY,
             "RCLONE_CONFIG_SW_SECRET_ACCESS_KEY": S3_SECRET, "RCLONE_CONFIG_SW_REGION": "us-east-1",
         })
-        admin = s3fs.S3FileSystem(**s3fs_options(port), use_listings_cache=False)
-        counter = iter(range(10**6))
+        admin = s3fs.S3FileSystem(**s3_options(server.endpoint), skip_instance_cache=True, use_listings_cache=False)
 
         def s3fs_put(src: Path, prefix: str) -> float:
             gc.collect()
             started = time.perf_counter()
-            fs = s3fs.S3FileSystem(**s3fs_options(port))
+            fs = s3fs.S3FileSystem(**s3_options(endpoint), skip_instance_cache=True,
+                                   client_kwargs={"verify": str(tls.ca_file)} if tls else {})
             fs.put(f"{src}/", f"{BUCKET}/{prefix}/", recursive=True)
             return time.perf_counter() - started
 
@@ -689,87 +721,97 @@ def part_s3(sz: Sizes, tmp: Path) -> None:
 
             gc.collect()
             started = time.perf_counter()
-            store = S3Store(BUCKET, endpoint=f"http://127.0.0.1:{port}", access_key_id=S3_KEY,
-                            secret_access_key=S3_SECRET, region="us-east-1", client_options={"allow_http": True})
+            options: dict[str, Any] = {"allow_http": True}
+            if tls:
+                options["root_certificate"] = tls.ca_file.read_text()
+            store = S3Store(BUCKET, endpoint=endpoint, access_key_id=S3_KEY, secret_access_key=S3_SECRET,
+                            region="us-east-1", client_options=options)
             files = [p for p in src.rglob("*") if p.is_file()]
             with ThreadPoolExecutor(8) as pool:
                 list(pool.map(lambda p: obstore.put(store, f"{prefix}/{p.relative_to(src).as_posix()}", p), files))
             return time.perf_counter() - started
 
-        def engine_put(src: Path, prefix: str) -> float:
-            return run_engine_pass(src, f"s3://{BUCKET}", root / f"state-{prefix}", wait=True, workspace=prefix,
-                                   storage_options=s3_options(port))[ENGINE_PERSIST]
+        def clear(prefix: str) -> None:
+            try:
+                admin.rm(f"{BUCKET}/{prefix}", recursive=True)
+            except FileNotFoundError:
+                pass
 
-        def engine_put_encrypted(src: Path, prefix: str) -> float:
-            return run_engine_pass(src, f"s3://{BUCKET}", root / f"state-{prefix}", wait=True, workspace=prefix,
-                                   encrypted=True, storage_options=s3_options(port))[ENGINE_PERSIST + ENCRYPTED]
-
-        def engine_pass_opened(encrypted: bool) -> Callable[[Path, str], float]:
-            def run(src: Path, prefix: str) -> float:
-                return run_engine_pass(src, f"s3://{BUCKET}", root / f"state-{prefix}", wait=True, workspace=prefix,
-                                       encrypted=encrypted, opened=True, storage_options=s3_options(port))[
-                    ENGINE_PERSIST + (ENCRYPTED if encrypted else "") + OPENED]
-
-            return run
-
-        variants: list[tuple[str, Callable[[Path, str], float]]] = [
-            ("engine full pass", engine_put),
-            ("engine full pass" + ENCRYPTED, engine_put_encrypted),
-            (ENGINE_OPENED, engine_pass_opened(False)),
-            (ENGINE_OPENED + ENCRYPTED, engine_pass_opened(True)),
-            ("`rclone sync`", lambda src, prefix: run_cmd(["rclone", "sync", str(src), f"sw:{BUCKET}/{prefix}"],
-                                                         env=rclone)),
+        variants = engine_variants(f"s3://{BUCKET}", s3_options(endpoint), root, ca_env) + [
+            ("`rclone sync`", lambda src, prefix: run_cmd(
+                ["rclone", "sync", *ca_flag, str(src), f"sw:{BUCKET}/{prefix}"], env=rclone)),
             ("s3fs `put(recursive=True)`", s3fs_put),
+            ("obstore `put`, 8 at a time", obstore_put),
         ]
-        try:
-            import obstore  # noqa: F401 - optional: pip install obstore
-            variants.append(("obstore `put`, 8 at a time", obstore_put))
-        except ImportError:
-            log("3: obstore is not installed (pip install obstore): its row is left out")
-        for label, src, files, nbytes in [
-            (f"{sz.s3_small_files:,} small files (100 B – 4 KiB)", small, sz.s3_small_files, None),
-            (f"one {sz.s3_large_size // MiB} MiB file", large, 1, sz.s3_large_size),
-        ]:
-            warm(src)
-            log(f"3: {label}: {sz.s3_trials} rounds")
-            times: dict[str, list[float]] = {}
-            for trial in range(sz.s3_trials):
-                for name, fn in shuffled(variants, trial):
-                    prefix = f"t{next(counter):03d}"
-                    try:
-                        took = fn(src, prefix)
-                    except Exception as err:  # noqa: BLE001 - shown as "failed"
-                        log(f"{name} failed: {err}")
-                        took = float("nan")
-                    listed = admin.find(f"{BUCKET}/{prefix}")
-                    if len([p for p in listed if "/.gpuws/" not in p]) < files:
-                        log(f"{name}: only {len(listed)} objects under {prefix}")
-                    times.setdefault(name, []).append(took)
-                    try:
-                        admin.rm(f"{BUCKET}/{prefix}", recursive=True)
-                    except FileNotFoundError:
-                        pass
-                    for state in root.glob("state-*"):
-                        remove(state)
-                    time.sleep(0.5)
-            eng = median(times["engine full pass"])
-            rows = []
-            for name, _ in variants:
-                xs = times[name]
-                row = [name, fmt_s(median(xs)), fmt_s(min(xs)), fmt_s(max(xs)), ratio(median(xs), eng)]
-                if nbytes:
-                    row.append(f"{nbytes / median(xs) / MiB:.0f} MiB/s")
-                rows.append(row)
-            emit(f"## 3. Upload to SeaweedFS S3 on 127.0.0.1: {label}")
-            emit()
-            emit(f"Median of {sz.s3_trials}; a fresh prefix (and engine state) each time. Engine concurrency 8.")
-            emit()
-            headers = ["tool", "median", "min", "max", "÷ engine"] + (["throughput"] if nbytes else [])
-            emit(table(headers, rows))
-            emit()
+        upload_rounds(sz, f"{part}. Upload to SeaweedFS S3 over {scheme} on 127.0.0.1",
+                      "Engine concurrency 8." + (" The CA made for the run is trusted through AWS_CA_BUNDLE "
+                                                 "(engine), `--ca-cert` (rclone), `verify` (s3fs)." if https else ""),
+                      sets, variants,
+                      lambda prefix: len([p for p in admin.find(f"{BUCKET}/{prefix}") if "/.gpuws/" not in p]),
+                      clear, root)
     finally:
-        if proc is not None:
-            stop_weed(proc)
+        server.stop()
+        remove(root)
+
+
+# -- 5. Azure ---------------------------------------------------------------------------------
+
+def part_azure(sz: Sizes, tmp: Path) -> None:
+    """Upload to Azurite (Azure Blob's emulator) through `az://`: the engine against
+    `rclone sync` (its azureblob backend) and obstore's own `put`."""
+    from tests.stores.azurite import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
+
+    root = Path(tempfile.mkdtemp(prefix="azure-", dir=tmp))
+    server = AzuriteServer(root / "azurite", BUCKET)
+    try:
+        sets = build_upload_sets(sz, root, "5")
+        server.start()
+        log(f"5: Azurite is up on {server.blob_url}")
+        rclone = rclone_env({
+            "RCLONE_CONFIG_AZ_TYPE": "azureblob", "RCLONE_CONFIG_AZ_ACCOUNT": ACCOUNT_NAME,
+            "RCLONE_CONFIG_AZ_KEY": ACCOUNT_KEY, "RCLONE_CONFIG_AZ_ENDPOINT": server.endpoint,
+        })
+        from obstore.store import from_url
+
+        def admin() -> Any:
+            with environment(server.env()):
+                return from_url(f"az://{BUCKET}")
+
+        def count(prefix: str) -> int:
+            import obstore
+
+            return sum(len([o for o in batch if "/.gpuws/" not in o["path"]])
+                       for batch in obstore.list(admin(), prefix=f"{prefix}/"))
+
+        def clear(prefix: str) -> None:
+            import obstore
+
+            store = admin()
+            for batch in obstore.list(store, prefix=f"{prefix}/"):
+                obstore.delete(store, [o["path"] for o in batch])
+
+        def obstore_put(src: Path, prefix: str) -> float:
+            from concurrent.futures import ThreadPoolExecutor
+
+            import obstore
+
+            gc.collect()
+            started = time.perf_counter()
+            store = admin()
+            files = [p for p in src.rglob("*") if p.is_file()]
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda p: obstore.put(store, f"{prefix}/{p.relative_to(src).as_posix()}", p), files))
+            return time.perf_counter() - started
+
+        variants = engine_variants(f"az://{BUCKET}", {}, root, server.env()) + [
+            ("`rclone sync`", lambda src, prefix: run_cmd(["rclone", "sync", str(src), f"az:{BUCKET}/{prefix}"],
+                                                         env=rclone)),
+            ("obstore `put`, 8 at a time", obstore_put),
+        ]
+        upload_rounds(sz, "5. Upload to Azure (Azurite) on 127.0.0.1", "Engine concurrency 8.", sets, variants,
+                      count, clear, root)
+    finally:
+        server.stop()
         remove(root)
 
 
@@ -837,7 +879,7 @@ def part_hash(sz: Sizes, tmp: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in under 2 minutes")
-    parser.add_argument("--parts", default="1,2,3,4", help="which parts to run, e.g. 1,4")
+    parser.add_argument("--parts", default="1,2,3,3h,4,5", help="which parts to run, e.g. 1,4 (3h: S3 over HTTPS; 5: Azure)")
     parser.add_argument("--tmp", default=tempfile.gettempdir(), help="where the temporary trees go")
     parser.add_argument("--debounce", type=int, default=50, help="the service's settle delay (sync_debounce), ms; the server's default")
     parser.add_argument("--step", type=int, default=WATCH_STEP_MS,
@@ -861,6 +903,10 @@ def main() -> None:
             part_local(sz, tmp)
         if "3" in parts:
             part_s3(sz, tmp)
+        if "3h" in parts:
+            part_s3(sz, tmp, https=True)
+        if "5" in parts:
+            part_azure(sz, tmp)
         if "4" in parts:
             part_hash(sz, tmp)
         emit(f"Total run time: {time.monotonic() - started:.0f} s.")
