@@ -19,6 +19,9 @@ _PERMANENT = {"SyntaxError", "IndentationError", "TabError", "ModuleNotFoundErro
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(.*))?$")
 _FRAME = re.compile(r'^\s*File "(.+)", line (\d+)')
 _CANT_OPEN = re.compile(r"can't open file '(.+?)'")
+# torchrun's own error when a rank failed: it says which rank, not why; the rank's error is before.
+_WRAPPERS = {"ChildFailedError"}
+_RANK_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _LIBRARY = re.compile(r"[/\\](?:site-packages|dist-packages|lib[/\\]python\d[\d.]*)[/\\]|^<frozen ")
 
 
@@ -52,7 +55,7 @@ def classify(returncode: int | None, log_tail: list[str], *, step: int | None = 
     permanent = _permanent(returncode, lines)
     if permanent:
         return Outcome("failed", f"{permanent} — {CANNOT_CHANGE}", False)
-    killed_by = _signal_name(returncode)
+    killed_by = _signal_name(returncode) or _signal_name(_rank_exit(lines))
     if killed_by:
         return Outcome("failed", f"killed by {killed_by}", True)
     code = "no exit code" if returncode is None else f"exit code {returncode}"
@@ -86,7 +89,7 @@ def _exception(lines: list[str]) -> tuple[str, str, str] | None:
     innermost frame in the user's own files (a library's frame says less about what to fix)."""
     for index in range(len(lines) - 1, -1, -1):
         match = _EXCEPTION.match(lines[index])
-        if not match:
+        if not match or match.group(1) in _WRAPPERS:
             continue
         frames = []
         for line in reversed(lines[:index]):
@@ -98,6 +101,15 @@ def _exception(lines: list[str]) -> tuple[str, str, str] | None:
         own = [f for f in frames if not _LIBRARY.search(f[0])] or frames
         where = f" in {PurePath(own[0][0]).name} line {own[0][1]:,}" if own else ""
         return match.group(1), (match.group(2) or "").strip(), where
+    return None
+
+
+def _rank_exit(lines: list[str]) -> int | None:
+    """The exit code of the rank that failed first, from torchrun's summary ("exitcode  : -11")."""
+    for line in lines:
+        found = _RANK_EXIT.match(line)
+        if found:
+            return int(found.group(1))
     return None
 
 

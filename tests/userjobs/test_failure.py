@@ -14,7 +14,7 @@ from jupyter_gpu_ws.userjobs.failure import CANNOT_CHANGE, Outcome, classify, oo
 from jupyter_gpu_ws.userjobs.joblog import JobLog
 
 
-def _attempt(tmp_path: Path, command: list[str]) -> tuple[int, list[str]]:
+def _attempt(tmp_path: Path, command: list[str], lines: int = 20) -> tuple[int, list[str]]:
     """Run `command` in tmp_path as the server runs a job: its output through a JobLog."""
     log = JobLog(tmp_path / "logs" / "job.log")
     job = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -22,7 +22,7 @@ def _attempt(tmp_path: Path, command: list[str]) -> tuple[int, list[str]]:
     log.follow(job.stdout)
     returncode = job.wait(timeout=120)
     log.close()
-    return returncode, log.tail()
+    return returncode, log.tail(lines)
 
 
 def _script(tmp_path: Path, text: str) -> tuple[int, list[str]]:
@@ -84,6 +84,22 @@ def test_cuda_out_of_memory_is_retried_and_says_at_which_step(tmp_path: Path) ->
         "import torch\nprint('step 4120')\n"
         "raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')\n")), step=4120)
     assert outcome == Outcome("failed", "CUDA out of memory at step 4,120", True)
+
+
+TORCHRUN = [str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node", "1"]
+
+
+def test_a_syntax_error_under_torchrun_is_the_ranks_not_torchruns(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import os\nprint('rank', os.environ['RANK'])\nx = = 1\n")
+    outcome = classify(*_attempt(tmp_path, [*TORCHRUN, "train.py"], lines=60))
+    assert outcome == Outcome("failed", f"SyntaxError in train.py line 3: invalid syntax — {CANNOT_CHANGE}", False)
+
+
+def test_a_rank_killed_by_a_signal_under_torchrun_says_which(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    returncode, tail = _attempt(tmp_path, [*TORCHRUN, "train.py"], lines=60)
+    assert returncode == 1
+    assert classify(returncode, tail) == Outcome("failed", "killed by SIGSEGV", True)
 
 
 def test_a_process_killed_by_a_signal_says_which(tmp_path: Path) -> None:
@@ -162,3 +178,22 @@ def test_a_real_kill_9_does_not_grow_the_oom_kill_count(tmp_path: Path) -> None:
     os.kill(job.pid, 9)
     assert job.wait(timeout=30) == -9
     assert oom_kills() == before
+
+
+def test_a_notebook_job_whose_cell_cannot_import_is_not_retried(tmp_path: Path) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print('loading')"), nbformat.v4.new_code_cell("import no_such_module_for_gpuws")]
+    nbformat.write(nb, tmp_path / "train.ipynb")
+    outcome = classify(*_attempt(tmp_path, [sys.executable, "-m", "jupyter_gpu_ws.userjobs.notebook", "train.ipynb"]))
+    assert outcome == Outcome("failed", f"ModuleNotFoundError: No module named 'no_such_module_for_gpuws' — {CANNOT_CHANGE}", False)
+
+
+def test_a_notebook_job_given_no_notebook_is_not_retried(tmp_path: Path) -> None:
+    (tmp_path / "train.ipynb").write_text("not json")
+    returncode, tail = _attempt(tmp_path, [sys.executable, "-m", "jupyter_gpu_ws.userjobs.notebook", "train.ipynb"])
+    assert returncode == 2
+    outcome = classify(returncode, tail)
+    assert outcome.retryable is False and outcome.reason is not None
+    assert outcome.reason.startswith("train.ipynb is not valid JSON")
