@@ -30,6 +30,7 @@ class JobLog:
         self.keep = keep
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._open_line: object = None  # the stream whose last line is not ended yet, if any
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Appending: a retried attempt's output follows the one before it.
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -62,12 +63,17 @@ class JobLog:
                         continue
                     out += piece
                     line_length = 0 if ends else line_length + len(piece)
-                self._write(bytes(out))
+                self._write(bytes(out), stream)
         except (OSError, ValueError):
             pass  # the pipe was closed under us (the job's process is gone): nothing more to read
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, stream: object) -> None:
         with self._lock:
+            # stdout and stderr followed apart: a line one of them left open is ended before the
+            # other writes, so their lines are never mixed into one.
+            if data and self._open_line is not None and self._open_line is not stream:
+                data = b"\n" + data
+            self._open_line = None if data.endswith(b"\n") else stream
             while data and self._fd is not None:
                 room = self.max_bytes - self._size
                 if len(data) <= room:

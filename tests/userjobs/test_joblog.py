@@ -109,3 +109,45 @@ def test_the_tail_of_a_log_nothing_was_written_to_is_empty(tmp_path: Path) -> No
     log = JobLog(tmp_path / "job.log")
     _run(log, "pass")
     assert log.tail() == []
+
+
+def test_stdout_and_stderr_followed_apart_both_reach_the_log_in_whole_lines(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log")
+    job = subprocess.Popen([sys.executable, "-u", "-c", (  # -u: one write a line, as a job that flushes
+        "import sys\n"
+        "for i in range(20000):\n"
+        "    sys.stdout.write(f'out {i}\\n'); sys.stderr.write(f'err {i}\\n')\n"
+        "print('out end'); print('err end', file=sys.stderr)\n")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert job.stdout is not None and job.stderr is not None
+    log.follow(job.stdout)
+    log.follow(job.stderr)
+    assert job.wait(timeout=120) == 0
+    log.close()
+    lines = log.tail(100_000)
+    expected = {f"{stream} {i}" for stream in ("out", "err") for i in [*range(20000), "end"]}
+    assert len(lines) == len(expected) and set(lines) == expected  # none lost, none mixed with another
+
+
+def test_a_line_left_open_on_stdout_is_not_mixed_with_a_line_on_stderr(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log")
+    job = subprocess.Popen([sys.executable, "-u", "-c", (
+        "import sys\n"
+        "sys.stdout.write('epoch 1: 50%'); sys.stdin.readline()\n"
+        "sys.stderr.write('warning: slow\\n'); sys.stdin.readline()\n"
+        "sys.stdout.write(' 100%\\n')\n")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert job.stdin is not None and job.stdout is not None and job.stderr is not None
+    log.follow(job.stdout)
+    log.follow(job.stderr)
+    try:
+        _until(lambda: log.tail() == ["epoch 1: 50%"])
+        job.stdin.write(b"\n")
+        job.stdin.flush()
+        _until(lambda: log.tail() == ["epoch 1: 50%", "warning: slow"])
+        job.stdin.write(b"\n")
+        job.stdin.flush()
+        assert job.wait(timeout=60) == 0
+    finally:
+        job.kill()
+        log.close()
+    assert log.tail() == ["epoch 1: 50%", "warning: slow", " 100%"]
