@@ -27,6 +27,8 @@ _LIBRARY = re.compile(r"[/\\](?:site-packages|dist-packages|lib[/\\]python\d[\d.
 
 @dataclass
 class Outcome:
+    """How one attempt of a job ended: what the job record and its reason line show."""
+
     state: str  # "finished" | "failed" | "interrupted"
     reason: str | None
     retryable: bool
@@ -60,18 +62,14 @@ def classify(returncode: int | None, log_tail: list[str], *, step: int | None = 
         return Outcome("failed", f"killed by {killed_by}", True)
     code = "no exit code" if returncode is None else f"exit code {returncode}"
     error = _exception(lines)
-    if error:
-        name, message, where = error
-        return Outcome("failed", f"{name}{where}{': ' + message if message else ''} ({code})", True)
-    return Outcome("failed", code, True)
+    return Outcome("failed", f"{_said(error)} ({code})" if error else code, True)
 
 
 def _permanent(returncode: int | None, lines: list[str]) -> str | None:
     """What makes the failure one a retry cannot change, in words, or None."""
     error = _exception(lines)
     if error and error[0] in _PERMANENT:
-        name, message, where = error
-        return f"{name}{where}{': ' + message if message else ''}"
+        return _said(error)
     for line in reversed(lines):
         opened = _CANT_OPEN.search(line)
         if opened:
@@ -102,6 +100,12 @@ def _exception(lines: list[str]) -> tuple[str, str, str] | None:
         where = f" in {PurePath(own[0][0]).name} line {own[0][1]:,}" if own else ""
         return match.group(1), (match.group(2) or "").strip(), where
     return None
+
+
+def _said(error: tuple[str, str, str]) -> str:
+    """"ValueError in train.py line 9: bad lr"."""
+    name, message, where = error
+    return f"{name}{where}{': ' + message if message else ''}"
 
 
 def _rank_exit(lines: list[str]) -> int | None:
