@@ -1,0 +1,1 @@
+"""Jobs the user starts: scripts and notebooks run by the server, relaunched and retried."""
