@@ -37,8 +37,8 @@ child=$!
 trap 'kill -TERM "$child" 2>/dev/null' TERM INT
 wait "$child"; status=$?
 while kill -0 "$child" 2>/dev/null; do wait "$child"; status=$?; done
-jupyter gpuws sync --once --take-over --workdir "$GPUWS_WORKDIR" --state-dir "$GPUWS_STATE_DIR" \\
-  --store "$GPUWS_STORE" --workspace "$GPUWS_WORKSPACE" || { [ "$status" -ne 0 ] || status=1; }
+jupyter gpuws sync --once --take-over{encrypt} --workdir "$GPUWS_WORKDIR" --state-dir "$GPUWS_STATE_DIR" \\
+  --store "$GPUWS_STORE" --workspace "$GPUWS_WORKSPACE" || {{ [ "$status" -ne 0 ] || status=1; }}
 exit "$status"
 """
 
@@ -101,12 +101,14 @@ def _check(command: list[str], store_url: str, workspace: str, image: str, gpus:
 
 
 def job_manifest(command: list[str], *, name: str, store_url: str, workspace: str, image: str,
-                 gpus: int | None = None, retries: int = 0, secret: str = SECRET, cwd: str = "") -> dict[str, Any]:
+                 gpus: int | None = None, retries: int = 0, secret: str = SECRET, cwd: str = "",
+                 encrypted: bool = False) -> dict[str, Any]:
     """A `batch/v1` Job running `command` in `image` on the workspace's files from the store:
     restored first, synced back when it ends; `retries` more attempts (backoffLimit), `gpus`
     NVIDIA GPUs, the store's credentials from the Secret `secret` (its keys become variables:
     AWS_ACCESS_KEY_ID, GOOGLE_APPLICATION_CREDENTIALS, GPUWS_PASSPHRASE, …). `cwd`: the job's
-    folder inside the work directory. `name` is made a DNS-1123 label (job_name)."""
+    folder inside the work directory; `encrypted`: the workspace is (its passphrase is the
+    Secret's GPUWS_PASSPHRASE). `name` is made a DNS-1123 label (job_name)."""
     _check(command, store_url, workspace, image, gpus, retries, secret, cwd)
     label = job_name(name)
     env = [{"name": "GPUWS_STORE", "value": store_url}, {"name": "GPUWS_WORKSPACE", "value": workspace},
@@ -115,8 +117,9 @@ def job_manifest(command: list[str], *, name: str, store_url: str, workspace: st
               "volumeMounts": [{"name": "work", "mountPath": WORKDIR}, {"name": "gpuws-state", "mountPath": STATE_DIR}]}
     restore = {"name": "restore", **shared,
                "command": ["jupyter", "gpuws", "restore", "--workdir", WORKDIR, "--state-dir", STATE_DIR,
-                           "--store", store_url, "--workspace", workspace]}
-    job = {"name": "job", **shared, "command": ["/bin/sh", "-c", WRAPPER, label, *command],
+                           "--store", store_url, "--workspace", workspace, *(["--encrypt"] if encrypted else [])]}
+    script = WRAPPER.format(encrypt=" --encrypt" if encrypted else "")
+    job = {"name": "job", **shared, "command": ["/bin/sh", "-c", script, label, *command],
            "workingDir": f"{WORKDIR}/{cwd.strip('/')}".rstrip("/")}
     if gpus:
         job["resources"] = {"limits": {GPU: str(gpus)}}  # a quantity: the API takes it as text
@@ -171,5 +174,5 @@ def export_k8s(argv: list[str], args: Any) -> str:
         store_url=getattr(args, "store", None) or "", workspace=getattr(args, "workspace", None) or "",
         image=getattr(args, "image", None) or "", gpus=getattr(args, "gpus", None),
         retries=getattr(args, "retries", None) or 0, secret=getattr(args, "secret", None) or SECRET,
-        cwd=getattr(args, "cwd", None) or "")
+        cwd=getattr(args, "cwd", None) or "", encrypted=bool(getattr(args, "encrypt", False)))
     return manifest_yaml(manifest)

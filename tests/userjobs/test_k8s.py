@@ -64,6 +64,14 @@ def test_no_gpus_asked_for_is_no_gpu_limit() -> None:
     assert job.spec.backoff_limit == 0
 
 
+def test_an_encrypted_workspace_is_restored_and_synced_with_the_secrets_passphrase() -> None:
+    pod = read_back(export_k8s(COMMAND, run_args(encrypt=True))).spec.template.spec
+    assert pod.init_containers[0].command[-1] == "--encrypt"
+    assert "jupyter gpuws sync --once --take-over --encrypt " in pod.containers[0].command[2]
+    plain = read_back(export_k8s(COMMAND, run_args())).spec.template.spec
+    assert "--encrypt" not in plain.init_containers[0].command + plain.containers[0].command
+
+
 @pytest.mark.parametrize("name, label", [
     ("Train_ResNet 50!", "train-resnet-50"),
     ("-x-", "x"),
