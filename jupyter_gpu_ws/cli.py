@@ -74,7 +74,7 @@ def _option(text: str) -> tuple[str, Any]:
 
 DESCRIPTION = (
     "GPU workspace from a terminal or a script: mirror a work directory to a store and bring it back "
-    "(sync, restore, status), list the store's workspaces, keep, compare and restore snapshots of a "
+    "(sync, restore, status), list the store's workspaces, keep, compare, restore and export snapshots of a "
     "Python environment (env), ask the running server to persist (persist) and export a training "
     "run's checkpoint (checkpoint); an encrypted workspace's files without a server (decrypt) and its "
     "passphrases (key). Run inside a work directory, a command means its workspace (the running server's "
