@@ -132,6 +132,10 @@ def export_snapshot(snapshot: dict[str, Any], format: str, stored: list[str], *,
         return result
     result.files[REQUIREMENTS] = requirements_txt(snapshot, python, lines, bool(wheels))
     if format == "dockerfile":
+        platform = snapshot.get("platform") or {}
+        if platform.get("system") not in (None, "Linux"):
+            warnings.append(f"the snapshot was taken on {safe_text(platform.get('system'), 40)}: its packages' "
+                            "Linux builds are installed in the image, and its kept wheels may be for that system")
         version = _extension_version(snapshot, extension_version, warnings)
         result.files = {"Dockerfile": dockerfile(snapshot, python, version, bool(wheels)), **result.files}
     return result

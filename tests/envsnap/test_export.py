@@ -100,6 +100,14 @@ def test_a_package_no_index_has_and_no_wheel_kept_is_a_comment_and_a_warning() -
     assert any(line.startswith("mine==1.0: not reproducible: editable install") for line in result.warnings)
 
 
+def test_a_snapshot_taken_on_another_system_is_exported_with_a_warning() -> None:
+    snapshot = snapshot_of({"six": "1.16.0"})
+    snapshot["platform"] = {"system": "Darwin", "machine": "arm64"}
+    result = export_snapshot(snapshot, "dockerfile", [], extension_version="0.1.0")
+    assert any(w.startswith("the snapshot was taken on Darwin:") for w in result.warnings)
+    assert "six==1.16.0" in result.files["requirements.txt"].splitlines()
+
+
 @pytest.fixture
 def local_wheel(tmp_path: Path) -> Path:
     """A wheel of a one-module project, built here without an index."""
