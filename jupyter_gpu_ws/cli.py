@@ -807,23 +807,23 @@ def cmd_env_export(args: argparse.Namespace) -> int:
         name = args.name or re.sub(r"[^A-Za-z0-9._-]+", "-", store.workspace).strip("-") or "gpuws"
         result = envsnap.export_snapshot(snapshot, args.format, stored_wheels(store), name=name,
                                          extension_version=__version__)
+        for warning in result.warnings:
+            print(f"jupyter gpuws: warning: {shown(warning)}", file=sys.stderr)
+        written = envsnap.write_export(result, store, args.to) if args.to is not None else []
     except (envsnap.SnapshotNotFoundError, envsnap.UnsafeSnapshotError, envsnap.ExportError) as err:
         print(f"jupyter gpuws: error: {shown(str(err))}", file=sys.stderr)
         return 2
-    for warning in result.warnings:
-        print(f"jupyter gpuws: warning: {shown(warning)}", file=sys.stderr)
-    if args.to is None:
-        sys.stdout.write(result.files[result.main])
-        left = [name for name in result.files if name != result.main] + \
-            ([f"{count(len(result.wheels), 'wheel')} of the store"] if result.wheels else [])
-        if left:
-            print(f"jupyter gpuws: warning: not written: {' and '.join(left)} (give --to FOLDER to write them "
-                  "beside it)", file=sys.stderr)
+    if written:
+        print(f"{shown(str(written[-1]))}: {result.format} of snapshot {snapshot['id']}"
+              + (f", with {count(len(result.wheels), 'wheel')} in {shown(str(written[-1].parent / 'wheels'))}"
+                 if result.wheels else ""))
         return 0
-    written = envsnap.write_export(result, store, args.to)
-    print(f"{shown(str(written[-1]))}: {result.format} of snapshot {snapshot['id']}"
-          + (f", with {count(len(result.wheels), 'wheel')} in {shown(str(written[-1].parent / 'wheels'))}"
-             if result.wheels else ""))
+    sys.stdout.write(result.files[result.main])
+    left = [name for name in result.files if name != result.main] + \
+        ([f"{count(len(result.wheels), 'wheel')} of the store"] if result.wheels else [])
+    if left:
+        print(f"jupyter gpuws: warning: not written: {' and '.join(left)} (give --to FOLDER to write them beside it)",
+              file=sys.stderr)
     return 0
 
 

@@ -114,7 +114,7 @@ def wheels_needed(snapshot: dict[str, Any], stored: list[str]) -> list[str]:
 
 
 def export_snapshot(snapshot: dict[str, Any], format: str, stored: list[str], *, name: str = "gpuws",
-           extension_version: str | None = None) -> Export:
+                    extension_version: str | None = None) -> Export:
     """The recipe of `snapshot` in `format` (dockerfile, requirements, conda). `stored`: the
     wheel files the store keeps; `name`: the conda environment's; `extension_version`: the
     jupyter_gpu_ws a Dockerfile installs when the snapshot has none."""
@@ -136,13 +136,13 @@ def export_snapshot(snapshot: dict[str, Any], format: str, stored: list[str], *,
         if platform.get("system") not in (None, "Linux"):
             warnings.append(f"the snapshot was taken on {safe_text(platform.get('system'), 40)}: its packages' "
                             "Linux builds are installed in the image, and its kept wheels may be for that system")
-        version = _extension_version(snapshot, extension_version, warnings)
+        version = _extension_version(snapshot, extension_version, EXTENSION in kept, warnings)
         result.files = {"Dockerfile": dockerfile(snapshot, python, version, bool(wheels)), **result.files}
     return result
 
 
 def _describe(snapshot: dict[str, Any], python: str) -> str:
-    """`snapshot 2026…-abc: Python 3.11, torch 2.5.1+cu124, 120 packages` for a recipe's first line."""
+    """`snapshot 2026…-0123456789ab, Python 3.11, torch 2.5.1+cu124, 120 packages`, for a recipe's first line."""
     snapshot_id = snapshot.get("id")
     torch = next((p["version"] for p in snapshot["packages"] if p["name"] == "torch"), None)
     return ", ".join(filter(None, [
@@ -176,7 +176,7 @@ def environment_yml(snapshot: dict[str, Any], python: str, lines: list[str], whe
     return head + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=1000)
 
 
-def _extension_version(snapshot: dict[str, Any], fallback: str | None, warnings: list[str]) -> str:
+def _extension_version(snapshot: dict[str, Any], fallback: str | None, has_wheel: bool, warnings: list[str]) -> str:
     """The jupyter_gpu_ws the image gets: the snapshot's own, else `fallback` (this one)."""
     version = next((p["version"] for p in snapshot["packages"] if p["name"] == EXTENSION), fallback)
     if version is None or check_version(version) or not PLAIN.match(version):
@@ -185,9 +185,9 @@ def _extension_version(snapshot: dict[str, Any], fallback: str | None, warnings:
         parsed = Version(version)
     except InvalidVersion:  # check_version has refused it already
         raise ExportError(f"Not a version: {safe_text(version, 40)}") from None
-    if parsed.local or parsed.is_devrelease:
-        warnings.append(f"jupyter_gpu_ws {version} is a development version no index has: keep its wheel in the "
-                        "store (`jupyter gpuws env snapshot --keep-all-wheels`) or change its line")
+    if (parsed.local or parsed.is_devrelease) and not has_wheel:
+        warnings.append(f"jupyter_gpu_ws {version} is a development version that no index has, and the store keeps "
+                        "no wheel of it: change the Dockerfile's line that installs it")
     return version
 
 

@@ -207,3 +207,12 @@ def test_a_python_version_that_is_not_one_is_refused_before_it_reaches_a_dockerf
     result = gpuws_export("--format", "dockerfile", "--store", tmp_path / "store", "--workspace", "ws")
     assert result.returncode == 2 and result.stdout == ""
     assert "is not a CPython 3 version" in result.stderr.splitlines()[-1]
+
+
+def test_a_destination_inside_a_file_is_refused_in_one_line_and_the_file_is_left_alone(tmp_path: Path) -> None:
+    where = saved(tmp_path, snapshot_of({"six": "1.16.0"}))
+    (tmp_path / "notes").write_text("mine")
+    result = gpuws_export("--format", "requirements", "--to", tmp_path / "notes" / "requirements.txt", *where)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == f"jupyter gpuws: error: {tmp_path / 'notes'} is not a folder"
+    assert (tmp_path / "notes").read_text() == "mine"
