@@ -168,9 +168,13 @@ def add_k8s_arguments(parser: Any) -> None:
 def export_k8s(argv: list[str], args: Any) -> str:
     """`jupyter gpuws run … --export k8s`: the manifest's YAML for the command `argv` with the
     run command's options (name, retries, gpus, cwd, image, secret) and its resolved store
-    and workspace."""
+    and workspace. An interpreter named by its path here (a job's sys.executable) is the
+    image's `python`: the path is this machine's."""
+    argv = list(argv)
+    if argv and os.path.isabs(argv[0]) and os.path.basename(argv[0]).startswith("python"):
+        argv[0] = "python"
     manifest = job_manifest(
-        list(argv), name=getattr(args, "name", None) or default_name(list(argv) or ["job"]),
+        argv, name=getattr(args, "name", None) or default_name(argv or ["job"]),
         store_url=getattr(args, "store", None) or "", workspace=getattr(args, "workspace", None) or "",
         image=getattr(args, "image", None) or "", gpus=getattr(args, "gpus", None),
         retries=getattr(args, "retries", None) or 0, secret=getattr(args, "secret", None) or SECRET,

@@ -72,6 +72,13 @@ def test_an_encrypted_workspace_is_restored_and_synced_with_the_secrets_passphra
     assert "--encrypt" not in plain.init_containers[0].command + plain.containers[0].command
 
 
+def test_a_notebook_job_run_by_this_machines_interpreter_runs_the_images_python() -> None:
+    argv = [sys.executable, "-m", "jupyter_gpu_ws.userjobs.notebook", "experiments/Train Model.ipynb"]
+    job = read_back(export_k8s(argv, run_args()))
+    assert job.metadata.name == "train-model"
+    assert job.spec.template.spec.containers[0].command[-4:] == ["python", *argv[1:]]
+
+
 @pytest.mark.parametrize("name, label", [
     ("Train_ResNet 50!", "train-resnet-50"),
     ("-x-", "x"),
