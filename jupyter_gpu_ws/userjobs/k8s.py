@@ -113,14 +113,15 @@ def job_manifest(command: list[str], *, name: str, store_url: str, workspace: st
     label = job_name(name)
     env = [{"name": "GPUWS_STORE", "value": store_url}, {"name": "GPUWS_WORKSPACE", "value": workspace},
            {"name": "GPUWS_WORKDIR", "value": WORKDIR}, {"name": "GPUWS_STATE_DIR", "value": STATE_DIR}]
-    shared = {"image": image, "env": env, "envFrom": [{"secretRef": {"name": secret}}],
-              "volumeMounts": [{"name": "work", "mountPath": WORKDIR}, {"name": "gpuws-state", "mountPath": STATE_DIR}]}
+    shared: dict[str, Any] = {
+        "image": image, "env": env, "envFrom": [{"secretRef": {"name": secret}}],
+        "volumeMounts": [{"name": "work", "mountPath": WORKDIR}, {"name": "gpuws-state", "mountPath": STATE_DIR}]}
     restore = {"name": "restore", **shared,
                "command": ["jupyter", "gpuws", "restore", "--workdir", WORKDIR, "--state-dir", STATE_DIR,
                            "--store", store_url, "--workspace", workspace, *(["--encrypt"] if encrypted else [])]}
     script = WRAPPER.format(encrypt=" --encrypt" if encrypted else "")
-    job = {"name": "job", **shared, "command": ["/bin/sh", "-c", script, label, *command],
-           "workingDir": f"{WORKDIR}/{cwd.strip('/')}".rstrip("/")}
+    job: dict[str, Any] = {"name": "job", **shared, "command": ["/bin/sh", "-c", script, label, *command],
+                           "workingDir": f"{WORKDIR}/{cwd.strip('/')}".rstrip("/")}
     if gpus:
         job["resources"] = {"limits": {GPU: str(gpus)}}  # a quantity: the API takes it as text
     labels = {"app.kubernetes.io/name": label, "app.kubernetes.io/managed-by": "jupyter-gpuws"}
