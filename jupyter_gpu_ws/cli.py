@@ -4,6 +4,7 @@
     jupyter gpuws restore [--workdir DIR] [--store URL] [--workspace NAME]
     jupyter gpuws status  [--workdir DIR] [--store URL] [--workspace NAME]
     jupyter gpuws env snapshot|diff|restore|list [--store URL] [--workspace NAME] [--python PATH] [--offline]
+    jupyter gpuws env export --format dockerfile|requirements|conda [--snapshot ID] [--to FILE] [--store URL]
     jupyter gpuws workspaces [--store URL] [--json]
     jupyter gpuws decrypt [--store URL] [--workspace NAME] --to DIR [PATH …]   (an encrypted store, no server)
     jupyter gpuws key add|change|remove [KEY_ID] [--store URL] [--workspace NAME]
@@ -24,6 +25,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -35,6 +37,7 @@ from . import envsnap, strictjson
 from .defaults import (default_state_dir, default_store_url, derive_workspace_name, is_embedded_store,
                        legacy_workspace_name)
 from .sync import Progress, SyncEngine, SyncError, SyncSettings
+from .envsnap.wheels import stored_wheels
 from .store.backend import Backend
 from .store.presence import check_store
 from .store.crypto import Encryption, keys as crypto_keys, protect
@@ -71,7 +74,7 @@ def _option(text: str) -> tuple[str, Any]:
 
 DESCRIPTION = (
     "GPU workspace from a terminal or a script: mirror a work directory to a store and bring it back "
-    "(sync, restore, status), list the store's workspaces, keep, compare and restore snapshots of a "
+    "(sync, restore, status), list the store's workspaces, keep, compare, restore and export snapshots of a "
     "Python environment (env), ask the running server to persist (persist) and export a training "
     "run's checkpoint (checkpoint); an encrypted workspace's files without a server (decrypt) and its "
     "passphrases (key). Run inside a work directory, a command means its workspace (the running server's "
@@ -286,6 +289,25 @@ def add_env_commands(commands: Any) -> None:
     restore.add_argument("--verbose", "-v", action="store_true", help="show the installer's output")
     listing = env_commands.add_parser("list", help="the snapshots in the store")
     env_args(listing)
+    export = env_commands.add_parser(
+        "export", help="a snapshot as a Dockerfile, a requirements file or a conda environment.yml",
+        description="Write a snapshot as a recipe that rebuilds the environment elsewhere: a Dockerfile (a base "
+                    "image matching its torch's CUDA build, every pinned package, this extension), a requirements "
+                    "file, or a conda environment.yml. The wheels the store keeps of packages no index has are "
+                    "written in wheels/ beside it.")
+    export.add_argument("--format", required=True, choices=list(envsnap.FORMATS), help="the recipe to write")
+    export.add_argument("--snapshot", default=None, metavar="ID", help="the snapshot to export (default: latest)")
+    export.add_argument("--to", default=None, metavar="FILE",
+                        help="the file to write, or a folder for it (the wheels and the Dockerfile's requirements "
+                             "go beside it); default: the recipe on stdout, without its wheels")
+    export.add_argument("--name", default=None,
+                        help="conda: the environment's name (default: the workspace's)")
+    for flag, value in (("--store", STORE_HELP), ("--workspace", WORKSPACE_HELP)):
+        export.add_argument(flag, default=None, help=value)
+    export.add_argument("--workdir", default=None,
+                        help="the work directory whose workspace is meant (default: the one this folder is in)")
+    export.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
+                        help=OPTION_HELP)
 
 
 def open_workspace(args: argparse.Namespace, must_exist: bool) -> tuple[Backend, str]:
@@ -774,8 +796,40 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_env_export(args: argparse.Namespace) -> int:
+    """The recipe on stdout or at --to. A snapshot that is missing or that the recipe cannot
+    hold (a malformed one from the store, a name a shell would read) is bad input: exit 2."""
+    from . import __version__
+
+    store = env_store(args)
+    try:
+        snapshot = envsnap.load_snapshot(store, args.snapshot)
+        name = args.name or re.sub(r"[^A-Za-z0-9._-]+", "-", store.workspace).strip("-") or "gpuws"
+        result = envsnap.export_snapshot(snapshot, args.format, stored_wheels(store), name=name,
+                                         extension_version=__version__)
+        for warning in result.warnings:
+            print(f"jupyter gpuws: warning: {shown(warning)}", file=sys.stderr)
+        written = envsnap.write_export(result, store, args.to) if args.to is not None else []
+    except (envsnap.SnapshotNotFoundError, envsnap.UnsafeSnapshotError, envsnap.ExportError) as err:
+        print(f"jupyter gpuws: error: {shown(str(err))}", file=sys.stderr)
+        return 2
+    if written:
+        print(f"{shown(str(written[-1]))}: {result.format} of snapshot {snapshot['id']}"
+              + (f", with {count(len(result.wheels), 'wheel')} in {shown(str(written[-1].parent / 'wheels'))}"
+                 if result.wheels else ""))
+        return 0
+    sys.stdout.write(result.files[result.main])
+    left = [name for name in result.files if name != result.main] + \
+        ([f"{count(len(result.wheels), 'wheel')} of the store"] if result.wheels else [])
+    if left:
+        print(f"jupyter gpuws: warning: not written: {' and '.join(left)} (give --to FOLDER to write them beside it)",
+              file=sys.stderr)
+    return 0
+
+
 def cmd_env(args: argparse.Namespace) -> int:
-    commands = {"snapshot": cmd_env_snapshot, "diff": cmd_env_diff, "restore": cmd_env_restore, "list": cmd_env_list}
+    commands = {"snapshot": cmd_env_snapshot, "diff": cmd_env_diff, "restore": cmd_env_restore, "list": cmd_env_list,
+                "export": cmd_env_export}
     return commands[args.env_command](args)
 
 

@@ -66,10 +66,17 @@ def lock_text(snapshot: dict[str, Any]) -> str:
         "# Exact versions, dependencies included: install with `pip install --no-deps -r THIS`,",
         "# adding `--find-links DIR` for a copy of the store's .gpuws/wheels/ folder.",
     ]
-    lines += [f"--extra-index-url {url}" for url in extra_indexes(snapshot)]
+    return "\n".join(lines + pinned_lines(snapshot, set(wheels))) + "\n"
+
+
+def pinned_lines(snapshot: dict[str, Any], kept: set[str]) -> list[str]:
+    """The indexes the snapshot needs, then one line per package: `name==version` where a wheel
+    of it is at hand (`kept`: names) or an index has it, its VCS or URL requirement otherwise,
+    and a comment saying why for a package nothing can bring back."""
+    lines = [f"--extra-index-url {url}" for url in extra_indexes(snapshot)]
     for package in snapshot.get("packages", []):
-        line = requirement(package, kept_wheel=package["name"] in wheels)
+        line = requirement(package, kept_wheel=package["name"] in kept)
         if line is None:
             line = f"# {package['name']}=={package['version']}: not reproducible: {unreproducible_reason(package)}"
         lines.append(line)
-    return "\n".join(lines) + "\n"
+    return lines
