@@ -74,6 +74,7 @@ class Job:
     wake: threading.Event = field(default_factory=threading.Event)  # ends a backoff's wait early
     stopping: str | None = None  # "stopped" (the user) or "interrupted" (the runtime's end)
     runtime_id: str | None = None  # the server running it now
+    checkpoint_step: int | None = None  # its run's newest checkpoint, as last seen
 
 
 class JobManager:
@@ -273,7 +274,8 @@ class JobManager:
         job.log.close()
         job.process = None
         view = self._view(job)
-        record.step = view.get("step", record.step)
+        if isinstance(view.get("step"), int):  # a view read after the end may lag the one read at the stop
+            record.step = max(view["step"], record.step if record.step is not None else -1)
         tail = job.log.tail(TAIL_LINES)
         record.log_tail = tail
         kills_after = oom_kills()
@@ -281,8 +283,10 @@ class JobManager:
                            nan_loss=bool(view.get("nan_loss")),
                            oom_killed=kills_before is not None and kills_after is not None and kills_after > kills_before)
         reason = outcome.reason
+        checkpoint = view.get("checkpoint_step", job.checkpoint_step)
         if outcome.state == "interrupted" and record.step is not None:
-            reason = f"stopped for the runtime's end at step {_step(record.step)}"
+            reason = f"stopped for the runtime's end at step {_step(record.step)}" + (
+                f"; resumes from its checkpoint at step {_step(checkpoint)}" if checkpoint is not None else "")
         attempt.ended, attempt.returncode, attempt.step = time.time(), returncode, record.step
         # An interruption is no failure: it uses none of the retries.
         attempt.reason, attempt.retryable = reason, None if outcome.state in ("interrupted", "finished") else outcome.retryable
@@ -417,6 +421,9 @@ class JobManager:
             if problem:
                 log.info("gpuws: job %s stops without a new checkpoint: %s", job.record.id, problem)
         if process is not None:
+            view = self._view(job)  # where it is, while its run is still registered
+            job.record.step = view.get("step", job.record.step)
+            job.checkpoint_step = view.get("checkpoint_step", job.checkpoint_step)
             _signal_group(process, signal.SIGTERM)
             try:
                 process.wait(max(0.5, grace))

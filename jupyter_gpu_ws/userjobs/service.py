@@ -162,16 +162,21 @@ class JobService:
         out: dict[str, Any] = {"run": record.run}
         if live and isinstance(live.get("step"), int) and live["step"] >= 0:
             out["step"] = live["step"]
+        last = (live or {}).get("last")
+        if isinstance(last, dict) and isinstance(last.get("step"), int):
+            out["checkpoint_step"] = last["step"]
         training = self.app.training.state()
         for run in training.get("runs", []):
             if run.get("run") == record.run:
-                if isinstance(run.get("step"), int):
-                    out["step"] = run["step"]  # the stream's, newer than the registration's
+                if isinstance(run.get("step"), int):  # the stream's: newer than the registration's, mostly
+                    out["step"] = max(run["step"], out.get("step", -1))
                 verdict = run.get("verdict") or {}
                 out.update(total_steps=run.get("total"), eta_seconds=run.get("eta"),
                            verdict=verdict.get("message") or None,
                            nan_loss=any(a.get("kind") == "nan-loss" for a in run.get("anomalies") or []))
                 break
+        if "checkpoint_step" in out:  # a run is at least where its last checkpoint was taken
+            out["step"] = max(out["checkpoint_step"], out.get("step", -1))
         return out
 
     # -- the runtime's end -----------------------------------------------------------------------
