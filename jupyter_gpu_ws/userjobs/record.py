@@ -6,6 +6,7 @@ field, every type and size checked, and nothing in it is run unless its signatur
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -19,6 +20,9 @@ MAX_ARGS, MAX_ARG = 256, 4096
 MAX_TEXT = 2000
 MAX_ATTEMPTS = 100
 MAX_TAIL = 200
+# The records' folder under the workspace's .gpuws/ in the store, and the largest record read.
+RECORDS = "jobs"
+MAX_RECORD_BYTES = 2**20
 
 
 class RecordError(ValueError):
@@ -165,3 +169,19 @@ def from_json(data: Any) -> JobRecord:
         step=_whole(data, "step", minimum=-1), log_tail=[t[:MAX_TEXT] for t in tail], held=held,
         created=_time(data, "created"), updated=_time(data, "updated"),
         signature=_text(data, "signature", optional=True, limit=128))
+
+
+def stored_records(store: Any) -> list[tuple[str, Any]]:
+    """Every record file of a workspace (`layout.Store`): its name and its JSON (None where it
+    is not JSON or too large: from_json then refuses it)."""
+    found: list[tuple[str, Any]] = []
+    for remote in store.backend.list(store.state_key(RECORDS)):
+        name = remote.key.rsplit("/", 1)[-1]
+        if not name.endswith(".json"):
+            continue
+        data = store.backend.read_bytes(remote.key) if remote.size <= MAX_RECORD_BYTES else None
+        try:
+            found.append((name, json.loads(data) if data is not None else None))
+        except ValueError:
+            found.append((name, None))
+    return found

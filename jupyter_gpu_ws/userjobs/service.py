@@ -5,7 +5,6 @@ relaunch once the start-up restore is done and this runtime holds the lease."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 import threading
@@ -16,11 +15,10 @@ from typing import Any
 from ..checkpoints.coordinator import CheckpointRequestError
 from ..store.errors import SyncError
 from .manager import Job, JobManager, JobSettings
+from .record import RECORDS, stored_records
 
 log = logging.getLogger(__name__)
 
-RECORDS = "jobs"
-MAX_RECORD_BYTES = 2**20
 TICK = 1.0
 # The relaunch waits this long at most for the environment's first check.
 ENV_CHECK_WAIT = 60.0
@@ -48,21 +46,7 @@ class StoreRecords:
         self._engine().write_state(f"{RECORDS}/{job_id}.json", record)
 
     def read_all(self) -> list[tuple[str, Any]]:
-        store = self._engine().store
-        found = []
-        for remote in store.backend.list(store.state_key(RECORDS)):
-            name = remote.key.rsplit("/", 1)[-1]
-            if not name.endswith(".json"):
-                continue
-            if remote.size > MAX_RECORD_BYTES:
-                found.append((name, None))  # refused by the record's check: not a record of ours
-                continue
-            data = store.backend.read_bytes(remote.key)
-            try:
-                found.append((name, json.loads(data) if data is not None else None))
-            except ValueError:
-                found.append((name, None))
-        return found
+        return stored_records(self._engine().store)
 
     def delete(self, job_id: str) -> None:
         engine = self._engine()
@@ -91,7 +75,7 @@ class JobService:
         while not self._stop.wait(TICK):
             try:
                 self._once()
-            except Exception:  # noqa: BLE001 - logged; the next tick tries again
+            except Exception:
                 log.exception("GPU workspace: the jobs' tick failed")
 
     def _once(self) -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from jupyter_gpu_ws.userjobs import trust
 
 # A small deterministic CPU loop (argv: steps, seconds per step, steps between checkpoints): each step's batch comes from the step's own seed, so a run
 # resumed at step k computes what an uninterrupted one does. Each step's loss goes to
@@ -52,3 +57,17 @@ def losses(path: Path) -> dict[int, str]:
         step, value = line.split()
         out[int(step)] = value
     return out
+
+
+@contextmanager
+def job_key(value: str) -> Iterator[None]:
+    """$GPUWS_JOB_KEY for the servers a module-wide fixture starts (monkeypatch is per test)."""
+    previous = os.environ.get(trust.KEY_ENV)
+    os.environ[trust.KEY_ENV] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(trust.KEY_ENV, None)
+        else:
+            os.environ[trust.KEY_ENV] = previous

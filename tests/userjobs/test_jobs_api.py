@@ -5,18 +5,18 @@ the store are run."""
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from jupyter_gpu_ws.userjobs import trust
 from jupyter_gpu_ws.userjobs.record import JobRecord
 from tests.servers import ServerProcess, server_process, until
-from tests.userjobs.jobfiles import BROKEN, FAILING, FLOOD, write
+from tests.userjobs.jobfiles import BROKEN, FAILING, FLOOD, job_key, write
 
 KEY = "this-users-job-key"
 
@@ -24,22 +24,14 @@ KEY = "this-users-job-key"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("jobs-api")
-    previous = os.environ.get(trust.KEY_ENV)
-    os.environ[trust.KEY_ENV] = KEY
-    try:
-        with server_process(folder / "a", folder / "runtime", {"sync_debounce": 0.05}) as server:
-            until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
-            for name, text in (("fail.py", FAILING), ("broken.py", BROKEN), ("flood.py", FLOOD)):
-                write(server.root, name, text)
-            (server.root / "sub").mkdir()
-            (server.root / "out").symlink_to(folder)
-            (server.root / "bad.ipynb").write_text("{not json")
-            yield server
-    finally:
-        if previous is None:
-            os.environ.pop(trust.KEY_ENV, None)
-        else:
-            os.environ[trust.KEY_ENV] = previous
+    with job_key(KEY), server_process(folder / "a", folder / "runtime", {"sync_debounce": 0.05}) as server:
+        until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
+        for name, text in (("fail.py", FAILING), ("broken.py", BROKEN), ("flood.py", FLOOD)):
+            write(server.root, name, text)
+        (server.root / "sub").mkdir()
+        (server.root / "out").symlink_to(folder)
+        (server.root / "bad.ipynb").write_text("{not json")
+        yield server
 
 
 def ended(server: ServerProcess, job_id: str, timeout: float = 120) -> dict[str, Any]:
