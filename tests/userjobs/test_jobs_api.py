@@ -179,3 +179,22 @@ def test_records_from_the_store_run_only_when_this_key_signed_them_for_this_work
         # Released from hold, a job waits for a relaunch by the next runtime, or a restart here.
         released = server.api("/gpuws/api/jobs/j-000000000006/hold", "POST", {"hold": False})
         assert released["state"] == "interrupted" and not (server.root / "ran-j-000000000006").exists()
+
+
+def test_with_relaunching_off_an_interrupted_job_waits_for_a_restart_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(trust.KEY_ENV, KEY)
+    store = tmp_path / "store"
+    jobs = store / "test-ws" / ".gpuws" / "jobs"
+    jobs.mkdir(parents=True)
+    touch = ["python", "-c", "open('ran', 'w')"]
+    (jobs / "j-0000000000aa.json").write_text(json.dumps(planted("j-0000000000aa", touch, KEY)))
+    with server_process(tmp_path / "a", tmp_path / "runtime", {"store_url": str(store), "relaunch_jobs": False}) as s:
+        listing = until(lambda: (j := s.api("/gpuws/api/jobs"))["jobs"] and j, 60, "the store's record listed")
+        assert listing["relaunch"] == {"enabled": False, "pending": []}
+        [job] = listing["jobs"]
+        assert job["state"] == "interrupted" and "relaunching is off" in job["relaunch"]
+        assert not (s.root / "ran").exists()
+        s.api("/gpuws/api/jobs/j-0000000000aa/restart", "POST", {})
+        until(lambda: s.api("/gpuws/api/jobs/j-0000000000aa")["state"] == "finished", 60, "the restarted job")
+        assert (s.root / "ran").exists()
