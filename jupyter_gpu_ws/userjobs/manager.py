@@ -76,6 +76,7 @@ class Job:
     stopping: str | None = None  # "stopped" (the user) or "interrupted" (the runtime's end)
     runtime_id: str | None = None  # the server running it now
     checkpoint_step: int | None = None  # its run's newest checkpoint, as last seen
+    failures_before: int = 0  # failed attempts before the user's last restart: they used no retries of this run
 
 
 class JobManager:
@@ -227,7 +228,7 @@ class JobManager:
             if attempt.state == "finished":
                 self._set(job, state="finished", reason=None)
                 return
-            used = len([a for a in record.attempts if a.retryable is not None])  # failed attempts
+            used = len([a for a in record.attempts if a.retryable is not None]) - job.failures_before
             of = f"attempt {used} of {record.retries + 1}: {attempt.reason}"
             if attempt.retryable and used <= record.retries:
                 wait = self.settings.backoff[min(used - 1, len(self.settings.backoff) - 1)]
@@ -357,8 +358,8 @@ class JobManager:
         with self._lock:
             self.jobs.pop(job_id, None)
             self._unwritten.discard(job_id)
-        if self.store is not None and job.untrusted is None and self.store.why_not_writable() is None:
-            self.store.delete(job_id)
+        if self.store is not None and self.store.why_not_writable() is None:
+            self.store.delete(job_id)  # the user's say, a record this key did not sign included
         return False
 
     def restart(self, job_id: str) -> JobRecord:
@@ -374,6 +375,7 @@ class JobManager:
             self._check_command(job.record.command, self.folder(job.record.cwd))
         job.untrusted = None
         job.record.workspace = self.settings.workspace
+        job.failures_before = len([a for a in job.record.attempts if a.retryable is not None])
         self._start(job, "running")
         return job.record
 

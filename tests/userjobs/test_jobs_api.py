@@ -57,6 +57,16 @@ def test_a_failing_job_is_retried_then_reported_failed_with_each_attempts_reason
     assert "about to fail" in done["log_tail"]
 
 
+def test_restarting_a_failed_job_runs_it_again_with_all_its_retries(server: ServerProcess) -> None:
+    job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "fail.py"], "retries": 1})
+    assert len(ended(server, job["id"])["attempts"]) == 2
+    restarted = server.api(f"/gpuws/api/jobs/{job['id']}/restart", "POST", {})
+    assert restarted["state"] == "running"
+    done = until(lambda: len((j := server.api(f"/gpuws/api/jobs/{job['id']}"))["attempts"]) == 4
+                 and j["state"] == "failed" and j, 120, "the restarted job's two attempts")
+    assert done["reason"].startswith("attempt 2 of 2: ")
+
+
 def test_a_syntax_error_is_not_retried_and_says_so(server: ServerProcess) -> None:
     job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "broken.py"], "retries": 3})
     done = ended(server, job["id"])
