@@ -476,8 +476,10 @@ class JobManager:
         if not self.settings.relaunch:
             return []
         with self._lock:
+            # A job this runtime stopped at its end is the next runtime's to relaunch.
             return [j.record.id for j in self.jobs.values() if j.record.state == "interrupted"
-                    and not j.record.held and j.untrusted is None and j.record.id not in self.relaunched]
+                    and not j.record.held and j.untrusted is None and j.record.id not in self.relaunched
+                    and j.runtime_id != self.settings.runtime_id]
 
     def relaunch(self) -> list[str]:
         """Relaunch every pending job (only the lease holder may: call once its restore is done)."""
@@ -500,6 +502,8 @@ class JobManager:
             return f"waits for your approval (restart it): {job.untrusted}"
         if record.held:
             return "held: not relaunched until you release it"
+        if job.runtime_id == self.settings.runtime_id:
+            return "the next runtime on this store relaunches it from its checkpoint"
         if not self.settings.relaunch:
             return "relaunching is off (c.GpuWorkspace.relaunch_jobs): restart it by hand"
         return "relaunches when this runtime has restored its checkpoint"

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,24 @@ def test_sigterm_stops_a_job_at_its_checkpoint_and_records_it_interrupted_in_the
     assert step is not None and step >= 3 and f"stopped for the runtime's end at step {step:,}" in record["reason"]
     [checkpoint] = stored_checkpoint_steps(shared_store, "test-ws")
     assert 3 <= checkpoint <= step and record["reason"].endswith(f"resumes from its checkpoint at step {checkpoint:,}")
+
+
+def test_the_deadlines_persist_stops_a_running_job_at_its_checkpoint_for_the_next_runtime(
+        tmp_path: Path, shared_store: Path) -> None:
+    # The automatic persist comes 45 s before a deadline a minute away: about 15 s from now.
+    config = {"store_url": str(shared_store), "sync_debounce": 0.05, "checkpoint_timeout": 10.0,
+              "deadline": str(time.time() + 60), "persist_lead_time": 45.0}
+    with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
+        until(lambda: a.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
+        write(a.root, "train.py", TRAIN)
+        job = a.api("/gpuws/api/jobs", "POST", {"command": ["python", "train.py", "100000", "0.05", "1000000"]})
+        assert job["state"] == "running"
+        stopped = until(lambda: (j := job_of(a, job["id"]))["state"] == "interrupted" and j, 90,
+                        "the job stopped by the deadline's persist")
+        assert stopped["relaunch"] == "the next runtime on this store relaunches it from its checkpoint"
+        assert a.api("/gpuws/api/jobs")["relaunch"]["pending"] == []  # not this runtime's to relaunch
+        notices = [n["message"] for n in a.api("/gpuws/api/runtime")["notices"]]
+        assert any("1 job stopped at a checkpoint" in n for n in notices), notices
+        record = stored_record(shared_store, "test-ws", job["id"])
+    assert record["state"] == "interrupted" and "resumes from its checkpoint at step" in record["reason"]
+    assert stored_checkpoint_steps(shared_store, "test-ws")
