@@ -438,17 +438,19 @@ class JobManager:
 
     # -- a successor -----------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Read the store's records (once the restore is done): jobs another runtime ran or
-        started; an active one whose runtime is gone counts as interrupted."""
+    def load(self, orphans: bool = True) -> bool:
+        """Read the store's records (once the restore is done): jobs another runtime runs, ran
+        or started. With `orphans` (this runtime holds the lease: no other writes the
+        workspace), an active one counts as interrupted: its runtime is gone. Read again, a
+        record replaces what this runtime knew of a job it does not run itself."""
         if self.store is None:
             self.loaded = True
-            return
+            return True
         try:
             found = self.store.read_all()
         except Exception as err:  # noqa: BLE001 - tried again at the next tick
             self.store_error = f"job records not read from the store: {err}"
-            return
+            return False
         key = self.key()
         for name, data in found:
             try:
@@ -458,10 +460,11 @@ class JobManager:
                 log.warning("gpuws: %s", self.store_error)
                 continue
             with self._lock:
-                if record.id in self.jobs:
-                    continue
+                known = self.jobs.get(record.id)
+                if known is not None and (known.runtime_id is not None or record.id in self._unwritten):
+                    continue  # ours: this runtime's record is the newer
                 job = Job(record, untrusted=trust.why_untrusted(record, key, self.settings.workspace))
-                if record.state in ACTIVE:
+                if orphans and record.state in ACTIVE:
                     record.state = "interrupted"
                     record.reason = ("its runtime ended without stopping it" + (
                         f" (last recorded at step {_step(record.step)})" if record.step is not None else ""))
@@ -470,6 +473,7 @@ class JobManager:
                         self._unwritten.add(record.id)
                 self.jobs[record.id] = job
         self.loaded = True
+        return True
 
     def relaunch_pending(self) -> list[str]:
         """The interrupted jobs that the next relaunch runs (the user sees them before)."""
@@ -506,6 +510,9 @@ class JobManager:
             return "the next runtime on this store relaunches it from its checkpoint"
         if not self.settings.relaunch:
             return "relaunching is off (c.GpuWorkspace.relaunch_jobs): restart it by hand"
+        refusal = self.store.why_not_writable() if self.store is not None else None
+        if refusal:  # the lease decides which runtime relaunches: never two
+            return f"relaunched by the runtime that writes this workspace ({refusal})"
         return "relaunches when this runtime has restored its checkpoint"
 
     # -- what the API shows ----------------------------------------------------------------------

@@ -20,6 +20,8 @@ from .record import RECORDS, stored_records
 log = logging.getLogger(__name__)
 
 TICK = 1.0
+# While another runtime writes the workspace, its records are read again this often.
+RELOAD = 5.0
 # The relaunch waits this long at most for the environment's first check.
 ENV_CHECK_WAIT = 60.0
 
@@ -66,6 +68,8 @@ class JobService:
         self.manager = JobManager(settings, StoreRecords(app), checkpoint=self._checkpoint, run_view=self._run_view)
         self._stop = threading.Event()
         self._relaunched = False
+        self._settled = False  # the store's records read as the workspace's writer
+        self._read = 0.0
         self._thread = threading.Thread(target=self._tick, name="gpuws-jobs", daemon=True)
 
     def start(self) -> None:
@@ -81,20 +85,25 @@ class JobService:
     def _once(self) -> None:
         manager = self.manager
         manager.settings.workspace = self.app.workspace  # a legacy name may have been chosen at start
-        if not manager.loaded:
-            # The restore at start is over once the sync's service runs (supervisor.py): the
-            # jobs' checkpoints are in the work directory by then.
-            if self.app.sync.service is None:
-                return
-            manager.load()
-        manager.flush()
-        if self._relaunched or not manager.relaunch_pending() or manager.store is None:
+        # The restore at start is over once the sync's service runs (supervisor.py): the jobs'
+        # checkpoints are in the work directory by then.
+        if self.app.sync.service is None or manager.store is None:
             return
-        if manager.store.why_not_writable() is not None:
+        writable = manager.store.why_not_writable() is None
+        if writable and not self._settled:
+            # The writer now: no other runtime runs the workspace's jobs, an active record's is gone.
+            self._settled = manager.load(orphans=True)
+        elif not writable and (not manager.loaded or time.monotonic() - self._read >= RELOAD):
+            manager.load(orphans=False)  # another runtime writes: its jobs as it records them
+            self._read = time.monotonic()
+        manager.flush()
+        if not self._settled or self._relaunched or not writable:
             return  # the lease decides: only its holder relaunches
+        self._relaunched = True
+        if not manager.relaunch_pending():
+            return
         self._wait_for_environment()
         started = manager.relaunch()
-        self._relaunched = True
         if started:
             log.warning("GPU workspace: relaunched %d job(s): %s", len(started), ", ".join(started))
 

@@ -16,6 +16,7 @@ import pytest
 from jupyter_gpu_ws.userjobs import trust
 from jupyter_gpu_ws.userjobs.record import JobRecord
 from tests.servers import ServerProcess, server_process, until
+from tests.test_successor import kill_everything
 from tests.userjobs.jobfiles import BROKEN, FAILING, FLOOD, job_key, write
 
 KEY = "this-users-job-key"
@@ -208,3 +209,27 @@ def test_with_relaunching_off_an_interrupted_job_waits_for_a_restart_and_says_so
         s.api("/gpuws/api/jobs/j-0000000000aa/restart", "POST", {})
         until(lambda: s.api("/gpuws/api/jobs/j-0000000000aa")["state"] == "finished", 60, "the restarted job")
         assert (s.root / "ran").exists()
+
+
+def test_of_two_runtimes_on_one_store_only_the_lease_holder_relaunches_a_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(trust.KEY_ENV, KEY)
+    store = tmp_path / "store"
+    jobs = store / "test-ws" / ".gpuws" / "jobs"
+    jobs.mkdir(parents=True)
+    runs = ["python", "-c", "import time; open('started', 'w'); time.sleep(600)"]
+    (jobs / "j-0000000000bb.json").write_text(json.dumps(planted("j-0000000000bb", runs, KEY)))
+    config = {"store_url": str(store), "lease_ttl": 5.0}
+    with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
+        until(lambda: (a.root / "started").exists(), 60, "the first runtime's relaunch")
+        with server_process(tmp_path / "b", tmp_path / "runtime-b", config) as b:
+            listed = until(lambda: (j := b.api("/gpuws/api/jobs"))["jobs"] and j, 60, "the record in the second")
+            assert not b.api("/gpuws/api/sync")["lease_held"]
+            [job] = listed["jobs"]
+            assert job["state"] == "relaunched" and listed["relaunch"]["pending"] == []  # the first one runs it
+            assert not (b.root / "started").exists()
+            kill_everything(a)
+            # The first runtime is gone: once its lease has run out, the second relaunches the job.
+            until(lambda: (b.root / "started").exists(), 60, "the second runtime's relaunch after the first died")
+            assert b.api("/gpuws/api/jobs/j-0000000000bb")["state"] == "relaunched"
+            b.api("/gpuws/api/jobs/j-0000000000bb", "DELETE")  # its own session: the server's kill would miss it
