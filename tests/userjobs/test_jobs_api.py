@@ -192,14 +192,18 @@ def test_records_from_the_store_run_only_when_this_key_signed_them_for_this_work
         assert released["state"] == "interrupted" and not (server.root / "ran-j-000000000006").exists()
 
 
+def store_with(folder: Path, job_id: str, command: list[str]) -> Path:
+    """A local store whose workspace records one interrupted job, signed with this user's key."""
+    jobs = folder / "store" / "test-ws" / ".gpuws" / "jobs"
+    jobs.mkdir(parents=True)
+    (jobs / f"{job_id}.json").write_text(json.dumps(planted(job_id, command, KEY)))
+    return folder / "store"
+
+
 def test_with_relaunching_off_an_interrupted_job_waits_for_a_restart_and_says_so(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(trust.KEY_ENV, KEY)
-    store = tmp_path / "store"
-    jobs = store / "test-ws" / ".gpuws" / "jobs"
-    jobs.mkdir(parents=True)
-    touch = ["python", "-c", "open('ran', 'w')"]
-    (jobs / "j-0000000000aa.json").write_text(json.dumps(planted("j-0000000000aa", touch, KEY)))
+    store = store_with(tmp_path, "j-0000000000aa", ["python", "-c", "open('ran', 'w')"])
     with server_process(tmp_path / "a", tmp_path / "runtime", {"store_url": str(store), "relaunch_jobs": False}) as s:
         listing = until(lambda: (j := s.api("/gpuws/api/jobs"))["jobs"] and j, 60, "the store's record listed")
         assert listing["relaunch"] == {"enabled": False, "pending": []}
@@ -214,11 +218,7 @@ def test_with_relaunching_off_an_interrupted_job_waits_for_a_restart_and_says_so
 def test_of_two_runtimes_on_one_store_only_the_lease_holder_relaunches_a_job(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(trust.KEY_ENV, KEY)
-    store = tmp_path / "store"
-    jobs = store / "test-ws" / ".gpuws" / "jobs"
-    jobs.mkdir(parents=True)
-    runs = ["python", "-c", "import time; open('started', 'w'); time.sleep(600)"]
-    (jobs / "j-0000000000bb.json").write_text(json.dumps(planted("j-0000000000bb", runs, KEY)))
+    store = store_with(tmp_path, "j-0000000000bb", ["python", "-c", "import time; open('started', 'w'); time.sleep(600)"])
     config = {"store_url": str(store), "lease_ttl": 5.0}
     with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
         until(lambda: (a.root / "started").exists(), 60, "the first runtime's relaunch")
