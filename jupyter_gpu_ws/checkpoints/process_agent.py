@@ -95,7 +95,11 @@ def start_for(tracker: Any) -> ProcessAgent | None:
     folder = protocol.registrations_folder(runtime_folder(), server_id)
     if not (folder / protocol.SERVER_FILE).is_file():
         return None
-    return ProcessAgent(tracker, folder, protocol.process_name(tracker.run_id, tracker.rank), server_id)
+    name = protocol.process_name(tracker.run_id, tracker.rank)
+    if os.environ.get(JOB_ID_ENV) and tracker.rank == 0:
+        # A job's run shows its step and ETA: rank 0 (the one that records) streams its progress.
+        tracker.training.stream = protocol.training_file(folder, name)
+    return ProcessAgent(tracker, folder, name, server_id)
 
 
 def start_for_job(tracker: Any) -> ProcessAgent | None:

@@ -126,9 +126,13 @@ class JobService:
         """Ask the job's run for a checkpoint and wait for it (None), or say why there is none."""
         coordinator = self.app.checkpoints
         timeout = float(self.app.checkpoint_timeout)
+        live = self._live_run(job)
+        if live is None:
+            return "its process has not registered a run (no gpuws.track() yet)"
+        run_id = live["run_id"]
 
         async def ask() -> str | None:
-            result = await coordinator.request_run(job.record.id[2:])
+            result = await coordinator.request_run(run_id)
             if result.get("state") == "error":
                 return str(result.get("message"))
             left = await coordinator.wait_done([result["request_id"]], timeout)
@@ -144,10 +148,16 @@ class JobService:
         except Exception as err:  # noqa: BLE001 - the stop goes on without it
             return f"the checkpoint request failed: {err}"
 
+    def _live_run(self, job: Job) -> dict[str, Any] | None:
+        """The run the job's processes registered: a plain process under the job's own id, the
+        ranks of a torchrun job under their run's, each saying whose job it is."""
+        runs = self.app.checkpoints.run_states()
+        return runs.get(job.record.id[2:]) or next((r for r in runs.values() if r.get("job") == job.record.id), None)
+
     def _run_view(self, job: Job) -> dict[str, Any]:
         """The job's run as the server sees it: registered (live) or in the training view."""
         record = job.record
-        live = self.app.checkpoints.run_states().get(record.id[2:])
+        live = self._live_run(job)
         if live and isinstance(live.get("run"), str):
             record.run = live["run"]
         if not record.run:
