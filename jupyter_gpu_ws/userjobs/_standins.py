@@ -64,3 +64,34 @@ def classify(returncode: int | None, log_tail: list[str], *, step: int | None = 
 
 def oom_kills() -> int | None:
     return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m jupyter_gpu_ws.userjobs._standins NB`: notebook.py's main, in short."""
+    import sys
+
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    path = Path((argv if argv is not None else sys.argv[1:])[0])
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as err:  # noqa: BLE001
+        print(f"{path}: not a notebook: {err}", file=sys.stderr)
+        return 2
+    out = path.with_name(path.name[: -len(".ipynb")] + ".job.ipynb")
+    client = NotebookClient(nb, resources={"metadata": {"path": str(path.parent)}},
+                            on_cell_executed=lambda **kw: nbformat.write(nb, out))
+    try:
+        client.execute()
+    except CellExecutionError as err:
+        nbformat.write(nb, out)
+        print(f"{err.ename}: {err.evalue}", file=sys.stderr)
+        return 1
+    nbformat.write(nb, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

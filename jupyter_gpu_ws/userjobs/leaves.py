@@ -11,10 +11,14 @@ except ImportError:  # before i31-leaves is merged
 
 try:
     from .notebook import output_path
+
+    NOTEBOOK_MODULE = "jupyter_gpu_ws.userjobs.notebook"
 except ImportError:
     from pathlib import Path
+
+    NOTEBOOK_MODULE = "jupyter_gpu_ws.userjobs._standins"
 
     def output_path(notebook: Path) -> Path:  # type: ignore[misc]
         return notebook.with_name(notebook.name[: -len(".ipynb")] + ".job.ipynb")
 
-__all__ = ["JobLog", "Outcome", "classify", "oom_kills", "output_path"]
+__all__ = ["NOTEBOOK_MODULE", "JobLog", "Outcome", "classify", "oom_kills", "output_path"]

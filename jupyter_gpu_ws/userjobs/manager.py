@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import trust
+from .leaves import NOTEBOOK_MODULE as NOTEBOOK_RUNNER
 from .leaves import JobLog, classify, oom_kills, output_path
 from .record import ACTIVE, JobRecord, RecordError, from_json
 
@@ -199,7 +200,7 @@ class JobManager:
     def _argv(self, record: JobRecord) -> list[str]:
         if record.kind == "notebook":
             assert record.notebook is not None
-            return [sys.executable, "-m", NOTEBOOK_MODULE, record.notebook]
+            return [sys.executable, "-m", NOTEBOOK_RUNNER, str(self.settings.workdir / record.notebook)]
         return list(record.command)
 
     def log_path(self, job_id: str) -> Path:

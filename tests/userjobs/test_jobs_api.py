@@ -32,7 +32,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         (server.root / "sub").mkdir()
         (server.root / "out").symlink_to(folder)
         (server.root / "bad.ipynb").write_text("{not json")
+        write_notebook(server.root / "sub" / "hello.ipynb", ["x = 6 * 7", "print('the answer is', x)"])
         yield server
+
+
+def write_notebook(path: Path, cells: list[str]) -> None:
+    import nbformat
+
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
 
 
 def ended(server: ServerProcess, job_id: str, timeout: float = 120) -> dict[str, Any]:
@@ -66,6 +73,17 @@ def test_restarting_a_failed_job_runs_it_again_with_all_its_retries(server: Serv
     done = until(lambda: len((j := server.api(f"/gpuws/api/jobs/{job['id']}"))["attempts"]) == 4
                  and j["state"] == "failed" and j, 120, "the restarted job's two attempts")
     assert done["reason"].startswith("attempt 2 of 2: ")
+
+
+def test_a_notebook_job_runs_headless_and_writes_its_outputs_into_a_copy_beside_it(server: ServerProcess) -> None:
+    import nbformat
+
+    job = server.api("/gpuws/api/jobs", "POST", {"notebook": "sub/hello.ipynb"})
+    assert job["kind"] == "notebook" and job["output"] == "sub/hello.job.ipynb" and job["name"] == "hello"
+    assert ended(server, job["id"])["state"] == "finished"
+    copy = nbformat.read(server.root / "sub" / "hello.job.ipynb", as_version=4)
+    assert copy.cells[1].outputs[0]["text"] == "the answer is 42\n"
+    assert nbformat.read(server.root / "sub" / "hello.ipynb", as_version=4).cells[1].outputs == []
 
 
 def test_a_syntax_error_is_not_retried_and_says_so(server: ServerProcess) -> None:
