@@ -25,7 +25,8 @@ KEY = "this-users-job-key"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("jobs-api")
-    with job_key(KEY), server_process(folder / "a", folder / "runtime", {"sync_debounce": 0.05}) as server:
+    with job_key(KEY), server_process(folder / "a", folder / "runtime",
+                                        {"sync_debounce": 0.05, "job_stop_grace": 2.0}) as server:
         until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
         for name, text in (("fail.py", FAILING), ("broken.py", BROKEN), ("flood.py", FLOOD)):
             write(server.root, name, text)
@@ -132,6 +133,15 @@ def test_a_job_flooding_its_output_leaves_the_server_answering_and_its_log_bound
     assert all(size <= 8 * 2**20 + 100_001 for size in sizes.values()), sizes
     lines = server.api(f"/gpuws/api/jobs/{job['id']}/log?lines=3")["lines"]  # the last one cut by the stop
     assert len(lines) == 3 and lines[:2] == ["x" * 100] * 2 and set(lines[2]) == {"x"}
+
+
+def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_and_kept_as_stopped(server: ServerProcess) -> None:
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+    job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "-c", stubborn]})
+    until(lambda: "up" in server.api(f"/gpuws/api/jobs/{job['id']}/log")["lines"], 60, "the job up")
+    server.api(f"/gpuws/api/jobs/{job['id']}", "DELETE")
+    stopped = server.api(f"/gpuws/api/jobs/{job['id']}")
+    assert stopped["state"] == "stopped" and stopped["attempts"][-1]["returncode"] == -9
 
 
 def test_deleting_a_job_that_has_ended_forgets_it_here_and_in_the_store(server: ServerProcess) -> None:

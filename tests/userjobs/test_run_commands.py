@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,9 @@ from tests.test_successor import kernel_client, run
 from tests.userjobs.jobfiles import FAILING, job_key, write
 
 OK = "print('the job ran', flush=True)\n"
+NOTEBOOK = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {}, "outputs": [],
+                       "source": "print('from the notebook')"}],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +29,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
         (server.root / "sub").mkdir()
         write(server.root / "sub", "ok.py", OK)
+        write(server.root / "sub", "nb.ipynb", json.dumps(NOTEBOOK))
         write(server.root, "fail.py", FAILING)
         yield server
 
@@ -50,6 +55,14 @@ def test_jupyter_gpuws_run_starts_the_command_in_the_folder_it_is_run_from_and_p
     assert "the job ran" in job["log_tail"]
     listing = cli(server.runtime, "jobs")
     assert listing.returncode == 0 and f"from-cli ({job_id}): finished" in listing.stdout
+
+
+def test_jupyter_gpuws_run_of_a_notebook_runs_it_from_the_folder_it_is_in(server: ServerProcess) -> None:
+    done = cli(server.runtime, "run", "nb.ipynb", cwd=server.root / "sub")
+    assert done.returncode == 0, done.stderr
+    job = ended(server, done.stdout.strip())
+    assert job["notebook"] == "sub/nb.ipynb" and job["state"] == "finished"
+    assert "from the notebook" in (server.root / "sub" / "nb.job.ipynb").read_text()
 
 
 def test_jupyter_gpuws_run_of_a_missing_program_is_one_line_and_exit_2(server: ServerProcess) -> None:
