@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.servers import ServerProcess, server_process, until
+from tests.test_emergency import FakeMetadata, metadata  # noqa: F401 - a fixture, used by name
 from tests.test_successor import kill_everything
 from tests.userjobs.jobfiles import TRAIN, losses, write
 
@@ -148,6 +149,22 @@ def test_the_deadlines_persist_stops_a_running_job_at_its_checkpoint_for_the_nex
         assert a.api("/gpuws/api/jobs")["relaunch"]["pending"] == []  # not this runtime's to relaunch
         notices = [n["message"] for n in a.api("/gpuws/api/runtime")["notices"]]
         assert any("1 job stopped at a checkpoint" in n for n in notices), notices
+        record = stored_record(shared_store, "test-ws", job["id"])
+    assert record["state"] == "interrupted" and "resumes from its checkpoint at step" in record["reason"]
+    assert stored_checkpoint_steps(shared_store, "test-ws")
+
+
+def test_a_preemption_notice_stops_a_running_job_at_its_checkpoint_for_the_next_runtime(
+        tmp_path: Path, shared_store: Path, metadata: str) -> None:
+    config = {"store_url": str(shared_store), "sync_debounce": 0.05, "checkpoint_timeout": 10.0,
+              "preemption_clouds": ["gcp"], "gcp_metadata_url": metadata, "preemption_poll_interval": 0.2}
+    with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
+        until(lambda: a.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
+        write(a.root, "train.py", TRAIN)
+        job = a.api("/gpuws/api/jobs", "POST", {"command": ["python", "train.py", "100000", "0.05", "1000000"]})
+        until(lambda: (job_of(a, job["id"])["step"] or 0) >= 3, 120, "the job stepping")
+        FakeMetadata.preempted = True
+        until(lambda: job_of(a, job["id"])["state"] == "interrupted", 60, "the job stopped by the notice")
         record = stored_record(shared_store, "test-ws", job["id"])
     assert record["state"] == "interrupted" and "resumes from its checkpoint at step" in record["reason"]
     assert stored_checkpoint_steps(shared_store, "test-ws")
