@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.servers import ServerProcess, server_process, until
-from tests.test_emergency import FakeMetadata, metadata  # noqa: F401 - a fixture, used by name
+from tests.test_emergency import FakeMetadata
 from tests.test_successor import kill_everything
 from tests.userjobs.jobfiles import TRAIN, losses, write
 
