@@ -6,6 +6,7 @@ training view in as plain callables."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -27,6 +28,22 @@ from .leaves import JobLog, classify, oom_kills, output_path
 from .record import ACTIVE, JobRecord, RecordError, from_json
 
 log = logging.getLogger(__name__)
+
+# Linux's prctl, loaded here: the job's process calls it between fork and exec, where nothing
+# may be imported or allocated.
+try:
+    _LIBC: Any = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+except OSError:
+    _LIBC = None
+PR_SET_PDEATHSIG = 1
+
+
+def _dies_with_its_server() -> None:
+    """A job's process gets SIGTERM when the server's thread that started it ends, as it does
+    when the server is killed: no job runs on unsupervised beside a server started anew, which
+    would relaunch it a second time."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 JOB_ID_ENV = "GPUWS_JOB_ID"
 NOTEBOOK_MODULE = "jupyter_gpu_ws.userjobs.notebook"
@@ -262,7 +279,8 @@ class JobManager:
         try:
             process = subprocess.Popen(self._argv(record), cwd=self.settings.workdir / record.cwd,
                                        env=self._environment(record), stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                       preexec_fn=_dies_with_its_server)
         except OSError as err:  # gone since it was asked (a successor without the program)
             attempt.ended, attempt.retryable = time.time(), False
             attempt.reason = f"cannot start {record.command[0]}: {err.strerror or err}"

@@ -261,3 +261,19 @@ def test_of_two_runtimes_on_one_store_only_the_lease_holder_relaunches_a_job(
             until(lambda: (b.root / "started").exists(), 60, "the second runtime's relaunch after the first died")
             assert b.api("/gpuws/api/jobs/j-0000000000bb")["state"] == "relaunched"
             b.api("/gpuws/api/jobs/j-0000000000bb", "DELETE")  # its own session: the server's kill would miss it
+
+
+def test_a_jobs_process_ends_when_its_server_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import psutil
+
+    monkeypatch.setenv(trust.KEY_ENV, KEY)
+    with server_process(tmp_path / "a", tmp_path / "runtime", {}) as server:
+        until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
+        job = server.api("/gpuws/api/jobs", "POST", {"command": [
+            "python", "-c", "import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(600)"]})
+        pid = int(until(lambda: (server.root / "pid").exists() and (server.root / "pid").read_text(), 60, "the job"))
+        assert job["state"] == "running" and psutil.pid_exists(pid)
+        server.proc.kill()  # the server alone: the job runs in a session of its own
+        server.proc.wait()
+        until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30,
+              "the job's end with its server")
