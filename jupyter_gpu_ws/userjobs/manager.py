@@ -280,7 +280,9 @@ class JobManager:
             process = subprocess.Popen(self._argv(record), cwd=self.settings.workdir / record.cwd,
                                        env=self._environment(record), stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                       preexec_fn=_dies_with_its_server)
+                                       # One prctl call, its library loaded beforehand: nothing that
+                                       # another thread's lock could block between fork and exec.
+                                       preexec_fn=_dies_with_its_server)  # noqa: PLW1509
         except OSError as err:  # gone since it was asked (a successor without the program)
             attempt.ended, attempt.retryable = time.time(), False
             attempt.reason = f"cannot start {record.command[0]}: {err.strerror or err}"
