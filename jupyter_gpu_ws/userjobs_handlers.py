@@ -9,7 +9,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from .handlers import GpuWorkspaceHandler
-from .userjobs import JobInputError, JobNotFound
+from .userjobs.manager import JobInputError, JobNotFound
 from .userjobs.trust import JobKeyError
 
 if TYPE_CHECKING:

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import trust
-from .leaves import NOTEBOOK_MODULE as NOTEBOOK_RUNNER
-from .leaves import JobLog, classify, oom_kills, output_path
+from .failure import classify, oom_kills
+from .joblog import JobLog
+from .notebook import output_path
 from .record import ACTIVE, JobRecord, RecordError, from_json
 
 log = logging.getLogger(__name__)
@@ -217,7 +218,7 @@ class JobManager:
     def _argv(self, record: JobRecord) -> list[str]:
         if record.kind == "notebook":
             assert record.notebook is not None
-            return [sys.executable, "-m", NOTEBOOK_RUNNER, str(self.settings.workdir / record.notebook)]
+            return [sys.executable, "-m", NOTEBOOK_MODULE, str(self.settings.workdir / record.notebook)]
         return list(record.command)
 
     def log_path(self, job_id: str) -> Path:

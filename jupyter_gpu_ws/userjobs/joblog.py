@@ -1,0 +1,191 @@
+"""A job's output on disk: read from its pipe by a thread, written line by line into a log that is
+rotated at a size, so a job that prints without pause keeps the disk bounded and never waits on us.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+# A line longer than this is cut: a progress bar redrawn with "\r" for hours, or a tensor printed
+# whole, would otherwise be one "line" as large as the log, and the tail would be that line.
+LINE_LIMIT = 64 * 2**10
+CUT_MARKER = b" [\xe2\x80\xa6 line cut at 64 KiB]\n"
+_READ_SIZE = 64 * 2**10
+_TAIL_BLOCK = 8 * 2**10
+
+
+class JobLog:
+    """`path` (the newest output) and `path.1` … `path.keep` (older, `path.keep` the oldest), each
+    at most `max_bytes`."""
+
+    def __init__(self, path: Path, max_bytes: int = 8 * 2**20, keep: int = 2) -> None:
+        if max_bytes < 1 or keep < 0:
+            raise ValueError(f"a job log needs max_bytes >= 1 and keep >= 0, not {max_bytes} and {keep}")
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._open_line: object = None  # the stream whose last line is not ended yet, if any
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Appending: a retried attempt's output follows the one before it.
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
+
+    def follow(self, stream: IO[bytes]) -> threading.Thread:
+        """Start a thread that reads `stream` until its end and writes what it reads."""
+        thread = threading.Thread(target=self._drain, args=(stream,), name=f"joblog {self.path.name}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        return thread
+
+    def _drain(self, stream: IO[bytes]) -> None:
+        # Read whatever the pipe holds (not a full buffer, nor a whole line): a partial line, a
+        # progress bar without newline, reaches the file as soon as it is printed.
+        read: Callable[[int], bytes] = getattr(stream, "read1", None) or stream.read
+        line_length = 0  # bytes of the current line already written
+        skipping = False  # the current line was cut: drop it up to its newline
+        try:
+            while chunk := read(_READ_SIZE):
+                out = bytearray()
+                for piece in _pieces(chunk):
+                    ends = piece.endswith(b"\n")
+                    if skipping:
+                        skipping = not ends
+                        continue
+                    if line_length + len(piece) - ends > LINE_LIMIT:
+                        out += piece[: LINE_LIMIT - line_length] + CUT_MARKER
+                        line_length, skipping = 0, not ends
+                        continue
+                    out += piece
+                    line_length = 0 if ends else line_length + len(piece)
+                self._write(bytes(out), stream)
+        except (OSError, ValueError):
+            pass  # the pipe was closed under us (the job's process is gone): nothing more to read
+
+    def _write(self, data: bytes, stream: object) -> None:
+        with self._lock:
+            # stdout and stderr followed apart: a line one of them left open is ended before the
+            # other writes, so their lines are never mixed into one.
+            if data and self._open_line is not None and self._open_line is not stream:
+                data = b"\n" + data
+            self._open_line = None if data.endswith(b"\n") else stream
+            while data and self._fd is not None:
+                room = self.max_bytes - self._size
+                if len(data) <= room:
+                    self._append(data)
+                    return
+                # Rotate at a line's end where one fits, so each file starts with a whole line.
+                cut = data.rfind(b"\n", 0, room) + 1 if room > 0 else 0
+                if cut == 0 and self._size == 0:
+                    cut = room  # a line longer than a whole file: the file takes what fits
+                if cut:
+                    self._append(data[:cut])
+                    data = data[cut:]
+                self._rotate()
+
+    def _append(self, data: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        self._size += len(data)
+
+    def _rotate(self) -> None:
+        assert self._fd is not None
+        os.close(self._fd)
+        self._fd = None
+        if self.keep:
+            for n in range(self.keep - 1, 0, -1):
+                older = self._numbered(n)
+                if older.exists():
+                    os.replace(older, self._numbered(n + 1))
+            os.replace(self.path, self._numbered(1))
+        else:
+            self.path.unlink(missing_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+        self._size = 0
+
+    def _numbered(self, n: int) -> Path:
+        return self.path.with_name(f"{self.path.name}.{n}")
+
+    def tail(self, lines: int = 20) -> list[str]:
+        """The newest `lines` lines, oldest first, across a rotation; read from the files' ends."""
+        if lines <= 0:
+            return []
+        # Open every file at once under the lock: a rotation after that renames them but the open
+        # files stay the same ones, so the lines read are consecutive.
+        with self._lock:
+            files = []
+            for candidate in [self.path] + [self._numbered(n) for n in range(1, self.keep + 1)]:
+                try:
+                    files.append(open(candidate, "rb"))  # noqa: SIM115 closed below
+                except FileNotFoundError:
+                    break
+        found: list[bytes] = []
+        try:
+            for file in files:
+                # A file's last line has no newline yet, or it continues in the newer file: either
+                # way it is glued to what was found so far.
+                newer = found.pop(0) if found and not _ended_by_newline(file) else None
+                block = _last_lines(file, lines + 1 - len(found))
+                if newer is not None:
+                    block[-1:] = [(block[-1] if block else b"") + newer]
+                found = block + found
+                if len(found) > lines:
+                    break
+        finally:
+            for file in files:
+                file.close()
+        return [line.decode("utf-8", errors="replace") for line in found[-lines:]]
+
+    def close(self) -> None:
+        """Wait for the threads to read their streams to the end (the job's process has ended),
+        then close the file; output after this is not written."""
+        for thread in self._threads:
+            thread.join(timeout=10)
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def _pieces(chunk: bytes) -> list[bytes]:
+    """`chunk` split after each newline (a carriage return ends no line: a progress bar redraws with it)."""
+    pieces = chunk.split(b"\n")
+    last = pieces.pop()
+    return [piece + b"\n" for piece in pieces] + ([last] if last else [])
+
+
+def _ended_by_newline(file: IO[bytes]) -> bool:
+    end = file.seek(0, os.SEEK_END)
+    if end == 0:
+        return True
+    file.seek(end - 1)
+    return file.read(1) == b"\n"
+
+
+def _last_lines(file: IO[bytes], count: int) -> list[bytes]:
+    """The last `count` lines of `file` (without their newlines), reading blocks backwards from its
+    end until enough newlines are seen."""
+    end = file.seek(0, os.SEEK_END)
+    data = b""
+    position = end
+    while position > 0 and data.count(b"\n") <= count:
+        step = min(_TAIL_BLOCK, position)
+        position -= step
+        file.seek(position)
+        data = file.read(step) + data
+    if data.endswith(b"\n"):
+        data = data[:-1]
+    if not data and position == 0:
+        return []
+    found = data.split(b"\n")
+    if position > 0:
+        found = found[1:]  # the first piece is the end of a line that began before the block
+    return found[-count:] if count > 0 else []

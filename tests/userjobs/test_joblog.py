@@ -1,0 +1,153 @@
+"""A job's log (userjobs/joblog.py): bounded and rotated however fast the job prints, its tail the
+newest lines, whatever bytes the job wrote."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from jupyter_gpu_ws.userjobs.joblog import LINE_LIMIT, JobLog
+
+
+def _job(code: str, **kwargs: object) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+def _run(log: JobLog, code: str) -> int:
+    job = _job(code)
+    assert job.stdout is not None
+    log.follow(job.stdout)
+    returncode = job.wait(timeout=120)
+    log.close()
+    return returncode
+
+
+def _until(check, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+FLOOD = """
+import sys, time
+out = sys.stdout
+end = time.monotonic() + 3
+n = 0
+while time.monotonic() < end:
+    out.write("".join(f"line {i} of a job that prints as fast as it can\\n" for i in range(n, n + 1000)))
+    n += 1000
+out.write(f"printed {n} lines\\n")
+"""
+
+
+def test_a_job_printing_as_fast_as_it_can_keeps_the_log_within_its_files(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log", max_bytes=256 * 2**10, keep=2)
+    assert _run(log, FLOOD) == 0
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == ["job.log", "job.log.1", "job.log.2"]  # the oldest dropped
+    assert all(f.stat().st_size <= 256 * 2**10 for f in files)
+    assert sum(f.stat().st_size for f in files) <= 256 * 2**10 * 3
+
+
+def test_the_tail_is_the_newest_lines_of_a_job_that_printed_without_pause(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log", max_bytes=256 * 2**10, keep=2)
+    _run(log, FLOOD)
+    tail = log.tail(5)
+    printed = int(tail[-1].split()[1])
+    assert printed >= 1000  # the pipe was drained to its end: the job's last line is there
+    assert tail[:-1] == [f"line {i} of a job that prints as fast as it can" for i in range(printed - 4, printed)]
+
+
+def test_the_tail_reaches_across_a_rotation_into_the_older_file(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log", max_bytes=100, keep=2)
+    _run(log, "for i in range(25): print(f'line {i:02d}')")  # 8 bytes a line: 12 to a file
+    assert (tmp_path / "job.log").read_text() == "line 24\n"  # the newest file holds what came after the last rotation
+    assert log.tail(6) == [f"line {i:02d}" for i in range(19, 25)]
+    assert log.tail(100) == [f"line {i:02d}" for i in range(25)]
+
+
+def test_bytes_that_are_not_utf8_come_back_replaced(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log")
+    _run(log, "import sys; sys.stdout.buffer.write(b'loss \\xff\\xfe 0.5\\nstep 2 \\xc3\\n')")
+    assert log.tail(2) == ["loss \ufffd\ufffd 0.5", "step 2 \ufffd"]
+
+
+def test_a_line_without_its_newline_is_in_the_tail_while_the_job_runs(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log")
+    job = _job("import sys; print('epoch 1'); sys.stdout.write('step 40/100'); sys.stdout.flush(); sys.stdin.read()",
+               stdin=subprocess.PIPE)
+    assert job.stdout is not None and job.stdin is not None
+    log.follow(job.stdout)
+    try:
+        _until(lambda: log.tail(2) == ["epoch 1", "step 40/100"])
+    finally:
+        job.stdin.close()
+        job.wait(timeout=30)
+        log.close()
+
+
+def test_a_very_long_line_is_cut_with_a_marker_and_the_next_line_is_whole(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log")
+    _run(log, "print('x' * 300_000); print('after')")
+    cut, after = log.tail(2)
+    assert cut.startswith("x" * LINE_LIMIT) and cut.endswith("line cut at 64 KiB]")
+    assert after == "after"
+    assert (tmp_path / "job.log").stat().st_size < LINE_LIMIT + 100
+
+
+def test_a_second_attempt_appends_to_the_first_ones_log(tmp_path: Path) -> None:
+    _run(JobLog(tmp_path / "job.log"), "print('attempt 1')")
+    log = JobLog(tmp_path / "job.log")
+    _run(log, "print('attempt 2')")
+    assert log.tail() == ["attempt 1", "attempt 2"]
+
+
+def test_the_tail_of_a_log_nothing_was_written_to_is_empty(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log")
+    _run(log, "pass")
+    assert log.tail() == []
+
+
+def test_stdout_and_stderr_followed_apart_both_reach_the_log_in_whole_lines(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log")
+    job = subprocess.Popen([sys.executable, "-u", "-c", (  # -u: one write a line, as a job that flushes
+        "import sys\n"
+        "for i in range(20000):\n"
+        "    sys.stdout.write(f'out {i}\\n'); sys.stderr.write(f'err {i}\\n')\n"
+        "print('out end'); print('err end', file=sys.stderr)\n")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert job.stdout is not None and job.stderr is not None
+    log.follow(job.stdout)
+    log.follow(job.stderr)
+    assert job.wait(timeout=120) == 0
+    log.close()
+    lines = log.tail(100_000)
+    expected = {f"{stream} {i}" for stream in ("out", "err") for i in [*range(20000), "end"]}
+    assert len(lines) == len(expected) and set(lines) == expected  # none lost, none mixed with another
+
+
+def test_a_line_left_open_on_stdout_is_not_mixed_with_a_line_on_stderr(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log")
+    job = subprocess.Popen([sys.executable, "-u", "-c", (
+        "import sys\n"
+        "sys.stdout.write('epoch 1: 50%'); sys.stdin.readline()\n"
+        "sys.stderr.write('warning: slow\\n'); sys.stdin.readline()\n"
+        "sys.stdout.write(' 100%\\n')\n")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert job.stdin is not None and job.stdout is not None and job.stderr is not None
+    log.follow(job.stdout)
+    log.follow(job.stderr)
+    try:
+        _until(lambda: log.tail() == ["epoch 1: 50%"])
+        job.stdin.write(b"\n")
+        job.stdin.flush()
+        _until(lambda: log.tail() == ["epoch 1: 50%", "warning: slow"])
+        job.stdin.write(b"\n")
+        job.stdin.flush()
+        assert job.wait(timeout=60) == 0
+    finally:
+        job.kill()
+        log.close()
+    assert log.tail() == ["epoch 1: 50%", "warning: slow", " 100%"]
