@@ -260,7 +260,11 @@ class JobManager:
                 self._set(job, state="running", reason=of)
                 continue
             if not attempt.retryable:
-                reason = f"{of if record.retries else attempt.reason} (not retried: retrying cannot change it)"
+                reason = of if record.retries else str(attempt.reason)
+                if "cannot change" not in reason:
+                    reason += " (not retried: retrying cannot change it)"
+                elif record.retries:
+                    reason += " (not retried)"
             else:
                 reason = of if record.retries else attempt.reason
             self._set(job, state="failed", reason=reason)
