@@ -96,10 +96,13 @@ def test_a_job_killed_with_its_runtime_is_relaunched_by_the_successor_and_ends_a
     assert saved < STEPS - 1, "the job finished before the kill: make it slower"
 
     second_root = tmp_path / "machine-b" / "srv" / "work" / "project"  # another path, same folder name
+    started = time.time()
     with server_process(tmp_path / "b", tmp_path / "runtime-b", config, root=second_root,
                         hostname="machine-b") as b:
         relaunched = until(lambda: (j := job_of(b, job["id"]))["attempts"][-1]["host"] == "machine-b" and j,
                            120, "the job relaunched on the successor")
+        print(f"relaunched {relaunched['attempts'][-1]['started'] - started:.1f} s after the successor's start "
+              f"(lease_ttl {LEASE_TTL:.0f} s: the dead lease must run out first)")
         assert relaunched["state"] in ("relaunched", "finished"), relaunched
         finished = until(lambda: (j := job_of(b, job["id"]))["state"] in ("finished", "failed") and j,
                          240, "the relaunched job's end")
