@@ -266,7 +266,7 @@ class JobManager:
                 elif record.retries:
                     reason += " (not retried)"
             else:
-                reason = of if record.retries else attempt.reason
+                reason = of if record.retries else str(attempt.reason)
             self._set(job, state="failed", reason=reason)
             return
 
@@ -282,7 +282,14 @@ class JobManager:
         job.log = JobLog(path, max_bytes=self.settings.log_max_bytes)
         kills_before = oom_kills()
         try:
-            process = subprocess.Popen(self._argv(record), cwd=self.settings.workdir / record.cwd,
+            # Checked again at each start: a relaunch runs in another work directory, where a link
+            # may lead elsewhere and the folder may not have come back.
+            folder = self.folder(record.cwd)
+        except JobInputError as err:
+            attempt.ended, attempt.retryable, attempt.reason = time.time(), False, str(err)
+            return _Outcome("failed", attempt.reason, False)
+        try:
+            process = subprocess.Popen(self._argv(record), cwd=folder,
                                        env=self._environment(record), stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                        # One prctl call, its library loaded beforehand: nothing that
@@ -482,7 +489,8 @@ class JobManager:
             try:
                 record = from_json(data)
             except RecordError as err:
-                self.store_error = f"job record {name} ignored: {err}"
+                why = "not JSON, or over 1 MiB" if data is None else str(err)
+                self.store_error = f"job record {name} ignored: {why}"
                 log.warning("gpuws: %s", self.store_error)
                 continue
             with self._lock:

@@ -158,9 +158,9 @@ def test_deleting_a_job_that_has_ended_forgets_it_here_and_in_the_store(server: 
 
 
 def planted(job_id: str, command: list[str], key: str | None, workspace: str = "test-ws",
-            changes: dict[str, Any] | None = None) -> dict[str, Any]:
+            changes: dict[str, Any] | None = None, cwd: str = "") -> dict[str, Any]:
     record = JobRecord(id=job_id, name="planted", kind="command", command=command, workspace=workspace,
-                       state="interrupted", created=time.time(), updated=time.time())
+                       state="interrupted", created=time.time(), updated=time.time(), cwd=cwd)
     if key is not None:
         trust.sign(record, key.encode())
     data = record.to_json()
@@ -220,11 +220,11 @@ def test_records_from_the_store_run_only_when_this_key_signed_them_for_this_work
         assert released["state"] == "interrupted" and not (server.root / "ran-j-000000000006").exists()
 
 
-def store_with(folder: Path, job_id: str, command: list[str]) -> Path:
+def store_with(folder: Path, job_id: str, command: list[str], cwd: str = "") -> Path:
     """A local store whose workspace records one interrupted job, signed with this user's key."""
     jobs = folder / "store" / "test-ws" / ".gpuws" / "jobs"
     jobs.mkdir(parents=True)
-    (jobs / f"{job_id}.json").write_text(json.dumps(planted(job_id, command, KEY)))
+    (jobs / f"{job_id}.json").write_text(json.dumps(planted(job_id, command, KEY, cwd=cwd)))
     return folder / "store"
 
 
@@ -241,6 +241,21 @@ def test_with_relaunching_off_an_interrupted_job_waits_for_a_restart_and_says_so
         s.api("/gpuws/api/jobs/j-0000000000aa/restart", "POST", {})
         until(lambda: s.api("/gpuws/api/jobs/j-0000000000aa")["state"] == "finished", 60, "the restarted job")
         assert (s.root / "ran").exists()
+
+
+def test_a_relaunch_whose_folder_now_leads_outside_the_work_directory_fails_and_runs_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(trust.KEY_ENV, KEY)
+    store = store_with(tmp_path, "j-0000000000cc", ["python", "-c", "open('ran', 'w')"], cwd="sub")
+    outside, root = tmp_path / "outside", tmp_path / "a" / "root"
+    outside.mkdir()
+    root.mkdir(parents=True)
+    (root / "sub").symlink_to(outside)
+    with server_process(tmp_path / "a", tmp_path / "runtime", {"store_url": str(store)}, root=root) as server:
+        failed = until(lambda: (j := server.api("/gpuws/api/jobs/j-0000000000cc"))["state"] == "failed" and j,
+                       60, "the relaunch refused")
+        assert "leads outside the work directory" in failed["reason"]
+    assert list(outside.iterdir()) == []
 
 
 def test_of_two_runtimes_on_one_store_only_the_lease_holder_relaunches_a_job(
