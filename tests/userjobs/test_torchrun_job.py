@@ -32,8 +32,9 @@ def test_a_torchrun_job_is_one_run_with_its_step_and_checkpoints_on_every_rank_b
             assert stopped["state"] == "stopped" and stopped["reason"].startswith("stopped by you at step ")
             saved = sorted((root / "dist-run").glob("ckpt-*/manifest.json"))
             assert saved, "no checkpoint taken before the stop"
-            step = int(saved[-1].parent.name.split("-")[1])
-            assert step >= 3 and stopped["step"] >= step
+            # The ranks save again on the SIGTERM that follows (distributed.py): the newest may be later.
+            steps = [int(p.parent.name.split("-")[1]) for p in saved]
+            assert stopped["step"] >= 3 and any(3 <= step <= stopped["step"] for step in steps), (steps, stopped)
         finally:  # the job runs in a session of its own: the server's kill at the end would miss it
             if server.api(f"/gpuws/api/jobs/{job['id']}")["state"] == "running":
                 server.api(f"/gpuws/api/jobs/{job['id']}", "DELETE")
