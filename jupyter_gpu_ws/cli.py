@@ -11,6 +11,8 @@
       (sync, restore, status, decrypt, key: --encrypt, --key-file FILE or $GPUWS_PASSPHRASE, else a prompt)
     jupyter gpuws persist [--wait] [--timeout S] [--server URL] [--runtime-dir DIR]   (asks the running server)
     jupyter gpuws checkpoint export RUN [--step N] --to FILE [--only NAME] [--workdir DIR]
+    jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND … | run NOTEBOOK.ipynb   (a job of the server)
+    jupyter gpuws jobs                                                       (the running server's jobs)
 
 What the flags leave out comes from the work directory this folder is in: the running server's
 settings, else what this machine synced (workspace_rule.py); each command says on stderr the
@@ -249,6 +251,22 @@ def add_env_commands(commands: Any) -> None:
     persist.add_argument("--server", default=None, metavar="URL",
                          help="the server's URL, where several run (default: the one in the runtime folder)")
     persist.add_argument("--runtime-dir", default=None, help="Jupyter's runtime folder (default: jupyter's own)")
+    from .userjobs.commands import add_run_arguments
+
+    run = commands.add_parser("run", help="run a command or notebook as a job of the running server: it outlives "
+                                          "this terminal and the runtime (docs/jobs.md)")
+    add_run_arguments(run)
+    from .userjobs.k8s import add_k8s_arguments
+
+    add_k8s_arguments(run)
+    run.add_argument("--store", default=None, help="with --export k8s: " + STORE_HELP)
+    run.add_argument("--workspace", default=None, help="with --export k8s: " + WORKSPACE_HELP)
+    run.add_argument("--encrypt", action="store_true",
+                     help="with --export k8s: the workspace is encrypted (the Secret holds GPUWS_PASSPHRASE)")
+    jobs = commands.add_parser("jobs", help="the running server's jobs: state, step, ETA, reason")
+    for p in (run, jobs):
+        p.add_argument("--server", default=None, metavar="URL", help="which server, where several run here")
+        p.add_argument("--runtime-dir", default=None, help="Jupyter's runtime folder (default: jupyter's own)")
     env = commands.add_parser("env", help="snapshots of the Python environment: take, compare, restore, list",
                               description="Snapshots of a Python environment in the store: take one, compare "
                                           "the environment with one, restore one, list them.")
@@ -497,6 +515,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             else:
                 print(f"writer:    none now ({holder.who()} stopped renewing the lease, "
                       f"which ran out {age(holder.expires, now)})")
+        _print_jobs(engine.store)
         return 0
     finally:
         engine.close()
@@ -827,6 +846,83 @@ def cmd_env_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_jobs(store: Any) -> None:
+    """The workspace's jobs as their records in the store say (no server needed)."""
+    from .userjobs.commands import job_line
+    from .userjobs.record import RecordError, from_json, stored_records
+
+    lines = []
+    for name, data in stored_records(store):
+        try:
+            lines.append(job_line(from_json(data).to_json()))
+        except RecordError as err:
+            lines.append(f"{name}: not a job record ({err})")
+    if lines:
+        print("jobs:")
+        for line in lines:
+            print(f"  {shown(line)}")
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    """`run` and `jobs` ask the running server (the jobs are its children); without one, one line
+    and exit 2: what to do is start it, or name it."""
+    from .client import ServerUnreachable, request, running_server
+    from .userjobs.commands import cli_run, listing_lines
+
+    if args.command == "run" and args.export == "k8s":
+        return cmd_run_export(args)
+    try:
+        url, token = running_server(args.runtime_dir, args.server)
+    except ServerUnreachable as err:
+        print(f"jupyter gpuws: error: {err}: a job runs in a Jupyter Server with this extension; start one "
+              "(jupyter lab) or name it with --server URL", file=sys.stderr)
+        return 2
+
+    def ask(path: str, method: str = "GET", body: Any = None) -> Any:
+        return request(url, token, path, method, body, timeout=30)
+
+    try:
+        if args.command == "run":
+            return cli_run(args, ask)
+        for line in listing_lines(ask("gpuws/api/jobs")):
+            print(line)
+        return 0
+    except ServerUnreachable as err:
+        print(f"jupyter gpuws: error: {err}", file=sys.stderr)
+        return 2 if err.status == 400 else 1
+
+
+def cmd_run_export(args: argparse.Namespace) -> int:
+    """`run … --export k8s`: the job as a Kubernetes Job on stdout, run nowhere here. Its store
+    and workspace are the flags', else the running server's (and the job's folder, this one
+    where it is inside the server's work directory)."""
+    from .client import ServerUnreachable, request, running_server
+    from .userjobs.commands import run_request
+    from .userjobs.k8s import ManifestError, export_k8s
+
+    workdir = None
+    if not (args.store and args.workspace):
+        try:
+            url, token = running_server(args.runtime_dir, args.server)
+            sync = request(url, token, "gpuws/api/sync", timeout=30)
+        except ServerUnreachable as err:
+            print(f"jupyter gpuws: error: {err}: --export k8s needs the store and workspace the job resumes "
+                  "from: give --store URL --workspace NAME, or run it where the server runs", file=sys.stderr)
+            return 2
+        args.store = args.store or sync.get("store_url")
+        args.workspace = args.workspace or sync.get("workspace")
+        workdir = sync.get("workdir")
+    try:
+        body = run_request(args, os.getcwd(), workdir)
+        argv = body.get("command") or ["python", "-m", "jupyter_gpu_ws.userjobs.notebook", body["notebook"]]
+        args.cwd = body.get("cwd", "")
+        sys.stdout.write(export_k8s(argv, args))
+    except (ManifestError, ValueError) as err:
+        print(f"jupyter gpuws: error: {shown(str(err))}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_env(args: argparse.Namespace) -> int:
     commands = {"snapshot": cmd_env_snapshot, "diff": cmd_env_diff, "restore": cmd_env_restore, "list": cmd_env_list,
                 "export": cmd_env_export}
@@ -861,7 +957,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env,
                 "workspaces": cmd_workspaces, "persist": cmd_persist, "checkpoint": cmd_checkpoint,
-                "decrypt": cmd_decrypt, "key": cmd_key}
+                "decrypt": cmd_decrypt, "key": cmd_key, "run": cmd_jobs, "jobs": cmd_jobs}
     from .checkpoints.files import CheckpointError
 
     try:

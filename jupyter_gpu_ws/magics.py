@@ -1,4 +1,4 @@
-"""`%gpuws status|checkpoint|resume|persist|gpu|env` in a notebook (after `%load_ext jupyter_gpu_ws`)."""
+"""`%gpuws status|checkpoint|resume|persist|gpu|env|run|jobs` in a notebook (after `%load_ext jupyter_gpu_ws`)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,18 @@ from .vocabulary import count, size
 class GpuwsMagics(Magics):
     @line_magic
     def gpuws(self, line: str) -> None:
-        """%gpuws status | checkpoint | resume | persist | gpu | env"""
-        command = (line.strip().split() or ["status"])[0]
+        """%gpuws status | checkpoint | resume | persist | gpu | env | run … | jobs"""
+        command, _, rest = line.strip().partition(" ")
+        command = command or "status"
         handler = getattr(self, f"_{command}", None)
         if handler is None:
-            print("usage: %gpuws status | checkpoint | resume | persist | gpu | env")
+            print("usage: %gpuws status | checkpoint | resume | persist | gpu | env | run … | jobs")
             return
         try:
-            handler()
+            if command == "run":
+                self._run(rest)
+            else:
+                handler()
         except (ServerUnreachable, CheckpointError) as err:
             # An expected failure (no server, nothing tracked, a checkpoint that cannot be
             # written or read) is one line naming its cause and what to do; anything else raises.
@@ -44,6 +48,18 @@ class GpuwsMagics(Magics):
 
         default_tracker().resume()  # it says what it did: resumed from which checkpoint, or from 0 and why
 
+    def _run(self, rest: str) -> None:
+        """A command or notebook as a job of the server (`jupyter gpuws run`'s arguments)."""
+        from .userjobs.commands import magic_run
+
+        for text in magic_run(rest, call):
+            print(text)
+
+    def _jobs(self) -> None:
+        from .userjobs.commands import listing_lines
+
+        print("\n".join(listing_lines(call("gpuws/api/jobs"))))
+
     def _gpu(self) -> None:
         from IPython.display import display
 
@@ -53,7 +69,8 @@ class GpuwsMagics(Magics):
         from IPython.display import display
 
         parts = status_parts(call("gpuws/api/metrics"), call("gpuws/api/runtime"), call("gpuws/api/sync"),
-                             call("gpuws/api/checkpoints"), training=call("gpuws/api/training"))
+                             call("gpuws/api/checkpoints"), training=call("gpuws/api/training"),
+                             jobs=call("gpuws/api/jobs"))
         display(bundle(parts), raw=True)
 
     def _env(self) -> None:

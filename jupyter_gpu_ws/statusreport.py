@@ -145,12 +145,30 @@ def training_parts(training: dict[str, Any]) -> list[Part]:
             *anomalies]
 
 
+def jobs_parts(jobs: dict[str, Any]) -> list[Part]:
+    """Each job (docs/jobs.md) with its state, step and ETA, and why it is where it is."""
+    listed = jobs.get("jobs") or []
+    if not listed:
+        return []
+    rows = []
+    for job in listed:
+        step = "—" if job.get("step") is None else (
+            f"{job['step']:,}/{job['total_steps']:,}" if job.get("total_steps") else f"{job['step']:,}")
+        live = job.get("state") in ("running", "relaunched")
+        eta = duration(job["eta_seconds"]) if live and job.get("eta_seconds") is not None else "—"
+        why = "; ".join(str(t) for t in (job.get("reason"), job.get("relaunch"), job.get("verdict") if live else None)
+                        if t)
+        rows.append([f"{job['name']} ({job['id']})", str(job["state"]), step, eta, why])
+    problem = [Line("Jobs", str(jobs["error"]), "error")] if jobs.get("error") else []
+    return [Table("Jobs", ["job", "state", "step", "ETA", "why"], rows, {2, 3}), *problem]
+
+
 def status_parts(metrics: dict[str, Any], runtime: dict[str, Any], sync: dict[str, Any],
                  checkpoints: dict[str, Any], now: float | None = None,
-                 training: dict[str, Any] | None = None) -> list[Part]:
+                 training: dict[str, Any] | None = None, jobs: dict[str, Any] | None = None) -> list[Part]:
     now = time.time() if now is None else now
     return [*gpu_parts(metrics), runtime_part(runtime), sync_part(sync, now), checkpoint_part(checkpoints, now),
-            *training_parts(training or {})]
+            *training_parts(training or {}), *jobs_parts(jobs or {})]
 
 
 # -- rendering ---------------------------------------------------------------------------------

@@ -597,3 +597,80 @@ export interface ITrainingHistory {
   gpus: Array<{ index: number; name: string; points: Array<[number, number | null, number | null]> }>;
   gpu_bucket_seconds: number;
 }
+
+/** One run of a job's process (docs/jobs.md). */
+export interface IUserJobAttempt {
+  number: number;
+  started: number;
+  ended: number | null;
+  /** The host name of the runtime that ran it. */
+  host: string;
+  returncode: number | null;
+  /** Why it ended, in the user's words. */
+  reason: string | null;
+  /** Whether retrying can change it; null for an interruption or a success. */
+  retryable: boolean | null;
+  step: number | null;
+}
+
+export type UserJobState =
+  | 'queued'
+  | 'running'
+  | 'interrupted'
+  | 'relaunched'
+  | 'retrying'
+  | 'finished'
+  | 'failed'
+  | 'stopped'
+  | 'held';
+
+/** A script or notebook the server runs as a job: `GET /gpuws/api/jobs/{id}`. */
+export interface IUserJob {
+  id: string;
+  name: string;
+  kind: 'command' | 'notebook';
+  command: string[];
+  notebook: string | null;
+  /** The copy of the notebook its outputs are written into. */
+  output: string | null;
+  /** The job's folder, relative to the work directory. */
+  cwd: string;
+  gpus: number | null;
+  retries: number;
+  state: UserJobState;
+  /** "attempt 2 of 3: CUDA out of memory at step 4,120" */
+  reason: string | null;
+  attempts: IUserJobAttempt[];
+  /** Its gpuws.track() run. */
+  run: string | null;
+  step: number | null;
+  total_steps: number | null;
+  eta_seconds: number | null;
+  /** The run's verdict against the runtime's deadline. */
+  verdict: string | null;
+  log_tail: string[];
+  /** What the next relaunch does with it, before it does. */
+  relaunch: string | null;
+  /** A record this machine's key did not sign for this workspace: it runs only after a restart. */
+  needs_approval: boolean;
+  created: number;
+  updated: number;
+}
+
+/** `GET /gpuws/api/jobs`. */
+export interface IUserJobs {
+  jobs: IUserJob[];
+  relaunch: { enabled: boolean; pending: string[] };
+  /** The store's records could not be read or written. */
+  error?: string | null;
+}
+
+/** `POST /gpuws/api/jobs`: a command or a notebook. */
+export interface IUserJobRequest {
+  command?: string[];
+  notebook?: string;
+  name?: string;
+  retries?: number;
+  gpus?: number | null;
+  cwd?: string;
+}

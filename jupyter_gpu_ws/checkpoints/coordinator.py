@@ -150,7 +150,7 @@ class CheckpointCoordinator:
             leader = ranks[0 if 0 in ranks else min(ranks)][1]
             spread = leader.get("distributed") or {}
             out[run_id] = {
-                "run_id": run_id, "run": leader.get("run"), "command": leader.get("command"),
+                "run_id": run_id, "run": leader.get("run"), "command": leader.get("command"), "job": leader.get("job"),
                 "world_size": spread.get("world_size"), "mesh": spread.get("mesh"),
                 "objects": leader.get("objects"), "policy": leader.get("policy"), "root": leader.get("root"),
                 "step": leader.get("step"), "pending": leader.get("pending"),

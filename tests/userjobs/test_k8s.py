@@ -166,3 +166,23 @@ def test_a_sigterm_reaches_the_job_which_checkpoints_and_is_synced_before_the_co
         container.kill()
     assert container.returncode == 0, stderr
     assert (pod["store"] / "checkpoint.txt").read_text() == "step 42"
+
+
+def test_run_with_export_k8s_prints_the_job_and_runs_nothing(tmp_path: Path) -> None:
+    """The command line: `jupyter gpuws run … --export k8s` prints a Job the client reads back,
+    with the command after `--`; without a store and no server to ask, one line and exit 2."""
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    base = [sys.executable, "-m", "jupyter_gpu_ws.cli", "run", "--export", "k8s", "--image", "registry.example/t:1",
+            "--name", "train", "--retries", "2", "--gpus", "1"]
+    done = subprocess.run([*base, "--store", STORE, "--workspace", "me", "--", *COMMAND], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr
+    job = read_back(done.stdout)
+    main = job.spec.template.spec.containers[0]
+    assert main.command[-len(COMMAND):] == COMMAND
+    assert job.spec.backoff_limit == 2 and main.resources.limits["nvidia.com/gpu"] == "1"
+    assert [p.name for p in tmp_path.iterdir()] == []  # nothing run, nothing written here
+    refused = subprocess.run([*base, "--", *COMMAND], capture_output=True, text=True, env=env, cwd=tmp_path,
+                             check=False)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert len(refused.stderr.strip().splitlines()) == 1 and "--store URL --workspace NAME" in refused.stderr

@@ -1,0 +1,110 @@
+"""`jupyter gpuws run|jobs` and `%gpuws run|jobs`: what to run, asked of the running server.
+
+    jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND …
+    jupyter gpuws run NOTEBOOK.ipynb
+    jupyter gpuws jobs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ..vocabulary import duration
+
+USAGE = "run [--name NAME] [--retries N] [--gpus K] -- COMMAND … | run NOTEBOOK.ipynb"
+
+Ask = Callable[..., Any]  # (path, method="GET", body=None) → the server's JSON answer
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", default=None, help="the job's name (default: the script's or notebook's)")
+    parser.add_argument("--retries", type=int, default=0, metavar="N",
+                        help="run again up to N times after a failure that retrying can change (default 0)")
+    parser.add_argument("--gpus", type=int, default=None, metavar="K", help="the GPUs the job sees (the first K)")
+    parser.add_argument("target", nargs=argparse.REMAINDER, metavar="-- COMMAND … | NOTEBOOK.ipynb",
+                        help="the command after --, or a notebook (run headless, its outputs in NAME.job.ipynb)")
+
+
+def run_request(args: argparse.Namespace, here: str, workdir: str | None) -> dict[str, Any]:
+    """The POST body: a notebook alone, else the command; the job's folder is the one this is
+    run in, where that is inside the server's work directory. ValueError says what is wrong."""
+    target = list(args.target)
+    if target[:1] == ["--"]:
+        target = target[1:]
+    if not target:
+        raise ValueError(f"nothing to run: {USAGE}")
+    body: dict[str, Any] = {"retries": args.retries}
+    if args.name:
+        body["name"] = args.name
+    if args.gpus is not None:
+        body["gpus"] = args.gpus
+    cwd = ""
+    if workdir:
+        rel = os.path.relpath(os.path.realpath(here), os.path.realpath(workdir))
+        cwd = "" if rel == "." or rel.startswith("..") else rel
+    if len(target) == 1 and target[0].endswith(".ipynb"):
+        notebook = os.path.join(cwd, target[0]) if cwd and not os.path.isabs(target[0]) else target[0]
+        if os.path.isabs(notebook) and workdir:
+            notebook = os.path.relpath(notebook, workdir)
+        body["notebook"] = notebook
+    else:
+        body["command"], body["cwd"] = target, cwd
+    return body
+
+
+def started_lines(job: dict[str, Any], follow: str) -> list[str]:
+    return [f"{job['id']}", f"started {job['name']} as job {job['id']} ({job['state']}); follow it with {follow}"]
+
+
+def job_line(job: dict[str, Any]) -> str:
+    """One job in a line: name, id, state, step (of total), ETA and the reason."""
+    parts = [f"{job['name']} ({job['id']})", job["state"]]
+    if job.get("step") is not None:
+        parts.append(f"step {job['step']:,}" + (f"/{job['total_steps']:,}" if job.get("total_steps") else ""))
+    if job.get("eta_seconds") is not None and job["state"] in ("running", "relaunched"):
+        parts.append(f"ETA {duration(job['eta_seconds'])}")
+    if job.get("reason"):
+        parts.append(str(job["reason"]))
+    if job.get("relaunch"):
+        parts.append(str(job["relaunch"]))
+    return ": ".join(parts[:2]) + (" · " + " · ".join(parts[2:]) if parts[2:] else "")
+
+
+def listing_lines(listing: dict[str, Any]) -> list[str]:
+    jobs = listing.get("jobs") or []
+    if not jobs:
+        return ["No jobs: jupyter gpuws run -- python train.py (or %gpuws run …) starts one."]
+    return [job_line(job) for job in jobs]
+
+
+def magic_run(line: str, ask: Ask) -> list[str]:
+    """`%gpuws run …` in a kernel: the same arguments as `jupyter gpuws run`."""
+    parser = argparse.ArgumentParser(prog="%gpuws run", add_help=False, exit_on_error=False)
+    add_run_arguments(parser)
+    try:
+        args = parser.parse_args(shlex.split(line))
+        sync = ask("gpuws/api/sync")
+        body = run_request(args, os.getcwd(), sync.get("workdir"))
+    except (argparse.ArgumentError, ValueError) as err:
+        return [f"gpuws: {err}", f"usage: %gpuws {USAGE}"]
+    job = ask("gpuws/api/jobs", "POST", body)
+    return started_lines(job, "%gpuws jobs, or the panel's Jobs section")[1:]
+
+
+def cli_run(args: argparse.Namespace, ask: Ask) -> int:
+    sync = ask("gpuws/api/sync")
+    try:
+        body = run_request(args, os.getcwd(), sync.get("workdir"))
+    except ValueError as err:
+        print(f"jupyter gpuws: error: {err}", file=sys.stderr)
+        return 2
+    job = ask("gpuws/api/jobs", "POST", body)
+    first, second = started_lines(job, f"jupyter gpuws jobs (its log: GET gpuws/api/jobs/{job['id']}/log)")
+    print(first)
+    print(second, file=sys.stderr)
+    return 0

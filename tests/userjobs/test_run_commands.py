@@ -1,0 +1,119 @@
+"""`jupyter gpuws run|jobs|status` and `%gpuws run|jobs|status` against a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.servers import ServerProcess, server_process, until
+from tests.test_successor import kernel_client, run
+from tests.userjobs.jobfiles import FAILING, job_key, write
+
+OK = "print('the job ran', flush=True)\n"
+NOTEBOOK = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {}, "outputs": [],
+                       "source": "print('from the notebook')"}],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    folder = tmp_path_factory.mktemp("jobs-cli")
+    with job_key("the-cli-tests-key"), server_process(folder / "a", folder / "runtime", {"sync_debounce": 0.05}) as server:
+        until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
+        (server.root / "sub").mkdir()
+        write(server.root / "sub", "ok.py", OK)
+        write(server.root / "sub", "nb.ipynb", json.dumps(NOTEBOOK))
+        write(server.root, "fail.py", FAILING)
+        yield server
+
+
+def cli(runtime: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", *args], capture_output=True, text=True, check=False,
+                          cwd=cwd, timeout=120, env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime)})
+
+
+def ended(server: ServerProcess, job_id: str) -> dict[str, Any]:
+    return until(lambda: (j := server.api(f"/gpuws/api/jobs/{job_id}"))["state"] in ("finished", "failed") and j,
+                 120, f"job {job_id}'s end")
+
+
+def test_jupyter_gpuws_run_starts_the_command_in_the_folder_it_is_run_from_and_prints_the_job_id(
+        server: ServerProcess) -> None:
+    done = cli(server.runtime, "run", "--name", "from-cli", "--", "python", "ok.py", cwd=server.root / "sub")
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    assert "jupyter gpuws jobs" in done.stderr
+    job = ended(server, job_id)
+    assert job["name"] == "from-cli" and job["cwd"] == "sub" and job["state"] == "finished"
+    assert "the job ran" in job["log_tail"]
+    listing = cli(server.runtime, "jobs")
+    assert listing.returncode == 0 and f"from-cli ({job_id}): finished" in listing.stdout
+
+
+def test_jupyter_gpuws_run_of_a_notebook_runs_it_from_the_folder_it_is_in(server: ServerProcess) -> None:
+    done = cli(server.runtime, "run", "nb.ipynb", cwd=server.root / "sub")
+    assert done.returncode == 0, done.stderr
+    job = ended(server, done.stdout.strip())
+    assert job["notebook"] == "sub/nb.ipynb" and job["state"] == "finished"
+    assert "from the notebook" in (server.root / "sub" / "nb.job.ipynb").read_text()
+
+
+def test_jupyter_gpuws_run_of_a_missing_program_is_one_line_and_exit_2(server: ServerProcess) -> None:
+    done = cli(server.runtime, "run", "--", "no-such-program-anywhere")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == ("jupyter gpuws: error: 400: no-such-program-anywhere: command not found on this "
+                                   "server's PATH")
+
+
+def test_jupyter_gpuws_run_without_a_server_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = cli(tmp_path, "run", "--", "python", "x.py")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "No running Jupyter Server" in done.stderr
+
+
+def test_status_in_a_terminal_lists_the_jobs_the_store_records(server: ServerProcess) -> None:
+    job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "fail.py"], "name": "for-status"})
+    ended(server, job["id"])
+    until(lambda: (server.store / "test-ws" / ".gpuws" / "jobs" / f"{job['id']}.json").exists(), 30, "the record")
+    done = cli(server.runtime, "status", "--workdir", str(server.root), "--store", str(server.store),
+               "--workspace", "test-ws", "--state-dir", str(server.state))
+    assert done.returncode == 0, done.stderr
+    assert f"for-status ({job['id']}): failed · exit code 3" in done.stdout
+
+
+def displayed(client: Any, code: str, timeout: float = 120) -> str:
+    """What a cell displayed as text (the magic's status is a display bundle, not a print)."""
+    msg_id = client.execute(code)
+    out: list[str] = []
+    while True:
+        msg = client.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "display_data":
+            out.append(msg["content"]["data"].get("text/plain", ""))
+        elif msg["msg_type"] == "error":
+            raise AssertionError("\n".join(msg["content"]["traceback"]))
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return "".join(out)
+
+
+def test_the_magic_runs_a_job_and_lists_it_in_its_status(server: ServerProcess) -> None:
+    client = kernel_client(server, "sub/start.ipynb")
+    try:
+        printed = run(client, "%load_ext jupyter_gpu_ws\n%gpuws run --name from-magic -- python ok.py")
+        assert printed.startswith("started from-magic as job j-"), printed
+        job_id = printed.split("as job ")[1].split()[0]
+        assert ended(server, job_id)["state"] == "finished"
+        assert f"from-magic ({job_id}): finished" in run(client, "%gpuws jobs")
+        status = displayed(client, "%gpuws status")
+        assert "Jobs:" in status and f"from-magic ({job_id})" in status, status
+        assert "usage: %gpuws run" in run(client, "%gpuws run")
+    finally:
+        client.stop_channels()
