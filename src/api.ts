@@ -597,3 +597,97 @@ export interface ITrainingHistory {
   gpus: Array<{ index: number; name: string; points: Array<[number, number | null, number | null]> }>;
   gpu_bucket_seconds: number;
 }
+
+/** One attempt of a user's job: when and where it ran, and why it ended. */
+export interface IUserJobAttempt {
+  number: number;
+  started: number;
+  ended: number | null;
+  host: string;
+  returncode: number | null;
+  reason: string | null;
+  retryable: boolean | null;
+  step: number | null;
+}
+
+/** A script or a notebook the server runs as a job for the user (`jupyter gpuws run`, `%gpuws
+ * run`, "Run as job"): not the server's own long work, which is IJob. */
+export interface IUserJob {
+  id: string;
+  name: string;
+  kind: 'command' | 'notebook';
+  command: string[];
+  notebook: string | null;
+  /** The notebook's copy with its outputs ("train.job.ipynb"). */
+  output: string | null;
+  cwd: string;
+  gpus: number | null;
+  retries: number;
+  state: 'queued' | 'running' | 'interrupted' | 'relaunched' | 'retrying' | 'finished' | 'failed' | 'stopped' | 'held';
+  /** "attempt 2 of 3: CUDA out of memory at step 4,120". */
+  reason: string | null;
+  attempts: IUserJobAttempt[];
+  /** The tracked run the job registered, once it has. */
+  run: string | null;
+  step: number | null;
+  total_steps: number | null;
+  eta_seconds: number | null;
+  /** The verdict against the runtime's deadline, in words. */
+  verdict: string | null;
+  log_tail: string[];
+  /** What happens on the next runtime, while a relaunch is due. */
+  relaunch: string | null;
+  /** A record this runtime cannot vouch for (not signed by this user's secret): it is relaunched
+   * only once the user approves. */
+  needs_approval: boolean;
+  created: number;
+  updated: number;
+}
+
+/** `GET /gpuws/api/jobs`. */
+export interface IUserJobs {
+  jobs: IUserJob[];
+  relaunch: { enabled: boolean; pending: string[] };
+}
+
+/** What `POST /gpuws/api/jobs` takes: a command or a notebook (relative to the work directory). */
+export type UserJobRequest = ({ command: string[] } | { notebook: string }) & {
+  name?: string;
+  retries?: number;
+  gpus?: number;
+  cwd?: string;
+};
+
+export function listJobs(): Promise<IUserJobs> {
+  return requestAPI<IUserJobs>('jobs');
+}
+
+export function startJob(request: UserJobRequest): Promise<IUserJob> {
+  return requestAPI<IUserJob>('jobs', { method: 'POST', body: JSON.stringify(request) });
+}
+
+/** A running job is stopped (checkpoint first) and kept as stopped; any other is forgotten. */
+export async function stopJob(id: string): Promise<void> {
+  await requestAPI<void>(`jobs/${encodeURIComponent(id)}`, { method: 'DELETE' });
+}
+
+/** Run an ended job again, from its newest checkpoint. */
+export function restartJob(id: string): Promise<IUserJob> {
+  return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/restart`, { method: 'POST', body: '{}' });
+}
+
+/** A held job is not relaunched by the next runtime until it is let go. */
+export function holdJob(id: string, hold: boolean): Promise<IUserJob> {
+  return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/hold`, { method: 'POST', body: JSON.stringify({ hold }) });
+}
+
+/** Let a job this runtime cannot vouch for (needs_approval) be relaunched. */
+export function approveJob(id: string): Promise<IUserJob> {
+  return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/approve`, { method: 'POST', body: '{}' });
+}
+
+/** The last `lines` lines of a job's output. */
+export async function jobLog(id: string, lines: number): Promise<string[]> {
+  const answer = await requestAPI<{ lines: string[] }>(`jobs/${encodeURIComponent(id)}/log?lines=${lines}`);
+  return answer.lines;
+}
