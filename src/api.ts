@@ -637,8 +637,8 @@ export interface IUserJob {
   log_tail: string[];
   /** What happens on the next runtime, while a relaunch is due. */
   relaunch: string | null;
-  /** A record this runtime cannot vouch for (not signed by this user's secret): it is relaunched
-   * only once the user approves. */
+  /** A record this runtime cannot vouch for (not signed by this user's secret): it runs only once
+   * the user approves it (a restart). */
   needs_approval: boolean;
   created: number;
   updated: number;
@@ -648,6 +648,8 @@ export interface IUserJob {
 export interface IUserJobs {
   jobs: IUserJob[];
   relaunch: { enabled: boolean; pending: string[] };
+  /** Why the jobs' records cannot be read from or written to the store now. */
+  error?: string | null;
 }
 
 /** What `POST /gpuws/api/jobs` takes: a command or a notebook (relative to the work directory). */
@@ -671,7 +673,8 @@ export async function stopJob(id: string): Promise<void> {
   await requestAPI<void>(`jobs/${encodeURIComponent(id)}`, { method: 'DELETE' });
 }
 
-/** Run an ended job again, from its newest checkpoint. */
+/** Run an ended job again, from its newest checkpoint. For a record this runtime cannot vouch
+ * for (needs_approval) this is the user's approval: the server signs it as theirs from then on. */
 export function restartJob(id: string): Promise<IUserJob> {
   return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/restart`, { method: 'POST', body: '{}' });
 }
@@ -679,11 +682,6 @@ export function restartJob(id: string): Promise<IUserJob> {
 /** A held job is not relaunched by the next runtime until it is let go. */
 export function holdJob(id: string, hold: boolean): Promise<IUserJob> {
   return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/hold`, { method: 'POST', body: JSON.stringify({ hold }) });
-}
-
-/** Let a job this runtime cannot vouch for (needs_approval) be relaunched. */
-export function approveJob(id: string): Promise<IUserJob> {
-  return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/approve`, { method: 'POST', body: '{}' });
 }
 
 /** The last `lines` lines of a job's output. */

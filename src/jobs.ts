@@ -2,7 +2,7 @@
 // to one (stop, restart, hold, approve); "Run as job" for a notebook; their words and colours.
 import { Notification } from '@jupyterlab/apputils';
 
-import { approveJob, holdJob, IUserJob, IUserJobs, listJobs, restartJob, startJob, stopJob } from './api';
+import { holdJob, IUserJob, IUserJobs, listJobs, restartJob, startJob, stopJob } from './api';
 import { shortPath } from './format';
 import { PolledModel } from './polled';
 import { formatCount } from './training';
@@ -56,14 +56,13 @@ export class JobsModel extends PolledModel {
           await stopJob(job.id);
           break;
         case 'restart':
+        case 'approve':
+          // The server's approval of a record it cannot vouch for is a restart by the user.
           await restartJob(job.id);
           break;
         case 'hold':
         case 'release':
           await holdJob(job.id, action === 'hold');
-          break;
-        case 'approve':
-          await approveJob(job.id);
           break;
       }
     } catch (error) {
@@ -157,7 +156,7 @@ export function jobActions(job: IUserJob, pending: string[]): JobAction[] {
   } else if (job.state === 'interrupted' || due) {
     actions.push('hold');
   }
-  if (['finished', 'failed', 'stopped'].includes(job.state) || (job.state === 'interrupted' && !due)) {
+  if (['finished', 'failed', 'stopped', 'held'].includes(job.state) || (job.state === 'interrupted' && !due)) {
     actions.push('restart');
   }
   return actions;

@@ -37,9 +37,9 @@ export function JobsSection(props: { model: JobsModel }): JSX.Element {
           {model.actionError}
         </div>
       )}
-      {model.state && !model.state.relaunch.enabled && model.jobs.some(j => j.state === 'interrupted') && (
-        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-jobs-relaunch-off">
-          Relaunching is turned off: an interrupted job runs again on Restart.
+      {model.state?.error && (
+        <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-jobs-store-error">
+          {model.state.error}
         </div>
       )}
       {model.jobs.map(job => (
@@ -62,7 +62,7 @@ const BUTTON_WORDS: { [action in JobAction]: [string, string] } = {
   restart: ['Restart', 'Run the job again from its newest checkpoint'],
   hold: ['Hold', 'Do not relaunch this job by itself; it waits until you let it go'],
   release: ["Don't hold", 'Let the job be relaunched by itself again'],
-  approve: ['Approve', 'This runtime cannot vouch for this job (it was not recorded here by you): relaunch it anyway']
+  approve: ['Approve', 'This runtime cannot vouch for this job (it was not recorded here by you): run it, from its newest checkpoint']
 };
 
 function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.Element {
@@ -87,11 +87,17 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
           {job.reason}
         </div>
       )}
-      {due && (
+      {due ? (
         <div className="jp-gpuws-message jp-gpuws-info" data-testid="gpuws-job-relaunch">
           {relaunchText(job)}
           {job.relaunch && <div className="jp-gpuws-subtle">{job.relaunch}</div>}
         </div>
+      ) : (
+        job.relaunch && (
+          <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-job-relaunch-note">
+            {job.relaunch}
+          </div>
+        )
       )}
       {steps && <Bar label={steps} value={share} text={jobEtaText(job) ?? ''} testId="gpuws-job-progress" />}
       {job.verdict && (

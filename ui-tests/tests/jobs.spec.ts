@@ -127,7 +127,7 @@ interface ICall {
  * /path", answer an error instead. */
 async function serveJobs(
   page: IJupyterLabPageFixture,
-  listing: { jobs: unknown[]; relaunch: { enabled: boolean; pending: string[] } },
+  listing: { jobs: unknown[]; relaunch: { enabled: boolean; pending: string[] }; error?: string },
   calls: ICall[],
   fail: { [key: string]: { status: number; message: string } } = {}
 ): Promise<void> {
@@ -193,7 +193,7 @@ test('every state of a job renders with its words, colour, progress, log and but
     ['j-fin', 'finished', 'jp-gpuws-ok', ['restart']],
     ['j-fail', 'failed', 'jp-gpuws-tone-error', ['restart']],
     ['j-stop', 'stopped', 'jp-gpuws-job-state-quiet', ['restart']],
-    ['j-held', 'held', 'jp-gpuws-pending', ['release']],
+    ['j-held', 'held', 'jp-gpuws-pending', ['release', 'restart']],
     ['j-app', 'needs approval', 'jp-gpuws-pending', ['approve']]
   ];
   for (const [id, word, tone, buttons] of expected) {
@@ -273,7 +273,8 @@ test('each button calls its endpoint with its method', async ({ page }) => {
     ['j-fin', 'restart', { method: 'POST', path: '/j-fin/restart', body: {} }],
     ['j-int', 'hold', { method: 'POST', path: '/j-int/hold', body: { hold: true } }],
     ['j-held', 'release', { method: 'POST', path: '/j-held/hold', body: { hold: false } }],
-    ['j-app', 'approve', { method: 'POST', path: '/j-app/approve', body: {} }]
+    // The server takes a restart by the user as the approval of a record it cannot vouch for.
+    ['j-app', 'approve', { method: 'POST', path: '/j-app/restart', body: {} }]
   ];
   for (const [id, action, call] of clicks) {
     calls.length = 0;
@@ -300,9 +301,16 @@ test("an API error shows in the section with the server's message", async ({ pag
     'POST /j-fin/restart': { status: 409, message: 'sweep.ipynb has no checkpoint to restart from' },
     'GET /j-run/log': { status: 500, message: 'the log cannot be opened: permission denied' }
   };
-  await serveJobs(page, { jobs: JOBS, relaunch: { enabled: true, pending: ['j-int'] } }, calls, failures);
+  const listing: { jobs: unknown[]; relaunch: { enabled: boolean; pending: string[] }; error?: string } = {
+    jobs: JOBS,
+    relaunch: { enabled: true, pending: ['j-int'] }
+  };
+  await serveJobs(page, listing, calls, failures);
   await openPanel(page);
   await expect(row(page, 'j-fin')).toBeVisible({ timeout: 20000 });
+  // The store the records live in, failing: the list says why.
+  listing.error = 'the jobs cannot be recorded in the store: it is read-only here (another runtime writes it)';
+  await expect(page.locator(PANEL).getByTestId('gpuws-jobs-store-error')).toHaveText(listing.error, { timeout: 20000 });
   await row(page, 'j-fin').getByTestId('gpuws-job-restart').click();
   await expect(page.locator(PANEL).getByTestId('gpuws-jobs-action-error')).toHaveText(
     'Cannot restart sweep.ipynb: sweep.ipynb has no checkpoint to restart from'
