@@ -302,6 +302,16 @@ class GpuWorkspace(Configurable):
         120.0, help="How long the GPUs must stay under training_input_bound_percent before it is said."
     ).tag(config=True)
 
+    relaunch_jobs = Bool(
+        True, help="""Relaunch, once the restore at start is done, every job (`jupyter gpuws run`) that the
+        last runtime stopped at its end; its resume() continues from its checkpoint. Off: such jobs wait
+        for a restart by hand (docs/jobs.md)."""
+    ).tag(config=True)
+
+    job_stop_grace = Float(
+        10.0, help="Seconds a job has to end after SIGTERM (when stopped or at the runtime's end) before SIGKILL."
+    ).tag(config=True)
+
     state_dir = Unicode(help="Local folder for the record of what was synced (not in the work directory).").tag(
         config=True
     )
@@ -528,6 +538,12 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             checkpoints_root=Path(self.workdir) / ".gpuws" / "checkpoints",
         )
         self.sampler.subscribe(self.training.on_sample)
+        from .userjobs.service import JobService
+
+        self.userjobs = JobService(self, {"GPUWS_WORKDIR": self.workdir, SERVER_ID_ENV: self.checkpoints.server_id,
+                                          RUNTIME_DIR_ENV: self.serverapp.runtime_dir,
+                                          SERVER_PID_ENV: str(os.getpid())})
+        self.userjobs.start()
         self._training_ticking = False
         self._training_poll = PeriodicCallback(self._training_tick, 1000)
         self._training_poll.start()
@@ -544,10 +560,15 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
                 if path.exists():
                     streams[kernel_id] = path
                     break
+        # The jobs' runs (userjobs/): their processes' streams beside their registrations.
+        for path in self.checkpoints.agents_dir.glob(f"{protocol.PROCESS_PREFIX}*{protocol.TRAINING_SUFFIX}"):
+            streams[path.name[: -len(protocol.TRAINING_SUFFIX)]] = path
         return streams
 
     def kernel_busy(self, kernel_id: str) -> bool:
         """Whether the kernel runs a cell, as Jupyter Server knows from its status messages."""
+        if kernel_id.startswith(protocol.PROCESS_PREFIX):
+            return True  # a job's process: registered while its loop runs
         try:
             return self.serverapp.kernel_manager.get_kernel(kernel_id).execution_state == "busy"
         except KeyError:
@@ -584,6 +605,9 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         from .handlers import handlers
 
         self.handlers.extend(handlers(self))
+        from .userjobs_handlers import handlers as job_handlers
+
+        self.handlers.extend(job_handlers(self))
 
     async def kernel_notebooks(self) -> dict[str, str]:
         """Kernel id → the path of the notebook (or console) session using it."""
@@ -756,6 +780,9 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         return Encryption(passphrase, self.encrypt_names)
 
     async def stop_extension(self) -> None:
+        # The jobs stop at a checkpoint and are recorded interrupted before the sync's last pass.
+        self.userjobs.stop()
+        await self.userjobs.interrupt_async(checkpoint=True)
         self._training_poll.stop()
         self.runtime.stop()
         self.environment.stop()

@@ -306,8 +306,19 @@ class RuntimeSupervisor:
             job = self._persist("auto")
             if job is not None:
                 self.auto_persist = job
+                asyncio.ensure_future(self._stop_jobs_after(job))
                 self._notice("info", f"Persisting automatically: the runtime ends in about {minutes} "
                                      f"minute{'s' * (minutes != 1)} ({deadline_source(event.source)}).", job.id)
+
+    async def _stop_jobs_after(self, job: Job) -> None:
+        """The deadline's persist has checkpointed the jobs' runs too: they stop, interrupted at
+        that checkpoint, so the next runtime relaunches them from it."""
+        while job.state == "running":
+            await asyncio.sleep(0.5)
+        stopped = await self.app.userjobs.interrupt_async(checkpoint=job.state != "done")
+        if stopped:
+            self._notice("info", f"{len(stopped)} job{'s' * (len(stopped) != 1)} stopped at a checkpoint before the "
+                                 "runtime's end: the next runtime relaunches them.")
 
     def _notice(self, level: str, message: str, job_id: str | None = None) -> None:
         self._notice_ids += 1
@@ -399,6 +410,9 @@ class RuntimeSupervisor:
                 await asyncio.sleep(0.05)
             if job.state == "running":
                 job.cancel_event.set()  # out of time: what is done is done
+        # The jobs' runs were asked with the kernels (the persist's checkpoint step): they stop now,
+        # recorded interrupted in the store, for the next runtime to relaunch.
+        await self.app.userjobs.interrupt_async(max(1.0, grace - (time.monotonic() - started) - 2))
         report = await asyncio.get_running_loop().run_in_executor(
             None, self._emergency_report, reason, job, time.monotonic() - started)
         self.emergency.update(report, state="done")

@@ -1,5 +1,5 @@
-"""A rank of a run that is not a kernel (launched by `torchrun` from a Jupyter terminal, or by
-`!torchrun` in a notebook) registers with the Jupyter server its shell came from, the way a
+"""A rank of a run that is not a kernel (launched by `torchrun` from a Jupyter terminal, by
+`!torchrun` in a notebook, or by the server as a job: userjobs/) registers with the Jupyter server its shell came from, the way a
 kernel's agent does: the server lists the run and can ask it for a checkpoint (protocol.py)."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -17,6 +18,10 @@ from . import protocol
 from .agent import watch_requests
 
 log = logging.getLogger(__name__)
+
+# The job a process runs as (the server's userjobs/ sets it): its run is the job's.
+JOB_ID_ENV = "GPUWS_JOB_ID"
+_JOB_ID = re.compile(r"j-([0-9a-f]{12})")
 
 
 class ProcessAgent:
@@ -45,7 +50,7 @@ class ProcessAgent:
 
     def state(self) -> dict[str, Any]:
         return {"kind": "process", "server_id": self.server_id, **self.process, "command": self.command,
-                "updated": time.time(), **self.tracker.describe()}
+                "job": os.environ.get(JOB_ID_ENV), "updated": time.time(), **self.tracker.describe()}
 
     def publish(self) -> None:
         with self._write_lock:
@@ -91,3 +96,24 @@ def start_for(tracker: Any) -> ProcessAgent | None:
     if not (folder / protocol.SERVER_FILE).is_file():
         return None
     return ProcessAgent(tracker, folder, protocol.process_name(tracker.run_id, tracker.rank), server_id)
+
+
+def start_for_job(tracker: Any) -> ProcessAgent | None:
+    """A plain process the server runs as a job (`python train.py`, or a notebook's kernel under
+    the job's nbclient) registers as the job's run, named after the job: the server lists it,
+    reads its training stream and asks it for checkpoints as it does a torchrun rank's."""
+    match = _JOB_ID.fullmatch(os.environ.get(JOB_ID_ENV) or "")
+    if match is None or getattr(tracker, "agent", None) is not None:
+        return None
+    server_id = os.environ.get(protocol.SERVER_ID_ENV)
+    if not protocol.valid_server_id(server_id):
+        return None
+    assert server_id is not None
+    folder = protocol.registrations_folder(runtime_folder(), server_id)
+    if not (folder / protocol.SERVER_FILE).is_file():
+        return None
+    tracker.run_id, tracker.rank = match.group(1), 0
+    name = protocol.process_name(tracker.run_id, 0)
+    tracker.training.stream = protocol.training_file(folder, name)
+    tracker.agent = ProcessAgent(tracker, folder, name, server_id)
+    return tracker.agent

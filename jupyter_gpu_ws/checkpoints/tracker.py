@@ -172,6 +172,10 @@ class Tracker:
             self.policy.keep_last = keep_last
         self.cuda = _uses_cuda(self.objects.values())
         self.progress(total_steps, tensorboard=tensorboard)
+        if type(self) is Tracker and os.environ.get("GPUWS_JOB_ID"):
+            from .process_agent import start_for_job
+
+            start_for_job(self)  # a job's run registers with the server that runs the job
         self._changed()
         return self
 

@@ -1,0 +1,554 @@
+"""The server's jobs: each one a child process in a session of its own, its output in a bounded
+log, its end classified, retried with backoff, stopped at a checkpoint before the runtime ends,
+its record kept in the store at every change, and relaunched by the runtime that holds the
+lease next. No Tornado inside: the app passes the store, the checkpoint request and the
+training view in as plain callables."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from . import trust
+from .leaves import JobLog, classify, oom_kills, output_path
+from .record import ACTIVE, JobRecord, RecordError, from_json
+
+log = logging.getLogger(__name__)
+
+JOB_ID_ENV = "GPUWS_JOB_ID"
+NOTEBOOK_MODULE = "jupyter_gpu_ws.userjobs.notebook"
+BACKOFF = (2.0, 4.0, 8.0, 16.0, 30.0)
+MAX_RETRIES = 20
+TAIL_LINES = 20
+
+
+class JobInputError(ValueError):
+    """What was asked cannot be a job (a command that does not exist, a folder outside the work
+    directory, a notebook that is not one): the message says which, in one line."""
+
+
+class JobNotFound(LookupError):
+    pass
+
+
+class JobStore(Protocol):
+    """Where the records go: `<workspace>/.gpuws/jobs/<id>.json` through the sync's backend."""
+
+    def why_not_writable(self) -> str | None: ...
+    def write(self, job_id: str, record: dict[str, Any]) -> None: ...
+    def read_all(self) -> list[tuple[str, Any]]: ...
+    def delete(self, job_id: str) -> None: ...
+
+
+@dataclass
+class JobSettings:
+    workdir: Path
+    workspace: str
+    host: str
+    runtime_id: str  # this server: a record marked running by another one whose lease we hold is orphaned
+    env: dict[str, str] = field(default_factory=dict)  # the server's identity for the job's tracker
+    relaunch: bool = True
+    stop_grace: float = 10.0
+    backoff: tuple[float, ...] = BACKOFF
+    log_max_bytes: int = 8 * 2**20
+
+
+@dataclass
+class Job:
+    record: JobRecord
+    untrusted: str | None = None  # why the record is not run without the user's say
+    process: subprocess.Popen[bytes] | None = None
+    log: JobLog | None = None
+    thread: threading.Thread | None = None
+    wake: threading.Event = field(default_factory=threading.Event)  # ends a backoff's wait early
+    stopping: str | None = None  # "stopped" (the user) or "interrupted" (the runtime's end)
+    runtime_id: str | None = None  # the server running it now
+    checkpoint_step: int | None = None  # its run's newest checkpoint, as last seen
+
+
+class JobManager:
+    def __init__(self, settings: JobSettings, store: JobStore | None = None,
+                 checkpoint: Callable[[Job], str | None] | None = None,
+                 run_view: Callable[[Job], dict[str, Any]] | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.checkpoint = checkpoint  # asks the job's run for a checkpoint and waits; None or why not
+        self.run_view = run_view or (lambda job: {})
+        self.jobs: dict[str, Job] = {}
+        self.loaded = False  # the store's records read (once the restore is done)
+        self.relaunched: set[str] = set()
+        self.store_error: str | None = None
+        self._unwritten: set[str] = set()
+        self._lock = threading.RLock()
+        self._key: bytes | None = None
+
+    # -- the key -------------------------------------------------------------------------------
+
+    def key(self) -> bytes:
+        if self._key is None:
+            self._key = trust.job_key()
+        return self._key
+
+    # -- starting --------------------------------------------------------------------------------
+
+    def submit(self, command: list[str] | None = None, notebook: str | None = None, name: str | None = None,
+               retries: int = 0, gpus: int | None = None, cwd: str = "") -> JobRecord:
+        """Check what is asked, record it (signed) and start it; JobInputError says what is wrong."""
+        if (command is None) == (notebook is None):
+            raise JobInputError('Give a command (a list of arguments) or a notebook, not both')
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+            raise JobInputError(f"retries must be a whole number from 0 to {MAX_RETRIES}")
+        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+            raise JobInputError("gpus must be a whole number of at least 1")
+        folder = self.folder(cwd)
+        output = None
+        if notebook is not None:
+            notebook_rel, output = self._check_notebook(notebook)
+            kind, argv = "notebook", ["python", "-m", NOTEBOOK_MODULE, notebook_rel]
+            label = name or Path(notebook_rel).stem
+        else:
+            if (not isinstance(command, list) or not command
+                    or not all(isinstance(a, str) and a and "\x00" not in a for a in command)):
+                raise JobInputError("command must be a non-empty list of arguments (text)")
+            self._check_command(command, folder)
+            kind, argv, notebook_rel = "command", list(command), None
+            label = name or _label(command)
+        if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > 200):
+            raise JobInputError("name must be text of 1 to 200 characters")
+        now = time.time()
+        record = JobRecord(id=f"j-{uuid.uuid4().hex[:12]}", name=label, kind=kind, command=argv,
+                           workspace=self.settings.workspace, notebook=notebook_rel, output=output,
+                           cwd=folder.relative_to(self._root()).as_posix() if folder != self._root() else "",
+                           gpus=gpus, retries=retries, created=now, updated=now)
+        job = Job(record)
+        with self._lock:
+            self.jobs[record.id] = job
+        self._start(job, "running")
+        return record
+
+    def _root(self) -> Path:
+        return self.settings.workdir.resolve()
+
+    def folder(self, cwd: str) -> Path:
+        """The job's folder: inside the work directory, after every link is followed."""
+        if not isinstance(cwd, str) or "\x00" in cwd:
+            raise JobInputError("cwd must be a folder of the work directory, as text")
+        if os.path.isabs(cwd) or ".." in Path(cwd).parts:
+            raise JobInputError(f"cwd {cwd!r} must be a folder inside the work directory, relative to it")
+        root = self._root()
+        folder = (root / cwd).resolve()
+        if folder != root and root not in folder.parents:
+            raise JobInputError(f"cwd {cwd!r} leads outside the work directory (through a link)")
+        if not folder.is_dir():
+            raise JobInputError(f"cwd {cwd!r} is not a folder of the work directory")
+        return folder
+
+    def _check_command(self, command: list[str], folder: Path) -> None:
+        program = command[0]
+        if "/" in program:
+            path = folder / program
+            if not (path.is_file() and os.access(path, os.X_OK)):
+                raise JobInputError(f"{program}: no such program in {folder} (or it is not executable)")
+        elif shutil.which(program, path=os.environ.get("PATH")) is None:
+            raise JobInputError(f"{program}: command not found on this server's PATH")
+
+    def _check_notebook(self, notebook: str) -> tuple[str, str]:
+        if not isinstance(notebook, str) or not notebook.endswith(".ipynb"):
+            raise JobInputError("notebook must be the path of a .ipynb file in the work directory")
+        if os.path.isabs(notebook) or ".." in Path(notebook).parts:
+            raise JobInputError(f"notebook {notebook!r} must be a path inside the work directory, relative to it")
+        root = self._root()
+        path = (root / notebook).resolve()
+        if root not in path.parents:
+            raise JobInputError(f"notebook {notebook!r} leads outside the work directory (through a link)")
+        try:
+            data = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            raise JobInputError(f"notebook {notebook!r} does not exist") from None
+        except OSError as err:
+            raise JobInputError(f"notebook {notebook!r} cannot be read: {err.strerror or err}") from None
+        except ValueError as err:
+            raise JobInputError(f"notebook {notebook!r} is not valid JSON: {err}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+            raise JobInputError(f"notebook {notebook!r} is not a notebook (no list of cells)")
+        rel = path.relative_to(root)
+        return rel.as_posix(), output_path(rel).as_posix()
+
+    def _start(self, job: Job, state: str) -> None:
+        job.stopping = None
+        job.runtime_id = self.settings.runtime_id
+        job.record.held = False
+        self._set(job, state=state, reason=None)
+        job.thread = threading.Thread(target=self._supervise, args=(job,), name=f"gpuws-job-{job.record.id}",
+                                      daemon=True)
+        job.thread.start()
+
+    def _argv(self, record: JobRecord) -> list[str]:
+        if record.kind == "notebook":
+            assert record.notebook is not None
+            return [sys.executable, "-m", NOTEBOOK_MODULE, record.notebook]
+        return list(record.command)
+
+    def log_path(self, job_id: str) -> Path:
+        return self.settings.workdir / ".gpuws" / "jobs" / job_id / "log"
+
+    def _environment(self, record: JobRecord) -> dict[str, str]:
+        env = dict(os.environ, **self.settings.env)
+        env.update({JOB_ID_ENV: record.id, "GPUWS_WORKDIR": str(self.settings.workdir), "PYTHONUNBUFFERED": "1"})
+        if record.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(record.gpus))
+        return env
+
+    # -- one job's life --------------------------------------------------------------------------
+
+    def _supervise(self, job: Job) -> None:
+        record = job.record
+        while True:
+            attempt = self._attempt(job)
+            if job.stopping == "stopped":
+                self._set(job, state="stopped", reason=f"stopped by you at step {_step(record.step)}"
+                          if record.step is not None else "stopped by you")
+                return
+            if attempt.state == "interrupted" or job.stopping == "interrupted":
+                self._set(job, state="interrupted", reason=attempt.reason)
+                return
+            if attempt.state == "finished":
+                self._set(job, state="finished", reason=None)
+                return
+            used = len([a for a in record.attempts if a.retryable is not None])  # failed attempts
+            of = f"attempt {used} of {record.retries + 1}: {attempt.reason}"
+            if attempt.retryable and used <= record.retries:
+                wait = self.settings.backoff[min(used - 1, len(self.settings.backoff) - 1)]
+                self._set(job, state="retrying", reason=f"{of}; retrying in {wait:g} s")
+                job.wake.clear()
+                job.wake.wait(wait)
+                if job.stopping:
+                    self._set(job, state=job.stopping, reason=f"{of}; {job.stopping} before the retry")
+                    return
+                self._set(job, state="running", reason=of)
+                continue
+            if not attempt.retryable:
+                reason = f"{of if record.retries else attempt.reason} (not retried: retrying cannot change it)"
+            else:
+                reason = of if record.retries else attempt.reason
+            self._set(job, state="failed", reason=reason)
+            return
+
+    def _attempt(self, job: Job) -> Any:
+        from .record import Attempt
+
+        record = job.record
+        number = len(record.attempts) + 1
+        attempt = Attempt(number=number, started=time.time(), host=self.settings.host)
+        record.attempts.append(attempt)
+        path = self.log_path(record.id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        job.log = JobLog(path, max_bytes=self.settings.log_max_bytes)
+        kills_before = oom_kills()
+        try:
+            process = subprocess.Popen(self._argv(record), cwd=self.settings.workdir / record.cwd,
+                                       env=self._environment(record), stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as err:  # gone since it was asked (a successor without the program)
+            attempt.ended, attempt.retryable = time.time(), False
+            attempt.reason = f"cannot start {record.command[0]}: {err.strerror or err}"
+            return _Outcome("failed", attempt.reason, False)
+        job.process = process
+        self._set(job)  # the process runs: its attempt is in the record
+        assert process.stdout is not None
+        reader = job.log.follow(process.stdout)
+        returncode = process.wait()
+        reader.join()
+        process.stdout.close()
+        job.log.close()
+        job.process = None
+        view = self._view(job)
+        if isinstance(view.get("step"), int):  # a view read after the end may lag the one read at the stop
+            record.step = max(view["step"], record.step if record.step is not None else -1)
+        tail = job.log.tail(TAIL_LINES)
+        record.log_tail = tail
+        kills_after = oom_kills()
+        outcome = classify(returncode, tail, step=record.step, interrupted=job.stopping is not None,
+                           nan_loss=bool(view.get("nan_loss")),
+                           oom_killed=kills_before is not None and kills_after is not None and kills_after > kills_before)
+        reason = outcome.reason
+        checkpoint = view.get("checkpoint_step", job.checkpoint_step)
+        if outcome.state == "interrupted" and record.step is not None:
+            reason = f"stopped for the runtime's end at step {_step(record.step)}" + (
+                f"; resumes from its checkpoint at step {_step(checkpoint)}" if checkpoint is not None else "")
+        attempt.ended, attempt.returncode, attempt.step = time.time(), returncode, record.step
+        # An interruption is no failure: it uses none of the retries.
+        attempt.reason, attempt.retryable = reason, None if outcome.state in ("interrupted", "finished") else outcome.retryable
+        return _Outcome(outcome.state, reason, outcome.retryable)
+
+    def _view(self, job: Job) -> dict[str, Any]:
+        try:
+            return self.run_view(job) or {}
+        except Exception as err:  # noqa: BLE001 - the job's view is an extra, never its end
+            log.debug("gpuws: the view of job %s: %s", job.record.id, err)
+            return {}
+
+    def _set(self, job: Job, **changes: Any) -> None:
+        """Change the record and write it to the store (a record not written yet is written by
+        the next flush: the store may be away, or this runtime not the writer yet)."""
+        with self._lock:
+            for name, value in changes.items():
+                setattr(job.record, name, value)
+            job.record.updated = time.time()
+            if job.untrusted is None:
+                trust.sign(job.record, self.key())
+            self._unwritten.add(job.record.id)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the records changed since the last write, where this runtime may write."""
+        if self.store is None:
+            return
+        with self._lock:
+            pending = [(i, self.jobs[i]) for i in sorted(self._unwritten) if i in self.jobs]
+        if not pending or self.store.why_not_writable() is not None:
+            return
+        for job_id, job in pending:
+            if job.untrusted is not None:
+                with self._lock:
+                    self._unwritten.discard(job_id)  # not ours to rewrite until the user approves it
+                continue
+            with self._lock:
+                data = job.record.to_json()
+                self._unwritten.discard(job_id)
+            try:
+                self.store.write(job_id, data)
+                self.store_error = None
+            except Exception as err:  # noqa: BLE001 - the store's fault: kept, written again later
+                with self._lock:
+                    self._unwritten.add(job_id)
+                self.store_error = f"job records not written to the store: {err}"
+                log.warning("gpuws: %s", self.store_error)
+                return
+
+    # -- what the user does ----------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        with self._lock:
+            job = self.jobs.get(job_id)
+        if job is None:
+            raise JobNotFound(f"No job {job_id!r}")
+        return job
+
+    def stop(self, job_id: str) -> bool:
+        """A running job: checkpoint, then stop, kept as `stopped` (True). Any other: forgotten
+        here and in the store (False)."""
+        job = self.get(job_id)
+        if job.record.state in ACTIVE:
+            self._stop(job, "stopped", checkpoint=True)
+            return True
+        with self._lock:
+            self.jobs.pop(job_id, None)
+            self._unwritten.discard(job_id)
+        if self.store is not None and job.untrusted is None and self.store.why_not_writable() is None:
+            self.store.delete(job_id)
+        return False
+
+    def restart(self, job_id: str) -> JobRecord:
+        """Run again (from the newest checkpoint: the tracker's resume() finds it). For a record
+        this key did not sign, this is the user's approval: it is signed as theirs from now."""
+        job = self.get(job_id)
+        if job.record.state in ACTIVE:
+            raise JobInputError(f"job {job_id} is {job.record.state}: stop it first")
+        if job.record.kind == "notebook":
+            assert job.record.notebook is not None
+            self._check_notebook(job.record.notebook)
+        else:
+            self._check_command(job.record.command, self.folder(job.record.cwd))
+        job.untrusted = None
+        job.record.workspace = self.settings.workspace
+        self._start(job, "running")
+        return job.record
+
+    def hold(self, job_id: str, held: bool) -> JobRecord:
+        """A held job is not relaunched by a successor (nor by this runtime) until released."""
+        job = self.get(job_id)
+        if job.record.state in ACTIVE and held:
+            raise JobInputError(f"job {job_id} is {job.record.state}: only a job waiting to relaunch can be held")
+        self._set(job, held=held)
+        return job.record
+
+    def tail(self, job_id: str, lines: int) -> list[str]:
+        job = self.get(job_id)
+        path = self.log_path(job_id)
+        if path.exists() or Path(f"{path}.1").exists():
+            return (job.log or JobLog(path)).tail(lines)
+        return job.record.log_tail[-lines:] if lines else []
+
+    # -- the runtime's end -----------------------------------------------------------------------
+
+    def running(self) -> list[Job]:
+        with self._lock:
+            return [j for j in self.jobs.values() if j.process is not None or j.record.state == "retrying"]
+
+    def interrupt_all(self, grace: float | None = None, checkpoint: bool = False) -> list[str]:
+        """Stop every running job for the runtime's end (its run asked for a checkpoint first
+        unless the persist has done so), record it `interrupted` at its step, write the records.
+        Returns the ids stopped."""
+        jobs = self.running()
+        threads = [threading.Thread(target=self._stop, args=(job, "interrupted", checkpoint, grace), daemon=True)
+                   for job in jobs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.flush()
+        return [job.record.id for job in jobs]
+
+    def _stop(self, job: Job, why: str, checkpoint: bool, grace: float | None = None) -> None:
+        grace = self.settings.stop_grace if grace is None else grace
+        job.stopping = why
+        job.wake.set()
+        process = job.process
+        if process is not None and checkpoint and self.checkpoint is not None:
+            problem = self.checkpoint(job)
+            if problem:
+                log.info("gpuws: job %s stops without a new checkpoint: %s", job.record.id, problem)
+        if process is not None:
+            view = self._view(job)  # where it is, while its run is still registered
+            job.record.step = view.get("step", job.record.step)
+            job.checkpoint_step = view.get("checkpoint_step", job.checkpoint_step)
+            _signal_group(process, signal.SIGTERM)
+            try:
+                process.wait(max(0.5, grace))
+            except subprocess.TimeoutExpired:
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
+        if job.thread is not None:
+            job.thread.join(max(5.0, grace))
+
+    # -- a successor -----------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the store's records (once the restore is done): jobs another runtime ran or
+        started; an active one whose runtime is gone counts as interrupted."""
+        if self.store is None:
+            self.loaded = True
+            return
+        try:
+            found = self.store.read_all()
+        except Exception as err:  # noqa: BLE001 - tried again at the next tick
+            self.store_error = f"job records not read from the store: {err}"
+            return
+        key = self.key()
+        for name, data in found:
+            try:
+                record = from_json(data)
+            except RecordError as err:
+                self.store_error = f"job record {name} ignored: {err}"
+                log.warning("gpuws: %s", self.store_error)
+                continue
+            with self._lock:
+                if record.id in self.jobs:
+                    continue
+                job = Job(record, untrusted=trust.why_untrusted(record, key, self.settings.workspace))
+                if record.state in ACTIVE:
+                    record.state = "interrupted"
+                    record.reason = ("its runtime ended without stopping it" + (
+                        f" (last recorded at step {_step(record.step)})" if record.step is not None else ""))
+                    if job.untrusted is None:
+                        trust.sign(record, key)
+                        self._unwritten.add(record.id)
+                self.jobs[record.id] = job
+        self.loaded = True
+
+    def relaunch_pending(self) -> list[str]:
+        """The interrupted jobs that the next relaunch runs (the user sees them before)."""
+        if not self.settings.relaunch:
+            return []
+        with self._lock:
+            return [j.record.id for j in self.jobs.values() if j.record.state == "interrupted"
+                    and not j.record.held and j.untrusted is None and j.record.id not in self.relaunched]
+
+    def relaunch(self) -> list[str]:
+        """Relaunch every pending job (only the lease holder may: call once its restore is done)."""
+        if self.store is not None and self.store.why_not_writable() is not None:
+            return []
+        started = []
+        for job_id in self.relaunch_pending():
+            job = self.get(job_id)
+            self.relaunched.add(job_id)
+            job.record.held = False
+            self._start(job, "relaunched")
+            started.append(job_id)
+        return started
+
+    def relaunch_words(self, job: Job) -> str | None:
+        record = job.record
+        if record.state != "interrupted":
+            return None
+        if job.untrusted is not None:
+            return f"waits for your approval (restart it): {job.untrusted}"
+        if record.held:
+            return "held: not relaunched until you release it"
+        if not self.settings.relaunch:
+            return "relaunching is off (c.GpuWorkspace.relaunch_jobs): restart it by hand"
+        return "relaunches when this runtime has restored its checkpoint"
+
+    # -- what the API shows ----------------------------------------------------------------------
+
+    def describe(self, job: Job, tail: int = TAIL_LINES) -> dict[str, Any]:
+        record = job.record
+        view = self._view(job) if record.state in ACTIVE else {}
+        step = view.get("step", record.step)
+        state = "held" if record.held and record.state == "interrupted" else record.state
+        return {
+            "id": record.id, "name": record.name, "kind": record.kind, "command": record.command,
+            "notebook": record.notebook, "output": record.output, "cwd": record.cwd, "gpus": record.gpus,
+            "retries": record.retries, "state": state, "reason": record.reason,
+            "attempts": [vars(a) for a in record.attempts], "run": view.get("run", record.run), "step": step,
+            "total_steps": view.get("total_steps"), "eta_seconds": view.get("eta_seconds"),
+            "verdict": view.get("verdict"),
+            "log_tail": self.tail(record.id, tail) if record.state in ACTIVE else record.log_tail[-tail:],
+            "relaunch": self.relaunch_words(job), "needs_approval": job.untrusted is not None,
+            "created": record.created, "updated": record.updated,
+        }
+
+    def list(self) -> dict[str, Any]:
+        with self._lock:
+            jobs = sorted(self.jobs.values(), key=lambda j: -j.record.created)
+        return {"jobs": [self.describe(job) for job in jobs],
+                "relaunch": {"enabled": self.settings.relaunch, "pending": self.relaunch_pending()},
+                "error": self.store_error}
+
+
+@dataclass
+class _Outcome:
+    state: str
+    reason: str | None
+    retryable: bool
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)  # the job's whole session: its workers and torchrun's ranks too
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _label(command: list[str]) -> str:
+    """A job's default name: the script it runs (`python train.py` → train.py), else the program."""
+    for arg in command[1:]:
+        if not arg.startswith("-") and ("." in arg or "/" in arg):
+            return Path(arg).name[:200]
+    return Path(command[0]).name[:200]
+
+
+def _step(step: int) -> str:
+    return f"{step:,}"

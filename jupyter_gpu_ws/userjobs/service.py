@@ -1,0 +1,192 @@
+"""The job manager wired into the server: its records through the sync's store, its checkpoint
+requests through the coordinator, its runs' step and ETA from the training view, and the
+relaunch once the start-up restore is done and this runtime holds the lease."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..checkpoints.coordinator import CheckpointRequestError
+from ..store.errors import SyncError
+from .manager import Job, JobManager, JobSettings
+
+log = logging.getLogger(__name__)
+
+RECORDS = "jobs"
+MAX_RECORD_BYTES = 2**20
+TICK = 1.0
+# The relaunch waits this long at most for the environment's first check.
+ENV_CHECK_WAIT = 60.0
+
+
+class StoreRecords:
+    """`<workspace>/.gpuws/jobs/<id>.json`, written fenced by the lease like every write."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    def _engine(self) -> Any:
+        engine = self.app.sync.engine
+        if engine is None:
+            raise SyncError("the store is not open yet")
+        return engine
+
+    def why_not_writable(self) -> str | None:
+        engine = self.app.sync.engine
+        if engine is None:
+            return "the store is not open yet"
+        return engine.why_not_writable()
+
+    def write(self, job_id: str, record: dict[str, Any]) -> None:
+        self._engine().write_state(f"{RECORDS}/{job_id}.json", record)
+
+    def read_all(self) -> list[tuple[str, Any]]:
+        store = self._engine().store
+        found = []
+        for remote in store.backend.list(store.state_key(RECORDS)):
+            name = remote.key.rsplit("/", 1)[-1]
+            if not name.endswith(".json"):
+                continue
+            if remote.size > MAX_RECORD_BYTES:
+                found.append((name, None))  # refused by the record's check: not a record of ours
+                continue
+            data = store.backend.read_bytes(remote.key)
+            try:
+                found.append((name, json.loads(data) if data is not None else None))
+            except ValueError:
+                found.append((name, None))
+        return found
+
+    def delete(self, job_id: str) -> None:
+        engine = self._engine()
+        engine.lease.fence()
+        engine.store.backend.delete(engine.store.state_key(f"{RECORDS}/{job_id}.json"))
+
+
+class JobService:
+    """The app's `userjobs`: the manager, and a thread that reads the store's records once the
+    restore is done, writes what could not be written, and relaunches."""
+
+    def __init__(self, app: Any, env: dict[str, str]) -> None:
+        self.app = app
+        settings = JobSettings(workdir=Path(app.workdir), workspace=app.workspace, host=socket.gethostname(),
+                               runtime_id=app.checkpoints.server_id, env=env, relaunch=app.relaunch_jobs,
+                               stop_grace=app.job_stop_grace)
+        self.manager = JobManager(settings, StoreRecords(app), checkpoint=self._checkpoint, run_view=self._run_view)
+        self._stop = threading.Event()
+        self._relaunched = False
+        self._thread = threading.Thread(target=self._tick, name="gpuws-jobs", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK):
+            try:
+                self._once()
+            except Exception:  # noqa: BLE001 - logged; the next tick tries again
+                log.exception("GPU workspace: the jobs' tick failed")
+
+    def _once(self) -> None:
+        manager = self.manager
+        manager.settings.workspace = self.app.workspace  # a legacy name may have been chosen at start
+        if not manager.loaded:
+            # The restore at start is over once the sync's service runs (supervisor.py): the
+            # jobs' checkpoints are in the work directory by then.
+            if self.app.sync.service is None:
+                return
+            manager.load()
+        manager.flush()
+        if self._relaunched or not manager.relaunch_pending() or manager.store is None:
+            return
+        if manager.store.why_not_writable() is not None:
+            return  # the lease decides: only its holder relaunches
+        self._wait_for_environment()
+        started = manager.relaunch()
+        self._relaunched = True
+        if started:
+            log.warning("GPU workspace: relaunched %d job(s): %s", len(started), ", ".join(started))
+
+    def _wait_for_environment(self) -> None:
+        """The environment is checked before a job runs in it (its state then says whether it
+        matches the snapshot); a check that takes too long does not hold the jobs back."""
+        environment = getattr(self.app, "environment", None)
+        if environment is None:
+            return
+        environment.watch()
+        deadline = time.monotonic() + ENV_CHECK_WAIT
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if environment.state().get("state") != "capturing":
+                return
+            time.sleep(0.5)
+
+    # -- the manager's callables -----------------------------------------------------------------
+
+    def _checkpoint(self, job: Job) -> str | None:
+        """Ask the job's run for a checkpoint and wait for it (None), or say why there is none."""
+        coordinator = self.app.checkpoints
+        timeout = float(self.app.checkpoint_timeout)
+
+        async def ask() -> str | None:
+            result = await coordinator.request_run(job.record.id[2:])
+            if result.get("state") == "error":
+                return str(result.get("message"))
+            left = await coordinator.wait_done([result["request_id"]], timeout)
+            if left:
+                return f"no checkpoint within {timeout:.0f} s"
+            record = coordinator.requests.get(result["request_id"]) or {}
+            return str(record.get("message")) if record.get("state") == "error" else None
+
+        try:
+            return self.app.run_async(ask(), timeout + 10)
+        except CheckpointRequestError as err:
+            return str(err)
+        except Exception as err:  # noqa: BLE001 - the stop goes on without it
+            return f"the checkpoint request failed: {err}"
+
+    def _run_view(self, job: Job) -> dict[str, Any]:
+        """The job's run as the server sees it: registered (live) or in the training view."""
+        record = job.record
+        live = self.app.checkpoints.run_states().get(record.id[2:])
+        if live and isinstance(live.get("run"), str):
+            record.run = live["run"]
+        if not record.run:
+            return {}
+        out: dict[str, Any] = {"run": record.run}
+        if live and isinstance(live.get("step"), int) and live["step"] >= 0:
+            out["step"] = live["step"]
+        last = (live or {}).get("last")
+        if isinstance(last, dict) and isinstance(last.get("step"), int):
+            out["checkpoint_step"] = last["step"]
+        training = self.app.training.state()
+        for run in training.get("runs", []):
+            if run.get("run") == record.run:
+                if isinstance(run.get("step"), int):  # the stream's: newer than the registration's, mostly
+                    out["step"] = max(run["step"], out.get("step", -1))
+                verdict = run.get("verdict") or {}
+                out.update(total_steps=run.get("total"), eta_seconds=run.get("eta"),
+                           verdict=verdict.get("message") or None,
+                           nan_loss=any(a.get("kind") == "nan-loss" for a in run.get("anomalies") or []))
+                break
+        if "checkpoint_step" in out:  # a run is at least where its last checkpoint was taken
+            out["step"] = max(out["checkpoint_step"], out.get("step", -1))
+        return out
+
+    # -- the runtime's end -----------------------------------------------------------------------
+
+    def interrupt(self, grace: float | None = None, checkpoint: bool = False) -> list[str]:
+        """Stop the running jobs for the runtime's end and record them interrupted (blocking)."""
+        return self.manager.interrupt_all(grace, checkpoint=checkpoint)
+
+    async def interrupt_async(self, grace: float | None = None, checkpoint: bool = False) -> list[str]:
+        return await asyncio.get_running_loop().run_in_executor(None, self.interrupt, grace, checkpoint)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,130 @@
+"""HTTP handlers of the user's jobs (`/gpuws/api/jobs…`): parse, ask the job manager, answer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from .handlers import GpuWorkspaceHandler
+from .userjobs import JobInputError, JobNotFound
+from .userjobs.trust import JobKeyError
+
+if TYPE_CHECKING:
+    from .app import GpuWorkspaceApp
+    from .userjobs.manager import JobManager
+
+MAX_LOG_LINES = 10000
+
+
+class _JobsHandler(GpuWorkspaceHandler):
+    @property
+    def manager(self) -> JobManager:
+        return self.app.userjobs.manager
+
+    async def blocking(self, function: Any, *args: Any) -> Any:
+        """The manager's call off the event loop (a stop waits for a checkpoint), its errors as
+        this API's: 400 for what was asked, 404 for an unknown job, 500 for the key."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, function, *args)
+        except JobInputError as err:
+            raise web.HTTPError(400, str(err)) from None
+        except JobNotFound as err:
+            raise web.HTTPError(404, str(err)) from None
+        except JobKeyError as err:
+            raise web.HTTPError(500, str(err)) from None
+
+
+class JobsHandler(_JobsHandler):
+    """`GET /gpuws/api/jobs`: every job and what the next relaunch runs; `POST` starts one."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.set_header("Cache-Control", "no-store")
+        self.finish(await self.blocking(self.manager.list))
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.json_object({"command": "array", "notebook": "string", "name": "string",
+                                 "retries": "number", "gpus": ("number", "null"), "cwd": "string"})
+        if ("command" in body) == ("notebook" in body):
+            raise web.HTTPError(400, 'Send {"command": ["python", "train.py", …]} or {"notebook": "path.ipynb"}')
+        record = await self.blocking(lambda: self.manager.submit(
+            command=body.get("command"), notebook=body.get("notebook"), name=body.get("name"),
+            retries=body.get("retries", 0), gpus=body.get("gpus"), cwd=body.get("cwd", "")))
+        self.set_status(201)
+        self.finish(await self.blocking(lambda: self.manager.describe(self.manager.get(record.id))))
+
+
+class JobHandler(_JobsHandler):
+    """`GET /gpuws/api/jobs/{id}`; `DELETE` stops a running job (checkpoint first) or forgets one."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        self.finish(await self.blocking(lambda: self.manager.describe(self.manager.get(job_id))))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, job_id: str) -> None:
+        self.json_object({})
+        await self.blocking(self.manager.stop, job_id)
+        self.set_status(204)
+        self.finish()
+
+
+class JobLogHandler(_JobsHandler):
+    """`GET /gpuws/api/jobs/{id}/log?lines=N`: the last lines of the job's output."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        params = self.query_params({"lines"})
+        try:
+            lines = int(params.get("lines", "100"))
+        except ValueError:
+            raise web.HTTPError(400, f"'lines' must be a whole number, not {params['lines']!r}") from None
+        if not 0 <= lines <= MAX_LOG_LINES:
+            raise web.HTTPError(400, f"'lines' must be between 0 and {MAX_LOG_LINES}")
+        self.finish({"lines": await self.blocking(self.manager.tail, job_id, lines)})
+
+
+class JobRestartHandler(_JobsHandler):
+    """`POST /gpuws/api/jobs/{id}/restart`: run again from its newest checkpoint (for a record
+    this machine's key did not sign: the user's approval)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, job_id: str) -> None:
+        self.json_object({})
+        await self.blocking(self.manager.restart, job_id)
+        self.finish(await self.blocking(lambda: self.manager.describe(self.manager.get(job_id))))
+
+
+class JobHoldHandler(_JobsHandler):
+    """`POST /gpuws/api/jobs/{id}/hold` `{"hold": true|false}`: a held job is not relaunched."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, job_id: str) -> None:
+        body = self.json_object({"hold": "boolean"})
+        if "hold" not in body:
+            raise web.HTTPError(400, 'Send {"hold": true} or {"hold": false}')
+        await self.blocking(self.manager.hold, job_id, body["hold"])
+        self.finish(await self.blocking(lambda: self.manager.describe(self.manager.get(job_id))))
+
+
+def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
+    kwargs = {"app": app}
+    job_id = r"([^/]+)"
+    return [
+        (r"/gpuws/api/jobs", JobsHandler, kwargs),
+        (rf"/gpuws/api/jobs/{job_id}", JobHandler, kwargs),
+        (rf"/gpuws/api/jobs/{job_id}/log", JobLogHandler, kwargs),
+        (rf"/gpuws/api/jobs/{job_id}/restart", JobRestartHandler, kwargs),
+        (rf"/gpuws/api/jobs/{job_id}/hold", JobHoldHandler, kwargs),
+    ]

@@ -1,0 +1,131 @@
+"""A job outlives its runtime: two real servers on one local-folder store, as two machines
+(other host names, other work-directory paths). The first runs `python train.py` as a job and
+is killed with kill -9, job and all, after a checkpoint reached the store; the second relaunches
+the job by itself, it resumes at the saved step, finishes, and every step's loss equals an
+uninterrupted run's, bit for bit. And a SIGTERM stops a job at its checkpoint, recorded
+interrupted in the store before the server exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.servers import ServerProcess, server_process, until
+from tests.test_successor import kill_everything
+from tests.userjobs.jobfiles import TRAIN, losses, write
+
+STEPS = 60
+LEASE_TTL = 5.0
+
+
+@pytest.fixture
+def shared_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    if shutil.which("unshare") is None:
+        pytest.fail("`unshare` (util-linux) is needed to run servers as other hosts", pytrace=False)
+    monkeypatch.setenv("GPUWS_JOB_KEY", "the-same-user-on-both-machines")
+    return tmp_path / "store"
+
+
+def stored_record(store: Path, workspace: str, job_id: str) -> dict[str, Any]:
+    path = store / workspace / ".gpuws" / "jobs" / f"{job_id}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def stored_checkpoint_steps(store: Path, workspace: str) -> list[int]:
+    folder = store / workspace / "files" / ".gpuws" / "checkpoints" / "train.py"
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name.split("-")[1]) for p in folder.iterdir()
+                  if p.name.startswith("ckpt-") and (p / "manifest.json").is_file())
+
+
+def stored_losses(store: Path, workspace: str) -> dict[int, str]:
+    path = store / workspace / "files" / "losses.txt"
+    try:
+        return losses(path)
+    except (OSError, ValueError):
+        return {}
+
+
+def uninterrupted(folder: Path) -> dict[int, str]:
+    """The same script run start to end, with no server and no job."""
+    folder.mkdir()
+    write(folder, "train.py", TRAIN)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWS_")}
+    env["GPUWS_WORKDIR"] = str(folder)
+    subprocess.run([sys.executable, "train.py", str(STEPS), "0"], cwd=folder, env=env, check=True,
+                   capture_output=True, timeout=300)
+    return losses(folder / "losses.txt")
+
+
+def job_of(server: ServerProcess, job_id: str) -> dict[str, Any]:
+    return server.api(f"/gpuws/api/jobs/{job_id}")
+
+
+def test_a_job_killed_with_its_runtime_is_relaunched_by_the_successor_and_ends_as_if_uninterrupted(
+        tmp_path: Path, shared_store: Path) -> None:
+    config = {"store_url": str(shared_store), "workspace": "", "sync_debounce": 0.05, "lease_ttl": LEASE_TTL,
+              "checkpoint_timeout": 10.0}
+    first_root = tmp_path / "machine-a" / "home" / "project"
+    with server_process(tmp_path / "a", tmp_path / "runtime-a", config, root=first_root, hostname="machine-a") as a:
+        workspace = until(lambda: a.api("/gpuws/api/sync").get("workspace"), 60, "the first server's engine")
+        until(lambda: a.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the first server's sync")
+        write(first_root, "train.py", TRAIN)
+        job = a.api("/gpuws/api/jobs", "POST", {"command": ["python", "train.py", str(STEPS), "0.25"],
+                                                "name": "train"})
+        assert job["state"] == "running" and job["id"].startswith("j-")
+
+        def checkpoint_and_losses_stored() -> bool:
+            steps = stored_checkpoint_steps(shared_store, workspace)
+            return bool(steps) and steps[-1] >= 10 and max(stored_losses(shared_store, workspace), default=-1) >= steps[-1]
+
+        until(checkpoint_and_losses_stored, 120, "a checkpoint and the losses up to it in the store")
+        assert stored_record(shared_store, workspace, job["id"])["state"] == "running"
+        kill_everything(a)
+    saved = stored_checkpoint_steps(shared_store, workspace)[-1]
+    assert saved < STEPS - 1, "the job finished before the kill: make it slower"
+
+    second_root = tmp_path / "machine-b" / "srv" / "work" / "project"  # another path, same folder name
+    with server_process(tmp_path / "b", tmp_path / "runtime-b", config, root=second_root,
+                        hostname="machine-b") as b:
+        relaunched = until(lambda: (j := job_of(b, job["id"]))["attempts"][-1]["host"] == "machine-b" and j,
+                           120, "the job relaunched on the successor")
+        assert relaunched["state"] in ("relaunched", "finished"), relaunched
+        finished = until(lambda: (j := job_of(b, job["id"]))["state"] in ("finished", "failed") and j,
+                         240, "the relaunched job's end")
+        assert finished["state"] == "finished", finished
+        log = b.api(f"/gpuws/api/jobs/{job['id']}/log?lines=1000")["lines"]
+        assert f"resumed {saved + 1}" in log, log
+        assert [a["host"] for a in finished["attempts"]] == ["machine-a", "machine-b"]
+        assert stored_record(shared_store, workspace, job["id"])["state"] == "finished"
+        resumed = losses(second_root / "losses.txt")
+    assert resumed == uninterrupted(tmp_path / "reference")
+
+
+def test_sigterm_stops_a_job_at_its_checkpoint_and_records_it_interrupted_in_the_store(
+        tmp_path: Path, shared_store: Path) -> None:
+    config = {"store_url": str(shared_store), "sync_debounce": 0.05, "checkpoint_timeout": 10.0,
+              "grace_period": 20.0}
+    with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
+        until(lambda: a.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
+        write(a.root, "train.py", TRAIN)
+        # No checkpoint but the one the SIGTERM's persist asks for.
+        job = a.api("/gpuws/api/jobs", "POST", {"command": ["python", "train.py", "100000", "0.05", "1000000"]})
+        until(lambda: (job_of(a, job["id"])["step"] or 0) >= 3, 120, "the job stepping")
+        assert stored_checkpoint_steps(shared_store, "test-ws") == []
+        a.proc.send_signal(signal.SIGTERM)
+        a.proc.wait(60)
+        record = stored_record(shared_store, "test-ws", job["id"])
+    assert record["state"] == "interrupted", record
+    step = record["step"]
+    assert step is not None and step >= 3 and f"stopped for the runtime's end at step {step:,}" in record["reason"]
+    [checkpoint] = stored_checkpoint_steps(shared_store, "test-ws")
+    assert 3 <= checkpoint <= step and record["reason"].endswith(f"resumes from its checkpoint at step {checkpoint:,}")
