@@ -400,3 +400,27 @@ test('the Jobs section in the light and dark themes', async ({ page }) => {
     }
   }
 });
+
+test('a notebook run as a job on the real server shows running, then finished', async ({ page, tmpPath }) => {
+  const file = 'job-real-run.ipynb';
+  // Long enough to be seen running between two of the panel's looks (every 3 s).
+  await writeNotebook(page, `${tmpPath}/${file}`, ['import time\nfor i in range(10): print(f"tick {i}", flush=True); time.sleep(1)']);
+  await page.filebrowser.refresh();
+  await page.locator('.jp-DirListing-item', { hasText: file }).click({ button: 'right' });
+  const posted = page.waitForResponse(r => r.url().includes('/gpuws/api/jobs') && r.request().method() === 'POST');
+  await page.locator('.lm-Menu').getByText('Run as job', { exact: true }).click();
+  const answer = await posted;
+  expect(answer.status(), await answer.text()).toBe(201);
+  const created = await answer.json();
+  await page.locator('.Toastify__toast').filter({ hasText: `Job "${created.name}" started` }).getByText('Show in GPU Workspace').click();
+  const jobRow = row(page, created.id);
+  await expect(jobRow.getByTestId('gpuws-job-state')).toHaveText('running', { timeout: 30000 });
+  await expect(jobRow.getByTestId('gpuws-job-stop')).toBeVisible();
+  await expect(jobRow.getByTestId('gpuws-job-state')).toHaveText('finished', { timeout: 90000 });
+  await expect(jobRow.getByTestId('gpuws-job-restart')).toBeVisible();
+  // Its outputs are in the copy beside it.
+  const output = await (await page.request.get(`/api/contents/${created.output}?content=1`)).json();
+  expect(JSON.stringify(output.content.cells[0].outputs)).toContain('tick 9');
+  // Ended, it is forgotten on request (DELETE), as the API has it: nothing else here uses it.
+  await page.request.delete(`/gpuws/api/jobs/${created.id}`);
+});
