@@ -598,60 +598,47 @@ export interface ITrainingHistory {
   gpu_bucket_seconds: number;
 }
 
-/** One run of a job's process (docs/jobs.md). */
+/** One attempt of a user's job: when and where it ran, and why it ended. */
 export interface IUserJobAttempt {
   number: number;
   started: number;
   ended: number | null;
-  /** The host name of the runtime that ran it. */
   host: string;
   returncode: number | null;
-  /** Why it ended, in the user's words. */
   reason: string | null;
-  /** Whether retrying can change it; null for an interruption or a success. */
   retryable: boolean | null;
   step: number | null;
 }
 
-export type UserJobState =
-  | 'queued'
-  | 'running'
-  | 'interrupted'
-  | 'relaunched'
-  | 'retrying'
-  | 'finished'
-  | 'failed'
-  | 'stopped'
-  | 'held';
-
-/** A script or notebook the server runs as a job: `GET /gpuws/api/jobs/{id}`. */
+/** A script or a notebook the server runs as a job for the user (`jupyter gpuws run`, `%gpuws
+ * run`, "Run as job"): not the server's own long work, which is IJob. */
 export interface IUserJob {
   id: string;
   name: string;
   kind: 'command' | 'notebook';
   command: string[];
   notebook: string | null;
-  /** The copy of the notebook its outputs are written into. */
+  /** The notebook's copy with its outputs ("train.job.ipynb"). */
   output: string | null;
-  /** The job's folder, relative to the work directory. */
   cwd: string;
   gpus: number | null;
   retries: number;
-  state: UserJobState;
-  /** "attempt 2 of 3: CUDA out of memory at step 4,120" */
+  state: 'queued' | 'running' | 'interrupted' | 'relaunched' | 'retrying' | 'finished' | 'failed' | 'stopped' | 'held';
+  /** "attempt 2 of 3: CUDA out of memory at step 4,120". */
   reason: string | null;
   attempts: IUserJobAttempt[];
-  /** Its gpuws.track() run. */
+  /** The tracked run the job registered, once it has. */
   run: string | null;
   step: number | null;
   total_steps: number | null;
   eta_seconds: number | null;
-  /** The run's verdict against the runtime's deadline. */
+  /** The verdict against the runtime's deadline, in words. */
   verdict: string | null;
   log_tail: string[];
-  /** What the next relaunch does with it, before it does. */
+  /** What happens on the next runtime, while a relaunch is due. */
   relaunch: string | null;
-  /** A record this machine's key did not sign for this workspace: it runs only after a restart. */
+  /** A record this runtime cannot vouch for (not signed by this user's secret): it runs only once
+   * the user approves it (a restart). */
   needs_approval: boolean;
   created: number;
   updated: number;
@@ -661,16 +648,44 @@ export interface IUserJob {
 export interface IUserJobs {
   jobs: IUserJob[];
   relaunch: { enabled: boolean; pending: string[] };
-  /** The store's records could not be read or written. */
+  /** Why the jobs' records cannot be read from or written to the store now. */
   error?: string | null;
 }
 
-/** `POST /gpuws/api/jobs`: a command or a notebook. */
-export interface IUserJobRequest {
-  command?: string[];
-  notebook?: string;
+/** What `POST /gpuws/api/jobs` takes: a command or a notebook (relative to the work directory). */
+export type UserJobRequest = ({ command: string[] } | { notebook: string }) & {
   name?: string;
   retries?: number;
-  gpus?: number | null;
+  gpus?: number;
   cwd?: string;
+};
+
+export function listJobs(): Promise<IUserJobs> {
+  return requestAPI<IUserJobs>('jobs');
+}
+
+export function startJob(request: UserJobRequest): Promise<IUserJob> {
+  return requestAPI<IUserJob>('jobs', { method: 'POST', body: JSON.stringify(request) });
+}
+
+/** A running job is stopped (checkpoint first) and kept as stopped; any other is forgotten. */
+export async function stopJob(id: string): Promise<void> {
+  await requestAPI<void>(`jobs/${encodeURIComponent(id)}`, { method: 'DELETE' });
+}
+
+/** Run an ended job again, from its newest checkpoint. For a record this runtime cannot vouch
+ * for (needs_approval) this is the user's approval: the server signs it as theirs from then on. */
+export function restartJob(id: string): Promise<IUserJob> {
+  return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/restart`, { method: 'POST', body: '{}' });
+}
+
+/** A held job is not relaunched by the next runtime until it is let go. */
+export function holdJob(id: string, hold: boolean): Promise<IUserJob> {
+  return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/hold`, { method: 'POST', body: JSON.stringify({ hold }) });
+}
+
+/** The last `lines` lines of a job's output. */
+export async function jobLog(id: string, lines: number): Promise<string[]> {
+  const answer = await requestAPI<{ lines: string[] }>(`jobs/${encodeURIComponent(id)}/log?lines=${lines}`);
+  return answer.lines;
 }

@@ -3,8 +3,9 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, IThemeManager, WidgetTracker } from '@jupyterlab/apputils';
+import { ICommandPalette, IThemeManager, Notification, WidgetTracker } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
+import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStateDB } from '@jupyterlab/statedb';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -36,7 +37,8 @@ import { TrainingDashboard, TrainingHistoryModel } from './dashboard/Dashboard';
 import { TrainingModel, TrainingNotifier } from './training';
 import { TrainingStatusItem } from './trainingStatus';
 import { WORDS } from './vocabulary';
-import { trainingSection } from './sidebar/sections';
+import { jobsSection, trainingSection } from './sidebar/sections';
+import { JobsModel } from './jobs';
 
 const PLUGIN_ID = 'jupyter_gpu_ws:plugin';
 
@@ -49,6 +51,8 @@ namespace CommandIDs {
   export const takeOver = 'gpuws:take-over';
   export const settings = 'gpuws:open-settings';
   export const openDashboard = 'gpuws:open-training-dashboard';
+  export const runAsJob = 'gpuws:run-as-job';
+  export const runNotebookAsJob = 'gpuws:run-notebook-as-job';
 }
 
 /** A menu whose items show their command's caption as a tooltip, so a greyed-out item says why. */
@@ -80,7 +84,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'GPU Workspace: GPU and system monitor, storage sync and Persist now.',
   autoStart: true,
-  optional: [ISettingRegistry, ILayoutRestorer, ICommandPalette, IStatusBar, IDocumentManager, IStateDB, IThemeManager],
+  optional: [
+    ISettingRegistry,
+    ILayoutRestorer,
+    ICommandPalette,
+    IStatusBar,
+    IDocumentManager,
+    IStateDB,
+    IThemeManager,
+    IDefaultFileBrowser
+  ],
   activate: async (
     app: JupyterFrontEnd,
     settingRegistry: ISettingRegistry | null,
@@ -89,7 +102,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     statusBar: IStatusBar | null,
     docManager: IDocumentManager | null,
     state: IStateDB | null,
-    themeManager: IThemeManager | null
+    themeManager: IThemeManager | null,
+    fileBrowser: IDefaultFileBrowser | null
   ) => {
     // Every page (JupyterLab, and each Notebook 7 page) saves its own open documents when any
     // persist asks: Persist now from any browser, the automatic persist, the release.
@@ -211,6 +225,59 @@ const plugin: JupyterFrontEndPlugin<void> = {
         activeStateChanged: training.changed
       });
     }
+
+    // Jobs: the panel's Jobs section, and "Run as job" for a notebook (the file browser's context
+    // menu, the palette for the notebook open in front). The server runs it, not this page.
+    const jobs = new JobsModel();
+    panel.addSection(jobsSection(jobs));
+    const selectedNotebooks = (): string[] =>
+      fileBrowser ? [...fileBrowser.selectedItems()].filter(item => item.type === 'notebook').map(item => item.path) : [];
+    commands.addCommand(CommandIDs.runAsJob, {
+      label: 'Run as job',
+      caption: 'Run the notebook on the server as a job: it goes on without this page, and is relaunched from its checkpoint on the next runtime',
+      icon: gpuIcon,
+      isVisible: () => selectedNotebooks().length > 0,
+      execute: async () => {
+        for (const path of selectedNotebooks()) {
+          await jobs.runNotebook(path, openPanel);
+        }
+      }
+    });
+    app.contextMenu.addItem({
+      command: CommandIDs.runAsJob,
+      selector: '.jp-DirListing-item[data-file-type="notebook"]',
+      rank: 3
+    });
+    const currentNotebook = () => {
+      const widget = app.shell.currentWidget;
+      const context = widget && docManager ? docManager.contextForWidget(widget) : undefined;
+      return context && context.path.endsWith('.ipynb') ? context : null;
+    };
+    commands.addCommand(CommandIDs.runNotebookAsJob, {
+      label: 'Run notebook as job',
+      caption: 'Save the notebook in front and run it on the server as a job, its outputs written into a copy beside it',
+      icon: gpuIcon,
+      isEnabled: () => currentNotebook() !== null,
+      execute: async () => {
+        const context = currentNotebook();
+        if (!context) {
+          return;
+        }
+        // The job runs the file: what the user sees in front must be in it.
+        if (context.model.dirty) {
+          try {
+            await context.save();
+          } catch (error) {
+            Notification.error(`Cannot run ${context.path} as a job: it could not be saved (${(error as Error).message})`, {
+              autoClose: false
+            });
+            return;
+          }
+        }
+        await jobs.runNotebook(context.path, openPanel);
+      }
+    });
+    palette?.addItem({ command: CommandIDs.runNotebookAsJob, category: 'GPU Workspace' });
 
     const notifier = new AlertNotifier(model, openPanel);
     let showStatusBar = true;

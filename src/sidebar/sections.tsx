@@ -21,6 +21,8 @@ import { SyncSection } from './SyncSection';
 import { SystemSection } from './SystemSection';
 import { TrainingSection } from './TrainingSection';
 import { TrainingModel, stepText } from '../training';
+import { jobActive, JobsModel, jobsSummary } from '../jobs';
+import { JobsSection } from './JobsSection';
 
 export interface IPanelModels {
   metrics: MetricsModel;
@@ -37,11 +39,13 @@ export interface IPanelOptions {
 /** Where the built-in sections go; a later section picks a rank between them. */
 export const RANKS = {
   training: 5,
+  jobs: 7,
   gpus: 10,
   runtime: 20,
   sync: 30,
   checkpoints: 40,
   trainingWhenNone: 45,
+  jobsWhenIdle: 47,
   environment: 50,
   git: 60,
   gpusWhenNone: 80,
@@ -213,5 +217,19 @@ export function trainingSection(training: TrainingModel, openDashboard: () => vo
       />
     ),
     render: () => <TrainingSection model={training} />
+  };
+}
+
+/** The user's jobs: right below Training while one runs, is due to be relaunched or waits for
+ * approval; above Environment once all have ended; absent while there is none. */
+export function jobsSection(jobs: JobsModel): IPanelSection {
+  return {
+    id: 'jobs',
+    title: 'Jobs',
+    rank: () => (jobs.jobs.some(job => jobActive(job, jobs.pending)) ? RANKS.jobs : RANKS.jobsWhenIdle),
+    changed: [jobs.changed],
+    visible: () => jobs.jobs.length > 0 || jobs.pending.length > 0,
+    summary: () => jobsSummary(jobs.jobs, jobs.pending),
+    render: () => <JobsSection model={jobs} />
   };
 }

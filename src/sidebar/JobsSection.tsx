@@ -1,0 +1,190 @@
+import React from 'react';
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { ReactWidget } from '@jupyterlab/ui-components';
+
+import { IUserJob, jobLog } from '../api';
+import {
+  JobAction,
+  jobActions,
+  jobEtaText,
+  JobsModel,
+  jobStateWord,
+  jobStepText,
+  jobTone,
+  jobWhat,
+  LOG_LINES,
+  relaunchText
+} from '../jobs';
+import { Bar } from './Bar';
+
+/**
+ * The panel's Jobs section: one row per job the server runs for the user (its name, its state as
+ * a coloured word, why, step / total with ETA and the verdict, the last lines of its log) with
+ * what can be done to it now; before a relaunch, what will be relaunched and Hold.
+ */
+export function JobsSection(props: { model: JobsModel }): JSX.Element {
+  const { model } = props;
+  const pending = model.pending;
+  return (
+    <div data-testid="gpuws-jobs">
+      {model.error && (
+        <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-jobs-error">
+          {model.error}
+        </div>
+      )}
+      {model.actionError && (
+        <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-jobs-action-error">
+          {model.actionError}
+        </div>
+      )}
+      {model.state?.error && (
+        <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-jobs-store-error">
+          {model.state.error}
+        </div>
+      )}
+      {model.jobs.map(job => (
+        <JobRow key={job.id} job={job} model={model} due={pending.includes(job.id)} />
+      ))}
+    </div>
+  );
+}
+
+/** The panel's existing colours for a state: green, amber, red, quiet. */
+const TONE_CLASSES = {
+  ok: 'jp-gpuws-ok',
+  pending: 'jp-gpuws-pending',
+  error: 'jp-gpuws-tone-error',
+  none: 'jp-gpuws-job-state-quiet'
+};
+
+const BUTTON_WORDS: { [action in JobAction]: [string, string] } = {
+  stop: ['Stop', 'Stop the job: it checkpoints first, and stays listed as stopped'],
+  restart: ['Restart', 'Run the job again from its newest checkpoint'],
+  hold: ['Hold', 'Do not relaunch this job by itself; it waits until you let it go'],
+  release: ["Don't hold", 'Let the job be relaunched by itself again'],
+  approve: ['Approve', 'This runtime cannot vouch for this job (it was not recorded here by you): run it, from its newest checkpoint']
+};
+
+function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.Element {
+  const { job, model, due } = props;
+  const steps = jobStepText(job);
+  const share = job.step !== null && job.total_steps ? (100 * job.step) / job.total_steps : null;
+  const lines = job.log_tail.slice(-LOG_LINES);
+  const logOpen = !model.foldedLogs.has(job.id);
+  const busy = model.busy.has(job.id);
+  return (
+    <div className={`jp-gpuws-card jp-gpuws-job jp-gpuws-job-${job.state}`} data-testid="gpuws-job" data-job={job.id}>
+      <div className="jp-gpuws-card-head">
+        <div className="jp-gpuws-card-title" title={job.notebook ?? job.command.join(' ')}>
+          {job.name}
+        </div>
+        <span className={`jp-gpuws-job-state ${TONE_CLASSES[jobTone(job)]}`} data-testid="gpuws-job-state">
+          {jobStateWord(job)}
+        </span>
+      </div>
+      {job.reason && (
+        <div className="jp-gpuws-line" data-testid="gpuws-job-reason">
+          {job.reason}
+        </div>
+      )}
+      {due ? (
+        <div className="jp-gpuws-message jp-gpuws-info" data-testid="gpuws-job-relaunch">
+          {relaunchText(job)}
+          {job.relaunch && <div className="jp-gpuws-subtle">{job.relaunch}</div>}
+        </div>
+      ) : (
+        job.relaunch && (
+          <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-job-relaunch-note">
+            {job.relaunch}
+          </div>
+        )
+      )}
+      {steps && <Bar label={steps} value={share} text={jobEtaText(job) ?? ''} testId="gpuws-job-progress" />}
+      {job.verdict && (
+        <div className="jp-gpuws-verdict jp-gpuws-subtle" data-testid="gpuws-job-verdict">
+          {job.verdict}
+        </div>
+      )}
+      {lines.length > 0 && (
+        <>
+          <button
+            className="jp-gpuws-link"
+            aria-expanded={logOpen}
+            data-testid="gpuws-job-log-toggle"
+            onClick={() => model.toggleLog(job.id)}
+          >
+            {logOpen ? 'Hide the log' : `Show the last ${lines.length === 1 ? 'line' : `${lines.length} lines`} of the log`}
+          </button>
+          {logOpen && (
+            <pre className="jp-gpuws-job-log" data-testid="gpuws-job-log">
+              {lines.join('\n')}
+            </pre>
+          )}
+        </>
+      )}
+      <div className="jp-gpuws-job-actions">
+        {jobActions(job, due ? [job.id] : []).map(action => (
+          <button
+            key={action}
+            className="jp-mod-styled jp-gpuws-button"
+            title={BUTTON_WORDS[action][1]}
+            disabled={busy}
+            data-testid={`gpuws-job-${action}`}
+            onClick={() => void model.act(job, action)}
+          >
+            {BUTTON_WORDS[action][0]}
+          </button>
+        ))}
+        <button
+          className="jp-gpuws-link"
+          title={`The output of ${jobWhat(job)}, as far as the server keeps it`}
+          data-testid="gpuws-job-full-log"
+          onClick={() => void showFullLog(job)}
+        >
+          Show full log
+        </button>
+      </div>
+    </div>
+  );
+}
+
+/** As many lines as the server keeps of a job's output, read once when opened. */
+const FULL_LOG_LINES = 5000;
+
+/** The job's whole kept log in a dialog, read-only, scrolled to its end; or why it cannot be read. */
+async function showFullLog(job: IUserJob): Promise<void> {
+  let lines: string[];
+  let error: string | null = null;
+  try {
+    lines = await jobLog(job.id, FULL_LOG_LINES);
+  } catch (reason) {
+    lines = [];
+    error = `The log cannot be read: ${(reason as Error).message}`;
+  }
+  const body = ReactWidget.create(<FullLog lines={lines} error={error} />);
+  body.addClass('jp-gpuws-job-log-dialog');
+  await showDialog({
+    title: `Log of ${job.name}`,
+    body,
+    buttons: [Dialog.okButton({ label: 'Close' })]
+  });
+}
+
+function FullLog(props: { lines: string[]; error: string | null }): JSX.Element {
+  const end = React.useRef<HTMLPreElement>(null);
+  React.useEffect(() => {
+    end.current?.scrollTo(0, end.current.scrollHeight);
+  }, []);
+  if (props.error) {
+    return (
+      <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-job-full-log-error">
+        {props.error}
+      </div>
+    );
+  }
+  return (
+    <pre ref={end} className="jp-gpuws-job-log jp-gpuws-job-log-full" data-testid="gpuws-job-full-log-text">
+      {props.lines.length ? props.lines.join('\n') : '(no output yet)'}
+    </pre>
+  );
+}

@@ -1,0 +1,426 @@
+/**
+ * The panel's Jobs section and "Run as job", against answers in the REST API's shape (the jobs
+ * routes of this page are answered by the test, the rest of the panel by the real server): every
+ * state of a job renders with its words and colour, each button calls its endpoint with its
+ * method, an API error shows the server's message, and "Run as job" in the file browser's context
+ * menu and the palette posts the notebook and names the job. The section's pictures in both themes
+ * go to docs/images/ with GPUWS_SCREENSHOTS=1.
+ */
+import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import type { Request, Route } from '@playwright/test';
+import * as path from 'path';
+
+import { writeNotebook } from './notebooks';
+
+const PANEL = '#jp-gpuws-panel';
+const NOW = Math.round(Date.now() / 1000);
+
+/** Where a picture goes: docs/images/ with GPUWS_SCREENSHOTS=1, else beside the test's results. */
+function picturePath(name: string): string {
+  const docs = path.join(__dirname, '..', '..', 'docs', 'images');
+  return process.env.GPUWS_SCREENSHOTS ? path.join(docs, name) : test.info().outputPath(name);
+}
+
+test.use({ viewport: { width: 1280, height: 800 } });
+
+/** A job as GET /gpuws/api/jobs answers it, with `fields` over a finished script's defaults. */
+function job(fields: { [name: string]: unknown }): { [name: string]: unknown } {
+  return {
+    id: 'j-000000',
+    name: 'train',
+    kind: 'command',
+    command: ['python', 'train.py'],
+    notebook: null,
+    output: null,
+    cwd: '',
+    gpus: null,
+    retries: 0,
+    state: 'finished',
+    reason: null,
+    attempts: [],
+    run: null,
+    step: null,
+    total_steps: null,
+    eta_seconds: null,
+    verdict: null,
+    log_tail: [],
+    relaunch: null,
+    needs_approval: false,
+    created: NOW - 3600,
+    updated: NOW - 60,
+    ...fields
+  };
+}
+
+const LOG = Array.from({ length: 8 }, (_, i) => `step ${4000 + 20 * i} loss ${(0.5 - i / 100).toFixed(3)}`);
+
+/** One job in each state the section shows. */
+const JOBS = [
+  job({
+    id: 'j-run',
+    name: 'train',
+    state: 'running',
+    command: ['python', 'train.py', '--lr', '0.1'],
+    run: 'train.py',
+    step: 4120,
+    total_steps: 10000,
+    eta_seconds: 812,
+    verdict: 'finishes before the deadline',
+    log_tail: LOG,
+    attempts: [{ number: 1, started: NOW - 600, ended: null, host: 'gpu-1', returncode: null, reason: null, retryable: null, step: null }]
+  }),
+  job({ id: 'j-queue', name: 'eval', state: 'queued', command: ['python', 'eval.py'] }),
+  job({
+    id: 'j-int',
+    name: 'finetune',
+    state: 'interrupted',
+    command: ['python', 'finetune.py'],
+    reason: 'interrupted by the runtime’s deadline at step 4,120',
+    run: 'finetune.py',
+    step: 4120,
+    total_steps: 10000,
+    relaunch: 'relaunches when this runtime has restored its checkpoint'
+  }),
+  job({ id: 'j-rel', name: 'pretrain', state: 'relaunched', command: ['python', 'pretrain.py'], step: 300, total_steps: 1000 }),
+  job({
+    id: 'j-retry',
+    name: 'big-model',
+    state: 'retrying',
+    command: ['python', 'big.py'],
+    retries: 2,
+    reason: 'attempt 2 of 3: CUDA out of memory at step 4,120'
+  }),
+  job({
+    id: 'j-fin',
+    name: 'sweep.ipynb',
+    kind: 'notebook',
+    command: ['python', '-m', 'jupyter_gpu_ws.userjobs.notebook', 'sweep.ipynb'],
+    notebook: 'sweep.ipynb',
+    output: 'sweep.job.ipynb',
+    state: 'finished',
+    log_tail: ['done']
+  }),
+  job({ id: 'j-fail', name: 'broken', state: 'failed', command: ['python', 'broken.py'], reason: 'SyntaxError in broken.py line 4 (not retried: it cannot change)' }),
+  job({ id: 'j-stop', name: 'probe', state: 'stopped', command: ['python', 'probe.py'], reason: 'stopped by you at step 80' }),
+  job({ id: 'j-held', name: 'long-run', state: 'held', command: ['python', 'long.py'], step: 9000, total_steps: 20000 }),
+  job({
+    id: 'j-app',
+    name: 'someone-else',
+    state: 'interrupted',
+    command: ['python', 'other.py'],
+    needs_approval: true,
+    reason: 'recorded without this workspace’s signature: relaunched only once you approve'
+  })
+];
+
+/** Every jobs request: the list, a job, its actions and its log. */
+const JOBS_URL = /\/gpuws\/api\/jobs(\/[^?]*)?(\?.*)?$/;
+
+interface ICall {
+  method: string;
+  path: string;
+  body: unknown;
+}
+
+/** Answer this page's jobs requests: the list (`jobs`, changeable by the test), each action with
+ * the job (recorded in `calls`), a log; `fail` (changeable too) makes an endpoint, by "METHOD
+ * /path", answer an error instead. */
+async function serveJobs(
+  page: IJupyterLabPageFixture,
+  listing: { jobs: unknown[]; relaunch: { enabled: boolean; pending: string[] }; error?: string },
+  calls: ICall[],
+  fail: { [key: string]: { status: number; message: string } } = {}
+): Promise<void> {
+  await page.route(JOBS_URL, async (route: Route, request: Request) => {
+    const url = new URL(request.url());
+    const rest = url.pathname.replace(/^.*\/gpuws\/api\/jobs/, '');
+    const method = request.method();
+    const body = request.postData() ? JSON.parse(request.postData()!) : null;
+    // JupyterLab adds a number to each request's query so that no cache answers it: not ours.
+    const query = url.search.replace(/^\?\d+$/, '').replace(/&\d+$/, '');
+    if (!(method === 'GET' && rest === '')) {
+      calls.push({ method, path: rest + query, body });
+    }
+    const failure = fail[`${method} ${rest}`];
+    if (failure) {
+      await route.fulfill({ status: failure.status, contentType: 'application/json', body: JSON.stringify({ message: failure.message }) });
+    } else if (method === 'GET' && rest === '') {
+      await route.fulfill({ json: listing });
+    } else if (method === 'GET' && rest.endsWith('/log')) {
+      await route.fulfill({ json: { lines: Array.from({ length: 40 }, (_, i) => `line ${i + 1} of the whole log`) } });
+    } else if (method === 'DELETE') {
+      await route.fulfill({ status: 204, body: '' });
+    } else if (method === 'POST' && rest === '') {
+      const name = path.basename(body.notebook ?? 'job');
+      await route.fulfill({
+        status: 201,
+        json: job({ id: 'j-new', name, kind: 'notebook', notebook: body.notebook, output: name.replace(/\.ipynb$/, '.job.ipynb'), state: 'queued' })
+      });
+    } else {
+      const id = rest.split('/')[1];
+      await route.fulfill({ json: (listing.jobs as Array<{ id: string }>).find(j => j.id === id) ?? job({ id }) });
+    }
+  });
+}
+
+async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
+  await page.evaluate(async () => {
+    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+  });
+  await expect(page.locator(PANEL)).toBeVisible();
+  await page.sidebar.setWidth(250, 'left');
+}
+
+/** The section's row of the job `id`. */
+function row(page: IJupyterLabPageFixture, id: string) {
+  return page.locator(PANEL).locator(`[data-testid="gpuws-job"][data-job="${id}"]`);
+}
+
+test('every state of a job renders with its words, colour, progress, log and buttons', async ({ page }) => {
+  const calls: ICall[] = [];
+  await serveJobs(page, { jobs: JOBS, relaunch: { enabled: true, pending: ['j-int'] } }, calls);
+  await openPanel(page);
+  const section = page.locator(PANEL).locator('section[data-section="jobs"]');
+  await expect(section.getByTestId('gpuws-job')).toHaveCount(JOBS.length, { timeout: 20000 });
+
+  const expected: Array<[string, string, string, string[]]> = [
+    // id, state word, colour class, buttons
+    ['j-run', 'running', 'jp-gpuws-ok', ['stop']],
+    ['j-queue', 'queued', 'jp-gpuws-job-state-quiet', ['stop']],
+    ['j-int', 'interrupted', 'jp-gpuws-pending', ['hold']],
+    ['j-rel', 'relaunched', 'jp-gpuws-ok', ['stop']],
+    ['j-retry', 'retrying', 'jp-gpuws-pending', ['stop']],
+    ['j-fin', 'finished', 'jp-gpuws-ok', ['restart']],
+    ['j-fail', 'failed', 'jp-gpuws-tone-error', ['restart']],
+    ['j-stop', 'stopped', 'jp-gpuws-job-state-quiet', ['restart']],
+    ['j-held', 'held', 'jp-gpuws-pending', ['release', 'restart']],
+    ['j-app', 'needs approval', 'jp-gpuws-pending', ['approve']]
+  ];
+  for (const [id, word, tone, buttons] of expected) {
+    const state = row(page, id).getByTestId('gpuws-job-state');
+    await expect(state, id).toHaveText(word);
+    await expect(state, id).toHaveClass(new RegExp(tone));
+    const shown = await row(page, id)
+      .locator('.jp-gpuws-job-actions button.jp-gpuws-button')
+      .evaluateAll(nodes => nodes.map(n => (n.getAttribute('data-testid') ?? '').replace('gpuws-job-', '')));
+    expect(shown, id).toEqual(buttons);
+  }
+
+  // The running job: step / total, ETA, the verdict, and the last 5 lines of its log.
+  const running = row(page, 'j-run');
+  await expect(running.getByTestId('gpuws-job-progress')).toContainText('step 4,120/10,000');
+  await expect(running.getByTestId('gpuws-job-progress')).toContainText('ETA 14 min');
+  await expect(running.getByTestId('gpuws-job-verdict')).toHaveText('finishes before the deadline');
+  await expect(running.getByTestId('gpuws-job-log')).toHaveText(LOG.slice(-5).join('\n'));
+  await expect(running.getByTestId('gpuws-job-log')).toHaveCSS('font-family', /mono|Mono|Menlo|Consolas|Courier/);
+  // The log folds away, and back.
+  await running.getByTestId('gpuws-job-log-toggle').click();
+  await expect(running.getByTestId('gpuws-job-log')).toHaveCount(0);
+  await expect(running.getByTestId('gpuws-job-log-toggle')).toHaveText('Show the last 5 lines of the log');
+  await running.getByTestId('gpuws-job-log-toggle').click();
+  await expect(running.getByTestId('gpuws-job-log')).toBeVisible();
+
+  // Reasons, in the user's words.
+  await expect(row(page, 'j-retry').getByTestId('gpuws-job-reason')).toHaveText('attempt 2 of 3: CUDA out of memory at step 4,120');
+  await expect(row(page, 'j-fail').getByTestId('gpuws-job-reason')).toContainText('SyntaxError in broken.py line 4');
+  // Before the relaunch: what will be relaunched, from where, and Hold.
+  await expect(row(page, 'j-int').getByTestId('gpuws-job-relaunch')).toContainText(
+    'finetune.py will be relaunched from step 4,120 once the restore ends'
+  );
+  await expect(row(page, 'j-int').getByTestId('gpuws-job-hold')).toBeVisible();
+  // A held job shows its step, and no ETA.
+  await expect(row(page, 'j-held').getByTestId('gpuws-job-progress')).toHaveText(/^step 9,000\/20,000$/);
+
+  // Jobs under way come right below Training (or first, with no run tracked), before the GPUs'.
+  const order = await page
+    .locator(PANEL)
+    .locator('section[data-section]')
+    .evaluateAll(nodes => nodes.map(n => n.getAttribute('data-section')));
+  expect(order.indexOf('jobs')).toBeLessThan(order.indexOf('runtime'));
+  // Nothing spills out of the panel at 250 px.
+  const sideways = await page.locator(PANEL).evaluate(node => node.scrollWidth - node.clientWidth);
+  expect(sideways).toBeLessThanOrEqual(0);
+
+  // Folded, the section still says how its jobs are.
+  await section.getByTestId('gpuws-fold-jobs').click();
+  await expect(section.getByTestId('gpuws-section-summary')).toHaveText('10 jobs');
+  await section.getByTestId('gpuws-fold-jobs').click();
+  expect(calls).toEqual([]);
+});
+
+test('the section is absent with no job, and appears with a pending relaunch', async ({ page }) => {
+  const listing = { jobs: [] as unknown[], relaunch: { enabled: true, pending: [] as string[] } };
+  await serveJobs(page, listing, []);
+  await openPanel(page);
+  await page.waitForResponse(r => r.url().includes('/gpuws/api/jobs'), { timeout: 20000 });
+  await expect(page.locator(PANEL).locator('section[data-section="jobs"]')).toHaveCount(0);
+  listing.jobs = [JOBS[2]];
+  listing.relaunch.pending = ['j-int'];
+  const section = page.locator(PANEL).locator('section[data-section="jobs"]');
+  await expect(section).toHaveCount(1, { timeout: 20000 });
+  await section.getByTestId('gpuws-fold-jobs').click();
+  await expect(section.getByTestId('gpuws-section-summary')).toHaveText('1 to relaunch');
+  await section.getByTestId('gpuws-fold-jobs').click();
+});
+
+test('each button calls its endpoint with its method', async ({ page }) => {
+  const calls: ICall[] = [];
+  await serveJobs(page, { jobs: JOBS, relaunch: { enabled: true, pending: ['j-int'] } }, calls);
+  await openPanel(page);
+  await expect(row(page, 'j-run')).toBeVisible({ timeout: 20000 });
+  const clicks: Array<[string, string, ICall]> = [
+    ['j-run', 'stop', { method: 'DELETE', path: '/j-run', body: null }],
+    ['j-fin', 'restart', { method: 'POST', path: '/j-fin/restart', body: {} }],
+    ['j-int', 'hold', { method: 'POST', path: '/j-int/hold', body: { hold: true } }],
+    ['j-held', 'release', { method: 'POST', path: '/j-held/hold', body: { hold: false } }],
+    // The server takes a restart by the user as the approval of a record it cannot vouch for.
+    ['j-app', 'approve', { method: 'POST', path: '/j-app/restart', body: {} }]
+  ];
+  for (const [id, action, call] of clicks) {
+    calls.length = 0;
+    await row(page, id).getByTestId(`gpuws-job-${action}`).click();
+    await expect.poll(() => calls.length, { message: `${id} ${action}` }).toBe(1);
+    expect(calls[0]).toEqual(call);
+  }
+  await expect(page.locator(PANEL).getByTestId('gpuws-jobs-action-error')).toHaveCount(0);
+
+  // Show full log: the server's kept lines in a read-only dialog.
+  calls.length = 0;
+  await row(page, 'j-run').getByTestId('gpuws-job-full-log').click();
+  const dialog = page.locator('.jp-Dialog');
+  await expect(dialog).toContainText('Log of train');
+  await expect(dialog.getByTestId('gpuws-job-full-log-text')).toContainText('line 40 of the whole log');
+  expect(calls).toEqual([{ method: 'GET', path: '/j-run/log?lines=5000', body: null }]);
+  await dialog.getByRole('button', { name: 'Close' }).click();
+  await expect(dialog).toHaveCount(0);
+});
+
+test("an API error shows in the section with the server's message", async ({ page }) => {
+  const calls: ICall[] = [];
+  const failures: { [key: string]: { status: number; message: string } } = {
+    'POST /j-fin/restart': { status: 409, message: 'sweep.ipynb has no checkpoint to restart from' },
+    'GET /j-run/log': { status: 500, message: 'the log cannot be opened: permission denied' }
+  };
+  const listing: { jobs: unknown[]; relaunch: { enabled: boolean; pending: string[] }; error?: string } = {
+    jobs: JOBS,
+    relaunch: { enabled: true, pending: ['j-int'] }
+  };
+  await serveJobs(page, listing, calls, failures);
+  await openPanel(page);
+  await expect(row(page, 'j-fin')).toBeVisible({ timeout: 20000 });
+  // The store the records live in, failing: the list says why.
+  listing.error = 'the jobs cannot be recorded in the store: it is read-only here (another runtime writes it)';
+  await expect(page.locator(PANEL).getByTestId('gpuws-jobs-store-error')).toHaveText(listing.error, { timeout: 20000 });
+  await row(page, 'j-fin').getByTestId('gpuws-job-restart').click();
+  await expect(page.locator(PANEL).getByTestId('gpuws-jobs-action-error')).toHaveText(
+    'Cannot restart sweep.ipynb: sweep.ipynb has no checkpoint to restart from'
+  );
+  // The log that cannot be read says why, in its dialog.
+  await row(page, 'j-run').getByTestId('gpuws-job-full-log').click();
+  const dialog = page.locator('.jp-Dialog');
+  await expect(dialog.getByTestId('gpuws-job-full-log-error')).toHaveText(
+    'The log cannot be read: the log cannot be opened: permission denied'
+  );
+  await dialog.getByRole('button', { name: 'Close' }).click();
+  // The list itself failing: its reason shows, the jobs last seen stay.
+  failures['GET '] = { status: 503, message: 'the store cannot be read: connection refused' };
+  await expect(page.locator(PANEL).getByTestId('gpuws-jobs-error')).toHaveText('the store cannot be read: connection refused', {
+    timeout: 20000
+  });
+  await expect(row(page, 'j-run')).toBeVisible();
+});
+
+test('"Run as job" in the file browser and the palette posts the notebook and names the job', async ({ page, tmpPath }) => {
+  const calls: ICall[] = [];
+  await serveJobs(page, { jobs: [], relaunch: { enabled: true, pending: [] } }, calls);
+  const file = 'run-as-job-check.ipynb';
+  const name = `${tmpPath}/${file}`;
+  await writeNotebook(page, name, ['print("hello")']);
+  await page.filebrowser.refresh();
+  const item = page.locator('.jp-DirListing-item', { hasText: file });
+  await item.click({ button: 'right' });
+  const menu = page.locator('.lm-Menu');
+  await menu.getByText('Run as job', { exact: true }).click();
+  await expect.poll(() => calls.length).toBe(1);
+  expect(calls[0]).toEqual({ method: 'POST', path: '', body: { notebook: name } });
+  const toast = page.locator('.Toastify__toast').filter({ hasText: `Job "${file}" started` });
+  await expect(toast).toHaveCount(1);
+  await expect(toast).toContainText('run-as-job-check.job.ipynb');
+  // Its link leads to the panel.
+  await toast.getByText('Show in GPU Workspace').click();
+  await expect(page.locator(PANEL)).toBeVisible();
+
+  // The palette's "Run notebook as job", for the notebook in front.
+  calls.length = 0;
+  await page.evaluate(async path => {
+    await (window as any).jupyterapp.commands.execute('docmanager:open', { path, factory: 'Notebook' });
+  }, name);
+  await expect.poll(() => page.notebook.isOpen(file), { timeout: 30000 }).toBe(true);
+  await page.notebook.activate(file);
+  await page.evaluate(async () => {
+    await (window as any).jupyterapp.commands.execute('gpuws:run-notebook-as-job');
+  });
+  await expect.poll(() => calls.length).toBe(1);
+  expect(calls[0]).toEqual({ method: 'POST', path: '', body: { notebook: name } });
+  await page.notebook.close(true);
+});
+
+test('the Jobs section in the light and dark themes', async ({ page }) => {
+  // The running job, one to relaunch and a retry: what a user comes back to.
+  const shown = [JOBS[0], JOBS[2], JOBS[4]];
+  await serveJobs(page, { jobs: shown, relaunch: { enabled: true, pending: ['j-int'] } }, []);
+  await openPanel(page);
+  const panel = page.locator(PANEL);
+  await expect(row(page, 'j-run')).toBeVisible({ timeout: 20000 });
+  // Not the test's folder name (the Launcher's heading).
+  await page.addStyleTag({ content: '.jp-Launcher-cwd { visibility: hidden; }' });
+  // The sections above it folded, so the picture is the Jobs section's.
+  for (const id of await panel.locator('section[data-section]').evaluateAll(nodes => nodes.map(n => n.getAttribute('data-section')))) {
+    const fold = panel.getByTestId(`gpuws-fold-${id}`);
+    if (id !== 'jobs' && (await fold.getAttribute('aria-expanded')) === 'true') {
+      await fold.click();
+    }
+  }
+  for (const theme of ['light', 'dark']) {
+    if (theme === 'dark') {
+      await page.theme.setDarkTheme();
+    } else {
+      await page.theme.setLightTheme();
+    }
+    await page.mouse.move(1200, 780);
+    await panel.evaluate(node => node.scrollTo(0, 0));
+    await expect(row(page, 'j-int').getByTestId('gpuws-job-relaunch')).toBeVisible();
+    await page.screenshot({ path: picturePath(`panel-jobs-${theme}.png`) });
+  }
+  await page.theme.setLightTheme();
+  for (const id of ['gpus', 'runtime', 'sync', 'checkpoints', 'training', 'environment', 'system']) {
+    const fold = panel.getByTestId(`gpuws-fold-${id}`);
+    if ((await fold.count()) && (await fold.getAttribute('aria-expanded')) === 'false') {
+      await fold.click();
+    }
+  }
+});
+
+test('a notebook run as a job on the real server shows running, then finished', async ({ page, tmpPath }) => {
+  const file = 'job-real-run.ipynb';
+  // Long enough to be seen running between two of the panel's looks (every 3 s).
+  await writeNotebook(page, `${tmpPath}/${file}`, ['import time\nfor i in range(10): print(f"tick {i}", flush=True); time.sleep(1)']);
+  await page.filebrowser.refresh();
+  await page.locator('.jp-DirListing-item', { hasText: file }).click({ button: 'right' });
+  const posted = page.waitForResponse(r => r.url().includes('/gpuws/api/jobs') && r.request().method() === 'POST');
+  await page.locator('.lm-Menu').getByText('Run as job', { exact: true }).click();
+  const answer = await posted;
+  expect(answer.status(), await answer.text()).toBe(201);
+  const created = await answer.json();
+  await page.locator('.Toastify__toast').filter({ hasText: `Job "${created.name}" started` }).getByText('Show in GPU Workspace').click();
+  const jobRow = row(page, created.id);
+  await expect(jobRow.getByTestId('gpuws-job-state')).toHaveText('running', { timeout: 30000 });
+  await expect(jobRow.getByTestId('gpuws-job-stop')).toBeVisible();
+  await expect(jobRow.getByTestId('gpuws-job-state')).toHaveText('finished', { timeout: 90000 });
+  await expect(jobRow.getByTestId('gpuws-job-restart')).toBeVisible();
+  // Its outputs are in the copy beside it.
+  const output = await (await page.request.get(`/api/contents/${created.output}?content=1`)).json();
+  expect(JSON.stringify(output.content.cells[0].outputs)).toContain('tick 9');
+  // Ended, it is forgotten on request (DELETE), as the API has it: nothing else here uses it.
+  await page.request.delete(`/gpuws/api/jobs/${created.id}`);
+});
