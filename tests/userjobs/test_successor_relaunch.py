@@ -137,15 +137,20 @@ def test_sigterm_stops_a_job_at_its_checkpoint_and_records_it_interrupted_in_the
 
 
 def test_the_deadlines_persist_stops_a_running_job_at_its_checkpoint_for_the_next_runtime(
-        tmp_path: Path, shared_store: Path) -> None:
-    # The automatic persist comes 45 s before a deadline a minute away: about 15 s from now.
+        tmp_path: Path, shared_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The deadline comes from a file (GPUWS_DEADLINE_FILE) written once the job steps, so a slow
+    # start cannot let the automatic persist come before the job's run is there to be asked.
+    deadline_file = tmp_path / "deadline"
+    monkeypatch.setenv("GPUWS_DEADLINE_FILE", str(deadline_file))
     config = {"store_url": str(shared_store), "sync_debounce": 0.05, "checkpoint_timeout": 10.0,
-              "deadline": str(time.time() + 60), "persist_lead_time": 45.0}
+              "persist_lead_time": 45.0}
     with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
         until(lambda: a.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
         write(a.root, "train.py", TRAIN)
         job = a.api("/gpuws/api/jobs", "POST", {"command": ["python", "train.py", "100000", "0.05", "1000000"]})
         assert job["state"] == "running"
+        until(lambda: (job_of(a, job["id"])["step"] or 0) >= 3, 120, "the job stepping")
+        deadline_file.write_text(str(time.time() + 50))  # the automatic persist: about 5 s from now
         stopped = until(lambda: (j := job_of(a, job["id"]))["state"] == "interrupted" and j, 90,
                         "the job stopped by the deadline's persist")
         assert stopped["relaunch"] == "the next runtime on this store relaunches it from its checkpoint"
