@@ -50,9 +50,22 @@ EARLY_WRITEBACK = 64 * 2**20
 FOLDER_TRUST_SECONDS = 2.0
 
 
-def _raise_os_error(err: OSError, what: str) -> NoReturn:
+# What a drive that stopped answering says (a FUSE mount whose process died or lost its
+# network: Google Drive on Colab, a bucket mount; an NFS server gone): not this file's fault.
+DRIVE_GONE = {errno.ENOTCONN, errno.ESHUTDOWN, errno.ECONNABORTED, errno.ECONNRESET, errno.EHOSTDOWN,
+              errno.ETIMEDOUT, errno.ESTALE, errno.EIO}
+
+
+def _raise_os_error(err: OSError, what: str, root: str | None = None) -> NoReturn:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        raise StoreFullError(f"The store's disk is full ({what})") from err
+        where = f", the drive holding {root}" if root else ""
+        raise StoreFullError(f"The store's disk is full ({what}{where}): free space on it; the pending files go by "
+                             "themselves then") from err
+    if root and err.errno in DRIVE_GONE:
+        raise StoreUnavailableError(
+            f"The drive holding the store {root} does not answer ({what}: {err.strerror or err}): is it still mounted? Remount it (on "
+            "Colab: drive.mount(..., force_remount=True)); the pending files go by themselves once it "
+            "answers") from err
     raise StoreUnavailableError(f"Cannot write to the store ({what}): {err.strerror or err}") from err
 
 
@@ -236,7 +249,7 @@ class LocalBackend:
         try:
             os.makedirs(self._path(prefix) if prefix else self._root, exist_ok=True)
         except OSError as err:
-            _raise_os_error(err, prefix or "the store's folder")
+            _raise_os_error(err, prefix or "the store's folder", self.root)
         self.expect(prefix)
 
     def missing(self, prefix: str) -> str:
@@ -334,7 +347,7 @@ class LocalBackend:
             refused = refused_by_store(err)  # too long, or not a name its file system takes
             if refused:
                 raise LocalFileError(refused) from None
-            _raise_os_error(err, key)
+            _raise_os_error(err, key, self.root)
         except BaseException:
             _remove_quietly(tmp)
             raise
@@ -360,7 +373,7 @@ class LocalBackend:
             self._folder_of(source, doing)
             fd = self._open_file(source, doing)  # a regular file, not a link to one
         except OSError as err:
-            _raise_os_error(err, src)
+            _raise_os_error(err, src, self.root)
         try:
             self._real_folder(os.path.dirname(target), True, doing)
             try:
@@ -372,7 +385,7 @@ class LocalBackend:
             except OSError:
                 self._copy_from(fd, target)
         except OSError as err:
-            _raise_os_error(err, dst)
+            _raise_os_error(err, dst, self.root)
         finally:
             os.close(fd)
         self._written(target)
@@ -459,7 +472,7 @@ class LocalBackend:
             # A rename moves the entry itself: a link stays a link, inside the store.
             os.replace(source, target)
         except OSError as err:
-            _raise_os_error(err, src)
+            _raise_os_error(err, src, self.root)
         self._written(target, source)
         self._prune_folders(os.path.dirname(source))
 
@@ -492,7 +505,7 @@ class LocalBackend:
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as err:
-            _raise_os_error(err, prefix or "the store")
+            _raise_os_error(err, prefix or "the store", self.root)
 
     def list(self, prefix: str) -> Iterator[RemoteFile]:
         """Every regular file under `prefix`; links and special files are skipped (and noted),
@@ -578,7 +591,7 @@ class LocalBackend:
         try:
             self._real_folder(os.path.dirname(target), True, f"write {key}")
         except OSError as err:
-            _raise_os_error(err, key)
+            _raise_os_error(err, key, self.root)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
             with os.fdopen(fd, "wb") as f:
@@ -588,7 +601,7 @@ class LocalBackend:
             os.replace(tmp, target)
         except OSError as err:
             _remove_quietly(tmp)
-            _raise_os_error(err, key)
+            _raise_os_error(err, key, self.root)
         self._fine(target)
 
     def read_tagged(self, key: str) -> tuple[bytes, str] | None:
@@ -604,7 +617,7 @@ class LocalBackend:
             self._real_folder(os.path.dirname(target), True, f"write {key}")
             fd = os.open(f"{target}.lock", os.O_RDWR | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o666)
         except OSError as err:
-            _raise_os_error(err, key)
+            _raise_os_error(err, key, self.root)
         try:
             _lock(fd, key)
             current = self.read_tagged(key)
@@ -672,13 +685,13 @@ class LocalBackend:
             except OSError as err:
                 if err.errno == errno.ELOOP:
                     continue  # replaced by a link since: nothing of ours left to flush
-                _raise_os_error(err, "flush")
+                _raise_os_error(err, "flush", self.root)
             try:
                 mode = os.fstat(fd).st_mode
                 if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
                     os.fsync(fd)
             except OSError as err:
-                _raise_os_error(err, "flush")
+                _raise_os_error(err, "flush", self.root)
             finally:
                 os.close(fd)
 

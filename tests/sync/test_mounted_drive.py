@@ -75,3 +75,57 @@ def test_the_test_drive_passes_files_through_counts_operations_and_fails_as_told
     assert err.value.errno == errno.ENOSPC
     mounted_drive.heal()
     assert sorted(os.listdir(mnt)) == ["a.txt"]
+
+
+# -- faults mid-pass ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fault", ["disconnect", "full"])
+def test_a_drive_that_fails_shows_in_the_status_keeps_files_pending_and_heals_by_itself(
+        fault: str, workdir: Path, mounted_drive: MountedDrive, on_drive: tuple[SyncEngine, SyncService]) -> None:
+    engine, service = on_drive
+    service.start()
+    eventually(lambda: settled(engine), 30, "the first files on the drive")
+    mine = files_of(workdir)
+    mounted_drive.fault(fault)
+    for i in range(5):
+        write(workdir, f"new/{i}.txt", f"written while the drive fails {i}\n")
+    status = eventually(lambda: (s := engine.status())["state"] == "error" and s, 10, "the error in the status")
+    reason = status["last_error"] or ""
+    assert mounted_drive.mountpoint in reason and "drive" in reason
+    assert ("free space" if fault == "full" else "mounted") in reason  # what to do
+    # Each file not written is pending and says why: the drive's error, or waiting for the drive.
+    def each_says_why() -> bool:
+        listing = engine.pending_list()
+        return listing["total"] >= 5 and all(
+            mounted_drive.mountpoint in (item["error"] or item["note"] or "") for item in listing["files"])
+    try:
+        eventually(each_says_why, 10, "every pending file with the drive's reason")
+    except AssertionError:
+        raise AssertionError(engine.pending_list()["files"]) from None
+    assert files_of(workdir) == {**mine, **{f"new/{i}.txt": f"written while the drive fails {i}\n".encode()
+                                            for i in range(5)}}
+    mounted_drive.heal()
+    eventually(lambda: settled(engine), 30, "every pending file on the drive, with no click")
+    assert stored(mounted_drive) == files_of(workdir)
+
+
+def test_a_drive_that_stalls_mid_pass_shows_in_the_status_while_the_pass_waits_and_heals(
+        workdir: Path, mounted_drive: MountedDrive, on_drive: tuple[SyncEngine, SyncService]) -> None:
+    engine, service = on_drive
+    engine.sync()
+    mounted_drive.fault("stall")
+    for i in range(5):
+        write(workdir, f"new/{i}.txt", f"written while the drive stalls {i}\n")
+    passing = threading.Thread(target=lambda: engine.sync(), daemon=True)
+    passing.start()
+    status = eventually(lambda: (s := engine.status())["state"] == "error" and s, 10, "the stall in the status")
+    assert passing.is_alive()  # the status answered while the pass waits on the drive
+    reason = status["last_error"] or ""
+    assert mounted_drive.mountpoint in reason and "not answered" in reason and "mounted" in reason
+    assert files_of(workdir)["new/0.txt"] == b"written while the drive stalls 0\n"
+    mounted_drive.heal()
+    passing.join(30)
+    assert not passing.is_alive()
+    service.start()
+    eventually(lambda: settled(engine), 30, "every pending file on the drive, with no click")
+    assert stored(mounted_drive) == files_of(workdir)
