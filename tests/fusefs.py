@@ -66,7 +66,7 @@ class MountedDrive:
     reads its counts, and unmounts it (lazily if it must) however the test ends."""
 
     def __init__(self, backing: str, mountpoint: str, control: str | None = None,
-                 delay: float = DEFAULT_DELAY, kernel_cache: float = 0.0) -> None:
+                 delay: float = DEFAULT_DELAY, kernel_cache: float = 1.0) -> None:
         self.backing = os.path.abspath(backing)
         self.mountpoint = os.path.abspath(mountpoint)
         self.control = control or self.mountpoint.rstrip("/") + ".control"
@@ -350,9 +350,11 @@ def _serve(backing: str, mountpoint: str, control: str, kernel_cache: float) -> 
             return 0
 
     options: dict[str, Any] = {"foreground": True, "fsname": "gpuws-test-drive", "subtype": "passthrough"}
-    # Kernel caches off by default, so every operation a tool makes reaches the drive (and is
-    # counted and delayed), as on a drive that others may change.
+    # The kernel keeps names and attributes for `kernel_cache` seconds (1 s: libfuse's default,
+    # as a mounted drive has); 0 sends every lookup to the drive.
     options.update(attr_timeout=kernel_cache, entry_timeout=kernel_cache, negative_timeout=kernel_cache)
+    # Many requests at once, as a drive served over a network takes them (libfuse keeps 10).
+    options.update(max_threads=64, max_idle_threads=64)
     fuse.FUSE(Passthrough(), mountpoint, **options)
     slots.release()
     mm.close()

@@ -28,6 +28,7 @@ import stat
 import threading
 import time
 import uuid
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Callable, Iterator, NoReturn
 
 from ..diskio import pwrite_all, start_writeback, turn
@@ -188,18 +189,22 @@ class LocalBackend:
             return False
         if folder in self._expected and not os.path.isdir(folder):
             raise StoreMissingError(self.missing(self._key(folder)))
-        if create:
-            try:
-                os.mkdir(folder)  # never follows a link: an existing one fails with EEXIST
-                self._written(folder)  # a new entry in its parent: to be made durable too
-            except FileExistsError:
-                pass
         try:
+            if create:
+                try:
+                    os.mkdir(folder)  # never follows a link: an existing one fails with EEXIST
+                    self._written(folder)  # a new entry in its parent: to be made durable too
+                except FileExistsError:
+                    pass
             mode = os.lstat(folder).st_mode
         except (FileNotFoundError, NotADirectoryError):
             if create:
                 raise
             return False
+        except OSError as err:
+            if err.errno in DRIVE_GONE or err.errno in (errno.ENOSPC, errno.EDQUOT):
+                _raise_os_error(err, doing, self.root)  # the drive's state, said as such wherever it is met
+            raise
         if not stat.S_ISDIR(mode):
             if not stat.S_ISREG(mode):
                 raise self._refuse(folder, mode, doing)
@@ -535,24 +540,27 @@ class LocalBackend:
 
     def _walk(self, base: str) -> Iterator[os.DirEntry[str]]:
         """Each entry under `base` that is not a real folder, entering real folders only (an
-        entry's type as the folder listing gives it, which never follows a link)."""
+        entry's type as the folder listing gives it, which never follows a link). On a mounted
+        drive (round_trips) LIST_IN_FLIGHT folders are listed at once, and each file's stat is
+        taken by the worker that listed it: there every listing and stat waits milliseconds."""
+        if self.round_trips:
+            yield from self._walk_in_parallel(base)
+            return
         pending = [base]
         while pending:
-            folder = pending.pop()
-            try:
-                entries = os.scandir(folder)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            with entries:
-                for entry in entries:
-                    try:
-                        is_folder = entry.is_dir(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if is_folder:
-                        pending.append(entry.path)
-                    else:
-                        yield entry
+            entries, folders = _list_folder(pending.pop(), stat_files=False)
+            pending.extend(folders)
+            yield from entries
+
+    def _walk_in_parallel(self, base: str) -> Iterator[os.DirEntry[str]]:
+        with ThreadPoolExecutor(LIST_IN_FLIGHT, thread_name_prefix="gpuws-list") as pool:
+            running = {pool.submit(_list_folder, base, True)}
+            while running:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    entries, folders = future.result()
+                    running.update(pool.submit(_list_folder, folder, True) for folder in folders)
+                    yield from entries
 
     def sweep_parts(self, prefix: str, older_than: float) -> int:
         cutoff = time.time() - older_than
@@ -694,6 +702,36 @@ class LocalBackend:
                 _raise_os_error(err, "flush", self.root)
             finally:
                 os.close(fd)
+
+
+# Folders listed at once on a mounted drive (see _walk).
+LIST_IN_FLIGHT = 16
+
+
+def _list_folder(folder: str, stat_files: bool) -> tuple[list[os.DirEntry[str]], list[str]]:
+    """The entries of `folder` that are not real folders, and the real folders in it; with
+    `stat_files`, each entry's stat taken now (DirEntry keeps it), by the caller's thread."""
+    try:
+        scanned = os.scandir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return [], []
+    entries: list[os.DirEntry[str]] = []
+    folders: list[str] = []
+    with scanned:
+        for entry in scanned:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                    continue
+                if stat_files and PART_SUFFIX not in entry.name:
+                    entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                if not stat_files:
+                    continue
+            entries.append(entry)
+    return entries, folders
 
 
 def _why_skipped(mode: int) -> str:

@@ -84,7 +84,7 @@ def test_a_drive_that_fails_shows_in_the_status_keeps_files_pending_and_heals_by
         fault: str, workdir: Path, mounted_drive: MountedDrive, on_drive: tuple[SyncEngine, SyncService]) -> None:
     engine, service = on_drive
     service.start()
-    eventually(lambda: settled(engine), 30, "the first files on the drive")
+    eventually(lambda: stored(mounted_drive) == files_of(workdir) and settled(engine), 30, "the first files on the drive")
     mine = files_of(workdir)
     mounted_drive.fault(fault)
     for i in range(5):
@@ -109,6 +109,16 @@ def test_a_drive_that_fails_shows_in_the_status_keeps_files_pending_and_heals_by
     assert stored(mounted_drive) == files_of(workdir)
 
 
+def test_a_first_pass_that_the_drive_fails_is_tried_again_in_full_once_it_answers(
+        workdir: Path, mounted_drive: MountedDrive, on_drive: tuple[SyncEngine, SyncService]) -> None:
+    engine, service = on_drive
+    mounted_drive.fault("disconnect")
+    service.start()  # its first pass, over everything, fails
+    eventually(lambda: engine.status()["state"] == "error", 10, "the error in the status")
+    mounted_drive.heal()
+    eventually(lambda: stored(mounted_drive) == files_of(workdir), 30, "every file on the drive, with no click")
+
+
 def test_a_drive_that_stalls_mid_pass_shows_in_the_status_while_the_pass_waits_and_heals(
         workdir: Path, mounted_drive: MountedDrive, on_drive: tuple[SyncEngine, SyncService]) -> None:
     engine, service = on_drive
@@ -129,3 +139,88 @@ def test_a_drive_that_stalls_mid_pass_shows_in_the_status_while_the_pass_waits_a
     service.start()
     eventually(lambda: settled(engine), 30, "every pending file on the drive, with no click")
     assert stored(mounted_drive) == files_of(workdir)
+
+
+# -- what each file costs on the drive (operations counted by the drive, not time) ------------------
+
+MANY = 200
+METADATA = ("getattr", "readdir", "opendir", "releasedir", "access", "statfs")
+
+
+def write_tree(root: Path, count: int) -> int:
+    """`count` small files in 20 folders; returns the number of folders."""
+    for i in range(count):
+        write(root, f"data/d{i % 20:02d}/f{i:04d}.txt", f"file {i}\n" * (1 + i % 50))
+    return 20
+
+
+def per_file(counts: dict[str, int], kinds: tuple[str, ...], files: int) -> float:
+    return sum(counts.get(kind, 0) for kind in kinds) / files
+
+
+@pytest.fixture
+def drive_store(mounted_drive: MountedDrive) -> str:
+    store = os.path.join(mounted_drive.mountpoint, "gpuws")
+    os.mkdir(store)  # a new store on the drive, made on purpose
+    return store
+
+
+def engine_for(tmp_path: Path, workdir: Path, store: str, state: str) -> SyncEngine:
+    engine = SyncEngine(SyncSettings(workdir=str(workdir), store_url=store, workspace="ws",
+                                     state_dir=str(tmp_path / state), retry_backoff=0.05))
+    engine.open()
+    return engine
+
+
+def test_a_first_pass_to_a_mounted_drive_costs_a_few_operations_per_file_and_no_listing_per_file(
+        tmp_path: Path, workdir: Path, mounted_drive: MountedDrive, drive_store: str) -> None:
+    folders = write_tree(workdir, MANY)
+    engine = engine_for(tmp_path, workdir, drive_store, "state")
+    try:
+        mounted_drive.reset_counts()
+        assert len(engine.sync().uploaded) == MANY
+        counts = mounted_drive.counts()
+    finally:
+        engine.close()
+    assert stored(mounted_drive) == files_of(workdir)
+    assert counts.get("create", 0) <= MANY + 10 and counts.get("write", 0) <= MANY + 10  # each file written once
+    assert counts.get("readdir", 0) <= folders + 5  # never a listing per file
+    assert per_file(counts, METADATA, MANY) <= 6, counts
+
+
+def test_a_pass_with_nothing_changed_asks_the_mounted_drive_nothing_per_file(
+        tmp_path: Path, workdir: Path, mounted_drive: MountedDrive, drive_store: str) -> None:
+    write_tree(workdir, MANY)
+    engine = engine_for(tmp_path, workdir, drive_store, "state")
+    try:
+        engine.sync()
+        mounted_drive.reset_counts()
+        report = engine.sync()  # a full rescan: nothing changed here
+        counts = mounted_drive.counts()
+    finally:
+        engine.close()
+    assert report.uploaded == [] and report.unchanged == MANY
+    assert sum(counts.values()) <= 20, counts  # no stat of every file in the store, no listing
+
+
+def test_a_restore_from_a_mounted_drive_opens_each_file_once_and_lists_each_folder_once(
+        tmp_path: Path, workdir: Path, mounted_drive: MountedDrive, drive_store: str) -> None:
+    folders = write_tree(workdir, MANY)
+    engine = engine_for(tmp_path, workdir, drive_store, "state")
+    try:
+        engine.sync()
+    finally:
+        engine.close()
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    mounted_drive.reset_counts()
+    engine = engine_for(tmp_path, fresh, drive_store, "state-fresh")
+    try:
+        report = engine.restore()
+        counts = mounted_drive.counts()
+    finally:
+        engine.close()
+    assert not report.errors and files_of(fresh) == files_of(workdir)
+    assert counts.get("open", 0) <= MANY + 10  # each file opened once (and a few records)
+    assert counts.get("readdir", 0) <= folders + 10  # each folder listed once, never a listing per file
+    assert per_file(counts, METADATA, MANY) <= 4, counts
