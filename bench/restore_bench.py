@@ -716,7 +716,8 @@ def part_fuse(sz: Sizes, tmp: Path, delay_ms: float) -> None:
         run_row(f"From a mounted drive ({delay_ms:g} ms per operation): {sz.fuse_files:,} small files (1–64 KiB)",
                 tools, src, root, sz.trials, nbytes,
                 f"a local-folder store on a FUSE passthrough (tests/fusefs.py) adding {delay_ms:g} ms to every "
-                "operation (metadata, open, read), kernel caches off; a fresh empty local destination each time. "
+                "operation (metadata, open, read), the kernel keeping names and attributes 1 s; a fresh empty local "
+                "destination each time. "
                 "Engine concurrency 8.")
         counts = drive.counts()
         runs = 1 + sz.trials * len(tools)
