@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 # A question unanswered for this long: the store is taken to be stalled.
 STALLED_AFTER = 3.0
@@ -48,7 +48,7 @@ class StallWatch:
     def _ask(self) -> None:
         try:
             self._probe()
-        except Exception:  # an answer, even an error: the store is not stalled (the pass says why)
+        except Exception:  # noqa: BLE001, S110 - an answer, even an error: not stalled (the pass says why)
             pass
         with self._lock:
             self._asked = None

@@ -9,15 +9,16 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
 
 import pytest
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from jupyter_gpu_ws.sync.service import SyncService
-from tests.fusefs import MountedDrive, mounted_drive  # noqa: F401  (a fixture)
+from tests.fusefs import (
+    MountedDrive,  # the `mounted_drive` fixture comes from tests/sync/conftest.py
+)
 from tests.sync.conftest import eventually, tree_files, write
 
 FILES = 12
