@@ -1,6 +1,6 @@
 """Restore speed: a fresh machine's restore, side by side with the tools a user would use instead.
 
-    python bench/restore_bench.py [--quick] [--trials N] [--parts s3,https,azure,capped,lease,local]
+    python bench/restore_bench.py [--quick] [--trials N] [--parts s3,https,azure,capped,lease,local,fuse]
                                   [--rows small,large] [--delays 0,20] [--capped-size MiB]
                                   [--rate-mbps 10] [--capped-delay 20] [--before DIR] [--fixed]
                                   [--chunk8] [--tmp DIR]
@@ -33,6 +33,10 @@ ratios (no assertions; the machines are noisy). `--parts` picks among:
   first attempt to its refusal, against the lease's renewal interval.
 - `local`: from a local-folder store (the embedded default), the engine against `cp -r` of the
   store's folder.
+- `fuse`: from a local-folder store on a mounted drive (tests/fusefs.py, a FUSE passthrough that
+  adds `--fuse-delay` ms, default 5, to every operation: Google Drive on Colab), the engine
+  against `cp -r`, `rsync -a` and `rclone copy --transfers 16`; with the operations that reached
+  the drive, by kind. Needs /dev/fuse, Debian's fuse3 and mfusepy (a test dependency).
 
 What is warm: nothing can be dropped from caches here, so every row starts with one untimed
 restore that reads the whole store once; from then on the store's data (SeaweedFS's volume
@@ -111,10 +115,11 @@ class Sizes:
     large_files: int
     large_size: int
     trials: int
+    fuse_files: int  # through the mounted drive, where a tool that copies one file at a time is slow
 
 
-FULL = Sizes(20_000, 4, 512 * MiB, 3)
-QUICK = Sizes(2_000, 2, 64 * MiB, 2)
+FULL = Sizes(20_000, 4, 512 * MiB, 3, 5_000)
+QUICK = Sizes(2_000, 2, 64 * MiB, 2, 1_000)
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -674,7 +679,57 @@ def part_local(sz: Sizes, tmp: Path, rows: list[str]) -> None:
         remove(root)
 
 
-PARTS = ("s3", "https", "azure", "capped", "lease", "local")
+# -- 3. from a mounted drive ------------------------------------------------------------------------
+
+def part_fuse(sz: Sizes, tmp: Path, delay_ms: float) -> None:
+    """From a local-folder store on a mounted drive (tests/fusefs.py: a FUSE passthrough adding
+    `delay_ms` to each operation, as Google Drive on Colab costs milliseconds per operation): the
+    engine against `cp -r`, `rsync -a` and `rclone copy --transfers 16` of the store's folder."""
+    from tests.fusefs import MountedDrive, fuse_available
+
+    why = fuse_available()
+    if why:
+        log(f"fuse: skipped: {why}")
+        return
+    root = Path(tempfile.mkdtemp(prefix="restore-fuse-", dir=tmp))
+    drive = MountedDrive(str(root / "backing"), str(root / "drive"), delay=0.0)
+    try:
+        (root / "backing").mkdir()
+        src = root / "src-small"
+        nbytes = write_project(src, sz.fuse_files, seed=13)
+        drive.mount()
+        store = root / "drive" / "store"
+        store.mkdir()  # a new store on the drive, made on purpose
+        log(f"fuse: syncing {sz.fuse_files:,} small files into a store on the drive (no delay yet)")
+        upload(src, str(store), {}, root / "state-up")
+        drive.set_delays(delay_ms / 1000, delay_ms / 1000, delay_ms / 1000)
+        mirror = store / WORKSPACE / "files"
+        tools: list[tuple[str, Callable[[Path], float]]] = [
+            (ENGINE, lambda dst: engine_restore(str(store), {}, dst)),
+            ("`cp -r`", lambda dst: run_cmd(["cp", "-r", str(mirror), str(dst)])),
+            ("`rsync -a`", lambda dst: run_cmd(["rsync", "-a", f"{mirror}/", str(dst)])),
+            ("`rclone copy --transfers 16`", lambda dst: run_cmd(
+                ["rclone", "copy", "--transfers", "16", "--checkers", "16", str(mirror), str(dst)],
+                env=rclone_env())),
+        ]
+        drive.reset_counts()
+        run_row(f"From a mounted drive ({delay_ms:g} ms per operation): {sz.fuse_files:,} small files (1–64 KiB)",
+                tools, src, root, sz.trials, nbytes,
+                f"a local-folder store on a FUSE passthrough (tests/fusefs.py) adding {delay_ms:g} ms to every "
+                "operation (metadata, open, read), the kernel keeping names and attributes 1 s; a fresh empty local "
+                "destination each time. "
+                "Engine concurrency 8.")
+        counts = drive.counts()
+        runs = 1 + sz.trials * len(tools)
+        emit(f"Operations that reached the drive, all {runs} runs together: "
+             + ", ".join(f"{kind} {n:,}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1])) + ".")
+        emit()
+    finally:
+        drive.close()
+        remove(root)
+
+
+PARTS = ("s3", "https", "azure", "capped", "lease", "local", "fuse")
 
 
 def main() -> None:
@@ -694,6 +749,7 @@ def main() -> None:
                         help="the S3 rows of large files also run the engine with its parts held at 8")
     parser.add_argument("--chunk8", action="store_true",
                         help="the S3 rows of large files also run the engine with its reads in 8 MiB pieces")
+    parser.add_argument("--fuse-delay", type=float, default=5.0, help="the mounted drive's delay per operation, ms")
     parser.add_argument("--no-local", action="store_true", help="skip the local-folder store")
     parser.add_argument("--no-s3", action="store_true", help="skip S3 (plain HTTP)")
     parser.add_argument("--tmp", default=None, help="folder for temporary files")
@@ -733,6 +789,8 @@ def main() -> None:
         part_lease(tmp, max(3, sz.trials))
     if "local" in parts:
         part_local(sz, tmp, rows)
+    if "fuse" in parts:
+        part_fuse(sz, tmp, args.fuse_delay)
     emit(f"Total time: {time.monotonic() - started:.0f} s")
 
 

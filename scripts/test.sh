@@ -26,10 +26,11 @@ step "configurable-http-proxy (npm) for the JupyterHub tests"
 step "Azurite (npm), the Azure Blob emulator for the store tests"
 (cd tests/stores && npm ci --no-audit --no-fund --loglevel=error)
 
-step "Debian's packages: Chromium for the browser tests, libfaketime for clocks that disagree"
+step "Debian's packages: Chromium for the browser tests, libfaketime for clocks that disagree, fuse3 for a mounted drive"
 missing=""
 command -v chromium >/dev/null || missing="$missing chromium"
 command -v faketime >/dev/null || missing="$missing faketime"
+command -v fusermount3 >/dev/null || missing="$missing fuse3"
 if [ -n "$missing" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -q

@@ -28,6 +28,7 @@ import stat
 import threading
 import time
 import uuid
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Callable, Iterator, NoReturn
 
 from ..diskio import pwrite_all, start_writeback, turn
@@ -50,9 +51,22 @@ EARLY_WRITEBACK = 64 * 2**20
 FOLDER_TRUST_SECONDS = 2.0
 
 
-def _raise_os_error(err: OSError, what: str) -> NoReturn:
+# What a drive that stopped answering says (a FUSE mount whose process died or lost its
+# network: Google Drive on Colab, a bucket mount; an NFS server gone): not this file's fault.
+DRIVE_GONE = {errno.ENOTCONN, errno.ESHUTDOWN, errno.ECONNABORTED, errno.ECONNRESET, errno.EHOSTDOWN,
+              errno.ETIMEDOUT, errno.ESTALE, errno.EIO}
+
+
+def _raise_os_error(err: OSError, what: str, root: str | None = None) -> NoReturn:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        raise StoreFullError(f"The store's disk is full ({what})") from err
+        where = f", the drive holding {root}" if root else ""
+        raise StoreFullError(f"The store's disk is full ({what}{where}): free space on it; the pending files go by "
+                             "themselves then") from err
+    if root and err.errno in DRIVE_GONE:
+        raise StoreUnavailableError(
+            f"The drive holding the store {root} does not answer ({what}: {err.strerror or err}): is it still mounted? Remount it (on "
+            "Colab: drive.mount(..., force_remount=True)); the pending files go by themselves once it "
+            "answers") from err
     raise StoreUnavailableError(f"Cannot write to the store ({what}): {err.strerror or err}") from err
 
 
@@ -175,18 +189,22 @@ class LocalBackend:
             return False
         if folder in self._expected and not os.path.isdir(folder):
             raise StoreMissingError(self.missing(self._key(folder)))
-        if create:
-            try:
-                os.mkdir(folder)  # never follows a link: an existing one fails with EEXIST
-                self._written(folder)  # a new entry in its parent: to be made durable too
-            except FileExistsError:
-                pass
         try:
+            if create:
+                try:
+                    os.mkdir(folder)  # never follows a link: an existing one fails with EEXIST
+                    self._written(folder)  # a new entry in its parent: to be made durable too
+                except FileExistsError:
+                    pass
             mode = os.lstat(folder).st_mode
         except (FileNotFoundError, NotADirectoryError):
             if create:
                 raise
             return False
+        except OSError as err:
+            if err.errno in DRIVE_GONE or err.errno in (errno.ENOSPC, errno.EDQUOT):
+                _raise_os_error(err, doing, self.root)  # the drive's state, said as such wherever it is met
+            raise
         if not stat.S_ISDIR(mode):
             if not stat.S_ISREG(mode):
                 raise self._refuse(folder, mode, doing)
@@ -236,7 +254,7 @@ class LocalBackend:
         try:
             os.makedirs(self._path(prefix) if prefix else self._root, exist_ok=True)
         except OSError as err:
-            _raise_os_error(err, prefix or "the store's folder")
+            _raise_os_error(err, prefix or "the store's folder", self.root)
         self.expect(prefix)
 
     def missing(self, prefix: str) -> str:
@@ -334,7 +352,7 @@ class LocalBackend:
             refused = refused_by_store(err)  # too long, or not a name its file system takes
             if refused:
                 raise LocalFileError(refused) from None
-            _raise_os_error(err, key)
+            _raise_os_error(err, key, self.root)
         except BaseException:
             _remove_quietly(tmp)
             raise
@@ -360,7 +378,7 @@ class LocalBackend:
             self._folder_of(source, doing)
             fd = self._open_file(source, doing)  # a regular file, not a link to one
         except OSError as err:
-            _raise_os_error(err, src)
+            _raise_os_error(err, src, self.root)
         try:
             self._real_folder(os.path.dirname(target), True, doing)
             try:
@@ -372,7 +390,7 @@ class LocalBackend:
             except OSError:
                 self._copy_from(fd, target)
         except OSError as err:
-            _raise_os_error(err, dst)
+            _raise_os_error(err, dst, self.root)
         finally:
             os.close(fd)
         self._written(target)
@@ -459,7 +477,7 @@ class LocalBackend:
             # A rename moves the entry itself: a link stays a link, inside the store.
             os.replace(source, target)
         except OSError as err:
-            _raise_os_error(err, src)
+            _raise_os_error(err, src, self.root)
         self._written(target, source)
         self._prune_folders(os.path.dirname(source))
 
@@ -492,7 +510,7 @@ class LocalBackend:
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as err:
-            _raise_os_error(err, prefix or "the store")
+            _raise_os_error(err, prefix or "the store", self.root)
 
     def list(self, prefix: str) -> Iterator[RemoteFile]:
         """Every regular file under `prefix`; links and special files are skipped (and noted),
@@ -522,24 +540,27 @@ class LocalBackend:
 
     def _walk(self, base: str) -> Iterator[os.DirEntry[str]]:
         """Each entry under `base` that is not a real folder, entering real folders only (an
-        entry's type as the folder listing gives it, which never follows a link)."""
+        entry's type as the folder listing gives it, which never follows a link). On a mounted
+        drive (round_trips) LIST_IN_FLIGHT folders are listed at once, and each file's stat is
+        taken by the worker that listed it: there every listing and stat waits milliseconds."""
+        if self.round_trips:
+            yield from self._walk_in_parallel(base)
+            return
         pending = [base]
         while pending:
-            folder = pending.pop()
-            try:
-                entries = os.scandir(folder)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            with entries:
-                for entry in entries:
-                    try:
-                        is_folder = entry.is_dir(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if is_folder:
-                        pending.append(entry.path)
-                    else:
-                        yield entry
+            entries, folders = _list_folder(pending.pop(), stat_files=False)
+            pending.extend(folders)
+            yield from entries
+
+    def _walk_in_parallel(self, base: str) -> Iterator[os.DirEntry[str]]:
+        with ThreadPoolExecutor(LIST_IN_FLIGHT, thread_name_prefix="gpuws-list") as pool:
+            running = {pool.submit(_list_folder, base, True)}
+            while running:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    entries, folders = future.result()
+                    running.update(pool.submit(_list_folder, folder, True) for folder in folders)
+                    yield from entries
 
     def sweep_parts(self, prefix: str, older_than: float) -> int:
         cutoff = time.time() - older_than
@@ -578,7 +599,7 @@ class LocalBackend:
         try:
             self._real_folder(os.path.dirname(target), True, f"write {key}")
         except OSError as err:
-            _raise_os_error(err, key)
+            _raise_os_error(err, key, self.root)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
             with os.fdopen(fd, "wb") as f:
@@ -588,7 +609,7 @@ class LocalBackend:
             os.replace(tmp, target)
         except OSError as err:
             _remove_quietly(tmp)
-            _raise_os_error(err, key)
+            _raise_os_error(err, key, self.root)
         self._fine(target)
 
     def read_tagged(self, key: str) -> tuple[bytes, str] | None:
@@ -604,7 +625,7 @@ class LocalBackend:
             self._real_folder(os.path.dirname(target), True, f"write {key}")
             fd = os.open(f"{target}.lock", os.O_RDWR | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o666)
         except OSError as err:
-            _raise_os_error(err, key)
+            _raise_os_error(err, key, self.root)
         try:
             _lock(fd, key)
             current = self.read_tagged(key)
@@ -672,15 +693,45 @@ class LocalBackend:
             except OSError as err:
                 if err.errno == errno.ELOOP:
                     continue  # replaced by a link since: nothing of ours left to flush
-                _raise_os_error(err, "flush")
+                _raise_os_error(err, "flush", self.root)
             try:
                 mode = os.fstat(fd).st_mode
                 if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
                     os.fsync(fd)
             except OSError as err:
-                _raise_os_error(err, "flush")
+                _raise_os_error(err, "flush", self.root)
             finally:
                 os.close(fd)
+
+
+# Folders listed at once on a mounted drive (see _walk).
+LIST_IN_FLIGHT = 16
+
+
+def _list_folder(folder: str, stat_files: bool) -> tuple[list[os.DirEntry[str]], list[str]]:
+    """The entries of `folder` that are not real folders, and the real folders in it; with
+    `stat_files`, each entry's stat taken now (DirEntry keeps it), by the caller's thread."""
+    try:
+        scanned = os.scandir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return [], []
+    entries: list[os.DirEntry[str]] = []
+    folders: list[str] = []
+    with scanned:
+        for entry in scanned:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                    continue
+                if stat_files and PART_SUFFIX not in entry.name:
+                    entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                if not stat_files:
+                    continue
+            entries.append(entry)
+    return entries, folders
 
 
 def _why_skipped(mode: int) -> str:

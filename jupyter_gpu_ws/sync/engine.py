@@ -63,6 +63,7 @@ from .restore import (
 )
 from .scan import LocalFile, local_path, scan, stat_path
 from .settle import Settling
+from .stall import StallWatch
 from .status import engine_status, on_same_disk, stored_summary
 from .transfer import PassTransfer
 
@@ -212,6 +213,8 @@ class SyncEngine:
         self._summary_due = False
         self._summary_written = 0.0
         self._same_disk: bool | None = None
+        # A store that stops answering mid-pass (a stalled drive) shows in the status meanwhile.
+        self.stall_watch = StallWatch(lambda: self.backend.present(""))
         # The background flush after a pass that did not wait for one.
         self._flush_wanted = threading.Condition()
         self._flush_requested = False
@@ -250,6 +253,7 @@ class SyncEngine:
         else:
             self._acquired()
         self.keeper.start()
+        self.same_disk()  # looked at now, while the store answers: the status never waits on it
 
     def take_over(self) -> None:
         """The user's Take over: the lease becomes ours even from a live holder (writes wait
@@ -447,12 +451,14 @@ class SyncEngine:
                     self.note_missing(str(err))
                 if isinstance(err, SyncError):
                     self.state, self.last_error = ("read-only" if self.read_only else "error"), str(err)
+                    self.pending_set.held(str(err))
                     raise
                 self.state, self.last_error = "error", f"Sync failed: {err}"
                 log.exception("Sync pass failed")
                 raise SyncError(self.last_error) from err
             if report.errors:
                 self.state, self.last_error = "error", report.errors[0]
+                self.pending_set.held(report.stopped or report.errors[0])
             else:
                 self.state, self.last_error = "idle", None
                 self.last_sync = self.clock()
@@ -591,6 +597,7 @@ class SyncEngine:
                 self.flush()
             except SyncError as err:
                 self.state, self.last_error = "error", str(err)
+                self.pending_set.held(str(err))
                 log.warning("Sync: %s", err)
 
     def plan(self, paths: Iterable[str] | None = None) -> tuple[list[LocalFile], list[str], int, int]:

@@ -140,6 +140,13 @@ class PendingSet:
                 if item is not None and item.state == "uploading":
                     item.state = "waiting"
 
+    def held(self, why: str) -> None:
+        """The store stopped a pass: each file still waiting says why (the next try clears it)."""
+        with self._lock:
+            for item in self._items.values():
+                if item.state == "waiting":
+                    item.note = f"waiting for the store: {why}"
+
     # -- local problems --------------------------------------------------------------------------
 
     def problem(self, rel: str, reason: str, local: LocalFile | None = None) -> None:

@@ -43,6 +43,13 @@ def engine_status(engine: SyncEngine) -> dict[str, Any]:
         state = "error"  # the lease could not be renewed in time: writes paused
     else:
         state = engine.state
+    stalled = engine.stall_watch.stalled_for(running is not None)
+    stall = None
+    if stalled is not None and missing is None:
+        state = "error"
+        stall = (f"The store {engine.backend.description} has not answered for {stalled:.0f} s: is the drive it is "
+                 "on still mounted and reachable? The sync waits for it and goes on by itself once it answers "
+                 "(remount the drive if it stays stuck; on Colab: drive.mount(..., force_remount=True))")
     problems = engine.pending_set.listing(0)
     skipped = engine.backend.skipped
     return {
@@ -52,10 +59,10 @@ def engine_status(engine: SyncEngine) -> dict[str, Any]:
         "problem_files": problems["problems_total"],
         "progress": running[0].snapshot() if running is not None else None,
         "last_sync": engine.last_sync,
-        "last_error": missing or engine.last_error or lease["lease_error"],
+        "last_error": missing or stall or engine.last_error or lease["lease_error"],
         "read_only_reason": engine.read_only_reason,
         "can_take_over": engine.read_only or engine.lease_corrupt or missing is not None,
-        "store_down": engine.store_down or missing,
+        "store_down": engine.store_down or missing or stall,
         # The store's folder (or this workspace's, synced here before) is not there: unavailable.
         "store_missing": missing is not None,
         "synced_files": count,

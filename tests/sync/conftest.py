@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
+from tests.fusefs import mounted_drive  # noqa: F401  (a fixture: a FUSE drive that stalls, drops or fills up)
 from tests.sync.s3server import S3Server, S3ServerError
 
 S3_ACCESS_KEY = "gpuws-test-key"
