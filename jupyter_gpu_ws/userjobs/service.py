@@ -97,6 +97,7 @@ class JobService:
             manager.load(orphans=False)  # another runtime writes: its jobs as it records them
             self._read = time.monotonic()
         manager.flush()
+        manager.stop_on_nan_loss()
         if not self._settled or self._relaunched or not writable:
             return  # the lease decides: only its holder relaunches
         self._relaunched = True
@@ -174,9 +175,11 @@ class JobService:
                 if isinstance(run.get("step"), int):  # the stream's: newer than the registration's, mostly
                     out["step"] = max(run["step"], out.get("step", -1))
                 verdict = run.get("verdict") or {}
+                nan = next((a for a in run.get("anomalies") or [] if a.get("kind") == "nan-loss"), None)
                 out.update(total_steps=run.get("total"), eta_seconds=run.get("eta"),
-                           verdict=verdict.get("message") or None,
-                           nan_loss=any(a.get("kind") == "nan-loss" for a in run.get("anomalies") or []))
+                           verdict=verdict.get("message") or None, nan_loss=nan is not None)
+                if nan is not None:  # when the view saw it and from which step: the manager stops on it
+                    out.update(nan_since=nan.get("since"), nan_step=nan.get("step"))
                 break
         if "checkpoint_step" in out:  # a run is at least where its last checkpoint was taken
             out["step"] = max(out["checkpoint_step"], out.get("step", -1))
