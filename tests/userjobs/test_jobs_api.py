@@ -115,8 +115,8 @@ def test_a_loss_the_training_view_flags_not_finite_ends_the_attempt_which_resume
     assert done["state"] == "finished", done["reason"]
     first, second = done["attempts"]
     assert first["reason"] == f"the loss was not finite at step {NAN_AT}" and first["retryable"]
-    # Stopped by the server, not run to its end: the first attempt never reached its last step.
-    assert first["step"] < 199 and second["step"] == 199
+    # Stopped by the server, not run to its end (the step last seen may lag the loop's own).
+    assert first["step"] < 150 and second["returncode"] == 0
     resumed = [int(line.split()[1]) for line in done["log_tail"] if line.startswith("resumed ")]
     assert resumed and 0 < resumed[-1] <= NAN_AT  # the newest healthy checkpoint, none taken after the NaN
     steps = losses(server.root / "nan-once" / "losses.txt")
@@ -129,7 +129,7 @@ def test_a_job_whose_loss_is_not_finite_with_no_retries_is_reported_failed_with_
     done = ended(server, job["id"], 300)
     assert done["state"] == "failed" and done["reason"] == f"the loss was not finite at step {NAN_AT}"
     [attempt] = done["attempts"]
-    assert attempt["step"] < 199  # stopped at the NaN, not let run on
+    assert attempt["step"] < 150  # stopped at the NaN, not let run on
 
 
 def test_a_syntax_error_is_not_retried_and_says_so(server: ServerProcess) -> None:
