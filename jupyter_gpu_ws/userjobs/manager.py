@@ -98,6 +98,7 @@ class Job:
     failures_before: int = 0  # failed attempts before the user's last restart: they used no retries of this run
     nan_stopped: bool = False  # this attempt was ended because the training view saw its loss not finite
     nan_step: int | None = None  # the step the loss stopped being finite at, as the view said
+    relaunched_on: str | None = None  # the environment a relaunch ran it on, where that was worth saying
 
 
 class JobManager:
@@ -112,6 +113,9 @@ class JobManager:
         self.loaded = False  # the store's records read (once the restore is done)
         self.relaunched: set[str] = set()
         self.store_error: str | None = None
+        # Where the environment differs from the snapshot: what the relaunch runs on ("on this
+        # environment, which differs from the snapshot: 2 packages", "after restoring …").
+        self.environment_note: str | None = None
         self._unwritten: set[str] = set()
         self._lock = threading.RLock()
         self._key: bytes | None = None
@@ -411,6 +415,7 @@ class JobManager:
         else:
             self._check_command(job.record.command, self.folder(job.record.cwd))
         job.untrusted = None
+        job.relaunched_on = None
         job.record.workspace = self.settings.workspace
         job.failures_before = len([a for a in job.record.attempts if a.retryable is not None])
         self._start(job, "running")
@@ -562,14 +567,15 @@ class JobManager:
             job = self.get(job_id)
             self.relaunched.add(job_id)
             job.record.held = False
+            job.relaunched_on = self.environment_note
             self._start(job, "relaunched")
             started.append(job_id)
         return started
 
     def relaunch_words(self, job: Job) -> str | None:
         record = job.record
-        if record.state != "interrupted":
-            return None
+        if record.state != "interrupted":  # kept to its end: what its run and its outcome ran on
+            return f"relaunched {job.relaunched_on}" if job.relaunched_on else None
         if job.untrusted is not None:
             return f"waits for your approval (restart it): {job.untrusted}"
         if record.held:
@@ -581,6 +587,8 @@ class JobManager:
         refusal = self.store.why_not_writable() if self.store is not None else None
         if refusal:  # the lease decides which runtime relaunches: never two
             return f"relaunched by the runtime that writes this workspace ({refusal})"
+        if self.environment_note:
+            return f"relaunches {self.environment_note}"
         return "relaunches when this runtime has restored its checkpoint"
 
     # -- what the API shows ----------------------------------------------------------------------
