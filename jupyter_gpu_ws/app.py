@@ -308,6 +308,13 @@ class GpuWorkspace(Configurable):
         for a restart by hand (docs/jobs.md)."""
     ).tag(config=True)
 
+    relaunch_restores_environment = Bool(
+        False, help="""Before relaunching the last runtime's jobs, restore the difference between this
+        environment and the workspace's latest snapshot (as the Environment section's restore does: wheels
+        from the store or the index, nothing built from sources) and relaunch once it is done. Off: the jobs
+        relaunch on the environment there is, and say so when it differs (docs/jobs.md)."""
+    ).tag(config=True)
+
     job_stop_grace = Float(
         10.0, help="Seconds a job has to end after SIGTERM (when stopped or at the runtime's end) before SIGKILL."
     ).tag(config=True)

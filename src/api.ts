@@ -635,7 +635,8 @@ export interface IUserJob {
   /** The verdict against the runtime's deadline, in words. */
   verdict: string | null;
   log_tail: string[];
-  /** What happens on the next runtime, while a relaunch is due. */
+  /** What happens on the next runtime, while a relaunch is due; once relaunched, on which
+   * environment, where that differed from the snapshot. */
   relaunch: string | null;
   /** A record this runtime cannot vouch for (not signed by this user's secret): it runs only once
    * the user approves it (a restart). */

@@ -35,14 +35,20 @@ class Outcome:
 
 
 def classify(returncode: int | None, log_tail: list[str], *, step: int | None = None,
-             interrupted: bool = False, nan_loss: bool = False, oom_killed: bool = False) -> Outcome:
+             interrupted: bool = False, nan_loss: bool = False, oom_killed: bool = False,
+             nan_stopped: bool = False, nan_step: int | None = None) -> Outcome:
     """How an attempt ended: `returncode` as Popen gives it (negative for a signal; None when the
     command could not start), the last lines of its log, the step it had reached, and what the
     server knows beyond the process: it interrupted it for a checkpoint, the training view saw a
-    loss that was not finite, the cgroup's OOM-kill count grew while it ran."""
+    loss that was not finite (from `nan_step`), the server stopped it for that (`nan_stopped`:
+    whatever its exit code), the cgroup's OOM-kill count grew while it ran."""
     at_step = "" if step is None else f" at step {step:,}"
+    not_finite = Outcome("failed", "the loss was not finite" + (at_step if nan_step is None else f" at step {nan_step:,}"),
+                         True)
     if interrupted:
         return Outcome("interrupted", f"interrupted{at_step}", True)
+    if nan_stopped:
+        return not_finite
     if returncode == 0:
         return Outcome("finished", None, False)
     if oom_killed:
@@ -51,7 +57,7 @@ def classify(returncode: int | None, log_tail: list[str], *, step: int | None = 
     if any("CUDA out of memory" in line or "OutOfMemoryError" in line for line in lines):
         return Outcome("failed", f"CUDA out of memory{at_step}", True)
     if nan_loss:
-        return Outcome("failed", f"the loss was not finite{at_step}", True)
+        return not_finite
     if lines and lines[-1].endswith(CANNOT_CHANGE):
         return Outcome("failed", lines[-1], False)
     permanent = _permanent(returncode, lines)

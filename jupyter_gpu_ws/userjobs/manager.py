@@ -96,6 +96,9 @@ class Job:
     runtime_id: str | None = None  # the server running it now
     checkpoint_step: int | None = None  # its run's newest checkpoint, as last seen
     failures_before: int = 0  # failed attempts before the user's last restart: they used no retries of this run
+    nan_stopped: bool = False  # this attempt was ended because the training view saw its loss not finite
+    nan_step: int | None = None  # the step the loss stopped being finite at, as the view said
+    relaunched_on: str | None = None  # the environment a relaunch ran it on, where that was worth saying
 
 
 class JobManager:
@@ -110,6 +113,9 @@ class JobManager:
         self.loaded = False  # the store's records read (once the restore is done)
         self.relaunched: set[str] = set()
         self.store_error: str | None = None
+        # Where the environment differs from the snapshot: what the relaunch runs on ("on this
+        # environment, which differs from the snapshot: 2 packages", "after restoring …").
+        self.environment_note: str | None = None
         self._unwritten: set[str] = set()
         self._lock = threading.RLock()
         self._key: bytes | None = None
@@ -281,6 +287,7 @@ class JobManager:
         path.parent.mkdir(parents=True, exist_ok=True)
         job.log = JobLog(path, max_bytes=self.settings.log_max_bytes)
         kills_before = oom_kills()
+        job.nan_stopped, job.nan_step = False, None
         try:
             # Checked again at each start: a relaunch runs in another work directory, where a link
             # may lead elsewhere and the folder may not have come back.
@@ -315,7 +322,8 @@ class JobManager:
         record.log_tail = tail
         kills_after = oom_kills()
         outcome = classify(returncode, tail, step=record.step, interrupted=job.stopping is not None,
-                           nan_loss=bool(view.get("nan_loss")),
+                           nan_loss=bool(view.get("nan_loss")), nan_stopped=job.nan_stopped,
+                           nan_step=job.nan_step if job.nan_stopped else view.get("nan_step"),
                            oom_killed=kills_before is not None and kills_after is not None and kills_after > kills_before)
         reason = outcome.reason
         checkpoint = view.get("checkpoint_step", job.checkpoint_step)
@@ -407,6 +415,7 @@ class JobManager:
         else:
             self._check_command(job.record.command, self.folder(job.record.cwd))
         job.untrusted = None
+        job.relaunched_on = None
         job.record.workspace = self.settings.workspace
         job.failures_before = len([a for a in job.record.attempts if a.retryable is not None])
         self._start(job, "running")
@@ -447,27 +456,57 @@ class JobManager:
         self.flush()
         return [job.record.id for job in jobs]
 
+    def stop_on_nan_loss(self) -> list[str]:
+        """End the attempt of every running job whose run the training view flags with a loss
+        that is not finite, as the runtime's end would (checkpoint, SIGTERM, SIGKILL after the
+        grace): its supervisor then classifies and retries it, and resume() passes over the
+        suspect checkpoints taken since. Returns the ids being stopped."""
+        stopping = []
+        for job in self.running():
+            process, attempts = job.process, job.record.attempts
+            if process is None or job.stopping or job.nan_stopped or not attempts:
+                continue
+            view = self._view(job)
+            since = view.get("nan_since")
+            # An episode from before this attempt (the view not yet told of its resume) is not its.
+            if not view.get("nan_loss") or not isinstance(since, (int, float)) or since < attempts[-1].started:
+                continue
+            step = view.get("nan_step")
+            job.nan_stopped, job.nan_step = True, step if isinstance(step, int) else None
+            log.warning("gpuws: job %s: the loss was not finite at step %s; its attempt is stopped",
+                        job.record.id, job.nan_step)
+            threading.Thread(target=self._end_process, args=(job, process, True, None), daemon=True,
+                             name=f"gpuws-job-nan-{job.record.id}").start()
+            stopping.append(job.record.id)
+        return stopping
+
     def _stop(self, job: Job, why: str, checkpoint: bool, grace: float | None = None) -> None:
         grace = self.settings.stop_grace if grace is None else grace
         job.stopping = why
         job.wake.set()
         process = job.process
-        if process is not None and checkpoint and self.checkpoint is not None:
+        if process is not None:
+            self._end_process(job, process, checkpoint, grace)
+        if job.thread is not None:
+            job.thread.join(max(5.0, grace))
+
+    def _end_process(self, job: Job, process: subprocess.Popen[bytes], checkpoint: bool, grace: float | None) -> None:
+        """Ask the job's run for a checkpoint (when `checkpoint`), then SIGTERM its session, and
+        SIGKILL after the grace."""
+        grace = self.settings.stop_grace if grace is None else grace
+        if checkpoint and self.checkpoint is not None and process.poll() is None:
             problem = self.checkpoint(job)
             if problem:
                 log.info("gpuws: job %s stops without a new checkpoint: %s", job.record.id, problem)
-        if process is not None:
-            view = self._view(job)  # where it is, while its run is still registered
-            job.record.step = view.get("step", job.record.step)
-            job.checkpoint_step = view.get("checkpoint_step", job.checkpoint_step)
-            _signal_group(process, signal.SIGTERM)
-            try:
-                process.wait(max(0.5, grace))
-            except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
-                process.wait()
-        if job.thread is not None:
-            job.thread.join(max(5.0, grace))
+        view = self._view(job)  # where it is, while its run is still registered
+        job.record.step = view.get("step", job.record.step)
+        job.checkpoint_step = view.get("checkpoint_step", job.checkpoint_step)
+        _signal_group(process, signal.SIGTERM)
+        try:
+            process.wait(max(0.5, grace))
+        except subprocess.TimeoutExpired:
+            _signal_group(process, signal.SIGKILL)
+            process.wait()
 
     # -- a successor -----------------------------------------------------------------------------
 
@@ -528,14 +567,15 @@ class JobManager:
             job = self.get(job_id)
             self.relaunched.add(job_id)
             job.record.held = False
+            job.relaunched_on = self.environment_note
             self._start(job, "relaunched")
             started.append(job_id)
         return started
 
     def relaunch_words(self, job: Job) -> str | None:
         record = job.record
-        if record.state != "interrupted":
-            return None
+        if record.state != "interrupted":  # kept to its end: what its run and its outcome ran on
+            return f"relaunched {job.relaunched_on}" if job.relaunched_on else None
         if job.untrusted is not None:
             return f"waits for your approval (restart it): {job.untrusted}"
         if record.held:
@@ -547,6 +587,8 @@ class JobManager:
         refusal = self.store.why_not_writable() if self.store is not None else None
         if refusal:  # the lease decides which runtime relaunches: never two
             return f"relaunched by the runtime that writes this workspace ({refusal})"
+        if self.environment_note:
+            return f"relaunches {self.environment_note}"
         return "relaunches when this runtime has restored its checkpoint"
 
     # -- what the API shows ----------------------------------------------------------------------

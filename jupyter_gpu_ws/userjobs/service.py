@@ -24,6 +24,8 @@ TICK = 1.0
 RELOAD = 5.0
 # The relaunch waits this long at most for the environment's first check.
 ENV_CHECK_WAIT = 60.0
+# … and this long at most for the restore of the snapshot's difference, where it is allowed.
+ENV_RESTORE_WAIT = 1800.0
 
 
 class StoreRecords:
@@ -97,12 +99,13 @@ class JobService:
             manager.load(orphans=False)  # another runtime writes: its jobs as it records them
             self._read = time.monotonic()
         manager.flush()
+        manager.stop_on_nan_loss()
         if not self._settled or self._relaunched or not writable:
             return  # the lease decides: only its holder relaunches
         self._relaunched = True
         if not manager.relaunch_pending():
             return
-        self._wait_for_environment()
+        self._prepare_environment()
         started = manager.relaunch()
         if started:
             log.warning("GPU workspace: relaunched %d job(s): %s", len(started), ", ".join(started))
@@ -119,6 +122,40 @@ class JobService:
             if environment.state().get("state") != "capturing":
                 return
             time.sleep(0.5)
+
+    def _prepare_environment(self) -> None:
+        """Check the environment; where it differs from the snapshot, restore the difference
+        first if `relaunch_restores_environment` allows it, else relaunch on it all the same.
+        Either way each relaunched job's `relaunch` says on which environment it runs."""
+        self._wait_for_environment()
+        environment = getattr(self.app, "environment", None)
+        state = environment.state() if environment is not None else {}
+        if state.get("state") != "differs":
+            return
+        count = _differing(state.get("diff"))
+        differs = f"on this environment, which differs from the snapshot: {count}"
+        if not self.app.relaunch_restores_environment:
+            self.manager.environment_note = differs
+            return
+        self.manager.environment_note = f"after the environment's restore of the snapshot's difference ({count})"
+        self.manager.environment_note = self._restore_environment(environment, count, differs)
+
+    def _restore_environment(self, environment: Any, count: str, differs: str) -> str:
+        """Run the environment's restore job and wait for it: what the relaunch then runs on."""
+        try:
+            job = environment.start_restore(None, offline=False, uninstall=False)
+        except Exception as err:  # noqa: BLE001 - refused (sources to build, the store away): relaunched as is
+            log.warning("GPU workspace: the environment's restore before the relaunch was refused: %s", err)
+            return f"{differs} (its restore was refused: {err})"
+        deadline = time.monotonic() + ENV_RESTORE_WAIT
+        while job.state == "running" and time.monotonic() < deadline and not self._stop.is_set():
+            time.sleep(0.5)
+        if job.state == "running":
+            return f"{differs} (its restore, job {job.id}, was still running)"
+        if job.state != "done" or job.errors:
+            why = "; ".join(job.errors) or job.state
+            return f"{differs} (its restore, job {job.id}, failed: {why})"
+        return f"after restoring the snapshot's difference ({count}; job {job.id})"
 
     # -- the manager's callables -----------------------------------------------------------------
 
@@ -174,9 +211,11 @@ class JobService:
                 if isinstance(run.get("step"), int):  # the stream's: newer than the registration's, mostly
                     out["step"] = max(run["step"], out.get("step", -1))
                 verdict = run.get("verdict") or {}
+                nan = next((a for a in run.get("anomalies") or [] if a.get("kind") == "nan-loss"), None)
                 out.update(total_steps=run.get("total"), eta_seconds=run.get("eta"),
-                           verdict=verdict.get("message") or None,
-                           nan_loss=any(a.get("kind") == "nan-loss" for a in run.get("anomalies") or []))
+                           verdict=verdict.get("message") or None, nan_loss=nan is not None)
+                if nan is not None:  # when the view saw it and from which step: the manager stops on it
+                    out.update(nan_since=nan.get("since"), nan_step=nan.get("step"))
                 break
         if "checkpoint_step" in out:  # a run is at least where its last checkpoint was taken
             out["step"] = max(out["checkpoint_step"], out.get("step", -1))
@@ -193,3 +232,10 @@ class JobService:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _differing(diff: Any) -> str:
+    """"2 packages": how many the environment has more, fewer or at another version."""
+    diff = diff if isinstance(diff, dict) else {}
+    count = sum(len(diff.get(key) or []) for key in ("added", "removed", "changed"))
+    return f"{count} package{'' if count == 1 else 's'}"

@@ -11,14 +11,18 @@ from jupyter_gpu_ws.userjobs import trust
 
 # A small deterministic CPU loop (argv: steps, seconds per step, steps between checkpoints): each step's batch comes from the step's own seed, so a run
 # resumed at step k computes what an uninterrupted one does. Each step's loss goes to
-# losses.txt (exact, as float.hex) before the safe point.
+# losses.txt (exact, as float.hex) before the safe point. Optionally (argv 4 and 5) the loss
+# becomes NaN at a step, and stays so (the weights are then NaN), every time or only while a
+# marker file does not exist yet (the attempt that reaches it first writes it).
 TRAIN = """\
-import sys, time
+import os, sys, time
 import torch
 import jupyter_gpu_ws as gpuws
 
 total, delay = int(sys.argv[1]), float(sys.argv[2])
 every = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+nan_at = int(sys.argv[4]) if len(sys.argv) > 4 else -1
+nan_once = sys.argv[5] if len(sys.argv) > 5 else None
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -29,6 +33,10 @@ for i in range(start, total):
     g = torch.Generator().manual_seed(i)
     x = torch.randn(32, 8, generator=g)
     loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
+    if i == nan_at and not (nan_once and os.path.exists(nan_once)):
+        if nan_once:
+            open(nan_once, "w").close()
+        loss = loss * float("nan")
     opt.zero_grad()
     loss.backward()
     opt.step()

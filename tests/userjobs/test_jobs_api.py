@@ -5,6 +5,7 @@ the store are run."""
 from __future__ import annotations
 
 import json
+import math
 import time
 import urllib.error
 from collections.abc import Iterator
@@ -17,7 +18,15 @@ from jupyter_gpu_ws.userjobs import trust
 from jupyter_gpu_ws.userjobs.record import JobRecord
 from tests.servers import ServerProcess, server_process, until
 from tests.test_successor import kill_everything
-from tests.userjobs.jobfiles import BROKEN, FAILING, FLOOD, job_key, write
+from tests.userjobs.jobfiles import (
+    BROKEN,
+    FAILING,
+    FLOOD,
+    TRAIN,
+    job_key,
+    losses,
+    write,
+)
 
 KEY = "this-users-job-key"
 
@@ -85,6 +94,42 @@ def test_a_notebook_job_runs_headless_and_writes_its_outputs_into_a_copy_beside_
     copy = nbformat.read(server.root / "sub" / "hello.job.ipynb", as_version=4)
     assert copy.cells[1].outputs[0]["text"] == "the answer is 42\n"
     assert nbformat.read(server.root / "sub" / "hello.ipynb", as_version=4).cells[1].outputs == []
+
+
+NAN_AT = 12
+
+
+def nan_job(server: ServerProcess, folder: str, retries: int, once: bool) -> dict[str, Any]:
+    """A training job whose loss becomes NaN at step NAN_AT (in every attempt, or the first only),
+    with a checkpoint every 5 steps and steps slow enough that the NaN is seen long before its end."""
+    (server.root / folder).mkdir()
+    write(server.root / folder, f"{folder}.py", TRAIN)  # its own run: a run's checkpoints go by its script's name
+    command = ["python", f"{folder}.py", "200", "0.1", "5", str(NAN_AT)] + (["nan-seen"] if once else [])
+    return server.api("/gpuws/api/jobs", "POST", {"command": command, "retries": retries, "cwd": folder})
+
+
+def test_a_loss_the_training_view_flags_not_finite_ends_the_attempt_which_resumes_from_a_healthy_checkpoint(
+        server: ServerProcess) -> None:
+    job = nan_job(server, "nan-once", retries=2, once=True)
+    done = ended(server, job["id"], 300)
+    assert done["state"] == "finished", done["reason"]
+    first, second = done["attempts"]
+    assert first["reason"] == f"the loss was not finite at step {NAN_AT}" and first["retryable"]
+    # Stopped by the server, not run to its end (the step last seen may lag the loop's own).
+    assert first["step"] < 150 and second["returncode"] == 0
+    resumed = [int(line.split()[1]) for line in done["log_tail"] if line.startswith("resumed ")]
+    assert resumed and 0 < resumed[-1] <= NAN_AT  # the newest healthy checkpoint, none taken after the NaN
+    steps = losses(server.root / "nan-once" / "losses.txt")
+    assert sorted(steps) == list(range(200)) and all(math.isfinite(float.fromhex(v)) for v in steps.values())
+
+
+def test_a_job_whose_loss_is_not_finite_with_no_retries_is_reported_failed_with_the_step(
+        server: ServerProcess) -> None:
+    job = nan_job(server, "nan-always", retries=0, once=False)
+    done = ended(server, job["id"], 300)
+    assert done["state"] == "failed" and done["reason"] == f"the loss was not finite at step {NAN_AT}"
+    [attempt] = done["attempts"]
+    assert attempt["step"] < 150  # stopped at the NaN, not let run on
 
 
 def test_a_syntax_error_is_not_retried_and_says_so(server: ServerProcess) -> None:
