@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -121,7 +122,7 @@ class Watch(threading.Thread):
             time.sleep(0.02)
 
 
-def config(store: Path) -> dict:
+def config(store: Path) -> dict[str, Any]:
     return {"store_url": str(store), "workspace": WORKSPACE, "sync_debounce": 0.05, "lease_ttl": LEASE_TTL,
             "checkpoint_timeout": 60.0}
 
@@ -161,12 +162,13 @@ def relaunch_once(tmp: Path, layers: int, how: str) -> dict[str, float]:
             relaunched = record["attempts"][-1]["started"] - started
             resumed_at = min(i for i, _, _ in new)
             until(lambda: watch.done is not None, 60, "the checkpoint whole in B's work directory")
-            b.api("/gpuws/api/sync")
     finally:
         watch.stop = True
     if resumed_at != newest + 1:
         emit(f"<!-- note: resumed at step {resumed_at}, the store's newest checkpoint was {newest} -->")
 
+    # The same store, with what B added before it was killed (a few steps, perhaps one more
+    # checkpoint), restored by the CLI into an empty folder.
     empty = tmp / "restored"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWS_")}
@@ -175,7 +177,8 @@ def relaunch_once(tmp: Path, layers: int, how: str) -> dict[str, float]:
                     "--store", str(store), "--workspace", WORKSPACE, "--state-dir", str(tmp / "state-r")],
                    check=True, capture_output=True, env=env, timeout=600)
     bare = time.perf_counter() - began
-    assert folder_bytes(checkpoint_folder(empty, newest)) == folder_bytes(stored), "the bare restore missed the checkpoint"
+    if folder_bytes(checkpoint_folder(empty, newest)) != folder_bytes(stored):
+        raise SystemExit(f"`jupyter gpuws restore` did not bring back the checkpoint of step {newest}")
     result = {"restored": watch.done or float("nan"), "relaunched": relaunched, "first_step": first, "bare": bare}
     shutil.rmtree(tmp, ignore_errors=True)
     return result
