@@ -608,6 +608,8 @@ export interface IUserJobAttempt {
   reason: string | null;
   retryable: boolean | null;
   step: number | null;
+  /** What it ran on where not what was asked ("relaunched on 1 GPU of the 2 asked: …"). */
+  runs_on?: string | null;
 }
 
 /** A script or a notebook the server runs as a job for the user (`jupyter gpuws run`, `%gpuws

@@ -24,9 +24,10 @@ from typing import Any, Protocol
 
 from . import trust
 from .failure import classify, oom_kills
+from .gpus import Fitted, fit_to_gpus
 from .joblog import JobLog
 from .notebook import output_path
-from .record import ACTIVE, JobRecord, RecordError, from_json
+from .record import ACTIVE, MAX_TEXT, JobRecord, RecordError, from_json
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +105,10 @@ class Job:
 class JobManager:
     def __init__(self, settings: JobSettings, store: JobStore | None = None,
                  checkpoint: Callable[[Job], str | None] | None = None,
-                 run_view: Callable[[Job], dict[str, Any]] | None = None) -> None:
+                 run_view: Callable[[Job], dict[str, Any]] | None = None,
+                 gpu_count: Callable[[], int | None] | None = None) -> None:
         self.settings = settings
+        self.gpu_count = gpu_count or (lambda: None)  # this runtime's GPUs as the monitor sees them; None: unknown
         self.store = store
         self.checkpoint = checkpoint  # asks the job's run for a checkpoint and waits; None or why not
         self.run_view = run_view or (lambda job: {})
@@ -227,14 +230,28 @@ class JobManager:
             return [sys.executable, "-m", NOTEBOOK_MODULE, str(self.settings.workdir / record.notebook)]
         return list(record.command)
 
+    def _fitted(self, job: Job) -> Fitted:
+        """What this attempt runs: the command on the GPUs this runtime has (the record keeps
+        what the user asked, so a later runtime with more GPUs runs it as asked again)."""
+        try:
+            available = self.gpu_count()
+        except Exception as err:  # noqa: BLE001 - the monitor's fault: the job runs as asked
+            log.debug("gpuws: this runtime's GPUs: %s", err)
+            available = None
+        fitted = fit_to_gpus(self._argv(job.record), job.record.gpus, available,
+                             relaunch=job.record.state == "relaunched")
+        if fitted.note:
+            fitted.note = fitted.note[:MAX_TEXT]  # a record's text has a bound
+        return fitted
+
     def log_path(self, job_id: str) -> Path:
         return self.settings.workdir / ".gpuws" / "jobs" / job_id / "log"
 
-    def _environment(self, record: JobRecord) -> dict[str, str]:
+    def _environment(self, record: JobRecord, gpus: int | None) -> dict[str, str]:
         env = dict(os.environ, **self.settings.env)
         env.update({JOB_ID_ENV: record.id, "GPUWS_WORKDIR": str(self.settings.workdir), "PYTHONUNBUFFERED": "1"})
-        if record.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(record.gpus))
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
         return env
 
     # -- one job's life --------------------------------------------------------------------------
@@ -295,9 +312,13 @@ class JobManager:
         except JobInputError as err:
             attempt.ended, attempt.retryable, attempt.reason = time.time(), False, str(err)
             return _Outcome("failed", attempt.reason, False)
+        fitted = self._fitted(job)
+        attempt.runs_on = fitted.note
+        if fitted.note:
+            log.info("gpuws: job %s %s", record.id, fitted.note)
         try:
-            process = subprocess.Popen(self._argv(record), cwd=folder,
-                                       env=self._environment(record), stdin=subprocess.DEVNULL,
+            process = subprocess.Popen(fitted.command, cwd=folder,
+                                       env=self._environment(record, fitted.gpus), stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                        # One prctl call, its library loaded beforehand: nothing that
                                        # another thread's lock could block between fork and exec.
@@ -307,7 +328,8 @@ class JobManager:
             attempt.reason = f"cannot start {record.command[0]}: {err.strerror or err}"
             return _Outcome("failed", attempt.reason, False)
         job.process = process
-        self._set(job)  # the process runs: its attempt is in the record
+        # The process runs: its attempt is in the record, and on fewer GPUs than asked, the reason says so.
+        self._set(job, **({"reason": fitted.note} if fitted.note and not record.reason else {}))
         assert process.stdout is not None
         reader = job.log.follow(process.stdout)
         returncode = process.wait()

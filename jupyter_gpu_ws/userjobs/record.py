@@ -39,6 +39,7 @@ class Attempt:
     reason: str | None = None
     retryable: bool | None = None
     step: int | None = None
+    runs_on: str | None = None  # what it ran on where not what was asked ("relaunched on 1 GPU of the 2 asked: …")
 
 
 @dataclass
@@ -123,7 +124,8 @@ def attempt_from_json(data: Any) -> Attempt:
     return Attempt(number=_whole(data, "number", optional=False, minimum=1), started=_time(data, "started"),
                    ended=_time(data, "ended", optional=True), host=_text(data, "host", limit=255),
                    returncode=_returncode(data.get("returncode")), reason=_text(data, "reason", optional=True),
-                   retryable=retryable, step=_whole(data, "step"))
+                   retryable=retryable, step=_whole(data, "step"),
+                   runs_on=_text(data, "runs_on", optional=True))
 
 
 def _returncode(value: Any) -> int | None:

@@ -67,7 +67,8 @@ class JobService:
         settings = JobSettings(workdir=Path(app.workdir), workspace=app.workspace, host=socket.gethostname(),
                                runtime_id=app.checkpoints.server_id, env=env, relaunch=app.relaunch_jobs,
                                stop_grace=app.job_stop_grace)
-        self.manager = JobManager(settings, StoreRecords(app), checkpoint=self._checkpoint, run_view=self._run_view)
+        self.manager = JobManager(settings, StoreRecords(app), checkpoint=self._checkpoint, run_view=self._run_view,
+                                  gpu_count=self._gpu_count)
         self._stop = threading.Event()
         self._relaunched = False
         self._settled = False  # the store's records read as the workspace's writer
@@ -190,6 +191,13 @@ class JobService:
         ranks of a torchrun job under their run's, each saying whose job it is."""
         runs = self.app.checkpoints.run_states()
         return runs.get(job.record.id[2:]) or next((r for r in runs.values() if r.get("job") == job.record.id), None)
+
+    def _gpu_count(self) -> int | None:
+        """This runtime's GPUs as the monitor's newest sample has them; None before its first
+        sample or where it cannot read them (no NVML): a job then runs as asked."""
+        sample = self.app.sampler.latest
+        gpus = sample.get("gpus") if sample else None
+        return len(gpus) if gpus else None
 
     def _run_view(self, job: Job) -> dict[str, Any]:
         """The job's run as the server sees it: registered (live) or in the training view."""
