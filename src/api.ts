@@ -609,7 +609,7 @@ export interface IUserJobAttempt {
   retryable: boolean | null;
   step: number | null;
   /** What it ran on where not what was asked ("relaunched on 1 GPU of the 2 asked: …"). */
-  runs_on?: string | null;
+  runs_on: string | null;
 }
 
 /** A script or a notebook the server runs as a job for the user (`jupyter gpuws run`, `%gpuws
