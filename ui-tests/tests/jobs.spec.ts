@@ -67,7 +67,7 @@ const JOBS = [
     eta_seconds: 812,
     verdict: 'finishes before the deadline',
     log_tail: LOG,
-    attempts: [{ number: 1, started: NOW - 600, ended: null, host: 'gpu-1', returncode: null, reason: null, retryable: null, step: null }]
+    attempts: [{ number: 1, started: NOW - 600, ended: null, host: 'gpu-1', returncode: null, reason: null, retryable: null, step: null, runs_on: null }]
   }),
   job({ id: 'j-queue', name: 'eval', state: 'queued', command: ['python', 'eval.py'] }),
   job({
