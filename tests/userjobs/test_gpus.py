@@ -3,7 +3,14 @@ processes, more keep what was asked, and an unknown count changes nothing."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+import pytest
+
 from jupyter_gpu_ws.userjobs.gpus import fit_to_gpus
+from jupyter_gpu_ws.userjobs.manager import JobManager, JobSettings
+from tests.servers import until
 
 TORCHRUN = ["torchrun", "--nproc-per-node", "2", "train.py", "--nproc-per-node", "2"]
 
@@ -53,3 +60,25 @@ def test_a_plain_script_runs_on_fewer_gpus_with_its_command_unchanged() -> None:
 def test_a_job_that_asked_for_no_gpus_is_left_alone() -> None:
     fitted = fit_to_gpus(TORCHRUN, asked=None, available=1)
     assert fitted.command == TORCHRUN and fitted.gpus is None and fitted.note is None
+
+
+def test_a_job_started_on_fewer_gpus_than_asked_sees_only_those_and_its_reason_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUWS_JOB_KEY", "a-test-key")
+    settings = JobSettings(workdir=tmp_path, workspace="ws", host="here", runtime_id="r-1", backoff=(0.1,))
+    manager = JobManager(settings, gpu_count=lambda: 1)
+    go = tmp_path / "go"
+    show = ("import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
+            "print(os.environ['CUDA_VISIBLE_DEVICES'], sys.argv[2:])")
+    record = manager.submit([sys.executable, "-c", show, str(go), "--nproc-per-node", "2"], gpus=2)
+    job = manager.get(record.id)
+    try:
+        until(lambda: job.process is not None and record.reason, 30, "the job's process and its reason")
+        assert record.state == "running" and record.reason == "runs on 1 GPU of the 2 asked"
+    finally:
+        go.touch()  # the job ends, whatever the asserts found
+    assert job.thread is not None
+    job.thread.join(60)
+    assert record.state == "finished", record
+    assert record.attempts[0].runs_on == "runs on 1 GPU of the 2 asked"
+    assert manager.tail(record.id, 5)[-1] == "0 ['--nproc-per-node', '2']"  # not a torchrun: as asked
