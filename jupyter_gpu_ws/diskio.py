@@ -8,7 +8,8 @@ import ctypes
 import os
 import threading
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from pathlib import Path
+from typing import IO, Any, Callable
 
 _sync_file_range: Any = None
 
@@ -72,3 +73,18 @@ def pread_into(fd: int, view: memoryview, offset: int) -> int:
             break
         got += n
     return got
+
+
+def replace_whole(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """`path` written whole or not at all: `write` fills a temporary file beside it, which is
+    made durable and then renamed over it, so a process killed mid-write leaves the previous
+    file, never half of one (nor the temporary file, on any failure this process sees)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -20,12 +20,12 @@ reads anything.
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import warnings
 from pathlib import Path
 from typing import Any
 
+from ..diskio import replace_whole
 from .files import CheckpointError, CheckpointFolder, name_problem, open_file
 
 KIND = "dcp"
@@ -315,13 +315,5 @@ def export(path: Path, manifest: dict[str, Any], to: Path, only: list[str] | Non
     if only:
         state = {k: v for k, v in state.items() if k in only}
     to.parent.mkdir(parents=True, exist_ok=True)
-    tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, to)
-    finally:
-        tmp.unlink(missing_ok=True)
+    replace_whole(to, lambda f: torch.save(state, f))
     return state

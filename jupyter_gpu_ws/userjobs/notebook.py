@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import re
 import signal
 import sys
@@ -25,6 +24,7 @@ from jupyter_client.kernelspec import NoSuchKernel
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, DeadKernelError
 
+from ..diskio import replace_whole
 from .failure import CANNOT_CHANGE
 
 # How long an interrupted cell has to end before the kernel is shut down regardless.
@@ -70,15 +70,7 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
 def write_notebook(notebook: nbformat.NotebookNode, path: Path) -> None:
     """Write `notebook` whole or not at all: a temporary file beside it, then a rename, so a job
     killed mid-write leaves the previous copy, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            nbformat.write(notebook, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    replace_whole(path, lambda f: f.write(nbformat.writes(notebook).encode("utf-8")))
 
 
 class _JobClient(NotebookClient):  # type: ignore[misc]

@@ -115,16 +115,23 @@ def test_a_job_killed_with_its_runtime_is_relaunched_by_the_successor_and_ends_a
     assert resumed == uninterrupted(tmp_path / "reference")
 
 
+def stepping_job(server: Any) -> dict[str, Any]:
+    """A long job started on `server` once its sync is up, returned once it has taken 3 steps
+    (its run is registered: a checkpoint request reaches it)."""
+    until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
+    write(server.root, "train.py", TRAIN)
+    job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "train.py", "100000", "0.05", "1000000"]})
+    assert job["state"] == "running"
+    until(lambda: (job_of(server, job["id"])["step"] or 0) >= 3, 120, "the job stepping")
+    return job
+
+
 def test_sigterm_stops_a_job_at_its_checkpoint_and_records_it_interrupted_in_the_store(
         tmp_path: Path, shared_store: Path) -> None:
     config = {"store_url": str(shared_store), "sync_debounce": 0.05, "checkpoint_timeout": 10.0,
               "grace_period": 20.0}
     with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
-        until(lambda: a.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
-        write(a.root, "train.py", TRAIN)
-        # No checkpoint but the one the SIGTERM's persist asks for.
-        job = a.api("/gpuws/api/jobs", "POST", {"command": ["python", "train.py", "100000", "0.05", "1000000"]})
-        until(lambda: (job_of(a, job["id"])["step"] or 0) >= 3, 120, "the job stepping")
+        job = stepping_job(a)  # no checkpoint but the one the SIGTERM's persist asks for
         assert stored_checkpoint_steps(shared_store, "test-ws") == []
         a.proc.send_signal(signal.SIGTERM)
         a.proc.wait(60)
@@ -145,11 +152,7 @@ def test_the_deadlines_persist_stops_a_running_job_at_its_checkpoint_for_the_nex
     config = {"store_url": str(shared_store), "sync_debounce": 0.05, "checkpoint_timeout": 10.0,
               "persist_lead_time": 45.0}
     with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
-        until(lambda: a.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
-        write(a.root, "train.py", TRAIN)
-        job = a.api("/gpuws/api/jobs", "POST", {"command": ["python", "train.py", "100000", "0.05", "1000000"]})
-        assert job["state"] == "running"
-        until(lambda: (job_of(a, job["id"])["step"] or 0) >= 3, 120, "the job stepping")
+        job = stepping_job(a)
         deadline_file.write_text(str(time.time() + 50))  # the automatic persist: about 5 s from now
         stopped = until(lambda: (j := job_of(a, job["id"]))["state"] == "interrupted" and j, 90,
                         "the job stopped by the deadline's persist")
@@ -167,10 +170,7 @@ def test_a_preemption_notice_stops_a_running_job_at_its_checkpoint_for_the_next_
     config = {"store_url": str(shared_store), "sync_debounce": 0.05, "checkpoint_timeout": 10.0,
               "preemption_clouds": ["gcp"], "gcp_metadata_url": metadata, "preemption_poll_interval": 0.2}
     with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
-        until(lambda: a.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
-        write(a.root, "train.py", TRAIN)
-        job = a.api("/gpuws/api/jobs", "POST", {"command": ["python", "train.py", "100000", "0.05", "1000000"]})
-        until(lambda: (job_of(a, job["id"])["step"] or 0) >= 3, 120, "the job stepping")
+        job = stepping_job(a)
         FakeMetadata.preempted = True
         until(lambda: job_of(a, job["id"])["state"] == "interrupted", 60, "the job stopped by the notice")
         record = stored_record(shared_store, "test-ws", job["id"])
