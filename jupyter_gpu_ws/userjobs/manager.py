@@ -116,6 +116,7 @@ class JobManager:
         self.loaded = False  # the store's records read (once the restore is done)
         self.relaunched: set[str] = set()
         self.store_error: str | None = None
+        self.check_error: str | None = None  # the service's last look failed: why (service.py)
         # Where the environment differs from the snapshot: what the relaunch runs on ("on this
         # environment, which differs from the snapshot: 2 packages", "after restoring …").
         self.environment_note: str | None = None
@@ -637,7 +638,7 @@ class JobManager:
             jobs = sorted(self.jobs.values(), key=lambda j: -j.record.created)
         return {"jobs": [self.describe(job) for job in jobs],
                 "relaunch": {"enabled": self.settings.relaunch, "pending": self.relaunch_pending()},
-                "error": self.store_error}
+                "error": self.store_error or self.check_error}
 
 
 @dataclass

@@ -80,10 +80,18 @@ class JobService:
 
     def _tick(self) -> None:
         while not self._stop.wait(TICK):
-            try:
-                self._once()
-            except Exception:
-                log.exception("GPU workspace: the jobs' tick failed")
+            self.check()
+
+    def check(self) -> None:
+        """One look (the tick's); a failure shows in the jobs' list until a look succeeds, not
+        only in the log: it may be what keeps a job from being relaunched."""
+        try:
+            self._once()
+        except Exception as err:  # noqa: BLE001 - said in the list, and logged whole
+            log.exception("GPU workspace: the jobs' tick failed")
+            self.manager.check_error = f"the jobs' background check failed: {err} (the server's log has the rest)"
+        else:
+            self.manager.check_error = None
 
     def _once(self) -> None:
         manager = self.manager

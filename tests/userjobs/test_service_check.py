@@ -1,0 +1,35 @@
+"""The jobs' background look (userjobs/service.py): a failure of it shows in the jobs' list, the
+way the panel and `jupyter gpuws jobs` read it, until a look succeeds; not only in the log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from jupyter_gpu_ws.userjobs.service import JobService
+
+
+class App(SimpleNamespace):
+    """The few app fields the service reads; `sync` fails while `broken` says why."""
+
+    broken: str | None = None
+
+    @property
+    def sync(self) -> Any:
+        if self.broken:
+            raise OSError(self.broken)
+        return SimpleNamespace(service=None)  # the restore at start not over: nothing to do yet
+
+
+def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(tmp_path: Path) -> None:
+    app = App(workdir=str(tmp_path), workspace="ws", checkpoints=SimpleNamespace(server_id="r-1"),
+              relaunch_jobs=True, job_stop_grace=5.0)
+    service = JobService(app, env={})
+    app.broken = "the state folder is gone"
+    service.check()
+    error = service.manager.list()["error"]
+    assert error is not None and "the state folder is gone" in error and "background check failed" in error
+    app.broken = None
+    service.check()
+    assert service.manager.list()["error"] is None
