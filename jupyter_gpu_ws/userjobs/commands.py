@@ -77,9 +77,11 @@ def job_line(job: dict[str, Any]) -> str:
 
 def listing_lines(listing: dict[str, Any]) -> list[str]:
     jobs = listing.get("jobs") or []
-    if not jobs:
-        return ["No jobs: jupyter gpuws run -- python train.py (or %gpuws run …) starts one."]
-    return [job_line(job) for job in jobs]
+    lines = [job_line(job) for job in jobs] or [
+        "No jobs: jupyter gpuws run -- python train.py (or %gpuws run …) starts one."]
+    if listing.get("error"):  # the store's records, or the server's look at its jobs, failing
+        lines.append(f"Problem: {listing['error']}")
+    return lines
 
 
 def magic_run(line: str, ask: Ask) -> list[str]:

@@ -33,3 +33,13 @@ def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(t
     app.broken = None
     service.check()
     assert service.manager.list()["error"] is None
+
+
+def test_the_jobs_listing_of_the_cli_and_the_magic_says_the_lists_error() -> None:
+    from jupyter_gpu_ws.userjobs.commands import listing_lines
+
+    lines = listing_lines({"jobs": [], "relaunch": {"enabled": True, "pending": []},
+                           "error": "job records not read from the store: the store does not answer"})
+    assert lines[-1] == "Problem: job records not read from the store: the store does not answer"
+    assert listing_lines({"jobs": [], "relaunch": {"enabled": True, "pending": []}, "error": None})[-1].startswith(
+        "No jobs")
