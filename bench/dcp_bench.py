@@ -22,8 +22,9 @@ import sys
 import tempfile
 import time
 import timeit
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -36,7 +37,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--device", default="cpu", help="where the model lives: cpu or cuda")
-    parser.add_argument("--dir", default=None, help="a folder on the disk to measure (default: a temp dir)")
+    parser.add_argument(
+        "--dir", default=None, help="a folder on the disk to measure (default: a temp dir)"
+    )
     return parser.parse_args()
 
 
@@ -45,8 +48,17 @@ def main() -> None:
     if "LOCAL_RANK" not in os.environ:  # not under torchrun yet: start it
         directory = tempfile.mkdtemp(prefix="gpuws-dcp-bench-", dir=args.dir)
         try:
-            command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-                       __file__, *_for_the_ranks(sys.argv[1:]), "--dir", directory]
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={args.nproc}",
+                __file__,
+                *_for_the_ranks(sys.argv[1:]),
+                "--dir",
+                directory,
+            ]
             sys.exit(subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
@@ -74,8 +86,8 @@ def bench(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
     from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     import jupyter_gpu_ws as gpuws
     from jupyter_gpu_ws.checkpoints.tracker import default_tracker
@@ -88,7 +100,9 @@ def bench(args: argparse.Namespace) -> None:
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     root = Path(args.dir)
     torch.manual_seed(0)
-    model: Any = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width) for _ in range(args.layers)]).to(device)
+    model: Any = torch.nn.Sequential(
+        *[torch.nn.Linear(args.width, args.width) for _ in range(args.layers)]
+    ).to(device)
     if args.parallel == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -108,10 +122,15 @@ def bench(args: argparse.Namespace) -> None:
         optimizer.step()
 
     train_step()  # the optimizer's state exists from here on
-    local_mb = (sum(t.numel() * t.element_size() for t in _tensors(get_state_dict(model, optimizer))) / 2**20)
+    local_mb = (
+        sum(t.numel() * t.element_size() for t in _tensors(get_state_dict(model, optimizer)))
+        / 2**20
+    )
     total_mb = _sum(local_mb, world) if args.parallel == "fsdp" else local_mb
 
-    def slowest(call: Callable[[], Any], after: Callable[[], Any] | None = None) -> tuple[float, float]:
+    def slowest(
+        call: Callable[[], Any], after: Callable[[], Any] | None = None
+    ) -> tuple[float, float]:
         """(the slowest rank's time in `call`, the time until `after` returned on every rank)."""
         dist.barrier()
         started = time.perf_counter()
@@ -125,14 +144,20 @@ def bench(args: argparse.Namespace) -> None:
         dist.all_gather_object(times, (stall, total))
         return max(t[0] for t in times), max(t[1] for t in times)
 
-    def measure(name: str, call: Callable[[int], Any], after: Callable[[Any], Any] | None = None) -> dict[str, float]:
+    def measure(
+        name: str, call: Callable[[int], Any], after: Callable[[Any], Any] | None = None
+    ) -> dict[str, float]:
         runs = []
         for i in range(args.trials + 1):
             train_step()
-            runs.append(slowest(lambda: call(i), after))
+            runs.append(slowest(lambda i=i: call(i), after))
         first, rest = runs[0], runs[1:]
-        return {"name": name, "stall": statistics.median(r[0] for r in rest),
-                "total": statistics.median(r[1] for r in rest), "first": first[0]}
+        return {
+            "name": name,
+            "stall": statistics.median(r[0] for r in rest),
+            "total": statistics.median(r[1] for r in rest),
+            "first": first[0],
+        }
 
     results = []
     # gpuws: every rank at the same step, DCP async_save with the stager kept by the tracker.
@@ -144,21 +169,30 @@ def bench(args: argparse.Namespace) -> None:
         if tracker.last_error:  # a failed checkpoint is no figure: it would read as a fast one
             raise SystemExit(f"rank {rank}: {tracker.last_error}")
 
-    results.append(measure("gpuws.checkpoint() (DCP async_save, staging reused)", lambda i: tracker.checkpoint(),
-                           landed))
+    results.append(
+        measure(
+            "gpuws.checkpoint() (DCP async_save, staging reused)",
+            lambda i: tracker.checkpoint(),
+            landed,
+        )
+    )
 
     # DCP's async_save as its examples show it: a new stager (new CPU buffers) each time.
     group = dist.new_group(backend="gloo")
 
     def async_fresh(i: int) -> Any:
-        state = dict(zip(("model", "optimizer"), get_state_dict(model, optimizer)))
+        state = dict(zip(("model", "optimizer"), get_state_dict(model, optimizer), strict=False))
         stager = DefaultStager(StagingOptions(cuda, False, False, cuda))
-        return dcp.async_save(state, checkpoint_id=str(root / f"async-{i}"), process_group=group, async_stager=stager)
+        return dcp.async_save(
+            state, checkpoint_id=str(root / f"async-{i}"), process_group=group, async_stager=stager
+        )
 
-    results.append(measure("dcp.async_save, a new stager each time", async_fresh, lambda f: f.result()))
+    results.append(
+        measure("dcp.async_save, a new stager each time", async_fresh, lambda f: f.result())
+    )
 
     def blocking(i: int) -> None:
-        state = dict(zip(("model", "optimizer"), get_state_dict(model, optimizer)))
+        state = dict(zip(("model", "optimizer"), get_state_dict(model, optimizer), strict=False))
         dcp.save(state, checkpoint_id=str(root / f"blocking-{i}"))
 
     results.append(measure("dcp.save (blocking, files fsynced)", blocking))
@@ -167,7 +201,9 @@ def bench(args: argparse.Namespace) -> None:
 
     def rank0_save(durable: bool) -> Callable[[int], None]:
         def save(i: int) -> None:
-            model_state, optim_state = get_state_dict(model, optimizer, options=full)  # all ranks: a gather
+            model_state, optim_state = get_state_dict(
+                model, optimizer, options=full
+            )  # all ranks: a gather
             if rank == 0:
                 path = root / f"torch-{i}.pt"
                 with open(path, "wb") as f:
@@ -175,6 +211,7 @@ def bench(args: argparse.Namespace) -> None:
                     if durable:
                         f.flush()
                         os.fsync(f.fileno())
+
         return save
 
     results.append(measure("torch.save on rank 0 + fsync", rank0_save(True)))
@@ -189,16 +226,24 @@ def bench(args: argparse.Namespace) -> None:
     if rank == 0:
         where = torch.cuda.get_device_name(0) if cuda else "CPU"
         base = results[2]["stall"]
-        print(f"\n# dcp_bench: {args.parallel} on {world} ranks ({where}, {os.cpu_count()} cores, torch "
-              f"{torch.__version__}), {args.layers} x Linear({args.width}, {args.width}) + AdamW: {total_mb:.0f} MiB "
-              f"of state ({local_mb:.0f} MiB per rank), median of {args.trials}\n")
-        print("| checkpoint | loop stall | ratio to blocking dcp.save | until complete on every rank | first |")
+        print(
+            f"\n# dcp_bench: {args.parallel} on {world} ranks ({where}, {os.cpu_count()} cores, torch "
+            f"{torch.__version__}), {args.layers} x Linear({args.width}, {args.width}) + AdamW: {total_mb:.0f} MiB "
+            f"of state ({local_mb:.0f} MiB per rank), median of {args.trials}\n"
+        )
+        print(
+            "| checkpoint | loop stall | ratio to blocking dcp.save | until complete on every rank | first |"
+        )
         print("|---|---|---|---|---|")
         for r in results:
-            print(f"| {r['name']} | {r['stall'] * 1e3:.0f} ms | {r['stall'] / base:.1%} | {r['total'] * 1e3:.0f} ms | "
-                  f"{r['first'] * 1e3:.0f} ms |")
-        print(f"| step() with nothing pending | {step_ns:.0f} ns (a single-process tracker here: "
-              f"{plain_ns:.0f} ns) | | | |")
+            print(
+                f"| {r['name']} | {r['stall'] * 1e3:.0f} ms | {r['stall'] / base:.1%} | {r['total'] * 1e3:.0f} ms | "
+                f"{r['first'] * 1e3:.0f} ms |"
+            )
+        print(
+            f"| step() with nothing pending | {step_ns:.0f} ns (a single-process tracker here: "
+            f"{plain_ns:.0f} ns) | | | |"
+        )
     dist.barrier()
     tracker._at_exit()
     dist.destroy_process_group()

@@ -23,8 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -32,9 +32,26 @@ from jupyter_gpu_ws.envsnap import capture, load_snapshot, restore, save_snapsho
 from jupyter_gpu_ws.store import Store, open_backend  # noqa: E402
 
 PACKAGES = [
-    "six", "idna", "certifi", "charset-normalizer", "urllib3", "requests", "packaging", "pyparsing", "attrs",
-    "click", "itsdangerous", "markupsafe", "jinja2", "werkzeug", "flask", "blinker", "tomli", "typing-extensions",
-    "zipp", "iniconfig",
+    "six",
+    "idna",
+    "certifi",
+    "charset-normalizer",
+    "urllib3",
+    "requests",
+    "packaging",
+    "pyparsing",
+    "attrs",
+    "click",
+    "itsdangerous",
+    "markupsafe",
+    "jinja2",
+    "werkzeug",
+    "flask",
+    "blinker",
+    "tomli",
+    "typing-extensions",
+    "zipp",
+    "iniconfig",
 ]
 BASE = {"pip", "setuptools"}  # what `python -m venv` puts in every venv
 
@@ -52,9 +69,13 @@ def timed(action: Callable[[], object]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--tmp", default=None, help="where the venvs and the store go (default: the system's)")
+    parser.add_argument(
+        "--tmp", default=None, help="where the venvs and the store go (default: the system's)"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="gpuws-env-bench-", dir=args.tmp))
     try:
@@ -87,6 +108,7 @@ def bench(root: Path, rounds: int) -> None:
             report = restore(snapshot, store, python, offline=True, installer=installer)  # type: ignore[arg-type]
             if not report.ok or len(report.installed) != len(pins):
                 raise SystemExit(f"restore with {installer} failed: {report.to_dict()}")
+
         return action
 
     def pip_install(*extra: str) -> Callable[[], object]:
@@ -96,7 +118,9 @@ def bench(root: Path, rounds: int) -> None:
         "gpuws restore, offline from the store (uv)": lambda: restore_with("uv"),
         "gpuws restore, offline from the store (pip)": lambda: restore_with("pip"),
         "pip install -r requirements.txt, index, warm pip cache": lambda: pip_install(),
-        "pip install -r requirements.txt, index, --no-cache-dir": lambda: pip_install("--no-cache-dir"),
+        "pip install -r requirements.txt, index, --no-cache-dir": lambda: pip_install(
+            "--no-cache-dir"
+        ),
     }
     times: dict[str, list[float]] = {name: [] for name in methods}
     for _ in range(rounds):
@@ -105,8 +129,10 @@ def bench(root: Path, rounds: int) -> None:
             times[name].append(timed(make()))
     medians = {name: statistics.median(values) for name, values in times.items()}
     ours = medians["gpuws restore, offline from the store (uv)"]
-    print(f"Environment restore: {len(pins)} packages into a fresh venv, median of {rounds} rounds "
-          f"({platform.python_implementation()} {platform.python_version()}, {platform.machine()})\n")
+    print(
+        f"Environment restore: {len(pins)} packages into a fresh venv, median of {rounds} rounds "
+        f"({platform.python_implementation()} {platform.python_version()}, {platform.machine()})\n"
+    )
     print("| method | median s | all rounds s | vs restore (uv) |")
     print("|---|---:|---|---:|")
     for name, value in medians.items():

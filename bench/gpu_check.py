@@ -34,7 +34,9 @@ DEVICE = "cuda"  # "cpu" only to try the script itself on a machine without a GP
 def show_reading(title: str, reader: NvmlReader) -> bool:
     """Print one NVML reading; whether this process was among a GPU's processes."""
     reading = reader.read()
-    print(f"{title}: error={reading.error!r} driver={reading.driver_version!r} cuda={reading.cuda_driver_version!r}")
+    print(
+        f"{title}: error={reading.error!r} driver={reading.driver_version!r} cuda={reading.cuda_driver_version!r}"
+    )
     found = False
     for gpu in reading.gpus:
         used = gpu.memory_used / 2**20 if gpu.memory_used is not None else None
@@ -48,11 +50,15 @@ def show_reading(title: str, reader: NvmlReader) -> bool:
             mine = proc.pid == os.getpid()
             found = found or mine
             mem = proc.memory_used / 2**20 if proc.memory_used is not None else None
-            print(f"    pid {proc.pid}{' (this process)' if mine else ''} {mem} MiB visible={proc.visible}")
+            print(
+                f"    pid {proc.pid}{' (this process)' if mine else ''} {mem} MiB visible={proc.visible}"
+            )
     return found
 
 
-def train(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: Tracker, start: int, stop: int) -> None:
+def train(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: Tracker, start: int, stop: int
+) -> None:
     gen = torch.Generator(device=DEVICE)
     for i in range(start, stop):
         gen.manual_seed(i)  # the data: a function of the step alone
@@ -91,14 +97,16 @@ def bitwise_resume(root: str) -> bool:
     second = Tracker().track("run", model=model, optimizer=opt, root=root + "/run")
     start = second.resume()
     train(model, opt, second, start, 40)
-    equal = all(torch.equal(a, b) for a, b in zip(expected, model.parameters()))
+    equal = all(torch.equal(a, b) for a, b in zip(expected, model.parameters(), strict=True))
     print(f"resumed at {start}; end state equal bit for bit to the straight run: {equal}")
     return start == 20 and equal
 
 
 def main() -> int:
     argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
-    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, device {torch.cuda.get_device_name(0)}")
+    print(
+        f"torch {torch.__version__}, CUDA {torch.version.cuda}, device {torch.cuda.get_device_name(0)}"
+    )
     reader = NvmlReader()
     show_reading("NVML before this process used the GPU", reader)
     hold = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")  # 1 GiB held

@@ -95,12 +95,18 @@ def steps(path: Path) -> list[tuple[int, float, str]]:
 def checkpoint_folder(base: Path, step: int) -> Path:
     """The checkpoint of `step` under a work directory (or the store's copy of one)."""
     folder = base / ".gpuws" / "checkpoints" / "train.py"
-    named = [p for p in folder.glob("ckpt-*") if int(p.name.split("-")[1]) == step] if folder.is_dir() else []
+    named = (
+        [p for p in folder.glob("ckpt-*") if int(p.name.split("-")[1]) == step]
+        if folder.is_dir()
+        else []
+    )
     return named[0] if named else folder / f"ckpt-{step}"
 
 
 def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else -1
+    return (
+        sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else -1
+    )
 
 
 class Watch(threading.Thread):
@@ -123,8 +129,13 @@ class Watch(threading.Thread):
 
 
 def config(store: Path) -> dict[str, Any]:
-    return {"store_url": str(store), "workspace": WORKSPACE, "sync_debounce": 0.05, "lease_ttl": LEASE_TTL,
-            "checkpoint_timeout": 60.0}
+    return {
+        "store_url": str(store),
+        "workspace": WORKSPACE,
+        "sync_debounce": 0.05,
+        "lease_ttl": LEASE_TTL,
+        "checkpoint_timeout": 60.0,
+    }
 
 
 def relaunch_once(tmp: Path, layers: int, how: str) -> dict[str, float]:
@@ -133,12 +144,23 @@ def relaunch_once(tmp: Path, layers: int, how: str) -> dict[str, float]:
     store = tmp / "store"
     hostname = shutil.which("unshare") is not None
     first_root = tmp / "machine-a" / "home" / "project"
-    with server_process(tmp / "a", tmp / "runtime-a", config(store), root=first_root,
-                        hostname="machine-a" if hostname else None) as a:
+    with server_process(
+        tmp / "a",
+        tmp / "runtime-a",
+        config(store),
+        root=first_root,
+        hostname="machine-a" if hostname else None,
+    ) as a:
         until(lambda: a.api("/gpuws/api/sync")["state"] != "starting", 120, "A's sync")
         write(first_root, "train.py", TRAIN)
-        a.api("/gpuws/api/jobs", "POST", {"command": ["python", "train.py", "1000000", "0.05", "20", str(layers)],
-                                          "name": "train"})
+        a.api(
+            "/gpuws/api/jobs",
+            "POST",
+            {
+                "command": ["python", "train.py", "1000000", "0.05", "20", str(layers)],
+                "name": "train",
+            },
+        )
         until(lambda: stored_checkpoint_steps(store, WORKSPACE), 600, "a checkpoint in the store")
         if how == "sigterm":
             a.proc.send_signal(signal.SIGTERM)
@@ -153,10 +175,18 @@ def relaunch_once(tmp: Path, layers: int, how: str) -> dict[str, float]:
     watch = Watch(second_root, stored, started)
     watch.start()
     try:
-        with server_process(tmp / "b", tmp / "runtime-b", config(store), root=second_root,
-                            hostname="machine-b" if hostname else None) as b:
-            new = until(lambda: [s for s in steps(second_root / "steps.txt") if s[1] > started], 600,
-                        "the relaunched job's first step")
+        with server_process(
+            tmp / "b",
+            tmp / "runtime-b",
+            config(store),
+            root=second_root,
+            hostname="machine-b" if hostname else None,
+        ) as b:
+            new = until(
+                lambda: [s for s in steps(second_root / "steps.txt") if s[1] > started],
+                600,
+                "the relaunched job's first step",
+            )
             first = min(t for _, t, _ in new) - started
             record = b.api("/gpuws/api/jobs")["jobs"][0]
             relaunched = record["attempts"][-1]["started"] - started
@@ -165,7 +195,9 @@ def relaunch_once(tmp: Path, layers: int, how: str) -> dict[str, float]:
     finally:
         watch.stop = True
     if resumed_at != newest + 1:
-        emit(f"<!-- note: resumed at step {resumed_at}, the store's newest checkpoint was {newest} -->")
+        emit(
+            f"<!-- note: resumed at step {resumed_at}, the store's newest checkpoint was {newest} -->"
+        )
 
     # The same store, with what B added before it was killed (a few steps, perhaps one more
     # checkpoint), restored by the CLI into an empty folder.
@@ -173,13 +205,37 @@ def relaunch_once(tmp: Path, layers: int, how: str) -> dict[str, float]:
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWS_")}
     began = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", "restore", "--workdir", str(empty),
-                    "--store", str(store), "--workspace", WORKSPACE, "--state-dir", str(tmp / "state-r")],
-                   check=True, capture_output=True, env=env, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyter_gpu_ws.cli",
+            "restore",
+            "--workdir",
+            str(empty),
+            "--store",
+            str(store),
+            "--workspace",
+            WORKSPACE,
+            "--state-dir",
+            str(tmp / "state-r"),
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=600,
+    )
     bare = time.perf_counter() - began
     if folder_bytes(checkpoint_folder(empty, newest)) != folder_bytes(stored):
-        raise SystemExit(f"`jupyter gpuws restore` did not bring back the checkpoint of step {newest}")
-    result = {"restored": watch.done or float("nan"), "relaunched": relaunched, "first_step": first, "bare": bare}
+        raise SystemExit(
+            f"`jupyter gpuws restore` did not bring back the checkpoint of step {newest}"
+        )
+    result = {
+        "restored": watch.done or float("nan"),
+        "relaunched": relaunched,
+        "first_step": first,
+        "bare": bare,
+    }
     shutil.rmtree(tmp, ignore_errors=True)
     return result
 
@@ -195,13 +251,38 @@ def part_relaunch(tmp: Path, sizes: list[int], trials: int) -> None:
             first = median([r["first_step"] for r in runs])
             bare = median([r["bare"] for r in runs])
             over = first - bare
-            rows.append([f"{layers * LAYER_MIB} MiB", "SIGTERM (lease given back)" if how == "sigterm"
-                         else f"kill -9 (lease_ttl {LEASE_TTL:.0f} s runs out)",
-                         fmt_s(restored), fmt_s(relaunched), fmt_s(first), fmt_s(bare), fmt_s(over),
-                         ratio(first, bare), "met" if over <= GOAL else "not met"])
+            rows.append(
+                [
+                    f"{layers * LAYER_MIB} MiB",
+                    "SIGTERM (lease given back)"
+                    if how == "sigterm"
+                    else f"kill -9 (lease_ttl {LEASE_TTL:.0f} s runs out)",
+                    fmt_s(restored),
+                    fmt_s(relaunched),
+                    fmt_s(first),
+                    fmt_s(bare),
+                    fmt_s(over),
+                    ratio(first, bare),
+                    "met" if over <= GOAL else "not met",
+                ]
+            )
     emit(f"## Relaunch on a successor (median of {trials}; from B's start)\n")
-    emit(table(["checkpoint", "A's end", "B: restore done", "B: job relaunched", "B: first new step", "`jupyter gpuws restore` alone",
-                "relaunch − restore", "relaunch / restore", f"goal ≤ {GOAL:.0f} s"], rows))
+    emit(
+        table(
+            [
+                "checkpoint",
+                "A's end",
+                "B: restore done",
+                "B: job relaunched",
+                "B: first new step",
+                "`jupyter gpuws restore` alone",
+                "relaunch − restore",
+                "relaunch / restore",
+                f"goal ≤ {GOAL:.0f} s",
+            ],
+            rows,
+        )
+    )
     emit()
 
 
@@ -215,7 +296,14 @@ def run_direct(folder: Path, command: list[str]) -> float:
     write(folder, "train.py", TRAIN)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUWS_")}
     env["GPUWS_WORKDIR"] = str(folder)
-    subprocess.run([sys.executable, *command[1:]], cwd=folder, env=env, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, *command[1:]],
+        cwd=folder,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return step_rate(folder / "steps.txt")
 
 
@@ -223,8 +311,14 @@ def run_job(server: ServerProcess, cwd: str, command: list[str]) -> float:
     (server.root / cwd).mkdir()
     write(server.root / cwd, "train.py", TRAIN)
     job = server.api("/gpuws/api/jobs", "POST", {"command": command, "cwd": cwd})
-    end = until(lambda: (j := server.api(f"/gpuws/api/jobs/{job['id']}"))["state"] in ("finished", "failed") and j,
-                600, "the job's end")
+    end = until(
+        lambda: (
+            (j := server.api(f"/gpuws/api/jobs/{job['id']}"))["state"] in ("finished", "failed")
+            and j
+        ),
+        600,
+        "the job's end",
+    )
     if end["state"] != "finished":
         raise SystemExit(f"the job failed: {end['reason']}")
     return step_rate(server.root / cwd / "steps.txt")
@@ -234,7 +328,9 @@ def part_supervision(tmp: Path, n: int, trials: int) -> None:
     command = ["python", "train.py", str(n), "0", str(10 * n), "1"]
     direct_rates, job_rates = [], []
     tmp.mkdir(parents=True)
-    with server_process(tmp / "s", tmp / "runtime-s", config(tmp / "store"), root=tmp / "root") as server:
+    with server_process(
+        tmp / "s", tmp / "runtime-s", config(tmp / "store"), root=tmp / "root"
+    ) as server:
         until(lambda: server.api("/gpuws/api/sync")["state"] != "starting", 120, "the sync")
         # One untimed round of each first: the server's start (its first sync pass, its
         # imports) and the first torch import must not fall on the first timed run.
@@ -242,7 +338,7 @@ def part_supervision(tmp: Path, n: int, trials: int) -> None:
         run_job(server, "job-warm", command)
         for t in range(trials):
             # Alternate which goes first: the machine's load drifts.
-            for kind in (("direct", "job") if t % 2 == 0 else ("job", "direct")):
+            for kind in ("direct", "job") if t % 2 == 0 else ("job", "direct"):
                 if kind == "direct":
                     direct_rates.append(run_direct(tmp / f"direct-{t}", command))
                 else:
@@ -250,19 +346,32 @@ def part_supervision(tmp: Path, n: int, trials: int) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     direct, supervised = median(direct_rates), median(job_rates)
     emit(f"## Supervision cost ({n} steps of a 16 MiB model, median of {trials}, interleaved)\n")
-    emit(table(["run", "steps/s", "per step", "ratio to direct"], [
-        ["`python train.py` directly", f"{direct:.1f}", fmt_s(1 / direct), "1.00x"],
-        ["the same as a job of a running server", f"{supervised:.1f}", fmt_s(1 / supervised),
-         ratio(1 / supervised, 1 / direct) + " the time per step"],
-    ]))
-    emit(f"\nEach trial's steps/s, direct: {', '.join(f'{r:.1f}' for r in direct_rates)}; "
-         f"job: {', '.join(f'{r:.1f}' for r in job_rates)}\n")
+    emit(
+        table(
+            ["run", "steps/s", "per step", "ratio to direct"],
+            [
+                ["`python train.py` directly", f"{direct:.1f}", fmt_s(1 / direct), "1.00x"],
+                [
+                    "the same as a job of a running server",
+                    f"{supervised:.1f}",
+                    fmt_s(1 / supervised),
+                    ratio(1 / supervised, 1 / direct) + " the time per step",
+                ],
+            ],
+        )
+    )
+    emit(
+        f"\nEach trial's steps/s, direct: {', '.join(f'{r:.1f}' for r in direct_rates)}; "
+        f"job: {', '.join(f'{r:.1f}' for r in job_rates)}\n"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="16 MiB, 1 trial, 200 steps")
-    parser.add_argument("--sizes", default=None, help="checkpoint sizes in MiB, comma-separated (default 64,512)")
+    parser.add_argument(
+        "--sizes", default=None, help="checkpoint sizes in MiB, comma-separated (default 64,512)"
+    )
     parser.add_argument("--trials", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None, help="steps of the supervision loop")
     parser.add_argument("--parts", default="relaunch,supervision")
@@ -273,8 +382,10 @@ def main() -> None:
     n = args.steps or (200 if args.quick else 1000)
     os.environ.setdefault("GPUWS_JOB_KEY", "jobs-bench-the-same-user-on-both-machines")
     tmp = Path(tempfile.mkdtemp(prefix="gpuws-jobs-bench-", dir=args.tmp))
-    emit(f"# jobs_bench: {machine_line()}; local-folder store; `unshare -u`: "
-         f"{'yes' if shutil.which('unshare') else 'no'}\n")
+    emit(
+        f"# jobs_bench: {machine_line()}; local-folder store; `unshare -u`: "
+        f"{'yes' if shutil.which('unshare') else 'no'}\n"
+    )
     try:
         if "relaunch" in args.parts:
             part_relaunch(tmp / "relaunch", sizes, trials)

@@ -83,7 +83,11 @@ class _Side(asyncio.Protocol):
             self.transport.write(data)
 
     def end(self) -> None:
-        if self.transport is not None and not self.transport.is_closing() and self.transport.can_write_eof():
+        if (
+            self.transport is not None
+            and not self.transport.is_closing()
+            and self.transport.can_write_eof()
+        ):
             try:
                 self.transport.write_eof()
             except OSError:  # this end has gone meanwhile: nothing left to tell it
@@ -149,10 +153,18 @@ async def serve(target: int, delay: float, port: int = 0, rate: float = 0.0) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("target", type=int, help="the port on 127.0.0.1 to pass connections to")
-    parser.add_argument("--delay-ms", type=float, default=10.0, help="delay added in each direction")
-    parser.add_argument("--rate-mbps", type=float, default=0.0,
-                        help="each connection's limit, MB (10^6 bytes) per second in each direction; 0: none")
-    parser.add_argument("--port", type=int, default=0, help="port to listen on (default: any free one)")
+    parser.add_argument(
+        "--delay-ms", type=float, default=10.0, help="delay added in each direction"
+    )
+    parser.add_argument(
+        "--rate-mbps",
+        type=float,
+        default=0.0,
+        help="each connection's limit, MB (10^6 bytes) per second in each direction; 0: none",
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="port to listen on (default: any free one)"
+    )
     args = parser.parse_args()
     if args.rate_mbps < 0 or args.delay_ms < 0:
         parser.error("--delay-ms and --rate-mbps cannot be negative")

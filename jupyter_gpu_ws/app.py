@@ -14,33 +14,38 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
-from . import __version__
-from .defaults import (default_state_dir, default_store_url, derive_workspace_name, is_embedded_store,
-                       legacy_workspace_name, local_store_path)
-from .store.presence import holds_things
-from .store.workspaces import list_workspaces, remembered_choice, require_workspace
-from .documents import BrowserPages
-from .client import SERVER_PID_ENV
-from .jobs import JobRunner
-from .environment import EnvironmentSupervisor
-from .lifecycle import RuntimeSupervisor
-from .runtime import parse_deadline, parse_duration
-from .runtime.hub import check_store_template, expand_store_url, template_base
+from .checkpoints import protocol
 from .checkpoints.catalog import distributed_runs
 from .checkpoints.coordinator import CheckpointCoordinator
 from .checkpoints.files import run_dir
 from .checkpoints.protocol import RUNTIME_DIR_ENV, SERVER_ID_ENV
-from .sync import StoreConfigError, SyncSettings
+from .client import SERVER_PID_ENV
+from .defaults import (
+    default_state_dir,
+    default_store_url,
+    derive_workspace_name,
+    is_embedded_store,
+    legacy_workspace_name,
+    local_store_path,
+)
+from .documents import BrowserPages
+from .environment import EnvironmentSupervisor
+from .jobs import JobRunner
+from .lifecycle import RuntimeSupervisor
+from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
+from .monitor.attribution import KernelReport, reports_from_registration
+from .monitor.own_use import TEST_DOUBLE_ENV
+from .runtime import parse_deadline, parse_duration
+from .runtime.hub import check_store_template, expand_store_url, template_base
 from .store.crypto import Encryption
 from .store.crypto.keys import read_passphrase
+from .store.presence import holds_things
+from .store.workspaces import list_workspaces, remembered_choice, require_workspace
+from .sync import StoreConfigError, SyncSettings
 from .sync.supervisor import SyncSupervisor
-from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
-from .checkpoints import protocol
 from .training.anomalies import AnomalyPolicy
 from .training.progress import DeadlineView
 from .training.watch import TrainingWatch, WatchSettings
-from .monitor.attribution import KernelReport, reports_from_registration
-from .monitor.own_use import TEST_DOUBLE_ENV
 
 
 class GpuWorkspace(Configurable):
@@ -57,21 +62,26 @@ class GpuWorkspace(Configurable):
     ).tag(config=True)
 
     create_store = Bool(
-        False, help="""Make a missing store folder even where the folder it goes in is empty or missing (what an
+        False,
+        help="""Make a missing store folder even where the folder it goes in is empty or missing (what an
         unmounted drive looks like). Without it, a missing store folder is made only where its parent holds other
         things (the embedded default always is), and never where this machine synced the workspace before: that
         store is unavailable until it is back (a drive that dropped), or until Take over starts it anew.""",
     ).tag(config=True)
 
     workdir = Unicode(
-        "", help="The directory that is mirrored to the store. Default: the server's root directory."
+        "",
+        help="The directory that is mirrored to the store. Default: the server's root directory.",
     ).tag(config=True)
 
     workspace = Unicode(
-        "", help="Name of this workspace inside the store. Default: derived from the user and work directory."
+        "",
+        help="Name of this workspace inside the store. Default: derived from the user and work directory.",
     ).tag(config=True)
 
-    sample_interval = Float(1.0, help="Seconds between two samples of the GPU and system monitor.").tag(config=True)
+    sample_interval = Float(
+        1.0, help="Seconds between two samples of the GPU and system monitor."
+    ).tag(config=True)
 
     history_seconds = Float(
         300.0, help="Seconds of monitor samples kept in memory for the history and sparklines."
@@ -84,15 +94,22 @@ class GpuWorkspace(Configurable):
         For tests and demonstrations only.""",
     ).tag(config=True)
 
-    gpu_idle_percent = Float(5.0, help="A GPU below this utilisation % counts as idle.").tag(config=True)
+    gpu_idle_percent = Float(5.0, help="A GPU below this utilisation % counts as idle.").tag(
+        config=True
+    )
 
     gpu_idle_alert_minutes = Float(
-        10.0, help="Alert when a GPU on which a kernel holds memory has been idle this many minutes."
+        10.0,
+        help="Alert when a GPU on which a kernel holds memory has been idle this many minutes.",
     ).tag(config=True)
 
-    gpu_memory_alert = Float(0.95, help="Alert when a GPU's memory is fuller than this fraction.").tag(config=True)
+    gpu_memory_alert = Float(
+        0.95, help="Alert when a GPU's memory is fuller than this fraction."
+    ).tag(config=True)
 
-    disk_alert = Float(0.90, help="Alert when the work directory's disk is fuller than this fraction.").tag(config=True)
+    disk_alert = Float(
+        0.90, help="Alert when the work directory's disk is fuller than this fraction."
+    ).tag(config=True)
 
     storage_options = Dict(
         help="""Options for the store: obstore's names for S3, GCS and Azure (endpoint, region, …) or the
@@ -104,21 +121,26 @@ class GpuWorkspace(Configurable):
     sync_enabled = Bool(True, help="Mirror the work directory to the store.").tag(config=True)
 
     encrypt = Bool(
-        False, help="""Encrypt every file, version, checkpoint and environment snapshot in the store with
+        False,
+        help="""Encrypt every file, version, checkpoint and environment snapshot in the store with
         AES-256-GCM before upload (docs/sync.md). The passphrase comes from key_file or the
         environment variable named by passphrase_env; it is never stored in clear.""",
     ).tag(config=True)
 
     passphrase_env = Unicode(
-        "GPUWS_PASSPHRASE", help="The environment variable that holds the passphrase of an encrypted store.",
+        "GPUWS_PASSPHRASE",
+        help="The environment variable that holds the passphrase of an encrypted store.",
     ).tag(config=True)
 
     key_file = Unicode(
-        None, allow_none=True, help="A local file whose first line is the passphrase (instead of passphrase_env).",
+        None,
+        allow_none=True,
+        help="A local file whose first line is the passphrase (instead of passphrase_env).",
     ).tag(config=True)
 
     encrypt_names = Bool(
-        False, help="""With encrypt: also encrypt each file and folder name (AES-SIV), so the store's listing
+        False,
+        help="""With encrypt: also encrypt each file and folder name (AES-SIV), so the store's listing
         shows nothing but sizes and the tree's shape. Chosen when the workspace is first encrypted.""",
     ).tag(config=True)
 
@@ -130,13 +152,15 @@ class GpuWorkspace(Configurable):
         None, allow_none=True, help="Store quota in bytes: warn at 90 %, refuse uploads past it."
     ).tag(config=True)
 
-    max_file_size = Int(None, allow_none=True, help="Files larger than this (bytes) are not mirrored.").tag(config=True)
+    max_file_size = Int(
+        None, allow_none=True, help="Files larger than this (bytes) are not mirrored."
+    ).tag(config=True)
 
     sync_concurrency = Int(8, help="Transfers in parallel.").tag(config=True)
 
-    bandwidth_limit = Int(None, allow_none=True, help="Upload cap in bytes per second, all transfers together.").tag(
-        config=True
-    )
+    bandwidth_limit = Int(
+        None, allow_none=True, help="Upload cap in bytes per second, all transfers together."
+    ).tag(config=True)
 
     max_delete_fraction = Float(
         0.5, help="A pass that would remove more than this share of the store stops with an error."
@@ -144,7 +168,9 @@ class GpuWorkspace(Configurable):
 
     keep_versions = Int(10, help="Previous versions kept per file.").tag(config=True)
 
-    version_max_age_days = Float(30.0, help="Previous versions older than this are removed.").tag(config=True)
+    version_max_age_days = Float(30.0, help="Previous versions older than this are removed.").tag(
+        config=True
+    )
 
     rescan_interval = Float(
         300.0, help="Seconds between full rescans, the backstop for missed file-system events."
@@ -155,88 +181,108 @@ class GpuWorkspace(Configurable):
     ).tag(config=True)
 
     sync_settle = Float(
-        2.0, help="""Seconds a file still being written (open for writing, or changing) must stay unchanged before
+        2.0,
+        help="""Seconds a file still being written (open for writing, or changing) must stay unchanged before
         it is uploaded; a file closed after writing goes at once. Previous versions of a file are kept at most
-        once per this interval."""
+        once per this interval.""",
     ).tag(config=True)
 
     lease_ttl = Float(
-        20.0, help="""Seconds the workspace lease lives without a heartbeat (renewed every quarter of it).
+        20.0,
+        help="""Seconds the workspace lease lives without a heartbeat (renewed every quarter of it).
         A runtime that finds the lease held takes it over by itself once its heartbeat is older
-        than this: after a crash, a successor writes within about this long."""
+        than this: after a crash, a successor writes within about this long.""",
     ).tag(config=True)
 
     checkpoint_timeout = Float(
-        60.0, help="Persist waits this long for tracked kernels to finish their checkpoints before syncing."
+        60.0,
+        help="Persist waits this long for tracked kernels to finish their checkpoints before syncing.",
     ).tag(config=True)
 
     document_save_timeout = Float(
-        5.0, help="""Seconds a persist waits for the connected browser pages to save their open
-        documents with unsaved changes (the emergency persist waits at most 2 s). 0: do not ask."""
+        5.0,
+        help="""Seconds a persist waits for the connected browser pages to save their open
+        documents with unsaved changes (the emergency persist waits at most 2 s). 0: do not ask.""",
     ).tag(config=True)
 
     max_runtime = Unicode(
-        "", help="""How long this runtime may live from the server's start ("12h", "90m", "1h30m" or
-        seconds). Empty: no limit from this source."""
+        "",
+        help="""How long this runtime may live from the server's start ("12h", "90m", "1h30m" or
+        seconds). Empty: no limit from this source.""",
     ).tag(config=True)
 
     deadline = Unicode(
-        "", help="""When this runtime ends, absolute (ISO 8601, naive means UTC, or epoch seconds).
+        "",
+        help="""When this runtime ends, absolute (ISO 8601, naive means UTC, or epoch seconds).
         Also environment variable GPUWS_DEADLINE; a file named by GPUWS_DEADLINE_FILE may give
-        or move the deadline at any time. The earliest of all sources wins."""
+        or move the deadline at any time. The earliest of all sources wins.""",
     ).tag(config=True)
 
-    persist_lead_time = Float(600.0, help="Seconds before the deadline at which everything is persisted.").tag(
-        config=True
-    )
+    persist_lead_time = Float(
+        600.0, help="Seconds before the deadline at which everything is persisted."
+    ).tag(config=True)
 
     warning_lead_times = List(
-        Float(), [1800.0, 600.0, 120.0], help="Seconds before the deadline at which the user is warned."
+        Float(),
+        [1800.0, 600.0, 120.0],
+        help="Seconds before the deadline at which the user is warned.",
     ).tag(config=True)
 
     grace_period = Float(
-        25.0, help="Seconds the emergency persist (SIGTERM, a preemption notice) may take before the server exits."
+        25.0,
+        help="Seconds the emergency persist (SIGTERM, a preemption notice) may take before the server exits.",
     ).tag(config=True)
 
     termination_grace_period = Float(
-        None, allow_none=True, help="""Seconds the platform gives this server between the start of
+        None,
+        allow_none=True,
+        help="""Seconds the platform gives this server between the start of
         its termination and the kill: under Kubernetes the pod's grace, which KubeSpawner sets from
         c.KubeSpawner.delete_grace_period (1 s by default!). Environment variable GPUWS_GRACE_PERIOD
         (the chart sets it). The emergency persist fits inside it, and the Runtime section warns
-        when it is shorter than the measured emergency persist."""
+        when it is shorter than the measured emergency persist.""",
     ).tag(config=True)
 
     hub_max_age = Unicode(
-        "", help="""JupyterHub's idle culler's --max-age ("8h", seconds): the server is stopped that
-        long after it started. Environment variable GPUWS_HUB_MAX_AGE. A deadline source."""
+        "",
+        help="""JupyterHub's idle culler's --max-age ("8h", seconds): the server is stopped that
+        long after it started. Environment variable GPUWS_HUB_MAX_AGE. A deadline source.""",
     ).tag(config=True)
 
     hub_cull_timeout = Unicode(
-        "", help="""JupyterHub's idle culler's --timeout ("1h", seconds): the server is stopped
+        "",
+        help="""JupyterHub's idle culler's --timeout ("1h", seconds): the server is stopped
         after that long without activity as the hub sees it. Environment variable
-        GPUWS_HUB_CULL_TIMEOUT. A deadline source, with a warning hub_cull_warning ahead."""
+        GPUWS_HUB_CULL_TIMEOUT. A deadline source, with a warning hub_cull_warning ahead.""",
     ).tag(config=True)
 
     hub_cull_warning = Float(
-        600.0, help="Seconds before the hub's idle cull at which the user is always warned (with Persist now)."
+        600.0,
+        help="Seconds before the hub's idle cull at which the user is always warned (with Persist now).",
     ).tag(config=True)
 
     hub_keep_alive = Bool(
-        False, help="""Report activity to JupyterHub while a tracked run is stepping or a notebook's
+        False,
+        help="""Report activity to JupyterHub while a tracked run is stepping or a notebook's
         GPU is busy, so the idle culler does not stop a training that prints nothing. Off by
-        default: it overrides the admin's idle policy. Environment variable GPUWS_HUB_KEEP_ALIVE=1."""
+        default: it overrides the admin's idle policy. Environment variable GPUWS_HUB_KEEP_ALIVE=1.""",
     ).tag(config=True)
 
     hub_poll_interval = Float(
-        60.0, help="Seconds between two reads of this server's start and last activity from the hub API."
+        60.0,
+        help="Seconds between two reads of this server's start and last activity from the hub API.",
     ).tag(config=True)
 
     preemption_clouds = List(
-        Unicode(), [], help="""Clouds whose preemption notices are polled: any of "aws" (spot
-        instance-action), "gcp" (preempted), "azure" (Scheduled Events Preempt)."""
+        Unicode(),
+        [],
+        help="""Clouds whose preemption notices are polled: any of "aws" (spot
+        instance-action), "gcp" (preempted), "azure" (Scheduled Events Preempt).""",
     ).tag(config=True)
 
-    preemption_poll_interval = Float(5.0, help="Seconds between two polls of the metadata servers.").tag(config=True)
+    preemption_poll_interval = Float(
+        5.0, help="Seconds between two polls of the metadata servers."
+    ).tag(config=True)
 
     aws_metadata_url = Unicode(
         "", help="Base address of the AWS instance metadata service (default: the link-local one)."
@@ -247,46 +293,59 @@ class GpuWorkspace(Configurable):
     ).tag(config=True)
 
     azure_metadata_url = Unicode(
-        "", help="Base address of the Azure instance metadata service (default: the link-local one)."
+        "",
+        help="Base address of the Azure instance metadata service (default: the link-local one).",
     ).tag(config=True)
 
     git_versioning = Bool(
-        False, help="""At each persist, commit code, notebooks and configuration of the work
-        directory's Git repository (never data or checkpoints)."""
+        False,
+        help="""At each persist, commit code, notebooks and configuration of the work
+        directory's Git repository (never data or checkpoints).""",
     ).tag(config=True)
 
     git_init = Bool(
-        False, help="With git_versioning, create a repository in the work directory when there is none."
+        False,
+        help="With git_versioning, create a repository in the work directory when there is none.",
     ).tag(config=True)
 
     git_include = List(
-        Unicode(), [], help="Patterns of the files Git versioning commits (default: code, notebooks, configuration)."
+        Unicode(),
+        [],
+        help="Patterns of the files Git versioning commits (default: code, notebooks, configuration).",
     ).tag(config=True)
 
-    git_max_file_size = Int(2**20, help="Files larger than this (bytes) are never committed.").tag(config=True)
+    git_max_file_size = Int(2**20, help="Files larger than this (bytes) are never committed.").tag(
+        config=True
+    )
 
     git_remote = Unicode(
         "", help="A remote name or URL to push to after each commit (the user's own credentials)."
     ).tag(config=True)
 
-    git_branch = Unicode("", help="The remote branch to push to (default: the current branch's name).").tag(config=True)
+    git_branch = Unicode(
+        "", help="The remote branch to push to (default: the current branch's name)."
+    ).tag(config=True)
 
     env_python = Unicode(
-        "", help="""The Python whose environment is snapshotted and restored. Default: the
-        default kernel's interpreter."""
+        "",
+        help="""The Python whose environment is snapshotted and restored. Default: the
+        default kernel's interpreter.""",
     ).tag(config=True)
 
     env_snapshot_on_persist = Bool(
-        True, help="Take an environment snapshot at each persist (a new one only when something changed)."
+        True,
+        help="Take an environment snapshot at each persist (a new one only when something changed).",
     ).tag(config=True)
 
     env_keep_all_wheels = Bool(
-        False, help="Keep a wheel of every package in the store, so a restore needs no package index at all."
+        False,
+        help="Keep a wheel of every package in the store, so a restore needs no package index at all.",
     ).tag(config=True)
 
     training_stall_factor = Float(
-        10.0, help="""A tracked run whose kernel is busy counts as stalled after this many times its
-        usual step time without a step (and at least training_stall_seconds)."""
+        10.0,
+        help="""A tracked run whose kernel is busy counts as stalled after this many times its
+        usual step time without a step (and at least training_stall_seconds).""",
     ).tag(config=True)
 
     training_stall_seconds = Float(
@@ -294,34 +353,39 @@ class GpuWorkspace(Configurable):
     ).tag(config=True)
 
     training_input_bound_percent = Float(
-        50.0, help="""A run whose notebook's GPUs are busy less than this (%) on average while it steps
-        is input-bound (its data does not arrive fast enough)."""
+        50.0,
+        help="""A run whose notebook's GPUs are busy less than this (%) on average while it steps
+        is input-bound (its data does not arrive fast enough).""",
     ).tag(config=True)
 
     training_input_bound_seconds = Float(
-        120.0, help="How long the GPUs must stay under training_input_bound_percent before it is said."
+        120.0,
+        help="How long the GPUs must stay under training_input_bound_percent before it is said.",
     ).tag(config=True)
 
     relaunch_jobs = Bool(
-        True, help="""Relaunch, once the restore at start is done, every job (`jupyter gpuws run`) that the
+        True,
+        help="""Relaunch, once the restore at start is done, every job (`jupyter gpuws run`) that the
         last runtime stopped at its end; its resume() continues from its checkpoint. Off: such jobs wait
-        for a restart by hand (docs/jobs.md)."""
+        for a restart by hand (docs/jobs.md).""",
     ).tag(config=True)
 
     relaunch_restores_environment = Bool(
-        False, help="""Before relaunching the last runtime's jobs, restore the difference between this
+        False,
+        help="""Before relaunching the last runtime's jobs, restore the difference between this
         environment and the workspace's latest snapshot (as the Environment section's restore does: wheels
         from the store or the index, nothing built from sources) and relaunch once it is done. Off: the jobs
-        relaunch on the environment there is, and say so when it differs (docs/jobs.md)."""
+        relaunch on the environment there is, and say so when it differs (docs/jobs.md).""",
     ).tag(config=True)
 
     job_stop_grace = Float(
-        10.0, help="Seconds a job has to end after SIGTERM (when stopped or at the runtime's end) before SIGKILL."
+        10.0,
+        help="Seconds a job has to end after SIGTERM (when stopped or at the runtime's end) before SIGKILL.",
     ).tag(config=True)
 
-    state_dir = Unicode(help="Local folder for the record of what was synced (not in the work directory).").tag(
-        config=True
-    )
+    state_dir = Unicode(
+        help="Local folder for the record of what was synced (not in the work directory)."
+    ).tag(config=True)
 
     @default("termination_grace_period")
     def _default_termination_grace(self) -> float | None:
@@ -347,7 +411,12 @@ class GpuWorkspace(Configurable):
 
     @default("hub_keep_alive")
     def _default_hub_keep_alive(self) -> bool:
-        return os.environ.get("GPUWS_HUB_KEEP_ALIVE", "").strip().lower() in ("1", "true", "yes", "on")
+        return os.environ.get("GPUWS_HUB_KEEP_ALIVE", "").strip().lower() in (
+            "1",
+            "true",
+            "yes",
+            "on",
+        )
 
     @validate("store_url")
     def _check_store_template(self, proposal: Any) -> str:
@@ -417,7 +486,9 @@ class GpuWorkspace(Configurable):
     def _check_clouds(self, proposal: Any) -> list[str]:
         unknown = sorted(set(proposal["value"]) - {"aws", "gcp", "azure"})
         if unknown:
-            raise TraitError(f"preemption_clouds: unknown {', '.join(unknown)} (use aws, gcp, azure)")
+            raise TraitError(
+                f"preemption_clouds: unknown {', '.join(unknown)} (use aws, gcp, azure)"
+            )
         return proposal["value"]
 
     @validate("sync_settle")
@@ -510,7 +581,9 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         self.stream_clients: set[Any] = set()
         self.sampler.subscribe(self._on_sample)
         self.sampler.start()
-        self._kernel_poll = PeriodicCallback(self.refresh_kernel_index, max(2000, self.sample_interval * 1000))
+        self._kernel_poll = PeriodicCallback(
+            self.refresh_kernel_index, max(2000, self.sample_interval * 1000)
+        )
         self._kernel_poll.start()
         self.checkpoints = CheckpointCoordinator(
             self.serverapp.kernel_manager, self.serverapp.runtime_dir, self.kernel_notebooks
@@ -537,25 +610,41 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         self.runtime = RuntimeSupervisor(self)
         self.runtime.start()
         self.training = TrainingWatch(
-            WatchSettings(policy=AnomalyPolicy(
-                stall_factor=self.training_stall_factor, stall_seconds=self.training_stall_seconds,
-                input_bound_percent=self.training_input_bound_percent,
-                input_bound_seconds=self.training_input_bound_seconds, memory_fraction=self.gpu_memory_alert)),
-            streams=self.training_streams, kernel_busy=self.kernel_busy, deadline=self.training_deadline,
+            WatchSettings(
+                policy=AnomalyPolicy(
+                    stall_factor=self.training_stall_factor,
+                    stall_seconds=self.training_stall_seconds,
+                    input_bound_percent=self.training_input_bound_percent,
+                    input_bound_seconds=self.training_input_bound_seconds,
+                    memory_fraction=self.gpu_memory_alert,
+                )
+            ),
+            streams=self.training_streams,
+            kernel_busy=self.kernel_busy,
+            deadline=self.training_deadline,
             checkpoints_root=Path(self.workdir) / ".gpuws" / "checkpoints",
         )
         self.sampler.subscribe(self.training.on_sample)
         from .userjobs.service import JobService
 
-        self.userjobs = JobService(self, {"GPUWS_WORKDIR": self.workdir, SERVER_ID_ENV: self.checkpoints.server_id,
-                                          RUNTIME_DIR_ENV: self.serverapp.runtime_dir,
-                                          SERVER_PID_ENV: str(os.getpid())})
+        self.userjobs = JobService(
+            self,
+            {
+                "GPUWS_WORKDIR": self.workdir,
+                SERVER_ID_ENV: self.checkpoints.server_id,
+                RUNTIME_DIR_ENV: self.serverapp.runtime_dir,
+                SERVER_PID_ENV: str(os.getpid()),
+            },
+        )
         self.userjobs.start()
         self._training_ticking = False
         self._training_poll = PeriodicCallback(self._training_tick, 1000)
         self._training_poll.start()
         self.log.info(
-            "GPU workspace: workdir %s, store %s, workspace %s", self.workdir, self.store_url, self.workspace
+            "GPU workspace: workdir %s, store %s, workspace %s",
+            self.workdir,
+            self.store_url,
+            self.workspace,
         )
 
     def training_streams(self) -> dict[str, Path]:
@@ -568,7 +657,9 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
                     streams[kernel_id] = path
                     break
         # The jobs' runs (userjobs/): their processes' streams beside their registrations.
-        for path in self.checkpoints.agents_dir.glob(f"{protocol.PROCESS_PREFIX}*{protocol.TRAINING_SUFFIX}"):
+        for path in self.checkpoints.agents_dir.glob(
+            f"{protocol.PROCESS_PREFIX}*{protocol.TRAINING_SUFFIX}"
+        ):
             streams[path.name[: -len(protocol.TRAINING_SUFFIX)]] = path
         return streams
 
@@ -586,8 +677,12 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         deadline = clock.earliest()
         if deadline is None:
             return None
-        return DeadlineView(deadline.at, deadline.source, clock.next_persist(deadline),
-                            clock.settings.persist_lead_time)
+        return DeadlineView(
+            deadline.at,
+            deadline.source,
+            clock.next_persist(deadline),
+            clock.settings.persist_lead_time,
+        )
 
     async def _training_tick(self) -> None:
         if self._training_ticking:
@@ -650,14 +745,27 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         its checkpoints (size per rank, whether in the store) and whether it loads here."""
         live = self.checkpoints.runs()
         gpus = (self.sampler.latest or {}).get("gpus") or []
-        elsewhere = [(run["root"], run["run"]) for run in live if run.get("root") and run.get("run")]
+        elsewhere = [
+            (run["root"], run["run"]) for run in live if run.get("root") and run.get("run")
+        ]
         saved = distributed_runs(Path(self.workdir) / ".gpuws" / "checkpoints", elsewhere, gpus)
         out = []
         for run in live:
-            folder = str(run_dir(run["root"], run["run"])) if run.get("root") and run.get("run") else None
+            folder = (
+                str(run_dir(run["root"], run["run"]))
+                if run.get("root") and run.get("run")
+                else None
+            )
             found = saved.pop(folder, None) if folder else None
-            out.append({**run, "live": True, "folder": folder, "checkpoints": (found or {}).get("checkpoints", []),
-                        "resumable": (found or {}).get("resumable")})
+            out.append(
+                {
+                    **run,
+                    "live": True,
+                    "folder": folder,
+                    "checkpoints": (found or {}).get("checkpoints", []),
+                    "resumable": (found or {}).get("resumable"),
+                }
+            )
         for found in saved.values():
             out.append({"run_id": None, "live": False, **found})
         for run in out:
@@ -773,7 +881,9 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         the user's create_store, or a user's store under the folder an admin's template names
         (`/srv/stores/{username}`: that folder there, or where it would go holds other things)."""
         base = getattr(self, "_store_template_base", None)
-        vouched = base is not None and (os.path.isdir(base) or holds_things(os.path.dirname(base) or "/"))
+        vouched = base is not None and (
+            os.path.isdir(base) or holds_things(os.path.dirname(base) or "/")
+        )
         return self.create_store or is_embedded_store(self.store_url) or vouched
 
     def encryption(self) -> Encryption | None:
@@ -782,8 +892,10 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             return None
         passphrase = read_passphrase(self.key_file, self.passphrase_env)
         if not passphrase:
-            raise StoreConfigError(f"Encryption is on but no passphrase is given: set ${self.passphrase_env} "
-                                   "or c.GpuWorkspace.key_file")
+            raise StoreConfigError(
+                f"Encryption is on but no passphrase is given: set ${self.passphrase_env} "
+                "or c.GpuWorkspace.key_file"
+            )
         return Encryption(passphrase, self.encrypt_names)
 
     async def stop_extension(self) -> None:

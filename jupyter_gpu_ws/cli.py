@@ -32,21 +32,34 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any
 
 from . import envsnap, strictjson
-from .defaults import (default_state_dir, default_store_url, derive_workspace_name, is_embedded_store,
-                       legacy_workspace_name)
-from .sync import Progress, SyncEngine, SyncError, SyncSettings
+from .defaults import (
+    default_state_dir,
+    default_store_url,
+    derive_workspace_name,
+    is_embedded_store,
+    legacy_workspace_name,
+)
 from .envsnap.wheels import stored_wheels
-from .store.backend import Backend
-from .store.presence import check_store
-from .store.crypto import Encryption, keys as crypto_keys, protect
-from .store.names import shown
-from .sync.service import SyncService
 from .store import Store, open_backend
-from .store.workspaces import describe, list_workspaces, require_store, require_workspace, resolve_workspace
+from .store.backend import Backend
+from .store.crypto import Encryption, protect
+from .store.crypto import keys as crypto_keys
+from .store.names import shown
+from .store.presence import check_store
+from .store.workspaces import (
+    describe,
+    list_workspaces,
+    require_store,
+    require_workspace,
+    resolve_workspace,
+)
+from .sync import Progress, SyncEngine, SyncError, SyncSettings
+from .sync.service import SyncService
 from .vocabulary import age, count, size
 from .workspace_rule import Needs, NoWorkspaceHereError, known_folder, resolve
 
@@ -83,11 +96,17 @@ DESCRIPTION = (
     "settings, else what this machine synced there); flags say otherwise. Each command says on stderr the "
     "store and workspace it resolved; an error is one line on stderr and a non-zero exit."
 )
-STORE_HELP = ("the store: s3://, gs://, az:// (obstore), another fsspec URL, or an absolute path "
-              "(default: the work directory's; with --workdir or --workspace, $GPUWS_STORE or a local folder)")
-WORKSPACE_HELP = "workspace name in the store (default: the work directory's, else derived from user and folder)"
-OPTION_HELP = ("an option for the store, repeatable, e.g. endpoint_url=http://127.0.0.1:8333 (obstore's names or "
-               "fsspec's; an unknown one is refused)")
+STORE_HELP = (
+    "the store: s3://, gs://, az:// (obstore), another fsspec URL, or an absolute path "
+    "(default: the work directory's; with --workdir or --workspace, $GPUWS_STORE or a local folder)"
+)
+WORKSPACE_HELP = (
+    "workspace name in the store (default: the work directory's, else derived from user and folder)"
+)
+OPTION_HELP = (
+    "an option for the store, repeatable, e.g. endpoint_url=http://127.0.0.1:8333 (obstore's names or "
+    "fsspec's; an unknown one is refused)"
+)
 
 
 def _store_url(args: argparse.Namespace) -> str:
@@ -112,7 +131,9 @@ class CommandParser(argparse.ArgumentParser):
     """A command's parser: an argument it does not know is refused with this command's usage
     (argparse leaves that to the top level, whose usage names no command's options)."""
 
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
         parsed, extra = super().parse_known_args(args, namespace)
         if extra:
             self.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -121,91 +142,185 @@ class CommandParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="jupyter gpuws", description=DESCRIPTION)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
+    )
 
     def where(p: argparse.ArgumentParser) -> None:
         """The options that say which work directory and workspace: every sync command has them."""
-        p.add_argument("--workdir", default=None,
-                       help="the work directory (mirrored to the store; default: the one this folder is in)")
+        p.add_argument(
+            "--workdir",
+            default=None,
+            help="the work directory (mirrored to the store; default: the one this folder is in)",
+        )
         p.add_argument("--store", default=None, help=STORE_HELP)
         p.add_argument("--workspace", default=None, help=WORKSPACE_HELP)
-        p.add_argument("--state-dir", default=None,
-                       help="folder of the local record of what was synced (default: the running server's, else "
-                            "in the Jupyter data folder)")
-        p.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
-                       help=OPTION_HELP)
+        p.add_argument(
+            "--state-dir",
+            default=None,
+            help="folder of the local record of what was synced (default: the running server's, else "
+            "in the Jupyter data folder)",
+        )
+        p.add_argument(
+            "--storage-option",
+            action="append",
+            type=_option,
+            default=[],
+            metavar="KEY=VALUE",
+            help=OPTION_HELP,
+        )
         crypt_args(p)
-        p.add_argument("--encrypt", action="store_true",
-                       help="the workspace is (or becomes) encrypted with AES-256-GCM (docs/sync.md)")
-        p.add_argument("--encrypt-names", action="store_true",
-                       help="with --encrypt on a new workspace: encrypt file and folder names too")
+        p.add_argument(
+            "--encrypt",
+            action="store_true",
+            help="the workspace is (or becomes) encrypted with AES-256-GCM (docs/sync.md)",
+        )
+        p.add_argument(
+            "--encrypt-names",
+            action="store_true",
+            help="with --encrypt on a new workspace: encrypt file and folder names too",
+        )
 
     def crypt_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--key-file", default=None, metavar="FILE",
-                       help="a file whose first line is the passphrase (default: $GPUWS_PASSPHRASE, else a prompt)")
+        p.add_argument(
+            "--key-file",
+            default=None,
+            metavar="FILE",
+            help="a file whose first line is the passphrase (default: $GPUWS_PASSPHRASE, else a prompt)",
+        )
 
     def concurrency(p: argparse.ArgumentParser, what: str) -> None:
-        p.add_argument("--concurrency", type=int, default=8, metavar="N", help=f"{what} at once (default: 8)")
+        p.add_argument(
+            "--concurrency", type=int, default=8, metavar="N", help=f"{what} at once (default: 8)"
+        )
 
-    sync = commands.add_parser("sync", help="mirror the work directory to the store (continuously, or --once)",
-                               description="Mirror the work directory to the store: continuously until Ctrl-C, "
-                                           "or one full pass with --once.")
+    sync = commands.add_parser(
+        "sync",
+        help="mirror the work directory to the store (continuously, or --once)",
+        description="Mirror the work directory to the store: continuously until Ctrl-C, "
+        "or one full pass with --once.",
+    )
     where(sync)
     concurrency(sync, "files uploaded")
-    sync.add_argument("--bandwidth-limit", type=_size, default=None, metavar="SIZE",
-                      help="upload at most this many bytes per second, e.g. 20M (default: no limit)")
-    sync.add_argument("--quota", type=_size, default=None, metavar="SIZE",
-                      help="refuse uploads that would take the store past this size, e.g. 100G (default: none)")
-    sync.add_argument("--take-over", action="store_true",
-                      help="take the workspace over from the runtime that writes it (writing starts once its "
-                           "lease has run out)")
+    sync.add_argument(
+        "--bandwidth-limit",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="upload at most this many bytes per second, e.g. 20M (default: no limit)",
+    )
+    sync.add_argument(
+        "--quota",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="refuse uploads that would take the store past this size, e.g. 100G (default: none)",
+    )
+    sync.add_argument(
+        "--take-over",
+        action="store_true",
+        help="take the workspace over from the runtime that writes it (writing starts once its "
+        "lease has run out)",
+    )
     sync.add_argument("--once", action="store_true", help="one full pass, then exit")
-    sync.add_argument("--create-store", action="store_true",
-                      help="make the store folder if it is missing, even where the folder it goes in is empty (an "
-                           "unmounted drive looks so); never where this machine synced the workspace before")
-    restore = commands.add_parser("restore", help="bring back what the work directory lacks",
-                                  description="Bring back the files the work directory lacks from the store. "
-                                              "Nothing here is overwritten or deleted: where both sides differ, "
-                                              "the store's copy is kept beside yours as a conflict copy.")
+    sync.add_argument(
+        "--create-store",
+        action="store_true",
+        help="make the store folder if it is missing, even where the folder it goes in is empty (an "
+        "unmounted drive looks so); never where this machine synced the workspace before",
+    )
+    restore = commands.add_parser(
+        "restore",
+        help="bring back what the work directory lacks",
+        description="Bring back the files the work directory lacks from the store. "
+        "Nothing here is overwritten or deleted: where both sides differ, "
+        "the store's copy is kept beside yours as a conflict copy.",
+    )
     where(restore)
     concurrency(restore, "files downloaded")
-    status = commands.add_parser("status", help="the workspace in the store and what is pending here",
-                                 description="The workspace in the store, the last sync from this folder, what "
-                                             "is pending here, and which runtime writes it. Reads only.")
+    status = commands.add_parser(
+        "status",
+        help="the workspace in the store and what is pending here",
+        description="The workspace in the store, the last sync from this folder, what "
+        "is pending here, and which runtime writes it. Reads only.",
+    )
     where(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    workspaces = commands.add_parser("workspaces", help="the workspaces in a store: files, size, last write",
-                                     description="The workspaces in a store, with their files, size and last "
-                                                 "write.")
+    workspaces = commands.add_parser(
+        "workspaces",
+        help="the workspaces in a store: files, size, last write",
+        description="The workspaces in a store, with their files, size and last write.",
+    )
     workspaces.add_argument("--store", default=None, help=STORE_HELP)
-    workspaces.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
-                            help=OPTION_HELP)
+    workspaces.add_argument(
+        "--storage-option",
+        action="append",
+        type=_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help=OPTION_HELP,
+    )
     workspaces.add_argument("--json", action="store_true", help="machine-readable output")
-    decrypt = commands.add_parser("decrypt", help="decrypt files of an encrypted workspace into a folder, no server")
+    decrypt = commands.add_parser(
+        "decrypt", help="decrypt files of an encrypted workspace into a folder, no server"
+    )
     decrypt.add_argument("--store", default=None, help=STORE_HELP)
-    decrypt.add_argument("--workspace", default=None, help="the encrypted workspace (default: the work directory's)")
-    decrypt.add_argument("--to", required=True, metavar="DIR", help="where the decrypted files go (never over a file)")
-    decrypt.add_argument("paths", nargs="*", metavar="PATH", help="files or folders of the workspace (default: all)")
-    decrypt.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
-                         help=OPTION_HELP)
+    decrypt.add_argument(
+        "--workspace", default=None, help="the encrypted workspace (default: the work directory's)"
+    )
+    decrypt.add_argument(
+        "--to",
+        required=True,
+        metavar="DIR",
+        help="where the decrypted files go (never over a file)",
+    )
+    decrypt.add_argument(
+        "paths", nargs="*", metavar="PATH", help="files or folders of the workspace (default: all)"
+    )
+    decrypt.add_argument(
+        "--storage-option",
+        action="append",
+        type=_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help=OPTION_HELP,
+    )
     crypt_args(decrypt)
-    key = commands.add_parser("key", help="passphrases of an encrypted workspace (no data is re-encrypted)")
+    key = commands.add_parser(
+        "key", help="passphrases of an encrypted workspace (no data is re-encrypted)"
+    )
     key.add_argument("action", choices=["add", "change", "remove"])
     key.add_argument("key_id", nargs="?", help="with remove: the key file to remove")
     key.add_argument("--store", default=None, help=STORE_HELP)
-    key.add_argument("--workspace", default=None, help="the encrypted workspace (default: the work directory's)")
-    key.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
-                     help=OPTION_HELP)
+    key.add_argument(
+        "--workspace", default=None, help="the encrypted workspace (default: the work directory's)"
+    )
+    key.add_argument(
+        "--storage-option",
+        action="append",
+        type=_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help=OPTION_HELP,
+    )
     crypt_args(key)
-    key.add_argument("--new-key-file", default=None, metavar="FILE",
-                     help="add, change: the new passphrase's file (default: $GPUWS_NEW_PASSPHRASE, else a prompt)")
+    key.add_argument(
+        "--new-key-file",
+        default=None,
+        metavar="FILE",
+        help="add, change: the new passphrase's file (default: $GPUWS_NEW_PASSPHRASE, else a prompt)",
+    )
     add_env_commands(commands)
     add_checkpoint_commands(commands)
     return parser
 
 
-def _passphrase(key_file: str | None, env: str = "GPUWS_PASSPHRASE", what: str = "Passphrase",
-                confirm: bool = False) -> str:
+def _passphrase(
+    key_file: str | None,
+    env: str = "GPUWS_PASSPHRASE",
+    what: str = "Passphrase",
+    confirm: bool = False,
+) -> str:
     """From the key file or the environment; else asked on a terminal (never echoed)."""
     passphrase = crypto_keys.read_passphrase(key_file, env)
     if passphrase:
@@ -230,102 +345,212 @@ def add_checkpoint_commands(commands: Any) -> None:
     checkpoint = commands.add_parser("checkpoint", help="checkpoints of training runs")
     checkpoint_commands = checkpoint.add_subparsers(dest="checkpoint_command", required=True)
     export = checkpoint_commands.add_parser(
-        "export", help="write a checkpoint as one torch.save file (whole tensors, for inference elsewhere)")
-    export.add_argument("run", help="the run, as gpuws.track named it (a script's or notebook's name), or its "
-                                    "folder, or one checkpoint folder")
+        "export",
+        help="write a checkpoint as one torch.save file (whole tensors, for inference elsewhere)",
+    )
+    export.add_argument(
+        "run",
+        help="the run, as gpuws.track named it (a script's or notebook's name), or its "
+        "folder, or one checkpoint folder",
+    )
     export.add_argument("--to", required=True, metavar="FILE", help="the torch.save file to write")
-    export.add_argument("--step", type=int, default=None, help="the checkpoint of this step (default: the newest)")
-    export.add_argument("--only", action="append", default=None, metavar="NAME",
-                        help="keep only this tracked object (repeat for more), e.g. --only model")
-    export.add_argument("--workdir", default=None, help="the work directory whose .gpuws/checkpoints holds the run "
-                                                         "(default: the one this folder is in, else this folder)")
-    export.add_argument("--root", default=None, help="the checkpoints folder (default: WORKDIR/.gpuws/checkpoints)")
+    export.add_argument(
+        "--step", type=int, default=None, help="the checkpoint of this step (default: the newest)"
+    )
+    export.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="keep only this tracked object (repeat for more), e.g. --only model",
+    )
+    export.add_argument(
+        "--workdir",
+        default=None,
+        help="the work directory whose .gpuws/checkpoints holds the run "
+        "(default: the one this folder is in, else this folder)",
+    )
+    export.add_argument(
+        "--root", default=None, help="the checkpoints folder (default: WORKDIR/.gpuws/checkpoints)"
+    )
 
 
 def add_env_commands(commands: Any) -> None:
     persist = commands.add_parser(
-        "persist", help="ask the running Jupyter Server to persist everything (a Kubernetes preStop hook)")
-    persist.add_argument("--wait", action="store_true", help="wait until the persist has finished; exit 0 once persisted")
-    persist.add_argument("--timeout", type=_seconds, default=None, metavar="S",
-                         help="with --wait: give up after S seconds (non-zero exit); default: wait as long as it runs")
-    persist.add_argument("--server", default=None, metavar="URL",
-                         help="the server's URL, where several run (default: the one in the runtime folder)")
-    persist.add_argument("--runtime-dir", default=None, help="Jupyter's runtime folder (default: jupyter's own)")
+        "persist",
+        help="ask the running Jupyter Server to persist everything (a Kubernetes preStop hook)",
+    )
+    persist.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until the persist has finished; exit 0 once persisted",
+    )
+    persist.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="with --wait: give up after S seconds (non-zero exit); default: wait as long as it runs",
+    )
+    persist.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="the server's URL, where several run (default: the one in the runtime folder)",
+    )
+    persist.add_argument(
+        "--runtime-dir", default=None, help="Jupyter's runtime folder (default: jupyter's own)"
+    )
     from .userjobs.commands import add_run_arguments
 
-    run = commands.add_parser("run", help="run a command or notebook as a job of the running server: it outlives "
-                                          "this terminal and the runtime (docs/jobs.md)")
+    run = commands.add_parser(
+        "run",
+        help="run a command or notebook as a job of the running server: it outlives "
+        "this terminal and the runtime (docs/jobs.md)",
+    )
     add_run_arguments(run)
     from .userjobs.k8s import add_k8s_arguments
 
     add_k8s_arguments(run)
     run.add_argument("--store", default=None, help="with --export k8s: " + STORE_HELP)
     run.add_argument("--workspace", default=None, help="with --export k8s: " + WORKSPACE_HELP)
-    run.add_argument("--encrypt", action="store_true",
-                     help="with --export k8s: the workspace is encrypted (the Secret holds GPUWS_PASSPHRASE)")
+    run.add_argument(
+        "--encrypt",
+        action="store_true",
+        help="with --export k8s: the workspace is encrypted (the Secret holds GPUWS_PASSPHRASE)",
+    )
     jobs = commands.add_parser("jobs", help="the running server's jobs: state, step, ETA, reason")
     for p in (run, jobs):
-        p.add_argument("--server", default=None, metavar="URL", help="which server, where several run here")
-        p.add_argument("--runtime-dir", default=None, help="Jupyter's runtime folder (default: jupyter's own)")
-    env = commands.add_parser("env", help="snapshots of the Python environment: take, compare, restore, list",
-                              description="Snapshots of a Python environment in the store: take one, compare "
-                                          "the environment with one, restore one, list them.")
+        p.add_argument(
+            "--server", default=None, metavar="URL", help="which server, where several run here"
+        )
+        p.add_argument(
+            "--runtime-dir", default=None, help="Jupyter's runtime folder (default: jupyter's own)"
+        )
+    env = commands.add_parser(
+        "env",
+        help="snapshots of the Python environment: take, compare, restore, list",
+        description="Snapshots of a Python environment in the store: take one, compare "
+        "the environment with one, restore one, list them.",
+    )
     env_commands = env.add_subparsers(dest="env_command", required=True, metavar="ACTION")
 
     def env_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--store", default=None, help=STORE_HELP)
         p.add_argument("--workspace", default=None, help=WORKSPACE_HELP)
-        p.add_argument("--workdir", default=None,
-                       help="the work directory whose workspace is meant (default: the one this folder is in)")
-        p.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
-                       help=OPTION_HELP)
-        p.add_argument("--python", default=sys.executable,
-                       help="the interpreter whose environment is meant (default: this one, the kernels' Python)")
+        p.add_argument(
+            "--workdir",
+            default=None,
+            help="the work directory whose workspace is meant (default: the one this folder is in)",
+        )
+        p.add_argument(
+            "--storage-option",
+            action="append",
+            type=_option,
+            default=[],
+            metavar="KEY=VALUE",
+            help=OPTION_HELP,
+        )
+        p.add_argument(
+            "--python",
+            default=sys.executable,
+            help="the interpreter whose environment is meant (default: this one, the kernels' Python)",
+        )
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
-    snapshot = env_commands.add_parser("snapshot", help="record the environment in the store (if it changed)")
+    snapshot = env_commands.add_parser(
+        "snapshot", help="record the environment in the store (if it changed)"
+    )
     env_args(snapshot)
-    snapshot.add_argument("--keep-all-wheels", action="store_true",
-                          help="keep a wheel of every package in the store, so that a restore needs no index")
-    snapshot.add_argument("--apt", action="store_true", help="also record the Debian packages installed by hand")
+    snapshot.add_argument(
+        "--keep-all-wheels",
+        action="store_true",
+        help="keep a wheel of every package in the store, so that a restore needs no index",
+    )
+    snapshot.add_argument(
+        "--apt", action="store_true", help="also record the Debian packages installed by hand"
+    )
     snapshot.add_argument("--conda", action="store_true", help="also record conda's package list")
-    snapshot.add_argument("--create-store", action="store_true",
-                          help="make the store folder if it is missing, even where the folder it goes in is empty")
-    diff = env_commands.add_parser("diff", help="how the environment differs from a snapshot, and GPU compatibility")
+    snapshot.add_argument(
+        "--create-store",
+        action="store_true",
+        help="make the store folder if it is missing, even where the folder it goes in is empty",
+    )
+    diff = env_commands.add_parser(
+        "diff", help="how the environment differs from a snapshot, and GPU compatibility"
+    )
     env_args(diff)
-    diff.add_argument("--snapshot", default=None, metavar="ID", help="the snapshot to compare with (default: latest)")
+    diff.add_argument(
+        "--snapshot",
+        default=None,
+        metavar="ID",
+        help="the snapshot to compare with (default: latest)",
+    )
     restore = env_commands.add_parser("restore", help="install what differs from a snapshot")
     env_args(restore)
-    restore.add_argument("--snapshot", default=None, metavar="ID", help="the snapshot to restore (default: latest)")
-    restore.add_argument("--offline", action="store_true", help="only the store's wheels, never an index")
-    restore.add_argument("--uninstall", action="store_true", help="also remove packages the snapshot does not have")
-    restore.add_argument("--allow-sources", action="store_true",
-                         help="fetch and build packages whose origin is a VCS commit or a URL (their build code "
-                              "runs here); without it such a restore is refused, naming them")
-    restore.add_argument("--installer", choices=["auto", "uv", "pip"], default="auto",
-                         help="uv (the default when installed) or pip")
+    restore.add_argument(
+        "--snapshot", default=None, metavar="ID", help="the snapshot to restore (default: latest)"
+    )
+    restore.add_argument(
+        "--offline", action="store_true", help="only the store's wheels, never an index"
+    )
+    restore.add_argument(
+        "--uninstall", action="store_true", help="also remove packages the snapshot does not have"
+    )
+    restore.add_argument(
+        "--allow-sources",
+        action="store_true",
+        help="fetch and build packages whose origin is a VCS commit or a URL (their build code "
+        "runs here); without it such a restore is refused, naming them",
+    )
+    restore.add_argument(
+        "--installer",
+        choices=["auto", "uv", "pip"],
+        default="auto",
+        help="uv (the default when installed) or pip",
+    )
     restore.add_argument("--verbose", "-v", action="store_true", help="show the installer's output")
     listing = env_commands.add_parser("list", help="the snapshots in the store")
     env_args(listing)
     export = env_commands.add_parser(
-        "export", help="a snapshot as a Dockerfile, a requirements file or a conda environment.yml",
+        "export",
+        help="a snapshot as a Dockerfile, a requirements file or a conda environment.yml",
         description="Write a snapshot as a recipe that rebuilds the environment elsewhere: a Dockerfile (a base "
-                    "image matching its torch's CUDA build, every pinned package, this extension), a requirements "
-                    "file, or a conda environment.yml. The wheels the store keeps of packages no index has are "
-                    "written in wheels/ beside it.")
-    export.add_argument("--format", required=True, choices=list(envsnap.FORMATS), help="the recipe to write")
-    export.add_argument("--snapshot", default=None, metavar="ID", help="the snapshot to export (default: latest)")
-    export.add_argument("--to", default=None, metavar="FILE",
-                        help="the file to write, or a folder for it (the wheels and the Dockerfile's requirements "
-                             "go beside it); default: the recipe on stdout, without its wheels")
-    export.add_argument("--name", default=None,
-                        help="conda: the environment's name (default: the workspace's)")
+        "image matching its torch's CUDA build, every pinned package, this extension), a requirements "
+        "file, or a conda environment.yml. The wheels the store keeps of packages no index has are "
+        "written in wheels/ beside it.",
+    )
+    export.add_argument(
+        "--format", required=True, choices=list(envsnap.FORMATS), help="the recipe to write"
+    )
+    export.add_argument(
+        "--snapshot", default=None, metavar="ID", help="the snapshot to export (default: latest)"
+    )
+    export.add_argument(
+        "--to",
+        default=None,
+        metavar="FILE",
+        help="the file to write, or a folder for it (the wheels and the Dockerfile's requirements "
+        "go beside it); default: the recipe on stdout, without its wheels",
+    )
+    export.add_argument(
+        "--name", default=None, help="conda: the environment's name (default: the workspace's)"
+    )
     for flag, value in (("--store", STORE_HELP), ("--workspace", WORKSPACE_HELP)):
         export.add_argument(flag, default=None, help=value)
-    export.add_argument("--workdir", default=None,
-                        help="the work directory whose workspace is meant (default: the one this folder is in)")
-    export.add_argument("--storage-option", action="append", type=_option, default=[], metavar="KEY=VALUE",
-                        help=OPTION_HELP)
+    export.add_argument(
+        "--workdir",
+        default=None,
+        help="the work directory whose workspace is meant (default: the one this folder is in)",
+    )
+    export.add_argument(
+        "--storage-option",
+        action="append",
+        type=_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help=OPTION_HELP,
+    )
 
 
 def open_workspace(args: argparse.Namespace, must_exist: bool) -> tuple[Backend, str]:
@@ -333,13 +558,18 @@ def open_workspace(args: argparse.Namespace, must_exist: bool) -> tuple[Backend,
     (or the name an earlier version derived, where only that one is in the store). Both are said
     on stderr. `must_exist`: a workspace the store does not hold is one clear error naming those
     it does (a mistyped or defaulted name must not read as "0 files restored")."""
-    backend = open_backend(_store_url(args), dict(args.storage_option),
-                           max_concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY))
+    backend = open_backend(
+        _store_url(args),
+        dict(args.storage_option),
+        max_concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),
+    )
     if args.workspace:
         name = args.workspace
     else:
         workdir = os.path.abspath(os.path.expanduser(args.workdir))
-        name, _ = resolve_workspace(backend, derive_workspace_name(workdir), legacy_workspace_name(workdir))
+        name, _ = resolve_workspace(
+            backend, derive_workspace_name(workdir), legacy_workspace_name(workdir)
+        )
     Store(backend, name)  # a valid name, or a clear error
     print(f"store: {backend.description}  workspace: {name}{_whence(args)}", file=sys.stderr)
     if must_exist:
@@ -353,8 +583,12 @@ def _whence(args: argparse.Namespace) -> str:
     return f"  ({args.resolved_from})" if getattr(args, "resolved_from", None) else ""
 
 
-def make_engine(args: argparse.Namespace, take_lease: bool = True, must_exist: bool = False,
-                make_workdir: bool = False) -> SyncEngine:
+def make_engine(
+    args: argparse.Namespace,
+    take_lease: bool = True,
+    must_exist: bool = False,
+    make_workdir: bool = False,
+) -> SyncEngine:
     backend, workspace = open_workspace(args, must_exist)
     if make_workdir:  # restore into a new folder: made only once the workspace is known to be there
         os.makedirs(os.path.abspath(os.path.expanduser(args.workdir)), exist_ok=True)
@@ -405,7 +639,11 @@ class ProgressBar:
     def _draw(self) -> None:
         p = self.progress.snapshot()
         total = max(p["bytes_total"], 1)
-        share = min(p["bytes_done"] / total, 1.0) if p["bytes_total"] else (1.0 if p["phase"] == "done" else 0.0)
+        share = (
+            min(p["bytes_done"] / total, 1.0)
+            if p["bytes_total"]
+            else (1.0 if p["phase"] == "done" else 0.0)
+        )
         bar = "#" * int(share * 30)
         self.stream.write(
             f"\r{p['phase']:<9} [{bar:<30}] {share:4.0%}  {p['files_done']}/{count(p['files_total'], 'file')}  "
@@ -432,11 +670,15 @@ def cmd_sync(args: argparse.Namespace) -> int:
             raise SyncError(engine.read_only_reason or "read-only")
         if args.once:
             report = with_cancel(lambda progress, cancel: engine.sync(None, progress, cancel))
-            print(f"{count(len(report.uploaded), 'file')} uploaded ({size(report.bytes_uploaded)}), "
-                  f"{len(report.deleted):,} removed, {report.unchanged:,} unchanged")
+            print(
+                f"{count(len(report.uploaded), 'file')} uploaded ({size(report.bytes_uploaded)}), "
+                f"{len(report.deleted):,} removed, {report.unchanged:,} unchanged"
+            )
             for path in report.skipped:
                 print(f"skipped (over the size limit): {shown(path)}")
-            for problem in report.problems:  # "path: reason": not in the store, and not retried until it changes
+            for problem in (
+                report.problems
+            ):  # "path: reason": not in the store, and not retried until it changes
                 print(f"jupyter gpuws: error: not synced: {shown(problem)}", file=sys.stderr)
             for error in report.errors:
                 print(f"jupyter gpuws: error: {shown(error)}", file=sys.stderr)
@@ -446,8 +688,11 @@ def cmd_sync(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         service.start()
-        print(f"Syncing {engine.workdir} to {engine.backend.description}/{engine.store.workspace} "
-              "(Ctrl-C to stop)", file=sys.stderr)
+        print(
+            f"Syncing {engine.workdir} to {engine.backend.description}/{engine.store.workspace} "
+            "(Ctrl-C to stop)",
+            file=sys.stderr,
+        )
         while not stop.wait(1.0):
             pass
         service.stop()
@@ -460,11 +705,15 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    engine = make_engine(args, take_lease=False, must_exist=True, make_workdir=True)  # reading needs no lease
+    engine = make_engine(
+        args, take_lease=False, must_exist=True, make_workdir=True
+    )  # reading needs no lease
     try:
         report = with_cancel(lambda progress, cancel: engine.restore(progress, cancel))
-        print(f"{count(len(report.restored), 'file')} restored ({size(report.bytes_restored)}), "
-              f"{report.already_present:,} already here, {count(len(report.conflicts), 'conflict copy')} kept")
+        print(
+            f"{count(len(report.restored), 'file')} restored ({size(report.bytes_restored)}), "
+            f"{report.already_present:,} already here, {count(len(report.conflicts), 'conflict copy')} kept"
+        )
         for path in report.conflicts:
             print(f"conflict copy: {shown(path)}")
         for error in report.errors:
@@ -475,7 +724,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    engine = make_engine(args, take_lease=False, must_exist=True)  # looking must not stop a runtime from writing
+    engine = make_engine(
+        args, take_lease=False, must_exist=True
+    )  # looking must not stop a runtime from writing
     try:
         changed, deleted, unchanged, _ = engine.plan()
         status = engine.status()
@@ -488,21 +739,34 @@ def cmd_status(args: argparse.Namespace) -> int:
             lease_problem = None
         except SyncError as err:
             holder, lease_problem = None, str(err)
-        status.update(pending_files=len(changed) + len(deleted), pending_bytes=sum(f.size for f in changed),
-                      last_sync=last, lease=asdict(holder) if holder else None,
-                      store_last_write=summary.last_write, store_last_writer=summary.host)
+        status.update(
+            pending_files=len(changed) + len(deleted),
+            pending_bytes=sum(f.size for f in changed),
+            last_sync=last,
+            lease=asdict(holder) if holder else None,
+            store_last_write=summary.last_write,
+            store_last_writer=summary.host,
+        )
         if args.json:
             _print_json(status)
             return 0
         now = time.time()
         print(f"store:     {status['store']}/{status['workspace']}")
-        print(f"in store:  {count(status['synced_files'], 'file')} from here, {size(status['store_bytes'])}")
+        print(
+            f"in store:  {count(status['synced_files'], 'file')} from here, {size(status['store_bytes'])}"
+        )
         print(f"last sync: {_when(last, now) if last else 'never from this folder'}")
         if summary.last_write and (last is None or summary.last_write > last + 1):
-            by = f" by {summary.host}" + (f":{summary.folder}" if summary.folder else "") if summary.host else ""
+            by = (
+                f" by {summary.host}" + (f":{summary.folder}" if summary.folder else "")
+                if summary.host
+                else ""
+            )
             print(f"store written {_when(summary.last_write, now)}{by}")
-        print(f"pending:   {count(len(changed), 'file')} to upload ({size(status['pending_bytes'])}), "
-              f"{count(len(deleted), 'file')} to remove")
+        print(
+            f"pending:   {count(len(changed), 'file')} to upload ({size(status['pending_bytes'])}), "
+            f"{count(len(deleted), 'file')} to remove"
+        )
         if lease_problem:
             print(f"writer:    {lease_problem}")
         elif holder is None:
@@ -511,10 +775,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             if holder.expires > now:
                 print(f"writer:    {holder.who()}, lease renewed {age(holder.heartbeat, now)}")
             elif holder.heartbeat >= holder.expires:  # given back at its end
-                print(f"writer:    none now ({holder.who()} released the lease {age(holder.expires, now)})")
+                print(
+                    f"writer:    none now ({holder.who()} released the lease {age(holder.expires, now)})"
+                )
             else:
-                print(f"writer:    none now ({holder.who()} stopped renewing the lease, "
-                      f"which ran out {age(holder.expires, now)})")
+                print(
+                    f"writer:    none now ({holder.who()} stopped renewing the lease, "
+                    f"which ran out {age(holder.expires, now)})"
+                )
         _print_jobs(engine.store)
         return 0
     finally:
@@ -522,15 +790,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _when(epoch: float, now: float) -> str:
-    """"4 min ago (2026-12-01 10:04:31)"."""
+    """ "4 min ago (2026-12-01 10:04:31)"."""
     return f"{age(epoch, now)} ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(epoch))})"
 
 
 def env_store(args: argparse.Namespace, must_exist: bool = True, first_use: bool = False) -> Store:
     backend, workspace = open_workspace(args, must_exist)
     if first_use:  # a store folder is begun only where it may be (store/presence.py)
-        check_store(backend, workspace, 0, False,
-                    getattr(args, "create_store", False) or is_embedded_store(_store_url(args)))
+        check_store(
+            backend,
+            workspace,
+            0,
+            False,
+            getattr(args, "create_store", False) or is_embedded_store(_store_url(args)),
+        )
     # An encrypted workspace: its snapshots are encrypted too (the passphrase as for sync).
     encryption = None
     if crypto_keys.read_marker(backend, workspace) is not None:
@@ -541,7 +814,9 @@ def env_store(args: argparse.Namespace, must_exist: bool = True, first_use: bool
 def _crypt_store(args: argparse.Namespace) -> tuple[Backend, str]:
     backend = open_backend(_store_url(args), dict(args.storage_option))
     Store(backend, args.workspace)  # a valid name
-    print(f"store: {backend.description}  workspace: {args.workspace}{_whence(args)}", file=sys.stderr)
+    print(
+        f"store: {backend.description}  workspace: {args.workspace}{_whence(args)}", file=sys.stderr
+    )
     require_store(backend)
     if crypto_keys.read_marker(backend, args.workspace) is None:
         raise SyncError(f"The workspace {args.workspace!r} in the store is not encrypted")
@@ -556,7 +831,11 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
     target = os.path.abspath(os.path.expanduser(args.to))
     wanted = [p.strip("/") for p in args.paths]
     files = store.list_files()
-    chosen = sorted(rel for rel in files if not wanted or any(rel == w or rel.startswith(w + "/") for w in wanted))
+    chosen = sorted(
+        rel
+        for rel in files
+        if not wanted or any(rel == w or rel.startswith(w + "/") for w in wanted)
+    )
     if wanted and not chosen:
         raise SyncError(f"No file of the workspace matches {', '.join(wanted)}")
     failed = done = 0
@@ -568,7 +847,10 @@ def cmd_decrypt(args: argparse.Namespace) -> int:
             continue
         dest = os.path.join(target, *parts)
         if os.path.lexists(dest):
-            print(f"jupyter gpuws: error: {shown(rel)}: {shown(dest)} exists; left alone", file=sys.stderr)
+            print(
+                f"jupyter gpuws: error: {shown(rel)}: {shown(dest)} exists; left alone",
+                file=sys.stderr,
+            )
             failed += 1
             continue
         try:
@@ -588,17 +870,24 @@ def cmd_key(args: argparse.Namespace) -> int:
     current = _passphrase(args.key_file, what="Current passphrase")
     if args.action == "remove":
         if not args.key_id:
-            raise SyncError(f"Name the key file to remove: one of {', '.join(crypto_keys.key_ids(backend, workspace))}")
+            raise SyncError(
+                f"Name the key file to remove: one of {', '.join(crypto_keys.key_ids(backend, workspace))}"
+            )
         _, used = crypto_keys.unlock(backend, workspace, current)  # only a key holder removes keys
         crypto_keys.remove(backend, workspace, args.key_id)
-        print(f"key {args.key_id} removed" + (" (it was the one given)" if used == args.key_id else ""))
+        print(
+            f"key {args.key_id} removed"
+            + (" (it was the one given)" if used == args.key_id else "")
+        )
         return 0
     new = _passphrase(args.new_key_file, "GPUWS_NEW_PASSPHRASE", "New passphrase", confirm=True)
     if args.action == "add":
         master, _ = crypto_keys.unlock(backend, workspace, current)
         print(f"key {crypto_keys.add(backend, workspace, master, new)} added")
     else:
-        print(f"passphrase changed: key {crypto_keys.change(backend, workspace, current, new)} replaces the old one")
+        print(
+            f"passphrase changed: key {crypto_keys.change(backend, workspace, current, new)} replaces the old one"
+        )
     return 0
 
 
@@ -615,9 +904,20 @@ def cmd_workspaces(args: argparse.Namespace) -> int:
         return 0
     rows = [("workspace", "files", "size", "last write", "by")]
     for w in found:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(w.last_write)) if w.last_write else "unknown"
-        rows.append((shown(w.name), f"{w.files:,}{'+' if w.more else ''}", size(w.bytes), when,
-                     f"{w.host or '?'}:{w.folder}" if w.folder else (w.host or "")))
+        when = (
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(w.last_write))
+            if w.last_write
+            else "unknown"
+        )
+        rows.append(
+            (
+                shown(w.name),
+                f"{w.files:,}{'+' if w.more else ''}",
+                size(w.bytes),
+                when,
+                f"{w.host or '?'}:{w.folder}" if w.folder else (w.host or ""),
+            )
+        )
     _print_table(rows)
     return 0
 
@@ -627,20 +927,35 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_env_snapshot(args: argparse.Namespace) -> int:
-    snapshot = envsnap.capture(args.python, apt=args.apt, conda=args.conda)  # a bad interpreter: nothing made
-    store = env_store(args, must_exist=False, first_use=True)  # a first snapshot makes the workspace
+    snapshot = envsnap.capture(
+        args.python, apt=args.apt, conda=args.conda
+    )  # a bad interpreter: nothing made
+    store = env_store(
+        args, must_exist=False, first_use=True
+    )  # a first snapshot makes the workspace
     result = envsnap.save_snapshot(store, snapshot, keep_all_wheels=args.keep_all_wheels)
     if args.json:
         _print_json(result.to_dict())
         return 0
     if result.new:
-        print(f"New snapshot {result.id}: {count(len(snapshot['packages']), 'package')}, "
-              f"{count(len(result.wheels_added), 'wheel')} added to the store")
+        print(
+            f"New snapshot {result.id}: {count(len(snapshot['packages']), 'package')}, "
+            f"{count(len(result.wheels_added), 'wheel')} added to the store"
+        )
     else:
-        print(f"No change since snapshot {result.id}" +
-              (f" ({count(len(result.wheels_added), 'wheel')} added to the store)" if result.wheels_added else ""))
+        print(
+            f"No change since snapshot {result.id}"
+            + (
+                f" ({count(len(result.wheels_added), 'wheel')} added to the store)"
+                if result.wheels_added
+                else ""
+            )
+        )
     for item in result.not_reproducible:
-        print(f"jupyter gpuws: warning: {item['name']} cannot be restored: {item['message']}", file=sys.stderr)
+        print(
+            f"jupyter gpuws: warning: {item['name']} cannot be restored: {item['message']}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -651,13 +966,20 @@ def cmd_env_diff(args: argparse.Namespace) -> int:
     changes = envsnap.diff(current, snapshot)
     verdicts = envsnap.compatibility(snapshot, current.get("machine"), current["python"])
     if args.json:
-        _print_json({"snapshot": snapshot["id"], "diff": changes.to_dict(),
-                     "compatibility": [v.to_dict() for v in verdicts]})
+        _print_json(
+            {
+                "snapshot": snapshot["id"],
+                "diff": changes.to_dict(),
+                "compatibility": [v.to_dict() for v in verdicts],
+            }
+        )
         return 0
     if changes.matches:
         print(f"Matches the snapshot {snapshot['id']} ({count(changes.same, 'package')})")
     else:
-        print(f"Differs from the snapshot {snapshot['id']} ({count(changes.same, 'package')} the same):")
+        print(
+            f"Differs from the snapshot {snapshot['id']} ({count(changes.same, 'package')} the same):"
+        )
     for item in changes.added:
         print(f"  + {item['name']} {item['version']}")
     for item in changes.removed:
@@ -673,7 +995,9 @@ def cmd_env_restore(args: argparse.Namespace) -> int:
     store = env_store(args)
     snapshot = envsnap.load_snapshot(store, args.snapshot)
     cancel = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())  # stop between packages, cleanly
+    previous = signal.signal(
+        signal.SIGINT, lambda *_: cancel.set()
+    )  # stop between packages, cleanly
 
     def progress(done: int, total: int, current: str) -> None:
         if current and sys.stderr.isatty():
@@ -685,25 +1009,40 @@ def cmd_env_restore(args: argparse.Namespace) -> int:
 
     if args.allow_sources:
         for source in envsnap.restore_sources(snapshot, store, args.python, args.offline):
-            print(f"Fetching and building {source['name']} {source['version']} from {source['source']}",
-                  file=sys.stderr)
+            print(
+                f"Fetching and building {source['name']} {source['version']} from {source['source']}",
+                file=sys.stderr,
+            )
     try:
-        report = envsnap.restore(snapshot, store, args.python, offline=args.offline, uninstall=args.uninstall,
-                                 progress=progress, cancel=cancel, log=log, installer=args.installer,
-                                 allow_sources=args.allow_sources)
+        report = envsnap.restore(
+            snapshot,
+            store,
+            args.python,
+            offline=args.offline,
+            uninstall=args.uninstall,
+            progress=progress,
+            cancel=cancel,
+            log=log,
+            installer=args.installer,
+            allow_sources=args.allow_sources,
+        )
     finally:
         signal.signal(signal.SIGINT, previous)
     if args.json:
         _print_json(report.to_dict())
     else:
-        print(f"{count(len(report.installed), 'package')} installed, {len(report.skipped):,} already right, "
-              f"{len(report.removed):,} removed, {len(report.failed):,} failed (with {report.installer})")
+        print(
+            f"{count(len(report.installed), 'package')} installed, {len(report.skipped):,} already right, "
+            f"{len(report.removed):,} removed, {len(report.failed):,} failed (with {report.installer})"
+        )
         if report.cancelled:
             print(f"Cancelled: {count(len(report.pending), 'package')} not installed")
     for item in report.failed:
         print(f"jupyter gpuws: error: {item['name']}: {item['message']}", file=sys.stderr)
     if report.installed or report.removed:
-        print("Restart the kernels that use this environment to load what changed.", file=sys.stderr)
+        print(
+            "Restart the kernels that use this environment to load what changed.", file=sys.stderr
+        )
     return 0 if report.ok else 1
 
 
@@ -717,16 +1056,21 @@ def cmd_persist(args: argparse.Namespace) -> int:
     try:
         url, token = running_server(args.runtime_dir, args.server)
         sync = request(url, token, "gpuws/api/sync", timeout=10)
-        print(f"server {url}, store {sync.get('store') or '?'}, workspace {sync.get('workspace') or '?'}",
-              file=sys.stderr)
+        print(
+            f"server {url}, store {sync.get('store') or '?'}, workspace {sync.get('workspace') or '?'}",
+            file=sys.stderr,
+        )
         job = request(url, token, "gpuws/api/persist", "POST", {}, timeout=30)
         if not args.wait:
             print(job["id"])
             return 0
         while job.get("state") == "running":
             if args.timeout is not None and time.monotonic() - started >= args.timeout:
-                print(f"jupyter gpuws: error: persist {job['id']} not finished after {args.timeout:g} s "
-                      f"({_persist_position(job)})", file=sys.stderr)
+                print(
+                    f"jupyter gpuws: error: persist {job['id']} not finished after {args.timeout:g} s "
+                    f"({_persist_position(job)})",
+                    file=sys.stderr,
+                )
                 return 1
             time.sleep(0.5)
             job = request(url, token, f"gpuws/api/persist/{job['id']}", timeout=10)
@@ -741,7 +1085,10 @@ def cmd_persist(args: argparse.Namespace) -> int:
         line = summary.get("text") or f"persist {job.get('state')}: {reasons}"
         print(f"jupyter gpuws: error: {line}", file=sys.stderr)
         return 1
-    print(f"{summary.get('text') or 'Persisted.'} ({time.monotonic() - started:.1f} s)", file=sys.stderr)
+    print(
+        f"{summary.get('text') or 'Persisted.'} ({time.monotonic() - started:.1f} s)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -750,12 +1097,16 @@ def _persist_position(job: dict[str, Any]) -> str:
     git, sync) in the words the panel shows ("Uploading 3 of 12 files")."""
     if job.get("activity"):
         return str(job["activity"])
-    running = next((step for step in job.get("steps") or [] if step.get("state") == "running"), None)
+    running = next(
+        (step for step in job.get("steps") or [] if step.get("state") == "running"), None
+    )
     done = job.get("progress") or {}
     files = f"{done.get('files_done', 0)} of {done.get('files_total', 0)} files"
     if running is None or running.get("name") == "sync":
         return f"syncing: {files}"
-    return f"still at the {running.get('name')} step" + (f": {running['detail']}" if running.get("detail") else "")
+    return f"still at the {running.get('name')} step" + (
+        f": {running['detail']}" if running.get("detail") else ""
+    )
 
 
 def cmd_env_list(args: argparse.Namespace) -> int:
@@ -782,7 +1133,16 @@ def cmd_env_list(args: argparse.Namespace) -> int:
         python = (snapshot.get("python") or {}).get("version") or "?"
         torch = (snapshot.get("torch") or {}).get("version") or "—"
         taken = time.strftime("%Y-%m-%d %H:%M", time.localtime(snapshot["captured_at"]))
-        rows.append((info.id, taken, str(python), str(torch), f"{len(snapshot.get('packages') or []):,}", mark))
+        rows.append(
+            (
+                info.id,
+                taken,
+                str(python),
+                str(torch),
+                f"{len(snapshot.get('packages') or []):,}",
+                mark,
+            )
+        )
     _print_table(rows)
     return 0
 
@@ -791,7 +1151,9 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
     """Rows in columns, the first row the header; numbers stay readable without a pager."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip()
+        )
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
@@ -801,14 +1163,20 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     from .checkpoints.files import find_checkpoint
 
     workdir = args.workdir
-    if not (workdir or args.root or Path(args.run).is_dir()):  # a run's name: in the work directory this folder is in
+    if not (
+        workdir or args.root or Path(args.run).is_dir()
+    ):  # a run's name: in the work directory this folder is in
         known = known_folder(os.getcwd(), exact=False)
         workdir = known.workdir if known else None
-    root = args.root or os.path.join(os.path.abspath(os.path.expanduser(workdir or ".")), ".gpuws", "checkpoints")
+    root = args.root or os.path.join(
+        os.path.abspath(os.path.expanduser(workdir or ".")), ".gpuws", "checkpoints"
+    )
     folder, manifest = find_checkpoint(root, args.run, args.step)
     ranks = int(manifest.get("world_size") or 1)
-    print(f"checkpoint: {folder} (step {manifest['step']}, saved by {ranks} rank{'s' * (ranks != 1)})",
-          file=sys.stderr)
+    print(
+        f"checkpoint: {folder} (step {manifest['step']}, saved by {ranks} rank{'s' * (ranks != 1)})",
+        file=sys.stderr,
+    )
     to = Path(os.path.expanduser(args.to))
     state = export(folder, manifest, to, args.only)
     print(f"{to}: {', '.join(state)} ({size(to.stat().st_size)})")
@@ -824,8 +1192,9 @@ def cmd_env_export(args: argparse.Namespace) -> int:
     try:
         snapshot = envsnap.load_snapshot(store, args.snapshot)
         name = args.name or re.sub(r"[^A-Za-z0-9._-]+", "-", store.workspace).strip("-") or "gpuws"
-        result = envsnap.export_snapshot(snapshot, args.format, stored_wheels(store), name=name,
-                                         extension_version=__version__)
+        result = envsnap.export_snapshot(
+            snapshot, args.format, stored_wheels(store), name=name, extension_version=__version__
+        )
         for warning in result.warnings:
             print(f"jupyter gpuws: warning: {shown(warning)}", file=sys.stderr)
         written = envsnap.write_export(result, store, args.to) if args.to is not None else []
@@ -833,16 +1202,24 @@ def cmd_env_export(args: argparse.Namespace) -> int:
         print(f"jupyter gpuws: error: {shown(str(err))}", file=sys.stderr)
         return 2
     if written:
-        print(f"{shown(str(written[-1]))}: {result.format} of snapshot {snapshot['id']}"
-              + (f", with {count(len(result.wheels), 'wheel')} in {shown(str(written[-1].parent / 'wheels'))}"
-                 if result.wheels else ""))
+        print(
+            f"{shown(str(written[-1]))}: {result.format} of snapshot {snapshot['id']}"
+            + (
+                f", with {count(len(result.wheels), 'wheel')} in {shown(str(written[-1].parent / 'wheels'))}"
+                if result.wheels
+                else ""
+            )
+        )
         return 0
     sys.stdout.write(result.files[result.main])
-    left = [name for name in result.files if name != result.main] + \
-        ([f"{count(len(result.wheels), 'wheel')} of the store"] if result.wheels else [])
+    left = [name for name in result.files if name != result.main] + (
+        [f"{count(len(result.wheels), 'wheel')} of the store"] if result.wheels else []
+    )
     if left:
-        print(f"jupyter gpuws: warning: not written: {' and '.join(left)} (give --to FOLDER to write them beside it)",
-              file=sys.stderr)
+        print(
+            f"jupyter gpuws: warning: not written: {' and '.join(left)} (give --to FOLDER to write them beside it)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -874,8 +1251,11 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     try:
         url, token = running_server(args.runtime_dir, args.server)
     except ServerUnreachable as err:
-        print(f"jupyter gpuws: error: {err}: a job runs in a Jupyter Server with this extension; start one "
-              "(jupyter lab) or name it with --server URL", file=sys.stderr)
+        print(
+            f"jupyter gpuws: error: {err}: a job runs in a Jupyter Server with this extension; start one "
+            "(jupyter lab) or name it with --server URL",
+            file=sys.stderr,
+        )
         return 2
 
     def ask(path: str, method: str = "GET", body: Any = None) -> Any:
@@ -906,15 +1286,23 @@ def cmd_run_export(args: argparse.Namespace) -> int:
             url, token = running_server(args.runtime_dir, args.server)
             sync = request(url, token, "gpuws/api/sync", timeout=30)
         except ServerUnreachable as err:
-            print(f"jupyter gpuws: error: {err}: --export k8s needs the store and workspace the job resumes "
-                  "from: give --store URL --workspace NAME, or run it where the server runs", file=sys.stderr)
+            print(
+                f"jupyter gpuws: error: {err}: --export k8s needs the store and workspace the job resumes "
+                "from: give --store URL --workspace NAME, or run it where the server runs",
+                file=sys.stderr,
+            )
             return 2
         args.store = args.store or sync.get("store_url")
         args.workspace = args.workspace or sync.get("workspace")
         workdir = sync.get("workdir")
     try:
         body = run_request(args, os.getcwd(), workdir)
-        argv = body.get("command") or ["python", "-m", "jupyter_gpu_ws.userjobs.notebook", body["notebook"]]
+        argv = body.get("command") or [
+            "python",
+            "-m",
+            "jupyter_gpu_ws.userjobs.notebook",
+            body["notebook"],
+        ]
         args.cwd = body.get("cwd", "")
         sys.stdout.write(export_k8s(argv, args))
     except (ManifestError, ValueError) as err:
@@ -924,21 +1312,38 @@ def cmd_run_export(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    commands = {"snapshot": cmd_env_snapshot, "diff": cmd_env_diff, "restore": cmd_env_restore, "list": cmd_env_list,
-                "export": cmd_env_export}
+    commands = {
+        "snapshot": cmd_env_snapshot,
+        "diff": cmd_env_diff,
+        "restore": cmd_env_restore,
+        "list": cmd_env_list,
+        "export": cmd_env_export,
+    }
     return commands[args.env_command](args)
 
 
 # What each command cannot do without; `persist` asks the server, `checkpoint` reads a folder.
-NEEDS: dict[str, Needs] = {"sync": "workdir", "restore": "workdir", "status": "workdir", "env": "workspace",
-                           "decrypt": "workspace", "key": "workspace", "workspaces": "store"}
+NEEDS: dict[str, Needs] = {
+    "sync": "workdir",
+    "restore": "workdir",
+    "status": "workdir",
+    "env": "workspace",
+    "decrypt": "workspace",
+    "key": "workspace",
+    "workspaces": "store",
+}
 
 
 def apply_workspace_rule(args: argparse.Namespace, needs: Needs) -> None:
     """The work directory, store and workspace the command means, by the one rule
     (workspace_rule.py), put in its arguments in place of the flags it was given."""
-    found = resolve(needs, getattr(args, "workdir", None), args.store, getattr(args, "workspace", None),
-                    getattr(args, "state_dir", None))
+    found = resolve(
+        needs,
+        getattr(args, "workdir", None),
+        args.store,
+        getattr(args, "workspace", None),
+        getattr(args, "state_dir", None),
+    )
     args.workdir, args.store, args.workspace = found.workdir, found.store_url, found.workspace
     args.state_dir, args.resolved_from = found.state_dir, found.source
 
@@ -955,9 +1360,19 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
-    commands = {"sync": cmd_sync, "restore": cmd_restore, "status": cmd_status, "env": cmd_env,
-                "workspaces": cmd_workspaces, "persist": cmd_persist, "checkpoint": cmd_checkpoint,
-                "decrypt": cmd_decrypt, "key": cmd_key, "run": cmd_jobs, "jobs": cmd_jobs}
+    commands = {
+        "sync": cmd_sync,
+        "restore": cmd_restore,
+        "status": cmd_status,
+        "env": cmd_env,
+        "workspaces": cmd_workspaces,
+        "persist": cmd_persist,
+        "checkpoint": cmd_checkpoint,
+        "decrypt": cmd_decrypt,
+        "key": cmd_key,
+        "run": cmd_jobs,
+        "jobs": cmd_jobs,
+    }
     from .checkpoints.files import CheckpointError
 
     try:
@@ -976,7 +1391,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Exception as err:  # noqa: BLE001 - whatever happens, one line, never a traceback
         text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        print(f"jupyter gpuws: error: {type(err).__name__}{': ' + shown(text) if text else ''}", file=sys.stderr)
+        print(
+            f"jupyter gpuws: error: {type(err).__name__}{': ' + shown(text) if text else ''}",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -48,7 +48,9 @@ def find_server() -> tuple[str, str]:
             return info["url"].rstrip("/") + "/", info.get("token", "")
         except (OSError, ValueError, KeyError):
             continue
-    raise ServerUnreachable("No Jupyter Server found for this kernel (is it running under Jupyter?)")
+    raise ServerUnreachable(
+        "No Jupyter Server found for this kernel (is it running under Jupyter?)"
+    )
 
 
 def call(path: str, method: str = "GET", body: Any = None, timeout: float = 30) -> Any:
@@ -71,14 +73,20 @@ def running_server(runtime_dir: str | None = None, url: str | None = None) -> tu
     if not servers:
         raise ServerUnreachable(f"No running Jupyter Server found in {folder}")
     if len(servers) > 1:
-        raise ServerUnreachable("Several Jupyter Servers run here (" + ", ".join(s[0] for s in servers)
-                                + "): name one with --server URL")
+        raise ServerUnreachable(
+            "Several Jupyter Servers run here ("
+            + ", ".join(s[0] for s in servers)
+            + "): name one with --server URL"
+        )
     return servers[0]
 
 
 def running_servers(runtime_dir: str | None = None) -> list[tuple[str, str]]:
     """Every Jupyter Server running here, as its URL and token (see running_server)."""
-    return [(info["url"].rstrip("/") + "/", _token(info)) for info in _server_files(Path(_runtime_folder(runtime_dir)))]
+    return [
+        (info["url"].rstrip("/") + "/", _token(info))
+        for info in _server_files(Path(_runtime_folder(runtime_dir)))
+    ]
 
 
 def _runtime_folder(runtime_dir: str | None) -> str:
@@ -88,7 +96,11 @@ def _runtime_folder(runtime_dir: str | None) -> str:
 
 
 def _token(info: dict[str, Any]) -> str:
-    return info.get("token") or os.environ.get("JUPYTERHUB_API_TOKEN") or os.environ.get("JUPYTER_TOKEN", "")
+    return (
+        info.get("token")
+        or os.environ.get("JUPYTERHUB_API_TOKEN")
+        or os.environ.get("JUPYTER_TOKEN", "")
+    )
 
 
 def _server_files(folder: Path) -> list[dict[str, Any]]:
@@ -102,17 +114,27 @@ def _server_files(folder: Path) -> list[dict[str, Any]]:
             info = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # being written, or not ours to read
-        if isinstance(info, dict) and isinstance(info.get("pid"), int) and psutil.pid_exists(info["pid"]) \
-                and isinstance(info.get("url"), str):
+        if (
+            isinstance(info, dict)
+            and isinstance(info.get("pid"), int)
+            and psutil.pid_exists(info["pid"])
+            and isinstance(info.get("url"), str)
+        ):
             found.append(info)
     return found
 
 
-def request(url: str, token: str, path: str, method: str = "GET", body: Any = None, timeout: float = 30) -> Any:
+def request(
+    url: str, token: str, path: str, method: str = "GET", body: Any = None, timeout: float = 30
+) -> Any:
     """One JSON request to a Jupyter Server; ServerUnreachable with the server's message."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data=data, method=method,
-                                     headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url + path,
+        data=data,
+        method=method,
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read() or b"null")

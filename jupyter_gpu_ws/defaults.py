@@ -23,7 +23,9 @@ def embedded_store_url() -> str:
 def is_embedded_store(url: str) -> bool:
     """Whether `url` names the embedded default store (made by itself, kept out of the mirror)."""
     path = local_store_path(url.strip())
-    return path is not None and os.path.abspath(os.path.expanduser(path)) == local_store_path(embedded_store_url())
+    return path is not None and os.path.abspath(os.path.expanduser(path)) == local_store_path(
+        embedded_store_url()
+    )
 
 
 def default_state_dir() -> str:
@@ -34,7 +36,7 @@ def default_state_dir() -> str:
 def local_store_path(url: str) -> str | None:
     """The folder behind a local store URL, for showing its disk; None for remote stores."""
     if url.startswith("file://"):
-        return url[len("file://"):]
+        return url[len("file://") :]
     if "://" not in url and "::" not in url:
         return url
     return None
@@ -49,7 +51,9 @@ def derive_workspace_name(workdir: str) -> str:
 def legacy_workspace_name(workdir: str) -> str:
     """The name versions before 0.2 derived, `<user>-<folder>-<hash of the absolute path>`: a
     workspace with this name and none with the new one keeps being used."""
-    digest = hashlib.sha1(os.path.abspath(workdir).encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    digest = hashlib.sha1(os.path.abspath(workdir).encode("utf-8", "surrogateescape")).hexdigest()[
+        :8
+    ]
     return f"{derive_workspace_name(workdir)}-{digest}"
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 _sync_file_range: Any = None
 

@@ -55,12 +55,16 @@ class DocumentsReport:
             return "no browser page is connected"
         parts = [_count(len(self.saved), "document") + " saved"]
         if self.failed:
-            parts.append(f"{len(self.failed)} not saved ({', '.join(f['path'] for f in self.failed[:3])}"
-                         f"{' …' if len(self.failed) > 3 else ''})")
+            parts.append(
+                f"{len(self.failed)} not saved ({', '.join(f['path'] for f in self.failed[:3])}"
+                f"{' …' if len(self.failed) > 3 else ''})"
+            )
         asked = _count(self.browsers, "browser page")
         if self.unanswered:
-            parts.append(f"{len(self.unanswered)} of {asked} did not answer ({', '.join(self.unanswered[:3])}"
-                         f"{' …' if len(self.unanswered) > 3 else ''})")
+            parts.append(
+                f"{len(self.unanswered)} of {asked} did not answer ({', '.join(self.unanswered[:3])}"
+                f"{' …' if len(self.unanswered) > 3 else ''})"
+            )
         else:
             parts.append(f"{asked} asked")
         return "; ".join(parts)
@@ -84,22 +88,30 @@ class _Answer:
 def parse_answer(message: Any) -> _Answer:
     """A page's answer, checked field by field; anything else is an AnswerError saying why."""
     if not isinstance(message, dict) or message.get("type") != SAVE_ANSWER:
-        raise AnswerError(f'Expected {{"type": "{SAVE_ANSWER}", "request_id": …, "saved": […], "failed": […]}}')
+        raise AnswerError(
+            f'Expected {{"type": "{SAVE_ANSWER}", "request_id": …, "saved": […], "failed": […]}}'
+        )
     request_id = message.get("request_id")
     if not isinstance(request_id, str) or not request_id:
         raise AnswerError('"request_id" is the id of the request being answered (a string)')
     saved = message.get("saved", [])
     if not isinstance(saved, list) or not all(_is_path(p) for p in saved):
-        raise AnswerError(f'"saved" is a list of document paths (strings of at most {MAX_PATH} characters)')
+        raise AnswerError(
+            f'"saved" is a list of document paths (strings of at most {MAX_PATH} characters)'
+        )
     failed = message.get("failed", [])
     if not isinstance(failed, list) or not all(
-        isinstance(f, dict) and _is_path(f.get("path")) and isinstance(f.get("error"), str) for f in failed
+        isinstance(f, dict) and _is_path(f.get("path")) and isinstance(f.get("error"), str)
+        for f in failed
     ):
         raise AnswerError('"failed" is a list of {"path": "<document path>", "error": "<why>"}')
     if len(saved) + len(failed) > MAX_DOCUMENTS:
         raise AnswerError(f"An answer lists at most {MAX_DOCUMENTS} documents")
-    return _Answer(request_id, list(saved),
-                   [{"path": f["path"], "error": f["error"][:MAX_ERROR] or "unknown error"} for f in failed])
+    return _Answer(
+        request_id,
+        list(saved),
+        [{"path": f["path"], "error": f["error"][:MAX_ERROR] or "unknown error"} for f in failed],
+    )
 
 
 def _is_path(value: Any) -> bool:
@@ -135,7 +147,11 @@ class BrowserPages:
         answer = parse_answer(message)
         future = self._waiting.get(answer.request_id, {}).get(page)
         if future is None or future.done():
-            log.debug("GPU workspace: a late or unexpected answer from %s to %s", page.name, answer.request_id)
+            log.debug(
+                "GPU workspace: a late or unexpected answer from %s to %s",
+                page.name,
+                answer.request_id,
+            )
             return
         future.set_result(answer)
 
@@ -148,9 +164,15 @@ class BrowserPages:
             return report
         request_id = uuid.uuid4().hex[:12]
         loop = asyncio.get_running_loop()
-        futures: dict[BrowserPage, asyncio.Future[_Answer | None]] = {page: loop.create_future() for page in pages}
+        futures: dict[BrowserPage, asyncio.Future[_Answer | None]] = {
+            page: loop.create_future() for page in pages
+        }
         self._waiting[request_id] = futures
-        request = {"type": SAVE_REQUEST, "request_id": request_id, "timeout": round(timeout * PAGE_SHARE_OF_BOUND, 3)}
+        request = {
+            "type": SAVE_REQUEST,
+            "request_id": request_id,
+            "timeout": round(timeout * PAGE_SHARE_OF_BOUND, 3),
+        }
         try:
             for page in pages:
                 try:

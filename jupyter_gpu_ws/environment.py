@@ -8,10 +8,23 @@ import shutil
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from .envsnap import EnvError, SnapshotNotFoundError, SourcesNotAllowedError, capture, compatibility, diff
-from .envsnap import list_snapshots, load_snapshot, read_machine, restore, restore_sources, save_snapshot
+from .envsnap import (
+    EnvError,
+    SnapshotNotFoundError,
+    SourcesNotAllowedError,
+    capture,
+    compatibility,
+    diff,
+    list_snapshots,
+    load_snapshot,
+    read_machine,
+    restore,
+    restore_sources,
+    save_snapshot,
+)
 from .jobs import Job, Step
 from .sync.errors import SyncError
 from .vocabulary import WORDS
@@ -109,7 +122,11 @@ class EnvironmentSupervisor:
         if not self.current:
             return None
         times = []
-        folders = {os.path.dirname(p["location"]) for p in self.current.get("packages", []) if p.get("location")}
+        folders = {
+            os.path.dirname(p["location"])
+            for p in self.current.get("packages", [])
+            if p.get("location")
+        }
         folders.update((self.current.get("python") or {}).get("site") or [])
         for folder in sorted(folders):
             try:
@@ -140,7 +157,10 @@ class EnvironmentSupervisor:
         listed = self._listed
         if listed is None or time.monotonic() - listed[0] > SNAPSHOT_LIST_TTL:
             try:
-                listed = (time.monotonic(), [info.to_dict() for info in list_snapshots(self.store())])
+                listed = (
+                    time.monotonic(),
+                    [info.to_dict() for info in list_snapshots(self.store())],
+                )
             except (SyncError, EnvError, OSError):
                 return []  # asked again next time
             self._listed = listed
@@ -164,8 +184,12 @@ class EnvironmentSupervisor:
         except (SyncError, EnvError, OSError):
             sources = []  # the restore itself checks again, and refuses
         self.compared = {
-            "latest": {"id": snapshot.get("id"), "captured_at": snapshot.get("captured_at"),
-                       "hash": snapshot.get("hash"), "packages": len(snapshot.get("packages", []))},
+            "latest": {
+                "id": snapshot.get("id"),
+                "captured_at": snapshot.get("captured_at"),
+                "hash": snapshot.get("hash"),
+                "packages": len(snapshot.get("packages", [])),
+            },
             "diff": diff(self.current, snapshot).to_dict(),
             "compatibility": [v.to_dict() for v in verdicts],
             # What a restore would fetch and build from VCS or URL sources: the restore dialog
@@ -186,15 +210,25 @@ class EnvironmentSupervisor:
         elif latest is None:
             state = "no-snapshot"
         else:
-            state = "matches" if current.get("hash") == latest["hash"] or compared["diff"]["matches"] else "differs"
+            state = (
+                "matches"
+                if current.get("hash") == latest["hash"] or compared["diff"]["matches"]
+                else "differs"
+            )
         return {
             "state": state,
             "python": self.python(),
             "captured_at": self.captured,
             "capturing": self.capturing,
-            "current": {"hash": current.get("hash"), "packages": len(current.get("packages", [])),
-                        "python": current.get("python"), "torch": current.get("torch"),
-                        "machine": current.get("machine")} if current else None,
+            "current": {
+                "hash": current.get("hash"),
+                "packages": len(current.get("packages", [])),
+                "python": current.get("python"),
+                "torch": current.get("torch"),
+                "machine": current.get("machine"),
+            }
+            if current
+            else None,
             "latest": latest,
             "diff": compared.get("diff"),
             "compatibility": compared.get("compatibility", []),
@@ -218,8 +252,14 @@ class EnvironmentSupervisor:
 
             doing("reading the packages")
             snapshot = capture(self.python(), nvml=self.nvml())
-            result = save_snapshot(self.store(), snapshot, self.python(), self.app.env_keep_all_wheels,
-                                   log=lambda line: _log(job, line), doing=doing)
+            result = save_snapshot(
+                self.store(),
+                snapshot,
+                self.python(),
+                self.app.env_keep_all_wheels,
+                log=lambda line: _log(job, line),
+                doing=doing,
+            )
             self.current, self.captured = snapshot, time.time()
             self._signature = self._site_signature()
             self.compare()
@@ -228,9 +268,15 @@ class EnvironmentSupervisor:
             # files are saved all the same: one line each, with the cause and what to do, where
             # the user reads the result (not only in the job's log).
             job.result.setdefault("warnings", []).extend(
-                f"Environment snapshot: {failure['message']}" for failure in result.not_reproducible)
-            step.detail = (f"new snapshot {result.id}" if result.new else f"unchanged since {result.id}") + (
-                f", {len(result.not_reproducible)} packages not reproducible" if result.not_reproducible else "")
+                f"Environment snapshot: {failure['message']}" for failure in result.not_reproducible
+            )
+            step.detail = (
+                f"new snapshot {result.id}" if result.new else f"unchanged since {result.id}"
+            ) + (
+                f", {len(result.not_reproducible)} packages not reproducible"
+                if result.not_reproducible
+                else ""
+            )
 
         return run
 
@@ -238,8 +284,9 @@ class EnvironmentSupervisor:
         self.store()  # a clear SyncError now, not a failed job later
         return self.app.jobs.start("env-snapshot", [("snapshot", self.snapshot_step())])
 
-    def start_restore(self, snapshot_id: str | None, offline: bool, uninstall: bool,
-                      allow_sources: bool = False) -> Job:
+    def start_restore(
+        self, snapshot_id: str | None, offline: bool, uninstall: bool, allow_sources: bool = False
+    ) -> Job:
         """The restore job; before any, a clear error for an unknown or refused snapshot, and for
         sources to build without `allow_sources`. The job's answer lists the sources it builds."""
         store = self.store()
@@ -252,19 +299,32 @@ class EnvironmentSupervisor:
             def progress(done: int, total: int, current: str) -> None:
                 job.progress.set_items(done, total, current, "installing")
 
-            report = restore(snapshot, store, self.python(), offline=offline, uninstall=uninstall,
-                             progress=progress, cancel=job.cancel_event, log=lambda line: _log(job, line),
-                             allow_sources=allow_sources)
+            report = restore(
+                snapshot,
+                store,
+                self.python(),
+                offline=offline,
+                uninstall=uninstall,
+                progress=progress,
+                cancel=job.cancel_event,
+                log=lambda line: _log(job, line),
+                allow_sources=allow_sources,
+            )
             job.result["restore"] = report.to_dict()
             job.result["snapshot"] = snapshot.get("id")
-            step.detail = (f"{len(report.installed)} installed, {len(report.skipped)} already right"
-                           + (f", {len(report.failed)} failed" if report.failed else ""))
+            step.detail = (
+                f"{len(report.installed)} installed, {len(report.skipped)} already right"
+                + (f", {len(report.failed)} failed" if report.failed else "")
+            )
             for failure in report.failed:
                 job.errors.append(f"{failure['name']}: {failure['message']}")
             self.refresh()
 
-        return self.app.jobs.start("env-restore", [("restore", run)],
-                                   result={"snapshot": snapshot["id"], "sources": sources})
+        return self.app.jobs.start(
+            "env-restore",
+            [("restore", run)],
+            result={"snapshot": snapshot["id"], "sources": sources},
+        )
 
 
 def _log(job: Job, line: str) -> None:

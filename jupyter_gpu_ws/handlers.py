@@ -17,7 +17,13 @@ from tornado import web, websocket
 from . import strictjson
 from .checkpoints.coordinator import CheckpointRequestError
 from .documents import ERROR
-from .envsnap import EnvError, InterpreterError, SnapshotNotFoundError, SourcesNotAllowedError, UnsafeSnapshotError
+from .envsnap import (
+    EnvError,
+    InterpreterError,
+    SnapshotNotFoundError,
+    SourcesNotAllowedError,
+    UnsafeSnapshotError,
+)
 from .persist import start_checkpoint_fetch, start_restore
 from .store.names import encodable, shown
 from .sync.errors import (
@@ -50,20 +56,32 @@ class GpuWorkspaceHandler(APIHandler):
         string that is not Unicode (a file name's bytes that are not UTF-8), whatever it holds."""
         if isinstance(chunk, (dict, list)):
             self.set_header("Content-Type", "application/json; charset=UTF-8")
-            chunk = strictjson.dumps(chunk).replace("</", "<\\/")  # as Tornado's own: never ends a <script>
+            chunk = strictjson.dumps(chunk).replace(
+                "</", "<\\/"
+            )  # as Tornado's own: never ends a <script>
         super().write(chunk)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc_info = kwargs.get("exc_info")
         error = exc_info[1] if exc_info else None
-        if isinstance(error, web.HTTPError) and error.log_message and not encodable(error.log_message):
+        if (
+            isinstance(error, web.HTTPError)
+            and error.log_message
+            and not encodable(error.log_message)
+        ):
             # The message names a file whose name is not UTF-8: written as people read it.
             message = error.get_message() if hasattr(error, "get_message") else error.log_message
-            kwargs["exc_info"] = (exc_info[0], web.HTTPError(error.status_code, shown(message), reason=error.reason),
-                                  exc_info[2])
+            kwargs["exc_info"] = (
+                exc_info[0],
+                web.HTTPError(error.status_code, shown(message), reason=error.reason),
+                exc_info[2],
+            )
         if status_code == 405:  # RFC 9110: a 405 says which methods the address does take
-            own = [m for m in self.SUPPORTED_METHODS
-                   if getattr(type(self), m.lower()) is not getattr(web.RequestHandler, m.lower())]
+            own = [
+                m
+                for m in self.SUPPORTED_METHODS
+                if getattr(type(self), m.lower()) is not getattr(web.RequestHandler, m.lower())
+            ]
             self.set_header("Allow", ", ".join(own))
         super().write_error(status_code, **kwargs)
 
@@ -95,11 +113,15 @@ class GpuWorkspaceHandler(APIHandler):
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise web.HTTPError(400, f"The request body is not UTF-8 text: {err.reason} at byte {err.start}") from None
+            raise web.HTTPError(
+                400, f"The request body is not UTF-8 text: {err.reason} at byte {err.start}"
+            ) from None
         try:
             return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         except RecursionError:
-            raise web.HTTPError(400, "The request body is not valid JSON: it is nested too deeply") from None
+            raise web.HTTPError(
+                400, "The request body is not valid JSON: it is nested too deeply"
+            ) from None
         except ValueError as err:
             raise web.HTTPError(400, f"The request body is not valid JSON: {err}") from None
 
@@ -109,17 +131,25 @@ class GpuWorkspaceHandler(APIHandler):
         that names what is wrong."""
         body = self.json_body({})
         if not isinstance(body, dict):
-            raise web.HTTPError(400, f"The request body must be a JSON object, not {json_type(body)}")
+            raise web.HTTPError(
+                400, f"The request body must be a JSON object, not {json_type(body)}"
+            )
         unknown = [name for name in body if name not in fields]
         if unknown:
             expected = f"expected only {', '.join(fields)}" if fields else "this request takes none"
-            raise web.HTTPError(400, f"Unknown {'key' if len(unknown) == 1 else 'keys'} in the request body: "
-                                     f"{', '.join(_quoted(name) for name in unknown[:5])}"
-                                     f"{' …' if len(unknown) > 5 else ''} ({expected})")
+            raise web.HTTPError(
+                400,
+                f"Unknown {'key' if len(unknown) == 1 else 'keys'} in the request body: "
+                f"{', '.join(_quoted(name) for name in unknown[:5])}"
+                f"{' …' if len(unknown) > 5 else ''} ({expected})",
+            )
         for name, types in fields.items():
             allowed = (types,) if isinstance(types, str) else types
             if name in body and json_type(body[name]) not in allowed:
-                raise web.HTTPError(400, f"{_quoted(name)} must be {' or '.join(allowed)}, not {json_type(body[name])}")
+                raise web.HTTPError(
+                    400,
+                    f"{_quoted(name)} must be {' or '.join(allowed)}, not {json_type(body[name])}",
+                )
         return body
 
 
@@ -156,9 +186,13 @@ def parse_time(name: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise web.HTTPError(400, f"{name!r} must be a time in seconds since the epoch, not {text!r}") from None
+        raise web.HTTPError(
+            400, f"{name!r} must be a time in seconds since the epoch, not {text!r}"
+        ) from None
     if not math.isfinite(value) or value < 0:
-        raise web.HTTPError(400, f"{name!r} must be a finite, non-negative number of seconds, not {text!r}")
+        raise web.HTTPError(
+            400, f"{name!r} must be a finite, non-negative number of seconds, not {text!r}"
+        )
     return value
 
 
@@ -172,7 +206,10 @@ ERROR_STATUS: list[tuple[type[Exception], int]] = [
     (StoreFullError, 507),
     (SyncError, 503),  # store unreachable or misconfigured, sync not running
     (SnapshotNotFoundError, 404),
-    (UnsafeSnapshotError, 422),  # the store's snapshot, not the request, is malformed: nothing is run
+    (
+        UnsafeSnapshotError,
+        422,
+    ),  # the store's snapshot, not the request, is malformed: nothing is run
     (SourcesNotAllowedError, 409),
     (InterpreterError, 409),
     (EnvError, 500),
@@ -301,11 +338,17 @@ class EnvRestoreHandler(GpuWorkspaceHandler):
     @authorized
     async def post(self) -> None:
         # A null snapshot, like none, means the latest.
-        body = self.json_object({"snapshot": ("string", "null"), **{flag: "boolean" for flag in self.FLAGS}})
+        body = self.json_object(
+            {"snapshot": ("string", "null"), **{flag: "boolean" for flag in self.FLAGS}}
+        )
         try:
-            job = await run_blocking(self.app.environment.start_restore, body.get("snapshot"),
-                                     body.get("offline", False), body.get("uninstall", False),
-                                     body.get("allow_sources", False))
+            job = await run_blocking(
+                self.app.environment.start_restore,
+                body.get("snapshot"),
+                body.get("offline", False),
+                body.get("uninstall", False),
+                body.get("allow_sources", False),
+            )
         except (SyncError, EnvError) as err:
             raise http_error(err) from err
         self.set_status(202)
@@ -352,7 +395,9 @@ class UseWorkspaceHandler(GpuWorkspaceHandler):
         body = self.json_object({"name": "string"})
         name = body.get("name")
         if not name:
-            raise web.HTTPError(400, 'Send {"name": "<workspace>"}, one of GET /gpuws/api/sync/workspaces')
+            raise web.HTTPError(
+                400, 'Send {"name": "<workspace>"}, one of GET /gpuws/api/sync/workspaces'
+            )
         if "/" in name or name in (".", "..") or len(name) > 255:
             raise web.HTTPError(400, f"Not a workspace name: {name[:80]!r}")
         try:
@@ -372,7 +417,9 @@ class JobHandler(GpuWorkspaceHandler):
     def _job(self, job_id: str) -> Any:
         job = self.app.jobs.get(job_id)
         if job is None or job.kind != self.kind:
-            raise web.HTTPError(404, f"No {self.kind} job {_quoted(job_id)} (jobs are kept while the server runs)")
+            raise web.HTTPError(
+                404, f"No {self.kind} job {_quoted(job_id)} (jobs are kept while the server runs)"
+            )
         return job
 
     @web.authenticated
@@ -419,7 +466,9 @@ class PendingHandler(GpuWorkspaceHandler):
         try:
             limit = int(params.get("limit", "200"))
         except ValueError:
-            raise web.HTTPError(400, f"'limit' must be a whole number, not {params['limit']!r}") from None
+            raise web.HTTPError(
+                400, f"'limit' must be a whole number, not {params['limit']!r}"
+            ) from None
         if not 0 <= limit <= 10000:
             raise web.HTTPError(400, "'limit' must be between 0 and 10000")
         engine = self.app.sync.engine
@@ -452,7 +501,9 @@ class CheckpointsHandler(GpuWorkspaceHandler):
         body = self.json_object({"kernel_id": "string", "run_id": "string", "all": "boolean"})
         coordinator = self.app.checkpoints
         if len(body) > 1:
-            raise web.HTTPError(400, 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}, not several')
+            raise web.HTTPError(
+                400, 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}, not several'
+            )
         try:
             if body.get("all") is True:
                 results = await coordinator.request_all()
@@ -461,7 +512,9 @@ class CheckpointsHandler(GpuWorkspaceHandler):
             elif body.get("run_id"):
                 results = [await coordinator.request_run(body["run_id"])]
             else:
-                raise web.HTTPError(400, 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}')
+                raise web.HTTPError(
+                    400, 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}'
+                )
         except CheckpointRequestError as err:
             raise web.HTTPError(err.status, str(err)) from err
         self.set_status(202)
@@ -479,7 +532,11 @@ class CheckpointFetchHandler(GpuWorkspaceHandler):
         body = self.json_object({"run": "string", "timeout": "number"})
         run = body.get("run") or ""
         parts = run.split("/")
-        if len(parts) != 3 or "/".join(parts[:2]) != ".gpuws/checkpoints" or parts[2] in ("", ".", ".."):
+        if (
+            len(parts) != 3
+            or "/".join(parts[:2]) != ".gpuws/checkpoints"
+            or parts[2] in ("", ".", "..")
+        ):
             raise web.HTTPError(400, '"run" is a run folder: ".gpuws/checkpoints/<run>"')
         timeout = float(body.get("timeout", 600))
         if not 1 <= timeout <= 24 * 3600:
@@ -517,7 +574,9 @@ class TrainingHistoryHandler(GpuWorkspaceHandler):
             raise web.HTTPError(400, "'run' is a run's name (1 to 1000 characters)")
         history = await run_blocking(self.app.training.history, run)
         if history is None:
-            raise web.HTTPError(404, f"No run {_quoted(run or '')}: GET /gpuws/api/training lists them")
+            raise web.HTTPError(
+                404, f"No run {_quoted(run or '')}: GET /gpuws/api/training lists them"
+            )
         self.set_header("Cache-Control", "no-store")
         self.finish(history)
 
@@ -632,7 +691,9 @@ class DocumentsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, Jupyter
         try:
             self.app.pages.answer(self, json.loads(message))
         except ValueError as err:  # not JSON, or an AnswerError: the page hears why
-            self.write_message(strictjson.dumps({"type": ERROR, "message": f"Not understood: {err}"}))
+            self.write_message(
+                strictjson.dumps({"type": ERROR, "message": f"Not understood: {err}"})
+            )
 
     def on_close(self) -> None:
         self.app.pages.disconnect(self)
@@ -656,7 +717,11 @@ def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
         (rf"/gpuws/api/sync/restore/{job_id}", JobHandler, {"app": app, "kind": "restore"}),
         (r"/gpuws/api/checkpoints", CheckpointsHandler, kwargs),
         (r"/gpuws/api/checkpoints/fetch", CheckpointFetchHandler, kwargs),
-        (rf"/gpuws/api/checkpoints/fetch/{job_id}", JobHandler, {"app": app, "kind": "checkpoint-fetch"}),
+        (
+            rf"/gpuws/api/checkpoints/fetch/{job_id}",
+            JobHandler,
+            {"app": app, "kind": "checkpoint-fetch"},
+        ),
         (r"/gpuws/api/persist", PersistHandler, kwargs),
         (r"/gpuws/api/training", TrainingHandler, kwargs),
         (r"/gpuws/api/training/history", TrainingHistoryHandler, kwargs),

@@ -7,8 +7,9 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .sync.engine import Progress
 from .sync.errors import SyncError
@@ -61,7 +62,9 @@ class Job:
             "finished": self.finished,
             "steps": [step.to_dict() for step in self.steps],
             # The running step's own words and progress: never a file count while no file moves.
-            "activity": next((step.doing() for step in self.steps if step.state == "running"), None),
+            "activity": next(
+                (step.doing() for step in self.steps if step.state == "running"), None
+            ),
             "progress": self.progress.snapshot(),
             "errors": list(self.errors),
             "result": dict(self.result),
@@ -81,22 +84,40 @@ class JobRunner:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._lock = threading.Lock()
 
-    def start(self, kind: str, steps: list[tuple[str, StepFunction]], result: dict[str, Any] | None = None,
-              key: str | None = None, on_end: EndFunction | None = None) -> Job:
+    def start(
+        self,
+        kind: str,
+        steps: list[tuple[str, StepFunction]],
+        result: dict[str, Any] | None = None,
+        key: str | None = None,
+        on_end: EndFunction | None = None,
+    ) -> Job:
         """A new job (with `result` as its first result), or the one of this kind still running.
         `key`: jobs of one kind about different things run side by side (a fetch per run); one
         about the same thing is joined instead of started again. A cancelled job still finishing
         its step is not joined: it starts no further step."""
         with self._lock:
             for job in self._jobs.values():
-                if job.kind == kind and job.key == key and job.state == "running" and not job.cancel_event.is_set():
+                if (
+                    job.kind == kind
+                    and job.key == key
+                    and job.state == "running"
+                    and not job.cancel_event.is_set()
+                ):
                     return job
-            job = Job(uuid.uuid4().hex[:12], kind, [Step(name) for name, _ in steps], result=dict(result or {}),
-                      key=key)
+            job = Job(
+                uuid.uuid4().hex[:12],
+                kind,
+                [Step(name) for name, _ in steps],
+                result=dict(result or {}),
+                key=key,
+            )
             self._jobs[job.id] = job
             while len(self._jobs) > KEEP_JOBS:
                 self._jobs.popitem(last=False)
-        threading.Thread(target=self._run, args=(job, steps, on_end), name=f"gpuws-{kind}", daemon=True).start()
+        threading.Thread(
+            target=self._run, args=(job, steps, on_end), name=f"gpuws-{kind}", daemon=True
+        ).start()
         return job
 
     def get(self, job_id: str) -> Job | None:
@@ -114,8 +135,10 @@ class JobRunner:
             job.cancel_event.set()
         return job
 
-    def _run(self, job: Job, steps: list[tuple[str, StepFunction]], on_end: EndFunction | None = None) -> None:
-        for step, (_, function) in zip(job.steps, steps):
+    def _run(
+        self, job: Job, steps: list[tuple[str, StepFunction]], on_end: EndFunction | None = None
+    ) -> None:
+        for step, (_, function) in zip(job.steps, steps, strict=False):
             if job.cancel_event.is_set():
                 step.state = "skipped"
                 continue

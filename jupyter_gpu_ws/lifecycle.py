@@ -9,14 +9,25 @@ import os
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tornado.ioloop import PeriodicCallback
 
 from .jobs import Job, Step
 from .persist import start_persist
-from .runtime import IdleInputs, KernelActivity, PreemptionNotice, PreemptionWatcher, RuntimeClock, RuntimeEvent
-from .runtime import HubLimits, RuntimeSettings, make_checks, parse_duration
+from .runtime import (
+    HubLimits,
+    IdleInputs,
+    KernelActivity,
+    PreemptionNotice,
+    PreemptionWatcher,
+    RuntimeClock,
+    RuntimeEvent,
+    RuntimeSettings,
+    make_checks,
+    parse_duration,
+)
 from .runtime.deadline import HUB_IDLE_CULL
 from .runtime.hub import HubClient, HubError, HubView, Platform
 from .sync.errors import LeaseHeldError, SyncError
@@ -53,21 +64,34 @@ class RuntimeSupervisor:
     def __init__(self, app: GpuWorkspaceApp) -> None:
         self.app = app
         self.log = app.log
-        settings = RuntimeSettings.from_config(app.max_runtime or None, app.deadline or None, app.persist_lead_time,
-                                               app.warning_lead_times)
+        settings = RuntimeSettings.from_config(
+            app.max_runtime or None,
+            app.deadline or None,
+            app.persist_lead_time,
+            app.warning_lead_times,
+        )
         settings.cull_warning_lead = app.hub_cull_warning
         self.clock = RuntimeClock(settings)
         self.platform = Platform.detect()
         self.hub = HubClient(self.platform.hub) if self.platform.hub else None
         self.hub_view: HubView | None = None
         self.hub_max_age = parse_duration(app.hub_max_age) if app.hub_max_age else None
-        self.hub_cull_timeout = parse_duration(app.hub_cull_timeout) if app.hub_cull_timeout else None
+        self.hub_cull_timeout = (
+            parse_duration(app.hub_cull_timeout) if app.hub_cull_timeout else None
+        )
         self._hub_read = 0.0
         self._hub_reading = False
-        self.keep_alive: dict[str, Any] = {"enabled": bool(app.hub_keep_alive and self.hub), "active": False,
-                                           "reason": None, "last_sent": None, "error": None}
+        self.keep_alive: dict[str, Any] = {
+            "enabled": bool(app.hub_keep_alive and self.hub),
+            "active": False,
+            "reason": None,
+            "last_sent": None,
+            "error": None,
+        }
         self._activity_sent: float | None = None
-        self.previous_emergency: dict[str, Any] | None = None  # the last runtime's report, from the store
+        self.previous_emergency: dict[str, Any] | None = (
+            None  # the last runtime's report, from the store
+        )
         self._previous_read = False
         self.notices: list[dict[str, Any]] = []
         self._notice_ids = 0
@@ -81,9 +105,14 @@ class RuntimeSupervisor:
         self._ticker: PeriodicCallback | None = None
         self._previous_sigterm: Any = None
         self.watcher = PreemptionWatcher(
-            make_checks("aws" in app.preemption_clouds, "gcp" in app.preemption_clouds,
-                        "azure" in app.preemption_clouds, app.aws_metadata_url or None,
-                        app.gcp_metadata_url or None, app.azure_metadata_url or None),
+            make_checks(
+                "aws" in app.preemption_clouds,
+                "gcp" in app.preemption_clouds,
+                "azure" in app.preemption_clouds,
+                app.aws_metadata_url or None,
+                app.gcp_metadata_url or None,
+                app.azure_metadata_url or None,
+            ),
             self._on_preemption,
             interval=app.preemption_poll_interval,
         )
@@ -94,10 +123,17 @@ class RuntimeSupervisor:
         from .runtime.gitrepo import GitSettings, GitVersioning
 
         app = self.app
-        return GitVersioning(GitSettings(workdir=app.workdir, init=app.git_init, max_file_size=app.git_max_file_size,
-                                         remote=app.git_remote or None, branch=app.git_branch or None,
-                                         **({"include": tuple(app.git_include)} if app.git_include else {})),
-                             restore_lock=app.sync.restore_lock)
+        return GitVersioning(
+            GitSettings(
+                workdir=app.workdir,
+                init=app.git_init,
+                max_file_size=app.git_max_file_size,
+                remote=app.git_remote or None,
+                branch=app.git_branch or None,
+                **({"include": tuple(app.git_include)} if app.git_include else {}),
+            ),
+            restore_lock=app.sync.restore_lock,
+        )
 
     # -- start and stop ----------------------------------------------------------------------
 
@@ -112,7 +148,10 @@ class RuntimeSupervisor:
         if self._ticker is not None:
             self._ticker.stop()
         self.watcher.stop(timeout=5)
-        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+        if (
+            self._previous_sigterm is not None
+            and threading.current_thread() is threading.main_thread()
+        ):
             if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
 
@@ -131,8 +170,14 @@ class RuntimeSupervisor:
             self.clock.update_idle(self._idle_inputs())
         if self.git is not None and now - self._git_checked >= GIT_STATUS_EVERY:
             self._git_checked = now
-            self.git_status = await asyncio.get_running_loop().run_in_executor(None, self.git.status)
-        if self.hub is not None and now - self._hub_read >= self.app.hub_poll_interval and not self._hub_reading:
+            self.git_status = await asyncio.get_running_loop().run_in_executor(
+                None, self.git.status
+            )
+        if (
+            self.hub is not None
+            and now - self._hub_read >= self.app.hub_poll_interval
+            and not self._hub_reading
+        ):
             self._hub_read = now
             asyncio.ensure_future(self._read_hub())
         if self.keep_alive["enabled"]:
@@ -149,11 +194,15 @@ class RuntimeSupervisor:
         assert self.hub is not None
         self._hub_reading = True
         try:
-            view = await asyncio.get_running_loop().run_in_executor(None, self.hub.read, time.time())
+            view = await asyncio.get_running_loop().run_in_executor(
+                None, self.hub.read, time.time()
+            )
         finally:
             self._hub_reading = False
         if view.error and (self.hub_view is None or self.hub_view.error != view.error):
-            self.log.warning("GPU workspace: the hub's view of this server is unavailable: %s", view.error)
+            self.log.warning(
+                "GPU workspace: the hub's view of this server is unavailable: %s", view.error
+            )
         self.hub_view = view
         self._update_hub_limits()
 
@@ -165,15 +214,26 @@ class RuntimeSupervisor:
         view = self.hub_view or HubView()
         started, started_from = view.started, "the hub"
         if started is None:
-            started, started_from = self.clock.start, "this server's start: the token cannot read the hub's"
+            started, started_from = (
+                self.clock.start,
+                "this server's start: the token cannot read the hub's",
+            )
         activity, activity_from = view.last_activity, f"the hub, {view.activity_of}'s"
         if activity is None:
             activity = _epoch(self.app.serverapp.web_app.last_activity())
             activity_from = "this server's own: the token cannot read the hub's"
         if self._activity_sent is not None and self._activity_sent > activity:
             activity, activity_from = self._activity_sent, "the keep-alive's report to the hub"
-        self.clock.update_hub(HubLimits(self.hub_max_age, self.hub_cull_timeout, started, started_from,
-                                        activity, activity_from))
+        self.clock.update_hub(
+            HubLimits(
+                self.hub_max_age,
+                self.hub_cull_timeout,
+                started,
+                started_from,
+                activity,
+                activity_from,
+            )
+        )
 
     async def _keep_alive(self) -> None:
         """While training runs without a sound, tell the hub so, as the single-user server does
@@ -181,7 +241,9 @@ class RuntimeSupervisor:
         every = min(60.0, (self.hub_cull_timeout or 240.0) / 4)
         reason = self._busy_reason()
         self.keep_alive.update(active=reason is not None, reason=reason)
-        if reason is None or (self._activity_sent is not None and time.time() - self._activity_sent < every):
+        if reason is None or (
+            self._activity_sent is not None and time.time() - self._activity_sent < every
+        ):
             return
         assert self.hub is not None
         when = time.time()
@@ -222,7 +284,8 @@ class RuntimeSupervisor:
             return
         try:
             report = await asyncio.get_running_loop().run_in_executor(
-                None, service.engine.store.read_json, "emergency-report.json")
+                None, service.engine.store.read_json, "emergency-report.json"
+            )
         except Exception as err:  # a missing or unreadable report only leaves the estimate unknown
             self.log.debug("GPU workspace: no previous emergency report: %s", err)
             return
@@ -248,25 +311,42 @@ class RuntimeSupervisor:
         seconds = app.termination_grace_period
         source = None
         if seconds is not None:
-            source = "GPUWS_GRACE_PERIOD" if os.environ.get("GPUWS_GRACE_PERIOD", "").strip() else \
-                "termination_grace_period"
+            source = (
+                "GPUWS_GRACE_PERIOD"
+                if os.environ.get("GPUWS_GRACE_PERIOD", "").strip()
+                else "termination_grace_period"
+            )
         estimate, measured_by = self.emergency_estimate()
         warning = None
         if seconds is None and self.platform.kubespawner:
-            warning = ("Running under KubeSpawner, whose delete_grace_period is 1 s unless the admin set it: "
-                       "the emergency persist would be cut off. Set c.KubeSpawner.delete_grace_period and "
-                       "GPUWS_GRACE_PERIOD, and a preStop hook (see docs/deploy.md).")
+            warning = (
+                "Running under KubeSpawner, whose delete_grace_period is 1 s unless the admin set it: "
+                "the emergency persist would be cut off. Set c.KubeSpawner.delete_grace_period and "
+                "GPUWS_GRACE_PERIOD, and a preStop hook (see docs/deploy.md)."
+            )
         elif seconds is not None and estimate is not None and seconds - EXIT_MARGIN < estimate:
-            warning = (f"The pod's grace ({seconds:g} s) is shorter than the emergency persist takes here "
-                       f"({estimate:.1f} s, {measured_by}): work may be lost when the pod stops. Persist now, "
-                       "and ask the admin for a longer c.KubeSpawner.delete_grace_period.")
-        return {"seconds": seconds, "source": source, "emergency_seconds": estimate,
-                "emergency_measured_by": measured_by, "budget": self.emergency_budget(), "warning": warning}
+            warning = (
+                f"The pod's grace ({seconds:g} s) is shorter than the emergency persist takes here "
+                f"({estimate:.1f} s, {measured_by}): work may be lost when the pod stops. Persist now, "
+                "and ask the admin for a longer c.KubeSpawner.delete_grace_period."
+            )
+        return {
+            "seconds": seconds,
+            "source": source,
+            "emergency_seconds": estimate,
+            "emergency_measured_by": measured_by,
+            "budget": self.emergency_budget(),
+            "warning": warning,
+        }
 
     def emergency_budget(self) -> float:
         """The emergency persist's budget: `grace_period`, inside the platform's grace if known."""
         grace = self.app.termination_grace_period
-        return min(self.app.grace_period, max(1.0, grace - EXIT_MARGIN)) if grace else self.app.grace_period
+        return (
+            min(self.app.grace_period, max(1.0, grace - EXIT_MARGIN))
+            if grace
+            else self.app.grace_period
+        )
 
     def _idle_inputs(self) -> IdleInputs | None:
         server = self.app.serverapp
@@ -275,12 +355,19 @@ class RuntimeSupervisor:
             kernels = []
             for kernel_id in list(km.list_kernel_ids()):
                 kernel = km.get_kernel(kernel_id)
-                kernels.append(KernelActivity(kernel_id, _epoch(getattr(kernel, "last_activity", 0)),
-                                              getattr(kernel, "execution_state", "") == "busy",
-                                              int(getattr(km, "_kernel_connections", {}).get(kernel_id, 0))))
+                kernels.append(
+                    KernelActivity(
+                        kernel_id,
+                        _epoch(getattr(kernel, "last_activity", 0)),
+                        getattr(kernel, "execution_state", "") == "busy",
+                        int(getattr(km, "_kernel_connections", {}).get(kernel_id, 0)),
+                    )
+                )
             return IdleInputs(
                 server_last_activity=_epoch(server.web_app.last_activity()),
-                shutdown_no_activity_timeout=float(getattr(server, "shutdown_no_activity_timeout", 0) or 0),
+                shutdown_no_activity_timeout=float(
+                    getattr(server, "shutdown_no_activity_timeout", 0) or 0
+                ),
                 cull_idle_timeout=float(getattr(km, "cull_idle_timeout", 0) or 0),
                 cull_connected=bool(getattr(km, "cull_connected", False)),
                 cull_busy=bool(getattr(km, "cull_busy", False)),
@@ -293,22 +380,39 @@ class RuntimeSupervisor:
     def _on_event(self, event: RuntimeEvent) -> None:
         minutes = max(1, round(event.remaining / 60))
         if event.kind == "warning" and event.source == HUB_IDLE_CULL:
-            keep = " (keep-alive reports activity only while training runs)" if self.keep_alive["enabled"] else ""
-            self._notice("warning", f"JupyterHub stops this idle server in about {minutes} "
-                                    f"minute{'s' * (minutes != 1)} ({event.source}){keep}. Persist now to keep "
-                                    "your work, or use the server to keep it running.")
+            keep = (
+                " (keep-alive reports activity only while training runs)"
+                if self.keep_alive["enabled"]
+                else ""
+            )
+            self._notice(
+                "warning",
+                f"JupyterHub stops this idle server in about {minutes} "
+                f"minute{'s' * (minutes != 1)} ({event.source}){keep}. Persist now to keep "
+                "your work, or use the server to keep it running.",
+            )
         elif event.kind == "warning":
-            self._notice("warning", f"This runtime ends in about {minutes} minute{'s' * (minutes != 1)} "
-                                    f"({deadline_source(event.source)}). Persist now to keep your work.")
+            self._notice(
+                "warning",
+                f"This runtime ends in about {minutes} minute{'s' * (minutes != 1)} "
+                f"({deadline_source(event.source)}). Persist now to keep your work.",
+            )
         elif event.kind == "persist":
-            self.log.warning("GPU workspace: %s ends in %.0f s: persisting automatically", event.source,
-                             event.remaining)
+            self.log.warning(
+                "GPU workspace: %s ends in %.0f s: persisting automatically",
+                event.source,
+                event.remaining,
+            )
             job = self._persist("auto")
             if job is not None:
                 self.auto_persist = job
                 asyncio.ensure_future(self._stop_jobs_after(job))
-                self._notice("info", f"Persisting automatically: the runtime ends in about {minutes} "
-                                     f"minute{'s' * (minutes != 1)} ({deadline_source(event.source)}).", job.id)
+                self._notice(
+                    "info",
+                    f"Persisting automatically: the runtime ends in about {minutes} "
+                    f"minute{'s' * (minutes != 1)} ({deadline_source(event.source)}).",
+                    job.id,
+                )
 
     async def _stop_jobs_after(self, job: Job) -> None:
         """The deadline's persist has checkpointed the jobs' runs too: they stop, interrupted at
@@ -317,17 +421,31 @@ class RuntimeSupervisor:
             await asyncio.sleep(0.5)
         stopped = await self.app.userjobs.interrupt_async(checkpoint=job.state != "done")
         if stopped:
-            self._notice("info", f"{len(stopped)} job{'s' * (len(stopped) != 1)} stopped at a checkpoint before the "
-                                 "runtime's end: the next runtime relaunches them.")
+            self._notice(
+                "info",
+                f"{len(stopped)} job{'s' * (len(stopped) != 1)} stopped at a checkpoint before the "
+                "runtime's end: the next runtime relaunches them.",
+            )
 
     def _notice(self, level: str, message: str, job_id: str | None = None) -> None:
         self._notice_ids += 1
-        self.notices.append({"id": self._notice_ids, "level": level, "message": message, "time": time.time(),
-                             "job_id": job_id})
+        self.notices.append(
+            {
+                "id": self._notice_ids,
+                "level": level,
+                "message": message,
+                "time": time.time(),
+                "job_id": job_id,
+            }
+        )
         del self.notices[:-KEEP_NOTICES]
 
-    def persist(self, trigger: str, checkpoint_timeout: float | None = None,
-                documents_timeout: float | None = None) -> Job:
+    def persist(
+        self,
+        trigger: str,
+        checkpoint_timeout: float | None = None,
+        documents_timeout: float | None = None,
+    ) -> Job:
         """Start the persist pipeline (or join the one running): the browsers' open documents,
         checkpoints, environment, Git, sync. A SyncError says why it cannot run (no sync, a
         read-only runtime)."""
@@ -345,17 +463,30 @@ class RuntimeSupervisor:
         environment = None
         if app.env_snapshot_on_persist and trigger in ORDINARY:
             environment = _tolerant(app.environment.snapshot_step())
-        job = start_persist(app.jobs, service, app.checkpoints, app.run_async,
-                            checkpoint_timeout if checkpoint_timeout is not None else app.checkpoint_timeout,
-                            git=git, environment=environment, trigger=trigger, pages=app.pages,
-                            key=None if trigger in ORDINARY else "emergency",
-                            documents_timeout=(documents_timeout if documents_timeout is not None
-                                               else app.document_save_timeout))
+        job = start_persist(
+            app.jobs,
+            service,
+            app.checkpoints,
+            app.run_async,
+            checkpoint_timeout if checkpoint_timeout is not None else app.checkpoint_timeout,
+            git=git,
+            environment=environment,
+            trigger=trigger,
+            pages=app.pages,
+            key=None if trigger in ORDINARY else "emergency",
+            documents_timeout=(
+                documents_timeout if documents_timeout is not None else app.document_save_timeout
+            ),
+        )
         self._git_checked = 0.0  # the sidebar shows the new commit soon after
         return job
 
-    def _persist(self, trigger: str, checkpoint_timeout: float | None = None,
-                 documents_timeout: float | None = None) -> Job | None:
+    def _persist(
+        self,
+        trigger: str,
+        checkpoint_timeout: float | None = None,
+        documents_timeout: float | None = None,
+    ) -> Job | None:
         try:
             return self.persist(trigger, checkpoint_timeout, documents_timeout)
         except SyncError as err:
@@ -375,16 +506,25 @@ class RuntimeSupervisor:
             self._stop_server()  # a second SIGTERM: stop now
             return
         self.app.io_loop.asyncio_loop.call_soon_threadsafe(
-            lambda: asyncio.ensure_future(self.emergency_persist("SIGTERM", True)))
+            lambda: asyncio.ensure_future(self.emergency_persist("SIGTERM", True))
+        )
 
     async def emergency_persist(self, reason: str, exit_after: bool) -> dict[str, Any]:
         """Checkpoint every tracked kernel briefly, sync what matters most first, report what
         could not be persisted, all within `grace_period`; then stop the server if asked."""
         grace = self.emergency_budget()
         started = time.monotonic()
-        self.emergency = {"reason": reason, "started": time.time(), "state": "running", "exiting": exit_after}
+        self.emergency = {
+            "reason": reason,
+            "started": time.time(),
+            "state": "running",
+            "exiting": exit_after,
+        }
         self.log.warning("GPU workspace: %s: emergency persist within %.0f s", reason, grace)
-        self._notice("error", f"{deadline_source(reason)}: this runtime is going away. Persisting everything now.")
+        self._notice(
+            "error",
+            f"{deadline_source(reason)}: this runtime is going away. Persisting everything now.",
+        )
         service = self.app.sync.service
         if service is not None:
             service.engine.urgent = True
@@ -395,14 +535,22 @@ class RuntimeSupervisor:
         # before its next step. This one runs beside it on the grace's own timeouts (its sync
         # joins a pass already running); another emergency's persist is joined.
         ordinary = self.app.jobs.latest("persist")
-        if (ordinary is not None and ordinary.state == "running" and ordinary.result.get("trigger") in ORDINARY
-                and next(s.state for s in ordinary.steps if s.name == "sync") == "pending"):
+        if (
+            ordinary is not None
+            and ordinary.state == "running"
+            and ordinary.result.get("trigger") in ORDINARY
+            and next(s.state for s in ordinary.steps if s.name == "sync") == "pending"
+        ):
             ordinary.cancel_event.set()
         else:
             ordinary = None
-        job = self._persist(reason, checkpoint_timeout=max(1.0, min(self.app.checkpoint_timeout, grace * 0.3)),
-                            documents_timeout=min(self.app.document_save_timeout, EMERGENCY_DOCUMENTS_TIMEOUT,
-                                                  grace * 0.1))
+        job = self._persist(
+            reason,
+            checkpoint_timeout=max(1.0, min(self.app.checkpoint_timeout, grace * 0.3)),
+            documents_timeout=min(
+                self.app.document_save_timeout, EMERGENCY_DOCUMENTS_TIMEOUT, grace * 0.1
+            ),
+        )
         if ordinary is not None:
             ordinary.result["superseded_by"] = job.id if job is not None else None
         if job is not None:
@@ -414,7 +562,8 @@ class RuntimeSupervisor:
         # recorded interrupted in the store, for the next runtime to relaunch.
         await self.app.userjobs.interrupt_async(max(1.0, grace - (time.monotonic() - started) - 2))
         report = await asyncio.get_running_loop().run_in_executor(
-            None, self._emergency_report, reason, job, time.monotonic() - started)
+            None, self._emergency_report, reason, job, time.monotonic() - started
+        )
         self.emergency.update(report, state="done")
         await asyncio.get_running_loop().run_in_executor(None, self._write_report, report)
         if service is not None:
@@ -436,14 +585,23 @@ class RuntimeSupervisor:
             except SyncError as err:
                 errors.append(str(err))
         left_behind = list(job.result.get("left_behind") or []) if job is not None else []
-        report = {"reason": reason, "time": time.time(), "seconds": round(seconds, 3),
-                  "job": job.to_dict() if job is not None else None, "errors": errors,
-                  "pending_files": pending[:200], "pending_count": len(pending),
-                  # "path: why" of each file not started (or cut off): it could not end in the grace
-                  "left_behind": left_behind[:200]}
+        report = {
+            "reason": reason,
+            "time": time.time(),
+            "seconds": round(seconds, 3),
+            "job": job.to_dict() if job is not None else None,
+            "errors": errors,
+            "pending_files": pending[:200],
+            "pending_count": len(pending),
+            # "path: why" of each file not started (or cut off): it could not end in the grace
+            "left_behind": left_behind[:200],
+        }
         if pending or errors:
-            self.log.error("GPU workspace: emergency persist left %d files unpersisted; errors: %s",
-                           len(pending), "; ".join(errors) or "none")
+            self.log.error(
+                "GPU workspace: emergency persist left %d files unpersisted; errors: %s",
+                len(pending),
+                "; ".join(errors) or "none",
+            )
         else:
             self.log.warning("GPU workspace: emergency persist complete in %.1f s", seconds)
         return report
@@ -453,7 +611,9 @@ class RuntimeSupervisor:
         text = json.dumps(report, indent=1, default=str)
         try:
             os.makedirs(self.app.state_dir, exist_ok=True)
-            with open(os.path.join(self.app.state_dir, "emergency-report.json"), "w", encoding="utf-8") as f:
+            with open(
+                os.path.join(self.app.state_dir, "emergency-report.json"), "w", encoding="utf-8"
+            ) as f:
                 f.write(text)
         except OSError as err:
             self.log.error("GPU workspace: cannot write the emergency report: %s", err)
@@ -462,7 +622,9 @@ class RuntimeSupervisor:
             try:
                 service.engine.write_state("emergency-report.json", json.loads(text))
             except Exception as err:  # the store may be the reason
-                self.log.error("GPU workspace: cannot put the emergency report in the store: %s", err)
+                self.log.error(
+                    "GPU workspace: cannot put the emergency report in the store: %s", err
+                )
 
     def _stop_server(self) -> None:
         self.log.warning("GPU workspace: stopping the server")
@@ -492,7 +654,9 @@ class RuntimeSupervisor:
         assert self.release is not None
         if job.state != "done" and not force:
             self.release.update(state="kept", error="; ".join(job.errors) or job.state)
-            self._notice("error", f"Persist failed, so the runtime was not released: {self.release['error']}")
+            self._notice(
+                "error", f"Persist failed, so the runtime was not released: {self.release['error']}"
+            )
             return
         self.release["state"] = "releasing"
         self._notice("info", "Everything is persisted. Shutting the server down.")
@@ -505,20 +669,27 @@ class RuntimeSupervisor:
         state = self.clock.state()
         state["preemption_watch"] = self.watcher.state()
         state["notices"] = list(self.notices)
-        state["auto_persist"] = self.auto_persist.to_dict() if self.auto_persist is not None else None
+        state["auto_persist"] = (
+            self.auto_persist.to_dict() if self.auto_persist is not None else None
+        )
         state["emergency"] = {k: v for k, v in (self.emergency or {}).items() if k != "job"} or None
         state["release"] = self.release
         state["grace_period"] = self.app.grace_period
         hub = self.platform.hub
         state["platform"] = {
-            "jupyterhub": None if hub is None else {
-                "user": hub.user, "server_name": hub.server_name, "api_url": hub.api_url,
+            "jupyterhub": None
+            if hub is None
+            else {
+                "user": hub.user,
+                "server_name": hub.server_name,
+                "api_url": hub.api_url,
                 "started": self.hub_view.started if self.hub_view else None,
                 "last_activity": self.hub_view.last_activity if self.hub_view else None,
                 "activity_of": self.hub_view.activity_of if self.hub_view else None,
                 "read_at": self.hub_view.read_at if self.hub_view else None,
                 "error": self.hub_view.error if self.hub_view else None,
-                "max_age": self.hub_max_age, "cull_timeout": self.hub_cull_timeout,
+                "max_age": self.hub_max_age,
+                "cull_timeout": self.hub_cull_timeout,
             },
             "kubernetes": self.platform.kubernetes,
             "kubespawner": self.platform.kubespawner,

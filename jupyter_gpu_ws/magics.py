@@ -68,9 +68,14 @@ class GpuwsMagics(Magics):
     def _status(self) -> None:
         from IPython.display import display
 
-        parts = status_parts(call("gpuws/api/metrics"), call("gpuws/api/runtime"), call("gpuws/api/sync"),
-                             call("gpuws/api/checkpoints"), training=call("gpuws/api/training"),
-                             jobs=call("gpuws/api/jobs"))
+        parts = status_parts(
+            call("gpuws/api/metrics"),
+            call("gpuws/api/runtime"),
+            call("gpuws/api/sync"),
+            call("gpuws/api/checkpoints"),
+            training=call("gpuws/api/training"),
+            jobs=call("gpuws/api/jobs"),
+        )
         display(bundle(parts), raw=True)
 
     def _env(self) -> None:
@@ -121,17 +126,23 @@ def env_report(env: dict[str, Any]) -> str:
     elif state == "capturing":
         lines.append("Still reading the environment; try again in a moment.")
     elif latest is None:
-        lines.append("No snapshot in the store yet: Persist now or POST /gpuws/api/env/snapshots takes one.")
+        lines.append(
+            "No snapshot in the store yet: Persist now or POST /gpuws/api/env/snapshots takes one."
+        )
     else:
         taken = time.strftime("%Y-%m-%d %H:%M", time.localtime(latest["captured_at"]))
         if state == "matches":
-            lines.append(f"Matches the snapshot of {taken} ({count(latest['packages'], 'package')}).")
+            lines.append(
+                f"Matches the snapshot of {taken} ({count(latest['packages'], 'package')})."
+            )
         else:
             d = env["diff"]
             lines.append(f"Differs from the snapshot of {taken}:")
             lines += [f"  + {a['name']} {a['version']}" for a in d["added"]]
             lines += [f"  - {r['name']} {r['version']}" for r in d["removed"]]
-            lines += [f"  ~ {c['name']} {c['from_version']} -> {c['to_version']}" for c in d["changed"]]
+            lines += [
+                f"  ~ {c['name']} {c['from_version']} -> {c['to_version']}" for c in d["changed"]
+            ]
     for verdict in env.get("compatibility", []):
         if verdict["level"] in ("warn", "error"):
             lines.append(f"{verdict['level'].upper()}: {verdict['message']}")

@@ -5,7 +5,8 @@ summary of its outcome."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .jobs import Job, JobRunner, Step, StepFunction
 from .sync.errors import CancelledError, SyncError
@@ -34,14 +35,22 @@ def _sync_step(service: SyncService):
             skipped=report.skipped,
             # Files that cannot be synced for a reason of their own are named, and do not fail
             # the persist of everything else.
-            problems=[f"{p['path']}: {p['reason']}" for p in service.engine.pending_list(100)["problems"]],
+            problems=[
+                f"{p['path']}: {p['reason']}" for p in service.engine.pending_list(100)["problems"]
+            ],
             # An emergency persist's files that could not end in its time: not started, named.
             left_behind=report.left_behind,
             stored=service.engine.stored_summary(),
         )
-        step.detail = f"{len(report.uploaded)} files uploaded, {len(report.deleted)} removed" + (
-            f", {len(job.result['problems'])} cannot be synced" if job.result["problems"] else "") + (
-            f", {len(report.left_behind)} left behind" if report.left_behind else "")
+        step.detail = (
+            f"{len(report.uploaded)} files uploaded, {len(report.deleted)} removed"
+            + (
+                f", {len(job.result['problems'])} cannot be synced"
+                if job.result["problems"]
+                else ""
+            )
+            + (f", {len(report.left_behind)} left behind" if report.left_behind else "")
+        )
         if report.errors:
             raise SyncError("; ".join(report.errors[:3]) + (" …" if len(report.errors) > 3 else ""))
 
@@ -49,11 +58,14 @@ def _sync_step(service: SyncService):
 
 
 def _upload_words(progress: dict[str, Any]) -> str:
-    """"Uploading 3 of 12 files", or what the sync does before it knows of any file."""
+    """ "Uploading 3 of 12 files", or what the sync does before it knows of any file."""
     if not progress.get("files_total"):
         return STEP_WORDS["sync_planning"]
-    return fill(STEP_WORDS["sync"], done=f"{progress.get('files_done', 0):,}",
-                files=count(progress["files_total"], "file"))
+    return fill(
+        STEP_WORDS["sync"],
+        done=f"{progress.get('files_done', 0):,}",
+        files=count(progress["files_total"], "file"),
+    )
 
 
 def _documents_step(pages: BrowserPages, run_async: Callable[..., Any], timeout: float):
@@ -65,7 +77,9 @@ def _documents_step(pages: BrowserPages, run_async: Callable[..., Any], timeout:
         # running), yet the later steps still run: the rest of the work matters as much. A page
         # that did not answer is only named: it may hold nothing unsaved, and a laptop asleep
         # with JupyterLab open must not fail every persist (or stop a release) until it wakes.
-        job.errors.extend(f"{failed['path']} could not be saved: {failed['error']}" for failed in report.failed)
+        job.errors.extend(
+            f"{failed['path']} could not be saved: {failed['error']}" for failed in report.failed
+        )
 
     return run
 
@@ -76,14 +90,18 @@ def _checkpoint_step(coordinator: Any, run_async: Callable[..., Any], timeout: f
         if not kernels and not runs:
             step.detail = "no kernel tracks anything"
             return
-        asked = count(len(kernels), "kernel") + (f" and {count(len(runs), 'distributed run')}" if runs else "")
+        asked = count(len(kernels), "kernel") + (
+            f" and {count(len(runs), 'distributed run')}" if runs else ""
+        )
         step.activity = fill(STEP_WORDS["checkpoints"], kernels=asked)
         results = run_async(coordinator.request_all(), timeout + 15)
         ids = [r["request_id"] for r in results if "request_id" in r]
 
         def waiting_words() -> str:
             ended = sum(coordinator.requests[rid]["state"] in ("done", "error") for rid in ids)
-            return fill(STEP_WORDS["checkpoints_waiting"], kernels=asked, done=ended, asked=len(results))
+            return fill(
+                STEP_WORDS["checkpoints_waiting"], kernels=asked, done=ended, asked=len(results)
+            )
 
         step.activity = waiting_words
         waiting = [r["request_id"] for r in results if r["state"] in ("accepted", "sent")]
@@ -101,11 +119,17 @@ def _checkpoint_step(coordinator: Any, run_async: Callable[..., Any], timeout: f
             return f"{len(ok)} of {len(of_kind)}"
 
         step.detail = f"{done('kernel_id')} kernels checkpointed" + (
-            f", {done('run_id')} distributed runs" if runs else "")
-        problems = [f"{_who(r, notebooks)}: {r.get('message') or 'the checkpoint failed'}"
-                    for r in results if r["state"] == "error"]
-        problems += [f"{_who(coordinator.requests[rid], notebooks)}: no checkpoint within {timeout:.0f} s"
-                     for rid in late]
+            f", {done('run_id')} distributed runs" if runs else ""
+        )
+        problems = [
+            f"{_who(r, notebooks)}: {r.get('message') or 'the checkpoint failed'}"
+            for r in results
+            if r["state"] == "error"
+        ]
+        problems += [
+            f"{_who(coordinator.requests[rid], notebooks)}: no checkpoint within {timeout:.0f} s"
+            for rid in late
+        ]
         if problems:
             # Report, but go on to the sync: the files on disk still need to reach the store.
             job.errors.extend(problems)
@@ -129,11 +153,19 @@ def _who(request: dict[str, Any], notebooks: dict[str, str]) -> str:
     return notebooks.get(request["kernel_id"]) or f"kernel {request['kernel_id'][:8]}"
 
 
-def start_persist(runner: JobRunner, service: SyncService, coordinator: Any = None,
-                  run_async: Callable[..., Any] | None = None, checkpoint_timeout: float = 60.0,
-                  git: StepFunction | None = None, environment: StepFunction | None = None,
-                  trigger: str = "user", pages: BrowserPages | None = None,
-                  documents_timeout: float = 5.0, key: str | None = None) -> Job:
+def start_persist(
+    runner: JobRunner,
+    service: SyncService,
+    coordinator: Any = None,
+    run_async: Callable[..., Any] | None = None,
+    checkpoint_timeout: float = 60.0,
+    git: StepFunction | None = None,
+    environment: StepFunction | None = None,
+    trigger: str = "user",
+    pages: BrowserPages | None = None,
+    documents_timeout: float = 5.0,
+    key: str | None = None,
+) -> Job:
     """The open documents first (so the checkpoints, the commit and the sync see what the user
     sees), then checkpoints (so the sync carries them) and the Git commit, then the sync, and
     the environment snapshot last: its wheels of packages installed from folders take seconds
@@ -143,7 +175,9 @@ def start_persist(runner: JobRunner, service: SyncService, coordinator: Any = No
     one wording of its outcome (vocabulary.persist_summary)."""
     steps: list[tuple[str, StepFunction]] = []
     if pages is not None and run_async is not None and documents_timeout > 0:
-        steps.append(("documents", _named(_documents_step(pages, run_async, documents_timeout), "documents")))
+        steps.append(
+            ("documents", _named(_documents_step(pages, run_async, documents_timeout), "documents"))
+        )
     if coordinator is not None and run_async is not None:
         steps.append(("checkpoints", _checkpoint_step(coordinator, run_async, checkpoint_timeout)))
     if git is not None:
@@ -178,8 +212,11 @@ def _named(function: StepFunction, name: str) -> StepFunction:
 def start_restore(runner: JobRunner, service: SyncService) -> Job:
     def run(job: Job, step: Step) -> None:
         report = service.engine.restore(job.progress, job.cancel_event)
-        job.result.update(restored=len(report.restored), conflicts=report.conflicts,
-                          bytes_restored=report.bytes_restored)
+        job.result.update(
+            restored=len(report.restored),
+            conflicts=report.conflicts,
+            bytes_restored=report.bytes_restored,
+        )
         step.detail = f"{len(report.restored)} files restored, {len(report.conflicts)} kept as conflict copies"
         if report.errors:
             raise SyncError("; ".join(report.errors[:3]))
@@ -204,8 +241,9 @@ def start_checkpoint_fetch(runner: JobRunner, supervisor: Any, run: str, timeout
             if job.cancel_event.wait(0.2):
                 raise CancelledError("Cancelled")
         job.result["restoring"] = bool(supervisor.restoring)
-        folder = supervisor.engine.fetch_checkpoint(run, job.progress, job.cancel_event,
-                                                    timeout=max(1.0, deadline - time.monotonic()))
+        folder = supervisor.engine.fetch_checkpoint(
+            run, job.progress, job.cancel_event, timeout=max(1.0, deadline - time.monotonic())
+        )
         job.result["checkpoint"] = folder
         job.result["step"] = checkpoint_step(folder) if folder else None
         step.detail = folder or "the store holds no checkpoint of this run"

@@ -12,7 +12,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .vocabulary import WORDS, age, count, deadline_source, duration, percent, size, sync_word, time_left, usage
+from .vocabulary import (
+    WORDS,
+    age,
+    count,
+    deadline_source,
+    duration,
+    percent,
+    size,
+    sync_word,
+    time_left,
+    usage,
+)
 
 # JupyterLab's theme variables, with fallbacks for front ends that do not define them.
 FONT = "font-family: var(--jp-ui-font-family, sans-serif); font-size: var(--jp-ui-font-size1, 13px)"
@@ -64,9 +75,24 @@ def gpu_parts(metrics: dict[str, Any]) -> list[Part]:
             shown.append(f"{count(hidden, 'process')} not visible from this container")
         users = ", ".join(shown) or "—"
         temp = "—" if g.get("temperature") is None else f"{g['temperature']} °C"
-        rows.append([f"GPU {g['index']}", g["name"].removeprefix("NVIDIA "), percent(g.get("utilization")),
-                     usage(g.get("memory_used"), g.get("memory_total")), temp, users])
-    return [Table("GPUs", ["GPU", "name", "utilisation", "memory", "temperature", "used by"], rows, {2, 3, 4})]
+        rows.append(
+            [
+                f"GPU {g['index']}",
+                g["name"].removeprefix("NVIDIA "),
+                percent(g.get("utilization")),
+                usage(g.get("memory_used"), g.get("memory_total")),
+                temp,
+                users,
+            ]
+        )
+    return [
+        Table(
+            "GPUs",
+            ["GPU", "name", "utilisation", "memory", "temperature", "used by"],
+            rows,
+            {2, 3, 4},
+        )
+    ]
 
 
 def _mig_processes(gpu: dict[str, Any]) -> list[dict[str, Any]]:
@@ -84,18 +110,27 @@ def _user(process: dict[str, Any]) -> str:
 def runtime_part(runtime: dict[str, Any]) -> Line:
     remaining = runtime.get("remaining")
     if remaining is None:
-        return Line("Runtime", f"{WORDS['runtime']['no_end']}: running for {duration(runtime.get('elapsed') or 0)}")
+        return Line(
+            "Runtime",
+            f"{WORDS['runtime']['no_end']}: running for {duration(runtime.get('elapsed') or 0)}",
+        )
     level = "error" if remaining <= 120 else "warning" if remaining <= 600 else "ok"
-    return Line("Runtime", f"{time_left(remaining)} ({deadline_source(runtime.get('source'))})", level)
+    return Line(
+        "Runtime", f"{time_left(remaining)} ({deadline_source(runtime.get('source'))})", level
+    )
 
 
 def sync_part(sync: dict[str, Any], now: float) -> Line:
     word, level = sync_word(sync, now)
     parts = [word]
     if sync.get("pending_files"):
-        parts.append(f"{count(sync['pending_files'], 'file')}, {size(sync.get('pending_bytes'))} pending")
+        parts.append(
+            f"{count(sync['pending_files'], 'file')}, {size(sync.get('pending_bytes'))} pending"
+        )
     if sync.get("synced_files"):
-        parts.append(f"{count(sync['synced_files'], 'file')}, {size(sync.get('store_bytes'))} in the store")
+        parts.append(
+            f"{count(sync['synced_files'], 'file')}, {size(sync.get('store_bytes'))} in the store"
+        )
     text = " · ".join(parts)
     if sync.get("store"):
         text += f" ({sync['store']}/{sync.get('workspace', '')})"
@@ -107,8 +142,11 @@ def sync_part(sync: dict[str, Any], now: float) -> Line:
 def checkpoint_part(checkpoints: dict[str, Any], now: float) -> Part:
     kernels = checkpoints.get("kernels") or []
     if not kernels:
-        return Line("Checkpoints", "No notebook tracks training state yet: "
-                                   "gpuws.track(model=model, optimizer=opt) in the notebook")
+        return Line(
+            "Checkpoints",
+            "No notebook tracks training state yet: "
+            "gpuws.track(model=model, optimizer=opt) in the notebook",
+        )
     words = WORDS["checkpoint"]
     rows = []
     for k in kernels:
@@ -118,9 +156,22 @@ def checkpoint_part(checkpoints: dict[str, Any], now: float) -> Part:
         if not last:
             rows.append([name, tracks, "—", "—", words["none"], ""])
             continue
-        where = {True: words["in_store"], False: words["not_in_store"]}.get(last.get("synced"), words["local_only"])
-        rows.append([name, tracks, f"{last.get('step', '—')}", size(last.get("bytes")), age(last["time"], now), where])
-    return Table("Checkpoints", ["notebook", "tracks", "step", "size", "taken", "where"], rows, {2, 3})
+        where = {True: words["in_store"], False: words["not_in_store"]}.get(
+            last.get("synced"), words["local_only"]
+        )
+        rows.append(
+            [
+                name,
+                tracks,
+                f"{last.get('step', '—')}",
+                size(last.get("bytes")),
+                age(last["time"], now),
+                where,
+            ]
+        )
+    return Table(
+        "Checkpoints", ["notebook", "tracks", "step", "size", "taken", "where"], rows, {2, 3}
+    )
 
 
 def training_parts(training: dict[str, Any]) -> list[Part]:
@@ -140,9 +191,22 @@ def training_parts(training: dict[str, Any]) -> list[Part]:
         rows.append([str(run["run"]), str(run.get("state", "")), step, rate, eta, verdict])
         for anomaly in run.get("anomalies") or []:
             level = "error" if anomaly.get("level") == "error" else "warning"
-            anomalies.append(Line(f"{run['run']}", f"{anomaly['message']} {anomaly.get('advice', '')}".strip(), level))
-    return [Table("Training", ["training run", "state", "step", "steps/s", "ETA", "verdict"], rows, {2, 3, 4}),
-            *anomalies]
+            anomalies.append(
+                Line(
+                    f"{run['run']}",
+                    f"{anomaly['message']} {anomaly.get('advice', '')}".strip(),
+                    level,
+                )
+            )
+    return [
+        Table(
+            "Training",
+            ["training run", "state", "step", "steps/s", "ETA", "verdict"],
+            rows,
+            {2, 3, 4},
+        ),
+        *anomalies,
+    ]
 
 
 def jobs_parts(jobs: dict[str, Any]) -> list[Part]:
@@ -152,23 +216,45 @@ def jobs_parts(jobs: dict[str, Any]) -> list[Part]:
         return []
     rows = []
     for job in listed:
-        step = "—" if job.get("step") is None else (
-            f"{job['step']:,}/{job['total_steps']:,}" if job.get("total_steps") else f"{job['step']:,}")
+        step = (
+            "—"
+            if job.get("step") is None
+            else (
+                f"{job['step']:,}/{job['total_steps']:,}"
+                if job.get("total_steps")
+                else f"{job['step']:,}"
+            )
+        )
         live = job.get("state") in ("running", "relaunched")
         eta = duration(job["eta_seconds"]) if live and job.get("eta_seconds") is not None else "—"
-        why = "; ".join(str(t) for t in (job.get("reason"), job.get("relaunch"), job.get("verdict") if live else None)
-                        if t)
+        why = "; ".join(
+            str(t)
+            for t in (job.get("reason"), job.get("relaunch"), job.get("verdict") if live else None)
+            if t
+        )
         rows.append([f"{job['name']} ({job['id']})", str(job["state"]), step, eta, why])
     problem = [Line("Jobs", str(jobs["error"]), "error")] if jobs.get("error") else []
     return [Table("Jobs", ["job", "state", "step", "ETA", "why"], rows, {2, 3}), *problem]
 
 
-def status_parts(metrics: dict[str, Any], runtime: dict[str, Any], sync: dict[str, Any],
-                 checkpoints: dict[str, Any], now: float | None = None,
-                 training: dict[str, Any] | None = None, jobs: dict[str, Any] | None = None) -> list[Part]:
+def status_parts(
+    metrics: dict[str, Any],
+    runtime: dict[str, Any],
+    sync: dict[str, Any],
+    checkpoints: dict[str, Any],
+    now: float | None = None,
+    training: dict[str, Any] | None = None,
+    jobs: dict[str, Any] | None = None,
+) -> list[Part]:
     now = time.time() if now is None else now
-    return [*gpu_parts(metrics), runtime_part(runtime), sync_part(sync, now), checkpoint_part(checkpoints, now),
-            *training_parts(training or {}), *jobs_parts(jobs or {})]
+    return [
+        *gpu_parts(metrics),
+        runtime_part(runtime),
+        sync_part(sync, now),
+        checkpoint_part(checkpoints, now),
+        *training_parts(training or {}),
+        *jobs_parts(jobs or {}),
+    ]
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -184,8 +270,10 @@ def as_text(parts: list[Part]) -> str:
         rows = [part.header, *part.rows]
         widths = [max(len(row[i]) for row in rows) for i in range(len(part.header))]
         for row in rows:
-            cells = [cell.rjust(w) if i in part.numeric else cell.ljust(w)
-                     for i, (cell, w) in enumerate(zip(row, widths))]
+            cells = [
+                cell.rjust(w) if i in part.numeric else cell.ljust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=False))
+            ]
             out.append(("  " + "  ".join(cells)).rstrip())
     return "\n".join(out)
 
@@ -196,19 +284,31 @@ def as_html(parts: list[Part]) -> str:
         if isinstance(part, Line):
             colour = LEVEL_COLOURS.get(part.level)
             style = f' style="color: {colour}"' if colour else ""
-            out.append(f'<div style="margin: 4px 0"><b>{_e(part.title)}</b> '
-                       f'<span{style}>{_e(part.text)}</span></div>')
+            out.append(
+                f'<div style="margin: 4px 0"><b>{_e(part.title)}</b> '
+                f"<span{style}>{_e(part.text)}</span></div>"
+            )
             continue
         out.append(f'<div style="{TITLE}">{_e(part.title)}</div>')
         out.append('<table style="border-collapse: collapse; margin: 0 0 6px; border: none">')
-        out.append("<thead><tr>" + "".join(
-            f'<th style="{HEAD}{"; text-align: right" if i in part.numeric else ""}">{_e(h)}</th>'
-            for i, h in enumerate(part.header)) + "</tr></thead><tbody>")
+        out.append(
+            "<thead><tr>"
+            + "".join(
+                f'<th style="{HEAD}{"; text-align: right" if i in part.numeric else ""}">{_e(h)}</th>'
+                for i, h in enumerate(part.header)
+            )
+            + "</tr></thead><tbody>"
+        )
         for row in part.rows:
-            out.append("<tr>" + "".join(
-                f'<td style="{CELL}{"; text-align: right; font-variant-numeric: tabular-nums" if i in part.numeric else ""}'
-                f'{"; " + SUBTLE if cell in ("—", "") else ""}">{_e(cell)}</td>'
-                for i, cell in enumerate(row)) + "</tr>")
+            out.append(
+                "<tr>"
+                + "".join(
+                    f'<td style="{CELL}{"; text-align: right; font-variant-numeric: tabular-nums" if i in part.numeric else ""}'
+                    f'{"; " + SUBTLE if cell in ("—", "") else ""}">{_e(cell)}</td>'
+                    for i, cell in enumerate(row)
+                )
+                + "</tr>"
+            )
         out.append("</tbody></table>")
     out.append("</div>")
     return "\n".join(out)

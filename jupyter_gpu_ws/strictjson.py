@@ -44,4 +44,3 @@ def _key(key: Any) -> Any:
     if isinstance(key, float) and not math.isfinite(key):
         return None  # json writes a None key as "null"; NaN would become the key "NaN"
     return key if key is None or isinstance(key, (bool, int, float)) else plain(str(key))
-

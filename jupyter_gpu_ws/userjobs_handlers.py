@@ -49,13 +49,30 @@ class JobsHandler(_JobsHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_object({"command": "array", "notebook": "string", "name": "string",
-                                 "retries": "number", "gpus": ("number", "null"), "cwd": "string"})
+        body = self.json_object(
+            {
+                "command": "array",
+                "notebook": "string",
+                "name": "string",
+                "retries": "number",
+                "gpus": ("number", "null"),
+                "cwd": "string",
+            }
+        )
         if ("command" in body) == ("notebook" in body):
-            raise web.HTTPError(400, 'Send {"command": ["python", "train.py", …]} or {"notebook": "path.ipynb"}')
-        record = await self.blocking(lambda: self.manager.submit(
-            command=body.get("command"), notebook=body.get("notebook"), name=body.get("name"),
-            retries=body.get("retries", 0), gpus=body.get("gpus"), cwd=body.get("cwd", "")))
+            raise web.HTTPError(
+                400, 'Send {"command": ["python", "train.py", …]} or {"notebook": "path.ipynb"}'
+            )
+        record = await self.blocking(
+            lambda: self.manager.submit(
+                command=body.get("command"),
+                notebook=body.get("notebook"),
+                name=body.get("name"),
+                retries=body.get("retries", 0),
+                gpus=body.get("gpus"),
+                cwd=body.get("cwd", ""),
+            )
+        )
         self.set_status(201)
         self.finish(await self.blocking(lambda: self.manager.describe(self.manager.get(record.id))))
 
@@ -87,7 +104,9 @@ class JobLogHandler(_JobsHandler):
         try:
             lines = int(params.get("lines", "100"))
         except ValueError:
-            raise web.HTTPError(400, f"'lines' must be a whole number, not {params['lines']!r}") from None
+            raise web.HTTPError(
+                400, f"'lines' must be a whole number, not {params['lines']!r}"
+            ) from None
         if not 0 <= lines <= MAX_LOG_LINES:
             raise web.HTTPError(400, f"'lines' must be between 0 and {MAX_LOG_LINES}")
         self.finish({"lines": await self.blocking(self.manager.tail, job_id, lines)})

@@ -64,7 +64,7 @@ def usage(used: float | None, total: float | None) -> str:
 
 
 def percent(value: float | None) -> str:
-    """"47 %", or "—" when unknown."""
+    """ "47 %", or "—" when unknown."""
     return "—" if value is None else fill(UNITS["percent"], value=_fixed(value, 0))
 
 
@@ -73,7 +73,7 @@ def plural(noun: str) -> str:
 
 
 def count(n: int, noun: str) -> str:
-    """"1 file", "2 files", "1 conflict copy", "3 conflict copies", "1,204 wheels"."""
+    """ "1 file", "2 files", "1 conflict copy", "3 conflict copies", "1,204 wheels"."""
     return f"{n:,} {noun if n == 1 else plural(noun)}"
 
 
@@ -100,7 +100,11 @@ def duration(seconds: float) -> str:
     if s < 90:
         return f"{s} {UNITS['second']}"
     hours, minutes = s // 3600, round((s % 3600) / 60)
-    return f"{hours} {UNITS['hour']} {minutes} {UNITS['minute']}" if hours else f"{minutes} {UNITS['minute']}"
+    return (
+        f"{hours} {UNITS['hour']} {minutes} {UNITS['minute']}"
+        if hours
+        else f"{minutes} {UNITS['minute']}"
+    )
 
 
 def deadline_source(source: str | None) -> str:
@@ -111,7 +115,7 @@ def deadline_source(source: str | None) -> str:
 
 
 def time_left(seconds: float) -> str:
-    """"2 h 05 left", "24 min left", "40 s left"."""
+    """ "2 h 05 left", "24 min left", "40 s left"."""
     s = max(0, int(seconds))
     hours, minutes = s // 3600, (s % 3600) // 60
     if hours:
@@ -150,8 +154,9 @@ def _names(items: list[str]) -> str:
     return ", ".join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
 
 
-def persist_summary(state: str, errors: list[str], result: dict[str, Any], same_disk: bool,
-                    synced: bool) -> dict[str, Any]:
+def persist_summary(
+    state: str, errors: list[str], result: dict[str, Any], same_disk: bool, synced: bool
+) -> dict[str, Any]:
     """A finished persist in one coherent result, the words the panel, `%gpuws persist` and
     `jupyter gpuws persist` all show: a headline ("All saved" only when the files are somewhere
     that outlives this machine), what was done, what failed and why, what to look at.
@@ -163,38 +168,62 @@ def persist_summary(state: str, errors: list[str], result: dict[str, Any], same_
     done: list[str] = []
     documents = result.get("documents") or {}
     if documents.get("saved"):
-        done.append(fill(words["documents_saved"], documents=count(len(documents["saved"]), "document")))
+        done.append(
+            fill(words["documents_saved"], documents=count(len(documents["saved"]), "document"))
+        )
     if result.get("uploaded"):
-        done.append(fill(words["uploaded"], files=count(result["uploaded"], "file"),
-                         size=size(result.get("bytes_uploaded") or 0)))
+        done.append(
+            fill(
+                words["uploaded"],
+                files=count(result["uploaded"], "file"),
+                size=size(result.get("bytes_uploaded") or 0),
+            )
+        )
     elif synced and "uploaded" in result:
         # The background sync may have carried everything already: "0 files" would read as if
         # nothing had reached the store.
         done.append(words["up_to_date"])
     left_behind = [str(p).split(":")[0] for p in result.get("left_behind") or []]
     if left_behind:
-        done.append(f"{count(len(left_behind), 'file')} left behind, too large for the time left "
-                    f"({_names(left_behind)})")
+        done.append(
+            f"{count(len(left_behind), 'file')} left behind, too large for the time left "
+            f"({_names(left_behind)})"
+        )
     problems = [str(p).split(":")[0] for p in result.get("problems") or []]
     if problems:
         done.append(f"{count(len(problems), 'file')} cannot be synced ({_names(problems)})")
     stored_part = ""
     stored = result.get("stored")
     if stored:
-        stored_part = fill(words["in_store"], files=count(stored.get("files", 0), "file"), size=size(stored.get("bytes")))
+        stored_part = fill(
+            words["in_store"],
+            files=count(stored.get("files", 0), "file"),
+            size=size(stored.get("bytes")),
+        )
         runs = [f"{c['run']} at step {c['step']}" for c in stored.get("checkpoints") or []]
         if runs:
             stored_part += ", " + ", ".join(runs)
     warnings = list(result.get("warnings") or [])
     unanswered = list(documents.get("unanswered") or [])
     if unanswered:
-        warnings.append(fill(words["unanswered"], pages=count(len(unanswered), "browser page"),
-                             names=_names(unanswered)))
+        warnings.append(
+            fill(
+                words["unanswered"],
+                pages=count(len(unanswered), "browser page"),
+                names=_names(unanswered),
+            )
+        )
     advice = words["local_advice"] if same_disk and synced else None
     if state == "cancelled":
         headline, level = words["cancelled"], "warning"
     elif state == "done":
-        headline = words["this_disk"] if same_disk else words["persisted"] if unanswered else words["all_saved"]
+        headline = (
+            words["this_disk"]
+            if same_disk
+            else words["persisted"]
+            if unanswered
+            else words["all_saved"]
+        )
         level = "warning" if same_disk or warnings else "ok"
     elif synced:
         headline, level = words["files_this_disk" if same_disk else "files_saved"], "error"
@@ -205,7 +234,9 @@ def persist_summary(state: str, errors: list[str], result: dict[str, Any], same_
         what = ", ".join(done + ([stored_part] if whole and stored_part else []))
         reasons = "; ".join(errors) if state != "cancelled" else ""
         if what:
-            sentences = [f"{headline}: {what}"] + ([fill(words["failed_list"], reasons=reasons)] if reasons else [])
+            sentences = [f"{headline}: {what}"] + (
+                [fill(words["failed_list"], reasons=reasons)] if reasons else []
+            )
         else:  # nothing done: the reasons are the whole story
             sentences = [f"{headline}: {reasons}" if reasons else headline]
         sentences += warnings
@@ -213,6 +244,15 @@ def persist_summary(state: str, errors: list[str], result: dict[str, Any], same_
             sentences.append(advice)
         return " ".join(s if s.endswith((".", "…")) else s + "." for s in sentences)
 
-    return {"level": level, "headline": headline, "saved_elsewhere": synced and not same_disk,
-            "done": done, "stored": stored_part or None, "errors": list(errors), "warnings": warnings,
-            "advice": advice, "text": line(True), "short": line(False)}
+    return {
+        "level": level,
+        "headline": headline,
+        "saved_elsewhere": synced and not same_disk,
+        "done": done,
+        "stored": stored_part or None,
+        "errors": list(errors),
+        "warnings": warnings,
+        "advice": advice,
+        "text": line(True),
+        "short": line(False),
+    }

@@ -52,8 +52,15 @@ class Resolved:
     source: str | None  # where what the flags left out came from; None when they said it all
 
 
-def resolve(needs: Needs, workdir: str | None = None, store: str | None = None, workspace: str | None = None,
-            state_dir: str | None = None, cwd: str | None = None, runtime_dir: str | None = None) -> Resolved:
+def resolve(
+    needs: Needs,
+    workdir: str | None = None,
+    store: str | None = None,
+    workspace: str | None = None,
+    state_dir: str | None = None,
+    cwd: str | None = None,
+    runtime_dir: str | None = None,
+) -> Resolved:
     """The work directory, store and workspace a command means (see the module's rule).
 
     A folder named with `workdir` must be the work directory itself to take a server's or a
@@ -63,34 +70,65 @@ def resolve(needs: Needs, workdir: str | None = None, store: str | None = None, 
     named = os.path.abspath(os.path.expanduser(workdir)) if workdir else None
     said_all = store and (workspace or needs == "store") and (named or needs != "workdir")
     here = cwd or os.getcwd()
-    known = None if said_all else known_folder(named or here, exact=named is not None, state_dir=state_dir,
-                                               runtime_dir=runtime_dir)
+    known = (
+        None
+        if said_all
+        else known_folder(
+            named or here, exact=named is not None, state_dir=state_dir, runtime_dir=runtime_dir
+        )
+    )
     workdir = named or (known.workdir if known else None)
-    store = store or (known.store_url if known else None) or (
-        default_store_url() if named or workspace else os.environ.get("GPUWS_STORE"))
+    store = (
+        store
+        or (known.store_url if known else None)
+        or (default_store_url() if named or workspace else os.environ.get("GPUWS_STORE"))
+    )
     workspace = workspace or (known.workspace if known else None)
-    wanted = [flag for flag, lacking in (
-        ("--workdir DIR", needs == "workdir" and workdir is None),
-        ("--workspace NAME (or --workdir DIR)", needs == "workspace" and workspace is None and workdir is None),
-        ("--store URL (or set GPUWS_STORE)" if needs == "store" else "--store URL", store is None)) if lacking]
+    wanted = [
+        flag
+        for flag, lacking in (
+            ("--workdir DIR", needs == "workdir" and workdir is None),
+            (
+                "--workspace NAME (or --workdir DIR)",
+                needs == "workspace" and workspace is None and workdir is None,
+            ),
+            (
+                "--store URL (or set GPUWS_STORE)" if needs == "store" else "--store URL",
+                store is None,
+            ),
+        )
+        if lacking
+    ]
     if wanted:
-        raise NoWorkspaceHereError(f"{here} is not in a work directory (of a running Jupyter Server with this "
-                                   f"extension, or one this machine synced): pass {' and '.join(wanted)}")
-    return Resolved(workdir, store, workspace, state_dir or (known.state_dir if known else None) or default_state_dir(),
-                    known.source if known else None)
+        raise NoWorkspaceHereError(
+            f"{here} is not in a work directory (of a running Jupyter Server with this "
+            f"extension, or one this machine synced): pass {' and '.join(wanted)}"
+        )
+    return Resolved(
+        workdir,
+        store,
+        workspace,
+        state_dir or (known.state_dir if known else None) or default_state_dir(),
+        known.source if known else None,
+    )
 
 
-def known_folder(folder: str, exact: bool, state_dir: str | None = None,
-                 runtime_dir: str | None = None) -> KnownFolder | None:
+def known_folder(
+    folder: str, exact: bool, state_dir: str | None = None, runtime_dir: str | None = None
+) -> KnownFolder | None:
     """The work directory that is `folder` (with `exact`) or holds it: a running server's, else
     the one this machine synced; the innermost where several hold it."""
     folder = os.path.realpath(folder)
-    return _innermost(folder, exact, _servers(runtime_dir)) or _innermost(folder, exact, _records(state_dir))
+    return _innermost(folder, exact, _servers(runtime_dir)) or _innermost(
+        folder, exact, _records(state_dir)
+    )
 
 
 def _innermost(folder: str, exact: bool, known: list[KnownFolder]) -> KnownFolder | None:
     fitting = [k for k in known if _holds(os.path.realpath(k.workdir), folder, exact)]
-    return max(fitting, key=lambda k: len(os.path.realpath(k.workdir)), default=None)  # the first of equals
+    return max(
+        fitting, key=lambda k: len(os.path.realpath(k.workdir)), default=None
+    )  # the first of equals
 
 
 def _holds(workdir: str, folder: str, exact: bool) -> bool:
@@ -108,15 +146,28 @@ def _servers(runtime_dir: str | None) -> list[KnownFolder]:
             answer = request(url, token, "gpuws/api/sync", timeout=SERVER_TIMEOUT)
         except (ServerUnreachable, ValueError):
             continue
-        settings = [answer.get(key) if isinstance(answer, dict) else None
-                    for key in ("workdir", "store_url", "workspace", "state_dir")]
+        settings = [
+            answer.get(key) if isinstance(answer, dict) else None
+            for key in ("workdir", "store_url", "workspace", "state_dir")
+        ]
         if all(isinstance(value, str) and value for value in settings):
             workdir, store_url, workspace, own_state = settings
-            found.append(KnownFolder(workdir, store_url, workspace, own_state,
-                                     f"as the server at {url} syncs {workdir}"))
+            found.append(
+                KnownFolder(
+                    workdir,
+                    store_url,
+                    workspace,
+                    own_state,
+                    f"as the server at {url} syncs {workdir}",
+                )
+            )
     return found
 
 
 def _records(state_dir: str | None) -> list[KnownFolder]:
-    return [KnownFolder(f.workdir, f.store_url, f.workspace, None, f"as this machine last synced {f.workdir}")
-            for f in synced_folders(state_dir or default_state_dir())]
+    return [
+        KnownFolder(
+            f.workdir, f.store_url, f.workspace, None, f"as this machine last synced {f.workdir}"
+        )
+        for f in synced_folders(state_dir or default_state_dir())
+    ]

@@ -45,9 +45,11 @@ def check_nvml() -> None:
     assert idle.gpus, "NVML found no GPU"
     print(f"driver {idle.driver_version}, CUDA driver {idle.cuda_driver_version}")
     for gpu in idle.gpus:
-        print(f"GPU {gpu.index}: {gpu.name} util {gpu.utilization}% mem {gpu.memory_used}/{gpu.memory_total} "
-              f"temp {gpu.temperature} C power {gpu.power_draw}/{gpu.power_limit} W sm {gpu.sm_clock} MHz "
-              f"mig {len(gpu.mig)} processes {len(gpu.processes)}")
+        print(
+            f"GPU {gpu.index}: {gpu.name} util {gpu.utilization}% mem {gpu.memory_used}/{gpu.memory_total} "
+            f"temp {gpu.temperature} C power {gpu.power_draw}/{gpu.power_limit} W sm {gpu.sm_clock} MHz "
+            f"mig {len(gpu.mig)} processes {len(gpu.processes)}"
+        )
         assert gpu.memory_total and gpu.memory_total > 0
 
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -76,7 +78,9 @@ def check_nvml() -> None:
     finally:
         stop.set()
         worker.join()
-    print(f"under load: peak utilisation {peak}%, processes on GPU 0 {pids}, this pid {os.getpid()}")
+    print(
+        f"under load: peak utilisation {peak}%, processes on GPU 0 {pids}, this pid {os.getpid()}"
+    )
     assert peak >= 50, f"utilisation under a matrix-product load stayed at {peak}%"
     if ours is None:
         # In a container NVML may report host pids; say so rather than fail on it.
@@ -102,8 +106,10 @@ def train(steps: range, model, opt, tracker=None, checkpoint_at: int | None = No
             tracker.step(i)  # the safe point: waits for the copy into pinned staging only
             stall = time.perf_counter() - started
             tracker.wait()
-            print(f"checkpoint at step {i}: loop stall {stall * 1e3:.1f} ms, "
-                  f"whole write {(time.perf_counter() - started) * 1e3:.0f} ms")
+            print(
+                f"checkpoint at step {i}: loop stall {stall * 1e3:.1f} ms, "
+                f"whole write {(time.perf_counter() - started) * 1e3:.0f} ms"
+            )
     return losses
 
 
@@ -121,9 +127,19 @@ def build(layers: int):
 
 def digest(model, opt) -> str:
     h = hashlib.sha256()
-    for t in list(model.state_dict().values()) + [v for s in opt.state_dict()["state"].values() for v in s.values()]:
+    for t in list(model.state_dict().values()) + [
+        v for s in opt.state_dict()["state"].values() for v in s.values()
+    ]:
         if hasattr(t, "cpu"):
-            h.update(t.detach().cpu().contiguous().view(-1).view(dtype=__import__("torch").uint8).numpy().tobytes())
+            h.update(
+                t.detach()
+                .cpu()
+                .contiguous()
+                .view(-1)
+                .view(dtype=__import__("torch").uint8)
+                .numpy()
+                .tobytes()
+            )
     return h.hexdigest()
 
 
@@ -159,23 +175,31 @@ def check_checkpoint(layers: int = 8, total: int = 12, at: int = 5) -> None:
     state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
     mib = sum(t.numel() * t.element_size() for t in model.parameters()) * 3 / 2**20
     saves = []
-    for i in range(3):
+    for _ in range(3):
         started = time.perf_counter()
         torch.save(state, Path(root) / "blocking.pt")
         with open(Path(root) / "blocking.pt", "rb") as f:
             os.fsync(f.fileno())
         saves.append(time.perf_counter() - started)
-    print(f"state {mib:.0f} MiB (model + AdamW): torch.save + fsync median {sorted(saves)[1] * 1e3:.0f} ms")
+    print(
+        f"state {mib:.0f} MiB (model + AdamW): torch.save + fsync median {sorted(saves)[1] * 1e3:.0f} ms"
+    )
 
-    out = subprocess.run([sys.executable, __file__, "--child", root, str(layers), str(total)],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", root, str(layers), str(total)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"fresh process resumed at step {result['start']}; losses after resume "
-          f"{'match' if result['losses'] == losses[at - 1:] else 'DIFFER'}; final state "
-          f"{'bitwise equal' if result['digest'] == reference else 'DIFFERENT'}")
+    print(
+        f"fresh process resumed at step {result['start']}; losses after resume "
+        f"{'match' if result['losses'] == losses[at - 1 :] else 'DIFFER'}; final state "
+        f"{'bitwise equal' if result['digest'] == reference else 'DIFFERENT'}"
+    )
     assert result["start"] == at + 1
-    assert result["losses"] == losses[at + 1 - 2:], (result["losses"], losses)
+    assert result["losses"] == losses[at + 1 - 2 :], (result["losses"], losses)
     assert result["digest"] == reference
 
 
@@ -188,12 +212,16 @@ def check_environment() -> None:
     snapshot = capture(sys.executable)
     machine = read_machine()
     torch_info, python = snapshot["torch"], snapshot["python"]
-    print(f"snapshot: {len(snapshot['packages'])} packages, torch {torch_info.get('version')} CUDA "
-          f"{torch_info.get('cuda')} archs {','.join(torch_info.get('arch_list') or [])}")
+    print(
+        f"snapshot: {len(snapshot['packages'])} packages, torch {torch_info.get('version')} CUDA "
+        f"{torch_info.get('cuda')} archs {','.join(torch_info.get('arch_list') or [])}"
+    )
     assert machine and machine.get("gpus"), machine
     gpu = machine["gpus"][0]
-    print(f"machine: driver {machine.get('driver_version')}, CUDA driver {machine.get('cuda_driver_version')}, "
-          f"{len(machine['gpus'])} GPU(s): {gpu}")
+    print(
+        f"machine: driver {machine.get('driver_version')}, CUDA driver {machine.get('cuda_driver_version')}, "
+        f"{len(machine['gpus'])} GPU(s): {gpu}"
+    )
     own = compatibility(snapshot, machine, python)
     for verdict in own:
         print(f"  own machine: {verdict.level}: {verdict.message}")
@@ -214,7 +242,9 @@ def main() -> None:
     if DEVICE == "cpu":
         check_checkpoint(layers=2)
     else:
-        print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}")
+        print(
+            f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}"
+        )
         check_nvml()
         check_checkpoint()
         check_environment()

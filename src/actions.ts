@@ -33,26 +33,38 @@ export function persistAction(sync: SyncModel): IAction {
   }
   switch (status.state) {
     case 'starting':
-      return cannot('The sync is starting (restoring from the store); Persist now is possible once it runs');
+      return cannot(
+        'The sync is starting (restoring from the store); Persist now is possible once it runs'
+      );
     case 'disabled':
-      return cannot('Sync is turned off (c.GpuWorkspace.sync_enabled), so there is nowhere to persist to');
+      return cannot(
+        'Sync is turned off (c.GpuWorkspace.sync_enabled), so there is nowhere to persist to'
+      );
     case 'read-only':
-      return cannot('Another runtime writes this workspace: this one only reads it (see Sync; Take over is in ⋯)');
+      return cannot(
+        'Another runtime writes this workspace: this one only reads it (see Sync; Take over is in ⋯)'
+      );
     case 'taking-over':
       return cannot("Taken over: this runtime writes once the previous one's lease has run out");
   }
-  return can(`${ACTIONS.persist}: save every open document, checkpoint tracked notebooks, then upload everything to the store`);
+  return can(
+    `${ACTIONS.persist}: save every open document, checkpoint tracked notebooks, then upload everything to the store`
+  );
 }
 
 export function releaseAction(runtime: RuntimeModel): IAction {
   const state = runtime.state;
   if (!state) {
-    return cannot(runtime.error ? `Cannot release: ${runtime.error}` : 'Waiting for the runtime to answer…');
+    return cannot(
+      runtime.error ? `Cannot release: ${runtime.error}` : 'Waiting for the runtime to answer…'
+    );
   }
   if (state.release && state.release.state !== 'kept') {
     return cannot('Releasing: persisting everything, then the server stops');
   }
-  return can(`${ACTIONS.release}: persist everything, then shut the server down so a paid runtime stops`);
+  return can(
+    `${ACTIONS.release}: persist everything, then shut the server down so a paid runtime stops`
+  );
 }
 
 export function snapshotAction(environment: EnvironmentModel): IAction {
@@ -63,7 +75,9 @@ export function snapshotAction(environment: EnvironmentModel): IAction {
   if (!env || env.state === 'capturing') {
     return cannot('Reading the environment…');
   }
-  return can(`${ACTIONS.snapshot}: keep the environment's package list (and wheels of what no index has) in the store`);
+  return can(
+    `${ACTIONS.snapshot}: keep the environment's package list (and wheels of what no index has) in the store`
+  );
 }
 
 export function restoreEnvironmentAction(environment: EnvironmentModel): IAction {
@@ -79,7 +93,9 @@ export function restoreEnvironmentAction(environment: EnvironmentModel): IAction
     return cannot('Cannot read the environment (see the Environment section)');
   }
   if (env.state === 'no-snapshot' || !d) {
-    return cannot('Nothing to restore: the store has no usable snapshot yet (Snapshot now takes one)');
+    return cannot(
+      'Nothing to restore: the store has no usable snapshot yet (Snapshot now takes one)'
+    );
   }
   if (d.removed.length + d.changed.length === 0) {
     return cannot(
@@ -114,7 +130,9 @@ export function checkpointAction(kernel: ICheckpointKernel, model: CheckpointsMo
     return cannot('A checkpoint of this notebook is being written');
   }
   if (kernel.pending || model.requested.has(kernel.kernel_id)) {
-    return cannot(kernel.cell_running ? 'Requested: it is saved at the next step' : 'Requested: saving…');
+    return cannot(
+      kernel.cell_running ? 'Requested: it is saved at the next step' : 'Requested: saving…'
+    );
   }
   return can(`${ACTIONS.checkpoint}: save what this notebook tracks at its next safe step`);
 }

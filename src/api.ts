@@ -89,10 +89,7 @@ export class ApiError extends Error {
 }
 
 /** Call `/gpuws/api/<endPoint>` and parse its JSON answer. */
-export async function requestAPI<T>(
-  endPoint: string,
-  init: RequestInit = {}
-): Promise<T> {
+export async function requestAPI<T>(endPoint: string, init: RequestInit = {}): Promise<T> {
   const settings = ServerConnection.makeSettings();
   const url = URLExt.join(settings.baseUrl, 'gpuws', 'api', endPoint);
   let response: Response;
@@ -111,8 +108,7 @@ export async function requestAPI<T>(
     }
   }
   if (!response.ok) {
-    const message =
-      (data && data.message) || response.statusText || String(data);
+    const message = (data && data.message) || response.statusText || String(data);
     throw new ApiError(response.status, message);
   }
   return data as T;
@@ -236,7 +232,15 @@ export interface IPersistSummary {
 }
 
 export interface ISyncStatus {
-  state: 'starting' | 'idle' | 'syncing' | 'error' | 'read-only' | 'taking-over' | 'disabled' | 'running';
+  state:
+    | 'starting'
+    | 'idle'
+    | 'syncing'
+    | 'error'
+    | 'read-only'
+    | 'taking-over'
+    | 'disabled'
+    | 'running';
   /** Files and bytes not in the store (waiting, uploading, failing, deletions). */
   pending_files: number;
   pending_bytes: number;
@@ -472,7 +476,11 @@ export interface IRuntimeState {
   notices: IRuntimeNotice[];
   auto_persist: IJob | null;
   emergency: { reason: string; state: string; pending_count?: number; errors?: string[] } | null;
-  release: { job_id: string; state: 'persisting' | 'kept' | 'releasing'; error: string | null } | null;
+  release: {
+    job_id: string;
+    state: 'persisting' | 'kept' | 'releasing';
+    error: string | null;
+  } | null;
   git: IGitStatus | null;
   platform?: IPlatform;
 }
@@ -576,7 +584,12 @@ export interface ITrainingRun {
 /** `GET /gpuws/api/training`. */
 export interface ITrainingState {
   now: number;
-  deadline: { at: number; source: string; next_persist: number | null; persist_lead_time: number } | null;
+  deadline: {
+    at: number;
+    source: string;
+    next_persist: number | null;
+    persist_lead_time: number;
+  } | null;
   runs: ITrainingRun[];
   anomalies: ITrainingAnomaly[];
   errors: string[];
@@ -594,7 +607,11 @@ export interface ITrainingHistory {
       live: boolean;
     };
   };
-  gpus: Array<{ index: number; name: string; points: Array<[number, number | null, number | null]> }>;
+  gpus: Array<{
+    index: number;
+    name: string;
+    points: Array<[number, number | null, number | null]>;
+  }>;
   gpu_bucket_seconds: number;
 }
 
@@ -625,7 +642,16 @@ export interface IUserJob {
   cwd: string;
   gpus: number | null;
   retries: number;
-  state: 'queued' | 'running' | 'interrupted' | 'relaunched' | 'retrying' | 'finished' | 'failed' | 'stopped' | 'held';
+  state:
+    | 'queued'
+    | 'running'
+    | 'interrupted'
+    | 'relaunched'
+    | 'retrying'
+    | 'finished'
+    | 'failed'
+    | 'stopped'
+    | 'held';
   /** "attempt 2 of 3: CUDA out of memory at step 4,120". */
   reason: string | null;
   attempts: IUserJobAttempt[];
@@ -679,16 +705,24 @@ export async function stopJob(id: string): Promise<void> {
 /** Run an ended job again, from its newest checkpoint. For a record this runtime cannot vouch
  * for (needs_approval) this is the user's approval: the server signs it as theirs from then on. */
 export function restartJob(id: string): Promise<IUserJob> {
-  return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/restart`, { method: 'POST', body: '{}' });
+  return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/restart`, {
+    method: 'POST',
+    body: '{}'
+  });
 }
 
 /** A held job is not relaunched by the next runtime until it is let go. */
 export function holdJob(id: string, hold: boolean): Promise<IUserJob> {
-  return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/hold`, { method: 'POST', body: JSON.stringify({ hold }) });
+  return requestAPI<IUserJob>(`jobs/${encodeURIComponent(id)}/hold`, {
+    method: 'POST',
+    body: JSON.stringify({ hold })
+  });
 }
 
 /** The last `lines` lines of a job's output. */
 export async function jobLog(id: string, lines: number): Promise<string[]> {
-  const answer = await requestAPI<{ lines: string[] }>(`jobs/${encodeURIComponent(id)}/log?lines=${lines}`);
+  const answer = await requestAPI<{ lines: string[] }>(
+    `jobs/${encodeURIComponent(id)}/log?lines=${lines}`
+  );
   return answer.lines;
 }

@@ -66,5 +66,4 @@ export class CheckpointsModel extends PolledModel {
     }
     await this.refresh();
   }
-
 }

@@ -46,7 +46,9 @@ export class DocumentSaver implements IDisposable {
       return;
     }
     // The name the server gives this page if it ever fails to answer.
-    const socket = new WebSocket(documentsStreamUrl(`${this._app.name} ${window.location.pathname}`));
+    const socket = new WebSocket(
+      documentsStreamUrl(`${this._app.name} ${window.location.pathname}`)
+    );
     this._socket = socket;
     socket.onopen = () => {
       this._backoff = 1000;
@@ -74,11 +76,7 @@ export class DocumentSaver implements IDisposable {
   }
 
   private async _answer(socket: WebSocket, request: ISaveDocumentsRequest): Promise<void> {
-    const result = await saveOpenDocuments(
-      this._app,
-      this._docManager,
-      request.timeout * 1000
-    );
+    const result = await saveOpenDocuments(this._app, this._docManager, request.timeout * 1000);
     const answer: IDocumentsSaved = {
       type: 'documents-saved',
       request_id: request.request_id,
@@ -153,14 +151,19 @@ function dirtyContexts(
   return [...found];
 }
 
-async function save(context: DocumentRegistry.Context, contents: Contents.IManager): Promise<'saved'> {
+async function save(
+  context: DocumentRegistry.Context,
+  contents: Contents.IManager
+): Promise<'saved'> {
   if (context.model.readOnly || context.contentsModel?.writable === false) {
     throw new Error('the file is read-only');
   }
   // JupyterLab would ask whether to overwrite a file changed on disk since it was opened: nobody
   // may be there to answer, and overwriting could lose the other change.
   if (await changedOnDisk(context, contents)) {
-    throw new Error('it changed on disk since it was opened here; save it by hand to choose which version to keep');
+    throw new Error(
+      'it changed on disk since it was opened here; save it by hand to choose which version to keep'
+    );
   }
   await context.save();
   return 'saved';

@@ -80,7 +80,9 @@ export class EnvironmentModel extends PolledModel {
     if (job?.state === 'done') {
       const env = job.result.environment;
       Notification.success(
-        env?.new ? `Environment snapshot ${env.id} kept in the store` : 'The environment has not changed since the last snapshot',
+        env?.new
+          ? `Environment snapshot ${env.id} kept in the store`
+          : 'The environment has not changed since the last snapshot',
         { autoClose: 5000 }
       );
     }
@@ -166,5 +168,4 @@ export class EnvironmentModel extends PolledModel {
     }
     Notification.success('Kernels restarted', { autoClose: 3000 });
   }
-
 }

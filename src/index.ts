@@ -1,8 +1,4 @@
-import {
-  ILayoutRestorer,
-  JupyterFrontEnd,
-  JupyterFrontEndPlugin
-} from '@jupyterlab/application';
+import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette, IThemeManager, Notification, WidgetTracker } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
@@ -60,7 +56,14 @@ class CaptionedMenuRenderer extends MenuSvg.Renderer {
   renderItem(data: Menu.IRenderData): VirtualElement {
     const item = super.renderItem(data);
     const caption = data.item.caption;
-    return caption ? new VirtualElement(item.tag, { ...item.attrs, title: caption }, item.children, item.renderer) : item;
+    return caption
+      ? new VirtualElement(
+          item.tag,
+          { ...item.attrs, title: caption },
+          item.children,
+          item.renderer
+        )
+      : item;
   }
 }
 
@@ -119,22 +122,48 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const actions = WORDS.actions;
     const { commands } = app;
 
-    commands.addCommand(CommandIDs.persist, actionCommand(actions.persist, () => persistAction(sync), () => sync.persist(), persistIcon));
+    commands.addCommand(
+      CommandIDs.persist,
+      actionCommand(
+        actions.persist,
+        () => persistAction(sync),
+        () => sync.persist(),
+        persistIcon
+      )
+    );
     commands.addCommand(
       CommandIDs.release,
-      actionCommand(`${actions.release}…`, () => releaseAction(runtime), () => runtime.release())
+      actionCommand(
+        `${actions.release}…`,
+        () => releaseAction(runtime),
+        () => runtime.release()
+      )
     );
     commands.addCommand(
       CommandIDs.snapshot,
-      actionCommand(actions.snapshot, () => snapshotAction(environment), () => environment.snapshot(), snapshotIcon)
+      actionCommand(
+        actions.snapshot,
+        () => snapshotAction(environment),
+        () => environment.snapshot(),
+        snapshotIcon
+      )
     );
     commands.addCommand(
       CommandIDs.restoreEnvironment,
-      actionCommand(`${actions.restore_environment}…`, () => restoreEnvironmentAction(environment), () => environment.restore(), historyIcon)
+      actionCommand(
+        `${actions.restore_environment}…`,
+        () => restoreEnvironmentAction(environment),
+        () => environment.restore(),
+        historyIcon
+      )
     );
     commands.addCommand(
       CommandIDs.takeOver,
-      actionCommand(`${actions.take_over}…`, () => takeOverAction(sync), () => sync.takeOver())
+      actionCommand(
+        `${actions.take_over}…`,
+        () => takeOverAction(sync),
+        () => sync.takeOver()
+      )
     );
     commands.addCommand(CommandIDs.settings, {
       label: `${actions.settings}…`,
@@ -205,12 +234,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
     commands.addCommand(CommandIDs.openDashboard, {
       label: 'Open Training and GPUs',
-      caption: 'Loss and scalars of each tracked run over steps, GPU utilisation and memory over time',
+      caption:
+        'Loss and scalars of each tracked run over steps, GPU utilisation and memory over time',
       icon: gpuIcon,
       execute: openDashboard
     });
     if (restorer) {
-      void restorer.restore(dashboards, { command: CommandIDs.openDashboard, name: () => 'gpuws-training' });
+      void restorer.restore(dashboards, {
+        command: CommandIDs.openDashboard,
+        name: () => 'gpuws-training'
+      });
     }
     themeManager?.themeChanged.connect(() => dashboards.forEach(d => d.themeChanged()));
     new TrainingNotifier(training, openDashboard);
@@ -231,10 +264,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const jobs = new JobsModel();
     panel.addSection(jobsSection(jobs));
     const selectedNotebooks = (): string[] =>
-      fileBrowser ? [...fileBrowser.selectedItems()].filter(item => item.type === 'notebook').map(item => item.path) : [];
+      fileBrowser
+        ? [...fileBrowser.selectedItems()]
+            .filter(item => item.type === 'notebook')
+            .map(item => item.path)
+        : [];
     commands.addCommand(CommandIDs.runAsJob, {
       label: 'Run as job',
-      caption: 'Run the notebook on the server as a job: it goes on without this page, and is relaunched from its checkpoint on the next runtime',
+      caption:
+        'Run the notebook on the server as a job: it goes on without this page, and is relaunched from its checkpoint on the next runtime',
       icon: gpuIcon,
       isVisible: () => selectedNotebooks().length > 0,
       execute: async () => {
@@ -255,7 +293,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
     commands.addCommand(CommandIDs.runNotebookAsJob, {
       label: 'Run notebook as job',
-      caption: 'Save the notebook in front and run it on the server as a job, its outputs written into a copy beside it',
+      caption:
+        'Save the notebook in front and run it on the server as a job, its outputs written into a copy beside it',
       icon: gpuIcon,
       isEnabled: () => currentNotebook() !== null,
       execute: async () => {
@@ -268,9 +307,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
           try {
             await context.save();
           } catch (error) {
-            Notification.error(`Cannot run ${context.path} as a job: it could not be saved (${(error as Error).message})`, {
-              autoClose: false
-            });
+            Notification.error(
+              `Cannot run ${context.path} as a job: it could not be saved (${(error as Error).message})`,
+              {
+                autoClose: false
+              }
+            );
             return;
           }
         }

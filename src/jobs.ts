@@ -87,14 +87,19 @@ export class JobsModel extends PolledModel {
     try {
       job = await startJob({ notebook: path });
     } catch (error) {
-      Notification.error(`Cannot run ${shortPath(path)} as a job: ${(error as Error).message}`, { autoClose: false });
+      Notification.error(`Cannot run ${shortPath(path)} as a job: ${(error as Error).message}`, {
+        autoClose: false
+      });
       return null;
     }
     const outputs = job.output ? `, its outputs written into ${shortPath(job.output)}` : '';
-    Notification.success(`Job "${job.name}" started: it runs on the server, without this page${outputs}`, {
-      autoClose: 8000,
-      actions: [{ label: 'Show in GPU Workspace', callback: openPanel }]
-    });
+    Notification.success(
+      `Job "${job.name}" started: it runs on the server, without this page${outputs}`,
+      {
+        autoClose: 8000,
+        actions: [{ label: 'Show in GPU Workspace', callback: openPanel }]
+      }
+    );
     await this.refresh();
     return job;
   }
@@ -137,7 +142,11 @@ export function jobTone(job: IUserJob): 'ok' | 'pending' | 'error' | 'none' {
 
 /** Whether the job is under way (or about to be): it belongs near the top of the panel. */
 export function jobActive(job: IUserJob, pending: string[]): boolean {
-  return ['queued', 'running', 'relaunched', 'retrying'].includes(job.state) || job.needs_approval || pending.includes(job.id);
+  return (
+    ['queued', 'running', 'relaunched', 'retrying'].includes(job.state) ||
+    job.needs_approval ||
+    pending.includes(job.id)
+  );
 }
 
 /** The buttons a job offers now. */
@@ -156,7 +165,10 @@ export function jobActions(job: IUserJob, pending: string[]): JobAction[] {
   } else if (job.state === 'interrupted' || due) {
     actions.push('hold');
   }
-  if (['finished', 'failed', 'stopped', 'held'].includes(job.state) || (job.state === 'interrupted' && !due)) {
+  if (
+    ['finished', 'failed', 'stopped', 'held'].includes(job.state) ||
+    (job.state === 'interrupted' && !due)
+  ) {
     actions.push('restart');
   }
   return actions;
@@ -175,7 +187,9 @@ export function jobStepText(job: IUserJob): string | null {
   if (job.step === null) {
     return null;
   }
-  return job.total_steps ? `step ${formatCount(job.step)}/${formatCount(job.total_steps)}` : `step ${formatCount(job.step)}`;
+  return job.total_steps
+    ? `step ${formatCount(job.step)}/${formatCount(job.total_steps)}`
+    : `step ${formatCount(job.step)}`;
 }
 
 /** "ETA 13 min" while the job runs and its run has one. */
@@ -194,7 +208,8 @@ export function relaunchText(job: IUserJob): string {
 export function jobsSummary(jobs: IUserJob[], pending: string[]): string {
   const words = new Map<string, number>();
   for (const job of jobs) {
-    const word = pending.includes(job.id) && job.state === 'interrupted' ? 'to relaunch' : jobStateWord(job);
+    const word =
+      pending.includes(job.id) && job.state === 'interrupted' ? 'to relaunch' : jobStateWord(job);
     words.set(word, (words.get(word) ?? 0) + 1);
   }
   if (words.size > 2) {

@@ -4,12 +4,7 @@ import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { IDisposable } from '@lumino/disposable';
 
-import {
-  IMetricsWithHistory,
-  ISample,
-  metricsStreamUrl,
-  requestAPI
-} from './api';
+import { IMetricsWithHistory, ISample, metricsStreamUrl, requestAPI } from './api';
 
 /** 'polling': websockets fail here (a proxy that blocks them), so samples come by REST. */
 export type ConnectionState = 'connecting' | 'live' | 'reconnecting' | 'polling';
@@ -56,9 +51,7 @@ export class MetricsModel implements IDisposable {
     // Only the samples not seen yet; all the server keeps on the first call.
     const since = this.latest ? this.latest.time : 0;
     try {
-      const data = await requestAPI<IMetricsWithHistory>(
-        `metrics?since=${since}`
-      );
+      const data = await requestAPI<IMetricsWithHistory>(`metrics?since=${since}`);
       for (const sample of data.history) {
         this._add(sample, false);
       }

@@ -68,7 +68,9 @@ export class RuntimeModel extends PolledModel {
       Notification.error(`Release failed: ${(error as Error).message}`, { autoClose: false });
       return;
     }
-    const note = Notification.emit('Persisting before the release…', 'in-progress', { autoClose: false });
+    const note = Notification.emit('Persisting before the release…', 'in-progress', {
+      autoClose: false
+    });
     // Follow the release until the server says it is going, or is gone.
     for (;;) {
       await new Promise(resolve => setTimeout(resolve, 500));
@@ -134,8 +136,12 @@ export class RuntimeModel extends PolledModel {
         notice.level === 'warning'
           ? [{ label: 'Persist now', callback: () => void this._sync.persist() }]
           : [];
-      const type = notice.level === 'error' ? 'error' : notice.level === 'warning' ? 'warning' : 'info';
-      Notification.emit(message, type, { autoClose: notice.level === 'info' ? 8000 : false, actions });
+      const type =
+        notice.level === 'error' ? 'error' : notice.level === 'warning' ? 'warning' : 'info';
+      Notification.emit(message, type, {
+        autoClose: notice.level === 'info' ? 8000 : false,
+        actions
+      });
     }
     this._seen = Math.max(this._seen ?? 0, ...state.notices.map(n => n.id));
     try {
@@ -154,7 +160,11 @@ export class RuntimeModel extends PolledModel {
  * amber from 10 minutes, red from 2. */
 export function runtimeWord(model: RuntimeModel): { text: string; title: string; level: Level } {
   if (model.released) {
-    return { text: WORDS.runtime.released, title: 'This runtime was released: the server has stopped', level: 'none' };
+    return {
+      text: WORDS.runtime.released,
+      title: 'This runtime was released: the server has stopped',
+      level: 'none'
+    };
   }
   const state = model.state;
   const left = model.remaining();
@@ -162,8 +172,15 @@ export function runtimeWord(model: RuntimeModel): { text: string; title: string;
     return { text: '', title: '', level: 'none' };
   }
   const level: Level = left <= 120 ? 'error' : left <= 600 ? 'warning' : 'ok';
-  const ends = new Date((state.deadline ?? 0) * 1000).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' });
-  return { text: timeLeft(left), title: `The runtime ends at ${ends} (${deadlineSource(state.source)})`, level };
+  const ends = new Date((state.deadline ?? 0) * 1000).toLocaleTimeString(undefined, {
+    hour: '2-digit',
+    minute: '2-digit'
+  });
+  return {
+    text: timeLeft(left),
+    title: `The runtime ends at ${ends} (${deadlineSource(state.source)})`,
+    level
+  };
 }
 
 function minutes(seconds: number): string {

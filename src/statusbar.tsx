@@ -35,17 +35,30 @@ export function gpuSummary(sample: ISample | null): { text: string; title: strin
   }
   const gpus = sample.gpus;
   const alerts = sample.alerts.map(alert => alert.message);
-  const level: Level = gpus.some(g => memoryShare(g) >= 95) ? 'error' : alerts.length ? 'warning' : 'none';
+  const level: Level = gpus.some(g => memoryShare(g) >= 95)
+    ? 'error'
+    : alerts.length
+      ? 'warning'
+      : 'none';
   if (gpus.length === 0) {
-    return { text: 'No GPU', title: [sample.gpu_error ?? 'No GPU found', ...alerts].join('\n'), level };
+    return {
+      text: 'No GPU',
+      title: [sample.gpu_error ?? 'No GPU found', ...alerts].join('\n'),
+      level
+    };
   }
   const lines = gpus.map(
-    g => `GPU ${g.index} ${g.name}: ${percentText(g.utilization)} · ${usage(g.memory_used, g.memory_total)}`
+    g =>
+      `GPU ${g.index} ${g.name}: ${percentText(g.utilization)} · ${usage(g.memory_used, g.memory_total)}`
   );
   const title = [...lines, ...alerts].join('\n');
   if (gpus.length === 1) {
     const g = gpus[0];
-    return { text: `GPU ${percentText(g.utilization)} · ${usage(g.memory_used, g.memory_total)}`, title, level };
+    return {
+      text: `GPU ${percentText(g.utilization)} · ${usage(g.memory_used, g.memory_total)}`,
+      title,
+      level
+    };
   }
   const utils = gpus.map(g => g.utilization ?? 0);
   const shares = gpus.map(memoryShare);
@@ -54,7 +67,11 @@ export function gpuSummary(sample: ISample | null): { text: string; title: strin
     const used = gpus.reduce((sum, g) => sum + (g.memory_used ?? 0), 0);
     const total = gpus.reduce((sum, g) => sum + (g.memory_total ?? 0), 0);
     const mean = utils.reduce((a, b) => a + b, 0) / utils.length;
-    return { text: `${gpus.length} GPUs ${percentText(mean)} · ${usage(used, total)}`, title, level };
+    return {
+      text: `${gpus.length} GPUs ${percentText(mean)} · ${usage(used, total)}`,
+      title,
+      level
+    };
   }
   const busiest = gpus.reduce((a, b) => (load(b) > load(a) ? b : a));
   return {
@@ -84,9 +101,7 @@ export class GpuStatusItem extends ReactWidget {
       <UseSignal signal={this._model.changed}>
         {() => (
           <UseSignal signal={this._sync.changed}>
-            {() => (
-              <UseSignal signal={this._runtime.changed}>{() => this._item()}</UseSignal>
-            )}
+            {() => <UseSignal signal={this._runtime.changed}>{() => this._item()}</UseSignal>}
           </UseSignal>
         )}
       </UseSignal>
@@ -124,10 +139,18 @@ export class GpuStatusItem extends ReactWidget {
         <gpuIcon.react tag="span" className="jp-gpuws-status-icon" />
         <TextItem source={gpu.text} data-testid="gpuws-status" />
         {sync.text ? (
-          <TextItem source={sync.text} className="jp-gpuws-status-part" data-testid="gpuws-status-sync" />
+          <TextItem
+            source={sync.text}
+            className="jp-gpuws-status-part"
+            data-testid="gpuws-status-sync"
+          />
         ) : null}
         {runtime.text ? (
-          <TextItem source={runtime.text} className="jp-gpuws-status-part" data-testid="gpuws-status-runtime" />
+          <TextItem
+            source={runtime.text}
+            className="jp-gpuws-status-part"
+            data-testid="gpuws-status-runtime"
+          />
         ) : null}
       </GroupItem>
     );
@@ -146,15 +169,27 @@ export interface IStatusPart {
  * (warning: orange, error: red): an alert, a sync fault, a store on this machine's own disk,
  * another runtime writing, 10 minutes or less left. The tooltip says first why it is coloured,
  * every reason, then what each part says in full. */
-export function attention(parts: IStatusPart[]): { level: 'calm' | 'warning' | 'error'; title: string } {
+export function attention(parts: IStatusPart[]): {
+  level: 'calm' | 'warning' | 'error';
+  title: string;
+} {
   const urgent = parts.filter(p => RANK[p.level] > 0);
-  const level = urgent.some(p => p.level === 'error') ? 'error' : urgent.length ? 'warning' : 'calm';
+  const level = urgent.some(p => p.level === 'error')
+    ? 'error'
+    : urgent.length
+      ? 'warning'
+      : 'calm';
   const details = parts.filter(p => p.title).map(p => `${p.name}: ${p.title}`);
   if (level === 'calm') {
     return { level, title: details.join('\n') };
   }
   const colour = level === 'error' ? 'Red' : 'Orange';
   const reasons = urgent.map(p => `• ${p.name}: ${p.title || p.text}`);
-  const others = parts.filter(p => RANK[p.level] === 0 && p.title).map(p => `${p.name}: ${p.title}`);
-  return { level, title: [`${colour} because:`, ...reasons, ...(others.length ? ['', ...others] : [])].join('\n') };
+  const others = parts
+    .filter(p => RANK[p.level] === 0 && p.title)
+    .map(p => `${p.name}: ${p.title}`);
+  return {
+    level,
+    title: [`${colour} because:`, ...reasons, ...(others.length ? ['', ...others] : [])].join('\n')
+  };
 }

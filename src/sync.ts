@@ -34,7 +34,9 @@ export class SyncModel extends PolledModel {
       if (this.showPending) {
         this.pending = await requestAPI<IPendingList>('sync/pending?limit=200');
       }
-      const listable = ['idle', 'syncing', 'read-only', 'error'].includes(this.status.state) && !this.status.store_missing;
+      const listable =
+        ['idle', 'syncing', 'read-only', 'error'].includes(this.status.state) &&
+        !this.status.store_missing;
       if (this.workspaces === null && listable) {
         const listing = await requestAPI<IWorkspaces>('sync/workspaces');
         this.workspaces = Array.isArray(listing?.workspaces) ? listing : null;
@@ -72,9 +74,12 @@ export class SyncModel extends PolledModel {
         method: 'POST',
         body: JSON.stringify({ name })
       });
-      Notification.success(`This folder now uses the workspace ${name}; its files are coming back.`, {
-        autoClose: 5000
-      });
+      Notification.success(
+        `This folder now uses the workspace ${name}; its files are coming back.`,
+        {
+          autoClose: 5000
+        }
+      );
     } catch (error) {
       Notification.error(`Cannot use ${name}: ${(error as Error).message}`, { autoClose: false });
     }
@@ -204,7 +209,6 @@ export class SyncModel extends PolledModel {
     }
     await this.refresh();
   }
-
 }
 
 /** A finished persist's outcome: the server's summary (vocabulary.persist_summary), or, for a
@@ -231,7 +235,9 @@ export function syncSummary(status: ISyncStatus | null, now: number): string {
   }
   switch (status.state) {
     case 'starting':
-      return status.restoring ? 'Restoring from the store…' : 'Starting: opening the store and restoring…';
+      return status.restoring
+        ? 'Restoring from the store…'
+        : 'Starting: opening the store and restoring…';
     case 'disabled':
       return 'Sync is turned off';
     case 'taking-over':
@@ -247,7 +253,10 @@ export function syncSummary(status: ISyncStatus | null, now: number): string {
       return `Read-only: ${who} writes this workspace`;
     }
   }
-  const pending = status.pending_files > 0 ? `${plural(status.pending_files, 'file')}, ${formatBytes(status.pending_bytes)} pending` : '';
+  const pending =
+    status.pending_files > 0
+      ? `${plural(status.pending_files, 'file')}, ${formatBytes(status.pending_bytes)} pending`
+      : '';
   if (status.store_down) {
     return `${status.store_missing ? 'Store unavailable' : 'Store not answering'}${pending ? `: ${pending}` : ''}`;
   }
@@ -300,13 +309,18 @@ export type Level = 'ok' | 'pending' | 'warning' | 'error' | 'none';
 export function syncWord(sync: SyncModel): { text: string; title: string; level: Level } {
   const words = WORDS.sync;
   if (sync.released) {
-    return { text: words.all_synced, title: 'Everything was persisted before the release', level: 'ok' };
+    return {
+      text: words.all_synced,
+      title: 'Everything was persisted before the release',
+      level: 'ok'
+    };
   }
   const status = sync.status;
   if (!status) {
     return { text: '', title: sync.error ?? '', level: 'none' };
   }
-  const title = status.last_error ?? status.read_only_reason ?? syncSummary(status, Date.now() / 1000);
+  const title =
+    status.last_error ?? status.read_only_reason ?? syncSummary(status, Date.now() / 1000);
   const job = sync.currentPersist;
   if (job?.state === 'running' && job.cancelling) {
     return { text: words.cancelling, title: CANCELLING, level: 'pending' };
@@ -314,7 +328,11 @@ export function syncWord(sync: SyncModel): { text: string; title: string; level:
   if (job?.state === 'running') {
     const p = job.progress;
     const share = p.bytes_total ? Math.floor((100 * p.bytes_done) / p.bytes_total) : null;
-    return { text: share === null ? words.persisting : `${words.persisting} ${share} %`, title, level: 'pending' };
+    return {
+      text: share === null ? words.persisting : `${words.persisting} ${share} %`,
+      title,
+      level: 'pending'
+    };
   }
   if (status.state === 'error') {
     return { text: status.store_down ? words.store_down : words.error, title, level: 'error' };
@@ -323,18 +341,30 @@ export function syncWord(sync: SyncModel): { text: string; title: string; level:
     return { text: words[status.state], title, level: 'warning' };
   }
   if (status.pending_files > 0) {
-    return { text: fill(words.pending, { count: status.pending_files.toLocaleString('en-US') }), title, level: 'pending' };
+    return {
+      text: fill(words.pending, { count: status.pending_files.toLocaleString('en-US') }),
+      title,
+      level: 'pending'
+    };
   }
   if (status.store_same_disk && status.last_sync) {
     // Not "synced": the store is on this machine's own disk and goes with it.
     return { text: words.local_only, title: LOCAL_STORE_ADVICE, level: 'warning' };
   }
   if (status.last_sync && !status.progress) {
-    return { text: fill(words.synced, { age: ago(Date.now() / 1000 - status.last_sync) }), title, level: 'ok' };
+    return {
+      text: fill(words.synced, { age: ago(Date.now() / 1000 - status.last_sync) }),
+      title,
+      level: 'ok'
+    };
   }
   if (status.progress || status.state === 'syncing') {
     return { text: words.syncing, title, level: 'none' };
   }
   const known = words as { [state: string]: string };
-  return { text: known[status.state] ?? (status.state === 'idle' ? words.never : status.state), title, level: 'none' };
+  return {
+    text: known[status.state] ?? (status.state === 'idle' ? words.never : status.state),
+    title,
+    level: 'none'
+  };
 }

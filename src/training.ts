@@ -102,7 +102,12 @@ export function stepText(run: ITrainingRun): string {
 /** "ETA 2 h 10 min" beside a run's pace, or null: a finished run has none (its verdict says it is
  * done), and with no deadline to weigh it against the verdict already says the ETA. */
 export function etaText(run: ITrainingRun): string | null {
-  if (run.eta === null || run.state === 'done' || run.verdict?.state === 'done' || run.verdict?.state === 'no-deadline') {
+  if (
+    run.eta === null ||
+    run.state === 'done' ||
+    run.verdict?.state === 'done' ||
+    run.verdict?.state === 'no-deadline'
+  ) {
     return null;
   }
   return `ETA ${formatDuration(run.eta)}`;

@@ -14,7 +14,10 @@ export function docsUrl(page: string): string {
 
 /** A vocabulary template with its {names} filled in. */
 export function fill(template: string, values: { [name: string]: string | number }): string {
-  return Object.keys(values).reduce((text, name) => text.split(`{${name}}`).join(String(values[name])), template);
+  return Object.keys(values).reduce(
+    (text, name) => text.split(`{${name}}`).join(String(values[name])),
+    template
+  );
 }
 
 function scaled(n: number): [number, number] {
@@ -50,13 +53,15 @@ export function usage(used: number | null | undefined, total: number | null | un
 
 /** "47 %", or "—" when unknown. */
 export function percentText(value: number | null | undefined): string {
-  return value === null || value === undefined ? '—' : fill(UNITS.percent, { value: value.toFixed(0) });
+  return value === null || value === undefined
+    ? '—'
+    : fill(UNITS.percent, { value: value.toFixed(0) });
 }
 
 /** "1 file", "2 files", "1 conflict copy", "1,204 wheels". */
 export function count(n: number, noun: string): string {
   const plurals = WORDS.plurals as { [noun: string]: string };
-  return `${n.toLocaleString('en-US')} ${n === 1 ? noun : plurals[noun] ?? `${noun}s`}`;
+  return `${n.toLocaleString('en-US')} ${n === 1 ? noun : (plurals[noun] ?? `${noun}s`)}`;
 }
 
 /** How long ago, without "ago": "12 s", "4 min", "3 h", "2 d". */
@@ -105,12 +110,16 @@ export function timeLeft(seconds: number): string {
   const h = Math.floor(s / 3600);
   const m = Math.floor((s % 3600) / 60);
   const text =
-    h > 0 ? `${h} ${UNITS.hour} ${String(m).padStart(2, '0')}` : m > 0 ? `${m} ${UNITS.minute}` : `${s} ${UNITS.second}`;
+    h > 0
+      ? `${h} ${UNITS.hour} ${String(m).padStart(2, '0')}`
+      : m > 0
+        ? `${m} ${UNITS.minute}`
+        : `${s} ${UNITS.second}`;
   return fill(WORDS.runtime.left, { time: text });
 }
 
 /** What ends the runtime, in words: "runtime limit", "GCP preemption". */
 export function deadlineSource(source: string | null | undefined): string {
   const sources = WORDS.deadline_sources as { [source: string]: string };
-  return source ? sources[source] ?? source : '';
+  return source ? (sources[source] ?? source) : '';
 }

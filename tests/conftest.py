@@ -54,7 +54,11 @@ def gpu_spec(**overrides: Any) -> dict[str, Any]:
                 "memory_used": 1 * GIB,
                 "memory_total": 40 * GIB,
                 "mig": [
-                    {"memory_used": 1 * GIB, "memory_total": 10 * GIB, "processes": [{"pid": 4343, "memory_used": GIB}]},
+                    {
+                        "memory_used": 1 * GIB,
+                        "memory_total": 10 * GIB,
+                        "processes": [{"pid": 4343, "memory_used": GIB}],
+                    },
                     {"memory_used": 0, "memory_total": 10 * GIB},
                 ],
             },
@@ -105,7 +109,9 @@ def server_authorizer() -> type | None:
 
 
 @pytest.fixture
-def jp_server_config(gpuws_config: dict[str, Any], server_authorizer: type | None) -> dict[str, Any]:
+def jp_server_config(
+    gpuws_config: dict[str, Any], server_authorizer: type | None
+) -> dict[str, Any]:
     server: dict[str, Any] = {
         "jpserver_extensions": {"jupyter_gpu_ws": True},
         "allow_unauthenticated_access": False,
@@ -118,6 +124,8 @@ def jp_server_config(gpuws_config: dict[str, Any], server_authorizer: type | Non
 @pytest.fixture
 def gpuws_app(jp_serverapp: Any) -> Any:
     """The running GpuWorkspaceApp inside the test server."""
-    for ext in jp_serverapp.extension_manager.extensions["jupyter_gpu_ws"].extension_points.values():
+    for ext in jp_serverapp.extension_manager.extensions[
+        "jupyter_gpu_ws"
+    ].extension_points.values():
         return ext.app
     raise AssertionError("jupyter_gpu_ws is not loaded")

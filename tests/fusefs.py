@@ -31,9 +31,26 @@ from typing import Any
 import pytest
 
 # Operation kinds, each counted; the class of each decides its delay.
-METADATA_OPS = ("getattr", "readdir", "opendir", "releasedir", "access", "statfs", "mkdir", "rmdir",
-                "unlink", "rename", "chmod", "chown", "utimens", "truncate", "readlink", "symlink",
-                "link", "mknod")
+METADATA_OPS = (
+    "getattr",
+    "readdir",
+    "opendir",
+    "releasedir",
+    "access",
+    "statfs",
+    "mkdir",
+    "rmdir",
+    "unlink",
+    "rename",
+    "chmod",
+    "chown",
+    "utimens",
+    "truncate",
+    "readlink",
+    "symlink",
+    "link",
+    "mknod",
+)
 OPEN_OPS = ("open", "create", "release", "flush")
 DATA_OPS = ("read", "write", "fsync", "fsyncdir", "fallocate")
 KINDS = METADATA_OPS + OPEN_OPS + DATA_OPS
@@ -66,8 +83,14 @@ class MountedDrive:
     """The parent's side: mounts `backing` at `mountpoint` through the child process, steers it,
     reads its counts, and unmounts it (lazily if it must) however the test ends."""
 
-    def __init__(self, backing: str, mountpoint: str, control: str | None = None,
-                 delay: float = DEFAULT_DELAY, kernel_cache: float = 1.0) -> None:
+    def __init__(
+        self,
+        backing: str,
+        mountpoint: str,
+        control: str | None = None,
+        delay: float = DEFAULT_DELAY,
+        kernel_cache: float = 1.0,
+    ) -> None:
         self.backing = os.path.abspath(backing)
         self.mountpoint = os.path.abspath(mountpoint)
         self.control = control or self.mountpoint.rstrip("/") + ".control"
@@ -78,8 +101,9 @@ class MountedDrive:
 
     # -- steering --------------------------------------------------------------------------
 
-    def set_delays(self, metadata: float | None = None, open: float | None = None,
-                   data: float | None = None) -> None:
+    def set_delays(
+        self, metadata: float | None = None, open: float | None = None, data: float | None = None
+    ) -> None:
         """Seconds added to each operation of a class (None: unchanged)."""
         for i, value in enumerate((metadata, open, data)):
             if value is not None:
@@ -99,7 +123,11 @@ class MountedDrive:
 
     def counts(self) -> dict[str, int]:
         """Operations that reached the drive since the start (or reset_counts), by kind."""
-        return {kind: self._slots[_COUNTS + i] for i, kind in enumerate(KINDS) if self._slots[_COUNTS + i]}
+        return {
+            kind: self._slots[_COUNTS + i]
+            for i, kind in enumerate(KINDS)
+            if self._slots[_COUNTS + i]
+        }
 
     def reset_counts(self) -> None:
         for i in range(len(KINDS)):
@@ -110,24 +138,41 @@ class MountedDrive:
     def mount(self, timeout: float = 20.0) -> None:
         os.makedirs(self.mountpoint, exist_ok=True)
         self._child = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), self.backing, self.mountpoint, self.control,
-             str(self.kernel_cache)],
-            stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                self.backing,
+                self.mountpoint,
+                self.control,
+                str(self.kernel_cache),
+            ],
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + timeout
         while not os.path.ismount(self.mountpoint):
             if self._child.poll() is not None:
-                raise RuntimeError(f"The FUSE passthrough exited with {self._child.returncode} before mounting")
+                raise RuntimeError(
+                    f"The FUSE passthrough exited with {self._child.returncode} before mounting"
+                )
             if time.monotonic() > deadline:
                 self.unmount()
-                raise RuntimeError(f"The FUSE passthrough did not mount {self.mountpoint} within {timeout:.0f} s")
+                raise RuntimeError(
+                    f"The FUSE passthrough did not mount {self.mountpoint} within {timeout:.0f} s"
+                )
             time.sleep(0.05)
 
     def unmount(self) -> None:
         """Heal (so no operation waits), unmount, lazily if the mount is busy, and end the child."""
         self.heal()
-        if os.path.ismount(self.mountpoint) and subprocess.run(
-                ["fusermount3", "-u", self.mountpoint], capture_output=True, check=False).returncode:
-            subprocess.run(["fusermount3", "-u", "-z", self.mountpoint], capture_output=True, check=False)
+        if (
+            os.path.ismount(self.mountpoint)
+            and subprocess.run(
+                ["fusermount3", "-u", self.mountpoint], capture_output=True, check=False
+            ).returncode
+        ):
+            subprocess.run(
+                ["fusermount3", "-u", "-z", self.mountpoint], capture_output=True, check=False
+            )
         child, self._child = self._child, None
         if child is not None:
             try:
@@ -181,14 +226,18 @@ def fuse_available() -> str | None:
 
 # -- the child: the file system itself -----------------------------------------------------------
 
+
 def _serve(backing: str, mountpoint: str, control: str, kernel_cache: float) -> None:
     import mfusepy as fuse
 
     mm, slots = _map(control, create=False)
     lock = threading.Lock()
     index = {kind: _COUNTS + i for i, kind in enumerate(KINDS)}
-    delay_slot = {**{k: _DELAYS for k in METADATA_OPS}, **{k: _DELAYS + 1 for k in OPEN_OPS},
-                  **{k: _DELAYS + 2 for k in DATA_OPS}}
+    delay_slot = {
+        **{k: _DELAYS for k in METADATA_OPS},
+        **{k: _DELAYS + 1 for k in OPEN_OPS},
+        **{k: _DELAYS + 2 for k in DATA_OPS},
+    }
     writes = {"write", "create", "mkdir", "fallocate", "mknod", "symlink", "link"}
 
     def enter(kind: str) -> None:
@@ -223,10 +272,21 @@ def _serve(backing: str, mountpoint: str, control: str, kernel_cache: float) -> 
         def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
             enter("getattr")
             st = oserror(os.fstat, fh) if fh is not None else oserror(os.lstat, real(path))
-            return {key: getattr(st, key) for key in (
-                "st_mode", "st_nlink", "st_uid", "st_gid", "st_size", "st_atime_ns", "st_mtime_ns",
-                "st_ctime_ns", "st_ino", "st_blocks")} | {
-                "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns, "st_ctime": st.st_ctime_ns}
+            return {
+                key: getattr(st, key)
+                for key in (
+                    "st_mode",
+                    "st_nlink",
+                    "st_uid",
+                    "st_gid",
+                    "st_size",
+                    "st_atime_ns",
+                    "st_mtime_ns",
+                    "st_ctime_ns",
+                    "st_ino",
+                    "st_blocks",
+                )
+            } | {"st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns, "st_ctime": st.st_ctime_ns}
 
         def access(self, path: str, amode: int) -> int:
             enter("access")
@@ -254,9 +314,21 @@ def _serve(backing: str, mountpoint: str, control: str, kernel_cache: float) -> 
         def statfs(self, path: str) -> dict[str, int]:
             enter("statfs")
             sv = oserror(os.statvfs, real(path))
-            return {key: getattr(sv, key) for key in (
-                "f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree", "f_files", "f_flag",
-                "f_frsize", "f_namemax")}
+            return {
+                key: getattr(sv, key)
+                for key in (
+                    "f_bavail",
+                    "f_bfree",
+                    "f_blocks",
+                    "f_bsize",
+                    "f_favail",
+                    "f_ffree",
+                    "f_files",
+                    "f_flag",
+                    "f_frsize",
+                    "f_namemax",
+                )
+            }
 
         def mkdir(self, path: str, mode: int) -> int:
             enter("mkdir")
@@ -350,10 +422,16 @@ def _serve(backing: str, mountpoint: str, control: str, kernel_cache: float) -> 
             enter("fsyncdir")
             return 0
 
-    options: dict[str, Any] = {"foreground": True, "fsname": "gpuws-test-drive", "subtype": "passthrough"}
+    options: dict[str, Any] = {
+        "foreground": True,
+        "fsname": "gpuws-test-drive",
+        "subtype": "passthrough",
+    }
     # The kernel keeps names and attributes for `kernel_cache` seconds (1 s: libfuse's default,
     # as a mounted drive has); 0 sends every lookup to the drive.
-    options.update(attr_timeout=kernel_cache, entry_timeout=kernel_cache, negative_timeout=kernel_cache)
+    options.update(
+        attr_timeout=kernel_cache, entry_timeout=kernel_cache, negative_timeout=kernel_cache
+    )
     # Many requests at once, as a drive served over a network takes them (libfuse keeps 10).
     options.update(max_threads=64, max_idle_threads=64)
     fuse.FUSE(Passthrough(), mountpoint, **options)

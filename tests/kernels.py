@@ -29,7 +29,9 @@ async def collect(client: Any, msg_id: str, timeout: float = 120) -> str:
     return (await outputs(client, msg_id, timeout))[0]
 
 
-async def outputs(client: Any, msg_id: str, timeout: float = 120) -> tuple[str, list[dict[str, Any]]]:
+async def outputs(
+    client: Any, msg_id: str, timeout: float = 120
+) -> tuple[str, list[dict[str, Any]]]:
     """What the cell printed and what it displayed (each display's data by MIME type), once it
     has ended.
 
@@ -68,9 +70,19 @@ class Notebook:
         self.jp_fetch, self.app, self.path = jp_fetch, app, path
 
     async def __aenter__(self) -> Notebook:
-        response = await self.jp_fetch("api", "sessions", method="POST", body=json.dumps(
-            {"path": self.path, "type": "notebook", "name": self.path.rsplit("/", 1)[-1],
-             "kernel": {"name": "python3"}}))
+        response = await self.jp_fetch(
+            "api",
+            "sessions",
+            method="POST",
+            body=json.dumps(
+                {
+                    "path": self.path,
+                    "type": "notebook",
+                    "name": self.path.rsplit("/", 1)[-1],
+                    "kernel": {"name": "python3"},
+                }
+            ),
+        )
         session = json.loads(response.body)
         self.session_id, self.kernel_id = session["id"], session["kernel"]["id"]
         self.kernel = self.app.serverapp.kernel_manager.get_kernel(self.kernel_id)

@@ -9,9 +9,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 HOST = "127.0.0.1"
 
@@ -77,7 +77,9 @@ def die_with_parent() -> None:
 class LoopbackProcess:
     """A child process whose stdout and stderr go to `log_path`; failures raise `error`."""
 
-    def __init__(self, name: str, log_path: Path, error: type[ServerStartError] = ServerStartError) -> None:
+    def __init__(
+        self, name: str, log_path: Path, error: type[ServerStartError] = ServerStartError
+    ) -> None:
         self.name = name
         self.log_path = log_path
         self.error = error
@@ -86,9 +88,16 @@ class LoopbackProcess:
     def start(self, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
         log = open(self.log_path, "wb")
         try:
-            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            cwd=cwd, env={**os.environ, **(env or {})},
-                                            start_new_session=True, preexec_fn=die_with_parent)
+            self.process = subprocess.Popen(
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=cwd,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
         except OSError as err:
             raise self.error(f"Cannot run {args[0]}: {err}") from err
         finally:
@@ -103,16 +112,20 @@ class LoopbackProcess:
             while time.monotonic() < deadline:
                 assert self.process is not None
                 if self.process.poll() is not None:
-                    raise self.error(f"{self.name} exited with status {self.process.returncode} at start:\n"
-                                           f"{self.log_tail()}")
+                    raise self.error(
+                        f"{self.name} exited with status {self.process.returncode} at start:\n"
+                        f"{self.log_tail()}"
+                    )
                 try:
                     ready()
                     return
                 except Exception as err:  # not listening yet, or not set up yet
                     last = err
                     time.sleep(0.1)
-            raise self.error(f"{self.name} was not ready within {timeout:.0f} s (last error: {last}):\n"
-                                   f"{self.log_tail()}")
+            raise self.error(
+                f"{self.name} was not ready within {timeout:.0f} s (last error: {last}):\n"
+                f"{self.log_tail()}"
+            )
         except BaseException:
             self.stop()
             raise

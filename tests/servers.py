@@ -11,10 +11,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 TOKEN = "server-process-test-token"
 
@@ -27,7 +28,8 @@ def free_port() -> int:
 
 def api(port: int, path: str, method: str = "GET", body: Any = None) -> Any:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", method=method,
+        f"http://127.0.0.1:{port}{path}",
+        method=method,
         data=None if body is None else json.dumps(body).encode(),
         headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
     )
@@ -65,9 +67,14 @@ class ServerProcess:
 
 
 @contextmanager
-def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | None = None,
-                   root: Path | None = None, hostname: str | None = None,
-                   pid_namespace: bool = False) -> Iterator[ServerProcess]:
+def server_process(
+    folder: Path,
+    runtime: Path,
+    extra_config: dict[str, Any] | None = None,
+    root: Path | None = None,
+    hostname: str | None = None,
+    pid_namespace: bool = False,
+) -> Iterator[ServerProcess]:
     """A server with its own root, local store and state under `folder`, its kernels' connection
     files (and agents' registrations) in `runtime`, which other servers may share; killed at
     the end (its whole process group). Yields once the extension answers.
@@ -77,28 +84,49 @@ def server_process(folder: Path, runtime: Path, extra_config: dict[str, Any] | N
     `pid_namespace`: the server and its kernels run in a PID namespace of their own
     (`unshare -p -f --mount-proc`), as in a container: their PIDs there are not the host's."""
     state = folder / "state"
-    store = Path(extra_config["store_url"]) if extra_config and "store_url" in extra_config else folder / "store"
+    store = (
+        Path(extra_config["store_url"])
+        if extra_config and "store_url" in extra_config
+        else folder / "store"
+    )
     root = root or folder / "root"
     folder.mkdir(parents=True, exist_ok=True)
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config = {
-        "ServerApp": {"port": port, "root_dir": str(root), "open_browser": False, "allow_root": True,
-                      "jpserver_extensions": {"jupyter_gpu_ws": True}},
+        "ServerApp": {
+            "port": port,
+            "root_dir": str(root),
+            "open_browser": False,
+            "allow_root": True,
+            "jpserver_extensions": {"jupyter_gpu_ws": True},
+        },
         "IdentityProvider": {"token": TOKEN},
-        "GpuWorkspace": {"store_url": str(store), "workspace": "test-ws", "state_dir": str(state),
-                         "sync_debounce": 3600.0, "grace_period": 25.0, **(extra_config or {})},
+        "GpuWorkspace": {
+            "store_url": str(store),
+            "workspace": "test-ws",
+            "state_dir": str(state),
+            "sync_debounce": 3600.0,
+            "grace_period": 25.0,
+            **(extra_config or {}),
+        },
     }
     (folder / "config.json").write_text(json.dumps(config))
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_CONFIG_DIR=str(folder / "jcfg"))
+    env = dict(
+        os.environ, JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_CONFIG_DIR=str(folder / "jcfg")
+    )
     log = open(folder / "server.log", "wb")
     command = [sys.executable, "-m", "jupyter_server", f"--config={folder / 'config.json'}"]
     if hostname:
-        command = ["unshare", "-u", "sh", "-c", f'hostname "$0" && exec "$@"', hostname, *command]
+        command = ["unshare", "-u", "sh", "-c", 'hostname "$0" && exec "$@"', hostname, *command]
     if pid_namespace:
         command = ["unshare", "-p", "-f", "--mount-proc", *command]
-    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    server = ServerProcess(proc, port, root, store, state, runtime, folder / "server.log", config["GpuWorkspace"])
+    proc = subprocess.Popen(
+        command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    server = ServerProcess(
+        proc, port, root, store, state, runtime, folder / "server.log", config["GpuWorkspace"]
+    )
     try:
         until(lambda: server.api("/gpuws/api/runtime"), 60, "the server with the extension")
         yield server

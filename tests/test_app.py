@@ -29,14 +29,23 @@ def test_embedded_default_store_is_a_local_folder(monkeypatch: pytest.MonkeyPatc
 
 
 def test_app_reads_c_gpuworkspace() -> None:
-    config = Config({"GpuWorkspace": {"sample_interval": 0.5, "history_seconds": 60.0, "workdir": "/content"}})
+    config = Config(
+        {"GpuWorkspace": {"sample_interval": 0.5, "history_seconds": 60.0, "workdir": "/content"}}
+    )
     app = GpuWorkspaceApp(config=config)
     assert (app.sample_interval, app.history_seconds, app.workdir) == (0.5, 60.0, "/content")
 
 
-@pytest.mark.parametrize(("name", "value"), [("sample_interval", 0), ("sample_interval", -1),
-                                             ("history_seconds", 0), ("gpu_memory_alert", 1.5),
-                                             ("disk_alert", 0)])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("sample_interval", 0),
+        ("sample_interval", -1),
+        ("history_seconds", 0),
+        ("gpu_memory_alert", 1.5),
+        ("disk_alert", 0),
+    ],
+)
 def test_out_of_range_settings_are_refused(name: str, value: float) -> None:
     with pytest.raises(TraitError):
         GpuWorkspace(**{name: value})
@@ -51,7 +60,9 @@ def test_workspace_name_is_stable_safe_and_the_same_wherever_the_folder_sits() -
 
 
 async def test_server_defaults_workdir_to_its_root(gpuws_app: Any, jp_root_dir: Path) -> None:
-    assert Path(gpuws_app.workdir) == Path(jp_root_dir).resolve() or Path(gpuws_app.workdir) == Path(jp_root_dir)
+    assert Path(gpuws_app.workdir) == Path(jp_root_dir).resolve() or Path(
+        gpuws_app.workdir
+    ) == Path(jp_root_dir)
     assert gpuws_app.workspace
 
 
@@ -85,9 +96,19 @@ async def test_gpu_process_of_a_kernel_child_is_shown_with_its_notebook(
     jp_fetch: Any, gpuws_app: Any, fake_gpus: Path
 ) -> None:
     # A real notebook session with a real kernel, as JupyterLab creates it.
-    response = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
-        {"path": "experiments/train.ipynb", "type": "notebook", "name": "train.ipynb",
-         "kernel": {"name": "python3"}}))
+    response = await jp_fetch(
+        "api",
+        "sessions",
+        method="POST",
+        body=json.dumps(
+            {
+                "path": "experiments/train.ipynb",
+                "type": "notebook",
+                "name": "train.ipynb",
+                "kernel": {"name": "python3"},
+            }
+        ),
+    )
     kernel_id = json.loads(response.body)["kernel"]["id"]
     kernel = gpuws_app.serverapp.kernel_manager.get_kernel(kernel_id)
     client = kernel.client()
@@ -95,10 +116,16 @@ async def test_gpu_process_of_a_kernel_child_is_shown_with_its_notebook(
     try:
         await client.wait_for_ready(timeout=60)
         # Training usually runs in a child of the kernel (a DataLoader worker, torchrun).
-        child_pid = int(await run_in_kernel(client, (
-            "import subprocess, sys\n"
-            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-            "print(child.pid)\n")))
+        child_pid = int(
+            await run_in_kernel(
+                client,
+                (
+                    "import subprocess, sys\n"
+                    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                    "print(child.pid)\n"
+                ),
+            )
+        )
         spec = gpu_spec()
         spec["gpus"][0]["processes"] = [
             {"pid": child_pid, "memory_used": 5 * 2**30},

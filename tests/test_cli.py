@@ -17,8 +17,13 @@ from tests.sync.conftest import same_trees, write
 
 
 def gpuws(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_gpu_ws.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -31,12 +36,21 @@ def this_machine_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def common(tmp_path: Path) -> list[str]:
-    return ["--store", str(tmp_path / "store"), "--workspace", "ws", "--state-dir", str(tmp_path / "state")]
+    return [
+        "--store",
+        str(tmp_path / "store"),
+        "--workspace",
+        "ws",
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
 
 
 def test_jupyter_finds_the_gpuws_subcommand() -> None:
     jupyter = Path(sys.executable).with_name("jupyter")
-    result = subprocess.run([str(jupyter), "gpuws", "--help"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [str(jupyter), "gpuws", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0 and "restore" in result.stdout
 
 
@@ -65,7 +79,10 @@ def test_status_shows_what_is_pending(tmp_path: Path, common: list[str]) -> None
     write(work, "b.txt", "bb")
     result = gpuws("status", "--workdir", str(work), *common)
     assert result.returncode == 0, result.stderr
-    assert "pending:   1 file to upload (2 B)" in result.stdout and "in store:  1 file from here, 1 B" in result.stdout
+    assert (
+        "pending:   1 file to upload (2 B)" in result.stdout
+        and "in store:  1 file from here, 1 B" in result.stdout
+    )
 
 
 @pytest.mark.parametrize(
@@ -74,12 +91,26 @@ def test_status_shows_what_is_pending(tmp_path: Path, common: list[str]) -> None
         (["--workdir", "{tmp}/missing", "--store", "{tmp}/store"], "does not exist"),
         (["--workdir", "{tmp}/work", "--store", "nosuchproto://b/x"], "Unknown storage protocol"),
         (["--workdir", "{tmp}/work", "--store", "s3://"], "names no bucket"),
-        (["--workdir", "{tmp}/work", "--store", "s3://bucket/x", "--storage-option",
-          "endpoint_url=http://127.0.0.1:9", "--storage-option", "key=k", "--storage-option", "secret=s"],
-         "store"),
+        (
+            [
+                "--workdir",
+                "{tmp}/work",
+                "--store",
+                "s3://bucket/x",
+                "--storage-option",
+                "endpoint_url=http://127.0.0.1:9",
+                "--storage-option",
+                "key=k",
+                "--storage-option",
+                "secret=s",
+            ],
+            "store",
+        ),
     ],
 )
-def test_bad_input_is_one_line_on_stderr_and_a_non_zero_exit(tmp_path: Path, args: list[str], message: str) -> None:
+def test_bad_input_is_one_line_on_stderr_and_a_non_zero_exit(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
     write(tmp_path / "work", "keep.txt", "mine")
     args = [a.format(tmp=tmp_path) for a in args]
     result = gpuws("sync", "--once", "--state-dir", str(tmp_path / "state"), *args)
@@ -99,26 +130,56 @@ def said(stderr: str) -> list[str]:
     return [line for line in lines if not line.startswith("store: ")]
 
 
-def test_workspaces_lists_the_store_and_restore_refuses_one_that_does_not_exist(tmp_path: Path) -> None:
+def test_workspaces_lists_the_store_and_restore_refuses_one_that_does_not_exist(
+    tmp_path: Path,
+) -> None:
     write(tmp_path / "work", "a.txt", "aaa")
-    assert gpuws("sync", "--once", "--workdir", str(tmp_path / "work"), "--store", str(tmp_path / "store"),
-                 "--workspace", "alice-work", "--state-dir", str(tmp_path / "state")).returncode == 0
+    assert (
+        gpuws(
+            "sync",
+            "--once",
+            "--workdir",
+            str(tmp_path / "work"),
+            "--store",
+            str(tmp_path / "store"),
+            "--workspace",
+            "alice-work",
+            "--state-dir",
+            str(tmp_path / "state"),
+        ).returncode
+        == 0
+    )
     listing = gpuws("workspaces", "--store", str(tmp_path / "store"))
     assert listing.returncode == 0 and listing.stderr.strip() == f"store: {tmp_path / 'store'}"
     header, row = listing.stdout.strip().splitlines()
-    assert header.split()[:4] == ["workspace", "files", "size", "last"] and row.split()[:4] == ["alice-work", "1", "3", "B"]
+    assert header.split()[:4] == ["workspace", "files", "size", "last"] and row.split()[:4] == [
+        "alice-work",
+        "1",
+        "3",
+        "B",
+    ]
     as_json = json.loads(gpuws("workspaces", "--store", str(tmp_path / "store"), "--json").stdout)
     assert [(w["name"], w["files"], w["bytes"]) for w in as_json] == [("alice-work", 1, 3)]
     # A fresh machine with a defaulted (or mistyped) name: one line naming what the store holds.
     fresh = tmp_path / "elsewhere"
     fresh.mkdir()
     for command in ("restore", "status"):
-        result = gpuws(command, "--workdir", str(fresh), "--store", str(tmp_path / "store"),
-                       "--state-dir", str(tmp_path / "state2"))
+        result = gpuws(
+            command,
+            "--workdir",
+            str(fresh),
+            "--store",
+            str(tmp_path / "store"),
+            "--state-dir",
+            str(tmp_path / "state2"),
+        )
         assert result.returncode == 1, command
         resolved, error = result.stderr.strip().splitlines()
         assert resolved.startswith(f"store: {tmp_path / 'store'}  workspace: ")
-        assert error.startswith("jupyter gpuws: error: No workspace") and "it holds: alice-work" in error
+        assert (
+            error.startswith("jupyter gpuws: error: No workspace")
+            and "it holds: alice-work" in error
+        )
     assert list(fresh.iterdir()) == []  # nothing restored, nothing written
 
 
@@ -131,7 +192,9 @@ def options_of(command: str) -> dict[str, str | None]:
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices[command]
-    return {a.option_strings[-1]: a.help for a in sub._actions if a.option_strings and a.dest != "help"}
+    return {
+        a.option_strings[-1]: a.help for a in sub._actions if a.option_strings and a.dest != "help"
+    }
 
 
 def test_the_description_names_every_command() -> None:
@@ -154,17 +217,25 @@ def test_each_command_offers_only_its_own_options() -> None:
     assert not sync_only & set(options_of("restore"))
     assert not (sync_only | {"--concurrency"}) & set(options_of("status"))
     help_text = gpuws("restore", "--help").stdout
-    assert "--quota" not in help_text and "--bandwidth-limit" not in help_text and "--concurrency N" in help_text
+    assert (
+        "--quota" not in help_text
+        and "--bandwidth-limit" not in help_text
+        and "--concurrency N" in help_text
+    )
 
 
-def test_status_says_when_this_folder_last_synced_from_its_record(tmp_path: Path, common: list[str]) -> None:
+def test_status_says_when_this_folder_last_synced_from_its_record(
+    tmp_path: Path, common: list[str]
+) -> None:
     work = tmp_path / "work"
     write(work, "a.txt", "a")
     for _ in range(2):  # the second pass has nothing to upload: it still counts as a sync
         assert gpuws("sync", "--workdir", str(work), "--once", *common).returncode == 0
     result = gpuws("status", "--workdir", str(work), *common)
     assert result.returncode == 0, result.stderr
-    assert re.search(r"^last sync: \d+ s ago \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\)$", result.stdout, re.M), result.stdout
+    assert re.search(
+        r"^last sync: \d+ s ago \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\)$", result.stdout, re.M
+    ), result.stdout
     assert "never" not in result.stdout
     assert "writer:    none now (" in result.stdout and "released the lease" in result.stdout
     as_json = json.loads(gpuws("status", "--workdir", str(work), "--json", *common).stdout)
@@ -184,7 +255,9 @@ def test_sizes_and_counts_read_naturally(tmp_path: Path, common: list[str]) -> N
     write(fresh, "note.txt", "mine\n")
     result = gpuws("restore", "--workdir", str(fresh), *common[:-1], str(tmp_path / "state-fresh"))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("0 files restored (0 B), 0 already here, 1 conflict copy kept"), result.stdout
+    assert result.stdout.startswith(
+        "0 files restored (0 B), 0 already here, 1 conflict copy kept"
+    ), result.stdout
     assert (fresh / "note.txt").read_text() == "mine\n"
 
 
@@ -195,11 +268,17 @@ LOGGING_CONFIGURED = (
 )
 
 
-def test_a_lease_conflict_is_said_once_even_where_logging_is_configured(tmp_path: Path, common: list[str]) -> None:
+def test_a_lease_conflict_is_said_once_even_where_logging_is_configured(
+    tmp_path: Path, common: list[str]
+) -> None:
     work = tmp_path / "work"
     write(work, "a.txt", "a")
-    holder = subprocess.Popen([sys.executable, "-m", "jupyter_gpu_ws.cli", "sync", "--workdir", str(work), *common],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_gpu_ws.cli", "sync", "--workdir", str(work), *common],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lease = tmp_path / "store" / "ws" / ".gpuws" / "lease.json"
         deadline = time.monotonic() + 60
@@ -208,9 +287,22 @@ def test_a_lease_conflict_is_said_once_even_where_logging_is_configured(tmp_path
         other = tmp_path / "other"
         other.mkdir()
         # Another program in the same process may have set logging up: the error is still said once.
-        result = subprocess.run([sys.executable, "-c", LOGGING_CONFIGURED, "sync", "--once", "--workdir", str(other),
-                                 *common[:-1], str(tmp_path / "state-other")],
-                                capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                LOGGING_CONFIGURED,
+                "sync",
+                "--once",
+                "--workdir",
+                str(other),
+                *common[:-1],
+                str(tmp_path / "state-other"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         holder.send_signal(signal.SIGINT)
         holder.communicate(timeout=60)
@@ -220,7 +312,9 @@ def test_a_lease_conflict_is_said_once_even_where_logging_is_configured(tmp_path
     assert lines[0].startswith("jupyter gpuws: error: Another runtime is writing this workspace")
 
 
-def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path: Path, common: list[str]) -> None:
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(
+    tmp_path: Path, common: list[str]
+) -> None:
     work = tmp_path / "work"
     for i in range(20):
         write(work, f"f{i}.txt", "x")
@@ -228,8 +322,22 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path: Path, 
     read_end, write_end = os.pipe()
     os.close(read_end)  # as `| head` does once it has read enough: before anything is written here
     try:
-        result = subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", "status", "--json", "--workdir",
-                                 str(work), *common], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "jupyter_gpu_ws.cli",
+                "status",
+                "--json",
+                "--workdir",
+                str(work),
+                *common,
+            ],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.close(write_end)
     assert said(result.stderr) == []  # no traceback, no error line
@@ -240,8 +348,12 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(tmp_path: Path, 
 def plain_locale(request: pytest.FixtureRequest) -> dict[str, str]:
     """The environment of a bare container: LC_ALL=C and no PYTHONIOENCODING; with C-ascii also
     Python's UTF-8 mode off, so that stdout is ASCII."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONIOENCODING", "PYTHONUTF8", "LANG", "LANGUAGE") and not k.startswith("LC_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONIOENCODING", "PYTHONUTF8", "LANG", "LANGUAGE")
+        and not k.startswith("LC_")
+    }
     env["LC_ALL"] = "C"
     if request.param == "C-ascii":
         env["PYTHONUTF8"] = "0"
@@ -250,12 +362,17 @@ def plain_locale(request: pytest.FixtureRequest) -> dict[str, str]:
 
 def gpuws_bytes(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """The command with output as bytes, as the terminal gets it."""
-    return subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", *args], capture_output=True, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_gpu_ws.cli", *args],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def test_names_that_are_not_utf8_sync_restore_and_print_in_a_plain_locale(
-        tmp_path: Path, common: list[str], plain_locale: dict[str, str]) -> None:
+    tmp_path: Path, common: list[str], plain_locale: dict[str, str]
+) -> None:
     from tests.sync.test_names import awkward_names, every_high_byte, files_as_bytes, make_files
 
     work = tmp_path / "work"
@@ -266,7 +383,10 @@ def test_names_that_are_not_utf8_sync_restore_and_print_in_a_plain_locale(
     assert result.returncode == 1  # not everything is in the store, and it says which one
     assert b"Traceback" not in result.stderr and b"UnicodeEncodeError" not in result.stderr
     assert f"{len(written)} files uploaded".encode() in result.stdout
-    assert b"jupyter gpuws: error: not synced: " + b"\\xff" * 250 + b": its name is too long" in result.stderr
+    assert (
+        b"jupyter gpuws: error: not synced: " + b"\\xff" * 250 + b": its name is too long"
+        in result.stderr
+    )
     # The store's folder holds the key text in UTF-8, the same whatever the locale that wrote it.
     stored = os.listdir(os.fsencode(tmp_path / "store" / "ws" / "files"))
     assert "f-\u201bE9.txt".encode() in stored and all(name.decode("utf-8") for name in stored)

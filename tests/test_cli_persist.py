@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -18,8 +18,13 @@ from tests.test_sync_api import mirror
 
 def persist(runtime: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime))
-    return subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", "persist", *args], capture_output=True,
-                          text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_gpu_ws.cli", "persist", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -36,19 +41,35 @@ def test_wait_exits_0_once_the_files_are_in_the_store(server: ServerProcess) -> 
     result = persist(server.runtime, "--wait", "--timeout", "60")
     assert result.returncode == 0, result.stderr
     assert (mirror(server.store) / "notes.md").read_text() == "before the pod goes"
-    assert f":{server.port}/, store {server.store}" in result.stderr and "workspace test-ws" in result.stderr
+    assert (
+        f":{server.port}/, store {server.store}" in result.stderr
+        and "workspace test-ws" in result.stderr
+    )
 
 
-def test_wait_on_a_store_on_this_disk_says_the_files_are_on_this_machines_disk_only(server: ServerProcess) -> None:
+def test_wait_on_a_store_on_this_disk_says_the_files_are_on_this_machines_disk_only(
+    server: ServerProcess,
+) -> None:
     (server.root / "notes.md").write_text("on this disk")
     result = persist(server.runtime, "--wait", "--timeout", "60")
     assert result.returncode == 0, result.stderr
-    [line] = [line for line in result.stderr.splitlines() if line.startswith("Copied to this machine's disk only: ")]
+    [line] = [
+        line
+        for line in result.stderr.splitlines()
+        if line.startswith("Copied to this machine's disk only: ")
+    ]
     # The watcher may have carried the file before the persist looked: either way it is in the store.
-    assert "in the store: 1 file" in line and "Set GPUWS_STORE" in line and "All saved" not in result.stderr
+    assert (
+        "in the store: 1 file" in line
+        and "Set GPUWS_STORE" in line
+        and "All saved" not in result.stderr
+    )
 
 
-def test_wait_on_a_store_off_this_machine_says_all_saved(tmp_path: Path, s3_url: str) -> None:
+def test_wait_on_a_store_off_this_machine_says_all_saved(
+    tmp_path: Path,
+    s3_url: str,  # noqa: F811 - the fixture imported above
+) -> None:
     runtime = tmp_path / "runtime"
     runtime.mkdir()
     with server_process(tmp_path, runtime, {"store_url": s3_url}) as server:
@@ -69,7 +90,9 @@ def test_a_failed_persist_exits_1_with_one_line(server: ServerProcess) -> None:
     blocker.write_text("in the way")
     result = persist(server.runtime, "--wait", "--timeout", "60")
     assert result.returncode == 1
-    errors = [line for line in result.stderr.splitlines() if line.startswith("jupyter gpuws: error:")]
+    errors = [
+        line for line in result.stderr.splitlines() if line.startswith("jupyter gpuws: error:")
+    ]
     assert len(errors) == 1 and "Persist failed" in errors[0], result.stderr
     assert blocker.read_text() == "in the way"  # nothing of the user's overwritten
 
@@ -83,14 +106,19 @@ def test_a_persist_out_of_time_exits_1_with_one_line(tmp_path: Path) -> None:
         (server.root / "big.bin").write_bytes(os.urandom(4 * 2**20))
         result = persist(runtime, "--wait", "--timeout", "1")
     assert result.returncode == 1
-    errors = [line for line in result.stderr.splitlines() if line.startswith("jupyter gpuws: error:")]
+    errors = [
+        line for line in result.stderr.splitlines() if line.startswith("jupyter gpuws: error:")
+    ]
     assert len(errors) == 1 and "not finished after 1 s" in errors[0], result.stderr
 
 
 def test_no_running_server_is_one_line_and_exit_1(tmp_path: Path) -> None:
     result = persist(tmp_path, "--wait")
     assert result.returncode == 1
-    assert result.stderr.strip() == f"jupyter gpuws: error: No running Jupyter Server found in {tmp_path}"
+    assert (
+        result.stderr.strip()
+        == f"jupyter gpuws: error: No running Jupyter Server found in {tmp_path}"
+    )
 
 
 def test_without_wait_it_prints_the_job_and_returns(server: ServerProcess) -> None:

@@ -10,8 +10,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,11 @@ def server(tmp_path: Path, extra_config: dict[str, Any]) -> Iterator[ServerProce
     runtime = tmp_path / "runtime"
     runtime.mkdir()
     with server_process(tmp_path, runtime, extra_config) as running:
-        until(lambda: running.api("/gpuws/api/sync")["state"] in ("idle", "syncing"), 60, "the server's sync")
+        until(
+            lambda: running.api("/gpuws/api/sync")["state"] in ("idle", "syncing"),
+            60,
+            "the server's sync",
+        )
         yield running
 
 
@@ -53,31 +58,55 @@ def tracking_kernel(server: ServerProcess, code: str, path: str = "train.ipynb")
     agent has registered what it tracks; the client lets go at the end."""
     from jupyter_client import BlockingKernelClient
 
-    session = api(server.port, "/api/sessions", "POST",
-                  {"path": path, "type": "notebook", "name": path, "kernel": {"name": "python3"}})
-    client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{session['kernel']['id']}.json"))
+    session = api(
+        server.port,
+        "/api/sessions",
+        "POST",
+        {"path": path, "type": "notebook", "name": path, "kernel": {"name": "python3"}},
+    )
+    client = BlockingKernelClient(
+        connection_file=str(server.runtime / f"kernel-{session['kernel']['id']}.json")
+    )
     client.load_connection_file()
     client.start_channels()
     try:
         client.wait_for_ready(timeout=60)
         client.execute(code)
-        until(lambda: any(k.get("objects") for k in api(server.port, "/gpuws/api/checkpoints")["kernels"]), 90,
-              "the kernel's agent")
+        until(
+            lambda: any(
+                k.get("objects") for k in api(server.port, "/gpuws/api/checkpoints")["kernels"]
+            ),
+            90,
+            "the kernel's agent",
+        )
         yield
     finally:
         client.stop_channels()
 
 
 def checkpoint_step_running(server: ServerProcess, job_id: str) -> None:
-    until(lambda: next(s for s in api(server.port, f"/gpuws/api/persist/{job_id}")["steps"]
-                       if s["name"] == "checkpoints")["state"] == "running", 30, "the persist's checkpoint step")
+    until(
+        lambda: (
+            next(
+                s
+                for s in api(server.port, f"/gpuws/api/persist/{job_id}")["steps"]
+                if s["name"] == "checkpoints"
+            )["state"]
+            == "running"
+        ),
+        30,
+        "the persist's checkpoint step",
+    )
 
 
 def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: ServerProcess) -> None:
     port, root, store = server.port, server.root, server.store
     with tracking_kernel(server, TRAINING):  # trains until the server goes
-        until(lambda: any(k.get("run") for k in api(port, "/gpuws/api/checkpoints")["kernels"]), 90,
-              "the training kernel's agent")
+        until(
+            lambda: any(k.get("run") for k in api(port, "/gpuws/api/checkpoints")["kernels"]),
+            90,
+            "the training kernel's agent",
+        )
         data = os.urandom(6 * 2**20)  # large: the watcher holds it for the (endless) settle delay
         (root / "results.bin").write_bytes(data)
         (root / "notes.md").write_text("last words")
@@ -91,7 +120,9 @@ def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: Serve
 
     assert (mirror(store) / "results.bin").read_bytes() == data
     assert (mirror(store) / "notes.md").read_text() == "last words"
-    manifests = list((mirror(store) / ".gpuws" / "checkpoints" / "train.ipynb").glob("ckpt-*/manifest.json"))
+    manifests = list(
+        (mirror(store) / ".gpuws" / "checkpoints" / "train.ipynb").glob("ckpt-*/manifest.json")
+    )
     assert manifests, server.log.read_text()[-3000:]
     newest = max(json.loads(m.read_text())["time"] for m in manifests)
     assert newest >= signalled  # a checkpoint taken because of the SIGTERM
@@ -116,7 +147,8 @@ class TestStuckPersist:
         return {"checkpoint_timeout": 300.0, "grace_period": 15.0}
 
     def test_sigterm_during_a_persist_stuck_on_a_checkpoint_still_syncs_within_the_grace(
-            self, server: ServerProcess) -> None:
+        self, server: ServerProcess
+    ) -> None:
         """A Persist now waits up to checkpoint_timeout (here 5 minutes) for a kernel between
         steps. A SIGTERM meanwhile must not wait with it: the emergency stops that persist
         and runs its own on the grace's timeouts, so the files reach the store in time."""
@@ -137,7 +169,9 @@ class TestStuckPersist:
         assert report["pending_count"] == 0
         assert report["job"]["id"] != user["id"]  # its own job, not the stuck one
         assert report["job"]["result"]["trigger"] == "SIGTERM"
-        assert any("no checkpoint within" in e for e in report["errors"])  # the kernel is named, not waited for
+        assert any(
+            "no checkpoint within" in e for e in report["errors"]
+        )  # the kernel is named, not waited for
         assert took < 15 + 10
 
 
@@ -146,9 +180,13 @@ class TestDeadline:
     def extra_config(self) -> dict[str, Any]:
         return {"max_runtime": "1m", "persist_lead_time": 40}
 
-    def test_a_server_process_persists_by_itself_before_its_deadline(self, server: ServerProcess) -> None:
+    def test_a_server_process_persists_by_itself_before_its_deadline(
+        self, server: ServerProcess
+    ) -> None:
         port, root, store = server.port, server.root, server.store
-        (root / "results.bin").write_bytes(b"r" * (6 * 2**20))  # held back by the hour-long settle delay
+        (root / "results.bin").write_bytes(
+            b"r" * (6 * 2**20)
+        )  # held back by the hour-long settle delay
         state = api(port, "/gpuws/api/runtime")
         assert state["source"] == "max_runtime" and state["next_persist"] < state["deadline"]
 
@@ -166,7 +204,10 @@ class FakeMetadata(http.server.BaseHTTPRequestHandler):
     preempted = False
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        if self.path.endswith("/instance/preempted") and self.headers.get("Metadata-Flavor") == "Google":
+        if (
+            self.path.endswith("/instance/preempted")
+            and self.headers.get("Metadata-Flavor") == "Google"
+        ):
             body = b"TRUE" if FakeMetadata.preempted else b"FALSE"
             self.send_response(200)
             self.end_headers()
@@ -190,27 +231,48 @@ def metadata() -> Iterator[str]:
 
 @pytest.fixture
 def gpuws_config(gpuws_config: dict[str, Any], metadata: str) -> dict[str, Any]:
-    return {**gpuws_config, "preemption_clouds": ["gcp"], "gcp_metadata_url": metadata,
-            "preemption_poll_interval": 0.2}
+    return {
+        **gpuws_config,
+        "preemption_clouds": ["gcp"],
+        "gcp_metadata_url": metadata,
+        "preemption_poll_interval": 0.2,
+    }
 
 
 class TestReleaseThenPreemption:
     @pytest.fixture
     def extra_config(self, metadata: str) -> dict[str, Any]:
-        return {"checkpoint_timeout": 300.0, "grace_period": 15.0, "preemption_clouds": ["gcp"],
-                "gcp_metadata_url": metadata, "preemption_poll_interval": 0.2}
+        return {
+            "checkpoint_timeout": 300.0,
+            "grace_period": 15.0,
+            "preemption_clouds": ["gcp"],
+            "gcp_metadata_url": metadata,
+            "preemption_poll_interval": 0.2,
+        }
 
-    def test_a_release_waiting_on_a_stuck_persist_follows_the_emergency_persist(self, server: ServerProcess) -> None:
+    def test_a_release_waiting_on_a_stuck_persist_follows_the_emergency_persist(
+        self, server: ServerProcess
+    ) -> None:
         port, root, store = server.port, server.root, server.store
         with tracking_kernel(server, STUCK, "eval.ipynb"):
             (root / "results.bin").write_bytes(b"r" * (6 * 2**20))
             stuck = api(port, "/gpuws/api/runtime/release", "POST", {"force": False})
             checkpoint_step_running(server, stuck["id"])
             FakeMetadata.preempted = True
-            state = until(lambda: (lambda s: s if s["emergency"] and s["emergency"]["state"] == "done" else None)(
-                api(port, "/gpuws/api/runtime")), 30, "the emergency persist")
-            release = until(lambda: (lambda r: r if r["state"] != "persisting" else None)(
-                api(port, "/gpuws/api/runtime")["release"]), 30, "the release's decision")
+            state = until(
+                lambda: (
+                    lambda s: s if s["emergency"] and s["emergency"]["state"] == "done" else None
+                )(api(port, "/gpuws/api/runtime")),
+                30,
+                "the emergency persist",
+            )
+            release = until(
+                lambda: (lambda r: r if r["state"] != "persisting" else None)(
+                    api(port, "/gpuws/api/runtime")["release"]
+                ),
+                30,
+                "the release's decision",
+            )
         assert (mirror(store) / "results.bin").stat().st_size == 6 * 2**20
         assert state["emergency"]["pending_count"] == 0
         # The release now follows the emergency's persist, whose failure (the kernel gave no
@@ -221,8 +283,9 @@ class TestReleaseThenPreemption:
         assert api(port, f"/gpuws/api/persist/{stuck['id']}")["steps"][-1]["state"] == "pending"
 
 
-async def test_a_preemption_notice_runs_the_emergency_persist(jp_fetch: Any, jp_root_dir: Path, store_dir: Path,
-                                                              gpuws_app: Any) -> None:
+async def test_a_preemption_notice_runs_the_emergency_persist(
+    jp_fetch: Any, jp_root_dir: Path, store_dir: Path, gpuws_app: Any
+) -> None:
     await sync_running(jp_fetch)
     gpuws_app.sync.service.debounce = 3600
     (jp_root_dir / "model.bin").write_bytes(b"m" * (5 * 2**20))

@@ -77,8 +77,9 @@ async def test_repeated_parameter_is_a_400(jp_fetch: Any) -> None:
     assert "more than once" in json.loads(err.value.response.body)["message"]
 
 
-async def test_request_without_credentials_is_refused(jp_serverapp: Any, jp_base_url: str,
-                                                      http_server_client: Any) -> None:
+async def test_request_without_credentials_is_refused(
+    jp_serverapp: Any, jp_base_url: str, http_server_client: Any
+) -> None:
     # The test server's own client, without the token jp_fetch adds.
     with pytest.raises(HTTPClientError) as err:
         await http_server_client.fetch(f"{jp_base_url}gpuws/api/metrics")
@@ -113,7 +114,9 @@ async def test_stream_refuses_a_denied_user(jp_ws_fetch: Any, server_authorizer:
     assert err.value.code == 403
 
 
-async def test_nvml_reads_do_not_grow_with_the_number_of_browsers(jp_ws_fetch: Any, gpuws_app: Any) -> None:
+async def test_nvml_reads_do_not_grow_with_the_number_of_browsers(
+    jp_ws_fetch: Any, gpuws_app: Any
+) -> None:
     sockets = [await jp_ws_fetch("gpuws", "api", "metrics", "stream") for _ in range(5)]
     reader, sampler = gpuws_app.sampler.gpus, gpuws_app.sampler
     queries, ticks = reader.queries, sampler.ticks
@@ -133,7 +136,9 @@ async def test_nvml_reads_do_not_grow_with_the_number_of_browsers(jp_ws_fetch: A
     assert reader.queries - queries == sampler.ticks - ticks
 
 
-async def test_stream_clients_are_forgotten_when_they_close(jp_ws_fetch: Any, gpuws_app: Any) -> None:
+async def test_stream_clients_are_forgotten_when_they_close(
+    jp_ws_fetch: Any, gpuws_app: Any
+) -> None:
     ws = await jp_ws_fetch("gpuws", "api", "metrics", "stream")
     await asyncio.wait_for(ws.read_message(), 5)
     assert len(gpuws_app.stream_clients) == 1

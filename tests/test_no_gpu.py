@@ -32,7 +32,9 @@ async def test_api_reports_no_gpus_with_the_reason(jp_fetch: Any) -> None:
     assert data["system"]["memory_total"] > 0
 
 
-def test_real_reader_explains_a_missing_driver_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_real_reader_explains_a_missing_driver_and_logs_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     reader = NvmlReader()
     with caplog.at_level(logging.WARNING, logger="jupyter_gpu_ws.monitor.nvml"):
         readings = [reader.read() for _ in range(5)]

@@ -76,13 +76,19 @@ class LiveServer:
     log: Path
 
 
-def request(url: str, method: str = "GET", body: bytes | None = None, token: str | None = TOKEN,
-            headers: dict[str, str] | None = None) -> Any:
+def request(
+    url: str,
+    method: str = "GET",
+    body: bytes | None = None,
+    token: str | None = TOKEN,
+    headers: dict[str, str] | None = None,
+) -> Any:
     headers = {"Content-Type": "application/json", **(headers or {})}
     if token is not None:
         headers["Authorization"] = f"token {token}"
-    with urllib.request.urlopen(urllib.request.Request(url, data=body, method=method, headers=headers),
-                                timeout=10) as response:
+    with urllib.request.urlopen(
+        urllib.request.Request(url, data=body, method=method, headers=headers), timeout=10
+    ) as response:
         return json.loads(response.read() or b"null")
 
 
@@ -95,17 +101,31 @@ def start_server(tmp: Path) -> Iterator[LiveServer]:
         folder.mkdir()
     (root / "notes.md").write_text("something to sync")
     venv = tmp / "kernel-env"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
     port = free_port()
     config = {
-        "ServerApp": {"port": port, "ip": "127.0.0.1", "root_dir": str(root), "open_browser": False,
-                      "allow_root": True, "allow_unauthenticated_access": False,
-                      "jpserver_extensions": {"jupyter_gpu_ws": True}},
+        "ServerApp": {
+            "port": port,
+            "ip": "127.0.0.1",
+            "root_dir": str(root),
+            "open_browser": False,
+            "allow_root": True,
+            "allow_unauthenticated_access": False,
+            "jpserver_extensions": {"jupyter_gpu_ws": True},
+        },
         "IdentityProvider": {"token": TOKEN},
-        "GpuWorkspace": {"store_url": str(store), "workspace": "fuzz-ws", "state_dir": str(state),
-                         "nvml_test_double": str(write_spec(tmp / "gpus.json", gpu_spec())),
-                         "sample_interval": 0.2, "sync_debounce": 0.05,
-                         "env_python": str(venv / "bin" / "python"), "env_snapshot_on_persist": False},
+        "GpuWorkspace": {
+            "store_url": str(store),
+            "workspace": "fuzz-ws",
+            "state_dir": str(state),
+            "nvml_test_double": str(write_spec(tmp / "gpus.json", gpu_spec())),
+            "sample_interval": 0.2,
+            "sync_debounce": 0.05,
+            "env_python": str(venv / "bin" / "python"),
+            "env_snapshot_on_persist": False,
+        },
     }
     (tmp / "config.json").write_text(json.dumps(config))
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_CONFIG_DIR=str(tmp / "jcfg"))
@@ -113,13 +133,25 @@ def start_server(tmp: Path) -> Iterator[LiveServer]:
     api = f"{url}/gpuws/api"
     log_path = tmp / "server.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "jupyter_server", f"--config={tmp / 'config.json'}"],
-                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", f"--config={tmp / 'config.json'}"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
-            until(lambda: request(f"{api}/sync")["state"] in ("idle", "syncing"), 60, "the server and its sync")
+            until(
+                lambda: request(f"{api}/sync")["state"] in ("idle", "syncing"),
+                60,
+                "the server and its sync",
+            )
             job = request(f"{api}/env/snapshots", "POST", b"{}")
-            until(lambda: request(f"{api}/env/snapshots/{job['id']}")["state"] == "done", 60,
-                  "the first environment snapshot")
+            until(
+                lambda: request(f"{api}/env/snapshots/{job['id']}")["state"] == "done",
+                60,
+                "the first environment snapshot",
+            )
             yield LiveServer(url, log_path)
         finally:
             if proc.poll() is None:
@@ -135,33 +167,62 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
 def operations() -> list[tuple[str, str]]:
     """Every (method, path) in docs/openapi.yaml."""
     paths = yaml.safe_load(SPEC.read_text())["paths"]
-    return [(method.upper(), path) for path, item in paths.items() for method in item if method in HTTP_METHODS]
+    return [
+        (method.upper(), path)
+        for path, item in paths.items()
+        for method in item
+        if method in HTTP_METHODS
+    ]
 
 
 def test_every_operation_answers_as_documented(live_server: LiveServer, tmp_path: Path) -> None:
     excluded = [arg for name in sorted(NOT_FUZZED) for arg in ("--exclude-name", name)]
     command = [
-        sys.executable, "-m", "schemathesis.cli", "--no-color", "run", str(SPEC),
-        "--url", live_server.url, "--header", f"Authorization: token {TOKEN}",
-        "--checks", "all", "--exclude-checks", ",".join(sorted(SKIPPED_CHECKS)),
-        "--max-examples", str(MAX_EXAMPLES), "--seed", SEED, "--workers", "1", "--request-timeout", "30",
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "--no-color",
+        "run",
+        str(SPEC),
+        "--url",
+        live_server.url,
+        "--header",
+        f"Authorization: token {TOKEN}",
+        "--checks",
+        "all",
+        "--exclude-checks",
+        ",".join(sorted(SKIPPED_CHECKS)),
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--seed",
+        SEED,
+        "--workers",
+        "1",
+        "--request-timeout",
+        "30",
         *excluded,
     ]
     # In a folder of its own: no schemathesis.toml from elsewhere, and its caches go there.
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     report = done.stdout[-20000:] + done.stderr[-5000:]
-    assert done.returncode == 0, report + "\nThe server's log ends:\n" + live_server.log.read_text()[-5000:]
+    assert done.returncode == 0, (
+        report + "\nThe server's log ends:\n" + live_server.log.read_text()[-5000:]
+    )
     tested = re.search(r"Tested: (\d+)", done.stdout)  # every operation but those left out, by name
     assert tested and int(tested.group(1)) == len(operations()) - len(NOT_FUZZED), report
 
 
 @pytest.mark.parametrize(("method", "path"), operations())
-def test_a_request_without_credentials_is_refused(live_server: LiveServer, method: str, path: str) -> None:
+def test_a_request_without_credentials_is_refused(
+    live_server: LiveServer, method: str, path: str
+) -> None:
     # With a matching XSRF cookie and header, so what refuses is the missing credentials.
     xsrf = {"Cookie": "_xsrf=c0ffee", "X-XSRFToken": "c0ffee"}
     body = b"{}" if method in ("POST", "PUT", "PATCH", "DELETE") else None
     url = live_server.url + path.replace("{id}", "0123456789ab")
-    with pytest.raises(urllib.error.HTTPError) as refused:  # a redirect to the login page fails here
+    with pytest.raises(
+        urllib.error.HTTPError
+    ) as refused:  # a redirect to the login page fails here
         request(url, method, body, token=None, headers=xsrf)
     assert refused.value.code in (401, 403)
     with pytest.raises(urllib.error.HTTPError) as refused:

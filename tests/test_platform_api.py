@@ -26,26 +26,47 @@ def extra_config() -> dict[str, Any]:
 
 
 @pytest.fixture
-def gpuws_config(gpuws_config: dict[str, Any], platform_env: dict[str, str], extra_config: dict[str, Any],
-                 store_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    for name in ("KUBERNETES_SERVICE_HOST", "GPUWS_GRACE_PERIOD", "JUPYTERHUB_USER", "JUPYTERHUB_API_URL"):
+def gpuws_config(
+    gpuws_config: dict[str, Any],
+    platform_env: dict[str, str],
+    extra_config: dict[str, Any],
+    store_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, Any]:
+    for name in (
+        "KUBERNETES_SERVICE_HOST",
+        "GPUWS_GRACE_PERIOD",
+        "JUPYTERHUB_USER",
+        "JUPYTERHUB_API_URL",
+    ):
         monkeypatch.delenv(name, raising=False)
     for name, value in platform_env.items():
         monkeypatch.setenv(name, value)
-    return {**gpuws_config, "store_url": str(store_dir) + "/{username}", "hub_poll_interval": 1.0, **extra_config}
+    return {
+        **gpuws_config,
+        "store_url": str(store_dir) + "/{username}",
+        "hub_poll_interval": 1.0,
+        **extra_config,
+    }
 
 
 async def runtime(jp_fetch: Any) -> dict[str, Any]:
     return json.loads((await jp_fetch("gpuws", "api", "runtime")).body)
 
 
-UNREACHABLE_HUB = {"JUPYTERHUB_USER": "alice", "JUPYTERHUB_SERVER_NAME": "",
-                   "JUPYTERHUB_API_URL": f"http://127.0.0.1:{free_port()}/hub/api",
-                   "JUPYTERHUB_API_TOKEN": "not-a-real-token", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+UNREACHABLE_HUB = {
+    "JUPYTERHUB_USER": "alice",
+    "JUPYTERHUB_SERVER_NAME": "",
+    "JUPYTERHUB_API_URL": f"http://127.0.0.1:{free_port()}/hub/api",
+    "JUPYTERHUB_API_TOKEN": "not-a-real-token",
+    "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+}
 
 
 @pytest.mark.parametrize("platform_env", [UNREACHABLE_HUB])
-async def test_under_kubespawner_an_unset_grace_is_warned_of(jp_fetch: Any, store_dir: Path) -> None:
+async def test_under_kubespawner_an_unset_grace_is_warned_of(
+    jp_fetch: Any, store_dir: Path
+) -> None:
     state = await runtime(jp_fetch)
     platform = state["platform"]
     assert platform["kubespawner"] and platform["grace"]["seconds"] is None
@@ -64,8 +85,9 @@ async def _hub_error(jp_fetch: Any) -> str | None:
 
 @pytest.mark.parametrize("platform_env", [{"GPUWS_GRACE_PERIOD": "1.5"}])
 @pytest.mark.parametrize("extra_config", [{"bandwidth_limit": 100_000}])  # ~3 s for the file below
-async def test_a_grace_shorter_than_the_measured_persist_is_warned_of(jp_fetch: Any, gpuws_app: Any,
-                                                                      jp_root_dir: Path) -> None:
+async def test_a_grace_shorter_than_the_measured_persist_is_warned_of(
+    jp_fetch: Any, gpuws_app: Any, jp_root_dir: Path
+) -> None:
     grace = (await runtime(jp_fetch))["platform"]["grace"]
     assert (grace["seconds"], grace["source"]) == (1.5, "GPUWS_GRACE_PERIOD")
     assert grace["budget"] == 1.0  # the emergency persist stays inside the pod's grace

@@ -30,47 +30,81 @@ async def refusals(jp_fetch: Any, app: Any, body: bytes) -> dict[str, tuple[int,
     answers = {}
     for method, path in body_routes(app):
         with pytest.raises(HTTPClientError) as err:
-            await jp_fetch(*path.strip("/").split("/"), method=method, body=body, allow_nonstandard_methods=True)
-        answers[f"{method} {path}"] = (err.value.code, json.loads(err.value.response.body)["message"])
+            await jp_fetch(
+                *path.strip("/").split("/"),
+                method=method,
+                body=body,
+                allow_nonstandard_methods=True,
+            )
+        answers[f"{method} {path}"] = (
+            err.value.code,
+            json.loads(err.value.response.body)["message"],
+        )
     assert app.jobs.latest("persist") is None and app.runtime.release is None  # nothing was started
     return answers
 
 
 def test_every_route_that_reads_a_body_is_tried(gpuws_app: Any) -> None:
     routes = body_routes(gpuws_app)
-    assert ("POST", "/gpuws/api/persist") in routes and ("POST", "/gpuws/api/runtime/release") in routes
+    assert ("POST", "/gpuws/api/persist") in routes and (
+        "POST",
+        "/gpuws/api/runtime/release",
+    ) in routes
     assert ("DELETE", f"/gpuws/api/persist/{JOB_ID}") in routes
 
 
-@pytest.mark.parametrize(("body", "kind"), [(b"[{}]", "array"), (b'"{}"', "string"), (b"7", "number"),
-                                            (b"null", "null"), (b"true", "boolean")])
-async def test_a_body_that_is_not_an_object_is_a_400(jp_fetch: Any, gpuws_app: Any, body: bytes,
-                                                     kind: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (b"[{}]", "array"),
+        (b'"{}"', "string"),
+        (b"7", "number"),
+        (b"null", "null"),
+        (b"true", "boolean"),
+    ],
+)
+async def test_a_body_that_is_not_an_object_is_a_400(
+    jp_fetch: Any, gpuws_app: Any, body: bytes, kind: str
+) -> None:
     answers = await refusals(jp_fetch, gpuws_app, body)
     expected = (400, f"The request body must be a JSON object, not {kind}")
     assert {route: answer for route, answer in answers.items() if answer != expected} == {}
 
 
-async def test_a_deeply_nested_body_is_a_400_not_a_server_error(jp_fetch: Any, gpuws_app: Any) -> None:
+async def test_a_deeply_nested_body_is_a_400_not_a_server_error(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     for body in (b"[" * 5000 + b"]" * 5000, b'{"a":' * 5000 + b"1" + b"}" * 5000):
         answers = await refusals(jp_fetch, gpuws_app, body)
-        assert set(answers.values()) == {(400, "The request body is not valid JSON: it is nested too deeply")}
+        assert set(answers.values()) == {
+            (400, "The request body is not valid JSON: it is nested too deeply")
+        }
 
 
-@pytest.mark.parametrize("body", [b'{"force": "\xff"}', "{}".encode("utf-16"), "{}".encode("utf-32")])
+@pytest.mark.parametrize(
+    "body", [b'{"force": "\xff"}', "{}".encode("utf-16"), "{}".encode("utf-32")]
+)
 async def test_a_body_that_is_not_utf8_is_a_400(jp_fetch: Any, gpuws_app: Any, body: bytes) -> None:
     # UTF-16 and UTF-32 are what Python's json would otherwise read; JSON between systems is UTF-8.
     answers = await refusals(jp_fetch, gpuws_app, body)
     assert {code for code, _ in answers.values()} == {400}
-    assert all(message.startswith("The request body is not UTF-8 text") for _, message in answers.values())
+    assert all(
+        message.startswith("The request body is not UTF-8 text") for _, message in answers.values()
+    )
 
 
-@pytest.mark.parametrize("body", [b'{"force": NaN}', b'{"force": Infinity}', b'{"force": -Infinity}',
-                                  b'{"force": 1e999}'])
-async def test_nan_infinity_and_overflowing_numbers_are_a_400(jp_fetch: Any, gpuws_app: Any, body: bytes) -> None:
+@pytest.mark.parametrize(
+    "body",
+    [b'{"force": NaN}', b'{"force": Infinity}', b'{"force": -Infinity}', b'{"force": 1e999}'],
+)
+async def test_nan_infinity_and_overflowing_numbers_are_a_400(
+    jp_fetch: Any, gpuws_app: Any, body: bytes
+) -> None:
     answers = await refusals(jp_fetch, gpuws_app, body)
     assert {code for code, _ in answers.values()} == {400}
-    assert all(message.startswith("The request body is not valid JSON") for _, message in answers.values())
+    assert all(
+        message.startswith("The request body is not valid JSON") for _, message in answers.values()
+    )
 
 
 async def test_unknown_keys_are_named_in_the_400(jp_fetch: Any, gpuws_app: Any) -> None:
@@ -81,18 +115,37 @@ async def test_unknown_keys_are_named_in_the_400(jp_fetch: Any, gpuws_app: Any) 
     assert release == 'Unknown keys in the request body: "forse", "x" (expected only force)'
 
 
-@pytest.mark.parametrize(("path", "body", "message"), [
-    ("runtime/release", b'{"force": "yes"}', '"force" must be boolean, not string'),
-    ("env/restore", b'{"snapshot": 5}', '"snapshot" must be string or null, not number'),
-    ("checkpoints", b'{"kernel_id": ["k"]}', '"kernel_id" must be string, not array'),
-    ("checkpoints", b'{"kernel_id": "k", "all": true}',
-     'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}, not several'),
-    ("checkpoints", b'{"all": false}', 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}'),
-    ("checkpoints", b'{"run_id": ""}', 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}'),
-    ("sync/lease", b'{"take_over": false}', 'Send {"take_over": true} to take over the workspace lease'),
-])
-async def test_a_value_of_the_wrong_type_is_named_in_the_400(jp_fetch: Any, gpuws_app: Any, path: str,
-                                                             body: bytes, message: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("runtime/release", b'{"force": "yes"}', '"force" must be boolean, not string'),
+        ("env/restore", b'{"snapshot": 5}', '"snapshot" must be string or null, not number'),
+        ("checkpoints", b'{"kernel_id": ["k"]}', '"kernel_id" must be string, not array'),
+        (
+            "checkpoints",
+            b'{"kernel_id": "k", "all": true}',
+            'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}, not several',
+        ),
+        (
+            "checkpoints",
+            b'{"all": false}',
+            'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}',
+        ),
+        (
+            "checkpoints",
+            b'{"run_id": ""}',
+            'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}',
+        ),
+        (
+            "sync/lease",
+            b'{"take_over": false}',
+            'Send {"take_over": true} to take over the workspace lease',
+        ),
+    ],
+)
+async def test_a_value_of_the_wrong_type_is_named_in_the_400(
+    jp_fetch: Any, gpuws_app: Any, path: str, body: bytes, message: str
+) -> None:
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("gpuws", "api", *path.split("/"), method="POST", body=body)
     assert err.value.code == 400

@@ -43,11 +43,14 @@ async def test_a_warning_notice_comes_once_the_lead_time_is_crossed(jp_fetch: An
     # All three default lead times (30, 10, 2 min) are crossed at once: one warning, not three.
     assert len(warnings) == 1 and "about 1 minute" in warnings[0]["message"]
     # In the panel's words: the source as the Runtime section names it, not the setting's name.
-    assert "(runtime limit)" in warnings[0]["message"] and "max_runtime" not in warnings[0]["message"]
+    assert (
+        "(runtime limit)" in warnings[0]["message"] and "max_runtime" not in warnings[0]["message"]
+    )
 
 
-async def test_the_runtime_persists_by_itself_before_the_deadline(jp_fetch: Any, jp_root_dir: Path,
-                                                                  store_dir: Path, gpuws_app: Any) -> None:
+async def test_the_runtime_persists_by_itself_before_the_deadline(
+    jp_fetch: Any, jp_root_dir: Path, store_dir: Path, gpuws_app: Any
+) -> None:
     await sync_running(jp_fetch)
     gpuws_app.sync.service.debounce = 3600  # the watcher alone would not carry the next file
     big = jp_root_dir / "results.bin"
@@ -87,11 +90,18 @@ class TestRelease:
     def gpuws_config(self, gpuws_config: dict[str, Any]) -> dict[str, Any]:
         return {**gpuws_config, "max_runtime": ""}
 
-    async def test_release_persists_then_stops_the_server(self, jp_fetch: Any, jp_root_dir: Path,
-                                                          store_dir: Path, gpuws_app: Any,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    async def test_release_persists_then_stops_the_server(
+        self,
+        jp_fetch: Any,
+        jp_root_dir: Path,
+        store_dir: Path,
+        gpuws_app: Any,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
         stopped: list[float] = []
-        monkeypatch.setattr(gpuws_app.serverapp, "stop", lambda *a, **k: stopped.append(time.time()))
+        monkeypatch.setattr(
+            gpuws_app.serverapp, "stop", lambda *a, **k: stopped.append(time.time())
+        )
         await sync_running(jp_fetch)
         (jp_root_dir / "last.py").write_text("x = 1")
         response = await jp_fetch("gpuws", "api", "runtime", "release", method="POST", body="{}")
@@ -107,10 +117,13 @@ class TestRelease:
         assert (mirror(store_dir) / "last.py").read_text() == "x = 1"
         assert stopped[0] >= job["finished"]  # only after everything was persisted
 
-    async def test_a_failed_persist_keeps_the_server_running(self, jp_fetch: Any, jp_root_dir: Path,
-                                                            gpuws_app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def test_a_failed_persist_keeps_the_server_running(
+        self, jp_fetch: Any, jp_root_dir: Path, gpuws_app: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         stopped: list[float] = []
-        monkeypatch.setattr(gpuws_app.serverapp, "stop", lambda *a, **k: stopped.append(time.time()))
+        monkeypatch.setattr(
+            gpuws_app.serverapp, "stop", lambda *a, **k: stopped.append(time.time())
+        )
         await sync_running(jp_fetch)
         engine = gpuws_app.sync.service.engine
         monkeypatch.setattr(engine.settings, "quota_bytes", 10)
@@ -131,7 +144,9 @@ class TestGit:
     def gpuws_config(self, gpuws_config: dict[str, Any]) -> dict[str, Any]:
         return {**gpuws_config, "max_runtime": "", "git_versioning": True, "git_init": True}
 
-    async def test_persist_commits_code_but_not_data(self, jp_fetch: Any, jp_root_dir: Path) -> None:
+    async def test_persist_commits_code_but_not_data(
+        self, jp_fetch: Any, jp_root_dir: Path
+    ) -> None:
         await sync_running(jp_fetch)
         (jp_root_dir / "train.py").write_text("print('train')")
         (jp_root_dir / "weights.pt").write_bytes(b"w" * 1000)
@@ -144,8 +159,9 @@ class TestGit:
         assert "train.py" in committed and "weights.pt" not in committed
         assert repo.head.commit.message.startswith("gpuws: persist")
 
-    async def test_the_history_comes_back_with_the_work_directory(self, jp_fetch: Any, jp_root_dir: Path,
-                                                                    store_dir: Path, tmp_path: Path) -> None:
+    async def test_the_history_comes_back_with_the_work_directory(
+        self, jp_fetch: Any, jp_root_dir: Path, store_dir: Path, tmp_path: Path
+    ) -> None:
         """After a reset (a fresh machine) and a restore, `git log` shows the history."""
         from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 
@@ -153,11 +169,19 @@ class TestGit:
         for n in range(2):
             (jp_root_dir / "train.py").write_text(f"print({n})")
             response = await jp_fetch("gpuws", "api", "persist", method="POST", body="{}")
-            assert (await finished(jp_fetch, "persist", json.loads(response.body)["id"]))["state"] == "done"
+            assert (await finished(jp_fetch, "persist", json.loads(response.body)["id"]))[
+                "state"
+            ] == "done"
         fresh = tmp_path / "fresh-machine"
         fresh.mkdir()
-        engine = SyncEngine(SyncSettings(workdir=str(fresh), store_url=str(store_dir), workspace="test-ws",
-                                         state_dir=str(tmp_path / "fresh-state")))
+        engine = SyncEngine(
+            SyncSettings(
+                workdir=str(fresh),
+                store_url=str(store_dir),
+                workspace="test-ws",
+                state_dir=str(tmp_path / "fresh-state"),
+            )
+        )
         engine.open(take_over=True)
         try:
             engine.restore()

@@ -17,12 +17,21 @@ import pytest
 import jupyter_gpu_ws.lifecycle
 from tests.test_sync_api import finished, get, sync_running, wait_for
 
-HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-index-change",
-         "reference-transaction", "pre-auto-gc")
+HOOKS = (
+    "pre-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "post-index-change",
+    "reference-transaction",
+    "pre-auto-gc",
+)
 
 
 def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
 
 
 @pytest.fixture
@@ -44,14 +53,26 @@ def hostile_store(store_dir: Path, tmp_path: Path, ran: Path) -> Path:
     (scratch / "data.txt").write_text("1,2,3\n")
     (scratch / ".gitattributes").write_text("data.txt filter=evil\n")
     _git(scratch, "add", ".")
-    _git(scratch, "-c", "user.name=Eve", "-c", "user.email=eve@example.org", "commit", "-q", "-m", "theirs")
+    _git(
+        scratch,
+        "-c",
+        "user.name=Eve",
+        "-c",
+        "user.email=eve@example.org",
+        "commit",
+        "-q",
+        "-m",
+        "theirs",
+    )
 
     def touch(name: str) -> str:
         return f"touch {shlex.quote(str(ran / name))}"
 
     with open(scratch / ".git" / "config", "a", encoding="utf-8") as config:
-        config.write(f'[core]\n\tfsmonitor = {touch("fsmonitor")}\n'
-                     f'[filter "evil"]\n\tclean = {touch("clean")}; cat\n\tsmudge = {touch("smudge")}; cat\n')
+        config.write(
+            f"[core]\n\tfsmonitor = {touch('fsmonitor')}\n"
+            f'[filter "evil"]\n\tclean = {touch("clean")}; cat\n\tsmudge = {touch("smudge")}; cat\n'
+        )
     for name in HOOKS:
         hook = scratch / ".git" / "hooks" / name
         hook.write_text(f"#!/bin/sh\n{touch('hook-' + name)}\n")
@@ -63,14 +84,17 @@ def hostile_store(store_dir: Path, tmp_path: Path, ran: Path) -> Path:
 
 
 @pytest.fixture
-def gpuws_config(gpuws_config: dict[str, Any], hostile_store: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def gpuws_config(
+    gpuws_config: dict[str, Any], hostile_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
     # The sidebar's `git status` every half second: during the restore, and right after it.
     monkeypatch.setattr(jupyter_gpu_ws.lifecycle, "GIT_STATUS_EVERY", 0.5)
     return {**gpuws_config, "git_versioning": True}
 
 
-async def test_a_restored_repository_runs_nothing_its_store_wrote(jp_fetch: Any, jp_root_dir: Path,
-                                                                   ran: Path) -> None:
+async def test_a_restored_repository_runs_nothing_its_store_wrote(
+    jp_fetch: Any, jp_root_dir: Path, ran: Path
+) -> None:
     await sync_running(jp_fetch)
     assert (jp_root_dir / ".git" / "config").exists() and (jp_root_dir / "data.txt").exists()
 
@@ -78,11 +102,15 @@ async def test_a_restored_repository_runs_nothing_its_store_wrote(jp_fetch: Any,
         git = (await get(jp_fetch, "runtime"))["git"]
         return git if git and git.get("repository") and git.get("last_commit") else None
 
-    status = await wait_for(looked_at, timeout=60)  # the periodic status ran on the restored repository
+    status = await wait_for(
+        looked_at, timeout=60
+    )  # the periodic status ran on the restored repository
     assert status["last_commit"]["message"] == "theirs" and status["filtered"] == 1
     hooks = jp_root_dir / ".git" / "hooks"
     for name in HOOKS:
-        assert not (hooks / name).stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH), name
+        assert not (hooks / name).stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH), (
+            name
+        )
 
     # A user makes them executable (or a store's backend keeps modes): a persist still runs none.
     for name in HOOKS:
@@ -91,7 +119,9 @@ async def test_a_restored_repository_runs_nothing_its_store_wrote(jp_fetch: Any,
     response = await jp_fetch("gpuws", "api", "persist", method="POST", body="{}")
     job = await finished(jp_fetch, "persist", json.loads(response.body)["id"])
     assert job["state"] == "done", job["errors"]
-    assert job["result"]["git"]["files"] == ["notes.md"] and job["result"]["git"]["filtered"] == ["data.txt"]
+    assert job["result"]["git"]["files"] == ["notes.md"] and job["result"]["git"]["filtered"] == [
+        "data.txt"
+    ]
     assert _git(jp_root_dir, "log", "-1", "--format=%s").startswith("gpuws: persist")
 
     async def looked_again() -> Any:

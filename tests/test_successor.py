@@ -22,7 +22,11 @@ import pytest
 from tests.servers import ServerProcess, server_process, until
 from tests.sync.s3server import S3Server
 
-ACCESS_KEY, SECRET_KEY, BUCKET = "gpuws-successor-key", "gpuws-successor-secret-0123456789", "gpuws-successor"
+ACCESS_KEY, SECRET_KEY, BUCKET = (
+    "gpuws-successor-key",
+    "gpuws-successor-secret-0123456789",
+    "gpuws-successor",
+)
 REPO = Path(__file__).resolve().parents[1]
 
 LEASE_TTL = 10.0
@@ -35,7 +39,9 @@ model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.L
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 """
 
-TRAIN = MODEL + """\
+TRAIN = (
+    MODEL
+    + """\
 gpuws.track(model=model, optimizer=opt, every_steps=5, keep_last=3)
 start = gpuws.resume()
 print("tracking", start, flush=True)
@@ -44,20 +50,29 @@ for i in range(start, 10**9):
     gpuws.step(i)
     time.sleep(0.02)
 """
+)
 
-RESUME = MODEL + """\
+RESUME = (
+    MODEL
+    + """\
 gpuws.track(model=model, optimizer=opt, every_steps=5, keep_last=3)
 print("resumed", gpuws.resume(), flush=True)
 """
+)
 
 
 def kernel_client(server: ServerProcess, notebook: str) -> Any:
     """A notebook session, as JupyterLab opens one, and a client of its kernel."""
     from jupyter_client import BlockingKernelClient
 
-    session = server.api("/api/sessions", "POST", {"path": notebook, "type": "notebook", "name": notebook,
-                                                   "kernel": {"name": "python3"}})
-    client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{session['kernel']['id']}.json"))
+    session = server.api(
+        "/api/sessions",
+        "POST",
+        {"path": notebook, "type": "notebook", "name": notebook, "kernel": {"name": "python3"}},
+    )
+    client = BlockingKernelClient(
+        connection_file=str(server.runtime / f"kernel-{session['kernel']['id']}.json")
+    )
     client.load_connection_file()
     client.start_channels(hb=False)
     client.wait_for_ready(timeout=60)
@@ -89,7 +104,9 @@ def _backend(server: ServerProcess) -> Any:
     return open_backend(server.config["store_url"], server.config.get("storage_options", {}))
 
 
-def mirrored(server: ServerProcess, workspace: str, known: dict[str, bytes] | None = None) -> dict[str, str]:
+def mirrored(
+    server: ServerProcess, workspace: str, known: dict[str, bytes] | None = None
+) -> dict[str, str]:
     """Every file of the workspace's mirror: its path and the SHA-256 of its bytes (those whose
     bytes the test knows, of the same size in the store, are not downloaded again)."""
     import tempfile
@@ -99,7 +116,7 @@ def mirrored(server: ServerProcess, workspace: str, known: dict[str, bytes] | No
     out = {}
     with tempfile.TemporaryDirectory() as scratch:
         for f in backend.list(f"{workspace}/files"):
-            path = f.key[len(prefix):]
+            path = f.key[len(prefix) :]
             if known and path in known and len(known[path]) == f.size:
                 out[path] = hashlib.sha256(known[path]).hexdigest()
                 continue
@@ -112,15 +129,21 @@ def mirrored(server: ServerProcess, workspace: str, known: dict[str, bytes] | No
 
 
 def newest_stored_step_of(paths: Any) -> int:
-    steps = [int(p.split("/")[3].split("-")[1]) for p in paths
-             if p.startswith(".gpuws/checkpoints/train.ipynb/ckpt-") and p.endswith("/manifest.json")]
+    steps = [
+        int(p.split("/")[3].split("-")[1])
+        for p in paths
+        if p.startswith(".gpuws/checkpoints/train.ipynb/ckpt-") and p.endswith("/manifest.json")
+    ]
     return max(steps) if steps else -1
 
 
 def newest_stored_step(server: ServerProcess, workspace: str) -> int:
     backend = _backend(server)
     try:
-        keys = [f.key[len(workspace) + len("/files/"):] for f in backend.list(f"{workspace}/files/.gpuws/checkpoints")]
+        keys = [
+            f.key[len(workspace) + len("/files/") :]
+            for f in backend.list(f"{workspace}/files/.gpuws/checkpoints")
+        ]
     finally:
         backend.close()
     return newest_stored_step_of(keys)
@@ -167,8 +190,17 @@ def far_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     server.create_bucket(BUCKET)
     for name, value in server.env().items():
         monkeypatch.setenv(name, value)
-    proxy = subprocess.Popen([sys.executable, str(REPO / "bench" / "latency_proxy.py"), str(server.port),
-                              "--delay-ms", "100"], stdout=subprocess.PIPE, text=True)
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "bench" / "latency_proxy.py"),
+            str(server.port),
+            "--delay-ms",
+            "100",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proxy.stdout is not None
     far_port = int(proxy.stdout.readline().split()[1])
     yield {"near": server.endpoint, "far": f"http://127.0.0.1:{far_port}"}
@@ -177,30 +209,50 @@ def far_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     server.stop()
 
 
-@pytest.mark.parametrize("restoring", [False, True], ids=["after-the-restore", "during-the-restore"])
-def test_a_successor_seconds_after_a_kill_gets_everything_back_and_resumes(tmp_path: Path, shared_store: Path,
-                                                                           restoring: bool, request: Any) -> None:
-    config: dict[str, Any] = {"store_url": str(shared_store), "workspace": "", "sync_debounce": 0.05,
-                              "lease_ttl": LEASE_TTL, "checkpoint_timeout": 10.0}
+@pytest.mark.parametrize(
+    "restoring", [False, True], ids=["after-the-restore", "during-the-restore"]
+)
+def test_a_successor_seconds_after_a_kill_gets_everything_back_and_resumes(
+    tmp_path: Path, shared_store: Path, restoring: bool, request: Any
+) -> None:
+    config: dict[str, Any] = {
+        "store_url": str(shared_store),
+        "workspace": "",
+        "sync_debounce": 0.05,
+        "lease_ttl": LEASE_TTL,
+        "checkpoint_timeout": 10.0,
+    }
     second_config = config
     if restoring:
         endpoints = request.getfixturevalue("far_s3")
-        config = {**config, "store_url": f"s3://{BUCKET}/team", "storage_options": {"endpoint_url": endpoints["near"]}}
+        config = {
+            **config,
+            "store_url": f"s3://{BUCKET}/team",
+            "storage_options": {"endpoint_url": endpoints["near"]},
+        }
         second_config = {**config, "storage_options": {"endpoint_url": endpoints["far"]}}
     first_root = tmp_path / "machine-a" / "home" / "project"
-    with server_process(tmp_path / "a", tmp_path / "runtime-a", config, root=first_root, hostname="machine-a") as a:
+    with server_process(
+        tmp_path / "a", tmp_path / "runtime-a", config, root=first_root, hostname="machine-a"
+    ) as a:
         (first_root / "notes.md").write_text("what I learned today\n")
         data = first_root / "data"
         data.mkdir()
         dataset = {f"data/{i:05d}.csv": os.urandom(4096) for i in range(3000 if restoring else 20)}
         for path, content in dataset.items():  # from far away, the restore takes a while
             (first_root / path).write_bytes(content)
-        workspace = until(lambda: a.api("/gpuws/api/sync").get("workspace"), 60, "the first server's engine")
+        workspace = until(
+            lambda: a.api("/gpuws/api/sync").get("workspace"), 60, "the first server's engine"
+        )
         assert workspace.endswith("-project")
         trainer = kernel_client(a, "train.ipynb")
         trainer.execute(TRAIN)  # runs until the machine dies
         until(lambda: newest_stored_step(a, workspace) >= 20, 120, "checkpoints in the store")
-        until(lambda: a.api("/gpuws/api/sync")["pending_files"] == 0, 120, "everything written uploaded")
+        until(
+            lambda: a.api("/gpuws/api/sync")["pending_files"] == 0,
+            120,
+            "everything written uploaded",
+        )
         kill_everything(a)
         killed = time.time()
         trainer.stop_channels()
@@ -210,15 +262,29 @@ def test_a_successor_seconds_after_a_kill_gets_everything_back_and_resumes(tmp_p
     last_step = newest_stored_step_of(stored)
 
     time.sleep(2)
-    second_root = tmp_path / "machine-b" / "srv" / "work" / "project"  # another path, same folder name
-    with server_process(tmp_path / "b", tmp_path / "runtime-b", second_config, root=second_root,
-                        hostname="machine-b") as b:
-        def engine() -> str | None:  # the status names the workspace from the start: wait for the engine itself
+    second_root = (
+        tmp_path / "machine-b" / "srv" / "work" / "project"
+    )  # another path, same folder name
+    with server_process(
+        tmp_path / "b",
+        tmp_path / "runtime-b",
+        second_config,
+        root=second_root,
+        hostname="machine-b",
+    ) as b:
+
+        def engine() -> (
+            str | None
+        ):  # the status names the workspace from the start: wait for the engine itself
             status = b.api("/gpuws/api/sync")
             return status.get("workspace") if status["state"] != "starting" else None
 
-        assert until(engine, 60, "the successor's engine") == workspace  # found by the folder's name, wherever it sits
-        engine_up = time.time()  # it has read the dead runtime's lease by now (the engine opens with it)
+        assert (
+            until(engine, 60, "the successor's engine") == workspace
+        )  # found by the folder's name, wherever it sits
+        engine_up = (
+            time.time()
+        )  # it has read the dead runtime's lease by now (the engine opens with it)
         client = kernel_client(b, "train.ipynb")
         if restoring:  # the restore goes on while resume() runs
             assert b.api("/gpuws/api/sync").get("restoring"), b.api("/gpuws/api/sync")
@@ -227,8 +293,11 @@ def test_a_successor_seconds_after_a_kill_gets_everything_back_and_resumes(tmp_p
         client.stop_channels()
 
         def everything_back() -> bool:
-            here = {p.relative_to(second_root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-                    for p in second_root.rglob("*") if p.is_file()}
+            here = {
+                p.relative_to(second_root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in second_root.rglob("*")
+                if p.is_file()
+            }
             return all(here.get(path) == digest for path, digest in stored.items())
 
         until(everything_back, 120, "every stored file back in the new work directory")
@@ -246,26 +315,44 @@ def test_a_successor_seconds_after_a_kill_gets_everything_back_and_resumes(tmp_p
         lease_now = lease_record(b, workspace)
         took = lease_now["acquired"] - engine_up
         restored_after = b.api("/gpuws/api/sync")["restore"]["time"] - killed
-        print(f"the successor writes {lease_now['acquired'] - killed:.1f} s after the kill, {took:.1f} s after its "
-              f"engine started (lease_ttl {LEASE_TTL:.0f} s; restore done {restored_after:.1f} s after the kill)")
+        print(
+            f"the successor writes {lease_now['acquired'] - killed:.1f} s after the kill, {took:.1f} s after its "
+            f"engine started (lease_ttl {LEASE_TTL:.0f} s; restore done {restored_after:.1f} s after the kill)"
+        )
         assert lease_now["host"] == "machine-b" and took <= LEASE_TTL + 5
         (second_root / "after.txt").write_text("written on the successor")
         until(lambda: "after.txt" in mirrored(b, workspace, dataset), 60, "the successor's write")
 
 
 def test_two_servers_on_one_store_never_both_write_even_through_a_pass_longer_than_the_lease(
-        tmp_path: Path, shared_store: Path) -> None:
+    tmp_path: Path, shared_store: Path
+) -> None:
     """The first server's pass uploads a file for several lease lifetimes (a bandwidth cap); the
     second, started meanwhile on another host, must stay read-only the whole time: the store ends
     with the holder's bytes only, never the intruder's."""
     ttl = 3.0
-    config = {"store_url": str(shared_store), "workspace": "shared", "sync_debounce": 0.05, "lease_ttl": ttl}
+    config = {
+        "store_url": str(shared_store),
+        "workspace": "shared",
+        "sync_debounce": 0.05,
+        "lease_ttl": ttl,
+    }
     holder_bytes = os.urandom(12 * 2**20)
-    with server_process(tmp_path / "a", tmp_path / "runtime-a", {**config, "bandwidth_limit": 1 * 2**20},
-                        hostname="machine-a") as a:
+    with server_process(
+        tmp_path / "a",
+        tmp_path / "runtime-a",
+        {**config, "bandwidth_limit": 1 * 2**20},
+        hostname="machine-a",
+    ) as a:
         (a.root / "shared.bin").write_bytes(holder_bytes)
-        until(lambda: (a.api("/gpuws/api/sync").get("progress") or {}).get("bytes_done"), 30, "the long upload")
-        with server_process(tmp_path / "b", tmp_path / "runtime-b", config, hostname="machine-b") as b:
+        until(
+            lambda: (a.api("/gpuws/api/sync").get("progress") or {}).get("bytes_done"),
+            30,
+            "the long upload",
+        )
+        with server_process(
+            tmp_path / "b", tmp_path / "runtime-b", config, hostname="machine-b"
+        ) as b:
             (b.root / "shared.bin").write_bytes(b"the intruder's version")
             seen = set()
             deadline = time.monotonic() + 4 * ttl

@@ -6,8 +6,9 @@ import asyncio
 import json
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -23,6 +24,7 @@ async def get(jp_fetch: Any, *path: str) -> dict[str, Any]:
 
 async def finished(jp_fetch: Any, path: str, job_id: str, timeout: float = 300) -> dict[str, Any]:
     """The job at `gpuws/api/<path>/<job_id>` once it is no longer running."""
+
     async def ended() -> Any:
         job = await get(jp_fetch, *path.split("/"), job_id)
         return job if job["state"] != "running" else None
@@ -33,7 +35,9 @@ async def finished(jp_fetch: Any, path: str, job_id: str, timeout: float = 300) 
 async def sync_running(jp_fetch: Any) -> dict[str, Any]:
     async def running() -> Any:
         status = await get(jp_fetch, "sync")
-        return status if status["state"] in ("idle", "syncing") and status.get("last_sync") else None
+        return (
+            status if status["state"] in ("idle", "syncing") and status.get("last_sync") else None
+        )
 
     return await wait_for(running)
 
@@ -42,7 +46,9 @@ def mirror(store_dir: Path) -> Path:
     return store_dir / "test-ws" / "files"
 
 
-async def test_sync_status_reports_state_and_pending_files(jp_fetch: Any, jp_root_dir: Path) -> None:
+async def test_sync_status_reports_state_and_pending_files(
+    jp_fetch: Any, jp_root_dir: Path
+) -> None:
     status = await sync_running(jp_fetch)
     assert status["workspace"] == "test-ws" and status["lease_held"] is True
     assert status["pending_files"] == 0 and status["last_error"] is None
@@ -59,8 +65,9 @@ async def test_sync_status_reports_state_and_pending_files(jp_fetch: Any, jp_roo
     await wait_for(synced)
 
 
-async def test_persist_runs_a_job_with_progress_until_all_is_saved(jp_fetch: Any, jp_root_dir: Path,
-                                                                   store_dir: Path) -> None:
+async def test_persist_runs_a_job_with_progress_until_all_is_saved(
+    jp_fetch: Any, jp_root_dir: Path, store_dir: Path
+) -> None:
     await sync_running(jp_fetch)
     for i in range(20):
         (jp_root_dir / f"f{i}.txt").write_text("x" * i)
@@ -68,11 +75,16 @@ async def test_persist_runs_a_job_with_progress_until_all_is_saved(jp_fetch: Any
     assert response.code == 202
     job = await finished(jp_fetch, "persist", json.loads(response.body)["id"])
     assert job["state"] == "done", job["errors"]
-    assert [(s["name"], s["state"]) for s in job["steps"]] == [("documents", "done"), ("checkpoints", "done"),
-                                                                ("sync", "done")]
+    assert [(s["name"], s["state"]) for s in job["steps"]] == [
+        ("documents", "done"),
+        ("checkpoints", "done"),
+        ("sync", "done"),
+    ]
     assert job["steps"][1]["detail"] == "no kernel tracks anything"
     assert job["progress"]["files_done"] == job["progress"]["files_total"]
-    assert sorted(p.name for p in mirror(store_dir).iterdir()) == sorted(f"f{i}.txt" for i in range(20))
+    assert sorted(p.name for p in mirror(store_dir).iterdir()) == sorted(
+        f"f{i}.txt" for i in range(20)
+    )
     status = await get(jp_fetch, "sync")
     assert status["persist"]["id"] == job["id"] and status["pending_files"] == 0
 
@@ -80,14 +92,18 @@ async def test_persist_runs_a_job_with_progress_until_all_is_saved(jp_fetch: Any
 async def test_unknown_job_is_a_404(jp_fetch: Any) -> None:
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("gpuws", "api", "persist", "0123456789ab")
-    assert err.value.code == 404 and "No persist job" in json.loads(err.value.response.body)["message"]
+    assert (
+        err.value.code == 404 and "No persist job" in json.loads(err.value.response.body)["message"]
+    )
 
 
 async def test_malformed_body_is_a_400(jp_fetch: Any) -> None:
     await sync_running(jp_fetch)
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("gpuws", "api", "persist", method="POST", body="{not json")
-    assert err.value.code == 400 and "not valid JSON" in json.loads(err.value.response.body)["message"]
+    assert (
+        err.value.code == 400 and "not valid JSON" in json.loads(err.value.response.body)["message"]
+    )
 
 
 async def test_lease_takeover_needs_an_explicit_body(jp_fetch: Any) -> None:
@@ -98,13 +114,28 @@ async def test_lease_takeover_needs_an_explicit_body(jp_fetch: Any) -> None:
 
 
 @pytest.mark.parametrize("server_authorizer", [DenyGpuws])
-@pytest.mark.parametrize(("method", "path"), [("GET", "sync"), ("POST", "persist"), ("POST", "sync/restore"),
-                                              ("GET", "persist/0123456789ab"), ("GET", "runtime"),
-                                              ("POST", "runtime/release"), ("GET", "env"), ("POST", "env/snapshots"),
-                                              ("POST", "env/restore"), ("DELETE", "env/restore/0123456789ab")])
-async def test_denied_user_gets_403_everywhere(jp_fetch: Any, server_authorizer: Any, method: str, path: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "sync"),
+        ("POST", "persist"),
+        ("POST", "sync/restore"),
+        ("GET", "persist/0123456789ab"),
+        ("GET", "runtime"),
+        ("POST", "runtime/release"),
+        ("GET", "env"),
+        ("POST", "env/snapshots"),
+        ("POST", "env/restore"),
+        ("DELETE", "env/restore/0123456789ab"),
+    ],
+)
+async def test_denied_user_gets_403_everywhere(
+    jp_fetch: Any, server_authorizer: Any, method: str, path: str
+) -> None:
     with pytest.raises(HTTPClientError) as err:
-        await jp_fetch("gpuws", "api", *path.split("/"), method=method, body="" if method == "POST" else None)
+        await jp_fetch(
+            "gpuws", "api", *path.split("/"), method=method, body="" if method == "POST" else None
+        )
     assert err.value.code == 403
 
 
@@ -113,7 +144,9 @@ class TestBrokenStore:
     def gpuws_config(self, gpuws_config: dict[str, Any]) -> dict[str, Any]:
         return {**gpuws_config, "store_url": "nosuchproto://bucket/x"}
 
-    async def test_status_says_why_and_persist_is_refused_with_the_reason(self, jp_fetch: Any) -> None:
+    async def test_status_says_why_and_persist_is_refused_with_the_reason(
+        self, jp_fetch: Any
+    ) -> None:
         async def failed() -> Any:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "error" else None
@@ -131,7 +164,9 @@ class TestMistypedStoreUrl:
     def gpuws_config(self, gpuws_config: dict[str, Any]) -> dict[str, Any]:
         return {**gpuws_config, "store_url": "s3:/my-bucket/work"}
 
-    async def test_the_status_says_what_was_meant_within_seconds(self, jp_fetch: Any, jp_root_dir: Path) -> None:
+    async def test_the_status_says_what_was_meant_within_seconds(
+        self, jp_fetch: Any, jp_root_dir: Path
+    ) -> None:
         async def failed() -> Any:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "error" else None
@@ -145,10 +180,15 @@ class TestStoreOnADriveThatIsNotMounted:
     @pytest.fixture
     def gpuws_config(self, gpuws_config: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
         (tmp_path / "drive").mkdir()  # the mount point, empty while the drive is not mounted
-        return {**gpuws_config, "store_url": str(tmp_path / "drive" / "MyDrive" / "gpuws"), "lease_ttl": 2.0}
+        return {
+            **gpuws_config,
+            "store_url": str(tmp_path / "drive" / "MyDrive" / "gpuws"),
+            "lease_ttl": 2.0,
+        }
 
     async def test_it_is_store_unavailable_and_goes_on_by_itself_once_mounted(
-            self, jp_fetch: Any, jp_root_dir: Path, tmp_path: Path) -> None:
+        self, jp_fetch: Any, jp_root_dir: Path, tmp_path: Path
+    ) -> None:
         (jp_root_dir / "notes.md").write_text("mine")
 
         async def missing() -> Any:
@@ -166,10 +206,16 @@ class TestStoreOnADriveThatIsNotMounted:
 
         async def saved() -> Any:
             s = await get(jp_fetch, "sync")
-            return s if not s["store_missing"] and s["synced_files"] >= 1 and s["pending_files"] == 0 else None
+            return (
+                s
+                if not s["store_missing"] and s["synced_files"] >= 1 and s["pending_files"] == 0
+                else None
+            )
 
         await wait_for(saved, timeout=30)
-        assert (tmp_path / "drive" / "MyDrive" / "gpuws" / "test-ws" / "files" / "notes.md").read_text() == "mine"
+        assert (
+            tmp_path / "drive" / "MyDrive" / "gpuws" / "test-ws" / "files" / "notes.md"
+        ).read_text() == "mine"
 
 
 class TestLeaseHeldElsewhere:
@@ -177,13 +223,16 @@ class TestLeaseHeldElsewhere:
     def other_runtime(self, store_dir: Path, tmp_path: Path) -> Any:
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()
-        engine = SyncEngine(SyncSettings(str(elsewhere), str(store_dir), "test-ws", str(tmp_path / "other-state")))
+        engine = SyncEngine(
+            SyncSettings(str(elsewhere), str(store_dir), "test-ws", str(tmp_path / "other-state"))
+        )
         engine.open()
         yield engine
         engine.close()
 
-    async def test_second_runtime_is_read_only_and_says_who_holds_it(self, other_runtime: Any,
-                                                                     jp_fetch: Any, jp_root_dir: Path) -> None:
+    async def test_second_runtime_is_read_only_and_says_who_holds_it(
+        self, other_runtime: Any, jp_fetch: Any, jp_root_dir: Path
+    ) -> None:
         async def read_only() -> Any:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "read-only" and s["restore"] and not s["restoring"] else None
@@ -199,12 +248,21 @@ class TestLeaseHeldElsewhere:
             await jp_fetch("gpuws", "api", "persist", method="POST", body="")
         assert err.value.code == 409
         # Take over, as the user's word, works on a live holder too: writing waits for its time.
-        response = await jp_fetch("gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}')
+        response = await jp_fetch(
+            "gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}'
+        )
         status = json.loads(response.body)
-        assert status["state"] == "taking-over" and status["lease_held"] and status["writes_start_in"] > 0
+        assert (
+            status["state"] == "taking-over"
+            and status["lease_held"]
+            and status["writes_start_in"] > 0
+        )
         with pytest.raises(HTTPClientError) as err:
             await jp_fetch("gpuws", "api", "persist", method="POST", body="")
-        assert err.value.code == 409 and "writing starts in" in json.loads(err.value.response.body)["message"]
+        assert (
+            err.value.code == 409
+            and "writing starts in" in json.loads(err.value.response.body)["message"]
+        )
         await wait_for(lambda: _true(other_runtime.read_only), timeout=15)  # the other one stops
         assert "took the workspace lease" in other_runtime.read_only_reason
         # Take over also restores: the holder's file is here, as it saved it.
@@ -221,7 +279,9 @@ class TestRestoreOnStart:
         saved.write_text('{"cells": []}')
         return gpuws_config
 
-    async def test_files_come_back_into_a_fresh_work_directory(self, jp_fetch: Any, jp_root_dir: Path) -> None:
+    async def test_files_come_back_into_a_fresh_work_directory(
+        self, jp_fetch: Any, jp_root_dir: Path
+    ) -> None:
         status = await sync_running(jp_fetch)
         assert status["restore"]["restored"] == 1
         assert (jp_root_dir / "notebooks" / "yesterday.ipynb").read_text() == '{"cells": []}'
@@ -233,7 +293,9 @@ async def _true(value: Any) -> Any:
 
 class TestStoreWrittenBySomeoneElse:
     @pytest.fixture
-    def gpuws_config(self, gpuws_config: dict[str, Any], store_dir: Path, tmp_path: Path) -> dict[str, Any]:
+    def gpuws_config(
+        self, gpuws_config: dict[str, Any], store_dir: Path, tmp_path: Path
+    ) -> dict[str, Any]:
         saved = mirror(store_dir) / "notes.md"
         saved.parent.mkdir(parents=True)
         saved.write_text("notes")
@@ -244,7 +306,8 @@ class TestStoreWrittenBySomeoneElse:
         return gpuws_config
 
     async def test_a_link_in_the_store_is_not_restored_and_the_status_names_it(
-            self, jp_fetch: Any, jp_root_dir: Path) -> None:
+        self, jp_fetch: Any, jp_root_dir: Path
+    ) -> None:
         status = await sync_running(jp_fetch)
         assert status["restore"]["restored"] == 1 and not status["restore"]["errors"]
         assert (jp_root_dir / "notes.md").read_text() == "notes"
@@ -266,24 +329,47 @@ class TestWorkspaceChooser:
         del config["workspace"]  # the default, derived from the user and the folder
         return config
 
-    async def test_the_other_workspaces_are_listed_and_one_can_be_used(self, jp_fetch: Any, jp_root_dir: Path,
-                                                                      gpuws_app: Any) -> None:
+    async def test_the_other_workspaces_are_listed_and_one_can_be_used(
+        self, jp_fetch: Any, jp_root_dir: Path, gpuws_app: Any
+    ) -> None:
         await sync_running(jp_fetch)
         listing = await get(jp_fetch, "sync", "workspaces")
-        assert listing["current"] == gpuws_app.workspace and listing["current"].endswith(jp_root_dir.name)
+        assert listing["current"] == gpuws_app.workspace and listing["current"].endswith(
+            jp_root_dir.name
+        )
         assert listing["current_files"] == 0
         other = next(w for w in listing["workspaces"] if w["name"] == "someone-project")
-        assert other["files"] == 1 and other["bytes"] == len("yesterday's notes") and other["last_write"]
+        assert (
+            other["files"] == 1
+            and other["bytes"] == len("yesterday's notes")
+            and other["last_write"]
+        )
         with pytest.raises(HTTPClientError) as err:
-            await jp_fetch("gpuws", "api", "sync", "workspaces", "use", method="POST", body='{"name": "nope"}')
-        assert err.value.code == 404 and "someone-project" in json.loads(err.value.response.body)["message"]
-        response = await jp_fetch("gpuws", "api", "sync", "workspaces", "use", method="POST",
-                                  body='{"name": "someone-project"}')
+            await jp_fetch(
+                "gpuws", "api", "sync", "workspaces", "use", method="POST", body='{"name": "nope"}'
+            )
+        assert (
+            err.value.code == 404
+            and "someone-project" in json.loads(err.value.response.body)["message"]
+        )
+        response = await jp_fetch(
+            "gpuws",
+            "api",
+            "sync",
+            "workspaces",
+            "use",
+            method="POST",
+            body='{"name": "someone-project"}',
+        )
         assert json.loads(response.body)["current"] == "someone-project"
 
         async def restored() -> Any:
             status = await get(jp_fetch, "sync")
-            return status if status.get("workspace") == "someone-project" and status["state"] == "idle" else None
+            return (
+                status
+                if status.get("workspace") == "someone-project" and status["state"] == "idle"
+                else None
+            )
 
         await wait_for(restored, timeout=60)
         assert (jp_root_dir / "notes.md").read_text() == "yesterday's notes"
@@ -298,8 +384,14 @@ class TestStartupFaults:
         return "lease"
 
     @pytest.fixture
-    def gpuws_config(self, gpuws_config: dict[str, Any], store_dir: Path, tmp_path: Path, jp_root_dir: Path,
-                     fault: str) -> dict[str, Any]:
+    def gpuws_config(
+        self,
+        gpuws_config: dict[str, Any],
+        store_dir: Path,
+        tmp_path: Path,
+        jp_root_dir: Path,
+        fault: str,
+    ) -> dict[str, Any]:
         from jupyter_gpu_ws.sync import LocalBackend
         from jupyter_gpu_ws.sync.engine import index_path
 
@@ -312,7 +404,11 @@ class TestStartupFaults:
             (mirror(store_dir)).mkdir(parents=True)
             (mirror(store_dir) / "shared.txt").write_text("the store's copy")
             (jp_root_dir / "shared.txt").write_text("the local copy")
-            path = Path(index_path(config["state_dir"], str(jp_root_dir), LocalBackend(str(store_dir)), "test-ws"))
+            path = Path(
+                index_path(
+                    config["state_dir"], str(jp_root_dir), LocalBackend(str(store_dir)), "test-ws"
+                )
+            )
             path.parent.mkdir(parents=True)
             path.write_bytes(b"SQLite format 3\x00" + os.urandom(4000))  # a damaged record
         elif fault == "ignore":
@@ -326,14 +422,18 @@ class TestStartupFaults:
         return config
 
     @pytest.mark.parametrize("fault", ["lease"])
-    async def test_an_unreadable_lease_is_an_error_with_take_over(self, jp_fetch: Any, fault: str) -> None:
+    async def test_an_unreadable_lease_is_an_error_with_take_over(
+        self, jp_fetch: Any, fault: str
+    ) -> None:
         async def error() -> Any:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "error" else None
 
         status = await wait_for(error)
         assert status["can_take_over"] and "unreadable" in status["read_only_reason"]
-        response = await jp_fetch("gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}')
+        response = await jp_fetch(
+            "gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}'
+        )
         assert json.loads(response.body)["lease_held"]
         await sync_running(jp_fetch)
 
@@ -353,7 +453,8 @@ class TestStartupFaults:
 
     @pytest.mark.parametrize("fault", ["lease"])
     async def test_take_over_works_while_the_start_still_restores(
-            self, start_restore_held: threading.Event, jp_fetch: Any, fault: str) -> None:
+        self, start_restore_held: threading.Event, jp_fetch: Any, fault: str
+    ) -> None:
         async def error_while_restoring() -> Any:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "error" and s["restoring"] else None
@@ -361,7 +462,9 @@ class TestStartupFaults:
         status = await wait_for(error_while_restoring)
         assert status["can_take_over"] and "take over to replace it" in status["read_only_reason"]
         # What the status offers works now, not only once the restore is over.
-        response = await jp_fetch("gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}')
+        response = await jp_fetch(
+            "gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}'
+        )
         status = json.loads(response.body)
         assert status["lease_held"] and status["state"] == "starting" and status["restoring"]
         start_restore_held.set()
@@ -370,7 +473,8 @@ class TestStartupFaults:
 
     @pytest.mark.parametrize("fault", ["record"])
     async def test_a_damaged_record_is_rebuilt_and_overwrites_nothing_unversioned(
-            self, jp_fetch: Any, store_dir: Path, fault: str) -> None:
+        self, jp_fetch: Any, store_dir: Path, fault: str
+    ) -> None:
         status = await sync_running(jp_fetch)
         assert "unreadable" in (status["record_rebuilt"] or "")
         assert (mirror(store_dir) / "shared.txt").read_text() == "the local copy"
@@ -378,16 +482,20 @@ class TestStartupFaults:
         assert version.read_text() == "the store's copy"
 
     @pytest.mark.parametrize("fault", ["ignore"])
-    async def test_a_bad_ignore_line_is_named_and_the_rest_applies(self, jp_fetch: Any, store_dir: Path,
-                                                                   fault: str) -> None:
+    async def test_a_bad_ignore_line_is_named_and_the_rest_applies(
+        self, jp_fetch: Any, store_dir: Path, fault: str
+    ) -> None:
         status = await sync_running(jp_fetch)
         [problem] = status["ignore_problems"]
         assert "line 2" in problem and "[z-a]" in problem
-        assert (mirror(store_dir) / "train.py").exists() and not (mirror(store_dir) / "run.log").exists()
+        assert (mirror(store_dir) / "train.py").exists() and not (
+            mirror(store_dir) / "run.log"
+        ).exists()
 
     @pytest.mark.parametrize("fault", ["state_dir"])
-    async def test_any_other_fault_at_start_is_state_error_with_its_message(self, jp_fetch: Any,
-                                                                            fault: str) -> None:
+    async def test_any_other_fault_at_start_is_state_error_with_its_message(
+        self, jp_fetch: Any, fault: str
+    ) -> None:
         async def error() -> Any:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "error" else None
@@ -396,11 +504,15 @@ class TestStartupFaults:
         assert "not-a-folder" in status["last_error"] or "Not a directory" in status["last_error"]
         with pytest.raises(HTTPClientError) as err:
             await jp_fetch("gpuws", "api", "persist", method="POST", body="")
-        assert err.value.code == 503 and "not running" in json.loads(err.value.response.body)["message"]
+        assert (
+            err.value.code == 503
+            and "not running" in json.loads(err.value.response.body)["message"]
+        )
 
 
 async def test_a_file_that_cannot_be_read_is_named_and_does_not_fail_persist(
-        jp_fetch: Any, jp_root_dir: Path, store_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    jp_fetch: Any, jp_root_dir: Path, store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await sync_running(jp_fetch)
     (jp_root_dir / "fine.txt").write_text("fine")
     locked = jp_root_dir / "locked.csv"
@@ -426,12 +538,15 @@ async def test_a_file_that_cannot_be_read_is_named_and_does_not_fail_persist(
 
 class TestEncryptedStore:
     @pytest.fixture
-    def gpuws_config(self, gpuws_config: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    def gpuws_config(
+        self, gpuws_config: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    ) -> dict[str, Any]:
         monkeypatch.setenv("GPUWS_TEST_PASSPHRASE", "api test passphrase")
         return {**gpuws_config, "encrypt": True, "passphrase_env": "GPUWS_TEST_PASSPHRASE"}
 
-    async def test_status_names_the_cipher_and_never_the_key(self, jp_fetch: Any, jp_root_dir: Path,
-                                                              gpuws_app: Any) -> None:
+    async def test_status_names_the_cipher_and_never_the_key(
+        self, jp_fetch: Any, jp_root_dir: Path, gpuws_app: Any
+    ) -> None:
         status = await sync_running(jp_fetch)
         assert status["encryption"] == {"cipher": "AES-256-GCM", "names": False}
         body = (await jp_fetch("gpuws", "api", "sync")).body
@@ -453,6 +568,7 @@ async def test_a_plain_store_says_encryption_null(jp_fetch: Any) -> None:
 
 def strict_json(body: bytes) -> Any:
     """The answer as a strict parser reads it: UTF-8, no NaN or Infinity, every string Unicode."""
+
     def refuse(name: str) -> Any:
         raise ValueError(f"{name} is not JSON")
 
@@ -485,36 +601,51 @@ class TestAnswersStayJson:
     def gpuws_config(self, gpuws_config: dict[str, Any], store_dir: Path) -> dict[str, Any]:
         lease = store_dir / "test-ws" / ".gpuws" / "lease.json"
         lease.parent.mkdir(parents=True)
-        lease.write_text('{"holder": "forever-1", "host": "elsewhere", "pid": 1, "user": "someone", '
-                         '"acquired": 0, "heartbeat": 1e308, "expires": Infinity, "ttl": NaN}')
+        lease.write_text(
+            '{"holder": "forever-1", "host": "elsewhere", "pid": 1, "user": "someone", '
+            '"acquired": 0, "heartbeat": 1e308, "expires": Infinity, "ttl": NaN}'
+        )
         return gpuws_config
 
-    async def test_the_status_and_the_pending_list_are_strict_json(self, jp_fetch: Any, jp_root_dir: Path) -> None:
+    async def test_the_status_and_the_pending_list_are_strict_json(
+        self, jp_fetch: Any, jp_root_dir: Path
+    ) -> None:
         async def status_when(ready: Any) -> Any:
             status = strict_json((await jp_fetch("gpuws", "api", "sync")).body)
             return status if ready(status) else None
 
         status = await wait_for(lambda: status_when(lambda s: s["state"] == "error"))
-        assert "corrupt" in status["read_only_reason"] and status["can_take_over"] is True  # not trusted
-        make_file(jp_root_dir, b"f-\xe9\n.txt", b"waiting")  # seen by the watcher, held back by the lease
+        assert (
+            "corrupt" in status["read_only_reason"] and status["can_take_over"] is True
+        )  # not trusted
+        make_file(
+            jp_root_dir, b"f-\xe9\n.txt", b"waiting"
+        )  # seen by the watcher, held back by the lease
         await wait_for(lambda: status_when(lambda s: s["pending_files"] == 1))
         pending = strict_json((await jp_fetch("gpuws", "api", "sync", "pending")).body)
-        assert [(f["path"], f["state"]) for f in pending["files"]] == [("f-\\xe9\\n.txt", "waiting")]
+        assert [(f["path"], f["state"]) for f in pending["files"]] == [
+            ("f-\\xe9\\n.txt", "waiting")
+        ]
 
 
 async def test_a_file_whose_name_is_not_utf8_reaches_the_store_and_the_answers_stay_json(
-        jp_fetch: Any, jp_root_dir: Path, store_dir: Path) -> None:
+    jp_fetch: Any, jp_root_dir: Path, store_dir: Path
+) -> None:
     from jupyter_gpu_ws.store.names import encode
 
     await sync_running(jp_fetch)
     make_file(jp_root_dir, b"caf\xe9\tnotes.txt", b"written by a latin-1 program")
     make_file(jp_root_dir, b"\xff" * 250, b"a name too long for the store as key text")
-    stored = os.fsencode(mirror(store_dir)) + b"/" + encode(os.fsdecode(b"caf\xe9\tnotes.txt")).encode()
+    stored = (
+        os.fsencode(mirror(store_dir)) + b"/" + encode(os.fsdecode(b"caf\xe9\tnotes.txt")).encode()
+    )
 
     async def settled() -> Any:
         response = await jp_fetch("gpuws", "api", "sync")
         status = strict_json(response.body)
-        done = os.path.exists(stored) and status["pending_files"] == 0 and status["problem_files"] == 1
+        done = (
+            os.path.exists(stored) and status["pending_files"] == 0 and status["problem_files"] == 1
+        )
         return status if response.code == 200 and done else None
 
     status = await wait_for(settled)
@@ -542,6 +673,8 @@ class TestWorkspaceNamedInLatin1:
         listing = strict_json((await jp_fetch("gpuws", "api", "sync", "workspaces")).body)
         assert "lab\\xe9" in [w["name"] for w in listing["workspaces"]]
         with pytest.raises(HTTPClientError) as err:
-            await jp_fetch("gpuws", "api", "sync", "workspaces", "use", method="POST", body='{"name": "nope"}')
+            await jp_fetch(
+                "gpuws", "api", "sync", "workspaces", "use", method="POST", body='{"name": "nope"}'
+            )
         assert err.value.code == 404
         assert "lab\\xe9" in strict_json(err.value.response.body)["message"]

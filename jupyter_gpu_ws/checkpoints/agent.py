@@ -8,8 +8,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..monitor.own_use import OwnGpuUseReader
 from . import protocol
@@ -31,7 +32,7 @@ def kernel_identity() -> tuple[str | None, Path | None]:
     except Exception:
         return None, None
     name = path.stem
-    return (name[len("kernel-"):] if name.startswith("kernel-") else name), path.parent
+    return (name[len("kernel-") :] if name.startswith("kernel-") else name), path.parent
 
 
 class Agent:
@@ -44,14 +45,21 @@ class Agent:
         server_id = os.environ.get(protocol.SERVER_ID_ENV)
         self.server_id = server_id if protocol.valid_server_id(server_id) else None
         self.process = protocol.process_identity()
-        self.file = (protocol.registration_file(protocol.registrations_folder(runtime, self.server_id), self.kernel_id)
-                     if runtime and self.kernel_id else None)
+        self.file = (
+            protocol.registration_file(
+                protocol.registrations_folder(runtime, self.server_id), self.kernel_id
+            )
+            if runtime and self.kernel_id
+            else None
+        )
         if self.file is not None and self.kernel_id:
             # The loop's progress goes to the server beside the registration.
             self.tracker.training.stream = protocol.training_file(self.file.parent, self.kernel_id)
         # Loaded by `%load_ext` in the training cell itself, the agent starts inside a running
         # cell whose pre_run_cell has passed: the loop is the one to save, at its next step().
-        self.cell_running = getattr(getattr(ip, "displayhook", None), "exec_result", None) is not None
+        self.cell_running = (
+            getattr(getattr(ip, "displayhook", None), "exec_result", None) is not None
+        )
         self.gpu_reader = OwnGpuUseReader.from_environment()
         self.gpu: list[dict[str, Any]] = []
         self.stepped_at: float | None = None  # when the loop's step was last seen to change
@@ -105,8 +113,10 @@ class Agent:
     def observe(self) -> None:
         """Publish this kernel's GPU memory and the loop's progress when they changed."""
         try:
-            gpu = [{"uuid": u.uuid, "memory_used": u.memory_used, "figure": u.figure}
-                   for u in self.gpu_reader.read()]
+            gpu = [
+                {"uuid": u.uuid, "memory_used": u.memory_used, "figure": u.figure}
+                for u in self.gpu_reader.read()
+            ]
         except Exception as err:  # never let monitoring break the kernel
             log.debug("gpuws agent: own GPU use unreadable: %s", err)
             gpu = self.gpu
@@ -154,21 +164,44 @@ class Agent:
             comm.send({"type": protocol.STATUS, **self.state()})
         elif kind == protocol.CHECKPOINT:
             if not self.tracker.objects:
-                comm.send({"type": protocol.ERROR, "message": "This kernel tracks nothing yet (gpuws.track)"})
+                comm.send(
+                    {
+                        "type": protocol.ERROR,
+                        "message": "This kernel tracks nothing yet (gpuws.track)",
+                    }
+                )
                 return
             request_id = data.get("request_id")
             self.tracker.request(request_id)
             if self.cell_running:
-                comm.send({"type": protocol.ACCEPTED, "request_id": request_id, "step": self.tracker.step_value})
+                comm.send(
+                    {
+                        "type": protocol.ACCEPTED,
+                        "request_id": request_id,
+                        "step": self.tracker.step_value,
+                    }
+                )
             else:
                 # The main thread is idle: nothing races us for the tracked state.
                 info = self._save_now()
                 if info is None:
-                    comm.send({"type": protocol.ERROR, "request_id": request_id,
-                               "message": self.tracker.last_error or "checkpoint failed"})
+                    comm.send(
+                        {
+                            "type": protocol.ERROR,
+                            "request_id": request_id,
+                            "message": self.tracker.last_error or "checkpoint failed",
+                        }
+                    )
                 else:
-                    comm.send({"type": protocol.DONE, "request_id": request_id, "step": info.step,
-                               "bytes": info.bytes, "path": str(info.path)})
+                    comm.send(
+                        {
+                            "type": protocol.DONE,
+                            "request_id": request_id,
+                            "step": info.step,
+                            "bytes": info.bytes,
+                            "path": str(info.path),
+                        }
+                    )
         else:
             comm.send({"type": protocol.ERROR, "message": f"unknown request {kind!r}"})
 
@@ -182,9 +215,16 @@ class Agent:
     # -- registration ------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        return {"kernel_id": self.kernel_id, "server_id": self.server_id, **self.process,
-                "cell_running": self.cell_running, "updated": time.time(), "gpu": self.gpu,
-                "stepped_at": self.stepped_at, **self.tracker.describe()}
+        return {
+            "kernel_id": self.kernel_id,
+            "server_id": self.server_id,
+            **self.process,
+            "cell_running": self.cell_running,
+            "updated": time.time(),
+            "gpu": self.gpu,
+            "stepped_at": self.stepped_at,
+            **self.tracker.describe(),
+        }
 
     def publish(self) -> None:
         if self.file is None:
@@ -202,8 +242,12 @@ class Agent:
                 log.debug("gpuws agent: cannot write %s: %s", self.file, err)
 
 
-def watch_requests(path: Path, on_request: Callable[[str], None], stop: threading.Event | None = None,
-                   tick: Callable[[], None] | None = None) -> None:
+def watch_requests(
+    path: Path,
+    on_request: Callable[[str], None],
+    stop: threading.Event | None = None,
+    tick: Callable[[], None] | None = None,
+) -> None:
     """Check a request file ten times a second (one stat, no Python work otherwise) and call
     `on_request` with each new request id the server writes there (and `tick` each time)."""
     last_mtime = None

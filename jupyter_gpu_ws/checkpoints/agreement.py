@@ -23,8 +23,9 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,16 @@ class StepAgreement:
     """One rank's side of the rounds. `store` is the process group's store (or any c10d store all
     ranks share); each thread uses its own clone of it."""
 
-    def __init__(self, store: Any, rank: int, world_size: int, current_step: Callable[[], int],
-                 on_round: Callable[[int], None], on_ask: Callable[[], None], timeout: float = ROUND_TIMEOUT) -> None:
+    def __init__(
+        self,
+        store: Any,
+        rank: int,
+        world_size: int,
+        current_step: Callable[[], int],
+        on_round: Callable[[int], None],
+        on_ask: Callable[[], None],
+        timeout: float = ROUND_TIMEOUT,
+    ) -> None:
         self.store = store.clone()
         self.rank, self.world_size = rank, world_size
         self.timeout = timeout
@@ -56,8 +65,9 @@ class StepAgreement:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if world_size > 1:
-            self._thread = threading.Thread(target=self._watch, args=(store.clone(),), name="gpuws-agreement",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._watch, args=(store.clone(),), name="gpuws-agreement", daemon=True
+            )
             self._thread.start()
 
     # -- rank 0 ----------------------------------------------------------------------------------
@@ -74,13 +84,19 @@ class StepAgreement:
             self.store.wait(keys, timedelta(seconds=self.timeout))
         except Exception as err:
             self.store.set(f"r{n}/T", str(ABORTED))  # release the ranks that did answer
-            raise AgreementError(f"ranks did not answer within {self.timeout:.0f} s ({_first_line(err)})") from None
+            raise AgreementError(
+                f"ranks did not answer within {self.timeout:.0f} s ({_first_line(err)})"
+            ) from None
         reached = [int(self.store.get(k)) for k in keys]
         target = max([step] + [s + 1 for s in reached])
         self.store.set(f"r{n}/T", str(target))
         if n > 1:
             # Every rank's thread read round n-1's target before it could answer round n.
-            for key in [f"r{n - 1}", f"r{n - 1}/T", *(f"r{n - 1}/at{r}" for r in range(1, self.world_size))]:
+            for key in [
+                f"r{n - 1}",
+                f"r{n - 1}/T",
+                *(f"r{n - 1}/at{r}" for r in range(1, self.world_size)),
+            ]:
                 try:
                     self.store.delete_key(key)
                 except Exception:
@@ -96,7 +112,9 @@ class StepAgreement:
             while n not in self._answers:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stop.is_set():
-                    raise AgreementError(f"rank 0 did not say at which step to save within {self.timeout:.0f} s")
+                    raise AgreementError(
+                        f"rank 0 did not say at which step to save within {self.timeout:.0f} s"
+                    )
                 self._answered.wait(min(left, 1.0))
             target, info = self._answers.pop(n)
         if target == ABORTED:

@@ -71,18 +71,38 @@ from typing import Any
 from ..training.recorder import continue_wandb
 from .files import CheckpointError, info_of, run_dir
 from .fromstore import bring_newest
-from .tracker import (Tracker, _tuples, capture_rng, default_run_name, default_tracker, newest_checkpoint,
-                      read_metrics, restore_rng)
+from .tracker import (
+    Tracker,
+    _tuples,
+    capture_rng,
+    default_run_name,
+    default_tracker,
+    newest_checkpoint,
+    read_metrics,
+    restore_rng,
+)
 
-__all__ = ["GpuwsCallback", "GpuwsTrainerCallback", "lightning_callback_class", "trainer_callback_class"]
+__all__ = [
+    "GpuwsCallback",  # noqa: F822 (made on first use by the module's __getattr__)
+    "GpuwsTrainerCallback",  # noqa: F822 (the same)
+    "lightning_callback_class",
+    "trainer_callback_class",
+]
 
 
 class _Policy:
     """The run name, the tracker and the save policy: shared by both callbacks."""
 
-    def __init__(self, name: str | None = None, *, every_steps: int | None = None,
-                 every_seconds: float | None = None, keep_last: int | None = None, root: str | None = None,
-                 tracker: Tracker | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        every_steps: int | None = None,
+        every_seconds: float | None = None,
+        keep_last: int | None = None,
+        root: str | None = None,
+        tracker: Tracker | None = None,
+    ) -> None:
         super().__init__()
         self.name = name
         self.every_steps = every_steps
@@ -96,8 +116,14 @@ class _Policy:
         return self._tracker if self._tracker is not None else default_tracker()
 
     def _track(self, **objects: Any) -> Tracker:
-        return self.tracker.track(self.name, every_steps=self.every_steps, every_seconds=self.every_seconds,
-                                  keep_last=self.keep_last, root=self.root, **objects)
+        return self.tracker.track(
+            self.name,
+            every_steps=self.every_steps,
+            every_seconds=self.every_seconds,
+            keep_last=self.keep_last,
+            root=self.root,
+            **objects,
+        )
 
 
 # -- PyTorch Lightning -------------------------------------------------------------------------
@@ -112,11 +138,25 @@ class _LightningHooks(_Policy):
     `resumed_step` is the global step training continued from (None for a fresh start).
     """
 
-    def __init__(self, name: str | None = None, *, every_steps: int | None = None,
-                 every_seconds: float | None = None, keep_last: int | None = None, root: str | None = None,
-                 resume: bool = True, tracker: Tracker | None = None) -> None:
-        super().__init__(name, every_steps=every_steps, every_seconds=every_seconds, keep_last=keep_last,
-                         root=root, tracker=tracker)
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        every_steps: int | None = None,
+        every_seconds: float | None = None,
+        keep_last: int | None = None,
+        root: str | None = None,
+        resume: bool = True,
+        tracker: Tracker | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            every_steps=every_steps,
+            every_seconds=every_seconds,
+            keep_last=keep_last,
+            root=root,
+            tracker=tracker,
+        )
         self.resume = resume
         self.resumed_step: int | None = None
         self._position = _DataPosition()
@@ -151,8 +191,11 @@ class _LightningHooks(_Policy):
                 self._fast_forward = (self._position.skip, capture_rng(torch))
                 restore_rng(torch, self._position.epoch_rng)
                 # Lightning cannot see that we put the data back in place: its warning is wrong here.
-                warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before "
-                                        "the epoch ended and your dataloader is not resumable")
+                warnings.filterwarnings(
+                    "ignore",
+                    message="You're resuming from a checkpoint that ended before "
+                    "the epoch ended and your dataloader is not resumable",
+                )
         if self._fast_forward is None:
             # Lightning makes the first epoch's iterator right after this hook (the sanity check
             # runs with the RNG isolated): from this state.
@@ -163,14 +206,22 @@ class _LightningHooks(_Policy):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         import torch
 
-        total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else trainer.estimated_stepping_batches
+        total = (
+            trainer.max_steps
+            if trainer.max_steps and trainer.max_steps > 0
+            else trainer.estimated_stepping_batches
+        )
         if isinstance(total, (int, float)) and math.isfinite(total) and total >= 1:
             self.tracker.progress(int(total))
         self._first_epoch = trainer.current_epoch
         fetcher = trainer.fit_loop._data_fetcher
         self._stateful_data = fetcher is not None and _stateful(fetcher.combined_loader.flattened)
-        if self.resumed_step is not None and trainer.current_epoch == self._resumed_epoch and \
-                trainer.fit_loop.epoch_loop.batch_progress.current.ready >= trainer.num_training_batches:
+        if (
+            self.resumed_step is not None
+            and trainer.current_epoch == self._resumed_epoch
+            and trainer.fit_loop.epoch_loop.batch_progress.current.ready
+            >= trainer.num_training_batches
+        ):
             # Resumed after the closing validation of an epoch: Lightning ends that epoch without
             # a batch and makes the next epoch's iterator anew, so the one it just made must not
             # have drawn from the RNG.
@@ -191,14 +242,18 @@ class _LightningHooks(_Policy):
         self._first_epoch = None
         self._position.epoch_rng = capture_rng(torch)  # Lightning makes this epoch's iterator next
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         step = trainer.global_step
         if step == self._last_step:
             return  # accumulating gradients: no optimizer step in this batch
         self._last_step = step
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         # Step `step - 1` in the loop's own counting (global_step counts the steps done).
-        self.tracker.record(step - 1, loss, {k: v for k, v in trainer.callback_metrics.items() if k != "loss"})
+        self.tracker.record(
+            step - 1, loss, {k: v for k, v in trainer.callback_metrics.items() if k != "loss"}
+        )
         last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
         self._position.skip = 0 if last or self._stateful_data else batch_idx + 1
         fetcher = trainer.fit_loop._data_fetcher
@@ -245,7 +300,9 @@ class _Optimizers:
 
     def load_state_dict(self, states: list[Any]) -> None:
         if len(states) != len(self.trainer.optimizers):
-            raise ValueError(f"{len(states)} optimizer states for {len(self.trainer.optimizers)} optimizers")
+            raise ValueError(
+                f"{len(states)} optimizer states for {len(self.trainer.optimizers)} optimizers"
+            )
         self.trainer.strategy.load_optimizer_state_dict({"optimizer_states": states})
 
 
@@ -260,7 +317,7 @@ class _Schedulers:
         configs = self.trainer.lr_scheduler_configs
         if len(states) != len(configs):
             raise ValueError(f"{len(states)} LR scheduler states for {len(configs)} LR schedulers")
-        for config, state in zip(configs, states):
+        for config, state in zip(configs, states, strict=False):
             config.scheduler.load_state_dict(state)
 
 
@@ -348,11 +405,24 @@ class _TrainerHooks(_Policy):
     root=None, tracker=None)`; then `trainer.train(resume_from_checkpoint=cb.resume_from_checkpoint())`.
     """
 
-    def __init__(self, name: str | None = None, *, every_steps: int | None = None,
-                 every_seconds: float | None = None, keep_last: int | None = None, root: str | None = None,
-                 tracker: Tracker | None = None) -> None:
-        super().__init__(name, every_steps=every_steps, every_seconds=every_seconds, keep_last=keep_last,
-                         root=root, tracker=tracker)
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        every_steps: int | None = None,
+        every_seconds: float | None = None,
+        keep_last: int | None = None,
+        root: str | None = None,
+        tracker: Tracker | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            every_steps=every_steps,
+            every_seconds=every_seconds,
+            keep_last=keep_last,
+            root=root,
+            tracker=tracker,
+        )
         self.resumed_step: int | None = None
         self._resume_dir: Path | None = None
         self._resumed_info: Any = None
@@ -379,10 +449,16 @@ class _TrainerHooks(_Policy):
             return None
         path, manifest, state, rng = found
         self._resumed_manifest = (path, manifest)
-        missing = [name for name in ("model", "optimizer", "lr_scheduler", "trainer_state") if name not in state]
+        missing = [
+            name
+            for name in ("model", "optimizer", "lr_scheduler", "trainer_state")
+            if name not in state
+        ]
         if missing:
-            raise CheckpointError(f"Checkpoint {path.name} was not written by GpuwsTrainerCallback: "
-                                  f"it has no {', '.join(missing)}")
+            raise CheckpointError(
+                f"Checkpoint {path.name} was not written by GpuwsTrainerCallback: "
+                f"it has no {', '.join(missing)}"
+            )
         folder = Path(tempfile.mkdtemp(prefix=f"gpuws-resume-{int(manifest['step'])}-"))
         torch.save(state["model"], folder / "pytorch_model.bin")
         torch.save(state["optimizer"], folder / "optimizer.pt")
@@ -396,11 +472,25 @@ class _TrainerHooks(_Policy):
         self.resumed_step = int(json.loads(state["trainer_state"]["json"])["global_step"])
         return str(folder)
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
-                       lr_scheduler: Any = None, **kwargs: Any) -> None:
-        objects: dict[str, Any] = {"model": model, "optimizer": optimizer, "lr_scheduler": lr_scheduler,
-                                   "trainer_state": _TrainerState(state)}
-        scaler = getattr(optimizer, "scaler", None)  # accelerate's AcceleratedOptimizer holds the AMP scaler
+    def on_train_begin(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        model: Any = None,
+        optimizer: Any = None,
+        lr_scheduler: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        objects: dict[str, Any] = {
+            "model": model,
+            "optimizer": optimizer,
+            "lr_scheduler": lr_scheduler,
+            "trainer_state": _TrainerState(state),
+        }
+        scaler = getattr(
+            optimizer, "scaler", None
+        )  # accelerate's AcceleratedOptimizer holds the AMP scaler
         if scaler is not None:
             objects["scaler"] = scaler
         tracker = self._track(**objects)
@@ -431,11 +521,15 @@ class _TrainerHooks(_Policy):
             return
         self.tracker.safe_point(state.global_step)
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         """Trainer's logs (loss, learning rate, grad norm, eval scores) feed the training view."""
         if not self._tracking or not logs or "train_runtime" in logs:  # not the closing summary
             return
-        values = {k: v for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        values = {
+            k: v for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         self.tracker.record(state.global_step - 1, values.pop("loss", None), values)
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -465,7 +559,12 @@ class _TrainerState:
         self.state = state
 
     def state_dict(self) -> dict[str, str]:
-        return {"json": json.dumps(dataclasses.asdict(self.state), indent=2, sort_keys=True, default=_plain) + "\n"}
+        return {
+            "json": json.dumps(
+                dataclasses.asdict(self.state), indent=2, sort_keys=True, default=_plain
+            )
+            + "\n"
+        }
 
     def load_state_dict(self, value: dict[str, str]) -> None:
         for key, item in json.loads(value["json"]).items():
@@ -485,7 +584,13 @@ def _trainer_rng(torch: Any, rng: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"python": _tuples(rng["python"]), "cpu": rng["torch"]}
     if "numpy" in rng:
         n = rng["numpy"]
-        out["numpy"] = (n["kind"], n["keys"].numpy().astype("uint32"), n["pos"], n["has_gauss"], n["gauss"])
+        out["numpy"] = (
+            n["kind"],
+            n["keys"].numpy().astype("uint32"),
+            n["pos"],
+            n["has_gauss"],
+            n["gauss"],
+        )
     else:
         import numpy as np
 
@@ -514,8 +619,15 @@ def lightning_callback_class(package: str | None = None) -> type:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        cls = type("GpuwsCallback", (_LightningHooks, module.Callback),
-                   {"__module__": __name__, "__qualname__": "GpuwsCallback", "__doc__": _LightningHooks.__doc__})
+        cls = type(
+            "GpuwsCallback",
+            (_LightningHooks, module.Callback),
+            {
+                "__module__": __name__,
+                "__qualname__": "GpuwsCallback",
+                "__doc__": _LightningHooks.__doc__,
+            },
+        )
         _classes[name] = cls
         return cls
     raise ImportError(
@@ -535,8 +647,13 @@ def trainer_callback_class() -> type:
                 f"or does not import ({err}): `pip install transformers accelerate`"
             ) from err
         _classes["transformers"] = type(
-            "GpuwsTrainerCallback", (_TrainerHooks, TrainerCallback),
-            {"__module__": __name__, "__qualname__": "GpuwsTrainerCallback", "__doc__": _TrainerHooks.__doc__},
+            "GpuwsTrainerCallback",
+            (_TrainerHooks, TrainerCallback),
+            {
+                "__module__": __name__,
+                "__qualname__": "GpuwsTrainerCallback",
+                "__doc__": _TrainerHooks.__doc__,
+            },
         )
     return _classes["transformers"]
 

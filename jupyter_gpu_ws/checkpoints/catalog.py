@@ -13,8 +13,11 @@ from .files import complete_checkpoints, real_folders, run_dir
 SHOWN = 5  # checkpoints listed per run, newest first
 
 
-def distributed_runs(root: Path, extra_runs: list[tuple[str, str]] = (), gpus: list[dict[str, Any]] | None = None,
-                     ) -> dict[str, dict[str, Any]]:
+def distributed_runs(
+    root: Path,
+    extra_runs: list[tuple[str, str]] = (),
+    gpus: list[dict[str, Any]] | None = None,
+) -> dict[str, dict[str, Any]]:
     """By run folder: the runs under `root` (and the (root, run) pairs of live runs kept
     elsewhere) whose newest checkpoint was saved through DCP."""
     # Real folders only: a link to a folder elsewhere is not one of the runs, and is not read.
@@ -29,8 +32,11 @@ def distributed_runs(root: Path, extra_runs: list[tuple[str, str]] = (), gpus: l
             continue
         newest = found[-1][1]
         out[key] = {
-            "run": newest.get("run") or folder.name, "folder": str(folder),
-            "checkpoints": [describe(path, manifest) for path, manifest in reversed(found[-SHOWN:])],
+            "run": newest.get("run") or folder.name,
+            "folder": str(folder),
+            "checkpoints": [
+                describe(path, manifest) for path, manifest in reversed(found[-SHOWN:])
+            ],
             "resumable": resumable_here(newest, gpus or []),
         }
     return out
@@ -38,9 +44,16 @@ def distributed_runs(root: Path, extra_runs: list[tuple[str, str]] = (), gpus: l
 
 def describe(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     ranks = sorted(manifest.get("ranks") or [], key=lambda r: r.get("rank", 0))
-    return {"step": manifest.get("step"), "time": manifest.get("time"), "bytes": manifest.get("bytes"),
-            "world_size": manifest.get("world_size"), "mesh": manifest.get("mesh"), "path": str(path),
-            "bytes_per_rank": [r.get("bytes", 0) for r in ranks], "request_id": manifest.get("request_id")}
+    return {
+        "step": manifest.get("step"),
+        "time": manifest.get("time"),
+        "bytes": manifest.get("bytes"),
+        "world_size": manifest.get("world_size"),
+        "mesh": manifest.get("mesh"),
+        "path": str(path),
+        "bytes_per_rank": [r.get("bytes", 0) for r in ranks],
+        "request_id": manifest.get("request_id"),
+    }
 
 
 def resumable_here(manifest: dict[str, Any], gpus: list[dict[str, Any]]) -> dict[str, Any]:
@@ -51,8 +64,12 @@ def resumable_here(manifest: dict[str, Any], gpus: list[dict[str, Any]]) -> dict
     total = int(manifest.get("bytes") or 0)
     sharded = (manifest.get("mesh") or {}).get("parallelism") == "sharded"
     if not gpus:
-        return {"saved_on": saved, "gpus_here": 0, "fits": None,
-                "message": f"saved on {ranks}: loads here on the CPU (no GPU found), in one process or under torchrun"}
+        return {
+            "saved_on": saved,
+            "gpus_here": 0,
+            "fits": None,
+            "message": f"saved on {ranks}: loads here on the CPU (no GPU found), in one process or under torchrun",
+        }
     here = len(gpus)
     # Model and optimizer state on each GPU: a share of it when sharded, all of it when each rank
     # holds a replica (DDP). Activations come on top: this only rules out what cannot fit.
@@ -64,7 +81,13 @@ def resumable_here(manifest: dict[str, Any], gpus: list[dict[str, Any]]) -> dict
         message += f" (resharded {saved} → {here})"
     if not fits:
         message += f", but its state needs about {_gib(per_gpu)} per GPU and a GPU here has {_gib(smallest)}"
-    return {"saved_on": saved, "gpus_here": here, "fits": fits, "bytes_per_gpu": int(per_gpu), "message": message}
+    return {
+        "saved_on": saved,
+        "gpus_here": here,
+        "fits": fits,
+        "bytes_per_gpu": int(per_gpu),
+        "message": message,
+    }
 
 
 def _gib(n: float) -> str:

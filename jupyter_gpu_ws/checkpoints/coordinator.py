@@ -12,8 +12,9 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any
 
 import psutil
 
@@ -35,8 +36,13 @@ class CheckpointCoordinator:
     the kernels it runs that registered without a server identity, and the clean-up of what
     provably nobody needs any more."""
 
-    def __init__(self, kernel_manager: Any, runtime_dir: str,
-                 notebooks: Callable[[], Awaitable[dict[str, str]]], server_id: str | None = None) -> None:
+    def __init__(
+        self,
+        kernel_manager: Any,
+        runtime_dir: str,
+        notebooks: Callable[[], Awaitable[dict[str, str]]],
+        server_id: str | None = None,
+    ) -> None:
         self.kernel_manager = kernel_manager
         self.server_id = server_id or uuid.uuid4().hex
         self.root = protocol.agents_root(runtime_dir)
@@ -57,10 +63,13 @@ class CheckpointCoordinator:
             self.root.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{self.server_id}-", dir=self.root))
             (staging / protocol.SERVER_FILE).write_text(
-                json.dumps({**protocol.process_identity(), "started": time.time()}))
+                json.dumps({**protocol.process_identity(), "started": time.time()})
+            )
             os.rename(staging, self.agents_dir)
         except OSError as err:
-            log.warning("GPU workspace: cannot make the kernel agents folder %s: %s", self.agents_dir, err)
+            log.warning(
+                "GPU workspace: cannot make the kernel agents folder %s: %s", self.agents_dir, err
+            )
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
 
@@ -78,7 +87,11 @@ class CheckpointCoordinator:
         """The kernels whose agent tracks something: the only ones a checkpoint can come from.
         (An agent loaded before its `gpuws.track()`, e.g. while the cell still imports torch,
         has nothing to save and answers no request.)"""
-        return [kernel_id for kernel_id, state in sorted(self.agent_states().items()) if state.get("objects")]
+        return [
+            kernel_id
+            for kernel_id, state in sorted(self.agent_states().items())
+            if state.get("objects")
+        ]
 
     def _registrations(self) -> dict[str, tuple[Path, dict[str, Any]]]:
         alive = set(self.kernel_manager.list_kernel_ids())
@@ -150,18 +163,36 @@ class CheckpointCoordinator:
             leader = ranks[0 if 0 in ranks else min(ranks)][1]
             spread = leader.get("distributed") or {}
             out[run_id] = {
-                "run_id": run_id, "run": leader.get("run"), "command": leader.get("command"), "job": leader.get("job"),
-                "world_size": spread.get("world_size"), "mesh": spread.get("mesh"),
-                "objects": leader.get("objects"), "policy": leader.get("policy"), "root": leader.get("root"),
-                "step": leader.get("step"), "pending": leader.get("pending"),
-                "writing": any(s.get("writing") for s in states), "last": leader.get("last"),
-                "last_error": next((s.get("last_error") for s in states if s.get("last_error")), None),
-                "ranks": [{"rank": (s.get("distributed") or {}).get("rank"),
-                           "local_rank": (s.get("distributed") or {}).get("local_rank"),
-                           "host": (s.get("distributed") or {}).get("host"), "pid": s.get("pid"),
-                           "phase": (s.get("distributed") or {}).get("phase"), "step": s.get("step"),
-                           "writing": s.get("writing"), "last_error": s.get("last_error"),
-                           "terminating": (s.get("distributed") or {}).get("terminating")} for s in states],
+                "run_id": run_id,
+                "run": leader.get("run"),
+                "command": leader.get("command"),
+                "job": leader.get("job"),
+                "world_size": spread.get("world_size"),
+                "mesh": spread.get("mesh"),
+                "objects": leader.get("objects"),
+                "policy": leader.get("policy"),
+                "root": leader.get("root"),
+                "step": leader.get("step"),
+                "pending": leader.get("pending"),
+                "writing": any(s.get("writing") for s in states),
+                "last": leader.get("last"),
+                "last_error": next(
+                    (s.get("last_error") for s in states if s.get("last_error")), None
+                ),
+                "ranks": [
+                    {
+                        "rank": (s.get("distributed") or {}).get("rank"),
+                        "local_rank": (s.get("distributed") or {}).get("local_rank"),
+                        "host": (s.get("distributed") or {}).get("host"),
+                        "pid": s.get("pid"),
+                        "phase": (s.get("distributed") or {}).get("phase"),
+                        "step": s.get("step"),
+                        "writing": s.get("writing"),
+                        "last_error": s.get("last_error"),
+                        "terminating": (s.get("distributed") or {}).get("terminating"),
+                    }
+                    for s in states
+                ],
                 "leader_registered": 0 in ranks,
             }
         return out
@@ -173,8 +204,14 @@ class CheckpointCoordinator:
             state = dict(state)
             state["kernel_id"] = kernel_id
             state["notebook"] = notebooks.get(kernel_id)
-            request = next((r for r in self.requests.values()
-                            if r.get("kernel_id") == kernel_id and r["state"] in ("sent", "accepted")), None)
+            request = next(
+                (
+                    r
+                    for r in self.requests.values()
+                    if r.get("kernel_id") == kernel_id and r["state"] in ("sent", "accepted")
+                ),
+                None,
+            )
             if request and _settle(request, state):
                 request = None
             state["request"] = request
@@ -184,9 +221,17 @@ class CheckpointCoordinator:
     def runs(self) -> list[dict[str, Any]]:
         """The distributed runs, each with the server's request still in progress."""
         out = []
-        for run_id, run in sorted(self.run_states().items(), key=lambda item: str(item[1].get("run"))):
-            request = next((r for r in self.requests.values()
-                            if r.get("run_id") == run_id and r["state"] in ("sent", "accepted")), None)
+        for run_id, run in sorted(
+            self.run_states().items(), key=lambda item: str(item[1].get("run"))
+        ):
+            request = next(
+                (
+                    r
+                    for r in self.requests.values()
+                    if r.get("run_id") == run_id and r["state"] in ("sent", "accepted")
+                ),
+                None,
+            )
             if request and _settle(request, run):
                 request = None
             out.append({**run, "request": request})
@@ -202,14 +247,22 @@ class CheckpointCoordinator:
         if registration is None:
             raise CheckpointRequestError(
                 f"Kernel {kernel_id} does not run the checkpoint agent: run %load_ext jupyter_gpu_ws "
-                "and gpuws.track(...) in it", status=409)
+                "and gpuws.track(...) in it",
+                status=409,
+            )
         if not registration[1].get("objects"):
             raise CheckpointRequestError(
                 f"Kernel {kernel_id} tracks nothing yet: call gpuws.track(model=..., optimizer=...) in it",
-                status=409)
+                status=409,
+            )
         request_id = uuid.uuid4().hex[:12]
-        record: dict[str, Any] = {"kernel_id": kernel_id, "request_id": request_id, "state": "sent",
-                                  "time": time.time(), "message": None}
+        record: dict[str, Any] = {
+            "kernel_id": kernel_id,
+            "request_id": request_id,
+            "state": "sent",
+            "time": time.time(),
+            "message": None,
+        }
         self.requests[request_id] = record
         path = protocol.request_file(registration[0].parent, kernel_id)
         tmp = path.with_suffix(".tmp")
@@ -223,8 +276,11 @@ class CheckpointCoordinator:
             if _settle(record, state):  # complete, or failed with the kernel's reason
                 break
             if pending.get("request_id") == request_id or (state.get("writing") and not pending):
-                record.update(state="accepted", step=state.get("step"),
-                              message="Saving at the next step()" if state.get("cell_running") else "Saving")
+                record.update(
+                    state="accepted",
+                    step=state.get("step"),
+                    message="Saving at the next step()" if state.get("cell_running") else "Saving",
+                )
                 break
             await asyncio.sleep(0.05)
         else:
@@ -236,15 +292,23 @@ class CheckpointCoordinator:
         every rank on the step to save at."""
         runs = self._processes()
         if run_id not in runs:
-            raise CheckpointRequestError(f"No distributed run {run_id!r} is registered with this server")
+            raise CheckpointRequestError(
+                f"No distributed run {run_id!r} is registered with this server"
+            )
         if 0 not in runs[run_id]:
             raise CheckpointRequestError(
                 f"Rank 0 of run {run_id} is not registered here (it runs on another machine): ask it there",
-                status=409)
+                status=409,
+            )
         leader = protocol.process_name(run_id, 0)
         request_id = uuid.uuid4().hex[:12]
-        record: dict[str, Any] = {"run_id": run_id, "request_id": request_id, "state": "sent", "time": time.time(),
-                                  "message": None}
+        record: dict[str, Any] = {
+            "run_id": run_id,
+            "request_id": request_id,
+            "state": "sent",
+            "time": time.time(),
+            "message": None,
+        }
         self.requests[request_id] = record
         path = protocol.request_file(self.agents_dir, leader)
         tmp = path.with_suffix(".tmp")
@@ -257,8 +321,11 @@ class CheckpointCoordinator:
             if _settle(record, state):  # complete, or failed with the kernel's reason
                 break
             if pending.get("request_id") == request_id:
-                record.update(state="accepted", step=state.get("step"),
-                              message="Saving at the step all ranks agree on")
+                record.update(
+                    state="accepted",
+                    step=state.get("step"),
+                    message="Saving at the step all ranks agree on",
+                )
                 break
             await asyncio.sleep(0.05)
         else:
@@ -269,11 +336,14 @@ class CheckpointCoordinator:
         """Every kernel that tracks something, and every distributed run."""
         kernels = self.tracking()
         runs = [run_id for run_id, run in self.run_states().items() if run["leader_registered"]]
-        results = await asyncio.gather(*(self.request(k, timeout) for k in kernels),
-                                       *(self.request_run(r, timeout) for r in runs), return_exceptions=True)
+        results = await asyncio.gather(
+            *(self.request(k, timeout) for k in kernels),
+            *(self.request_run(r, timeout) for r in runs),
+            return_exceptions=True,
+        )
         asked = [("kernel_id", k) for k in kernels] + [("run_id", r) for r in runs]
         out = []
-        for (kind, ident), result in zip(asked, results):
+        for (kind, ident), result in zip(asked, results, strict=True):
             if isinstance(result, BaseException):
                 out.append({kind: ident, "state": "error", "message": str(result)})
             else:
@@ -285,16 +355,22 @@ class CheckpointCoordinator:
         reports (the record then says why, at once: nobody waits out the timeout for what has
         already failed), or its kernel gone. Returns those still not ended."""
         deadline = time.monotonic() + timeout
-        waiting = [r for r in request_ids if self.requests.get(r, {}).get("state") not in ("done", "error")]
+        waiting = [
+            r for r in request_ids if self.requests.get(r, {}).get("state") not in ("done", "error")
+        ]
         while waiting and time.monotonic() < deadline:
             states = self.agent_states()
-            runs = {run_id: ranks[0][1] for run_id, ranks in self._processes().items() if 0 in ranks}
+            runs = {
+                run_id: ranks[0][1] for run_id, ranks in self._processes().items() if 0 in ranks
+            }
             for rid in list(waiting):
                 record = self.requests[rid]
                 ident = record.get("kernel_id") or record.get("run_id")
                 state = states.get(ident) if "kernel_id" in record else runs.get(ident)
                 if state is None:
-                    record.update(state="error", message="it stopped before its checkpoint was complete")
+                    record.update(
+                        state="error", message="it stopped before its checkpoint was complete"
+                    )
                     waiting.remove(rid)
                 elif _settle(record, state):
                     waiting.remove(rid)
@@ -331,10 +407,13 @@ def answered(state: dict[str, Any] | None, request_id: str) -> bool:
     """Whether a kernel's (or a run leader's) registration says the request's checkpoint is
     complete: its last checkpoint, or one since replaced by a later save."""
     state = state or {}
-    return (state.get("last") or {}).get("request_id") == request_id or request_id in (state.get("answered") or ())
+    return (state.get("last") or {}).get("request_id") == request_id or request_id in (
+        state.get("answered") or ()
+    )
 
 
 # -- the files (see protocol.py for the layout and who removes what) ---------------------------
+
 
 def process_ended(record: dict[str, Any]) -> bool:
     """Whether the process a registration or server file describes has provably ended: no

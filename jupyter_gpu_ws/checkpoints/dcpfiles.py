@@ -60,8 +60,14 @@ def rank_shards(names: list[str], rank: int) -> list[str]:
 # dtypes and layouts, paths, containers. Any other global is refused before it is looked up.
 _METADATA_GLOBALS: dict[str, set[str]] = {
     "torch.distributed.checkpoint.metadata": {
-        "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
-        "TensorProperties", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING",
+        "Metadata",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "ChunkStorageMetadata",
+        "TensorProperties",
+        "MetadataIndex",
+        "StorageMeta",
+        "_MEM_FORMAT_ENCODING",
     },
     "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
     "torch.serialization": {"_get_layout"},
@@ -77,9 +83,15 @@ class _MetadataUnpickler(pickle.Unpickler):
         import torch
 
         allowed = name in _METADATA_GLOBALS.get(module, ()) or (
-            module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.layout, torch.memory_format)))
+            module == "torch"
+            and isinstance(
+                getattr(torch, name, None), (torch.dtype, torch.layout, torch.memory_format)
+            )
+        )
         if not allowed:
-            raise pickle.UnpicklingError(f"{METADATA} refers to {module}.{name}, which a DCP index never holds")
+            raise pickle.UnpicklingError(
+                f"{METADATA} refers to {module}.{name}, which a DCP index never holds"
+            )
         return super().find_class(module, name)
 
 
@@ -93,7 +105,11 @@ def read_metadata(path: Path, manifest: dict[str, Any]) -> Any:
         _check_places(metadata, folder)
         ranks = manifest.get("world_size", 1)
         # Every rank wrote a file of its own: more ranks than files is not a checkpoint's count.
-        if not isinstance(ranks, int) or isinstance(ranks, bool) or not 1 <= ranks <= len(folder.files):
+        if (
+            not isinstance(ranks, int)
+            or isinstance(ranks, bool)
+            or not 1 <= ranks <= len(folder.files)
+        ):
             raise CheckpointError(f"the manifest gives the world size {ranks!r}")
         for rank in range(ranks):
             folder.size(rank_file(rank))
@@ -115,12 +131,20 @@ def _check_places(metadata: Any, folder: CheckpointFolder) -> None:
         if problem is not None:
             raise CheckpointError(problem)
         if place.transform_descriptors:
-            raise CheckpointError(f"{METADATA} reads {name} through stream transforms, which gpuws never writes")
+            raise CheckpointError(
+                f"{METADATA} reads {name} through stream transforms, which gpuws never writes"
+            )
         size = folder.size(name)  # listed in the manifest, or refused
-        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (offset, length)) \
-                or offset + length > size:
-            raise CheckpointError(f"{METADATA} places data at {offset!r} (+{length!r} bytes) of {name}, "
-                                  f"which has {size}")
+        if (
+            not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (offset, length)
+            )
+            or offset + length > size
+        ):
+            raise CheckpointError(
+                f"{METADATA} places data at {offset!r} (+{length!r} bytes) of {name}, "
+                f"which has {size}"
+            )
 
 
 def _safe_reader(path: Path, manifest: dict[str, Any]) -> Any:
@@ -176,10 +200,13 @@ def _weights_only_bytes(base: type) -> type:
                 loaded = torch.load(value, weights_only=True)
             except Exception as err:
                 raise CheckpointError(
-                    f"{read_item.dest_index.fqn} holds a value that cannot be loaded safely: {err}") from None
+                    f"{read_item.dest_index.fqn} holds a value that cannot be loaded safely: {err}"
+                ) from None
             # DCP keeps flattened keys and, when it flattened the state dict, the mapping back.
             if self.flatten_state_dict:
-                set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+                set_element(
+                    self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded
+                )
             else:
                 self.state_dict[read_item.dest_index.fqn] = loaded
 
@@ -195,6 +222,7 @@ def _load_planner() -> Any:
 
 # -- the tracked objects in DCP's form ---------------------------------------------------------
 
+
 def owners(objects: dict[str, Any]) -> dict[str, str]:
     """For each tracked optimizer, the tracked model holding its parameters (DCP keys optimizer
     state by parameter names, which only the model knows)."""
@@ -206,19 +234,29 @@ def owners(objects: dict[str, Any]) -> dict[str, str]:
         if not isinstance(obj, torch.optim.Optimizer):
             continue
         first = next((p for group in obj.param_groups for p in group["params"]), None)
-        owner = next((m for m, model in models.items() if first is not None
-                      and any(p is first for p in model.parameters())), None)
+        owner = next(
+            (
+                m
+                for m, model in models.items()
+                if first is not None and any(p is first for p in model.parameters())
+            ),
+            None,
+        )
         if owner is None:
             raise CheckpointError(
                 f"gpuws.track: the optimizer {name!r} updates parameters of no tracked model: track the "
-                "model too (model=..., optimizer=...), so its state can be saved by parameter name")
+                "model too (model=..., optimizer=...), so its state can be saved by parameter name"
+            )
         found[name] = owner
     return found
 
 
 def is_plain(obj: Any) -> bool:
     """A plain value (no state_dict): kept per rank beside the DCP files, not in them."""
-    return not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)))
+    return not (
+        callable(getattr(obj, "state_dict", None))
+        and callable(getattr(obj, "load_state_dict", None))
+    )
 
 
 def state_of(objects: dict[str, Any], owner: dict[str, str]) -> dict[str, Any]:
@@ -226,7 +264,10 @@ def state_of(objects: dict[str, Any], owner: dict[str, str]) -> dict[str, Any]:
     DCP's state-dict helpers (DDP, FSDP2/DTensor, compiled and plain modules alike; optimizer
     state keyed by parameter name), anything else through its own state_dict()."""
     import torch
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
 
     state: dict[str, Any] = {}
     for name, obj in objects.items():
@@ -239,24 +280,41 @@ def state_of(objects: dict[str, Any], owner: dict[str, str]) -> dict[str, Any]:
     return state
 
 
-def load(objects: dict[str, Any], owner: dict[str, str], path: Path, manifest: dict[str, Any],
-         group: Any = None) -> None:
+def load(
+    objects: dict[str, Any],
+    owner: dict[str, str],
+    path: Path,
+    manifest: dict[str, Any],
+    group: Any = None,
+) -> None:
     """Load a DCP checkpoint folder into the tracked stateful objects, resharded by DCP to this
     run's world size and layout (every rank calls it; `group` None: a single process)."""
     import torch
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
 
     state = state_of(objects, owner)
     try:
-        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        with (
+            warnings.catch_warnings()
+        ):  # "assuming the intent is to load in a single process": it is
             warnings.filterwarnings("ignore", "torch.distributed is disabled")
-            dcp.load(state, storage_reader=_safe_reader(path, manifest), planner=_load_planner(), process_group=group,
-                     no_dist=group is None)
+            dcp.load(
+                state,
+                storage_reader=_safe_reader(path, manifest),
+                planner=_load_planner(),
+                process_group=group,
+                no_dist=group is None,
+            )
     except CheckpointError:
         raise
     except Exception as err:
-        raise CheckpointError(f"Checkpoint {path.name} does not fit the tracked objects: {_first_line(err)}") from err
+        raise CheckpointError(
+            f"Checkpoint {path.name} does not fit the tracked objects: {_first_line(err)}"
+        ) from err
     for name, obj in objects.items():
         if name not in state:
             continue
@@ -268,7 +326,9 @@ def load(objects: dict[str, Any], owner: dict[str, str], path: Path, manifest: d
             else:
                 obj.load_state_dict(state[name])
         except (RuntimeError, ValueError, KeyError, TypeError) as err:
-            raise CheckpointError(f"Checkpoint {path.name} does not fit the tracked {name!r}: {_first_line(err)}") from err
+            raise CheckpointError(
+                f"Checkpoint {path.name} does not fit the tracked {name!r}: {_first_line(err)}"
+            ) from err
 
 
 def _first_line(err: BaseException) -> str:
@@ -278,7 +338,10 @@ def _first_line(err: BaseException) -> str:
 
 # -- export ------------------------------------------------------------------------------------
 
-def _read_state(path: Path, manifest: dict[str, Any], names: list[str], only: list[str] | None) -> dict[str, Any]:
+
+def _read_state(
+    path: Path, manifest: dict[str, Any], names: list[str], only: list[str] | None
+) -> dict[str, Any]:
     if manifest.get("kind") == KIND:
         # DCP's conversion, as dcp_to_torch_save runs it: a planner that builds the state from
         # the index (the public load() would fill a copy of an empty dict).
@@ -288,7 +351,9 @@ def _read_state(path: Path, manifest: dict[str, Any], names: list[str], only: li
         read_metadata(path, manifest)  # its refusal said here, in one line, not inside DCP's
         state: dict[str, Any] = {}
         planner = _weights_only_bytes(_EmptyStateDictLoadPlanner)(keys=set(only) if only else None)
-        _load_state_dict(state, storage_reader=_safe_reader(path, manifest), planner=planner, no_dist=True)
+        _load_state_dict(
+            state, storage_reader=_safe_reader(path, manifest), planner=planner, no_dist=True
+        )
         return state
     from .tracker import read_checkpoint
 
@@ -296,7 +361,9 @@ def _read_state(path: Path, manifest: dict[str, Any], names: list[str], only: li
     return {k: v for k, v in state.items() if k in names}  # plain values are not model state
 
 
-def export(path: Path, manifest: dict[str, Any], to: Path, only: list[str] | None = None) -> dict[str, Any]:
+def export(
+    path: Path, manifest: dict[str, Any], to: Path, only: list[str] | None = None
+) -> dict[str, Any]:
     """Write one checkpoint's state as a single `torch.save` file (full tensors, no sharding,
     loads with `weights_only=True`): DCP's own conversion (what `dcp_to_torch_save` does) for a
     DCP checkpoint, the saved state for a single-process one. `only` keeps those tracked objects.
@@ -307,7 +374,9 @@ def export(path: Path, manifest: dict[str, Any], to: Path, only: list[str] | Non
     names = list(manifest.get("objects") or [])
     unknown = [n for n in only or [] if n not in names]
     if unknown:
-        raise CheckpointError(f"The checkpoint has no {', '.join(map(repr, unknown))} (it tracks {', '.join(names)})")
+        raise CheckpointError(
+            f"The checkpoint has no {', '.join(map(repr, unknown))} (it tracks {', '.join(names)})"
+        )
     try:
         state = _read_state(path, manifest, names, only)
     except CheckpointError as err:

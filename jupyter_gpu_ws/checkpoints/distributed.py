@@ -52,8 +52,17 @@ from .files import (
     verify,
 )
 from .fromstore import NONE, bring_newest
-from .tracker import (METRICS, Pending, Tracker, capture_rng, default_run_name, healthy_first, restore_rng, say_health,
-                      unreadable)
+from .tracker import (
+    METRICS,
+    Pending,
+    Tracker,
+    capture_rng,
+    default_run_name,
+    healthy_first,
+    restore_rng,
+    say_health,
+    unreadable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +90,9 @@ class DistributedTracker(Tracker):
         self.world_size = 1
         self.run_id: str | None = None
         self.mesh: dict[str, Any] = {}
-        self.phase = "idle"  # this rank's part of the checkpoint: staging, writing, written, done, error
+        self.phase = (
+            "idle"  # this rank's part of the checkpoint: staging, writing, written, done, error
+        )
         self.group: Any = None
         self.agreement: StepAgreement | None = None
         self._owner: dict[str, str] = {}
@@ -102,11 +113,28 @@ class DistributedTracker(Tracker):
 
     # -- set-up (a collective: every rank calls track) -------------------------------------------
 
-    def track(self, name: str | None = None, *, every_steps: int | None = None, every_seconds: float | None = None,
-              keep_last: int | None = None, root: str | None = None, total_steps: int | None = None,
-              tensorboard: bool | None = None, **objects: Any) -> DistributedTracker:
-        super().track(name, every_steps=every_steps, every_seconds=every_seconds, keep_last=keep_last, root=root,
-                      total_steps=total_steps, tensorboard=tensorboard, **objects)
+    def track(
+        self,
+        name: str | None = None,
+        *,
+        every_steps: int | None = None,
+        every_seconds: float | None = None,
+        keep_last: int | None = None,
+        root: str | None = None,
+        total_steps: int | None = None,
+        tensorboard: bool | None = None,
+        **objects: Any,
+    ) -> DistributedTracker:
+        super().track(
+            name,
+            every_steps=every_steps,
+            every_seconds=every_seconds,
+            keep_last=keep_last,
+            root=root,
+            total_steps=total_steps,
+            tensorboard=tensorboard,
+            **objects,
+        )
         self._owner = dcpfiles.owners(self.objects)
         if self.group is None:
             self._set_up()
@@ -123,22 +151,39 @@ class DistributedTracker(Tracker):
         # DCP's collectives run in its background thread: a group of their own keeps them apart
         # from the training's (and async_save needs a CPU backend, which gloo is).
         self.group = dist.new_group(backend="gloo")
-        mine = {"run": self.run, "objects": sorted(self.objects), "every_steps": self.policy.every_steps,
-                "pid": os.getpid(), "host": socket.gethostname(), "run_id": uuid.uuid4().hex[:16]}
+        mine = {
+            "run": self.run,
+            "objects": sorted(self.objects),
+            "every_steps": self.policy.every_steps,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "run_id": uuid.uuid4().hex[:16],
+        }
         everyone: list[Any] = [None] * self.world_size
         dist.all_gather_object(everyone, mine, group=self.group)
         first = everyone[0]
         for rank, other in enumerate(everyone):
-            for key, what in (("run", "run name"), ("objects", "tracked objects"), ("every_steps", "every_steps")):
+            for key, what in (
+                ("run", "run name"),
+                ("objects", "tracked objects"),
+                ("every_steps", "every_steps"),
+            ):
                 if other[key] != first[key]:
                     raise CheckpointError(
                         f"gpuws.track: rank {rank} has {what} {other[key]!r}, rank 0 {first[key]!r}: every rank "
-                        "must track the same run with the same objects and policy")
+                        "must track the same run with the same objects and policy"
+                    )
         self.run_id, self._leader_pid = first["run_id"], first["pid"]
         self.mesh = describe_mesh(self.objects, self.world_size)
         store = dist.PrefixStore(f"gpuws/{self.run_id}/", _get_default_store())
-        self.agreement = StepAgreement(store, self.rank, self.world_size, lambda: self.step_value,
-                                       on_round=self._on_round, on_ask=lambda: Tracker.request(self))
+        self.agreement = StepAgreement(
+            store,
+            self.rank,
+            self.world_size,
+            lambda: self.step_value,
+            on_round=self._on_round,
+            on_ask=lambda: Tracker.request(self),
+        )
         self._install_sigterm()
         atexit.register(self._at_exit)
         from .process_agent import start_for
@@ -147,8 +192,9 @@ class DistributedTracker(Tracker):
 
     # -- the safe point --------------------------------------------------------------------------
 
-    def progress(self, total: int | None = None, name: str | None = None,
-                 tensorboard: bool | None = None) -> DistributedTracker:
+    def progress(
+        self, total: int | None = None, name: str | None = None, tensorboard: bool | None = None
+    ) -> DistributedTracker:
         """As a single process's; the TensorBoard event files are written by rank 0 alone."""
         if tensorboard and _rank() != 0:
             tensorboard = None
@@ -203,7 +249,9 @@ class DistributedTracker(Tracker):
             self._targets.append(target)
 
     def _on_round(self, n: int) -> None:
-        self._rounds_seen = n  # the agreement thread: the loop waits for the target at its next step()
+        self._rounds_seen = (
+            n  # the agreement thread: the loop waits for the target at its next step()
+        )
 
     def _join_rounds(self) -> None:
         assert self.agreement is not None
@@ -241,11 +289,23 @@ class DistributedTracker(Tracker):
             # leaves this hidden folder, never a checkpoint.
             tmp.mkdir(parents=True, exist_ok=True)
             state = dcpfiles.state_of(self.objects, self._owner)
-            own = {"rng": capture_rng(torch),
-                   "values": {name: copy.deepcopy(obj) for name, obj in self.objects.items() if dcpfiles.is_plain(obj)}}
-            writer = dcp.FileSystemWriter(str(tmp), single_file_per_rank=True, sync_files=True, overwrite=True)
-            future = dcp.async_save(state, storage_writer=writer, process_group=self.group,
-                                    async_stager=self._reused_stager())
+            own = {
+                "rng": capture_rng(torch),
+                "values": {
+                    name: copy.deepcopy(obj)
+                    for name, obj in self.objects.items()
+                    if dcpfiles.is_plain(obj)
+                },
+            }
+            writer = dcp.FileSystemWriter(
+                str(tmp), single_file_per_rank=True, sync_files=True, overwrite=True
+            )
+            future = dcp.async_save(
+                state,
+                storage_writer=writer,
+                process_group=self.group,
+                async_stager=self._reused_stager(),
+            )
         except Exception as err:
             self._failed(pending, f"Checkpoint at step {step} failed: {dcpfiles._first_line(err)}")
             log.error("gpuws: %s", self.last_error, exc_info=True)
@@ -256,8 +316,12 @@ class DistributedTracker(Tracker):
             self._next_time = time.monotonic() + self.policy.every_seconds
         self._write_done.clear()
         self._set_phase("writing")
-        self._writer = threading.Thread(target=self._write, args=(future, tmp, own, step, pending, stall),
-                                        name="gpuws-checkpoint", daemon=True)
+        self._writer = threading.Thread(
+            target=self._write,
+            args=(future, tmp, own, step, pending, stall),
+            name="gpuws-checkpoint",
+            daemon=True,
+        )
         self._writer.start()
 
     def _reused_stager(self) -> Any:
@@ -271,8 +335,14 @@ class DistributedTracker(Tracker):
         if self._stager is None:
             from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-            stager = DefaultStager(StagingOptions(use_pinned_memory=self.cuda, use_shared_memory=False,
-                                                  use_async_staging=False, use_non_blocking_copy=self.cuda))
+            stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=self.cuda,
+                    use_shared_memory=False,
+                    use_async_staging=False,
+                    use_non_blocking_copy=self.cuda,
+                )
+            )
             stager.close = lambda: None
             inner = getattr(stager, "_state_dict_stager", None)
             if inner is not None:
@@ -280,21 +350,37 @@ class DistributedTracker(Tracker):
             self._stager = stager
         return self._stager
 
-    def _write(self, future: Any, tmp: Path, own: dict[str, Any], step: int, pending: Pending | None,
-               stall: float) -> None:
+    def _write(
+        self,
+        future: Any,
+        tmp: Path,
+        own: dict[str, Any],
+        step: int,
+        pending: Pending | None,
+        stall: float,
+    ) -> None:
         import torch
         import torch.distributed as dist
 
         started = time.perf_counter()
-        report: dict[str, Any] = {"rank": self.rank, "step": step, "host": socket.gethostname(), "error": None,
-                                  "files": {}, "bytes": 0, "stall_seconds": stall}
+        report: dict[str, Any] = {
+            "rank": self.rank,
+            "step": step,
+            "host": socket.gethostname(),
+            "error": None,
+            "files": {},
+            "bytes": 0,
+            "stall_seconds": stall,
+        }
         try:
             future.result()
             with open(tmp / dcpfiles.rank_file(self.rank), "wb") as f:
                 torch.save(own, f)
                 f.flush()
                 os.fsync(f.fileno())
-            names = dcpfiles.rank_shards(os.listdir(tmp), self.rank) + [dcpfiles.rank_file(self.rank)]
+            names = dcpfiles.rank_shards(os.listdir(tmp), self.rank) + [
+                dcpfiles.rank_file(self.rank)
+            ]
             if self.rank == 0:
                 names.append(dcpfiles.METADATA)
             for name in names:
@@ -312,10 +398,18 @@ class DistributedTracker(Tracker):
             dist.broadcast_object_list(result, src=0, group=self.group)
             outcome = result[0]
         except Exception as err:
-            outcome = {"error": f"the ranks could not finish it together: {dcpfiles._first_line(err)}"}
+            outcome = {
+                "error": f"the ranks could not finish it together: {dcpfiles._first_line(err)}"
+            }
         if outcome.get("path"):
-            self.last = CheckpointInfo(Path(outcome["path"]), step, outcome["time"], outcome["bytes"],
-                                       sorted(self.objects), pending.request_id if pending else None)
+            self.last = CheckpointInfo(
+                Path(outcome["path"]),
+                step,
+                outcome["time"],
+                outcome["bytes"],
+                sorted(self.objects),
+                pending.request_id if pending else None,
+            )
             self.last_bytes_per_rank = outcome["bytes_per_rank"]
             self.last_seconds = stall + time.perf_counter() - started
             self.last_error = None
@@ -327,13 +421,19 @@ class DistributedTracker(Tracker):
         self._write_done.set()
         self._changed()
 
-    def _commit(self, tmp: Path, step: int, reports: list[dict[str, Any]], pending: Pending | None) -> dict[str, Any]:
+    def _commit(
+        self, tmp: Path, step: int, reports: list[dict[str, Any]], pending: Pending | None
+    ) -> dict[str, Any]:
         """Rank 0, once every rank reported: the curves and the loss's health (as a single
         process writes them), the manifest, the rename, retention."""
         import torch
 
         failed = [f"rank {r['rank']}: {r['error']}" for r in reports if r["error"]]
-        failed += [f"rank {r['rank']} saved step {r['step']}, rank 0 step {step}" for r in reports if r["step"] != step]
+        failed += [
+            f"rank {r['rank']} saved step {r['step']}, rank 0 step {step}"
+            for r in reports
+            if r["step"] != step
+        ]
         if failed:
             shutil.rmtree(tmp, ignore_errors=True)
             return {"error": "; ".join(failed)}
@@ -344,15 +444,35 @@ class DistributedTracker(Tracker):
                 json.dump(metrics, f, separators=(",", ":"), allow_nan=False)
                 f.flush()
                 os.fsync(f.fileno())
-            files[METRICS] = {"size": (tmp / METRICS).stat().st_size, "xxh3": checksum(tmp / METRICS)}
+            files[METRICS] = {
+                "size": (tmp / METRICS).stat().st_size,
+                "xxh3": checksum(tmp / METRICS),
+            }
             fields = {
-                "kind": dcpfiles.KIND, "run": self.run, "request_id": pending.request_id if pending else None,
-                "objects": sorted(self.objects), "world_size": self.world_size, "mesh": self.mesh,
-                "ranks": [{"rank": r["rank"], "step": r["step"], "host": r["host"], "files": sorted(r["files"]),
-                           "bytes": r["bytes"], "stall_seconds": r["stall_seconds"]} for r in reports],
-                "files": files, "bytes": sum(r["bytes"] for r in reports) + files[METRICS]["size"],
-                "stall_seconds": max(r["stall_seconds"] for r in reports), "torch": torch.__version__,
-                "health": metrics["health"], "suspect": metrics["suspect"], "total_steps": metrics["total"],
+                "kind": dcpfiles.KIND,
+                "run": self.run,
+                "request_id": pending.request_id if pending else None,
+                "objects": sorted(self.objects),
+                "world_size": self.world_size,
+                "mesh": self.mesh,
+                "ranks": [
+                    {
+                        "rank": r["rank"],
+                        "step": r["step"],
+                        "host": r["host"],
+                        "files": sorted(r["files"]),
+                        "bytes": r["bytes"],
+                        "stall_seconds": r["stall_seconds"],
+                    }
+                    for r in reports
+                ],
+                "files": files,
+                "bytes": sum(r["bytes"] for r in reports) + files[METRICS]["size"],
+                "stall_seconds": max(r["stall_seconds"] for r in reports),
+                "torch": torch.__version__,
+                "health": metrics["health"],
+                "suspect": metrics["suspect"],
+                "total_steps": metrics["total"],
                 "wandb": metrics["wandb"],
             }
             info = commit(tmp, step, fields)
@@ -360,8 +480,12 @@ class DistributedTracker(Tracker):
         except Exception as err:
             shutil.rmtree(tmp, ignore_errors=True)
             return {"error": f"rank 0 could not write the manifest: {dcpfiles._first_line(err)}"}
-        return {"path": str(info.path), "time": info.time, "bytes": info.bytes,
-                "bytes_per_rank": [r["bytes"] for r in reports]}
+        return {
+            "path": str(info.path),
+            "time": info.time,
+            "bytes": info.bytes,
+            "bytes_per_rank": [r["bytes"] for r in reports],
+        }
 
     def _set_phase(self, phase: str, notify: bool = True) -> None:
         self.phase = phase
@@ -379,7 +503,9 @@ class DistributedTracker(Tracker):
         import torch
 
         if not self.objects:
-            raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
+            raise CheckpointError(
+                "Nothing is tracked: call gpuws.track(model=..., optimizer=...) first"
+            )
         self._write_done.wait()
         asked: tuple[str, str] | None = None
         if self.rank == 0:
@@ -392,23 +518,35 @@ class DistributedTracker(Tracker):
             raise CheckpointError(asked[1])
         unusable: list[tuple[Path, str]] = []
         candidates = self._from_rank0(
-            [(str(p), m) for p, m in complete_checkpoints(self.run_path, unusable)] if self.rank == 0 else None)
-        for path, problem in sorted(unusable, reverse=True):  # rank 0's alone: the others list nothing
+            [(str(p), m) for p, m in complete_checkpoints(self.run_path, unusable)]
+            if self.rank == 0
+            else None
+        )
+        for path, problem in sorted(
+            unusable, reverse=True
+        ):  # rank 0's alone: the others list nothing
             warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=2)
         chosen = None
-        healthy, suspect = healthy_first([(Path(folder), manifest) for folder, manifest in candidates])
+        healthy, suspect = healthy_first(
+            [(Path(folder), manifest) for folder, manifest in candidates]
+        )
         for path, manifest in healthy + suspect:
             problem = self._verify_together(path, manifest)
             if problem:
                 if self.rank == 0:
-                    warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=2)
+                    warnings.warn(
+                        f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=2
+                    )
                 continue
             chosen = path, manifest
             break
         if chosen is None:
             if self.rank == 0:
                 where = "in the store" if asked[1] == NONE else "here"
-                print(f"gpuws: no checkpoint of {self.run} {where}: every rank starts from 0", flush=True)
+                print(
+                    f"gpuws: no checkpoint of {self.run} {where}: every rank starts from 0",
+                    flush=True,
+                )
             return 0
         path, manifest = chosen
         if self.rank == 0:
@@ -416,13 +554,16 @@ class DistributedTracker(Tracker):
         if manifest.get("kind") != dcpfiles.KIND:
             raise CheckpointError(
                 f"Checkpoint {path.name} was saved by a single process, not through torch.distributed.checkpoint: "
-                "resume it in one process (a notebook, or without torch.distributed), then save through DCP")
+                "resume it in one process (a notebook, or without torch.distributed), then save through DCP"
+            )
         dcpfiles.load(self.objects, self._owner, path, manifest, self.group)
         self._restore_own(torch, path, manifest)
         self.last = info_of(path, manifest)
         self.last_bytes_per_rank = [r.get("bytes", 0) for r in manifest.get("ranks", [])]
         self.step_value = int(manifest["step"])
-        if self.rank == 0:  # the one that records the curves and the W&B run, and says what was done
+        if (
+            self.rank == 0
+        ):  # the one that records the curves and the W&B run, and says what was done
             self._continue_run(path, manifest)
             self._say_resumed()
         self._changed()
@@ -441,9 +582,15 @@ class DistributedTracker(Tracker):
 
         names = sorted(manifest.get("files", {}))
         try:
-            problem = verify(path, manifest, names[self.rank::self.world_size]) if names else "it lists no files"
+            problem = (
+                verify(path, manifest, names[self.rank :: self.world_size])
+                if names
+                else "it lists no files"
+            )
             if problem is None and self.rank == 0 and manifest.get("kind") == dcpfiles.KIND:
-                dcpfiles.read_metadata(path, manifest)  # refused when it holds anything but DCP's records
+                dcpfiles.read_metadata(
+                    path, manifest
+                )  # refused when it holds anything but DCP's records
         except Exception as err:
             problem = unreadable(err)
         found: list[Any] = [None] * self.world_size
@@ -459,9 +606,12 @@ class DistributedTracker(Tracker):
             restore_rng(torch, own["rng"])
         else:
             own = dcpfiles.read_rank_file(path, manifest, 0)
-            print(f"gpuws: rank {self.rank} is new (checkpoint {path.name} was saved on {saved_on} "
-                  f"rank{'s' * (saved_on != 1)}): its random states stay as this process seeded them; its plain "
-                  "values are rank 0's", flush=True)
+            print(
+                f"gpuws: rank {self.rank} is new (checkpoint {path.name} was saved on {saved_on} "
+                f"rank{'s' * (saved_on != 1)}): its random states stay as this process seeded them; its plain "
+                "values are rank 0's",
+                flush=True,
+            )
         restore_values(self, own.get("values", {}), path)
 
     # -- reporting -------------------------------------------------------------------------------
@@ -471,9 +621,14 @@ class DistributedTracker(Tracker):
         if out["last"] is not None:
             out["last"]["bytes_per_rank"] = getattr(self, "last_bytes_per_rank", None)
         out["distributed"] = {
-            "run_id": self.run_id, "rank": self.rank, "world_size": self.world_size,
-            "local_rank": _int_env("LOCAL_RANK"), "host": socket.gethostname(), "mesh": self.mesh,
-            "phase": self.phase, "terminating": self._terminating is not None,
+            "run_id": self.run_id,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_rank": _int_env("LOCAL_RANK"),
+            "host": socket.gethostname(),
+            "mesh": self.mesh,
+            "phase": self.phase,
+            "terminating": self._terminating is not None,
         }
         return out
 
@@ -483,7 +638,10 @@ class DistributedTracker(Tracker):
         """Save on SIGTERM, in a process of our own only (a kernel's signals are Jupyter's)."""
         from .agent import kernel_identity
 
-        if threading.current_thread() is not threading.main_thread() or kernel_identity()[0] is not None:
+        if (
+            threading.current_thread() is not threading.main_thread()
+            or kernel_identity()[0] is not None
+        ):
             return
         self._sigterm = threading.Event()
         threading.Thread(target=self._after_sigterm, name="gpuws-sigterm", daemon=True).start()
@@ -508,7 +666,10 @@ class DistributedTracker(Tracker):
         log.warning("gpuws: SIGTERM on rank %d: saving at the next step, then ending", self.rank)
         time.sleep(SIGTERM_STEP_WAIT)
         if self._last_save_started < (self._terminating or 0.0):
-            log.error("gpuws: no step() within %.0f s of SIGTERM: ending without a checkpoint", SIGTERM_STEP_WAIT)
+            log.error(
+                "gpuws: no step() within %.0f s of SIGTERM: ending without a checkpoint",
+                SIGTERM_STEP_WAIT,
+            )
             if self._previous_sigterm in (signal.SIG_DFL, None):
                 # What SIGTERM's own action amounts to, from this thread: the loop may be stuck
                 # in a collective, where no Python handler would run.
@@ -548,8 +709,11 @@ def load_in_one_process(tracker: Tracker, path: Path, manifest: dict[str, Any]) 
     restore_values(tracker, own.get("values", {}), path)
     saved_on = int(manifest.get("world_size", 1))
     if saved_on > 1:
-        print(f"gpuws: checkpoint {path.name} was saved on {saved_on} ranks: loaded whole into this process, "
-              "with rank 0's random states", flush=True)
+        print(
+            f"gpuws: checkpoint {path.name} was saved on {saved_on} ranks: loaded whole into this process, "
+            "with rank 0's random states",
+            flush=True,
+        )
 
 
 def restore_values(tracker: Tracker, values: dict[str, Any], path: Path) -> None:
@@ -580,12 +744,20 @@ def describe_mesh(objects: dict[str, Any], world_size: int) -> dict[str, Any]:
         for param in obj.parameters():
             mesh = getattr(param, "device_mesh", None)
             if mesh is not None:  # a DTensor: FSDP2 (fully_shard) or tensor parallel
-                return {"parallelism": "sharded", "shape": list(mesh.mesh.shape),
-                        "dim_names": list(mesh.mesh_dim_names or []), "device_type": mesh.device_type,
-                        "placements": [str(p) for p in param.placements]}
+                return {
+                    "parallelism": "sharded",
+                    "shape": list(mesh.mesh.shape),
+                    "dim_names": list(mesh.mesh_dim_names or []),
+                    "device_type": mesh.device_type,
+                    "placements": [str(p) for p in param.placements],
+                }
             break
         if isinstance(obj, torch.nn.parallel.DistributedDataParallel):
-            return {"parallelism": "replicated", "wrapper": "DistributedDataParallel", "shape": [world_size]}
+            return {
+                "parallelism": "replicated",
+                "wrapper": "DistributedDataParallel",
+                "shape": [world_size],
+            }
     return {"parallelism": "replicated", "shape": [world_size]}
 
 
@@ -601,4 +773,3 @@ def _int_env(name: str) -> int | None:
         return int(os.environ[name])
     except (KeyError, ValueError):
         return None
-

@@ -101,8 +101,13 @@ def new_tmp_dir(run_path: Path) -> Path:
     return path
 
 
-def finish(tmp: Path, step: int, objects: list[str], extra: dict[str, Any],
-           known: dict[str, str] | None = None) -> CheckpointInfo:
+def finish(
+    tmp: Path,
+    step: int,
+    objects: list[str],
+    extra: dict[str, Any],
+    known: dict[str, str] | None = None,
+) -> CheckpointInfo:
     """Checksum and fsync the files, write the manifest last, and rename into place.
 
     `known` gives checksums computed while writing, so large files are not read again.
@@ -134,8 +139,14 @@ def commit(tmp: Path, step: int, fields: dict[str, Any]) -> CheckpointInfo:
         final = tmp.parent / f"ckpt-{step:09d}-{stamp}-{n}"
     os.rename(tmp, final)
     fsync_file(tmp.parent)
-    return CheckpointInfo(final, step, now, int(manifest.get("bytes", 0)), list(manifest.get("objects", [])),
-                          manifest.get("request_id"))
+    return CheckpointInfo(
+        final,
+        step,
+        now,
+        int(manifest.get("bytes", 0)),
+        list(manifest.get("objects", [])),
+        manifest.get("request_id"),
+    )
 
 
 def folder_order(name: str) -> tuple[int, str, int] | None:
@@ -144,11 +155,12 @@ def folder_order(name: str) -> tuple[int, str, int] | None:
     match = _NAME.match(name)
     if match is None:
         return None
-    suffix = name[match.end(2) + 1:]
+    suffix = name[match.end(2) + 1 :]
     return int(match.group(1)), match.group(2), int(suffix) if suffix else 1
 
 
 # -- reading a checkpoint that may come from the store -----------------------------------------
+
 
 class CheckpointFile(io.RawIOBase):
     """One regular file of a checkpoint, read by position and never past the size it had when it
@@ -207,8 +219,9 @@ def _kind_problem(name: str, st: os.stat_result) -> str | None:
     return f"{name} is not a plain file"
 
 
-def _open_regular(folder: int, name: str, size: int | None = None, limit: int | None = None,
-                  what: str = "file") -> CheckpointFile:
+def _open_regular(
+    folder: int, name: str, size: int | None = None, limit: int | None = None, what: str = "file"
+) -> CheckpointFile:
     """`name` in the folder open as `folder`, if it is a regular file (of `size` bytes, or at most
     `limit`); a CheckpointError saying what it is otherwise. Its kind is looked at before it is
     opened (opening a device can do something) and again once open (it may have been replaced)."""
@@ -223,8 +236,11 @@ def _open_regular(folder: int, name: str, size: int | None = None, limit: int | 
         try:
             fd = os.open(name, _READ_FLAGS, dir_fd=folder)
         except OSError as err:
-            problem = f"{name} is a symbolic link, never followed" if err.errno == errno.ELOOP \
+            problem = (
+                f"{name} is a symbolic link, never followed"
+                if err.errno == errno.ELOOP
                 else f"{name} cannot be read ({err.strerror})"
+            )
     if problem is not None:
         raise CheckpointError(problem)
     try:
@@ -233,7 +249,9 @@ def _open_regular(folder: int, name: str, size: int | None = None, limit: int | 
         if problem is None and size is not None and st.st_size != size:
             problem = f"{name} has {st.st_size} bytes, the manifest says {size}"
         if problem is None and limit is not None and st.st_size > limit:
-            problem = f"{name} has {st.st_size} bytes, more than a {what} of a checkpoint has ({limit})"
+            problem = (
+                f"{name} has {st.st_size} bytes, more than a {what} of a checkpoint has ({limit})"
+            )
     except BaseException:
         os.close(fd)
         raise
@@ -261,7 +279,11 @@ def _listing_problem(files: Any) -> str | None:
         problem = name_problem(name)
         if problem is not None:
             return problem
-        if not isinstance(meta, dict) or not _whole(meta.get("size")) or not isinstance(meta.get("xxh3"), str):
+        if (
+            not isinstance(meta, dict)
+            or not _whole(meta.get("size"))
+            or not isinstance(meta.get("xxh3"), str)
+        ):
             return f"the manifest gives {name} no size and checksum"
     return None
 
@@ -285,7 +307,9 @@ class CheckpointFolder:
             self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as err:
             if err.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise CheckpointError(f"{path.name} is not a folder (a symbolic link is never followed)") from None
+                raise CheckpointError(
+                    f"{path.name} is not a folder (a symbolic link is never followed)"
+                ) from None
             raise CheckpointError(f"{path.name} cannot be read ({err.strerror})") from None
 
     def __enter__(self) -> CheckpointFolder:
@@ -311,7 +335,9 @@ class CheckpointFolder:
             while done < raw.size:
                 got = raw.readinto(view[done:])
                 if not got:
-                    raise CheckpointError(f"{name} ended after {done} of its {raw.size} bytes (it is being changed)")
+                    raise CheckpointError(
+                        f"{name} ended after {done} of its {raw.size} bytes (it is being changed)"
+                    )
                 done += got
         return data
 
@@ -361,13 +387,18 @@ def manifest_or_problem(path: Path) -> dict[str, Any] | str | None:
     if not _whole(manifest.get("step")):
         return f"{MANIFEST} gives no step"
     moment = manifest.get("time")
-    if isinstance(moment, bool) or not isinstance(moment, (int, float)) or not math.isfinite(moment):
+    if (
+        isinstance(moment, bool)
+        or not isinstance(moment, (int, float))
+        or not math.isfinite(moment)
+    ):
         return f"{MANIFEST} gives no time"
     return manifest
 
 
-def read_json(path: Path, manifest: dict[str, Any], name: str, limit: int,
-              checked: bool = False) -> dict[str, Any] | None:
+def read_json(
+    path: Path, manifest: dict[str, Any], name: str, limit: int, checked: bool = False
+) -> dict[str, Any] | None:
     """A JSON object in one of a checkpoint's files (metrics.json), if the manifest lists it at
     no more than `limit` bytes, it reads as one (and, if not `checked` already, its bytes match
     the manifest's checksum); else None."""
@@ -420,8 +451,10 @@ def real_folders(root: Path) -> list[Path]:
         return []
 
 
-def complete_checkpoints(run_path: Path, unusable: list[tuple[Path, str]] | None = None,
-                         ) -> list[tuple[Path, dict[str, Any]]]:
+def complete_checkpoints(
+    run_path: Path,
+    unusable: list[tuple[Path, str]] | None = None,
+) -> list[tuple[Path, dict[str, Any]]]:
     """Folders with a manifest, newest step last (not yet verified). A checkpoint folder whose
     manifest cannot be used (a symbolic link, a FIFO, too large, not JSON) is left out, and
     added to `unusable` with the reason, if given."""
@@ -437,7 +470,9 @@ def complete_checkpoints(run_path: Path, unusable: list[tuple[Path, str]] | None
     return sorted(found, key=lambda item: (item[1]["step"], item[1]["time"]))
 
 
-def find_checkpoint(root: str | os.PathLike[str], run: str, step: int | None = None) -> tuple[Path, dict[str, Any]]:
+def find_checkpoint(
+    root: str | os.PathLike[str], run: str, step: int | None = None
+) -> tuple[Path, dict[str, Any]]:
     """The newest complete checkpoint (of `step`, if given) that passes its checksums, of a run
     named as `track()` named it, or of a run folder, or a checkpoint folder itself; a
     CheckpointError that says what there is otherwise."""
@@ -454,18 +489,26 @@ def find_checkpoint(root: str | os.PathLike[str], run: str, step: int | None = N
         folder = given if given.is_dir() else run_dir(root, run)
         if not folder.is_dir():
             try:
-                runs = sorted(p.name for p in Path(root).iterdir() if p.is_dir() and not p.name.startswith("."))
+                runs = sorted(
+                    p.name
+                    for p in Path(root).iterdir()
+                    if p.is_dir() and not p.name.startswith(".")
+                )
             except OSError:
                 runs = []
-            raise CheckpointError(f"No checkpoints of {run!r} in {root}"
-                                  + (f" (runs there: {', '.join(runs)})" if runs else " (it holds no runs)"))
+            raise CheckpointError(
+                f"No checkpoints of {run!r} in {root}"
+                + (f" (runs there: {', '.join(runs)})" if runs else " (it holds no runs)")
+            )
         candidates = complete_checkpoints(folder, unusable)
     if step is not None:
         steps = sorted({int(m["step"]) for _, m in candidates})
         candidates = [(p, m) for p, m in candidates if int(m["step"]) == step]
         if not candidates:
-            raise CheckpointError(f"No complete checkpoint of step {step}"
-                                  + (f" (steps: {', '.join(map(str, steps))})" if steps else ""))
+            raise CheckpointError(
+                f"No complete checkpoint of step {step}"
+                + (f" (steps: {', '.join(map(str, steps))})" if steps else "")
+            )
     problems = []
     for path, manifest in reversed(candidates):
         problem = verify(path, manifest)
@@ -473,13 +516,21 @@ def find_checkpoint(root: str | os.PathLike[str], run: str, step: int | None = N
             return path, manifest
         problems.append(f"{path.name}: {problem}")
     problems += [f"{path.name}: {problem}" for path, problem in sorted(unusable, reverse=True)]
-    raise CheckpointError("No complete checkpoint" + (f" can be read ({'; '.join(problems[:3])})"
-                                                      if problems else f" of {run!r}"))
+    raise CheckpointError(
+        "No complete checkpoint"
+        + (f" can be read ({'; '.join(problems[:3])})" if problems else f" of {run!r}")
+    )
 
 
 def info_of(path: Path, manifest: dict[str, Any]) -> CheckpointInfo:
-    return CheckpointInfo(path, int(manifest["step"]), float(manifest["time"]), int(manifest.get("bytes", 0)),
-                          list(manifest.get("objects", [])), manifest.get("request_id"))
+    return CheckpointInfo(
+        path,
+        int(manifest["step"]),
+        float(manifest["time"]),
+        int(manifest.get("bytes", 0)),
+        list(manifest.get("objects", [])),
+        manifest.get("request_id"),
+    )
 
 
 def apply_retention(run_path: Path, keep_last: int, writing: Path | None = None) -> list[Path]:
@@ -505,7 +556,7 @@ def apply_retention(run_path: Path, keep_last: int, writing: Path | None = None)
 def _alive(tmp_name: str) -> bool:
     """A temporary folder of a process still running is being written: leave it."""
     try:
-        pid = int(tmp_name[len(TMP_PREFIX):].split("-")[0])
+        pid = int(tmp_name[len(TMP_PREFIX) :].split("-")[0])
     except ValueError:
         return False
     if pid == os.getpid():

@@ -37,21 +37,33 @@ def bring_newest(run_path: Path, run: str, timeout: float) -> str:
             # The server ends the job at `timeout`; a server that never does must not hold the
             # kernel for ever (each call has its own timeout too, client.call's).
             if time.monotonic() - started > timeout + SERVER_GRACE:
-                raise CheckpointError(f"gpuws.resume(): the server did not finish bringing {run}'s checkpoint "
-                                      f"within {timeout + SERVER_GRACE:.0f} s. Not starting from 0: try again.")
+                raise CheckpointError(
+                    f"gpuws.resume(): the server did not finish bringing {run}'s checkpoint "
+                    f"within {timeout + SERVER_GRACE:.0f} s. Not starting from 0: try again."
+                )
             if not said and time.monotonic() - started > 0.5:
-                how = "the restore is bringing it" if job["result"].get("restoring") else "fetching it"
-                print(f"gpuws: waiting for the newest checkpoint of {run} in the store ({how})…", flush=True)
+                how = (
+                    "the restore is bringing it"
+                    if job["result"].get("restoring")
+                    else "fetching it"
+                )
+                print(
+                    f"gpuws: waiting for the newest checkpoint of {run} in the store ({how})…",
+                    flush=True,
+                )
                 said = True
             time.sleep(0.25)
             job = call(f"gpuws/api/checkpoints/fetch/{job['id']}")
     except ServerUnreachable as err:
         if err.status in (None, 404, 409):  # no server, one without this API, or its sync is off
             return NO_SERVER
-        raise CheckpointError(f"gpuws.resume(): cannot ask the server for {run}'s checkpoint: {err}") from None
+        raise CheckpointError(
+            f"gpuws.resume(): cannot ask the server for {run}'s checkpoint: {err}"
+        ) from None
     if job["state"] != "done":
         reason = "; ".join(job["errors"]) or job["state"]
         raise CheckpointError(
             f"gpuws.resume(): the newest checkpoint of {run} could not be brought from the store ({reason}). "
-            "Not starting from 0: try again once the store answers.")
+            "Not starting from 0: try again once the store answers."
+        )
     return HERE if job["result"].get("checkpoint") else NONE

@@ -68,9 +68,16 @@ def _encode(value: Any, where: str) -> Any:
     if isinstance(value, dict):
         if all(isinstance(k, str) for k in value) and not ({TUPLE, ITEMS} & value.keys()):
             return {k: _encode(v, f"{where}[{k!r}]") for k, v in value.items()}
-        return {ITEMS: [[_encode(k, f"{where} key"), _encode(v, f"{where}[{k!r}]")] for k, v in value.items()]}
-    raise CheckpointError(f"{where} is a {type(value).__name__}, which a checkpoint without torch cannot keep: "
-                          f"track plain values (numbers, strings, lists, tuples, dicts), or {TORCH_MISSING}")
+        return {
+            ITEMS: [
+                [_encode(k, f"{where} key"), _encode(v, f"{where}[{k!r}]")]
+                for k, v in value.items()
+            ]
+        }
+    raise CheckpointError(
+        f"{where} is a {type(value).__name__}, which a checkpoint without torch cannot keep: "
+        f"track plain values (numbers, strings, lists, tuples, dicts), or {TORCH_MISSING}"
+    )
 
 
 def _decode(obj: dict[str, Any]) -> Any:

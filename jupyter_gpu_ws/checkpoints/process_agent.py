@@ -34,23 +34,38 @@ class ProcessAgent:
         self.file = protocol.registration_file(folder, name)
         self.request_file = protocol.request_file(folder, name)
         self.process = protocol.process_identity()
-        self.command = [os.path.basename(sys.argv[0])] + sys.argv[1:8] if sys.argv and sys.argv[0] else []
+        self.command = (
+            [os.path.basename(sys.argv[0])] + sys.argv[1:8] if sys.argv and sys.argv[0] else []
+        )
         self._handled: str | None = None
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
         tracker.on_change = self.publish
         self.publish()
-        threading.Thread(target=watch_requests, args=(self.request_file, self._on_request, self._stop),
-                         name="gpuws-process-agent", daemon=True).start()
+        threading.Thread(
+            target=watch_requests,
+            args=(self.request_file, self._on_request, self._stop),
+            name="gpuws-process-agent",
+            daemon=True,
+        ).start()
 
     def _on_request(self, request_id: str) -> None:
         if request_id != self._handled and self.tracker.objects:
             self._handled = request_id
-            self.tracker.request(request_id)  # rank 0 agrees a step with the others at its next step()
+            self.tracker.request(
+                request_id
+            )  # rank 0 agrees a step with the others at its next step()
 
     def state(self) -> dict[str, Any]:
-        return {"kind": "process", "server_id": self.server_id, **self.process, "command": self.command,
-                "job": os.environ.get(JOB_ID_ENV), "updated": time.time(), **self.tracker.describe()}
+        return {
+            "kind": "process",
+            "server_id": self.server_id,
+            **self.process,
+            "command": self.command,
+            "job": os.environ.get(JOB_ID_ENV),
+            "updated": time.time(),
+            **self.tracker.describe(),
+        }
 
     def publish(self) -> None:
         with self._write_lock:
@@ -89,7 +104,11 @@ def start_for(tracker: Any) -> ProcessAgent | None:
     from .agent import kernel_identity
 
     server_id = os.environ.get(protocol.SERVER_ID_ENV)
-    if not protocol.valid_server_id(server_id) or tracker.run_id is None or kernel_identity()[0] is not None:
+    if (
+        not protocol.valid_server_id(server_id)
+        or tracker.run_id is None
+        or kernel_identity()[0] is not None
+    ):
         return None
     assert server_id is not None
     folder = protocol.registrations_folder(runtime_folder(), server_id)

@@ -122,8 +122,12 @@ def training_file(folder: Path, kernel_id: str) -> Path:
 def registered_kernel(path: Path) -> str | None:
     """The kernel id a registration file is named after; None for any other file."""
     name = path.name
-    if (name == SERVER_FILE or name.endswith(REQUEST_SUFFIX) or name.endswith(TRAINING_SUFFIX)
-            or not name.endswith(REGISTRATION_SUFFIX)):
+    if (
+        name == SERVER_FILE
+        or name.endswith(REQUEST_SUFFIX)
+        or name.endswith(TRAINING_SUFFIX)
+        or not name.endswith(REGISTRATION_SUFFIX)
+    ):
         return None
     if name.startswith(PROCESS_PREFIX):
         return None  # a rank of a torchrun run: registered_process
@@ -152,8 +156,10 @@ def process_space() -> str:
     independently; a pid recorded under another space cannot be checked from here.
     """
     parts = [socket.gethostname()]
-    for probe in (lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-                  lambda: str(os.stat("/proc/self/ns/pid").st_ino)):
+    for probe in (
+        lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        lambda: str(os.stat("/proc/self/ns/pid").st_ino),
+    ):
         try:
             parts.append(probe())
         except OSError:

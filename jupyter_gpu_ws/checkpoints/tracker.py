@@ -25,15 +25,15 @@ import threading
 import time
 import warnings
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..diskio import start_writeback
 from ..training.recorder import Recorder, continue_wandb
 from ..vocabulary import age
 from . import plainstate
-from .fromstore import NONE, bring_newest
 from .files import (
     CheckpointError,
     CheckpointFolder,
@@ -47,6 +47,7 @@ from .files import (
     run_dir,
     verify,
 )
+from .fromstore import NONE, bring_newest
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def default_run_name() -> str:
     if name:
         workdir = os.environ.get("GPUWS_WORKDIR")
         if workdir and os.path.isabs(name) and name.startswith(workdir.rstrip("/") + "/"):
-            name = name[len(workdir.rstrip("/")) + 1:]
+            name = name[len(workdir.rstrip("/")) + 1 :]
         return name
     import sys
 
@@ -141,11 +142,22 @@ class Tracker:
 
     # -- set-up ------------------------------------------------------------------------------
 
-    def track(self, name: str | None = None, *, every_steps: int | None = None, every_seconds: float | None = None,
-              keep_last: int | None = None, root: str | None = None, total_steps: int | None = None,
-              tensorboard: bool | None = None, **objects: Any) -> Tracker:
+    def track(
+        self,
+        name: str | None = None,
+        *,
+        every_steps: int | None = None,
+        every_seconds: float | None = None,
+        keep_last: int | None = None,
+        root: str | None = None,
+        total_steps: int | None = None,
+        tensorboard: bool | None = None,
+        **objects: Any,
+    ) -> Tracker:
         for key, obj in objects.items():
-            stateful = callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+            stateful = callable(getattr(obj, "state_dict", None)) and callable(
+                getattr(obj, "load_state_dict", None)
+            )
             if not stateful and not isinstance(obj, PLAIN):
                 raise TypeError(
                     f"gpuws.track: {key!r} is a {type(obj).__name__} without state_dict()/load_state_dict(). "
@@ -179,7 +191,9 @@ class Tracker:
         self._changed()
         return self
 
-    def progress(self, total: int | None = None, name: str | None = None, tensorboard: bool | None = None) -> Tracker:
+    def progress(
+        self, total: int | None = None, name: str | None = None, tensorboard: bool | None = None
+    ) -> Tracker:
         """Say how many steps the run has (for its ETA against the deadline) and, optionally,
         its name and whether its scalars are also written as TensorBoard event files (into
         `<run folder>/tensorboard/`, where the sync carries them to the store)."""
@@ -261,7 +275,9 @@ class Tracker:
     def checkpoint(self, wait: bool = False) -> CheckpointInfo | None:
         """Save now, at the current step. With `wait`, return once the files are complete."""
         if not self.objects:
-            raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
+            raise CheckpointError(
+                "Nothing is tracked: call gpuws.track(model=..., optimizer=...) first"
+            )
         self._write_done.wait()
         if self._pending is None:
             self._pending = Pending()
@@ -301,10 +317,14 @@ class Tracker:
             if self.cuda and torch is not None:
                 torch.cuda.synchronize()
         except BaseException as err:
-            interrupted = not isinstance(err, Exception)  # Ctrl-C, SystemExit: not the state's fault
+            interrupted = not isinstance(
+                err, Exception
+            )  # Ctrl-C, SystemExit: not the state's fault
             with self._lock:
                 if interrupted and self._pending is None:
-                    self._pending = pending  # nothing was written: the request stays for the next safe point
+                    self._pending = (
+                        pending  # nothing was written: the request stays for the next safe point
+                    )
                 self._write_done.set()
             if interrupted:
                 raise
@@ -324,7 +344,10 @@ class Tracker:
         if self.policy.every_seconds:
             self._next_time = time.monotonic() + self.policy.every_seconds
         self._writer = threading.Thread(
-            target=self._write, args=(state, rng, step, pending, stall), name="gpuws-checkpoint", daemon=True
+            target=self._write,
+            args=(state, rng, step, pending, stall),
+            name="gpuws-checkpoint",
+            daemon=True,
         )
         self._writer.start()
 
@@ -335,8 +358,9 @@ class Tracker:
             buffer = self._staging.get(prefix)
             source = value.detach()
             if buffer is None or buffer.shape != source.shape or buffer.dtype != source.dtype:
-                buffer = torch.empty(source.shape, dtype=source.dtype, device="cpu",
-                                     pin_memory=source.is_cuda)
+                buffer = torch.empty(
+                    source.shape, dtype=source.dtype, device="cpu", pin_memory=source.is_cuda
+                )
                 self._staging[prefix] = buffer
             buffer.copy_(source, non_blocking=source.is_cuda)
             return buffer
@@ -347,8 +371,14 @@ class Tracker:
             return type(value)(staged) if isinstance(value, tuple) else staged
         return copy.deepcopy(value)
 
-    def _write(self, state: dict[str, Any], rng: dict[str, Any], step: int, pending: Pending | None,
-               stall: float) -> None:
+    def _write(
+        self,
+        state: dict[str, Any],
+        rng: dict[str, Any],
+        step: int,
+        pending: Pending | None,
+        stall: float,
+    ) -> None:
         torch = plainstate.optional_torch()
         started = time.perf_counter()
         tmp: Path | None = None
@@ -362,12 +392,20 @@ class Tracker:
                 skeleton, known["tensors.bin"] = write_tensors(state, tmp / "tensors.bin")
                 torch.save(skeleton, tmp / "state.pt")
                 torch.save(rng, tmp / "rng.pt")
-            metrics = self.training.checkpoint_metrics(step)  # the curves up to here, the loss's health
+            metrics = self.training.checkpoint_metrics(
+                step
+            )  # the curves up to here, the loss's health
             with open(tmp / METRICS, "w", encoding="utf-8") as f:
                 json.dump(metrics, f, separators=(",", ":"), allow_nan=False)
-            extra = {"run": self.run, "request_id": pending.request_id if pending else None,
-                     "stall_seconds": stall, "health": metrics["health"], "suspect": metrics["suspect"],
-                     "total_steps": metrics["total"], "wandb": metrics["wandb"]}
+            extra = {
+                "run": self.run,
+                "request_id": pending.request_id if pending else None,
+                "stall_seconds": stall,
+                "health": metrics["health"],
+                "suspect": metrics["suspect"],
+                "total_steps": metrics["total"],
+                "wandb": metrics["wandb"],
+            }
             info = finish(tmp, step, sorted(self.objects), extra, known=known)
             info.request_id = pending.request_id if pending else None
             self.last = info
@@ -399,10 +437,14 @@ class Tracker:
         if isinstance(err, OSError) and err.strerror:
             where = _place(Path(err.filename)) if err.filename else _place(self.run_path)
             if err.errno == errno.ENOSPC:
-                return (f"no space left on the disk of {where}: free some, or keep fewer checkpoints "
-                        "with gpuws.track(keep_last=1)")
-            return (f"cannot write {where} ({err.strerror}): choose a folder this kernel can write with "
-                    "gpuws.track(root=...)")
+                return (
+                    f"no space left on the disk of {where}: free some, or keep fewer checkpoints "
+                    "with gpuws.track(keep_last=1)"
+                )
+            return (
+                f"cannot write {where} ({err.strerror}): choose a folder this kernel can write with "
+                "gpuws.track(root=...)"
+            )
         text = str(err).strip()
         return text.splitlines()[0] if text else type(err).__name__
 
@@ -418,11 +460,17 @@ class Tracker:
         be read is an error, never a silent 0; 0 comes with a line saying why.
         """
         if not self.objects:
-            raise CheckpointError("Nothing is tracked: call gpuws.track(model=..., optimizer=...) first")
+            raise CheckpointError(
+                "Nothing is tracked: call gpuws.track(model=..., optimizer=...) first"
+            )
         origin = bring_newest(self.run_path, self.run or default_run_name(), timeout)
         found = newest_checkpoint(self.run_path, stacklevel=3, distributed=True)
         if found is None:
-            where = "in the store" if origin == NONE else "here (no Jupyter server with jupyter_gpu_ws to ask the store)"
+            where = (
+                "in the store"
+                if origin == NONE
+                else "here (no Jupyter server with jupyter_gpu_ws to ask the store)"
+            )
             print(f"gpuws: no checkpoint of {self.run} {where}: starting from 0", flush=True)
             return 0
         path, manifest, state, rng = found
@@ -444,12 +492,17 @@ class Tracker:
     def _say_resumed(self) -> None:
         """One line on what resume() did, as it says when it starts from 0."""
         when = self.last.time if self.last is not None else time.time()
-        print(f"gpuws: resumed {self.run!r} at step {self.step_value:,} from the checkpoint of {_clock(when)} "
-              f"({age(when)}); the loop goes on from step {self.step_value + 1:,}", flush=True)
+        print(
+            f"gpuws: resumed {self.run!r} at step {self.step_value:,} from the checkpoint of {_clock(when)} "
+            f"({age(when)}); the loop goes on from step {self.step_value + 1:,}",
+            flush=True,
+        )
 
     def _continue_run(self, path: Path, manifest: dict[str, Any]) -> None:
         """After a resume from `path`: its health, the curves from its metrics, and its W&B run."""
-        self.last_health = manifest.get("health") if manifest.get("health") in ("healthy", "suspect") else None
+        self.last_health = (
+            manifest.get("health") if manifest.get("health") in ("healthy", "suspect") else None
+        )
         self.training.configure(run=self.run)
         self.training.resumed(self.step_value, read_metrics(path, manifest))
         note = continue_wandb(manifest.get("wandb"))
@@ -459,7 +512,9 @@ class Tracker:
     def _load(self, state: dict[str, Any], path: Path) -> None:
         missing = [name for name in self.objects if name not in state]
         if missing:
-            raise CheckpointError(f"Checkpoint {path.name} has no state for {', '.join(map(repr, missing))}")
+            raise CheckpointError(
+                f"Checkpoint {path.name} has no state for {', '.join(map(repr, missing))}"
+            )
         for name, obj in self.objects.items():
             value = state[name]
             try:
@@ -489,9 +544,15 @@ class Tracker:
             "policy": vars(self.policy),
             "pending": None if self._pending is None else vars(self._pending),
             "writing": not self._write_done.is_set(),
-            "last": None if last is None else {
-                "step": last.step, "time": last.time, "bytes": last.bytes, "path": str(last.path),
-                "request_id": last.request_id, "seconds": getattr(self, "last_seconds", None),
+            "last": None
+            if last is None
+            else {
+                "step": last.step,
+                "time": last.time,
+                "bytes": last.bytes,
+                "path": str(last.path),
+                "request_id": last.request_id,
+                "seconds": getattr(self, "last_seconds", None),
                 "health": self.last_health,
             },
             "last_error": self.last_error,
@@ -531,7 +592,7 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
         def put(data: memoryview) -> None:
             nonlocal offset
             for start in range(0, len(data), WRITE_SLICE):
-                piece = data[start:start + WRITE_SLICE]
+                piece = data[start : start + WRITE_SLICE]
                 written = 0
                 while written < len(piece):
                     written += f.write(piece[written:])
@@ -543,9 +604,16 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
             if isinstance(value, torch.Tensor):
                 _require_numpy()
                 flat = value.contiguous().reshape(-1)
-                data = memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
-                entry = {TENSOR: True, "dtype": str(value.dtype).replace("torch.", ""),
-                         "shape": list(value.shape), "offset": offset, "nbytes": len(data)}
+                data = (
+                    memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+                )
+                entry = {
+                    TENSOR: True,
+                    "dtype": str(value.dtype).replace("torch.", ""),
+                    "shape": list(value.shape),
+                    "offset": offset,
+                    "nbytes": len(data),
+                }
                 put(data)
                 return entry
             if isinstance(value, dict):
@@ -562,12 +630,17 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
 def _require_numpy() -> None:
     """torch hands a tensor's bytes over through NumPy: without it, one line saying what to install."""
     if plainstate.optional_module("numpy") is None:
-        raise CheckpointError("saving tensors needs NumPy, which torch hands their bytes over through: "
-                              "pip install numpy")
+        raise CheckpointError(
+            "saving tensors needs NumPy, which torch hands their bytes over through: "
+            "pip install numpy"
+        )
 
 
-def newest_checkpoint(run_path: Path, stacklevel: int = 2, distributed: bool = False,
-                      ) -> tuple[Path, dict[str, Any], dict[str, Any] | None, dict[str, Any] | None] | None:
+def newest_checkpoint(
+    run_path: Path,
+    stacklevel: int = 2,
+    distributed: bool = False,
+) -> tuple[Path, dict[str, Any], dict[str, Any] | None, dict[str, Any] | None] | None:
     """The newest healthy complete checkpoint that passes its checksums and loads: (folder,
     manifest, state, RNG states). The others are skipped with a warning saying why. With
     `distributed`, a checkpoint saved through DCP counts too (its state and RNG states None: it
@@ -584,22 +657,31 @@ def newest_checkpoint(run_path: Path, stacklevel: int = 2, distributed: bool = F
     for path, manifest in healthy + suspect:
         problem = verify(path, manifest)
         if problem:
-            warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=stacklevel)
+            warnings.warn(
+                f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=stacklevel
+            )
             continue
         if distributed and manifest.get("kind") == "dcp":
             from .dcpfiles import read_metadata
 
             try:
-                read_metadata(path, manifest)  # small; refused when it holds anything but DCP's records
+                read_metadata(
+                    path, manifest
+                )  # small; refused when it holds anything but DCP's records
             except Exception as err:
-                warnings.warn(f"gpuws: skipping checkpoint {path.name}: {unreadable(err)}", stacklevel=stacklevel)
+                warnings.warn(
+                    f"gpuws: skipping checkpoint {path.name}: {unreadable(err)}",
+                    stacklevel=stacklevel,
+                )
                 continue
             say_health(manifest, suspect, stacklevel + 1)
             return path, manifest, None, None
         try:
             state, rng = read_checkpoint(path, manifest)
         except Exception as err:
-            warnings.warn(f"gpuws: skipping checkpoint {path.name}: {unreadable(err)}", stacklevel=stacklevel)
+            warnings.warn(
+                f"gpuws: skipping checkpoint {path.name}: {unreadable(err)}", stacklevel=stacklevel
+            )
             continue
         say_health(manifest, suspect, stacklevel + 1)
         return path, manifest, state, rng
@@ -612,31 +694,44 @@ def unreadable(err: BaseException) -> str:
     return str(err) if isinstance(err, CheckpointError) else f"cannot be read ({err})"
 
 
-def healthy_first(complete: list[tuple[Path, dict[str, Any]]]) -> tuple[list[tuple[Path, dict[str, Any]]],
-                                                                      list[tuple[Path, dict[str, Any]]]]:
+def healthy_first(
+    complete: list[tuple[Path, dict[str, Any]]],
+) -> tuple[list[tuple[Path, dict[str, Any]]], list[tuple[Path, dict[str, Any]]]]:
     """The checkpoints (oldest first) as (healthy, suspect), each newest first."""
     newest_first = list(reversed(complete))
-    return ([item for item in newest_first if item[1].get("health") != "suspect"],
-            [item for item in newest_first if item[1].get("health") == "suspect"])
+    return (
+        [item for item in newest_first if item[1].get("health") != "suspect"],
+        [item for item in newest_first if item[1].get("health") == "suspect"],
+    )
 
 
-def say_health(manifest: dict[str, Any], suspect: list[tuple[Any, dict[str, Any]]], stacklevel: int) -> None:
+def say_health(
+    manifest: dict[str, Any], suspect: list[tuple[Any, dict[str, Any]]], stacklevel: int
+) -> None:
     """Tell the user when the checkpoint resumed from is suspect, or newer suspect ones were passed over."""
     passed = [m for _, m in suspect if m["step"] > manifest["step"]]
     if manifest.get("health") == "suspect":
-        warnings.warn(f"gpuws: no healthy checkpoint of this run: resuming from step {manifest['step']}, "
-                      f"taken while {_why_suspect(manifest)}", stacklevel=stacklevel)
+        warnings.warn(
+            f"gpuws: no healthy checkpoint of this run: resuming from step {manifest['step']}, "
+            f"taken while {_why_suspect(manifest)}",
+            stacklevel=stacklevel,
+        )
     elif passed:
         steps = ", ".join(str(m["step"]) for m in sorted(passed, key=lambda m: m["step"]))
-        print(f"gpuws: resuming from the newest healthy checkpoint, at step {manifest['step']}; passed over "
-              f"the checkpoint{'s' * (len(passed) > 1)} at step {steps}, taken after {_why_suspect(passed[-1])}",
-              flush=True)
+        print(
+            f"gpuws: resuming from the newest healthy checkpoint, at step {manifest['step']}; passed over "
+            f"the checkpoint{'s' * (len(passed) > 1)} at step {steps}, taken after {_why_suspect(passed[-1])}",
+            flush=True,
+        )
 
 
 def _why_suspect(manifest: dict[str, Any]) -> str:
     suspect = manifest.get("suspect")
-    if isinstance(suspect, dict) and isinstance(suspect.get("since"), int) and suspect.get("value") in ("nan", "inf",
-                                                                                                      "-inf"):
+    if (
+        isinstance(suspect, dict)
+        and isinstance(suspect.get("since"), int)
+        and suspect.get("value") in ("nan", "inf", "-inf")
+    ):
         return f"the loss became {suspect['value']} at step {suspect['since']}"
     return "the loss stopped being finite"
 
@@ -651,7 +746,9 @@ def read_checkpoint(path: Path, manifest: dict[str, Any]) -> tuple[dict[str, Any
     files as the manifest lists them (CheckpointError, naming the file, for anything else)."""
     with CheckpointFolder(path, manifest) as folder:
         if plainstate.STATE in folder.files:  # saved without torch: plain values, as JSON
-            return plainstate.loads(folder.read(plainstate.STATE)), plainstate.loads(folder.read(plainstate.RNG))
+            return plainstate.loads(folder.read(plainstate.STATE)), plainstate.loads(
+                folder.read(plainstate.RNG)
+            )
         torch = plainstate.require_torch(f"Checkpoint {path.name} holds torch state: loading it")
         with folder.open("state.pt") as f:
             skeleton = torch.load(f, map_location="cpu", weights_only=True)
@@ -686,20 +783,28 @@ def read_tensors(skeleton: dict[str, Any], data: bytearray) -> dict[str, Any]:
     return {name: fill(value) for name, value in skeleton.items()}
 
 
-def _tensor_entry(torch: Any, value: dict[str, Any], available: int) -> tuple[Any, list[int], int, int]:
+def _tensor_entry(
+    torch: Any, value: dict[str, Any], available: int
+) -> tuple[Any, list[int], int, int]:
     """(dtype, shape, offset, nbytes) of a tensor's entry in state.pt, checked against tensors.bin."""
     name = value.get("dtype")
-    dtype = getattr(torch, name, None) if isinstance(name, str) and not name.startswith("_") else None
+    dtype = (
+        getattr(torch, name, None) if isinstance(name, str) and not name.startswith("_") else None
+    )
     if not isinstance(dtype, torch.dtype):
         raise CheckpointError(f"state.pt names the dtype {name!r}, which is not a torch dtype")
     shape, offset, nbytes = value.get("shape"), value.get("offset"), value.get("nbytes")
     if not isinstance(shape, (list, tuple)) or not all(_count(n) for n in shape):
         raise CheckpointError(f"state.pt gives a tensor the shape {shape!r}")
     if not _count(offset) or not _count(nbytes) or offset + nbytes > available:
-        raise CheckpointError(f"state.pt places a tensor at {offset!r} (+{nbytes!r} bytes), outside tensors.bin "
-                              f"({available} bytes)")
+        raise CheckpointError(
+            f"state.pt places a tensor at {offset!r} (+{nbytes!r} bytes), outside tensors.bin "
+            f"({available} bytes)"
+        )
     if math.prod(shape) * dtype.itemsize != nbytes:
-        raise CheckpointError(f"state.pt gives a {name} tensor of shape {list(shape)} {nbytes} bytes")
+        raise CheckpointError(
+            f"state.pt gives a {name} tensor of shape {list(shape)} {nbytes} bytes"
+        )
     return dtype, list(shape), offset, nbytes
 
 
@@ -752,8 +857,13 @@ def capture_rng(torch: Any | None) -> dict[str, Any]:
 
         kind, keys, pos, has_gauss, gauss = np.random.get_state()
         keys = keys.astype("int64")
-        state["numpy"] = {"kind": kind, "keys": keys.tolist() if torch is None else torch.from_numpy(keys),
-                          "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)}
+        state["numpy"] = {
+            "kind": kind,
+            "keys": keys.tolist() if torch is None else torch.from_numpy(keys),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        }
     except ImportError:
         pass
     if torch is not None and torch.cuda.is_available():
@@ -771,8 +881,15 @@ def restore_rng(torch: Any | None, state: dict[str, Any]) -> None:
     if np is not None:
         n = state["numpy"]
         keys = n["keys"] if isinstance(n["keys"], list) else n["keys"].numpy()
-        np.random.set_state((n["kind"], np.asarray(keys, dtype="int64").astype("uint32"), n["pos"],
-                             n["has_gauss"], n["gauss"]))
+        np.random.set_state(
+            (
+                n["kind"],
+                np.asarray(keys, dtype="int64").astype("uint32"),
+                n["pos"],
+                n["has_gauss"],
+                n["gauss"],
+            )
+        )
     if torch is not None and "cuda" in state and torch.cuda.is_available():
         devices = torch.cuda.device_count()
         torch.cuda.set_rng_state_all(state["cuda"][:devices])
@@ -811,7 +928,9 @@ def log(**scalars: Any) -> None:
     (_default or default_tracker()).log(scalars)
 
 
-def progress(total: int | None = None, name: str | None = None, tensorboard: bool | None = None) -> Tracker:
+def progress(
+    total: int | None = None, name: str | None = None, tensorboard: bool | None = None
+) -> Tracker:
     """The run's total number of steps (for its ETA), its name, TensorBoard event files."""
     return default_tracker().progress(total, name, tensorboard)
 
@@ -828,6 +947,10 @@ def tracker_to_track() -> Tracker:
         if previous is not None:
             _default.on_change = previous.on_change
             _default.objects.update(previous.objects)
-            _default.run, _default.root, _default.policy = previous.run, previous.root, previous.policy
+            _default.run, _default.root, _default.policy = (
+                previous.run,
+                previous.root,
+                previous.policy,
+            )
             _default.training = previous.training  # the run's total, curves and stream so far
     return default_tracker()

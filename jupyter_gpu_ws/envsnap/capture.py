@@ -95,26 +95,39 @@ def resolve_python(python: str) -> str:
     """The interpreter's full path, or a clear error when there is none by that name."""
     found = shutil.which(python) if os.sep not in python else python
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
-        raise InterpreterError(f"Python interpreter not found: {python!r} (give the path to a python executable)")
+        raise InterpreterError(
+            f"Python interpreter not found: {python!r} (give the path to a python executable)"
+        )
     # Absolute, since the probe runs elsewhere; not resolved, since a venv's python is a link
     # whose own path is what makes it the venv's.
     return os.path.abspath(found)
 
 
-def probe_environment(python: str, include_torch: bool = True, timeout: float = 600) -> dict[str, Any]:
+def probe_environment(
+    python: str, include_torch: bool = True, timeout: float = 600
+) -> dict[str, Any]:
     """Runs PROBE in `python`: its version, platform, distributions and (optionally) torch."""
     python = resolve_python(python)
-    script = PROBE.replace("WANT_TORCH", "True" if include_torch else "False").replace("MARKER", repr(MARKER))
+    script = PROBE.replace("WANT_TORCH", "True" if include_torch else "False").replace(
+        "MARKER", repr(MARKER)
+    )
     # A neutral working directory: with -c the current folder is first on sys.path, and a
     # project folder could shadow what is installed. The environment is kept as the kernel
     # sees it (PYTHONPATH, user site), so -I is not used.
     try:
-        done = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=timeout,
-                              cwd=tempfile.gettempdir())
+        done = subprocess.run(
+            [python, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=tempfile.gettempdir(),
+        )
     except OSError as err:
         raise InterpreterError(f"Cannot run {python}: {err.strerror or err}") from None
     except subprocess.TimeoutExpired:
-        raise InterpreterError(f"{python} did not list its packages within {timeout:.0f} s") from None
+        raise InterpreterError(
+            f"{python} did not list its packages within {timeout:.0f} s"
+        ) from None
     _, marker, payload = done.stdout.rpartition(MARKER)
     if done.returncode != 0 or not marker:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -138,11 +151,21 @@ def read_machine(nvml: Any = None) -> dict[str, Any] | None:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             name = nvml.nvmlDeviceGetName(handle)
             capability = _optional(nvml.nvmlDeviceGetCudaComputeCapability, handle)
-            gpus.append({"name": _text(name),
-                         "compute_capability": f"{capability[0]}.{capability[1]}" if capability else None})
-        return {"driver_version": _text(driver),
-                "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None,
-                "gpus": gpus}
+            gpus.append(
+                {
+                    "name": _text(name),
+                    "compute_capability": f"{capability[0]}.{capability[1]}"
+                    if capability
+                    else None,
+                }
+            )
+        return {
+            "driver_version": _text(driver),
+            "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}"
+            if isinstance(cuda, int)
+            else None,
+            "gpus": gpus,
+        }
     except Exception:
         return None
     finally:
@@ -174,14 +197,21 @@ def conda_packages(prefix: str) -> list[dict[str, str]] | None:
     if not conda:
         return None
     try:
-        done = subprocess.run([conda, "list", "--json", "--prefix", prefix], capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run(
+            [conda, "list", "--json", "--prefix", prefix],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         listed = json.loads(done.stdout) if done.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return None
     if not isinstance(listed, list):
         return None
-    return [{"name": p.get("name"), "version": p.get("version"), "channel": p.get("channel")} for p in listed]
+    return [
+        {"name": p.get("name"), "version": p.get("version"), "channel": p.get("channel")}
+        for p in listed
+    ]
 
 
 def _command_lines(command: list[str]) -> list[str] | None:
@@ -194,8 +224,15 @@ def _command_lines(command: list[str]) -> list[str] | None:
     return sorted(done.stdout.split()) if done.returncode == 0 else None
 
 
-def capture(python: str = sys.executable, *, include_torch: bool = True, machine: bool = True,
-            apt: bool = False, conda: bool = False, nvml: Any = None) -> dict[str, Any]:
+def capture(
+    python: str = sys.executable,
+    *,
+    include_torch: bool = True,
+    machine: bool = True,
+    apt: bool = False,
+    conda: bool = False,
+    nvml: Any = None,
+) -> dict[str, Any]:
     """A snapshot of `python`'s environment (and this machine's GPUs), identified by `hash`.
 
     The probe runs in the target interpreter, so `python` may be any other environment.

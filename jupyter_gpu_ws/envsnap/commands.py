@@ -7,7 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 Log = Callable[[str], None]
 # How many of the tool's last error lines explain a failure.
@@ -16,7 +16,9 @@ ERROR_LINES = 3
 QUIET = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "NO_COLOR": "1"}
 # Terminal escapes (colours, links, cursor moves) and other control characters: a tool may send
 # them anyway (a package's own build, FORCE_COLOR), and the panel and the CLI show text.
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|[\x00-\x08\x0b-\x1f\x7f]")
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|[\x00-\x08\x0b-\x1f\x7f]"
+)
 
 
 def printable(line: str) -> str:
@@ -28,8 +30,13 @@ def run_command(command: list[str], log: Log | None = None) -> str | None:
     """None when `command` succeeded, else why it failed (its last error lines)."""
     tail: list[str] = []
     try:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, **QUIET})
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **QUIET},
+        )
     except OSError as err:
         return f"cannot run {command[0]}: {err.strerror or err}"
     assert proc.stdout is not None

@@ -82,11 +82,18 @@ def driver_verdict(cuda: str, driver: str) -> Verdict:
     major = _version_tuple(cuda)[0]
     minimum = MIN_DRIVER.get(major)
     if minimum is None:
-        return Verdict("warn", f"torch is built for CUDA {cuda}, for which no minimum driver is known here")
+        return Verdict(
+            "warn", f"torch is built for CUDA {cuda}, for which no minimum driver is known here"
+        )
     if _version_tuple(driver) < _version_tuple(minimum):
-        return Verdict("error", f"The driver {driver} is older than {minimum}, which torch's CUDA {cuda} build needs: "
-                                f"torch will not see the GPU. Use a torch built for an older CUDA, or a newer driver.")
-    return Verdict("ok", f"The driver {driver} runs torch's CUDA {cuda} build (needs {minimum} or newer)")
+        return Verdict(
+            "error",
+            f"The driver {driver} is older than {minimum}, which torch's CUDA {cuda} build needs: "
+            f"torch will not see the GPU. Use a torch built for an older CUDA, or a newer driver.",
+        )
+    return Verdict(
+        "ok", f"The driver {driver} runs torch's CUDA {cuda} build (needs {minimum} or newer)"
+    )
 
 
 def gpu_verdict(gpu: dict[str, Any], arch_list: list[str]) -> Verdict:
@@ -94,26 +101,42 @@ def gpu_verdict(gpu: dict[str, Any], arch_list: list[str]) -> Verdict:
     the same major, which runs on it), or PTX for a capability up to its own (compiled on first use)."""
     name, capability = gpu.get("name", "GPU"), gpu.get("compute_capability")
     if not capability:
-        return Verdict("warn", f"{name}: its compute capability is unknown; cannot check torch's architectures")
+        return Verdict(
+            "warn", f"{name}: its compute capability is unknown; cannot check torch's architectures"
+        )
     major, minor = (_version_tuple(capability) + (0,))[:2]
     archs = [a for a in (_arch(text) for text in arch_list) if a]
     sm = f"sm_{major}{minor}"
     for kind, a_major, a_minor, suffix in archs:
         # Arch-specific code (sm_90a) runs only on exactly that GPU; plain sm_XY also on X.Z, Z >= Y.
-        if kind == "sm" and a_major == major and (a_minor == minor or (not suffix and a_minor < minor)):
+        if (
+            kind == "sm"
+            and a_major == major
+            and (a_minor == minor or (not suffix and a_minor < minor))
+        ):
             return Verdict("ok", f"{name} ({sm}): torch has native code for it")
-    ptx = [(a_major, a_minor) for kind, a_major, a_minor, _ in archs
-           if kind == "compute" and (a_major, a_minor) <= (major, minor)]
+    ptx = [
+        (a_major, a_minor)
+        for kind, a_major, a_minor, _ in archs
+        if kind == "compute" and (a_major, a_minor) <= (major, minor)
+    ]
     if ptx:
         best = max(ptx)
-        return Verdict("ok", f"{name} ({sm}): torch runs it through PTX compute_{best[0]}{best[1]} "
-                             "(kernels are compiled on first use)")
-    return Verdict("error", f"{name} ({sm}) is not among torch's architectures ({', '.join(arch_list)}): "
-                            "install a torch build that supports it")
+        return Verdict(
+            "ok",
+            f"{name} ({sm}): torch runs it through PTX compute_{best[0]}{best[1]} "
+            "(kernels are compiled on first use)",
+        )
+    return Verdict(
+        "error",
+        f"{name} ({sm}) is not among torch's architectures ({', '.join(arch_list)}): "
+        "install a torch build that supports it",
+    )
 
 
-def compatibility(snapshot: dict[str, Any], machine: dict[str, Any] | None,
-                  python: dict[str, Any] | None = None) -> list[Verdict]:
+def compatibility(
+    snapshot: dict[str, Any], machine: dict[str, Any] | None, python: dict[str, Any] | None = None
+) -> list[Verdict]:
     """Whether the snapshot's torch build works on `machine` (from `read_machine`; None: no GPU),
     and, given the current interpreter's `python` record, whether its wheels fit it."""
     verdicts = []
@@ -126,11 +149,20 @@ def compatibility(snapshot: dict[str, Any], machine: dict[str, Any] | None,
     gpus = (machine or {}).get("gpus") or []
     if not cuda:
         if gpus:
-            return verdicts + [Verdict("warn", f"torch {torch['version']} is a CPU build: it will not use the "
-                                               f"{len(gpus)} GPU(s) here")]
+            return verdicts + [
+                Verdict(
+                    "warn",
+                    f"torch {torch['version']} is a CPU build: it will not use the "
+                    f"{len(gpus)} GPU(s) here",
+                )
+            ]
         return verdicts + [Verdict("ok", f"torch {torch['version']} is a CPU build")]
     if not machine or not gpus:
-        return verdicts + [Verdict("info", f"No NVIDIA GPU here: torch's CUDA {cuda} build will run on the CPU only")]
+        return verdicts + [
+            Verdict(
+                "info", f"No NVIDIA GPU here: torch's CUDA {cuda} build will run on the CPU only"
+            )
+        ]
     if machine.get("driver_version"):
         verdicts.append(driver_verdict(cuda, machine["driver_version"]))
     arch_list = torch.get("arch_list") or []
@@ -144,5 +176,10 @@ def _python_verdicts(then: dict[str, Any], now: dict[str, Any]) -> list[Verdict]
     now_minor = _version_tuple(now.get("version", ""))[:2]
     if same_impl and then_minor == now_minor:
         return []
-    return [Verdict("warn", f"The snapshot was taken with {then.get('implementation')} {then.get('version')}, this is "
-                            f"{now.get('implementation')} {now.get('version')}: compiled wheels may not install")]
+    return [
+        Verdict(
+            "warn",
+            f"The snapshot was taken with {then.get('implementation')} {then.get('version')}, this is "
+            f"{now.get('implementation')} {now.get('version')}: compiled wheels may not install",
+        )
+    ]

@@ -41,4 +41,5 @@ class SourcesNotAllowedError(EnvError):
             f"Restoring would fetch and build {len(sources)} package{'s' * (len(sources) != 1)} from their "
             f"sources (their build code runs here): {listed}{more}. Allow sources to do so (the restore "
             "dialog's checkbox, allow_sources, --allow-sources), or keep wheels of them in the store. "
-            "Nothing was installed.")
+            "Nothing was installed."
+        )

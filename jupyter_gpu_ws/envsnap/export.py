@@ -26,7 +26,11 @@ from .validate import check_version, safe_text, validate_snapshot
 from .wheels import find_wheels, wheel_identity
 
 # Each format's file, as `docker build`, `pip install -r` and `conda env create` expect it.
-FORMATS = {"dockerfile": "Dockerfile", "requirements": "requirements.txt", "conda": "environment.yml"}
+FORMATS = {
+    "dockerfile": "Dockerfile",
+    "requirements": "requirements.txt",
+    "conda": "environment.yml",
+}
 REQUIREMENTS = FORMATS["requirements"]
 WHEEL_DIR = "wheels"
 # The image's user: a number, so that Kubernetes can tell it is not root; above the 1000 that
@@ -77,11 +81,15 @@ def python_minor(snapshot: dict[str, Any]) -> str:
     python = snapshot.get("python") or {}
     version = python.get("version")
     if python.get("implementation", "cpython") != "cpython":
-        raise ExportError(f"The snapshot's Python is {safe_text(python.get('implementation'), 40)}: "
-                          "only CPython environments can be exported")
+        raise ExportError(
+            f"The snapshot's Python is {safe_text(python.get('implementation'), 40)}: "
+            "only CPython environments can be exported"
+        )
     match = PYTHON.match(version) if isinstance(version, str) else None
     if not match:
-        raise ExportError(f"The snapshot's Python version {safe_text(version, 40)} is not a CPython 3 version")
+        raise ExportError(
+            f"The snapshot's Python version {safe_text(version, 40)} is not a CPython 3 version"
+        )
     return f"3.{match.group(1)}"
 
 
@@ -109,12 +117,24 @@ def cuda_image(release: str) -> str:
 def wheels_needed(snapshot: dict[str, Any], stored: list[str]) -> list[str]:
     """The store's wheels of the packages no index has (built from a folder, a URL, a commit)."""
     usable = [w for w in stored if PLAIN.match(w) and wheel_identity(w)]
-    return sorted({w for p in snapshot["packages"] if needs_wheel(p)
-                   for w in find_wheels(usable, p["name"], p["version"])})
+    return sorted(
+        {
+            w
+            for p in snapshot["packages"]
+            if needs_wheel(p)
+            for w in find_wheels(usable, p["name"], p["version"])
+        }
+    )
 
 
-def export_snapshot(snapshot: dict[str, Any], format: str, stored: list[str], *, name: str = "gpuws",
-                    extension_version: str | None = None) -> Export:
+def export_snapshot(
+    snapshot: dict[str, Any],
+    format: str,
+    stored: list[str],
+    *,
+    name: str = "gpuws",
+    extension_version: str | None = None,
+) -> Export:
     """The recipe of `snapshot` in `format` (dockerfile, requirements, conda). `stored`: the
     wheel files the store keeps; `name`: the conda environment's; `extension_version`: the
     jupyter_gpu_ws a Dockerfile installs when the snapshot has none."""
@@ -134,10 +154,15 @@ def export_snapshot(snapshot: dict[str, Any], format: str, stored: list[str], *,
     if format == "dockerfile":
         platform = snapshot.get("platform") or {}
         if platform.get("system") not in (None, "Linux"):
-            warnings.append(f"the snapshot was taken on {safe_text(platform.get('system'), 40)}: its packages' "
-                            "Linux builds are installed in the image, and its kept wheels may be for that system")
+            warnings.append(
+                f"the snapshot was taken on {safe_text(platform.get('system'), 40)}: its packages' "
+                "Linux builds are installed in the image, and its kept wheels may be for that system"
+            )
         version = _extension_version(snapshot, extension_version, EXTENSION in kept, warnings)
-        result.files = {"Dockerfile": dockerfile(snapshot, python, version, bool(wheels)), **result.files}
+        result.files = {
+            "Dockerfile": dockerfile(snapshot, python, version, bool(wheels)),
+            **result.files,
+        }
     return result
 
 
@@ -145,9 +170,19 @@ def _describe(snapshot: dict[str, Any], python: str) -> str:
     """`snapshot 2026…-0123456789ab, Python 3.11, torch 2.5.1+cu124, 120 packages`, for a recipe's first line."""
     snapshot_id = snapshot.get("id")
     torch = next((p["version"] for p in snapshot["packages"] if p["name"] == "torch"), None)
-    return ", ".join(filter(None, [
-        f"snapshot {snapshot_id}" if isinstance(snapshot_id, str) and SNAPSHOT_ID.match(snapshot_id) else "snapshot",
-        f"Python {python}", f"torch {torch}" if torch else "", f"{len(snapshot['packages'])} packages"]))
+    return ", ".join(
+        filter(
+            None,
+            [
+                f"snapshot {snapshot_id}"
+                if isinstance(snapshot_id, str) and SNAPSHOT_ID.match(snapshot_id)
+                else "snapshot",
+                f"Python {python}",
+                f"torch {torch}" if torch else "",
+                f"{len(snapshot['packages'])} packages",
+            ],
+        )
+    )
 
 
 def requirements_txt(snapshot: dict[str, Any], python: str, lines: list[str], wheels: bool) -> str:
@@ -161,22 +196,39 @@ def requirements_txt(snapshot: dict[str, Any], python: str, lines: list[str], wh
     return "\n".join(head + lines) + "\n"
 
 
-def environment_yml(snapshot: dict[str, Any], python: str, lines: list[str], wheels: bool, name: str) -> str:
+def environment_yml(
+    snapshot: dict[str, Any], python: str, lines: list[str], wheels: bool, name: str
+) -> str:
     """conda's environment file: conda's Python at the snapshot's minor version, every package
     through pip at its exact version (conda hands the pip list to pip as a requirements file
     beside this one, so `--find-links wheels/` finds the wheels beside it too)."""
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name):
-        raise ExportError(f"Not a conda environment name: {safe_text(name, 40)} (letters, digits, '.', '_', '-')")
-    pip = ([f"--find-links {WHEEL_DIR}/"] if wheels else []) + [line for line in lines if not line.startswith("#")]
-    document = {"name": name, "channels": ["conda-forge"],
-                "dependencies": [f"python={python}", "pip", {"pip": pip}]}
-    head = (f"# The environment of {_describe(snapshot, python)}.\n"
-            "# Create it with `conda env create -f environment.yml`"
-            + (", in this folder: the wheels of packages no index has are in wheels/.\n" if wheels else ".\n"))
+        raise ExportError(
+            f"Not a conda environment name: {safe_text(name, 40)} (letters, digits, '.', '_', '-')"
+        )
+    pip = ([f"--find-links {WHEEL_DIR}/"] if wheels else []) + [
+        line for line in lines if not line.startswith("#")
+    ]
+    document = {
+        "name": name,
+        "channels": ["conda-forge"],
+        "dependencies": [f"python={python}", "pip", {"pip": pip}],
+    }
+    head = (
+        f"# The environment of {_describe(snapshot, python)}.\n"
+        "# Create it with `conda env create -f environment.yml`"
+        + (
+            ", in this folder: the wheels of packages no index has are in wheels/.\n"
+            if wheels
+            else ".\n"
+        )
+    )
     return head + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=1000)
 
 
-def _extension_version(snapshot: dict[str, Any], fallback: str | None, has_wheel: bool, warnings: list[str]) -> str:
+def _extension_version(
+    snapshot: dict[str, Any], fallback: str | None, has_wheel: bool, warnings: list[str]
+) -> str:
     """The jupyter_gpu_ws the image gets: the snapshot's own, else `fallback` (this one)."""
     version = next((p["version"] for p in snapshot["packages"] if p["name"] == EXTENSION), fallback)
     if version is None or check_version(version) or not PLAIN.match(version):
@@ -186,8 +238,10 @@ def _extension_version(snapshot: dict[str, Any], fallback: str | None, has_wheel
     except InvalidVersion:  # check_version has refused it already
         raise ExportError(f"Not a version: {safe_text(version, 40)}") from None
     if (parsed.local or parsed.is_devrelease) and not has_wheel:
-        warnings.append(f"jupyter_gpu_ws {version} is a development version that no index has, and the store keeps "
-                        "no wheel of it: change the Dockerfile's line that installs it")
+        warnings.append(
+            f"jupyter_gpu_ws {version} is a development version that no index has, and the store keeps "
+            "no wheel of it: change the Dockerfile's line that installs it"
+        )
     return version
 
 
@@ -247,7 +301,9 @@ def write_export(result: Export, store: Store, to: str) -> list[Path]:
     folder, main = target_folder(to, result.format)
     others = [name for name in result.files if name != result.main]
     if main.name in others:
-        raise ExportError(f"{main} is the {main.name} the {result.main} needs beside it: give a folder or another name")
+        raise ExportError(
+            f"{main} is the {main.name} the {result.main} needs beside it: give a folder or another name"
+        )
     if folder.exists() and not folder.is_dir():
         raise ExportError(f"{folder} is not a folder")
     folder.mkdir(parents=True, exist_ok=True)

@@ -61,8 +61,10 @@ def lock_text(snapshot: dict[str, Any]) -> str:
     wheels = snapshot.get("wheels") or {}
     python = snapshot.get("python") or {}
     lines = [
-        (f"# Environment snapshot {snapshot.get('id', '')} of {python.get('implementation', '')} "
-         f"{python.get('version', '')}, {len(snapshot.get('packages', []))} packages."),
+        (
+            f"# Environment snapshot {snapshot.get('id', '')} of {python.get('implementation', '')} "
+            f"{python.get('version', '')}, {len(snapshot.get('packages', []))} packages."
+        ),
         "# Exact versions, dependencies included: install with `pip install --no-deps -r THIS`,",
         "# adding `--find-links DIR` for a copy of the store's .gpuws/wheels/ folder.",
     ]

@@ -6,8 +6,9 @@ import os
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from ..store import Store
 from .capture import packages_by_name, probe_environment, resolve_python
@@ -17,7 +18,9 @@ from .lock import index_options, requirement, unreproducible_reason
 from .validate import validate_snapshot
 from .wheels import WHEELS, find_wheels, pip_python, same_version, stored_wheels
 
-Progress = Callable[[int, int, str], None]  # (packages done, packages in all, what is being installed)
+Progress = Callable[
+    [int, int, str], None
+]  # (packages done, packages in all, what is being installed)
 InstallerChoice = Literal["auto", "uv", "pip"]
 # Never removed by `uninstall=True`: without them no later restore could install anything.
 PROTECTED = {"pip", "uv"}
@@ -55,14 +58,41 @@ class Installer:
     # "--" ends the options: whatever a requirement or a name says, it is never read as one.
     def install(self, options: list[str], requirements: list[str]) -> list[str]:
         if self.kind == "uv":
-            return [self.uv or "uv", "pip", "install", "--python", self.python, *options, "--", *requirements]
-        return [self.python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", *options,
-                "--", *requirements]
+            return [
+                self.uv or "uv",
+                "pip",
+                "install",
+                "--python",
+                self.python,
+                *options,
+                "--",
+                *requirements,
+            ]
+        return [
+            self.python,
+            "-m",
+            "pip",
+            "install",
+            "--no-input",
+            "--disable-pip-version-check",
+            *options,
+            "--",
+            *requirements,
+        ]
 
     def uninstall(self, names: list[str]) -> list[str]:
         if self.kind == "uv":
             return [self.uv or "uv", "pip", "uninstall", "--python", self.python, "--", *names]
-        return [self.python, "-m", "pip", "uninstall", "--yes", "--disable-pip-version-check", "--", *names]
+        return [
+            self.python,
+            "-m",
+            "pip",
+            "uninstall",
+            "--yes",
+            "--disable-pip-version-check",
+            "--",
+            *names,
+        ]
 
 
 def choose_installer(python: str, prefer: InstallerChoice = "auto") -> Installer:
@@ -73,11 +103,15 @@ def choose_installer(python: str, prefer: InstallerChoice = "auto") -> Installer
     if prefer == "uv":
         raise InstallerError("uv was asked for but is not installed: `pip install uv`, or use pip")
     if pip_python(python) != python:
-        raise InstallerError(f"{python} has no pip and uv is not installed: `pip install uv` to restore into it")
+        raise InstallerError(
+            f"{python} has no pip and uv is not installed: `pip install uv` to restore into it"
+        )
     return Installer("pip", python)
 
 
-def plan(snapshot: dict[str, Any], current: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+def plan(
+    snapshot: dict[str, Any], current: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[str], list[str]]:
     """(packages to install, names already right, names here that the snapshot lacks)."""
     now = packages_by_name(current)
     install, skip = [], []
@@ -95,8 +129,15 @@ def plan(snapshot: dict[str, Any], current: dict[str, Any]) -> tuple[list[dict[s
 class _Run:
     """One restore in progress: the report, the callbacks, and the installer's runs."""
 
-    def __init__(self, installer: Installer, total: int, progress: Progress | None, cancel: threading.Event | None,
-                 log: Log | None, report: RestoreReport) -> None:
+    def __init__(
+        self,
+        installer: Installer,
+        total: int,
+        progress: Progress | None,
+        cancel: threading.Event | None,
+        log: Log | None,
+        report: RestoreReport,
+    ) -> None:
         self.installer, self.total = installer, total
         self.progress, self.cancel, self.log = progress, cancel, log
         self.report = report
@@ -113,7 +154,9 @@ class _Run:
     def run(self, command: list[str]) -> str | None:
         return run_command(command, self.log)
 
-    def install(self, options: list[str], items: list[tuple[dict[str, Any], str]], what: str) -> None:
+    def install(
+        self, options: list[str], items: list[tuple[dict[str, Any], str]], what: str
+    ) -> None:
         """All of `items` in one run; one by one when that fails, so one bad package stops no other."""
         if not items:
             return
@@ -121,7 +164,10 @@ class _Run:
             self.report.pending += [p["name"] for p, _ in items]
             return
         self.step(f"{len(items)} packages {what}")
-        if len(items) > 1 and self.run(self.installer.install(options, [line for _, line in items])) is None:
+        if (
+            len(items) > 1
+            and self.run(self.installer.install(options, [line for _, line in items])) is None
+        ):
             self.report.installed += [p["name"] for p, _ in items]
             self.step("", len(items))
             return
@@ -162,21 +208,32 @@ def source_of(package: dict[str, Any]) -> str | None:
 
 def sources_to_build(packages: list[dict[str, Any]]) -> list[dict[str, str]]:
     """Those of `packages` that would be fetched and built from VCS or URL sources."""
-    return [{"name": p["name"], "version": p["version"], "kind": p["origin"]["kind"], "source": source}
-            for p in packages if (source := source_of(p))]
+    return [
+        {"name": p["name"], "version": p["version"], "kind": p["origin"]["kind"], "source": source}
+        for p in packages
+        if (source := source_of(p))
+    ]
 
 
-def split_by_wheel(packages: list[dict[str, Any]], kept: list[str]) -> tuple[list[dict[str, Any]],
-                                                                              list[dict[str, Any]]]:
+def split_by_wheel(
+    packages: list[dict[str, Any]], kept: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(those with a wheel among `kept`, the rest)."""
     from_store, others = [], []
     for package in packages:
-        (from_store if find_wheels(kept, package["name"], package["version"]) else others).append(package)
+        (from_store if find_wheels(kept, package["name"], package["version"]) else others).append(
+            package
+        )
     return from_store, others
 
 
-def restore_sources(snapshot: dict[str, Any], store: Store, python: str, offline: bool = False,
-                    current: dict[str, Any] | None = None) -> list[dict[str, str]]:
+def restore_sources(
+    snapshot: dict[str, Any],
+    store: Store,
+    python: str,
+    offline: bool = False,
+    current: dict[str, Any] | None = None,
+) -> list[dict[str, str]]:
     """The VCS and URL sources a restore of `snapshot` into `python` would fetch and build: the
     packages it would install that have no wheel in the store (none when `offline`)."""
     if offline:
@@ -189,10 +246,19 @@ def restore_sources(snapshot: dict[str, Any], store: Store, python: str, offline
     return sources_to_build(from_index)
 
 
-def restore(snapshot: dict[str, Any], store: Store, python: str = sys.executable, offline: bool = True,
-            uninstall: bool = False, progress: Progress | None = None, cancel: threading.Event | None = None,
-            log: Log | None = None, installer: InstallerChoice = "auto", cache_dir: str | None = None,
-            allow_sources: bool = False) -> RestoreReport:
+def restore(
+    snapshot: dict[str, Any],
+    store: Store,
+    python: str = sys.executable,
+    offline: bool = True,
+    uninstall: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    log: Log | None = None,
+    installer: InstallerChoice = "auto",
+    cache_dir: str | None = None,
+    allow_sources: bool = False,
+) -> RestoreReport:
     """Install into `python` what differs from `snapshot` (missing, or at another version).
 
     The snapshot is checked first (`validate_snapshot`): one bad entry and nothing is installed.
@@ -221,9 +287,16 @@ def restore(snapshot: dict[str, Any], store: Store, python: str = sys.executable
     run.step("")
     with tempfile.TemporaryDirectory(prefix="gpuws-restore-") as scratch:
         cache = cache_dir or scratch
-        fetch_wheels(store, [w for p in from_store for w in find_wheels(kept, p["name"], p["version"])], cache)
-        run.install(["--no-deps", "--no-index", "--find-links", cache],
-                    [(p, f"{p['name']}=={p['version']}") for p in from_store], "from the store's wheels")
+        fetch_wheels(
+            store,
+            [w for p in from_store for w in find_wheels(kept, p["name"], p["version"])],
+            cache,
+        )
+        run.install(
+            ["--no-deps", "--no-index", "--find-links", cache],
+            [(p, f"{p['name']}=={p['version']}") for p in from_store],
+            "from the store's wheels",
+        )
         asked = _from_index(from_index, offline, report)
         if len(asked) < len(from_index):
             run.step("", len(from_index) - len(asked))  # reported failed without a run
@@ -236,19 +309,28 @@ def restore(snapshot: dict[str, Any], store: Store, python: str = sys.executable
     return report
 
 
-def _from_index(packages: list[dict[str, Any]], offline: bool,
-                report: RestoreReport) -> list[tuple[dict[str, Any], str]]:
+def _from_index(
+    packages: list[dict[str, Any]], offline: bool, report: RestoreReport
+) -> list[tuple[dict[str, Any], str]]:
     """The requirement lines to ask the index for; what cannot be asked for is reported failed."""
     items = []
     for package in packages:
         line = requirement(package)
         if line is None:
-            report.failed.append({"name": package["name"],
-                                  "message": f"not reproducible: {unreproducible_reason(package)}"})
+            report.failed.append(
+                {
+                    "name": package["name"],
+                    "message": f"not reproducible: {unreproducible_reason(package)}",
+                }
+            )
         elif offline:
-            report.failed.append({"name": package["name"],
-                                  "message": f"no wheel of {line} in the store, and the restore is offline "
-                                             "(snapshot with --keep-all-wheels, or restore without --offline)"})
+            report.failed.append(
+                {
+                    "name": package["name"],
+                    "message": f"no wheel of {line} in the store, and the restore is offline "
+                    "(snapshot with --keep-all-wheels, or restore without --offline)",
+                }
+            )
         else:
             items.append((package, line))
     return items
@@ -260,5 +342,7 @@ def _remove(run: _Run, names: list[str]) -> None:
     if error is None:
         run.report.removed += names
     else:
-        run.report.failed += [{"name": name, "message": f"could not be removed: {error}"} for name in names]
+        run.report.failed += [
+            {"name": name, "message": f"could not be removed: {error}"} for name in names
+        ]
     run.step("", len(names))

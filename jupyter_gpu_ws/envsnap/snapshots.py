@@ -64,8 +64,14 @@ def needs_wheel(package: dict[str, Any]) -> bool:
     return (package.get("origin") or {}).get("kind", "index") not in ("index", "unknown")
 
 
-def save_snapshot(store: Store, snapshot: dict[str, Any], python: str | None = None, keep_all_wheels: bool = False,
-                  log: Log | None = None, doing: Log | None = None) -> SaveResult:
+def save_snapshot(
+    store: Store,
+    snapshot: dict[str, Any],
+    python: str | None = None,
+    keep_all_wheels: bool = False,
+    log: Log | None = None,
+    doing: Log | None = None,
+) -> SaveResult:
     """Keep `snapshot` (from `capture`) in the store unless the latest one has the same content.
 
     Wheels of the packages no index can give back are built and stored first; with
@@ -78,23 +84,40 @@ def save_snapshot(store: Store, snapshot: dict[str, Any], python: str | None = N
     if not new and not keep_all_wheels:
         return SaveResult(latest["id"], new=False)
     kept = stored_wheels(store)
-    wanted = [p for p in snapshot["packages"]
-              if (needs_wheel(p) and new) or (keep_all_wheels and not find_wheels(kept, p["name"], p["version"]))]
-    added, failures = _store_wheels(store, wanted, python or snapshot["python"]["executable"], log,
-                                    index_options(snapshot), doing)
+    wanted = [
+        p
+        for p in snapshot["packages"]
+        if (needs_wheel(p) and new)
+        or (keep_all_wheels and not find_wheels(kept, p["name"], p["version"]))
+    ]
+    added, failures = _store_wheels(
+        store,
+        wanted,
+        python or snapshot["python"]["executable"],
+        log,
+        index_options(snapshot),
+        doing,
+    )
     if not new:
         return SaveResult(latest["id"], new=False, wheels_added=added)
     kept = sorted(set(kept) | set(added))
     snapshot = dict(snapshot)
     snapshot["id"] = snapshot_id(snapshot)
-    snapshot["wheels"] = {p["name"]: found[0] for p in snapshot["packages"]
-                          if (found := find_wheels(kept, p["name"], p["version"]))}
+    snapshot["wheels"] = {
+        p["name"]: found[0]
+        for p in snapshot["packages"]
+        if (found := find_wheels(kept, p["name"], p["version"]))
+    }
     snapshot["not_reproducible"] = [{"name": f.name, "message": f.message} for f in failures]
     # The lock and the snapshot only once the wheels are durable; the pointer last.
-    store.backend.write_bytes(store.state_key(f"{ENV}/{snapshot['id']}.txt"), lock_text(snapshot).encode())
+    store.backend.write_bytes(
+        store.state_key(f"{ENV}/{snapshot['id']}.txt"), lock_text(snapshot).encode()
+    )
     store.write_json(f"{ENV}/{snapshot['id']}.json", snapshot)
     store.write_json(LATEST, {"id": snapshot["id"], "hash": snapshot["hash"]})
-    return SaveResult(snapshot["id"], new=True, wheels_added=added, not_reproducible=snapshot["not_reproducible"])
+    return SaveResult(
+        snapshot["id"], new=True, wheels_added=added, not_reproducible=snapshot["not_reproducible"]
+    )
 
 
 def _usable_latest(store: Store) -> dict[str, Any] | None:
@@ -107,8 +130,14 @@ def _usable_latest(store: Store) -> dict[str, Any] | None:
     return {"id": latest["id"], "hash": latest.get("hash")}
 
 
-def _store_wheels(store: Store, packages: list[dict[str, Any]], python: str, log: Log | None,
-                  indexes: list[str], doing: Log | None = None) -> tuple[list[str], list[Any]]:
+def _store_wheels(
+    store: Store,
+    packages: list[dict[str, Any]],
+    python: str,
+    log: Log | None,
+    indexes: list[str],
+    doing: Log | None = None,
+) -> tuple[list[str], list[Any]]:
     """Build or fetch wheels for `packages` into a temporary folder, then put them in the store."""
     if not packages:
         return [], []
@@ -119,7 +148,9 @@ def _store_wheels(store: Store, packages: list[dict[str, Any]], python: str, log
         for filename in sorted(os.listdir(out_dir)):
             identity = wheel_identity(filename)
             if identity and identity[0] in names:  # not a build dependency pip left beside it
-                store.backend.put(os.path.join(out_dir, filename), store.state_key(f"{WHEELS}/{filename}"))
+                store.backend.put(
+                    os.path.join(out_dir, filename), store.state_key(f"{WHEELS}/{filename}")
+                )
                 added.append(filename)
         store.backend.flush()
     return added, failures
@@ -145,16 +176,26 @@ def load_snapshot(store: Store, snapshot_id: str | None = None) -> dict[str, Any
         latest = _read(store, LATEST, None)
         if not latest:
             raise SnapshotNotFoundError(
-                f"No environment snapshot in the store {where}: take one with `jupyter gpuws env snapshot`")
-        if not isinstance(latest, dict) or not isinstance(latest.get("id"), str) \
-                or not SNAPSHOT_ID.match(latest["id"]):
-            raise UnsafeSnapshotError(f"{LATEST} in {where} does not name a snapshot (see `jupyter gpuws env list`)")
+                f"No environment snapshot in the store {where}: take one with `jupyter gpuws env snapshot`"
+            )
+        if (
+            not isinstance(latest, dict)
+            or not isinstance(latest.get("id"), str)
+            or not SNAPSHOT_ID.match(latest["id"])
+        ):
+            raise UnsafeSnapshotError(
+                f"{LATEST} in {where} does not name a snapshot (see `jupyter gpuws env list`)"
+            )
         snapshot_id = latest["id"]
     if not SNAPSHOT_ID.match(snapshot_id):
-        raise SnapshotNotFoundError(f"Not a snapshot id: {safe_text(snapshot_id)} (see `jupyter gpuws env list`)")
+        raise SnapshotNotFoundError(
+            f"Not a snapshot id: {safe_text(snapshot_id)} (see `jupyter gpuws env list`)"
+        )
     snapshot = _read(store, f"{ENV}/{snapshot_id}.json", snapshot_id)
     if snapshot is None:
-        raise SnapshotNotFoundError(f"No snapshot {snapshot_id} in the store {where} (see `jupyter gpuws env list`)")
+        raise SnapshotNotFoundError(
+            f"No snapshot {snapshot_id} in the store {where} (see `jupyter gpuws env list`)"
+        )
     try:
         validate_snapshot(snapshot)
     except UnsafeSnapshotError as err:
@@ -167,5 +208,6 @@ def _read(store: Store, name: str, snapshot_id: str | None) -> Any:
     try:
         return store.read_json(name)
     except ValueError as err:  # not JSON (UnicodeDecodeError is one too)
-        raise UnsafeSnapshotError(f"{name} is not JSON ({safe_text(str(err))})", snapshot_id) from None
-
+        raise UnsafeSnapshotError(
+            f"{name} is not JSON ({safe_text(str(err))})", snapshot_id
+        ) from None

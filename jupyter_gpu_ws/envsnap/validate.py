@@ -43,7 +43,9 @@ SHORT = 128  # a Python or torch version, an implementation name, an architectur
 def safe_text(value: Any, limit: int = 80) -> str:
     """`value` for a message: control and other unprintable characters escaped, long text cut."""
     text = value if isinstance(value, str) else repr(value)
-    shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    shown = "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
+    )
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
@@ -59,8 +61,13 @@ def check_name(name: Any) -> str:
 
 
 def check_version(version: Any) -> str:
-    if not isinstance(version, str) or not version or len(version) > SHORT or not version.isprintable() \
-            or any(ch.isspace() for ch in version):
+    if (
+        not isinstance(version, str)
+        or not version
+        or len(version) > SHORT
+        or not version.isprintable()
+        or any(ch.isspace() for ch in version)
+    ):
         return "not a PEP 440 version"
     try:
         Version(version)
@@ -92,8 +99,11 @@ def check_origin(origin: Any) -> str:
         revision = origin.get("requested_revision")
         if revision is not None and not _printable(revision, 256):
             return "its requested revision is not printable text"
-    if kind == "archive" and origin.get("hash") is not None and not (
-            isinstance(origin["hash"], str) and HASH.match(origin["hash"])):
+    if (
+        kind == "archive"
+        and origin.get("hash") is not None
+        and not (isinstance(origin["hash"], str) and HASH.match(origin["hash"]))
+    ):
         return f"its hash {safe_text(origin.get('hash'), 40)} is not <algorithm>=<hex digest>"
     return ""
 
@@ -117,9 +127,13 @@ def _check_package(index: int, package: Any, seen: set[str]) -> None:
     try:
         parsed = Requirement(line)
     except InvalidRequirement as err:
-        raise UnsafeSnapshotError(f"{label}: its requirement {safe_text(line)} does not parse ({err})") from None
+        raise UnsafeSnapshotError(
+            f"{label}: its requirement {safe_text(line)} does not parse ({err})"
+        ) from None
     if canonicalize_name(parsed.name) != name:
-        raise UnsafeSnapshotError(f"{label}: its requirement {safe_text(line)} names another package")
+        raise UnsafeSnapshotError(
+            f"{label}: its requirement {safe_text(line)} names another package"
+        )
 
 
 def validate_snapshot(snapshot: Any) -> dict[str, Any]:
@@ -134,32 +148,57 @@ def validate_snapshot(snapshot: Any) -> dict[str, Any]:
     for index, package in enumerate(packages):
         _check_package(index, package, seen)
     captured = snapshot.get("captured_at")
-    if captured is not None and (isinstance(captured, bool) or not isinstance(captured, (int, float))
-                                 or not math.isfinite(captured)):
+    if captured is not None and (
+        isinstance(captured, bool)
+        or not isinstance(captured, (int, float))
+        or not math.isfinite(captured)
+    ):
         raise UnsafeSnapshotError("its time (captured_at) is not a number")
     digest = snapshot.get("hash")
-    if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{12,128}", digest)):
+    if digest is not None and not (
+        isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{12,128}", digest)
+    ):
         raise UnsafeSnapshotError(f"its hash {safe_text(digest, 40)} is not a hex digest")
     python = snapshot.get("python")
     if python is not None:
         if not isinstance(python, dict) or not all(
-                python.get(key) is None or _printable(python.get(key)) for key in ("version", "implementation")):
-            raise UnsafeSnapshotError("its Python version or implementation is not short printable text")
+            python.get(key) is None or _printable(python.get(key))
+            for key in ("version", "implementation")
+        ):
+            raise UnsafeSnapshotError(
+                "its Python version or implementation is not short printable text"
+            )
     torch = snapshot.get("torch")
     if torch is not None:
         arch = torch.get("arch_list") if isinstance(torch, dict) else None
-        if not isinstance(torch, dict) or not all(
-                torch.get(key) is None or _printable(torch.get(key)) for key in ("version", "cuda", "hip")) \
-                or not (arch is None or (isinstance(arch, list) and len(arch) <= 64 and all(map(_printable, arch)))):
-            raise UnsafeSnapshotError("its torch record (version, CUDA, architectures) is not short printable text")
+        if (
+            not isinstance(torch, dict)
+            or not all(
+                torch.get(key) is None or _printable(torch.get(key))
+                for key in ("version", "cuda", "hip")
+            )
+            or not (
+                arch is None
+                or (isinstance(arch, list) and len(arch) <= 64 and all(map(_printable, arch)))
+            )
+        ):
+            raise UnsafeSnapshotError(
+                "its torch record (version, CUDA, architectures) is not short printable text"
+            )
     wheels = snapshot.get("wheels")
     if wheels is not None:
         if not isinstance(wheels, dict):
             raise UnsafeSnapshotError("its wheels are not a record of package names to wheel files")
         for name, filename in wheels.items():
-            if check_name(name) or not isinstance(filename, str) or "/" in filename or not _wheel(filename):
-                raise UnsafeSnapshotError(f"its wheel {safe_text(filename)} of {safe_text(name)} "
-                                          "is not a wheel file name")
+            if (
+                check_name(name)
+                or not isinstance(filename, str)
+                or "/" in filename
+                or not _wheel(filename)
+            ):
+                raise UnsafeSnapshotError(
+                    f"its wheel {safe_text(filename)} of {safe_text(name)} is not a wheel file name"
+                )
     return snapshot
 
 

@@ -7,8 +7,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from packaging.utils import (
@@ -61,7 +62,9 @@ def find_wheels(filenames: Iterable[str], name: str, version: str) -> list[str]:
 def stored_wheels(store: Store) -> list[str]:
     """File names of the wheels kept in the store's `.gpuws/wheels/`."""
     prefix = store.state_key(WHEELS)
-    return sorted(f.key.rpartition("/")[2] for f in store.backend.list(prefix) if f.key.endswith(".whl"))
+    return sorted(
+        f.key.rpartition("/")[2] for f in store.backend.list(prefix) if f.key.endswith(".whl")
+    )
 
 
 def pip_python(python: str) -> str:
@@ -90,18 +93,29 @@ def source_of(package: dict[str, Any]) -> str | None:
     return url or None
 
 
-def build_wheels(packages: list[dict[str, Any]], python: str, out_dir: str, log: Log | None = None,
-                 indexes: list[str] | None = None, doing: Log | None = None) -> list[WheelFailure]:
+def build_wheels(
+    packages: list[dict[str, Any]],
+    python: str,
+    out_dir: str,
+    log: Log | None = None,
+    indexes: list[str] | None = None,
+    doing: Log | None = None,
+) -> list[WheelFailure]:
     """Wheels into `out_dir` for every package: index ones fetched at their exact version
     (`indexes`: extra installer options, such as PyTorch's index), the others built from their
     source. `doing` hears what is under way, in words ("building a wheel of mypkg"). Returns
     the packages for which none could be made."""
     pip = pip_python(python)
-    from_index = [p for p in packages if (p.get("origin") or {}).get("kind", "index") in ("index", "unknown")]
+    from_index = [
+        p for p in packages if (p.get("origin") or {}).get("kind", "index") in ("index", "unknown")
+    ]
     from_source = [p for p in packages if p not in from_index]
     if from_index and doing:
-        doing(f"fetching {len(from_index)} wheels from the index" if len(from_index) > 1
-              else f"fetching a wheel of {from_index[0]['name']}")
+        doing(
+            f"fetching {len(from_index)} wheels from the index"
+            if len(from_index) > 1
+            else f"fetching a wheel of {from_index[0]['name']}"
+        )
     failures = _fetch(from_index, pip, out_dir, log, indexes or [])
     for package in from_source:
         if doing:
@@ -112,35 +126,56 @@ def build_wheels(packages: list[dict[str, Any]], python: str, out_dir: str, log:
     return failures
 
 
-def _fetch(packages: list[dict[str, Any]], pip: str, out_dir: str, log: Log | None,
-           indexes: list[str]) -> list[WheelFailure]:
+def _fetch(
+    packages: list[dict[str, Any]], pip: str, out_dir: str, log: Log | None, indexes: list[str]
+) -> list[WheelFailure]:
     """One `pip download` for all (fast); one by one only when the batch fails, to find which."""
     if not packages:
         return []
     pins = [f"{p['name']}=={p['version']}" for p in packages]
-    download = [pip, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", out_dir, *indexes]
+    download = [
+        pip,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--dest",
+        out_dir,
+        *indexes,
+    ]
     # "--" before what comes from a package record: never read as an option.
     if run_command(download + ["--", *pins], log) is None:
         return []
     failures = []
-    for package, pin in zip(packages, pins):
+    for package, pin in zip(packages, pins, strict=False):
         if run_command(download + ["--", pin], log) is None:
             continue
         # No wheel on the index (an sdist only): build one at that exact version.
-        error = run_command([pip, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out_dir, *indexes, "--", pin],
-                            log)
+        error = run_command(
+            [pip, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out_dir, *indexes, "--", pin],
+            log,
+        )
         if error is not None:
-            failures.append(WheelFailure(package["name"], f"no wheel of {pin} could be fetched or built: {error}"))
+            failures.append(
+                WheelFailure(
+                    package["name"], f"no wheel of {pin} could be fetched or built: {error}"
+                )
+            )
     return failures
 
 
-def _build(package: dict[str, Any], python: str, pip: str, out_dir: str, log: Log | None) -> WheelFailure | None:
+def _build(
+    package: dict[str, Any], python: str, pip: str, out_dir: str, log: Log | None
+) -> WheelFailure | None:
     """A wheel from the package's source: built with what the environment has installed, else
     in an isolated build environment (which needs the index): uv's (fast) or pip's."""
     source = source_of(package)
     if source is None:
         url = (package.get("origin") or {}).get("url", "?")
-        return WheelFailure(package["name"], f"its source {url} no longer exists: it cannot be rebuilt")
+        return WheelFailure(
+            package["name"], f"its source {url} no longer exists: it cannot be rebuilt"
+        )
     if source.endswith(".whl") and os.path.isfile(source):
         shutil.copy(source, out_dir)  # installed from a wheel file that is still there
         return None
@@ -148,7 +183,9 @@ def _build(package: dict[str, Any], python: str, pip: str, out_dir: str, log: Lo
     attempts = [wheel + ["--no-build-isolation", "--", source]]
     uv = find_uv()
     if uv and os.path.exists(source):  # uv builds folders and source archives, not URLs
-        attempts.append([uv, "build", "--wheel", "--out-dir", out_dir, "--python", python, "--", source])
+        attempts.append(
+            [uv, "build", "--wheel", "--out-dir", out_dir, "--python", python, "--", source]
+        )
     attempts.append(wheel + ["--", source])
     errors, output = [], []
 
@@ -162,8 +199,11 @@ def _build(package: dict[str, Any], python: str, pip: str, out_dir: str, log: Lo
         if error is None:
             return None
         errors.append(error)
-    return WheelFailure(package["name"], f"could not build a wheel of {package['name']} from {source}: "
-                                         f"{build_failure(errors, output, package['name'])}")
+    return WheelFailure(
+        package["name"],
+        f"could not build a wheel of {package['name']} from {source}: "
+        f"{build_failure(errors, output, package['name'])}",
+    )
 
 
 _MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
@@ -177,6 +217,8 @@ def build_failure(errors: list[str], output: list[str], name: str) -> str:
         missing = _MISSING_MODULE.search(line)
         if missing:
             module = missing.group(1).split(".")[0]
-            return (f"No module named '{module}' (pip install {module} in this environment, so the next "
-                    f"snapshot can build it; or install {name} from an index or a wheel)")
+            return (
+                f"No module named '{module}' (pip install {module} in this environment, so the next "
+                f"snapshot can build it; or install {name} from an index or a wheel)"
+            )
     return errors[-1] if errors else "no attempt was made"

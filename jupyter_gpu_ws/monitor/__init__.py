@@ -7,6 +7,18 @@ from .sampler import Sampler
 from .system import CgroupReader, SystemReader, read_cgroup
 
 __all__ = [
-    "Alert", "AlertPolicy", "AlertTracker", "GpuInfo", "GpuProcess", "GpuReading", "KernelRef",
-    "CgroupReader", "MigDevice", "NvmlReader", "Sampler", "SystemReader", "find_owner", "read_cgroup",
+    "Alert",
+    "AlertPolicy",
+    "AlertTracker",
+    "GpuInfo",
+    "GpuProcess",
+    "GpuReading",
+    "KernelRef",
+    "CgroupReader",
+    "MigDevice",
+    "NvmlReader",
+    "Sampler",
+    "SystemReader",
+    "find_owner",
+    "read_cgroup",
 ]

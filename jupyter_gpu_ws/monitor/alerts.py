@@ -42,7 +42,9 @@ class AlertTracker:
         self._open: dict[tuple[str, str], Alert] = {}
         self._idle_since: dict[str, float] = {}
 
-    def update(self, gpus: list[dict[str, Any]], disks: list[dict[str, Any]], now: float) -> list[Alert]:
+    def update(
+        self, gpus: list[dict[str, Any]], disks: list[dict[str, Any]], now: float
+    ) -> list[Alert]:
         """Feed one sample (as plain dicts); answer the episodes open after it."""
         p = self.policy
         seen: set[tuple[str, str]] = set()
@@ -53,21 +55,38 @@ class AlertTracker:
             if used is not None and total:
                 fraction = used / total
                 threshold = p.gpu_memory_fraction
-                if fraction > threshold or (("gpu-memory", subject) in self._open and fraction > threshold - p.hysteresis):
-                    self._keep(seen, "gpu-memory", subject, now,
-                               f"{subject} ({gpu['name']}) memory is {fraction:.0%} full "
-                               f"({_gib(used)} of {_gib(total)}): the next allocation may fail.")
+                if fraction > threshold or (
+                    ("gpu-memory", subject) in self._open and fraction > threshold - p.hysteresis
+                ):
+                    self._keep(
+                        seen,
+                        "gpu-memory",
+                        subject,
+                        now,
+                        f"{subject} ({gpu['name']}) memory is {fraction:.0%} full "
+                        f"({_gib(used)} of {_gib(total)}): the next allocation may fail.",
+                    )
 
             held_by_kernel = any(proc.get("kernel_id") for proc in _all_processes(gpu))
             util = gpu.get("utilization")
             if held_by_kernel and util is not None and util < p.gpu_idle_percent:
                 started = self._idle_since.setdefault(subject, now)
                 if now - started >= p.gpu_idle_seconds:
-                    notebooks = sorted({proc.get("notebook") or proc["kernel_id"][:8]
-                                        for proc in _all_processes(gpu) if proc.get("kernel_id")})
-                    self._keep(seen, "gpu-idle", subject, started,
-                               f"{subject} has been idle for {(now - started) / 60:.0f} min while "
-                               f"{', '.join(notebooks)} holds memory on it.")
+                    notebooks = sorted(
+                        {
+                            proc.get("notebook") or proc["kernel_id"][:8]
+                            for proc in _all_processes(gpu)
+                            if proc.get("kernel_id")
+                        }
+                    )
+                    self._keep(
+                        seen,
+                        "gpu-idle",
+                        subject,
+                        started,
+                        f"{subject} has been idle for {(now - started) / 60:.0f} min while "
+                        f"{', '.join(notebooks)} holds memory on it.",
+                    )
             else:
                 self._idle_since.pop(subject, None)
 
@@ -77,17 +96,26 @@ class AlertTracker:
                 fraction = disk["used"] / total
                 subject = f"disk {disk['label']}"
                 threshold = p.disk_fraction
-                if fraction > threshold or (("disk", subject) in self._open and fraction > threshold - p.hysteresis):
-                    self._keep(seen, "disk", subject, now,
-                               f"The {disk['label']} disk ({disk['path']}) is {fraction:.0%} full: "
-                               f"{_gib(total - disk['used'])} left.")
+                if fraction > threshold or (
+                    ("disk", subject) in self._open and fraction > threshold - p.hysteresis
+                ):
+                    self._keep(
+                        seen,
+                        "disk",
+                        subject,
+                        now,
+                        f"The {disk['label']} disk ({disk['path']}) is {fraction:.0%} full: "
+                        f"{_gib(total - disk['used'])} left.",
+                    )
 
         for key in list(self._open):
             if key not in seen:
                 del self._open[key]
         return list(self._open.values())
 
-    def _keep(self, seen: set[tuple[str, str]], kind: str, subject: str, since: float, message: str) -> None:
+    def _keep(
+        self, seen: set[tuple[str, str]], kind: str, subject: str, since: float, message: str
+    ) -> None:
         key = (kind, subject)
         seen.add(key)
         alert = self._open.get(key)

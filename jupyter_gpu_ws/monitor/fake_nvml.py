@@ -48,7 +48,7 @@ def _error(code_name: str) -> pynvml.NVMLError:
 
 
 class _Handle:
-    def __init__(self, spec: dict[str, Any], index: int, parent: "_Handle | None" = None) -> None:
+    def __init__(self, spec: dict[str, Any], index: int, parent: _Handle | None = None) -> None:
         self.spec = spec
         self.index = index
         self.parent = parent
@@ -138,7 +138,9 @@ class FakeNvml:
         self._check(handle, "uuid")
         prefix = "MIG" if handle.parent else "GPU"
         parent = handle.parent.index if handle.parent else 0
-        return handle.spec.get("uuid", f"{prefix}-00000000-0000-0000-{parent:04d}-{handle.index:012d}")
+        return handle.spec.get(
+            "uuid", f"{prefix}-00000000-0000-0000-{parent:04d}-{handle.index:012d}"
+        )
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> Memory:
         self._check(handle, "memory")
@@ -173,7 +175,9 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[Process]:
         self._check(handle, "processes")
-        return [Process(int(p["pid"]), p.get("memory_used")) for p in handle.spec.get("processes", [])]
+        return [
+            Process(int(p["pid"]), p.get("memory_used")) for p in handle.spec.get("processes", [])
+        ]
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Handle) -> list[Process]:
         self._check(handle, "processes")
@@ -231,5 +235,8 @@ class FakeTorchCuda:
         spec = self._device(device)
         uuid = str(spec.get("uuid", ""))
         # torch spells the UUID without NVML's "GPU-" prefix.
-        return DeviceProperties("NVIDIA Test GPU", uuid[4:] if uuid.startswith("GPU-") else uuid,
-                                int(spec.get("total", 16 * 2**30)))
+        return DeviceProperties(
+            "NVIDIA Test GPU",
+            uuid[4:] if uuid.startswith("GPU-") else uuid,
+            int(spec.get("total", 16 * 2**30)),
+        )

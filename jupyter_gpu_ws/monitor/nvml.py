@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,9 @@ class NvmlReader:
             self._next_init = 0.0
             return self._reported(GpuReading(gpus, "; ".join(lost), self._driver, self._cuda))
         if not gpus:
-            return self._reported(GpuReading([], "No NVIDIA GPU was found", self._driver, self._cuda))
+            return self._reported(
+                GpuReading([], "No NVIDIA GPU was found", self._driver, self._cuda)
+            )
         return self._reported(GpuReading(gpus, None, self._driver, self._cuda))
 
     def close(self) -> None:
@@ -199,7 +202,9 @@ class NvmlReader:
             utilization=None if util is None else int(util.gpu),
             memory_used=int(memory.used),
             memory_total=int(memory.total),
-            temperature=self._optional(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
+            temperature=self._optional(
+                nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
+            ),
             power_draw=None if power is None else power / 1000.0,
             power_limit=None if limit is None else limit / 1000.0,
             sm_clock=self._optional(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
@@ -210,7 +215,10 @@ class NvmlReader:
     def _processes(self, handle: Any) -> list[GpuProcess]:
         nvml = self.nvml
         found: dict[int, GpuProcess] = {}
-        for query in (nvml.nvmlDeviceGetComputeRunningProcesses, nvml.nvmlDeviceGetGraphicsRunningProcesses):
+        for query in (
+            nvml.nvmlDeviceGetComputeRunningProcesses,
+            nvml.nvmlDeviceGetGraphicsRunningProcesses,
+        ):
             for proc in self._optional(query, handle) or []:
                 used = getattr(proc, "usedGpuMemory", None)
                 # NVML marks "not available" (e.g. without permission) with a huge sentinel.
@@ -251,7 +259,10 @@ def _init_reason(nvml: Any, err: Exception) -> str:
         ("NVMLError_LibraryNotFound", "No NVIDIA driver is installed (NVML library not found)"),
         ("NVMLError_DriverNotLoaded", "The NVIDIA driver is not loaded"),
         ("NVMLError_NoPermission", "No permission to query the NVIDIA driver"),
-        ("NVMLError_LibRmVersionMismatch", "The NVIDIA driver and its library do not match; a reboot may be needed"),
+        (
+            "NVMLError_LibRmVersionMismatch",
+            "The NVIDIA driver and its library do not match; a reboot may be needed",
+        ),
     ]
     for name, reason in kinds:
         cls = getattr(nvml, name, None)

@@ -8,8 +8,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 from .. import strictjson
 from .alerts import AlertTracker
@@ -123,7 +124,9 @@ class Sampler:
             "system": system,
             "alerts": [asdict(alert) for alert in alerts],
         }
-        text = strictjson.dumps(sample, separators=(",", ":"))  # sent as is to the API and its stream
+        text = strictjson.dumps(
+            sample, separators=(",", ":")
+        )  # sent as is to the API and its stream
         with self._lock:
             self._history.append(sample)
             self._times.append(now)
@@ -161,4 +164,3 @@ class Sampler:
     @property
     def history_capacity(self) -> int:
         return self._history.maxlen or 0
-

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
@@ -86,7 +86,9 @@ class CgroupReader:
     since it runs on every sampler tick.
     """
 
-    def __init__(self, root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str = "/proc/self/cgroup") -> None:
+    def __init__(
+        self, root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str = "/proc/self/cgroup"
+    ) -> None:
         v2 = _own_cgroup_dir(root, proc_cgroup, None)
         self.version: int | None = 2 if (v2 / "cgroup.controllers").exists() else None
         if self.version == 2:
@@ -126,11 +128,18 @@ class CgroupReader:
             figures.version = 1
             if int(limit) < _UNLIMITED:
                 figures.memory_limit = int(limit)
-            usage = _read(self.memory_dir / "memory.usage_in_bytes") if figures.memory_limit else None
+            usage = (
+                _read(self.memory_dir / "memory.usage_in_bytes") if figures.memory_limit else None
+            )
             if usage is not None:
-                inactive = _stat_value(_read(self.memory_dir / "memory.stat"), "total_inactive_file") or 0
+                inactive = (
+                    _stat_value(_read(self.memory_dir / "memory.stat"), "total_inactive_file") or 0
+                )
                 figures.memory_used = max(int(usage) - inactive, 0)
-        quota, period = _read(self.cpu_dir / "cpu.cfs_quota_us"), _read(self.cpu_dir / "cpu.cfs_period_us")
+        quota, period = (
+            _read(self.cpu_dir / "cpu.cfs_quota_us"),
+            _read(self.cpu_dir / "cpu.cfs_period_us"),
+        )
         if quota and period and int(quota) > 0:
             figures.version = 1
             figures.cpu_limit = int(quota) / int(period)
@@ -140,7 +149,9 @@ class CgroupReader:
         return figures
 
 
-def read_cgroup(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str = "/proc/self/cgroup") -> CgroupFigures:
+def read_cgroup(
+    root: Path = Path("/sys/fs/cgroup"), proc_cgroup: str = "/proc/self/cgroup"
+) -> CgroupFigures:
     """One reading of this process's cgroup (see `CgroupReader`)."""
     return CgroupReader(root, proc_cgroup).read()
 
@@ -207,7 +218,9 @@ class SystemReader:
                 usage = psutil.disk_usage(_nearest_existing(path))
             except OSError:
                 continue  # unreadable (a vanished mount): not shown rather than a failed tick
-            disks.append(DiskInfo(label=label, path=os.fspath(path), used=usage.used, total=usage.total))
+            disks.append(
+                DiskInfo(label=label, path=os.fspath(path), used=usage.used, total=usage.total)
+            )
         return disks
 
 

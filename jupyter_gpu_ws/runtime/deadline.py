@@ -38,7 +38,9 @@ def parse_duration(value: str | float) -> float:
                 raise ValueError(
                     f"cannot read duration {text!r}: give seconds or e.g. '12h', '90m', '1h30m'"
                 ) from None
-            seconds = sum(float(n) * _UNIT_SECONDS[unit.lower()] for n, unit in _DURATION_PART.findall(text))
+            seconds = sum(
+                float(n) * _UNIT_SECONDS[unit.lower()] for n, unit in _DURATION_PART.findall(text)
+            )
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"duration must be a finite number of seconds, at least 0, not {value!r}")
     return seconds
@@ -161,7 +163,9 @@ class IdleInputs:
                 and (self.cull_busy or not kernel.busy)
                 and (self.cull_connected or kernel.connections == 0)
             )
-            times[kernel.kernel_id] = kernel.last_activity + self.cull_idle_timeout if cullable else None
+            times[kernel.kernel_id] = (
+                kernel.last_activity + self.cull_idle_timeout if cullable else None
+            )
         return times
 
     def shutdown_at(self) -> float | None:
@@ -176,7 +180,10 @@ class IdleInputs:
         if any(at is None for at in culls.values()):
             return None
         last = max([self.server_last_activity] + [k.last_activity for k in self.kernels])
-        return max([last + self.shutdown_no_activity_timeout] + [at for at in culls.values() if at is not None])
+        return max(
+            [last + self.shutdown_no_activity_timeout]
+            + [at for at in culls.values() if at is not None]
+        )
 
 
 @dataclass(frozen=True)
@@ -199,11 +206,21 @@ class HubLimits:
     def deadlines(self) -> list[Deadline]:
         found = []
         if self.max_age and self.started is not None:
-            found.append(Deadline(self.started + self.max_age, HUB_MAX_AGE,
-                                  f"max age {self.max_age:g} s from the start ({self.started_from})"))
+            found.append(
+                Deadline(
+                    self.started + self.max_age,
+                    HUB_MAX_AGE,
+                    f"max age {self.max_age:g} s from the start ({self.started_from})",
+                )
+            )
         if self.cull_timeout and self.last_activity is not None:
-            found.append(Deadline(self.last_activity + self.cull_timeout, HUB_IDLE_CULL,
-                                  f"idle {self.cull_timeout:g} s after the last activity ({self.activity_from})"))
+            found.append(
+                Deadline(
+                    self.last_activity + self.cull_timeout,
+                    HUB_IDLE_CULL,
+                    f"idle {self.cull_timeout:g} s after the last activity ({self.activity_from})",
+                )
+            )
         return found
 
 
@@ -251,9 +268,15 @@ class RuntimeSettings:
         wins over the environment variable.
         """
         env = os.environ if environ is None else environ
-        settings = cls(persist_lead_time=_named(parse_duration, "persist_lead_time", persist_lead_time))
-        settings.warning_leads = tuple(sorted((_named(parse_duration, "warning lead time", v) for v in warning_leads),
-                                              reverse=True))
+        settings = cls(
+            persist_lead_time=_named(parse_duration, "persist_lead_time", persist_lead_time)
+        )
+        settings.warning_leads = tuple(
+            sorted(
+                (_named(parse_duration, "warning lead time", v) for v in warning_leads),
+                reverse=True,
+            )
+        )
         if max_runtime not in (None, "", 0):
             settings.max_runtime = _named(parse_duration, "max_runtime", max_runtime) or None
         if deadline not in (None, ""):
@@ -280,12 +303,18 @@ class RuntimeClock:
     `state()` answers `GET /gpuws/api/runtime`. Safe to use from several threads.
     """
 
-    def __init__(self, settings: RuntimeSettings, clock: Callable[[], float] = time.time,
-                 start: float | None = None) -> None:
+    def __init__(
+        self,
+        settings: RuntimeSettings,
+        clock: Callable[[], float] = time.time,
+        start: float | None = None,
+    ) -> None:
         self.settings = settings
         self.clock = clock
         self.start = clock() if start is None else start
-        self.deadline_file = DeadlineFile(settings.deadline_file) if settings.deadline_file else None
+        self.deadline_file = (
+            DeadlineFile(settings.deadline_file) if settings.deadline_file else None
+        )
         self.idle: IdleInputs | None = None
         self.preemption: dict[str, Any] | None = None
         self.hub: HubLimits | None = None
@@ -306,7 +335,12 @@ class RuntimeClock:
         """A preemption notice: from now on it is a deadline source ("preemption:<cloud>")."""
         with self._lock:
             if self.preemption is None:
-                self.preemption = {"cloud": cloud, "detail": detail, "noticed": at, "deadline": deadline}
+                self.preemption = {
+                    "cloud": cloud,
+                    "detail": detail,
+                    "noticed": at,
+                    "deadline": deadline,
+                }
 
     def update_hub(self, limits: HubLimits | None) -> None:
         """JupyterHub's limits and the times they count from (read from the hub API)."""
@@ -335,8 +369,13 @@ class RuntimeClock:
         if idle is not None and (idle_at := idle.shutdown_at()) is not None:
             found.append(Deadline(idle_at, "idle_shutdown"))
         if preemption is not None and preemption["deadline"] is not None:
-            found.append(Deadline(preemption["deadline"], f"preemption:{preemption['cloud']}",
-                                  preemption["detail"]))
+            found.append(
+                Deadline(
+                    preemption["deadline"],
+                    f"preemption:{preemption['cloud']}",
+                    preemption["detail"],
+                )
+            )
         return found
 
     def earliest(self) -> Deadline | None:
@@ -372,11 +411,17 @@ class RuntimeClock:
             remaining = deadline.at - now
             # Re-arm what lies ahead again (the deadline moved later).
             self._warned = {lead for lead in self._warned if remaining <= lead}
-            crossed = [lead for lead in self.settings.warning_leads if remaining <= lead and lead not in self._warned]
+            crossed = [
+                lead
+                for lead in self.settings.warning_leads
+                if remaining <= lead and lead not in self._warned
+            ]
             if crossed:
                 lead = min(crossed)
                 self._warned.update(crossed)
-                events.append(RuntimeEvent("warning", deadline.at, deadline.source, max(0.0, remaining), lead))
+                events.append(
+                    RuntimeEvent("warning", deadline.at, deadline.source, max(0.0, remaining), lead)
+                )
                 if deadline.source == HUB_IDLE_CULL:
                     self._cull_warned = deadline.at  # that warning says it: no second one
             events.extend(self._cull_warning(now))
@@ -385,8 +430,15 @@ class RuntimeClock:
                 self._persist_announced = False  # not yet due, or due again for a later deadline
             if now >= persist_at and not self._persist_announced:
                 self._persist_announced = True
-                events.append(RuntimeEvent("persist", deadline.at, deadline.source, max(0.0, remaining),
-                                           self.settings.persist_lead_time))
+                events.append(
+                    RuntimeEvent(
+                        "persist",
+                        deadline.at,
+                        deadline.source,
+                        max(0.0, remaining),
+                        self.settings.persist_lead_time,
+                    )
+                )
         for event in events:
             for listener in list(self._listeners):
                 try:
@@ -399,7 +451,10 @@ class RuntimeClock:
         """The hub's idle cull, `cull_warning_lead` ahead, even when another deadline is earlier
         (the user can avoid this one by coming back). Once per cull deadline: activity that
         moves it later arms the warning again."""
-        cull = next((d for d in (self.hub.deadlines() if self.hub else []) if d.source == HUB_IDLE_CULL), None)
+        cull = next(
+            (d for d in (self.hub.deadlines() if self.hub else []) if d.source == HUB_IDLE_CULL),
+            None,
+        )
         if cull is None:
             return []
         remaining = cull.at - now
@@ -408,7 +463,15 @@ class RuntimeClock:
         if remaining > self.settings.cull_warning_lead or self._cull_warned is not None:
             return []
         self._cull_warned = cull.at
-        return [RuntimeEvent("warning", cull.at, cull.source, max(0.0, remaining), self.settings.cull_warning_lead)]
+        return [
+            RuntimeEvent(
+                "warning",
+                cull.at,
+                cull.source,
+                max(0.0, remaining),
+                self.settings.cull_warning_lead,
+            )
+        ]
 
     def state(self) -> dict[str, Any]:
         """The answer of `GET /gpuws/api/runtime`: times are epoch seconds, durations seconds."""
@@ -417,7 +480,9 @@ class RuntimeClock:
         deadline = min(found, key=lambda d: d.at) if found else None
         with self._lock:
             idle, preemption = self.idle, dict(self.preemption) if self.preemption else None
-        errors = [self.deadline_file.error] if self.deadline_file and self.deadline_file.error else []
+        errors = (
+            [self.deadline_file.error] if self.deadline_file and self.deadline_file.error else []
+        )
         return {
             "now": now,
             "start": self.start,

@@ -28,17 +28,50 @@ MIB = 2**20
 
 # Code, notebooks and configuration: small text a person wrote.
 DEFAULT_INCLUDE = (
-    "*.py", "*.ipynb", "*.md", "*.txt", "*.toml", "*.yaml", "*.yml", "*.json", "*.cfg", "*.ini", "*.sh",
-    "requirements*.txt", "Dockerfile", "Makefile", ".gitignore",
+    "*.py",
+    "*.ipynb",
+    "*.md",
+    "*.txt",
+    "*.toml",
+    "*.yaml",
+    "*.yml",
+    "*.json",
+    "*.cfg",
+    "*.ini",
+    "*.sh",
+    "requirements*.txt",
+    "Dockerfile",
+    "Makefile",
+    ".gitignore",
 )
 
 # Never data, weights or checkpoints, even when a pattern above would take them: they belong
 # to the sync tier, and a repository that swallows them once stays heavy forever.
 DEFAULT_EXCLUDE = (
-    ".gpuws/", ".ipynb_checkpoints/", "__pycache__/", ".venv/", "venv/", "node_modules/",
-    "data/", "datasets/", "checkpoints/", "wandb/", "mlruns/", "lightning_logs/",
-    "*.pt", "*.pth", "*.bin", "*.safetensors", "*.ckpt", "*.onnx", "*.h5", "*.npy", "*.npz", "*.pkl",
-    "*.parquet", "*.arrow",
+    ".gpuws/",
+    ".ipynb_checkpoints/",
+    "__pycache__/",
+    ".venv/",
+    "venv/",
+    "node_modules/",
+    "data/",
+    "datasets/",
+    "checkpoints/",
+    "wandb/",
+    "mlruns/",
+    "lightning_logs/",
+    "*.pt",
+    "*.pth",
+    "*.bin",
+    "*.safetensors",
+    "*.ckpt",
+    "*.onnx",
+    "*.h5",
+    "*.npy",
+    "*.npz",
+    "*.pkl",
+    "*.parquet",
+    "*.arrow",
 )
 
 # Written into a repository we create, so the user's own `git add .` stays clean too.
@@ -48,8 +81,13 @@ NEW_REPO_GITIGNORE = ".gpuws/\n.ipynb_checkpoints/\n__pycache__/\n*.pt\n*.safete
 # they do not collide with the user's own git in a terminal.
 _QUIET_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_LITERAL_PATHSPECS": "1"}
 _READ_ENV = {**_QUIET_ENV, "GIT_OPTIONAL_LOCKS": "0"}
-_IN_PROGRESS = {"MERGE_HEAD": "merge", "CHERRY_PICK_HEAD": "cherry-pick", "REVERT_HEAD": "revert",
-                "rebase-merge": "rebase", "rebase-apply": "rebase"}
+_IN_PROGRESS = {
+    "MERGE_HEAD": "merge",
+    "CHERRY_PICK_HEAD": "cherry-pick",
+    "REVERT_HEAD": "revert",
+    "rebase-merge": "rebase",
+    "rebase-apply": "rebase",
+}
 _CHUNK = 200  # paths per git command, well under any argument-length limit
 # How long a persist's commit waits for a restore that is writing into the work directory.
 RESTORE_WAIT = 30.0
@@ -86,7 +124,11 @@ class CommitResult:
     error: str | None = None
 
     def summary(self) -> str:
-        parts = [f"committed {self.sha[:8]}: {len(self.files)} files" if self.sha else "nothing to commit"]
+        parts = [
+            f"committed {self.sha[:8]}: {len(self.files)} files"
+            if self.sha
+            else "nothing to commit"
+        ]
         if self.too_large:
             parts.append(f"{len(self.too_large)} files over the size limit left out")
         if self.filtered:
@@ -127,7 +169,11 @@ def _one_line(err: Exception) -> str:
         text = (err.stderr or err.stdout or str(err)).strip().strip("'").strip()
         text = re.sub(r"^stderr:\s*", "", text)
         lines = [line.strip() for line in text.splitlines() if line.strip()]
-        text = " / ".join(lines[-3:]) if lines else f"git {err.command[1] if len(err.command) > 1 else ''} failed"
+        text = (
+            " / ".join(lines[-3:])
+            if lines
+            else f"git {err.command[1] if len(err.command) > 1 else ''} failed"
+        )
     else:
         text = str(err)
     return redact(text)
@@ -143,8 +189,12 @@ class GitVersioning:
     drivers are listed right before the commands.
     """
 
-    def __init__(self, settings: GitSettings, clock: Callable[[], float] = time.time,
-                 restore_lock: threading.Lock | None = None) -> None:
+    def __init__(
+        self,
+        settings: GitSettings,
+        clock: Callable[[], float] = time.time,
+        restore_lock: threading.Lock | None = None,
+    ) -> None:
         self.settings = settings
         self.clock = clock
         self.restore_lock = restore_lock
@@ -155,8 +205,13 @@ class GitVersioning:
         self.last_error: str | None = None
         self.last_result: CommitResult | None = None
         self.last_status: dict[str, Any] | None = None
-        self._committing = False  # commit() holds the restore lock (status must not say "restoring")
-        self.push_state: dict[str, Any] = {"state": "never" if settings.remote else "disabled", "time": None}
+        self._committing = (
+            False  # commit() holds the restore lock (status must not say "restoring")
+        )
+        self.push_state: dict[str, Any] = {
+            "state": "never" if settings.remote else "disabled",
+            "time": None,
+        }
 
     # --- the repository ---------------------------------------------------------------------
 
@@ -206,8 +261,17 @@ class GitVersioning:
         """
         root = os.path.realpath(repo.working_tree_dir)
         scope = os.path.relpath(self.workdir, root)
-        out = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
-                              "--ignore-submodules=all", "--", scope, env=_READ_ENV, strip_newline_in_stdout=False)
+        out = repo.git.status(
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--no-renames",
+            "--ignore-submodules=all",
+            "--",
+            scope,
+            env=_READ_ENV,
+            strip_newline_in_stdout=False,
+        )
         pending = Pending()
         for entry in out.split("\0"):
             if len(entry) < 4 or entry.endswith("/"):  # "?? sub/" is a nested repository
@@ -245,11 +309,15 @@ class GitVersioning:
                 try:
                     opened = self._open(create=True)
                     if opened is None:
-                        result.error = f"no Git repository at {self.workdir} (enable git init to create one)"
+                        result.error = (
+                            f"no Git repository at {self.workdir} (enable git init to create one)"
+                        )
                     else:
                         with opened[0]:  # ends GitPython's cat-file processes when done
                             self._commit(*opened, result)
-                            if self.settings.remote and (result.sha or self.push_state["state"] != "pushed"):
+                            if self.settings.remote and (
+                                result.sha or self.push_state["state"] != "pushed"
+                            ):
                                 self._push(opened[0], result)
                 except (git.GitError, GitError, OSError) as err:
                     result.error = _one_line(err)
@@ -264,10 +332,16 @@ class GitVersioning:
             return result
 
     def _commit(self, repo: git.Repo, filters: frozenset[str], result: CommitResult) -> None:
-        busy = [what for name, what in _IN_PROGRESS.items() if os.path.exists(os.path.join(repo.git_dir, name))]
+        busy = [
+            what
+            for name, what in _IN_PROGRESS.items()
+            if os.path.exists(os.path.join(repo.git_dir, name))
+        ]
         if busy:
             # Committing now would conclude the user's merge or rebase for them.
-            raise GitError(f"the repository is in the middle of a {busy[0]}; not committing until it is finished")
+            raise GitError(
+                f"the repository is in the middle of a {busy[0]}; not committing until it is finished"
+            )
         pending = self.pending(repo, filters)
         result.too_large = pending.too_large
         result.filtered = pending.filtered
@@ -275,29 +349,45 @@ class GitVersioning:
             repo.git.add("--", *chunk, env=_QUIET_ENV)
         for chunk in _chunks(pending.remove):
             repo.git.rm("--cached", "--quiet", "--ignore-unmatch", "--", *chunk, env=_QUIET_ENV)
-        staged = [p for p in repo.git.diff("--cached", "--name-only", "-z", "--no-ext-diff", "--no-textconv",
-                                           "--ignore-submodules=all", env=_QUIET_ENV).split("\0") if p]
+        staged = [
+            p
+            for p in repo.git.diff(
+                "--cached",
+                "--name-only",
+                "-z",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--ignore-submodules=all",
+                env=_QUIET_ENV,
+            ).split("\0")
+            if p
+        ]
         if not staged:
             return
         result.files = staged
         result.message = self._message(staged)
         # Hooks are the user's checks for their own commits; an automatic persist before the
         # runtime ends must not be stopped by a linter.
-        repo.git.commit("--no-verify", "-q", "-m", result.message, env={**_QUIET_ENV, **self._author_env(repo)})
+        repo.git.commit(
+            "--no-verify", "-q", "-m", result.message, env={**_QUIET_ENV, **self._author_env(repo)}
+        )
         result.sha = repo.head.commit.hexsha
 
     def _message(self, files: list[str]) -> str:
         when = datetime.fromtimestamp(self.clock(), timezone.utc).strftime("%Y-%m-%d %H:%M")
         noun = "file" if len(files) == 1 else "files"
-        body = "\n".join(files[:50]) + (f"\n… and {len(files) - 50} more" if len(files) > 50 else "")
+        body = "\n".join(files[:50]) + (
+            f"\n… and {len(files) - 50} more" if len(files) > 50 else ""
+        )
         return f"gpuws: persist {when} UTC — {len(files)} {noun} changed\n\n{body}\n"
 
     def _author_env(self, repo: git.Repo) -> dict[str, str]:
         """The configured author only where git has no identity: the user's config is not touched."""
         env: dict[str, str] = {}
-        for key, value, names in (("user.name", self.settings.author_name, ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME")),
-                                  ("user.email", self.settings.author_email,
-                                   ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"))):
+        for key, value, names in (
+            ("user.name", self.settings.author_name, ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME")),
+            ("user.email", self.settings.author_email, ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL")),
+        ):
             if _git_config(repo, key) is None and not any(os.environ.get(n) for n in names):
                 env.update(dict.fromkeys(names, value))
         return env
@@ -324,7 +414,9 @@ class GitVersioning:
             for url in urls:
                 _push_isolated(repo, url, sha, ref, self.settings.push_timeout)
             if named:  # what `git push` updates too; the sidebar's ahead/behind reads it
-                repo.git.update_ref(_valid_ref(repo, f"refs/remotes/{remote}/{branch}"), sha, env=_QUIET_ENV)
+                repo.git.update_ref(
+                    _valid_ref(repo, f"refs/remotes/{remote}/{branch}"), sha, env=_QUIET_ENV
+                )
         except (git.GitError, GitError) as err:
             # The commit stays; the next persist tries the push again.
             result.pushed = False
@@ -381,7 +473,11 @@ class GitVersioning:
         state["filtered"] = len(pending.filtered)
         if repo.head.is_valid():
             head = repo.head.commit
-            state["last_commit"] = {"sha": head.hexsha, "message": head.summary, "time": float(head.committed_date)}
+            state["last_commit"] = {
+                "sha": head.hexsha,
+                "message": head.summary,
+                "time": float(head.committed_date),
+            }
             state["push"].update(self._ahead_behind(repo, state["branch"]))
 
     def _ahead_behind(self, repo: git.Repo, current: str | None) -> dict[str, int]:
@@ -421,7 +517,7 @@ def _size(path: str) -> int:
 
 
 def _chunks(items: list[str]) -> list[list[str]]:
-    return [items[i:i + _CHUNK] for i in range(0, len(items), _CHUNK)]
+    return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
 
 
 def _git_config(repo: git.Repo, key: str) -> str | None:
@@ -437,9 +533,11 @@ def _filtered(repo: git.Repo, paths: list[str], drivers: frozenset[str]) -> list
     the attributes, and runs nothing)."""
     found = []
     for chunk in _chunks(paths):
-        out = repo.git.check_attr("-z", "filter", "--", *chunk, env=_READ_ENV, strip_newline_in_stdout=False)
+        out = repo.git.check_attr(
+            "-z", "filter", "--", *chunk, env=_READ_ENV, strip_newline_in_stdout=False
+        )
         fields = out.split("\0")
-        for path, _, value in zip(fields[0::3], fields[1::3], fields[2::3]):
+        for path, _, value in zip(fields[0::3], fields[1::3], fields[2::3], strict=False):
             if value in drivers:
                 found.append(path)
     return found
@@ -457,7 +555,11 @@ def _valid_ref(repo: git.Repo, ref: str) -> str:
 def _push_urls(repo: git.Repo, remote: str) -> tuple[list[str], bool]:
     """Where a push to `remote` goes: a configured remote's push URLs (else its URLs), all of
     them as git does; or `remote` itself, a URL or path. And whether it is a configured remote."""
-    if "/" in remote or remote in ("", ".", ".."):  # git's rule: never a remote's name, so a URL or path
+    if "/" in remote or remote in (
+        "",
+        ".",
+        "..",
+    ):  # git's rule: never a remote's name, so a URL or path
         return [remote], False
     for variable in ("pushurl", "url"):
         try:
@@ -478,13 +580,21 @@ def _push_isolated(repo: git.Repo, url: str, sha: str, ref: str, timeout: float)
         runner.update_environment(**gitsafety.static_environment(offline=False))
         runner.init("-q", "--bare", "--template=", scratch, env=_QUIET_ENV)
         common = os.path.realpath(repo.common_dir)
-        with open(os.path.join(scratch, "objects", "info", "alternates"), "w", encoding="utf-8") as f:
+        with open(
+            os.path.join(scratch, "objects", "info", "alternates"), "w", encoding="utf-8"
+        ) as f:
             f.write(os.path.join(common, "objects") + "\n")
-        if os.path.isfile(os.path.join(common, "shallow")):  # a shallow clone: where its history stops
+        if os.path.isfile(
+            os.path.join(common, "shallow")
+        ):  # a shallow clone: where its history stops
             shutil.copyfile(os.path.join(common, "shallow"), os.path.join(scratch, "shallow"))
         runner.update_environment(GIT_DIR=scratch)
-        gitsafety.protect(runner, offline=False)  # the user's system and global values, nothing else
-        locked = ["--receive-pack", gitsafety.LOCKED_RECEIVE_PACK] if gitsafety.is_local_url(url) else []
+        gitsafety.protect(
+            runner, offline=False
+        )  # the user's system and global values, nothing else
+        locked = (
+            ["--receive-pack", gitsafety.LOCKED_RECEIVE_PACK] if gitsafety.is_local_url(url) else []
+        )
         runner.push(*locked, "--", url, f"{sha}:{ref}", env=_QUIET_ENV, kill_after_timeout=timeout)
 
 

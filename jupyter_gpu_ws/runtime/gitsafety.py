@@ -71,7 +71,12 @@ TRUSTED_OR_DEFAULT: Mapping[str, str] = {
 
 # The parts of a filter driver that name a program; `required` false, so a driver with no
 # program left does not fail the command.
-FILTER_OFF: tuple[tuple[str, str], ...] = (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false"))
+FILTER_OFF: tuple[tuple[str, str], ...] = (
+    ("clean", ""),
+    ("smudge", ""),
+    ("process", ""),
+    ("required", "false"),
+)
 
 TRUSTED_SCOPES = frozenset({"system", "global"})
 
@@ -98,7 +103,7 @@ def parse_config_list(text: str) -> list[ConfigEntry]:
     """The output of `git config -z --list --show-scope`: `scope NUL key LF value NUL` per entry."""
     fields = text.split("\0")
     entries = []
-    for scope, item in zip(fields[0::2], fields[1::2]):
+    for scope, item in zip(fields[0::2], fields[1::2], strict=False):
         key, newline, value = item.partition("\n")
         entries.append(ConfigEntry(scope, key, value if newline else None))
     return entries
@@ -108,7 +113,7 @@ def _subsection(key: str, section: str) -> tuple[str, str] | None:
     """('name', 'variable') of `section.name.variable`; None for other keys."""
     if not key.lower().startswith(section + "."):
         return None
-    middle, dot, variable = key[len(section) + 1:].rpartition(".")
+    middle, dot, variable = key[len(section) + 1 :].rpartition(".")
     return (middle, variable.lower()) if dot else None
 
 
@@ -135,10 +140,14 @@ def overrides(entries: Iterable[ConfigEntry], offline: bool = True) -> list[tupl
 
 def filter_drivers(entries: Iterable[ConfigEntry]) -> frozenset[str]:
     """The names of the filter drivers `entries` define (`filter.<name>.<anything>`)."""
-    return frozenset(found[0] for e in entries if (found := _subsection(e.key, "filter")) and found[0])
+    return frozenset(
+        found[0] for e in entries if (found := _subsection(e.key, "filter")) and found[0]
+    )
 
 
-def environment(pairs: Iterable[tuple[str, str]], base: Mapping[str, str] | None = None) -> dict[str, str]:
+def environment(
+    pairs: Iterable[tuple[str, str]], base: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """GIT_CONFIG_* variables for `pairs`, after any the user's environment already has."""
     base = os.environ if base is None else base
     try:
@@ -158,8 +167,13 @@ def environment(pairs: Iterable[tuple[str, str]], base: Mapping[str, str] | None
 def read_config(runner: git.Git) -> list[ConfigEntry]:
     """Every configuration entry git sees for `runner`'s directory, includes followed."""
     # `git config --list` itself runs nothing from the config; it runs offline regardless.
-    out = runner.config("-z", "--list", "--show-scope", env=environment(NEUTRAL + OFFLINE),
-                        strip_newline_in_stdout=False)
+    out = runner.config(
+        "-z",
+        "--list",
+        "--show-scope",
+        env=environment(NEUTRAL + OFFLINE),
+        strip_newline_in_stdout=False,
+    )
     return parse_config_list(out)
 
 

@@ -12,9 +12,10 @@ import string
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,13 @@ class HubEnvironment:
         env = os.environ if env is None else env
         if not env.get("JUPYTERHUB_USER") or not env.get("JUPYTERHUB_API_URL"):
             return None
-        return cls(user=env["JUPYTERHUB_USER"], server_name=env.get("JUPYTERHUB_SERVER_NAME", ""),
-                   api_url=env["JUPYTERHUB_API_URL"].rstrip("/"), activity_url=env.get("JUPYTERHUB_ACTIVITY_URL", ""),
-                   api_token=env.get("JUPYTERHUB_API_TOKEN", ""))
+        return cls(
+            user=env["JUPYTERHUB_USER"],
+            server_name=env.get("JUPYTERHUB_SERVER_NAME", ""),
+            api_url=env["JUPYTERHUB_API_URL"].rstrip("/"),
+            activity_url=env.get("JUPYTERHUB_ACTIVITY_URL", ""),
+            api_token=env.get("JUPYTERHUB_API_TOKEN", ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -66,20 +71,25 @@ class Platform:
 
 # -- store URL templates ------------------------------------------------------------------------
 
+
 def store_template_fields(url: str) -> list[str]:
     """The `{…}` fields of a store URL; ValueError for a malformed template."""
     try:
         return [name for _, name, _, _ in string.Formatter().parse(url) if name is not None]
     except ValueError as err:
-        raise ValueError(f"store_url {url!r}: {err} (write a literal brace as {{{{ or }}}})") from None
+        raise ValueError(
+            f"store_url {url!r}: {err} (write a literal brace as {{{{ or }}}})"
+        ) from None
 
 
 def check_store_template(url: str) -> None:
     """ValueError naming any field other than {username} and {servername}."""
     unknown = sorted({name for name in store_template_fields(url) if name not in STORE_FIELDS})
     if unknown:
-        raise ValueError(f"store_url {url!r}: unknown field {', '.join('{' + n + '}' for n in unknown)} "
-                         "(use {username} and {servername})")
+        raise ValueError(
+            f"store_url {url!r}: unknown field {', '.join('{' + n + '}' for n in unknown)} "
+            "(use {username} and {servername})"
+        )
 
 
 def template_base(url: str) -> str | None:
@@ -87,8 +97,8 @@ def template_base(url: str) -> str | None:
     the users' stores (`/srv/stores`); None for a URL that is no template or not a local folder."""
     if not store_template_fields(url) or "://" in url and not url.startswith("file://"):
         return None
-    path = url[len("file://"):] if url.startswith("file://") else url
-    fixed = path[:path.index("{")]
+    path = url[len("file://") :] if url.startswith("file://") else url
+    fixed = path[: path.index("{")]
     return os.path.dirname(fixed) if not fixed.endswith("/") else fixed.rstrip("/") or "/"
 
 
@@ -113,7 +123,9 @@ def expand_store_url(url: str, env: Mapping[str, str] | None = None) -> str:
 def escape_name(name: str) -> str:
     """A user or server name as one path segment: '-' and two hex digits for anything unsafe,
     and for the dots of '..' (or of a name made only of dots)."""
-    escaped = "".join(ch if ch in _SAFE else "".join(f"-{b:02x}" for b in ch.encode()) for ch in name)
+    escaped = "".join(
+        ch if ch in _SAFE else "".join(f"-{b:02x}" for b in ch.encode()) for ch in name
+    )
     return escaped.replace(".", "-2e") if set(name) <= {"."} else escaped.replace("..", "-2e-2e")
 
 
@@ -125,6 +137,7 @@ def _local_user() -> str:
 
 
 # -- the hub's view of this server --------------------------------------------------------------
+
 
 @dataclass
 class HubView:
@@ -157,7 +170,11 @@ class HubClient:
         except HubError as err:
             return HubView(read_at=now, error=str(err))
         view = HubView(read_at=now)
-        server = (model.get("servers") or {}).get(self.hub.server_name) if isinstance(model, dict) else None
+        server = (
+            (model.get("servers") or {}).get(self.hub.server_name)
+            if isinstance(model, dict)
+            else None
+        )
         if isinstance(server, dict):
             view.started = _epoch(server.get("started"))
             view.last_activity = _epoch(server.get("last_activity"))
@@ -169,13 +186,22 @@ class HubClient:
         if not self.hub.activity_url:
             raise HubError("JupyterHub gave no activity address (JUPYTERHUB_ACTIVITY_URL)")
         stamp = datetime.fromtimestamp(when, timezone.utc).isoformat().replace("+00:00", "Z")
-        self._request("POST", self.hub.activity_url, {"servers": {self.hub.server_name: {"last_activity": stamp}},
-                                                     "last_activity": stamp})
+        self._request(
+            "POST",
+            self.hub.activity_url,
+            {"servers": {self.hub.server_name: {"last_activity": stamp}}, "last_activity": stamp},
+        )
 
     def _request(self, method: str, url: str, body: Any = None) -> Any:
-        request = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Authorization": f"token {self.hub.api_token}",
-                                                  "Content-Type": "application/json"})
+        request = urllib.request.Request(
+            url,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={
+                "Authorization": f"token {self.hub.api_token}",
+                "Content-Type": "application/json",
+            },
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 text = response.read()

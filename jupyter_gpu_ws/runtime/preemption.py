@@ -84,8 +84,12 @@ class AwsSpotCheck(MetadataCheck):
     def __call__(self) -> PreemptionNotice | None:
         token = self._session_token()
         try:
-            status, body = _request("GET", f"{self.base_url}/latest/meta-data/spot/instance-action",
-                                    {"X-aws-ec2-metadata-token": token}, self.timeout)
+            status, body = _request(
+                "GET",
+                f"{self.base_url}/latest/meta-data/spot/instance-action",
+                {"X-aws-ec2-metadata-token": token},
+                self.timeout,
+            )
         except OSError:
             self._token = None  # perhaps refused (401): a fresh token on the next poll
             raise
@@ -93,13 +97,19 @@ class AwsSpotCheck(MetadataCheck):
             return None
         action = json.loads(body)
         deadline = parse_deadline(action["time"]) if action.get("time") else None
-        return PreemptionNotice(self.cloud, f"spot {action.get('action', 'interruption')}", time.time(), deadline)
+        return PreemptionNotice(
+            self.cloud, f"spot {action.get('action', 'interruption')}", time.time(), deadline
+        )
 
     def _session_token(self) -> str:
         # The token lives six hours: one PUT per session, not one per poll.
         if self._token is None or time.monotonic() >= self._token_expires:
-            _, self._token = _request("PUT", f"{self.base_url}/latest/api/token",
-                                      {"X-aws-ec2-metadata-token-ttl-seconds": str(self.TOKEN_TTL)}, self.timeout)
+            _, self._token = _request(
+                "PUT",
+                f"{self.base_url}/latest/api/token",
+                {"X-aws-ec2-metadata-token-ttl-seconds": str(self.TOKEN_TTL)},
+                self.timeout,
+            )
             self._token_expires = time.monotonic() + self.TOKEN_TTL - 60
         return self._token
 
@@ -111,8 +121,12 @@ class GcpPreemptedCheck(MetadataCheck):
     default_url = GCP_URL
 
     def __call__(self) -> PreemptionNotice | None:
-        status, body = _request("GET", f"{self.base_url}/computeMetadata/v1/instance/preempted",
-                                {"Metadata-Flavor": "Google"}, self.timeout)
+        status, body = _request(
+            "GET",
+            f"{self.base_url}/computeMetadata/v1/instance/preempted",
+            {"Metadata-Flavor": "Google"},
+            self.timeout,
+        )
         if status == 404 or body.strip().upper() != "TRUE":
             return None
         now = time.time()
@@ -126,15 +140,23 @@ class AzureScheduledEventsCheck(MetadataCheck):
     default_url = AZURE_URL
 
     def __call__(self) -> PreemptionNotice | None:
-        status, body = _request("GET", f"{self.base_url}/metadata/scheduledevents?api-version=2020-07-01",
-                                {"Metadata": "true"}, self.timeout)
+        status, body = _request(
+            "GET",
+            f"{self.base_url}/metadata/scheduledevents?api-version=2020-07-01",
+            {"Metadata": "true"},
+            self.timeout,
+        )
         if status == 404:
             return None
         for event in json.loads(body).get("Events", []):
             if event.get("EventType") == "Preempt":
                 now = time.time()
-                return PreemptionNotice(self.cloud, f"scheduled event {event.get('EventId', '')}".strip(), now,
-                                        _azure_time(event.get("NotBefore")) or now + DEFAULT_NOTICE_SECONDS)
+                return PreemptionNotice(
+                    self.cloud,
+                    f"scheduled event {event.get('EventId', '')}".strip(),
+                    now,
+                    _azure_time(event.get("NotBefore")) or now + DEFAULT_NOTICE_SECONDS,
+                )
         return None
 
 
@@ -159,8 +181,12 @@ class PreemptionWatcher:
     metadata server cannot be reached is logged once and then polled quietly.
     """
 
-    def __init__(self, checks: list[PreemptionCheck], on_notice: Callable[[PreemptionNotice], None],
-                 interval: float = 5.0) -> None:
+    def __init__(
+        self,
+        checks: list[PreemptionCheck],
+        on_notice: Callable[[PreemptionNotice], None],
+        interval: float = 5.0,
+    ) -> None:
         self.checks = list(checks)
         self.on_notice = on_notice
         self.interval = interval
@@ -193,7 +219,11 @@ class PreemptionWatcher:
             cloud = getattr(check, "cloud", repr(check))
             try:
                 notice = check()
-            except (OSError, ValueError, KeyError) as err:  # no metadata server, or a strange answer
+            except (
+                OSError,
+                ValueError,
+                KeyError,
+            ) as err:  # no metadata server, or a strange answer
                 if cloud not in self.errors:
                     log.warning("GPU workspace: cannot read %s preemption notices: %s", cloud, err)
                 self.errors[cloud] = str(err)
@@ -217,8 +247,15 @@ class PreemptionWatcher:
             self._stop.wait(self.interval)
 
 
-def make_checks(aws: bool = False, gcp: bool = False, azure: bool = False, aws_url: str | None = None,
-                gcp_url: str | None = None, azure_url: str | None = None, timeout: float = 2.0) -> list[PreemptionCheck]:
+def make_checks(
+    aws: bool = False,
+    gcp: bool = False,
+    azure: bool = False,
+    aws_url: str | None = None,
+    gcp_url: str | None = None,
+    azure_url: str | None = None,
+    timeout: float = 2.0,
+) -> list[PreemptionCheck]:
     """The checks the configuration enables, each with its base address."""
     checks: list[PreemptionCheck] = []
     if aws:

@@ -10,5 +10,17 @@ from .local import LocalBackend
 from .objectstore import ObjectStoreBackend
 from .registry import BACKENDS, check_store_url, open_backend
 
-__all__ = ["BACKENDS", "PART_SUFFIX", "Backend", "FsspecBackend", "LocalBackend", "ObjectStoreBackend", "RemoteFile",
-           "SourceChangedError", "Store", "check_store_url", "open_backend", "version_stamp"]
+__all__ = [
+    "BACKENDS",
+    "PART_SUFFIX",
+    "Backend",
+    "FsspecBackend",
+    "LocalBackend",
+    "ObjectStoreBackend",
+    "RemoteFile",
+    "SourceChangedError",
+    "Store",
+    "check_store_url",
+    "open_backend",
+    "version_stamp",
+]

@@ -6,8 +6,9 @@ complete or not at all. Keys are '/'-separated and relative to the backend's roo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 from .errors import SyncError
 
@@ -42,22 +43,37 @@ class Backend(Protocol):
     # Whether a write becomes durable only at flush() (a local folder), not once it completes.
     flushes: bool
 
-    def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
-            check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
+    def put(
+        self,
+        local: str,
+        key: str,
+        progress: Callable[[int], None] | None = None,
+        check: Callable[[], bool] | None = None,
+        flush_soon: bool = False,
+    ) -> int:
         """Make `key` hold the local file, whole or not at all. `flush_soon`: the caller will
         wait for a flush right after, so the write may as well head for the disk at once."""
         ...
+
     def copy(self, src: str, dst: str) -> None: ...
     def get(self, key: str, local: str, progress: Callable[[int], None] | None = None) -> int: ...
 
-    def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
-                  progress: Callable[[int], None] | None = None, etag: str | None = None) -> int:
+    def read_into(
+        self,
+        key: str,
+        fd: int,
+        offset: int = 0,
+        length: int | None = None,
+        progress: Callable[[int], None] | None = None,
+        etag: str | None = None,
+    ) -> int:
         """Write `key` into the open file `fd`: the whole of it from offset 0, or with `length`
         its bytes offset..offset+length-1 at the same offsets (so that parts of one file can
         come in parallel). Returns the bytes written. FileNotFoundError: the key is gone;
         ChangedInStoreError: `etag` (from the listing) no longer names the stored object.
         `progress` gets each chunk's size as it lands and may raise to stop."""
         ...
+
     # Optional (plain S3): read_many(items, landed, in_flight, stop) fetches whole small objects
     # many at once from one thread where reads_many() is true (FsspecBackend.read_many); other
     # backends get read_into.
@@ -85,6 +101,7 @@ class Backend(Protocol):
         """How many uploads this process failed to abort (the store was away): abort_uploads()
         is owed once it answers."""
         ...
+
     def read_bytes(self, key: str) -> bytes | None: ...
     def write_bytes(self, key: str, data: bytes) -> None: ...
 

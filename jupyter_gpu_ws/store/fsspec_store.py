@@ -8,19 +8,26 @@ is advisory here (the status says so), except in memory://, held by one process.
 
 from __future__ import annotations
 
-import logging
 import errno
 import hashlib
+import logging
 import os
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 from ..diskio import pwrite_all
 from .backend import PART_SUFFIX, NoFolders, PreconditionFailed, RemoteFile, SourceChangedError
-from .errors import LocalFileError, StoreConfigError, StoreFullError, StoreUnavailableError, SyncError
+from .errors import (
+    LocalFileError,
+    StoreConfigError,
+    StoreFullError,
+    StoreUnavailableError,
+    SyncError,
+)
 from .local import O_CLOEXEC, content_tag
 
 CHUNK_READ = 8 * 2**20
@@ -63,8 +70,14 @@ class FsspecBackend(NoFolders):
         if isinstance(self.fs, Session):
             self.fs.close()
 
-    def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
-            check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
+    def put(
+        self,
+        local: str,
+        key: str,
+        progress: Callable[[int], None] | None = None,
+        check: Callable[[], bool] | None = None,
+        flush_soon: bool = False,
+    ) -> int:
         """Make `key` hold the file, complete or not at all (a completed PUT is durable).
 
         On an object store, small files are read into memory and sent in one PUT once `check`
@@ -93,7 +106,9 @@ class FsspecBackend(NoFolders):
                     self.fs.makedirs(self.fs._parent(target), exist_ok=True)
                 try:
                     self.fs.put_file(local, tmp, **kwargs)  # a failure may leave part of it
-                    if int(self.fs.info(tmp)["size"]) != size or (check is not None and not check()):
+                    if int(self.fs.info(tmp)["size"]) != size or (
+                        check is not None and not check()
+                    ):
                         raise SourceChangedError(key)
                     self._into_place(tmp, target)
                 finally:
@@ -111,7 +126,9 @@ class FsspecBackend(NoFolders):
         except Exception as err:  # OSError, botocore and friends: map to one clear line
             raise _remote_error(err, key) from err
         if int(info.get("size", -1)) != size:
-            raise StoreUnavailableError(f"{key}: the store has {info.get('size')} bytes, expected {size}")
+            raise StoreUnavailableError(
+                f"{key}: the store has {info.get('size')} bytes, expected {size}"
+            )
         # Where the store has a checksum (S3's ETag of a single PUT is its MD5), compare it.
         etag = str(info.get("ETag", "")).strip('"')
         if sent is not None and len(etag) == 32 and etag != hashlib.md5(sent).hexdigest():
@@ -132,7 +149,9 @@ class FsspecBackend(NoFolders):
                     self.fs.mv(tmp, target)
                 return
             except Exception as err:
-                if attempt + 1 == FINISH_ATTEMPTS or not isinstance(_remote_error(err, target), StoreUnavailableError):
+                if attempt + 1 == FINISH_ATTEMPTS or not isinstance(
+                    _remote_error(err, target), StoreUnavailableError
+                ):
                     raise
             if not self.object_store and not self.fs.exists(tmp):
                 return  # the move did happen and only its reply was lost; put() checks the size
@@ -181,8 +200,15 @@ class FsspecBackend(NoFolders):
     def reads_many(self) -> bool:
         return False  # one read_into per file, on the workers
 
-    def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
-                  progress: Callable[[int], None] | None = None, etag: str | None = None) -> int:
+    def read_into(
+        self,
+        key: str,
+        fd: int,
+        offset: int = 0,
+        length: int | None = None,
+        progress: Callable[[int], None] | None = None,
+        etag: str | None = None,
+    ) -> int:
         """The object (or `length` bytes of it from `offset`) at the same offsets of `fd`."""
         path = self._path(key)
         try:
@@ -237,7 +263,9 @@ class FsspecBackend(NoFolders):
         for path, info in found.items():
             if PART_SUFFIX in path or info.get("type") == "directory":
                 continue
-            yield RemoteFile(path[len(self.root) + 1:], int(info["size"]), _mtime(info), _etag(info))
+            yield RemoteFile(
+                path[len(self.root) + 1 :], int(info["size"]), _mtime(info), _etag(info)
+            )
 
     def folders(self, prefix: str) -> list[str]:
         base = self._path(prefix) if prefix else self.root
@@ -248,7 +276,11 @@ class FsspecBackend(NoFolders):
             return []
         except Exception as err:
             raise _remote_error(err, prefix or "the store") from err
-        return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory")
+        return sorted(
+            e["name"].rstrip("/").rsplit("/", 1)[-1]
+            for e in entries
+            if e.get("type") == "directory"
+        )
 
     def sweep_parts(self, prefix: str, older_than: float) -> int:
         cutoff = time.time() - older_than
@@ -317,8 +349,10 @@ class FsspecBackend(NoFolders):
     def conditional_writes(self) -> str | None:
         if self.protocol == "memory":
             return None  # one process holds the whole store
-        return (f"one writer is not enforced on this store: {self.protocol}:// offers no compare-and-swap, so the "
-                "lease cannot stop a runtime elsewhere from writing")
+        return (
+            f"one writer is not enforced on this store: {self.protocol}:// offers no compare-and-swap, so the "
+            "lease cannot stop a runtime elsewhere from writing"
+        )
 
     def same_content(self, key: str, local: str, remote: RemoteFile | None = None) -> bool | None:
         return None  # no checksum of the stored bytes to compare with
@@ -384,8 +418,17 @@ class Session:
 
 def connection_lost(err: BaseException) -> bool:
     """Whether `err` says the session's connection is gone (not that a file is missing or refused)."""
-    if isinstance(err, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
-                        NotADirectoryError, NotImplementedError)):
+    if isinstance(
+        err,
+        (
+            FileNotFoundError,
+            FileExistsError,
+            PermissionError,
+            IsADirectoryError,
+            NotADirectoryError,
+            NotImplementedError,
+        ),
+    ):
         return False
     if isinstance(err, (EOFError, ConnectionError, TimeoutError)):
         return True
@@ -409,15 +452,25 @@ def open_session(protocol: str, make: Callable[[], Any]) -> Session:
     try:
         return Session(connect, protocol, connect())
     except Exception as err:
-        if type(err).__name__ in ("AuthenticationException", "BadHostKeyException", "BadAuthenticationType"):
-            raise StoreConfigError(f"The {protocol}:// server refused this runtime: {err}") from None
+        if type(err).__name__ in (
+            "AuthenticationException",
+            "BadHostKeyException",
+            "BadAuthenticationType",
+        ):
+            raise StoreConfigError(
+                f"The {protocol}:// server refused this runtime: {err}"
+            ) from None
         if connection_lost(err) or isinstance(err, OSError):
-            log.info("The %s:// store does not answer yet (%s): connecting on first use", protocol, err)
+            log.info(
+                "The %s:// store does not answer yet (%s): connecting on first use", protocol, err
+            )
             return Session(connect, protocol)
         raise
 
 
-def open_fsspec_store(url: str, storage_options: dict[str, Any] | None = None, max_concurrency: int = 4) -> FsspecBackend:
+def open_fsspec_store(
+    url: str, storage_options: dict[str, Any] | None = None, max_concurrency: int = 4
+) -> FsspecBackend:
     """The fsspec file system for `url`'s scheme (its package must be installed)."""
     parsed = urlparse(url)
     try:
@@ -428,18 +481,24 @@ def open_fsspec_store(url: str, storage_options: dict[str, Any] | None = None, m
     except ValueError:
         raise StoreConfigError(f"Unknown storage protocol {parsed.scheme!r} in {url!r}") from None
     except ImportError as err:
-        raise StoreConfigError(f"The {parsed.scheme}:// store needs a package that is not installed: {err}") from None
+        raise StoreConfigError(
+            f"The {parsed.scheme}:// store needs a package that is not installed: {err}"
+        ) from None
     options = dict(storage_options or {})
     try:
         fs, root = url_to_fs(url, **options)
     except ImportError as err:
-        raise StoreConfigError(f"The {parsed.scheme}:// store needs a package that is not installed: {err}") from None
+        raise StoreConfigError(
+            f"The {parsed.scheme}:// store needs a package that is not installed: {err}"
+        ) from None
     except Exception as err:
         raise StoreConfigError(f"Cannot open the store {url!r}: {err}") from err
     return FsspecBackend(fs, root, max_concurrency)
 
 
-def open_session_store(url: str, storage_options: dict[str, Any] | None = None, max_concurrency: int = 4) -> FsspecBackend:
+def open_session_store(
+    url: str, storage_options: dict[str, Any] | None = None, max_concurrency: int = 4
+) -> FsspecBackend:
     """sftp://, ftp://, smb://: a connection of this backend's own (not fsspec's shared cached
     instance), made anew after it fails, with a bounded wait for a server that stops answering."""
     from fsspec.core import url_to_fs
@@ -454,11 +513,15 @@ def open_session_store(url: str, storage_options: dict[str, Any] | None = None, 
 
         cls = fsspec.get_filesystem_class(scheme)
         root = cls._strip_protocol(url)
-        session = open_session(scheme, lambda: url_to_fs(url, skip_instance_cache=True, **options)[0])
+        session = open_session(
+            scheme, lambda: url_to_fs(url, skip_instance_cache=True, **options)[0]
+        )
     except StoreConfigError:
         raise
     except ImportError as err:
-        raise StoreConfigError(f"The {scheme}:// store needs a package that is not installed: {err}") from None
+        raise StoreConfigError(
+            f"The {scheme}:// store needs a package that is not installed: {err}"
+        ) from None
     except Exception as err:
         raise StoreConfigError(f"Cannot open the store {url!r}: {err}") from err
     return FsspecBackend(session, root, max_concurrency)

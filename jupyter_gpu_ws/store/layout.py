@@ -1,7 +1,7 @@
 """The layout of one workspace inside a store, so that the mirror stays browsable with ordinary tools:
 
-    <store_url>/<workspace>/files/<relative path>    the mirror
-    <store_url>/<workspace>/.gpuws/                   lease.json, versions/, …
+<store_url>/<workspace>/files/<relative path>    the mirror
+<store_url>/<workspace>/.gpuws/                   lease.json, versions/, …
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Store:
         """The mirror's files (those inside the folder `under`, when given) by relative path."""
         prefix = f"{self.workspace}/files/"
         base = f"{prefix}{encode(under.strip('/'))}" if under else prefix.rstrip("/")
-        return {decode(f.key[len(prefix):]): f for f in self.backend.list(base)}
+        return {decode(f.key[len(prefix) :]): f for f in self.backend.list(base)}
 
     def list_versions(self, rel: str | None = None) -> list[tuple[str, str, RemoteFile]]:
         """(relative path, stamp, file) for every kept version, or those of one path."""
@@ -53,7 +53,7 @@ class Store:
         base = prefix + encode(rel) if rel else prefix.rstrip("/")
         out = []
         for f in self.backend.list(base):
-            stored, _, stamp = f.key[len(prefix):].rpartition("/")
+            stored, _, stamp = f.key[len(prefix) :].rpartition("/")
             path = decode(stored)
             if rel is None or path == rel:
                 out.append((path, stamp, f))

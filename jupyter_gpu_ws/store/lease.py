@@ -30,11 +30,18 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .backend import PreconditionFailed
-from .errors import LeaseCorruptError, LeaseHeldError, LeaseLostError, StoreUnavailableError, SyncError
+from .errors import (
+    LeaseCorruptError,
+    LeaseHeldError,
+    LeaseLostError,
+    StoreUnavailableError,
+    SyncError,
+)
 from .layout import Store
 
 log = logging.getLogger(__name__)
@@ -86,10 +93,14 @@ class LeaseInfo:
                 raise TypeError("released is not true or false")
             info.ttl = info.ttl or info.expires - info.heartbeat  # written before ttl was stated
             if not 0 < info.ttl <= MAX_TTL:
-                raise ValueError(f"its lifetime is {info.ttl:g} s, outside the (0, {MAX_TTL:g}] s any runtime uses")
+                raise ValueError(
+                    f"its lifetime is {info.ttl:g} s, outside the (0, {MAX_TTL:g}] s any runtime uses"
+                )
             if not -SLACK <= info.expires - info.heartbeat <= info.ttl + SLACK:
-                raise ValueError(f"it expires {info.expires - info.heartbeat:g} s after its heartbeat, "
-                                 f"with a lifetime of {info.ttl:g} s")
+                raise ValueError(
+                    f"it expires {info.expires - info.heartbeat:g} s after its heartbeat, "
+                    f"with a lifetime of {info.ttl:g} s"
+                )
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as err:
             raise LeaseCorruptError(
                 f"The workspace lease ({LEASE_NAME}) is unreadable or corrupt ({err}); take over to replace it"
@@ -132,8 +143,13 @@ class _Sighting:
 
 
 class Lease:
-    def __init__(self, store: Store, ttl: float = 20.0, clock: Callable[[], float] = time.time,
-                 host: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        ttl: float = 20.0,
+        clock: Callable[[], float] = time.time,
+        host: str | None = None,
+    ) -> None:
         if not 0 < ttl <= MAX_TTL:
             raise ValueError(f"lease_ttl must be positive and at most {MAX_TTL:g} s")
         self.store = store
@@ -253,9 +269,17 @@ class Lease:
             user = getpass.getuser()
         except Exception:
             user = "unknown"
-        info = LeaseInfo(holder=self.holder, host=self.host, pid=os.getpid(), user=user,
-                         acquired=acquired if acquired is not None else now, heartbeat=now,
-                         expires=now + self.ttl, ttl=self.ttl, renewals=self._renewals)
+        info = LeaseInfo(
+            holder=self.holder,
+            host=self.host,
+            pid=os.getpid(),
+            user=user,
+            acquired=acquired if acquired is not None else now,
+            heartbeat=now,
+            expires=now + self.ttl,
+            ttl=self.ttl,
+            renewals=self._renewals,
+        )
         started = time.monotonic()
         data = json.dumps(asdict(info), indent=1).encode()
         key = self.store.state_key(LEASE_NAME)
@@ -274,11 +298,14 @@ class Lease:
                     continue
                 self._lost()
                 if found is None and attempt == 0:
-                    raise LeaseLostError("The workspace lease vanished from the store (was the store emptied, "
-                                         "replaced or remounted?): this runtime stopped writing") from None
+                    raise LeaseLostError(
+                        "The workspace lease vanished from the store (was the store emptied, "
+                        "replaced or remounted?): this runtime stopped writing"
+                    ) from None
                 who = found[0].who() if found else "another runtime"
-                raise LeaseLostError(f"Another runtime took the workspace lease: {who}. "
-                                     "This one is read-only.") from None
+                raise LeaseLostError(
+                    f"Another runtime took the workspace lease: {who}. This one is read-only."
+                ) from None
         self._seen.saw(self._tag)
         self.held = True
         self._acquired = info.acquired
@@ -311,8 +338,11 @@ class Lease:
                     info.heartbeat = info.expires = now
                     info.renewals += 1
                     info.released = True
-                    self.store.backend.write_if(self.store.state_key(LEASE_NAME),
-                                                json.dumps(asdict(info), indent=1).encode(), found[1])
+                    self.store.backend.write_if(
+                        self.store.state_key(LEASE_NAME),
+                        json.dumps(asdict(info), indent=1).encode(),
+                        found[1],
+                    )
             except (PreconditionFailed, SyncError) as err:
                 log.debug("Sync: lease not released (%s); it runs out by itself", err)
             self._lost()
@@ -335,12 +365,18 @@ class Lease:
             return
         now = time.monotonic()
         if not self.held:
-            raise LeaseLostError("This runtime no longer holds the workspace lease: writing stopped")
+            raise LeaseLostError(
+                "This runtime no longer holds the workspace lease: writing stopped"
+            )
         if now < self.write_after:
-            raise LeaseLostError(f"Taking over the workspace: writing starts in {self.write_after - now:.0f} s, "
-                                 "once the previous runtime has stopped writing")
-        raise LeaseLostError("The workspace lease could not be renewed in time (is the store answering?): "
-                             "writing paused until it is")
+            raise LeaseLostError(
+                f"Taking over the workspace: writing starts in {self.write_after - now:.0f} s, "
+                "once the previous runtime has stopped writing"
+            )
+        raise LeaseLostError(
+            "The workspace lease could not be renewed in time (is the store answering?): "
+            "writing paused until it is"
+        )
 
     def _dead_here(self, info: LeaseInfo) -> bool:
         """A lease held by a process of this machine that no longer exists (a crashed server
@@ -364,8 +400,12 @@ class LeaseKeeper:
     `on_gap()` when a renewal succeeds again after failing (the store was away meanwhile).
     """
 
-    def __init__(self, lease: Lease, on_change: Callable[[bool, str | None], None],
-                 on_gap: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        lease: Lease,
+        on_change: Callable[[bool, str | None], None],
+        on_gap: Callable[[], None] | None = None,
+    ) -> None:
         self.lease = lease
         self.on_change = on_change
         self.on_gap = on_gap

@@ -28,12 +28,19 @@ import stat
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import Callable, Iterator, NoReturn
+from typing import NoReturn
 
 from ..diskio import pwrite_all, start_writeback, turn
 from .backend import CHUNK, PART_SUFFIX, PreconditionFailed, RemoteFile, SourceChangedError
-from .errors import LocalFileError, StoreFullError, StoreMissingError, StoreUnavailableError, UnsafeStoreEntryError
+from .errors import (
+    LocalFileError,
+    StoreFullError,
+    StoreMissingError,
+    StoreUnavailableError,
+    UnsafeStoreEntryError,
+)
 from .hashing import fd_hash, file_hash
 from .names import from_os, refused_by_store, to_os
 
@@ -53,21 +60,34 @@ FOLDER_TRUST_SECONDS = 2.0
 
 # What a drive that stopped answering says (a FUSE mount whose process died or lost its
 # network: Google Drive on Colab, a bucket mount; an NFS server gone): not this file's fault.
-DRIVE_GONE = {errno.ENOTCONN, errno.ESHUTDOWN, errno.ECONNABORTED, errno.ECONNRESET, errno.EHOSTDOWN,
-              errno.ETIMEDOUT, errno.ESTALE, errno.EIO}
+DRIVE_GONE = {
+    errno.ENOTCONN,
+    errno.ESHUTDOWN,
+    errno.ECONNABORTED,
+    errno.ECONNRESET,
+    errno.EHOSTDOWN,
+    errno.ETIMEDOUT,
+    errno.ESTALE,
+    errno.EIO,
+}
 
 
 def _raise_os_error(err: OSError, what: str, root: str | None = None) -> NoReturn:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         where = f", the drive holding {root}" if root else ""
-        raise StoreFullError(f"The store's disk is full ({what}{where}): free space on it; the pending files go by "
-                             "themselves then") from err
+        raise StoreFullError(
+            f"The store's disk is full ({what}{where}): free space on it; the pending files go by "
+            "themselves then"
+        ) from err
     if root and err.errno in DRIVE_GONE:
         raise StoreUnavailableError(
             f"The drive holding the store {root} does not answer ({what}: {err.strerror or err}): is it still mounted? Remount it (on "
             "Colab: drive.mount(..., force_remount=True)); the pending files go by themselves once it "
-            "answers") from err
-    raise StoreUnavailableError(f"Cannot write to the store ({what}): {err.strerror or err}") from err
+            "answers"
+        ) from err
+    raise StoreUnavailableError(
+        f"Cannot write to the store ({what}): {err.strerror or err}"
+    ) from err
 
 
 class LocalBackend:
@@ -121,7 +141,7 @@ class LocalBackend:
         return os.path.join(self._root, *key.split("/"))
 
     def _key(self, path: str) -> str:
-        return from_os(path[len(self._prefix):].replace(os.sep, "/"))
+        return from_os(path[len(self._prefix) :].replace(os.sep, "/"))
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -150,7 +170,8 @@ class LocalBackend:
         reason = self._skip(path, mode)
         return UnsafeStoreEntryError(
             f"Cannot {doing}: {self._key(path)} in the store is {reason}; replace it with a real "
-            "folder or file")
+            "folder or file"
+        )
 
     def _real_folder(self, folder: str, create: bool, doing: str) -> bool:
         """Whether `folder`, a path under the root, is a real folder there: itself and every
@@ -177,7 +198,9 @@ class LocalBackend:
         checked = self._dirs.get(folder)
         if checked is not None and now - checked < FOLDER_TRUST_SECONDS:
             return True
-        if len(folder) < len(self._prefix):  # the root: the user's own choice, trusted, never made here
+        if len(folder) < len(
+            self._prefix
+        ):  # the root: the user's own choice, trusted, never made here
             if not os.path.isdir(self._root):
                 raise StoreMissingError(self.missing(""))
             self._dirs[folder] = now
@@ -203,13 +226,17 @@ class LocalBackend:
             return False
         except OSError as err:
             if err.errno in DRIVE_GONE or err.errno in (errno.ENOSPC, errno.EDQUOT):
-                _raise_os_error(err, doing, self.root)  # the drive's state, said as such wherever it is met
+                _raise_os_error(
+                    err, doing, self.root
+                )  # the drive's state, said as such wherever it is met
             raise
         if not stat.S_ISDIR(mode):
             if not stat.S_ISREG(mode):
                 raise self._refuse(folder, mode, doing)
             if create:
-                raise NotADirectoryError(errno.ENOTDIR, "A file is where a folder should be", folder)
+                raise NotADirectoryError(
+                    errno.ENOTDIR, "A file is where a folder should be", folder
+                )
             return False
         self._fine(folder)
         self._dirs[folder] = now
@@ -260,10 +287,14 @@ class LocalBackend:
     def missing(self, prefix: str) -> str:
         """Why the store is unavailable when the root (or an expected folder) is not there."""
         if not prefix:
-            return (f"The store folder {self.root} is missing: is the drive it is on mounted? Nothing is written "
-                    "until it is back (the sync goes on by itself then)")
-        return (f"The folder {prefix} is missing from the store {self.root}: is the drive mounted, and the "
-                "folder where it was? Nothing is written until it is back (the sync goes on by itself then)")
+            return (
+                f"The store folder {self.root} is missing: is the drive it is on mounted? Nothing is written "
+                "until it is back (the sync goes on by itself then)"
+            )
+        return (
+            f"The folder {prefix} is missing from the store {self.root}: is the drive mounted, and the "
+            "folder where it was? Nothing is written until it is back (the sync goes on by itself then)"
+        )
 
     # -- the operations ----------------------------------------------------------------------
 
@@ -281,8 +312,14 @@ class LocalBackend:
                 self._unsynced_many = True
                 self._unsynced.clear()
 
-    def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
-            check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
+    def put(
+        self,
+        local: str,
+        key: str,
+        progress: Callable[[int], None] | None = None,
+        check: Callable[[], bool] | None = None,
+        flush_soon: bool = False,
+    ) -> int:
         """Copy to a temporary name beside the target, verify, then rename into place.
 
         `check` runs once the data is written and before it becomes visible: False means the
@@ -290,6 +327,7 @@ class LocalBackend:
         going to disk while it is copied, so that the flush after it has little left to do;
         otherwise the copy runs at memory speed and the disk gets it at the flush.
         """
+
         def copy(src: int, dst: int, size: int, early: bool) -> int:
             if sparse(os.fstat(src)):
                 return _copy_range_sparse(src, dst, 0, size, progress)  # holes stay holes
@@ -297,19 +335,34 @@ class LocalBackend:
 
         return self._put(local, key, copy, check, flush_soon)
 
-    def put_encoded(self, local: str, key: str, encode: Encoder, check: Callable[[], bool] | None = None,
-                    flush_soon: bool = False) -> int:
+    def put_encoded(
+        self,
+        local: str,
+        key: str,
+        encode: Encoder,
+        check: Callable[[], bool] | None = None,
+        flush_soon: bool = False,
+    ) -> int:
         """As put(), with `encode` writing the stored form of the file (the encryption's) straight
         into the temporary name: no copy of it anywhere else. `encode(src, dst, size, written)`
         returns how many bytes of the file it read, and calls `written(offset, length)` for each
         range it wrote."""
+
         def copy(src: int, dst: int, size: int, early: bool) -> int:
-            return encode(src, dst, size, (lambda at, n: start_writeback(dst, at, n)) if early else None)
+            return encode(
+                src, dst, size, (lambda at, n: start_writeback(dst, at, n)) if early else None
+            )
 
         return self._put(local, key, copy, check, flush_soon)
 
-    def _put(self, local: str, key: str, copy: Callable[[int, int, int, bool], int],
-             check: Callable[[], bool] | None, flush_soon: bool) -> int:
+    def _put(
+        self,
+        local: str,
+        key: str,
+        copy: Callable[[int, int, int, bool], int],
+        check: Callable[[], bool] | None,
+        flush_soon: bool,
+    ) -> int:
         target = self._path(key)
         parent = target.rpartition(os.sep)[0]
         # Short, whatever the name: any name the work directory's file system accepts can sync.
@@ -348,7 +401,9 @@ class LocalBackend:
                 if not os.path.exists(local):
                     self._prune_folders(parent)
                     raise
-                self._dirs.pop(parent, None)  # the store's folder went away: make it again next time
+                self._dirs.pop(
+                    parent, None
+                )  # the store's folder went away: make it again next time
             refused = refused_by_store(err)  # too long, or not a name its file system takes
             if refused:
                 raise LocalFileError(refused) from None
@@ -423,8 +478,15 @@ class LocalBackend:
         finally:
             os.close(src)
 
-    def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
-                  progress: Callable[[int], None] | None = None, etag: str | None = None) -> int:
+    def read_into(
+        self,
+        key: str,
+        fd: int,
+        offset: int = 0,
+        length: int | None = None,
+        progress: Callable[[int], None] | None = None,
+        etag: str | None = None,
+    ) -> int:
         """A kernel-side copy (copy_file_range) of the file, or of one range of it, into `fd`.
 
         Opened without following a final symbolic link and without blocking (a FIFO would
@@ -434,7 +496,9 @@ class LocalBackend:
         except FileNotFoundError:
             raise
         except OSError as err:
-            raise StoreUnavailableError(f"Cannot read {key} from the store: {err.strerror or err}") from err
+            raise StoreUnavailableError(
+                f"Cannot read {key} from the store: {err.strerror or err}"
+            ) from err
         try:
             st = os.fstat(src)
             if not stat.S_ISREG(st.st_mode):
@@ -446,7 +510,9 @@ class LocalBackend:
         except OSError as err:
             if err.errno == errno.ENOSPC:
                 raise  # the work directory's disk is full: the caller says so
-            raise StoreUnavailableError(f"Cannot read {key} from the store: {err.strerror or err}") from err
+            raise StoreUnavailableError(
+                f"Cannot read {key} from the store: {err.strerror or err}"
+            ) from err
         finally:
             os.close(src)
 
@@ -640,8 +706,10 @@ class LocalBackend:
     def conditional_writes(self) -> str | None:
         fstype = mount_type(self.root)
         if fstype.startswith("fuse"):
-            return (f"the store is a FUSE mount ({fstype}): its file locks do not reach other machines, "
-                    "so the lease cannot stop a runtime elsewhere from writing")
+            return (
+                f"the store is a FUSE mount ({fstype}): its file locks do not reach other machines, "
+                "so the lease cannot stop a runtime elsewhere from writing"
+            )
         return None
 
     def same_content(self, key: str, local: str, remote: RemoteFile | None = None) -> bool | None:
@@ -683,7 +751,9 @@ class LocalBackend:
         if many:
             _syncfs(self.root)
             return
-        for path in sorted(paths, key=lambda p: (-p.count(os.sep), p)):  # files and deep folders first
+        for path in sorted(
+            paths, key=lambda p: (-p.count(os.sep), p)
+        ):  # files and deep folders first
             try:
                 # Opened as everything in the store: a link or FIFO put in place of what was
                 # written is neither followed nor waited for (an fsync changes nothing anyway).
@@ -755,11 +825,20 @@ O_NOCTTY = getattr(os, "O_NOCTTY", 0)
 Encoder = Callable[[int, int, int, "Callable[[int, int], None] | None"], int]
 
 # copy_file_range refusals that mean "not between these two files": fall back to read/write.
-_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF,
-                   errno.EPERM}
+_NO_KERNEL_COPY = {
+    errno.EXDEV,
+    errno.ENOSYS,
+    errno.EINVAL,
+    errno.EOPNOTSUPP,
+    errno.ENOTSUP,
+    errno.EBADF,
+    errno.EPERM,
+}
 
 
-def _copy_fd(src: int, dst: int, progress: Callable[[int], None] | None, early_writeback: bool = False) -> int:
+def _copy_fd(
+    src: int, dst: int, progress: Callable[[int], None] | None, early_writeback: bool = False
+) -> int:
     """Copy from the current offsets to the end of `src`: in the kernel (copy_file_range) where
     it can, else through a buffer. Progress is reported per chunk of at most CHUNK bytes;
     `early_writeback` starts writing each chunk to disk without waiting for it."""
@@ -786,7 +865,7 @@ def _copy_fd(src: int, dst: int, progress: Callable[[int], None] | None, early_w
             return total
         view = memoryview(chunk)
         while view:
-            view = view[os.write(dst, view):]
+            view = view[os.write(dst, view) :]
         if early_writeback:
             start_writeback(dst, total, len(chunk))
         total += len(chunk)
@@ -821,7 +900,9 @@ def _lock(fd: int, key: str) -> None:
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
-                raise StoreUnavailableError(f"{key} stayed locked by another writer for {LOCK_WAIT:.0f} s") from None
+                raise StoreUnavailableError(
+                    f"{key} stayed locked by another writer for {LOCK_WAIT:.0f} s"
+                ) from None
             time.sleep(0.01)
         except OSError as err:
             _raise_os_error(err, f"locking {key}")
@@ -849,7 +930,7 @@ def mount_type(path: str) -> str:
             for line in f:
                 fields = line.split()
                 point = fields[4].encode().decode("unicode_escape")
-                rest = fields[fields.index("-") + 1:]
+                rest = fields[fields.index("-") + 1 :]
                 inside = real == point or real.startswith(point.rstrip("/") + "/")
                 if inside and len(point) >= len(best):
                     best, fstype = point, rest[0]
@@ -858,8 +939,9 @@ def mount_type(path: str) -> str:
     return fstype
 
 
-def _copy_range(src: int, dst: int, offset: int, length: int | None,
-                progress: Callable[[int], None] | None) -> int:
+def _copy_range(
+    src: int, dst: int, offset: int, length: int | None, progress: Callable[[int], None] | None
+) -> int:
     """Copy `length` bytes (None: to the end) at `offset` of `src` to the same offset of `dst`,
     in the kernel where it can, else through a buffer; neither file's position moves, so
     several threads may copy ranges of the same pair at once (taking turns to write where
@@ -895,8 +977,9 @@ def sparse(st: os.stat_result) -> bool:
     return st.st_blocks * 512 < st.st_size
 
 
-def _copy_range_sparse(src: int, dst: int, offset: int, length: int,
-                       progress: Callable[[int], None] | None) -> int:
+def _copy_range_sparse(
+    src: int, dst: int, offset: int, length: int, progress: Callable[[int], None] | None
+) -> int:
     """As _copy_range, for a file with holes: only its data is copied (SEEK_DATA, SEEK_HOLE),
     each hole left a hole in `dst` (extended to the range's end), so a 10 GB file that holds a
     few megabytes costs a few megabytes. Returns the bytes of the range covered (fewer where
@@ -930,7 +1013,19 @@ def _copy_range_sparse(src: int, dst: int, offset: int, length: int,
 
 
 # File system types (as /proc/self/mountinfo names them) whose requests cross a network.
-_NETWORK_FS = ("nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "afs", "fuse", "gpfs", "beegfs")
+_NETWORK_FS = (
+    "nfs",
+    "cifs",
+    "smb",
+    "9p",
+    "ceph",
+    "glusterfs",
+    "lustre",
+    "afs",
+    "fuse",
+    "gpfs",
+    "beegfs",
+)
 
 
 def on_network_file_system(path: str) -> bool:

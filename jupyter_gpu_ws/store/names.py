@@ -40,18 +40,24 @@ _FROM_KEY = re.compile(f"{ESCAPE}(?:{ESCAPE}|({_DIGITS}))")
 _UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 # Errors of a store's file system that refuse one name, not the store: the file is the problem.
-_NAME_ERRNOS = {errno.ENAMETOOLONG: "its name is too long for the store",
-                errno.EILSEQ: "the store does not take this name (not valid in its character set)",
-                errno.EINVAL: "the store does not take this name"}
+_NAME_ERRNOS = {
+    errno.ENAMETOOLONG: "its name is too long for the store",
+    errno.EILSEQ: "the store does not take this name (not valid in its character set)",
+    errno.EINVAL: "the store does not take this name",
+}
 
 
 def encode(rel: str) -> str:
     """The key text of a path as os gives it: valid UTF-8, and decode() gives `rel` back."""
-    if rel.isprintable() and (rel.isascii() or (_UTF8_NAMES and ESCAPE not in rel and encodable(rel))):
+    if rel.isprintable() and (
+        rel.isascii() or (_UTF8_NAMES and ESCAPE not in rel and encodable(rel))
+    ):
         return rel
     try:
         raw = os.fsencode(rel)
-    except UnicodeEncodeError:  # a surrogate no file name holds (text from elsewhere): kept as its bytes
+    except (
+        UnicodeEncodeError
+    ):  # a surrogate no file name holds (text from elsewhere): kept as its bytes
         raw = rel.encode("utf-8", "surrogatepass")
     return _TO_KEY.sub(_escape, raw.decode("utf-8", "surrogateescape"))
 
@@ -65,7 +71,9 @@ def decode(text: str) -> str:
         return unescaped
     try:
         raw = unescaped.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # a surrogate no listing of a file system gives: not a byte of a name
+    except (
+        UnicodeEncodeError
+    ):  # a surrogate no listing of a file system gives: not a byte of a name
         raw = unescaped.encode("utf-8", "replace")
     return os.fsdecode(raw)
 

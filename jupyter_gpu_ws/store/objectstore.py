@@ -24,16 +24,24 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import obstore
 from obstore import exceptions as obx
 from obstore.store import from_url
 
 from ..diskio import pwrite_all
-from .backend import (PART_SUFFIX, ChangedInStoreError, NoFolders, PreconditionFailed, RemoteFile,
-                      SourceChangedError, md5_of)
+from .backend import (
+    PART_SUFFIX,
+    ChangedInStoreError,
+    NoFolders,
+    PreconditionFailed,
+    RemoteFile,
+    SourceChangedError,
+    md5_of,
+)
 from .errors import LocalFileError, StoreConfigError, StoreUnavailableError, SyncError
 
 log = logging.getLogger(__name__)
@@ -53,27 +61,56 @@ READ_CHUNK = 2**20
 CONNECT_TIMEOUT = "5s"
 
 SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "azure")
-_CLOUD = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
-          "azure": "azure"}
+_CLOUD = {
+    "s3": "s3",
+    "s3a": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "az": "azure",
+    "abfs": "azure",
+    "abfss": "azure",
+    "azure": "azure",
+}
 
 # fsspec-style names (what s3fs, gcsfs and adlfs users write) and what obstore calls them.
 _ALIASES = {
-    "s3": {"endpoint_url": "endpoint", "key": "access_key_id", "secret": "secret_access_key",
-           "token": "session_token", "region_name": "region", "anon": "skip_signature"},
+    "s3": {
+        "endpoint_url": "endpoint",
+        "key": "access_key_id",
+        "secret": "secret_access_key",
+        "token": "session_token",
+        "region_name": "region",
+        "anon": "skip_signature",
+    },
     "gcs": {"token": "service_account_path", "anon": "skip_signature"},
-    "azure": {"account_name": "account_name", "account_key": "account_key", "sas_token": "sas_key",
-              "anon": "skip_signature", "connection_string": None},
+    "azure": {
+        "account_name": "account_name",
+        "account_key": "account_key",
+        "sas_token": "sas_key",
+        "anon": "skip_signature",
+        "connection_string": None,
+    },
 }
 # Options of the HTTP client itself (proxies, TLS, timeouts), on every cloud.
-_CLIENT = {"proxy": "proxy_url", "proxy_url": "proxy_url", "proxy_ca_certificate": "proxy_ca_certificate",
-           "proxy_excludes": "proxy_excludes", "ca_bundle": "root_certificate", "verify": "root_certificate",
-           "root_certificate": "root_certificate", "allow_http": "allow_http",
-           "allow_invalid_certificates": "allow_invalid_certificates", "connect_timeout": "connect_timeout",
-           "timeout": "timeout", "read_timeout": "read_timeout"}
+_CLIENT = {
+    "proxy": "proxy_url",
+    "proxy_url": "proxy_url",
+    "proxy_ca_certificate": "proxy_ca_certificate",
+    "proxy_excludes": "proxy_excludes",
+    "ca_bundle": "root_certificate",
+    "verify": "root_certificate",
+    "root_certificate": "root_certificate",
+    "allow_http": "allow_http",
+    "allow_invalid_certificates": "allow_invalid_certificates",
+    "connect_timeout": "connect_timeout",
+    "timeout": "timeout",
+    "read_timeout": "read_timeout",
+}
 
 
-def open_object_store(url: str, storage_options: dict[str, Any] | None = None,
-                      max_concurrency: int = 8) -> ObjectStoreBackend:
+def open_object_store(
+    url: str, storage_options: dict[str, Any] | None = None, max_concurrency: int = 8
+) -> ObjectStoreBackend:
     """The object store at `url` (`s3://bucket/prefix`, `gs://…`, `az://container/prefix`)."""
     scheme = url.partition("://")[0].lower()
     cloud = _CLOUD[scheme]
@@ -90,19 +127,31 @@ def open_object_store(url: str, storage_options: dict[str, Any] | None = None,
     bundle = os.environ.get("AWS_CA_BUNDLE") if cloud == "s3" else None
     if bundle and "root_certificate" not in client:
         client["root_certificate"] = bundle
-    if isinstance(client.get("root_certificate"), str) and os.path.isfile(client["root_certificate"]):
-        client["root_certificate"] = _read_bundle(client["root_certificate"])  # obstore takes the PEM text
+    if isinstance(client.get("root_certificate"), str) and os.path.isfile(
+        client["root_certificate"]
+    ):
+        client["root_certificate"] = _read_bundle(
+            client["root_certificate"]
+        )  # obstore takes the PEM text
     client.setdefault("connect_timeout", CONNECT_TIMEOUT)
-    standard = url.replace(f"{scheme}://", {"s3": "s3://", "gcs": "gs://", "azure": "az://"}[cloud], 1)
+    standard = url.replace(
+        f"{scheme}://", {"s3": "s3://", "gcs": "gs://", "azure": "az://"}[cloud], 1
+    )
     try:
-        store = from_url(standard, config=config or None, client_options=client,
-                         retry_config={"max_retries": retries, "retry_timeout": timedelta(seconds=10)})
+        store = from_url(
+            standard,
+            config=config or None,
+            client_options=client,
+            retry_config={"max_retries": retries, "retry_timeout": timedelta(seconds=10)},
+        )
     except obx.UnknownConfigurationKeyError as err:
         found = re.search(r"key: '([^']*)'", str(err))
         name = found.group(1) if found else _first_line(err)
-        raise StoreConfigError(f"The store option {name!r} is not one this store takes (it is passed to obstore's "
-                               f"{cloud.upper()} store, which does not know it): remove it from storage_options, "
-                               "or see docs/sync.md for the names each store takes") from None
+        raise StoreConfigError(
+            f"The store option {name!r} is not one this store takes (it is passed to obstore's "
+            f"{cloud.upper()} store, which does not know it): remove it from storage_options, "
+            "or see docs/sync.md for the names each store takes"
+        ) from None
     except (obx.BaseError, ValueError) as err:
         raise StoreConfigError(f"Cannot open the store {url!r}: {_first_line(err)}") from None
     return ObjectStoreBackend(store, url.rstrip("/"), cloud, max_concurrency)
@@ -116,7 +165,9 @@ def _retries(options: dict[str, Any]) -> int:
         attempts = dict(nested).pop("retries").get("max_attempts")
         options["config_kwargs"] = {k: v for k, v in nested.items() if k != "retries"}
         if not isinstance(attempts, int) or attempts < 1:
-            raise StoreConfigError("The store option config_kwargs.retries.max_attempts must be a whole number ≥ 1")
+            raise StoreConfigError(
+                "The store option config_kwargs.retries.max_attempts must be a whole number ≥ 1"
+            )
         return attempts - 1
     value = options.pop("max_retries", 2)
     if not isinstance(value, int) or value < 0:
@@ -132,13 +183,22 @@ def _options(cloud: str, options: dict[str, Any]) -> tuple[dict[str, Any], dict[
         if not isinstance(inner, dict):
             raise StoreConfigError(f"The store option {nested!r} must be a mapping")
         for name, value in inner.items():
-            if name in ("region_name", "endpoint_url", "proxies", "connect_timeout", "read_timeout", "verify"):
+            if name in (
+                "region_name",
+                "endpoint_url",
+                "proxies",
+                "connect_timeout",
+                "read_timeout",
+                "verify",
+            ):
                 if name in ("connect_timeout", "read_timeout") and isinstance(value, (int, float)):
                     value = f"{value}s"
                 options.setdefault("proxy" if name == "proxies" else name, value)
             else:
-                raise StoreConfigError(f"The store option {nested}.{name} is not supported here (obstore): "
-                                       "remove it, or give the obstore setting it stands for")
+                raise StoreConfigError(
+                    f"The store option {nested}.{name} is not supported here (obstore): "
+                    "remove it, or give the obstore setting it stands for"
+                )
     config: dict[str, Any] = {}
     client: dict[str, Any] = {}
     for name, value in options.items():
@@ -152,8 +212,10 @@ def _options(cloud: str, options: dict[str, Any]) -> tuple[dict[str, Any], dict[
             continue
         alias = _ALIASES[cloud].get(name, name)
         if alias is None:
-            raise StoreConfigError(f"The store option {name!r} is not supported here: give the account's name and "
-                                   "key (account_name, account_key) or a SAS token")
+            raise StoreConfigError(
+                f"The store option {name!r} is not supported here: give the account's name and "
+                "key (account_name, account_key) or a SAS token"
+            )
         config[alias] = str(value).lower() if isinstance(value, bool) else value
     return config, client
 
@@ -182,8 +244,14 @@ class ObjectStoreBackend(NoFolders):
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
-            check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
+    def put(
+        self,
+        local: str,
+        key: str,
+        progress: Callable[[int], None] | None = None,
+        check: Callable[[], bool] | None = None,
+        flush_soon: bool = False,
+    ) -> int:
         """Make `key` hold the file, whole or not at all: see the module's docstring."""
         fd = _open_source(local)
         try:
@@ -197,7 +265,9 @@ class ObjectStoreBackend(NoFolders):
                     progress(size)
                 tag = md5_of(result.get("e_tag"))
                 if self.cloud == "s3" and tag is not None and tag != hashlib.md5(data).hexdigest():
-                    raise StoreUnavailableError(f"{key}: the store's checksum does not match what was sent")
+                    raise StoreUnavailableError(
+                        f"{key}: the store's checksum does not match what was sent"
+                    )
                 return size
 
             def parts() -> Iterator[bytes]:
@@ -211,8 +281,16 @@ class ObjectStoreBackend(NoFolders):
                 if os.fstat(fd).st_size != size or (check is not None and not check()):
                     raise SourceChangedError(key)  # the upload is aborted: nothing becomes visible
 
-            self._call(key, obstore.put, self.store, key, parts(), use_multipart=True, chunk_size=PART,
-                       max_concurrency=self.max_concurrency)
+            self._call(
+                key,
+                obstore.put,
+                self.store,
+                key,
+                parts(),
+                use_multipart=True,
+                chunk_size=PART,
+                max_concurrency=self.max_concurrency,
+            )
             return size
         finally:
             os.close(fd)
@@ -244,19 +322,28 @@ class ObjectStoreBackend(NoFolders):
     def list(self, prefix: str) -> Iterator[RemoteFile]:
         """Every object under the folder `prefix` (a whole path segment, as object_store lists)."""
         try:
-            for batch in obstore.list(self.store, prefix=prefix.strip("/") or None, chunk_size=1000):
+            for batch in obstore.list(
+                self.store, prefix=prefix.strip("/") or None, chunk_size=1000
+            ):
                 for meta in batch:
                     if PART_SUFFIX not in meta["path"]:
                         yield _remote(meta)
         except FileNotFoundError as err:
             if _no_bucket(err):
-                raise StoreConfigError(f"The store's bucket does not exist: {self.description}") from None
+                raise StoreConfigError(
+                    f"The store's bucket does not exist: {self.description}"
+                ) from None
             return
         except obx.BaseError as err:
             raise _error(err, prefix or "the store") from None
 
     def folders(self, prefix: str) -> list[str]:
-        listed = self._call(prefix or "the store", obstore.list_with_delimiter, self.store, prefix.strip("/") or None)
+        listed = self._call(
+            prefix or "the store",
+            obstore.list_with_delimiter,
+            self.store,
+            prefix.strip("/") or None,
+        )
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in listed["common_prefixes"])
 
     def read_bytes(self, key: str) -> bytes | None:
@@ -272,8 +359,15 @@ class ObjectStoreBackend(NoFolders):
         finally:
             os.close(fd)
 
-    def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
-                  progress: Callable[[int], None] | None = None, etag: str | None = None) -> int:
+    def read_into(
+        self,
+        key: str,
+        fd: int,
+        offset: int = 0,
+        length: int | None = None,
+        progress: Callable[[int], None] | None = None,
+        etag: str | None = None,
+    ) -> int:
         """The object (or `length` bytes of it from `offset`) written at the same offsets of
         `fd`; with `etag`, only from that version of the object (ChangedInStoreError else).
         A whole object whose ETag is an MD5 is checked against the bytes received."""
@@ -295,28 +389,44 @@ class ObjectStoreBackend(NoFolders):
                     progress(len(chunk))
         except FileNotFoundError as err:
             if _no_bucket(err):
-                raise StoreConfigError(f"The store's bucket does not exist: {self.description}") from None
+                raise StoreConfigError(
+                    f"The store's bucket does not exist: {self.description}"
+                ) from None
             raise
         except obx.PreconditionError:
-            raise ChangedInStoreError(f"{key} changed in the store while it was being fetched") from None
+            raise ChangedInStoreError(
+                f"{key} changed in the store while it was being fetched"
+            ) from None
         except obx.BaseError as err:
             raise _error(err, key) from None
         if digest is not None and digest.hexdigest() != md5_of(etag):
-            raise StoreUnavailableError(f"{key}: the bytes received do not match the store's checksum")
+            raise StoreUnavailableError(
+                f"{key}: the bytes received do not match the store's checksum"
+            )
         return at - offset
 
     def reads_many(self) -> bool:
         return True
 
-    def read_many(self, items: list[tuple[str, str | None, Any]], landed: Callable[[Any, bytes], None],
-                  in_flight: int, stop: Callable[[], bool] | None = None) -> list[Any]:
+    def read_many(
+        self,
+        items: list[tuple[str, str | None, Any]],
+        landed: Callable[[Any, bytes], None],
+        in_flight: int,
+        stop: Callable[[], bool] | None = None,
+    ) -> list[Any]:
         """Whole small objects (key, ETag from the listing, the caller's token), `in_flight` at
         once from this thread: `landed(token, body)` for each that came whole and checked; the
         tokens of the others (an error, a changed object, a stop) are returned."""
         return asyncio.run(self._read_many(items, landed, max(1, in_flight), stop))
 
-    async def _read_many(self, items: list[tuple[str, str | None, Any]], landed: Callable[[Any, bytes], None],
-                         in_flight: int, stop: Callable[[], bool] | None) -> list[Any]:
+    async def _read_many(
+        self,
+        items: list[tuple[str, str | None, Any]],
+        landed: Callable[[Any, bytes], None],
+        in_flight: int,
+        stop: Callable[[], bool] | None,
+    ) -> list[Any]:
         limit = asyncio.Semaphore(in_flight)
         left: list[Any] = []
 
@@ -325,7 +435,9 @@ class ObjectStoreBackend(NoFolders):
                 if stop is not None and stop():
                     left.append(token)
                     return
-                options = {"if_match": etag if etag.startswith('"') else f'"{etag}"'} if etag else None
+                options = (
+                    {"if_match": etag if etag.startswith('"') else f'"{etag}"'} if etag else None
+                )
                 try:
                     result = await obstore.get_async(self.store, key, options=options)
                     body = bytes(await result.bytes_async())
@@ -360,7 +472,9 @@ class ObjectStoreBackend(NoFolders):
             mode: Any = "create"
         else:
             e_tag, _, version = tag.partition("\n")
-            mode = {name: value for name, value in (("e_tag", e_tag), ("version", version)) if value}
+            mode = {
+                name: value for name, value in (("e_tag", e_tag), ("version", version)) if value
+            }
         try:
             result = obstore.put(self.store, key, data, mode=mode)
         except (obx.AlreadyExistsError, obx.PreconditionError):
@@ -388,8 +502,10 @@ class ObjectStoreBackend(NoFolders):
                     self.write_if(probe, b"2", condition)
                 except PreconditionFailed:
                     continue
-                return (f"this {self.cloud} server ignores conditional writes, so the lease cannot stop a runtime "
-                        "elsewhere from writing")
+                return (
+                    f"this {self.cloud} server ignores conditional writes, so the lease cannot stop a runtime "
+                    "elsewhere from writing"
+                )
             return ""
         except SyncError as err:
             return f"its conditional writes could not be checked ({err})"
@@ -431,7 +547,10 @@ class ObjectStoreBackend(NoFolders):
             try:
                 for batch in obstore.list(self.store, prefix=base.strip("/") or None):
                     for meta in batch:
-                        if PART_SUFFIX in meta["path"] and meta["last_modified"].timestamp() < cutoff:
+                        if (
+                            PART_SUFFIX in meta["path"]
+                            and meta["last_modified"].timestamp() < cutoff
+                        ):
                             obstore.delete(self.store, meta["path"])
                             removed += 1
             except Exception:  # noqa: BLE001 - nothing there, or the store is away: the next start sweeps
@@ -453,7 +572,9 @@ class ObjectStoreBackend(NoFolders):
             return function(*args, **kwargs)
         except FileNotFoundError as err:
             if _no_bucket(err):  # not a missing object: the whole store is not there
-                raise StoreConfigError(f"The store's bucket does not exist: {self.description}") from None
+                raise StoreConfigError(
+                    f"The store's bucket does not exist: {self.description}"
+                ) from None
             raise
         except (SourceChangedError, SyncError):
             raise
@@ -465,26 +586,40 @@ def _error(err: BaseException, key: str) -> SyncError:
     """One clear line for the ways a cloud fails, naming what to fix."""
     text = _first_line(err)
     if isinstance(err, (obx.PermissionDeniedError, obx.UnauthenticatedError)):
-        return StoreConfigError(f"The store refused access to {key}: {text} (check the credentials)")
+        return StoreConfigError(
+            f"The store refused access to {key}: {text} (check the credentials)"
+        )
     if isinstance(err, obx.InvalidPathError):
         return LocalFileError(f"its name cannot be a key in this store ({text})")
     lowered = str(err).lower()
     if "169.254.169.254" in lowered or "credential" in lowered and "fetch" in lowered:
-        return StoreConfigError(f"No credentials for the store: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                                f"(or a profile), or the store's own variables ({text})")
+        return StoreConfigError(
+            f"No credentials for the store: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+            f"(or a profile), or the store's own variables ({text})"
+        )
     if "kind: connect" in lowered or "connection refused" in lowered or "dns error" in lowered:
         where = re.search(r"https?://[^/\s]+", str(err))
-        return StoreUnavailableError(f"Could not connect to the store at {where.group(0) if where else key}: "
-                                     f"{'connection refused' if 'refused' in lowered else text}")
+        return StoreUnavailableError(
+            f"Could not connect to the store at {where.group(0) if where else key}: "
+            f"{'connection refused' if 'refused' in lowered else text}"
+        )
     if "keytoolong" in lowered:
         return LocalFileError("its name is too long for the store (KeyTooLong)")
-    if "timed out" in lowered or "kind: timeout" in lowered:  # not "retry_timeout", of every debug text
+    if (
+        "timed out" in lowered or "kind: timeout" in lowered
+    ):  # not "retry_timeout", of every debug text
         return StoreUnavailableError(f"The store did not answer in time ({text})")
-    if "nosuchbucket" in lowered or "bucket does not exist" in lowered or "containernotfound" in lowered:
+    if (
+        "nosuchbucket" in lowered
+        or "bucket does not exist" in lowered
+        or "containernotfound" in lowered
+    ):
         return StoreConfigError(f"The store's bucket does not exist: {text}")
     if "certificate" in lowered:
-        return StoreUnavailableError(f"The store's certificate does not verify: {text} (AWS_CA_BUNDLE, or the "
-                                     "ca_bundle option)")
+        return StoreUnavailableError(
+            f"The store's certificate does not verify: {text} (AWS_CA_BUNDLE, or the "
+            "ca_bundle option)"
+        )
     return StoreUnavailableError(f"The store failed on {key}: {text}")
 
 
@@ -493,12 +628,18 @@ def _read_bundle(path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as err:
-        raise StoreConfigError(f"The CA bundle {path} cannot be read: {err.strerror or err}") from None
+        raise StoreConfigError(
+            f"The CA bundle {path} cannot be read: {err.strerror or err}"
+        ) from None
 
 
 def _no_bucket(err: BaseException) -> bool:
     text = str(err)
-    return "NoSuchBucket" in text or "ContainerNotFound" in text or "bucket does not exist" in text.lower()
+    return (
+        "NoSuchBucket" in text
+        or "ContainerNotFound" in text
+        or "bucket does not exist" in text.lower()
+    )
 
 
 def _first_line(err: BaseException) -> str:
@@ -508,8 +649,12 @@ def _first_line(err: BaseException) -> str:
 
 def _remote(meta: Any) -> RemoteFile:
     modified = meta.get("last_modified")
-    return RemoteFile(meta["path"], int(meta["size"]), modified.timestamp() if modified else None,
-                      (meta.get("e_tag") or "").strip('"') or None)
+    return RemoteFile(
+        meta["path"],
+        int(meta["size"]),
+        modified.timestamp() if modified else None,
+        (meta.get("e_tag") or "").strip('"') or None,
+    )
 
 
 def _tag(e_tag: str | None, version: str | None) -> str:

@@ -18,7 +18,9 @@ from .backend import Backend
 from .errors import StoreConfigError, StoreMissingError
 
 
-def check_store(backend: Backend, workspace: str, synced_files: int, synced_before: bool, create: bool) -> None:
+def check_store(
+    backend: Backend, workspace: str, synced_files: int, synced_before: bool, create: bool
+) -> None:
     """Make the store usable as it is, or raise StoreMissingError saying why not and what to do.
 
     `synced_files`, `synced_before`: what this machine's record of the workspace holds (a file
@@ -29,12 +31,14 @@ def check_store(backend: Backend, workspace: str, synced_files: int, synced_befo
         if synced_before or synced_files:
             raise StoreMissingError(
                 f"{backend.missing('')}. This machine synced {_files(synced_files)} of the workspace {workspace} "
-                "to it. To start a new store there instead, use Take over.")
+                "to it. To start a new store there instead, use Take over."
+            )
         if not (create or fresh_place(backend)):
             raise StoreMissingError(
                 f"The store folder {_root(backend)} does not exist, and the folder it would go in is missing or "
                 "empty, as an unmounted drive is: mount the drive, or create the store folder (mkdir -p) if it is "
-                "to be a new store, or set c.GpuWorkspace.create_store = True (--create-store on the command line)")
+                "to be a new store, or set c.GpuWorkspace.create_store = True (--create-store on the command line)"
+            )
         backend.make("")
     backend.expect("")
     if backend.present(workspace):
@@ -44,7 +48,8 @@ def check_store(backend: Backend, workspace: str, synced_files: int, synced_befo
         backend.expect(workspace)
         raise StoreMissingError(
             f"{backend.missing(workspace)}. This machine synced {_files(synced_files)} of the workspace {workspace} "
-            "to it. To start the workspace again there from this machine's files, use Take over.")
+            "to it. To start the workspace again there from this machine's files, use Take over."
+        )
 
 
 def make_anew(backend: Backend, workspace: str) -> None:
@@ -97,18 +102,22 @@ def keep_apart(backend: Backend, workdir: str, state_dir: str, embedded: bool) -
             continue
         real = os.path.realpath(folder)
         if real == workdir:
-            raise StoreConfigError(f"The {'state' if folder == state_dir else 'store'} folder {folder} is the work "
-                                   "directory itself: choose a folder outside it.")
+            raise StoreConfigError(
+                f"The {'state' if folder == state_dir else 'store'} folder {folder} is the work "
+                "directory itself: choose a folder outside it."
+            )
         if _within(real, workdir):
             if not ours:
                 raise StoreConfigError(
                     f"The store folder {folder} is inside the work directory {workdir}: every pass would upload "
-                    "the store into itself. Choose a store folder outside the work directory.")
+                    "the store into itself. Choose a store folder outside the work directory."
+                )
             own.append("/" + _pattern(os.path.relpath(real, workdir)) + "/")
         elif _within(workdir, real) and folder != state_dir:
             raise StoreConfigError(
                 f"The work directory {workdir} is inside the store folder {folder}: the store would mirror "
-                "itself. Choose a store folder that does not hold the work directory.")
+                "itself. Choose a store folder that does not hold the work directory."
+            )
     return own
 
 

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlparse
 
 from .backend import Backend
 from .errors import StoreConfigError
-from .local import LocalBackend
-from .objectstore import SCHEMES as OBJECT_STORE_SCHEMES, open_object_store
 from .fsspec_store import SESSION_PROTOCOLS, open_fsspec_store, open_session_store
+from .local import LocalBackend
+from .objectstore import SCHEMES as OBJECT_STORE_SCHEMES
+from .objectstore import open_object_store
 
 __all__ = ["BACKENDS", "check_store_url", "open_backend"]
 
@@ -29,47 +31,67 @@ def check_store_url(url: str) -> str:
     `file:/tmp/x`, a relative folder) would otherwise become a local folder named after it in
     whatever the current folder is, which may be the work directory itself."""
     if not url or not url.strip():
-        raise StoreConfigError("The store URL is empty: set GPUWS_STORE or c.GpuWorkspace.store_url")
+        raise StoreConfigError(
+            "The store URL is empty: set GPUWS_STORE or c.GpuWorkspace.store_url"
+        )
     url = url.strip()
     if "::" in url:
         raise StoreConfigError(f"Chained URLs are not supported as a store: {url!r}")
     if "://" in url:
         scheme, _, rest = url.partition("://")
-        if scheme in ("file", "local") and rest and not rest.startswith("/") and urlparse(url).netloc != "localhost":
-            raise StoreConfigError(f"The store URL {url!r} names a host, not a folder: did you mean "
-                                   f"'file:///{rest}'?")
+        if (
+            scheme in ("file", "local")
+            and rest
+            and not rest.startswith("/")
+            and urlparse(url).netloc != "localhost"
+        ):
+            raise StoreConfigError(
+                f"The store URL {url!r} names a host, not a folder: did you mean 'file:///{rest}'?"
+            )
         return url
     match = _SCHEME.match(url)
     if match and len(match.group(1)) > 1:  # not a bare drive letter
-        scheme, rest = match.group(1), url[match.end():].lstrip("/")
+        scheme, rest = match.group(1), url[match.end() :].lstrip("/")
         better = f"file:///{rest}" if scheme.lower() in ("file", "local") else f"{scheme}://{rest}"
-        raise StoreConfigError(f"The store URL {url!r} is neither scheme://… nor an absolute path: did you mean "
-                               f"{better!r}?")
+        raise StoreConfigError(
+            f"The store URL {url!r} is neither scheme://… nor an absolute path: did you mean "
+            f"{better!r}?"
+        )
     path = os.path.expanduser(url)
     if not os.path.isabs(path):
-        raise StoreConfigError(f"The store {url!r} is a relative path, which would depend on the current folder: "
-                               f"give an absolute one (did you mean {os.path.abspath(path)!r}?) or a scheme://… URL")
+        raise StoreConfigError(
+            f"The store {url!r} is a relative path, which would depend on the current folder: "
+            f"give an absolute one (did you mean {os.path.abspath(path)!r}?) or a scheme://… URL"
+        )
     return url
 
 
-def _local(url: str, storage_options: dict[str, Any], durable: bool, max_concurrency: int) -> Backend:
+def _local(
+    url: str, storage_options: dict[str, Any], durable: bool, max_concurrency: int
+) -> Backend:
     parsed = urlparse(url)
     if parsed.netloc not in ("", "localhost"):
         raise StoreConfigError(f"A file:// store URL cannot name a host: {url!r}")
     return LocalBackend(parsed.path, durable)
 
 
-def _object_store(url: str, storage_options: dict[str, Any], durable: bool, max_concurrency: int) -> Backend:
+def _object_store(
+    url: str, storage_options: dict[str, Any], durable: bool, max_concurrency: int
+) -> Backend:
     if not urlparse(url).netloc:
         raise StoreConfigError(f"The store URL {url!r} names no bucket")
     return open_object_store(url, storage_options, max_concurrency)
 
 
-def _session(url: str, storage_options: dict[str, Any], durable: bool, max_concurrency: int) -> Backend:
+def _session(
+    url: str, storage_options: dict[str, Any], durable: bool, max_concurrency: int
+) -> Backend:
     return open_session_store(url, storage_options, max_concurrency)
 
 
-def _fsspec(url: str, storage_options: dict[str, Any], durable: bool, max_concurrency: int) -> Backend:
+def _fsspec(
+    url: str, storage_options: dict[str, Any], durable: bool, max_concurrency: int
+) -> Backend:
     return open_fsspec_store(url, storage_options, max_concurrency)
 
 
@@ -77,14 +99,19 @@ Opener = Callable[[str, dict[str, Any], bool, int], Backend]
 
 # The backend for each scheme; any scheme not here is tried as an fsspec file system.
 BACKENDS: dict[str, Opener] = {
-    "file": _local, "local": _local,
+    "file": _local,
+    "local": _local,
     **{scheme: _object_store for scheme in OBJECT_STORE_SCHEMES},
     **{scheme: _session for scheme in SESSION_PROTOCOLS},
 }
 
 
-def open_backend(url: str, storage_options: dict[str, Any] | None = None, durable: bool = True,
-                 max_concurrency: int = 4) -> Backend:
+def open_backend(
+    url: str,
+    storage_options: dict[str, Any] | None = None,
+    durable: bool = True,
+    max_concurrency: int = 4,
+) -> Backend:
     """A backend for a store URL (checked by check_store_url): an absolute path or file:// URL
     (a local folder), S3, GCS or Azure (obstore), or any other fsspec URL."""
     url = check_store_url(url)

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .backend import Backend, RemoteFile
 from .errors import SyncError
@@ -20,8 +20,15 @@ log = logging.getLogger(__name__)
 
 
 class Versions:
-    def __init__(self, store: Store, keep: int, max_age: float, clock: Callable[[], float],
-                 fence: Callable[[], None], min_interval: float = 0.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        keep: int,
+        max_age: float,
+        clock: Callable[[], float],
+        fence: Callable[[], None],
+        min_interval: float = 0.0,
+    ) -> None:
         self.store = store
         self.backend: Backend = store.backend
         self.keep_count = max(0, keep)
@@ -70,13 +77,17 @@ class Versions:
         self._add(1, current.size)
         with self._lock:
             if len(self._kept_at) > 10_000:  # only recent ones matter
-                self._kept_at = {p: t for p, t in self._kept_at.items() if now - t < self.min_interval}
+                self._kept_at = {
+                    p: t for p, t in self._kept_at.items() if now - t < self.min_interval
+                }
             self._kept_at[rel] = now
 
     def retire(self, rel: str) -> None:
         """A deletion: the store's copy moves into the versions."""
         key = self.store.file_key(rel)
-        current = self.backend.stat(key)  # looked up again on a retry: a lost reply may have moved it
+        current = self.backend.stat(
+            key
+        )  # looked up again on a retry: a lost reply may have moved it
         if current is None:
             return
         self.fence()

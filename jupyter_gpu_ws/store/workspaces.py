@@ -58,8 +58,14 @@ def describe(backend: Backend, name: str) -> WorkspaceInfo:
     except (SyncError, ValueError):
         summary = None
     if isinstance(summary, dict) and isinstance(summary.get("files"), int):
-        return WorkspaceInfo(name, summary["files"], int(summary.get("bytes") or 0), summary.get("last_write"),
-                             summary.get("host"), summary.get("folder"))
+        return WorkspaceInfo(
+            name,
+            summary["files"],
+            int(summary.get("bytes") or 0),
+            summary.get("last_write"),
+            summary.get("host"),
+            summary.get("folder"),
+        )
     files = size = 0
     newest: float | None = None
     more = False
@@ -81,8 +87,10 @@ def require_store(backend: Backend) -> None:
     """A clear error when the store's folder is not there, for a command that only reads: a
     mistyped URL or an unmounted drive is not an empty store, and nothing is made in its place."""
     if not backend.present(""):
-        raise StoreMissingError(f"No store at {backend.description}: nothing there to read (check the URL, or mount "
-                                "the drive it is on)")
+        raise StoreMissingError(
+            f"No store at {backend.description}: nothing there to read (check the URL, or mount "
+            "the drive it is on)"
+        )
 
 
 def require_workspace(backend: Backend, name: str) -> None:
@@ -94,13 +102,19 @@ def require_workspace(backend: Backend, name: str) -> None:
     if others:
         raise WorkspaceNotFoundError(
             f"No workspace {name!r} in {where}; it holds: {', '.join(others[:12])}"
-            + (" …" if len(others) > 12 else "") + " (choose one with --workspace)")
-    raise WorkspaceNotFoundError(f"No workspace {name!r} in {where}: the store holds no workspace yet")
+            + (" …" if len(others) > 12 else "")
+            + " (choose one with --workspace)"
+        )
+    raise WorkspaceNotFoundError(
+        f"No workspace {name!r} in {where}: the store holds no workspace yet"
+    )
 
 
 def write_summary(store: Store, files: int, size: int, host: str, folder: str) -> None:
-    store.write_json(SUMMARY_NAME, {"files": files, "bytes": size, "last_write": time.time(), "host": host,
-                                    "folder": folder})
+    store.write_json(
+        SUMMARY_NAME,
+        {"files": files, "bytes": size, "last_write": time.time(), "host": host, "folder": folder},
+    )
 
 
 # -- the name a work directory uses ---------------------------------------------------------------
@@ -143,7 +157,10 @@ def resolve_workspace(backend: Backend, default: str, legacy: str | None) -> tup
     if legacy and legacy != default:
         try:
             if not workspace_exists(backend, default) and workspace_exists(backend, legacy):
-                return legacy, f"the workspace {legacy!r} named by an earlier version for this folder"
+                return (
+                    legacy,
+                    f"the workspace {legacy!r} named by an earlier version for this folder",
+                )
         except SyncError:
             pass  # the store does not answer now: the default, and the sync says why
     return default, None

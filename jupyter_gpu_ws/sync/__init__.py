@@ -1,6 +1,7 @@
 """The storage sync engine: mirrors the work directory to a store (jupyter_gpu_ws.store). The
 store's backends are re-exported here so that a caller of the engine needs one import."""
 
+from ..store import Backend, FsspecBackend, LocalBackend, Store, open_backend
 from .engine import PassReport, Progress, RestoreReport, SyncEngine, SyncSettings
 from .errors import (
     CancelledError,
@@ -14,11 +15,26 @@ from .errors import (
     UnsafeStoreEntryError,
     WorkdirError,
 )
-from ..store import Backend, FsspecBackend, LocalBackend, Store, open_backend
 
 __all__ = [
-    "Backend", "CancelledError", "DeletionGuardError", "FsspecBackend", "LeaseHeldError",
-    "LocalBackend", "PassReport", "Progress", "QuotaExceededError", "RestoreReport", "Store",
-    "StoreConfigError", "StoreFullError", "StoreUnavailableError", "SyncEngine", "SyncError",
-    "SyncSettings", "UnsafeStoreEntryError", "WorkdirError", "open_backend",
+    "Backend",
+    "CancelledError",
+    "DeletionGuardError",
+    "FsspecBackend",
+    "LeaseHeldError",
+    "LocalBackend",
+    "PassReport",
+    "Progress",
+    "QuotaExceededError",
+    "RestoreReport",
+    "Store",
+    "StoreConfigError",
+    "StoreFullError",
+    "StoreUnavailableError",
+    "SyncEngine",
+    "SyncError",
+    "SyncSettings",
+    "UnsafeStoreEntryError",
+    "WorkdirError",
+    "open_backend",
 ]

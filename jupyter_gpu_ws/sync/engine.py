@@ -26,8 +26,9 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..defaults import is_embedded_store
 from ..store import Store, open_backend
@@ -74,6 +75,7 @@ STALE_PART_SECONDS = 3600.0
 # Seconds between two rewrites of the workspace's summary (.gpuws/summary.json).
 SUMMARY_EVERY = 30.0
 
+
 @dataclass
 class SyncSettings:
     """Plain values from the app's traits (or the command line)."""
@@ -110,38 +112,56 @@ class SyncSettings:
 
 def index_path(state_dir: str, settings_workdir: str, backend: Backend, workspace: str) -> str:
     # surrogateescape: a folder whose own name is not UTF-8 (the same hash for any other)
-    key = hashlib.sha1(f"{os.path.abspath(settings_workdir)}\0{backend.description}\0{workspace}"
-                       .encode("utf-8", "surrogateescape"))
+    key = hashlib.sha1(
+        f"{os.path.abspath(settings_workdir)}\0{backend.description}\0{workspace}".encode(
+            "utf-8", "surrogateescape"
+        )
+    )
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in workspace)
     return os.path.join(state_dir, f"{safe}-{key.hexdigest()[:12]}.sqlite3")
 
 
 class SyncEngine:
-    def __init__(self, settings: SyncSettings, backend: Backend | None = None,
-                 clock: Callable[[], float] = time.time, restore_lock: threading.Lock | None = None) -> None:
+    def __init__(
+        self,
+        settings: SyncSettings,
+        backend: Backend | None = None,
+        clock: Callable[[], float] = time.time,
+        restore_lock: threading.Lock | None = None,
+    ) -> None:
         self.settings = settings
         self.workdir = os.path.abspath(os.path.expanduser(settings.workdir))
         self.clock = clock
         check_workdir(self.workdir)
-        backend = backend or open_backend(settings.store_url, settings.storage_options,
-                                          settings.durable, settings.concurrency)
+        backend = backend or open_backend(
+            settings.store_url, settings.storage_options, settings.durable, settings.concurrency
+        )
         if settings.encryption is not None and settings.encryption.scratch is None:
             # The encrypted copy of a file being sent goes beside the engine's own state, on a
             # disk (a temporary folder may be memory, too small for a checkpoint).
             settings.encryption.scratch = settings.state_dir
         # The store and the work directory apart; this engine's own folders out of the mirror.
-        own = keep_apart(backend, self.workdir, settings.state_dir, is_embedded_store(settings.store_url))
+        own = keep_apart(
+            backend, self.workdir, settings.state_dir, is_embedded_store(settings.store_url)
+        )
         # The record first (its name is the store's, encrypted or not): whether this machine
         # synced the workspace before decides whether a missing store is gone or is to begin.
-        self.index = SyncIndex(index_path(settings.state_dir, self.workdir, backend, settings.workspace))
+        self.index = SyncIndex(
+            index_path(settings.state_dir, self.workdir, backend, settings.workspace)
+        )
         if self.index.rebuilt:
             log.warning("Sync: %s", self.index.rebuilt)
         # Which folder, store and workspace this is: a command run in the folder finds them there.
         self.index.note_place(self.workdir, settings.store_url, settings.workspace)
         missing = None
         try:
-            check_store(backend, settings.workspace, self.index.count_and_bytes()[0],
-                        self.index.last_pass() is not None, settings.create_store)
+            check_store(
+                backend,
+                settings.workspace,
+                self.index.count_and_bytes()[0],
+                self.index.last_pass() is not None,
+                settings.create_store,
+            )
         except StoreMissingError as err:
             missing = str(err)  # read-only until it is back (open() and the lease's thread)
         try:
@@ -153,14 +173,22 @@ class SyncEngine:
                 raise
             # The store is away: a plain engine starts as before (read-only until it answers);
             # the encryption marker is looked at again by the next engine.
-            log.warning("Sync: could not check whether the workspace is encrypted (the store is not answering)")
+            log.warning(
+                "Sync: could not check whether the workspace is encrypted (the store is not answering)"
+            )
             self.backend = backend
         self.store = Store(self.backend, settings.workspace)
         self.rules = IgnoreRules(self.workdir, settings.excludes + own)
         self.lease = Lease(self.store, settings.lease_ttl, clock, host=settings.host)
         self.keeper = LeaseKeeper(self.lease, self._lease_changed, self._store_back)
-        self.kept_versions = Versions(self.store, settings.keep_versions, settings.version_max_age, clock,
-                                      self.lease.fence, min_interval=settings.settle_interval)
+        self.kept_versions = Versions(
+            self.store,
+            settings.keep_versions,
+            settings.version_max_age,
+            clock,
+            self.lease.fence,
+            min_interval=settings.settle_interval,
+        )
         self.pending_set = PendingSet(self.workdir, self.index.get)
         self.planner = Planner(self.workdir, self.rules, self.index, self.pending_set)
         self.settling = Settling(settings.settle_interval)
@@ -233,7 +261,9 @@ class SyncEngine:
         if self.store_missing is not None:
             log.warning("Sync: %s", self.store_missing)
             self.store_down = self.store_missing
-            self.read_only_reason = self.store_missing  # the lease's thread takes it once the store is back
+            self.read_only_reason = (
+                self.store_missing
+            )  # the lease's thread takes it once the store is back
             self.keeper.start()
             return
         try:
@@ -261,8 +291,11 @@ class SyncEngine:
         this workspace went missing, starts them anew there from this machine's files."""
         if self.store_missing is not None or isinstance(self.keeper.cause, StoreMissingError):
             make_anew(self.backend, self.settings.workspace)
-            log.warning("Sync: the store %s/%s is made anew, at the user's word", self.backend.description,
-                        self.settings.workspace)
+            log.warning(
+                "Sync: the store %s/%s is made anew, at the user's word",
+                self.backend.description,
+                self.settings.workspace,
+            )
         self.lease.acquire(take_over=True)
         self._lease_changed(True, None)
 
@@ -290,7 +323,9 @@ class SyncEngine:
         if self.store_missing is not None and self.store_down == self.store_missing:
             self.store_down = None
         self.store_missing = None
-        self._reconcile_due = True  # another runtime may have written, or the store may have lost files
+        self._reconcile_due = (
+            True  # another runtime may have written, or the store may have lost files
+        )
         if self.state in ("read-only", "error"):
             self.state, self.last_error = "idle", None
         self._acquired()
@@ -304,7 +339,10 @@ class SyncEngine:
         # Recorded just before an unclean stop, maybe never made durable: send them again.
         forgotten = self.index.forget_unflushed()
         if forgotten:
-            log.info("Sync: %d files recorded just before an unclean stop will be sent again", len(forgotten))
+            log.info(
+                "Sync: %d files recorded just before an unclean stop will be sent again",
+                len(forgotten),
+            )
             self.resend.update(forgotten)
             self.mark_dirty(forgotten)
         self._maintenance_due = True
@@ -383,8 +421,13 @@ class SyncEngine:
                 local = stat_path(self.workdir, rel, self.rules)
                 exists = local is not None or os.path.lexists(self.abs(rel))
                 self.pending_set.note(rel, local, self.index.get(rel), exists)
-                if local is None and exists and os.path.isdir(self.abs(rel)) and not os.path.islink(self.abs(rel)) \
-                        and not self.rules.ignored(rel, is_dir=True):
+                if (
+                    local is None
+                    and exists
+                    and os.path.isdir(self.abs(rel))
+                    and not os.path.islink(self.abs(rel))
+                    and not self.rules.ignored(rel, is_dir=True)
+                ):
                     for f in scan(self.workdir, self.rules, rel):
                         self.pending_set.note(f.path, f, self.index.get(f.path), True)
 
@@ -406,8 +449,13 @@ class SyncEngine:
 
     # -- sync --------------------------------------------------------------------------------
 
-    def sync(self, paths: Iterable[str] | None = None, progress: Progress | None = None,
-             cancel: threading.Event | None = None, durable: bool = True) -> PassReport:
+    def sync(
+        self,
+        paths: Iterable[str] | None = None,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+        durable: bool = True,
+    ) -> PassReport:
         """One pass. `paths`: just these (from the watcher); None: a full rescan.
 
         `durable`: return once what the pass wrote is durable in the store; False: once it is
@@ -417,7 +465,9 @@ class SyncEngine:
         if self.read_only:
             raise LeaseHeldError(self.read_only_reason or "read-only")
         if not self.lease.held:
-            raise LeaseHeldError("This runtime does not hold the workspace lease: open the engine first")
+            raise LeaseHeldError(
+                "This runtime does not hold the workspace lease: open the engine first"
+            )
         progress = progress or Progress()
         paths = None if paths is None else list(paths)
         running = self.running
@@ -435,10 +485,14 @@ class SyncEngine:
                         self._maintain()
                     self._sync(paths, progress, cancel, durable, report)
                     if self.backend.abandoned_uploads() and not report.stopped:
-                        self.backend.abort_uploads(f"{self.settings.workspace}/")  # cut by an outage
+                        self.backend.abort_uploads(
+                            f"{self.settings.workspace}/"
+                        )  # cut by an outage
                 finally:
                     self.running = None
-                    if self.backend.flushes and self.lease.held:  # elsewhere a completed write is durable
+                    if (
+                        self.backend.flushes and self.lease.held
+                    ):  # elsewhere a completed write is durable
                         if durable:
                             self.flush()
                         elif self.backend.unflushed() or self.index.unflushed_mark():
@@ -450,7 +504,10 @@ class SyncEngine:
                 if isinstance(err, StoreMissingError):
                     self.note_missing(str(err))
                 if isinstance(err, SyncError):
-                    self.state, self.last_error = ("read-only" if self.read_only else "error"), str(err)
+                    self.state, self.last_error = (
+                        ("read-only" if self.read_only else "error"),
+                        str(err),
+                    )
                     self.pending_set.held(str(err))
                     raise
                 self.state, self.last_error = "error", f"Sync failed: {err}"
@@ -464,7 +521,9 @@ class SyncEngine:
                 self.last_sync = self.clock()
                 self.index.record_pass(self.last_sync)  # for `jupyter gpuws status`, later
             self._summary_due = self._summary_due or bool(report.uploaded or report.deleted)
-            if self._summary_due and (durable or time.monotonic() - self._summary_written >= SUMMARY_EVERY):
+            if self._summary_due and (
+                durable or time.monotonic() - self._summary_written >= SUMMARY_EVERY
+            ):
                 self._write_summary()
             if running is not None:
                 report.include(running[1])
@@ -506,18 +565,30 @@ class SyncEngine:
             return None, []
         listing = self.store.list_files()
         records = self.index.all()
-        lost = [rel for rel, record in records.items()
-                if (stored := listing.get(rel)) is None or stored.size != record.size]
+        lost = [
+            rel
+            for rel, record in records.items()
+            if (stored := listing.get(rel)) is None or stored.size != record.size
+        ]
         if lost:
-            log.warning("Sync: the store lacks %s this machine had recorded as synced (%s): they are sent again",
-                        files_text(len(lost)), ", ".join(sorted(lost)[:3]) + (" …" if len(lost) > 3 else ""))
+            log.warning(
+                "Sync: the store lacks %s this machine had recorded as synced (%s): they are sent again",
+                files_text(len(lost)),
+                ", ".join(sorted(lost)[:3]) + (" …" if len(lost) > 3 else ""),
+            )
             self.index.delete_many(lost)
             self.mark_dirty(lost)
         self._reconcile_due = False
         return listing, lost
 
-    def _sync(self, paths: Iterable[str] | None, progress: Progress, cancel: threading.Event | None,
-              flush_soon: bool, report: PassReport) -> None:
+    def _sync(
+        self,
+        paths: Iterable[str] | None,
+        progress: Progress,
+        cancel: threading.Event | None,
+        flush_soon: bool,
+        report: PassReport,
+    ) -> None:
         listing = None
         if self._reconcile_due:
             listing, lost = self._reconcile()
@@ -533,7 +604,12 @@ class SyncEngine:
         self.planner.guard_deletions(deleted, total_records, self.settings.max_delete_fraction)
         quota = self.settings.quota_bytes
         changed, self.quota_warning = self.planner.apply_limits(
-            changed, report, self.settings.max_file_size, quota, 0 if quota is None else self.store_usage())
+            changed,
+            report,
+            self.settings.max_file_size,
+            quota,
+            0 if quota is None else self.store_usage(),
+        )
         if not flush_soon:  # a pass nobody waits for: what is still being written waits to settle
             changed = self.planner.hold_unsettled(changed, report, self.settling)
         # Only a file the store had before can gain a version in this pass.
@@ -570,8 +646,10 @@ class SyncEngine:
             lost = self.index.forget_unflushed(upto)
             self.resend.update(lost)
             self.mark_dirty(lost)
-            raise type(err)(f"{err}: the last writes may not be durable, so {files_text(len(lost))} will be "
-                            "sent again") from err
+            raise type(err)(
+                f"{err}: the last writes may not be durable, so {files_text(len(lost))} will be "
+                "sent again"
+            ) from err
         if upto:
             self.index.clear_unflushed(upto)
 
@@ -581,7 +659,9 @@ class SyncEngine:
                 return
             self._flush_requested = True
             if self._flusher is None:
-                self._flusher = threading.Thread(target=self._flush_loop, name="gpuws-flush", daemon=True)
+                self._flusher = threading.Thread(
+                    target=self._flush_loop, name="gpuws-flush", daemon=True
+                )
                 self._flusher.start()
             self._flush_wanted.notify()
 
@@ -600,7 +680,9 @@ class SyncEngine:
                 self.pending_set.held(str(err))
                 log.warning("Sync: %s", err)
 
-    def plan(self, paths: Iterable[str] | None = None) -> tuple[list[LocalFile], list[str], int, int]:
+    def plan(
+        self, paths: Iterable[str] | None = None
+    ) -> tuple[list[LocalFile], list[str], int, int]:
         """What a pass would do: (files to upload, paths to delete, unchanged count, records)."""
         return self.planner.plan(paths)
 
@@ -622,7 +704,9 @@ class SyncEngine:
 
     # -- restore -----------------------------------------------------------------------------
 
-    def restore(self, progress: Progress | None = None, cancel: threading.Event | None = None) -> RestoreReport:
+    def restore(
+        self, progress: Progress | None = None, cancel: threading.Event | None = None
+    ) -> RestoreReport:
         """Bring back what the work directory lacks, most needed first (sync/restore.py); where
         both sides have a file and they differ, keep both.
 
@@ -644,15 +728,21 @@ class SyncEngine:
                 newest = newest_checkpoints(remote)
                 self.restoring.plan(newest)
                 report = self._restore_job(progress, cancel, self.restoring).run(
-                    remote, restore_phases(remote, newest), newest)
+                    remote, restore_phases(remote, newest), newest
+                )
             finally:
                 self.restoring.end()
         if cancel is not None and cancel.is_set():
             raise CancelledError(f"Restore cancelled after {len(report.restored)} files")
         return report
 
-    def fetch_checkpoint(self, run: str, progress: Progress | None = None, cancel: threading.Event | None = None,
-                         timeout: float | None = None) -> str | None:
+    def fetch_checkpoint(
+        self,
+        run: str,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+        timeout: float | None = None,
+    ) -> str | None:
         """The newest complete checkpoint of `run` (a run folder relative to the work directory,
         e.g. `.gpuws/checkpoints/train.ipynb`), complete here: its folder, relative to the work
         directory; None when the store has no complete checkpoint of that run.
@@ -669,8 +759,10 @@ class SyncEngine:
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def timed_out() -> SyncError:
-            return SyncError(f"Timed out after {timeout:g} s while bringing the newest checkpoint of {run} "
-                             "from the store")
+            return SyncError(
+                f"Timed out after {timeout:g} s while bringing the newest checkpoint of {run} "
+                "from the store"
+            )
 
         if not self.restoring.wait_for(run, deadline, cancel):
             raise timed_out()
@@ -678,8 +770,11 @@ class SyncEngine:
         newest = newest_checkpoints(files).get(run)
         if newest is None:
             return None
-        missing = {rel: f for rel, f in files.items()
-                   if rel.startswith(newest + "/") and not self._same_size_here(rel, f)}
+        missing = {
+            rel: f
+            for rel, f in files.items()
+            if rel.startswith(newest + "/") and not self._same_size_here(rel, f)
+        }
         if not missing:
             return newest
         stop = _Stop(cancel, deadline)
@@ -694,15 +789,26 @@ class SyncEngine:
         why = report.errors[0] if report.errors else "some of its files did not arrive"
         raise SyncError(f"Could not bring {newest} from the store: {why}")
 
-    def _restore_job(self, progress: Progress, cancel: Any, state: RestoreState | None) -> RestoreJob:
-        return RestoreJob(self.workdir, self.backend, self.index,
-                          concurrency=self.settings.concurrency, retries=self.settings.retries,
-                          retry_backoff=self.settings.retry_backoff, clock=self.clock, progress=progress,
-                          cancel=cancel, limiter=self.limiter, state=state)
+    def _restore_job(
+        self, progress: Progress, cancel: Any, state: RestoreState | None
+    ) -> RestoreJob:
+        return RestoreJob(
+            self.workdir,
+            self.backend,
+            self.index,
+            concurrency=self.settings.concurrency,
+            retries=self.settings.retries,
+            retry_backoff=self.settings.retry_backoff,
+            clock=self.clock,
+            progress=progress,
+            cancel=cancel,
+            limiter=self.limiter,
+            state=state,
+        )
 
     def _run_folder(self, run: str) -> str:
         rel = run.strip().strip("/")
-        name = rel[len(CHECKPOINTS_PREFIX):] if rel.startswith(CHECKPOINTS_PREFIX) else ""
+        name = rel[len(CHECKPOINTS_PREFIX) :] if rel.startswith(CHECKPOINTS_PREFIX) else ""
         if not name or "/" in name or name in (".", ".."):
             raise SyncError(f"{run!r} is not a run folder: expected {CHECKPOINTS_PREFIX}<run name>")
         return rel
@@ -717,7 +823,10 @@ class SyncEngine:
     # -- versions ----------------------------------------------------------------------------
 
     def versions(self, rel: str) -> list[dict[str, Any]]:
-        return [{"path": p, "version": stamp, "size": f.size} for p, stamp, f in self.store.list_versions(rel)]
+        return [
+            {"path": p, "version": stamp, "size": f.size}
+            for p, stamp, f in self.store.list_versions(rel)
+        ]
 
     def restore_version(self, rel: str, version: str, target: str | None = None) -> str:
         """Write a kept version to `target` (default: beside the file, never over it)."""
@@ -768,9 +877,10 @@ class _Stop:
         self.deadline = deadline
 
     def is_set(self) -> bool:
-        return bool((self.cancel is not None and self.cancel.is_set())
-                    or (self.deadline is not None and time.monotonic() > self.deadline))
-
+        return bool(
+            (self.cancel is not None and self.cancel.is_set())
+            or (self.deadline is not None and time.monotonic() > self.deadline)
+        )
 
 
 def plain_data(path: str) -> None:
@@ -781,8 +891,13 @@ def plain_data(path: str) -> None:
     os.chmod(path, mode & 0o666)
 
 
-
 __all__ = [
-    "PassReport", "Progress", "RestoreReport", "SyncEngine", "SyncSettings", "StoreConfigError",
-    "StoreFullError", "QuotaExceededError",
+    "PassReport",
+    "Progress",
+    "RestoreReport",
+    "SyncEngine",
+    "SyncSettings",
+    "StoreConfigError",
+    "StoreFullError",
+    "QuotaExceededError",
 ]

@@ -5,18 +5,18 @@ catches one family from one place."""
 from __future__ import annotations
 
 from ..store.errors import (
-    SyncError,
-    StoreConfigError,
-    StoreUnavailableError,
-    StoreMissingError,
-    StoreFullError,
-    LocalDiskFullError,
-    LocalFileError,
+    LeaseCorruptError,
     LeaseHeldError,
     LeaseLostError,
-    LeaseCorruptError,
-    WorkspaceNotFoundError,
+    LocalDiskFullError,
+    LocalFileError,
+    StoreConfigError,
+    StoreFullError,
+    StoreMissingError,
+    StoreUnavailableError,
+    SyncError,
     UnsafeStoreEntryError,
+    WorkspaceNotFoundError,
 )
 
 __all__ = [

@@ -54,13 +54,17 @@ class IgnoreRules:
                 own = path.read_text(encoding="utf-8", errors="replace").splitlines()
             except OSError as err:
                 own = []
-                problems.append(f"{IGNORE_FILE} cannot be read ({err.strerror or err}): only the default excludes apply")
+                problems.append(
+                    f"{IGNORE_FILE} cannot be read ({err.strerror or err}): only the default excludes apply"
+                )
             for number, line in enumerate(own, 1):
                 try:
                     pathspec.GitIgnoreSpec.from_lines([line])
                 except Exception as err:  # noqa: BLE001 - pathspec raises several kinds
-                    problems.append(f"{IGNORE_FILE} line {number} ({line.strip()!r}) is not a valid pattern "
-                                    f"and is skipped: {err}")
+                    problems.append(
+                        f"{IGNORE_FILE} line {number} ({line.strip()!r}) is not a valid pattern "
+                        f"and is skipped: {err}"
+                    )
                     continue
                 lines.append(line)
         self._spec = pathspec.GitIgnoreSpec.from_lines(lines)

@@ -18,9 +18,9 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from ..store.names import decode, encode
 
@@ -68,9 +68,11 @@ class SyncIndex:
             for suffix in ("", "-wal", "-shm"):
                 if os.path.exists(db_path + suffix):
                     os.replace(db_path + suffix, aside + suffix)
-            self.rebuilt = (f"The local sync record was unreadable ({err}) and was started afresh "
-                            f"(the old one is kept as {os.path.basename(aside)}): every file is compared "
-                            "with the store once before it is sent")
+            self.rebuilt = (
+                f"The local sync record was unreadable ({err}) and was started afresh "
+                f"(the old one is kept as {os.path.basename(aside)}): every file is compared "
+                "with the store once before it is sent"
+            )
             self._open()
         self._totals: tuple[int, int] | None = None  # (paths, bytes), once counted
         self._data_version: int | None = None  # SQLite's count of other connections' commits
@@ -122,9 +124,13 @@ class SyncIndex:
         """The recorded size of each of `paths` that has a record (under the lock)."""
         out: dict[str, int] = {}
         for start in range(0, len(paths), LOOKUP_CHUNK):
-            chunk = paths[start:start + LOOKUP_CHUNK]
+            chunk = paths[start : start + LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
-            out.update(self._db.execute(f"SELECT path, size FROM files WHERE path IN ({marks})", chunk).fetchall())
+            out.update(
+                self._db.execute(
+                    f"SELECT path, size FROM files WHERE path IN ({marks})", chunk
+                ).fetchall()
+            )
         return out
 
     def put_many(self, records: Iterable[Record], unflushed: bool = False) -> None:
@@ -137,7 +143,9 @@ class SyncIndex:
                 self._db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?)", rows)
                 if unflushed:
                     # REPLACE gives a path recorded again a new, higher rowid.
-                    self._db.executemany("INSERT OR REPLACE INTO unflushed VALUES (?)", [row[:1] for row in rows])
+                    self._db.executemany(
+                        "INSERT OR REPLACE INTO unflushed VALUES (?)", [row[:1] for row in rows]
+                    )
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -166,16 +174,24 @@ class SyncIndex:
                 self._db.execute("ROLLBACK")
                 raise
             if self._totals is not None:
-                self._totals = (self._totals[0] - len(before), self._totals[1] - sum(before.values()))
+                self._totals = (
+                    self._totals[0] - len(before),
+                    self._totals[1] - sum(before.values()),
+                )
 
     def unflushed_mark(self) -> int:
         """Taken before a flush: every path listed up to this mark is durable once it is done."""
         with self._lock:
-            return int(self._db.execute("SELECT COALESCE(MAX(rowid), 0) FROM unflushed").fetchone()[0])
+            return int(
+                self._db.execute("SELECT COALESCE(MAX(rowid), 0) FROM unflushed").fetchone()[0]
+            )
 
     def unflushed_paths(self) -> list[str]:
         with self._lock:
-            return [decode(row[0]) for row in self._db.execute("SELECT path FROM unflushed ORDER BY rowid")]
+            return [
+                decode(row[0])
+                for row in self._db.execute("SELECT path FROM unflushed ORDER BY rowid")
+            ]
 
     def clear_unflushed(self, upto: int) -> None:
         """The flush that began after unflushed_mark() returned `upto` is done."""
@@ -215,7 +231,9 @@ class SyncIndex:
             if version != self._data_version:
                 self._totals, self._data_version = None, version
             if self._totals is None:
-                count, total = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM files").fetchone()
+                count, total = self._db.execute(
+                    "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM files"
+                ).fetchone()
                 self._totals = (int(count), int(total))
             return self._totals
 
@@ -247,7 +265,9 @@ class SyncIndex:
     def note_place(self, workdir: str, store_url: str, workspace: str) -> None:
         """Say in the record which work directory, store and workspace it is of (written only
         when that changed, so an engine that only looks does not write)."""
-        value = json.dumps({"workdir": workdir, "store_url": store_url, "workspace": workspace}, sort_keys=True)
+        value = json.dumps(
+            {"workdir": workdir, "store_url": store_url, "workspace": workspace}, sort_keys=True
+        )
         if self.get_meta(PLACE) != value:
             self.set_meta(PLACE, value)
 
@@ -279,15 +299,25 @@ def synced_folders(state_dir: str) -> list[SyncedFolder]:
         try:
             db = sqlite3.connect(Path(state_dir, name).as_uri() + "?mode=ro", uri=True)
             try:
-                meta = dict(db.execute("SELECT key, value FROM meta WHERE key IN (?, ?)", (PLACE, LAST_PASS)))
+                meta = dict(
+                    db.execute(
+                        "SELECT key, value FROM meta WHERE key IN (?, ?)", (PLACE, LAST_PASS)
+                    )
+                )
                 newest = db.execute("SELECT MAX(synced_at) FROM files").fetchone()[0]
             finally:
                 db.close()
             place = json.loads(meta[PLACE])
             when = float(meta[LAST_PASS]) if LAST_PASS in meta else newest
             if when is not None:
-                found.append(SyncedFolder(str(place["workdir"]), str(place["store_url"]), str(place["workspace"]),
-                                          float(when)))
+                found.append(
+                    SyncedFolder(
+                        str(place["workdir"]),
+                        str(place["store_url"]),
+                        str(place["workspace"]),
+                        float(when),
+                    )
+                )
         except (sqlite3.Error, KeyError, ValueError, TypeError):
             continue
     return sorted(found, key=lambda f: -f.last_sync)

@@ -19,9 +19,9 @@ import select
 import struct
 import sys
 import threading
-from dataclasses import dataclass
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,20 @@ IN_DONT_FOLLOW = 0x2000000
 IN_EXCL_UNLINK = 0x4000000
 IN_ISDIR = 0x40000000
 
-MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
-        | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
+MASK = (
+    IN_MODIFY
+    | IN_ATTRIB
+    | IN_CLOSE_WRITE
+    | IN_MOVED_FROM
+    | IN_MOVED_TO
+    | IN_CREATE
+    | IN_DELETE
+    | IN_DELETE_SELF
+    | IN_MOVE_SELF
+    | IN_ONLYDIR
+    | IN_DONT_FOLLOW
+    | IN_EXCL_UNLINK
+)
 EVENT = struct.Struct("iIII")  # wd, mask, cookie, length of the name that follows
 READ_SIZE = 256 * 1024
 
@@ -84,18 +96,28 @@ class TreeWatcher:
     virtual environments are not). Paths are relative to `root`, '/'-separated.
     """
 
-    def __init__(self, root: str, skip: Callable[[str, str], bool] = lambda rel, path: False) -> None:
+    def __init__(
+        self, root: str, skip: Callable[[str, str], bool] = lambda rel, path: False
+    ) -> None:
         libc = _lib()
         if libc is None or not hasattr(os, "eventfd"):
             raise WatchError("inotify is not available here")
-        self.root = os.path.realpath(root)  # a work directory reached through a link is watched where it is
+        self.root = os.path.realpath(
+            root
+        )  # a work directory reached through a link is watched where it is
         self.skip = skip
         self._libc = libc
         fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
             err = ctypes.get_errno()
-            raise WatchError(f"Cannot watch the work directory: {os.strerror(err)}"
-                             + (" (too many watchers: fs.inotify.max_user_instances)" if err == errno.EMFILE else ""))
+            raise WatchError(
+                f"Cannot watch the work directory: {os.strerror(err)}"
+                + (
+                    " (too many watchers: fs.inotify.max_user_instances)"
+                    if err == errno.EMFILE
+                    else ""
+                )
+            )
         self.fd = fd
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._lock = threading.Lock()
@@ -120,8 +142,10 @@ class TreeWatcher:
             err = ctypes.get_errno()
             if err == errno.ENOSPC and not self.limited:
                 self.limited = True
-                log.warning("Sync: more folders than the system lets one watch (fs.inotify.max_user_watches); "
-                            "changes in the others are found by the periodic rescan")
+                log.warning(
+                    "Sync: more folders than the system lets one watch (fs.inotify.max_user_watches); "
+                    "changes in the others are found by the periodic rescan"
+                )
             return False  # gone meanwhile, not a folder, no permission, or the limit
         old = self.dirs.get(wd)
         if old is not None and old != rel:
@@ -171,7 +195,7 @@ class TreeWatcher:
             offset = 0
             while offset + EVENT.size <= len(data):
                 wd, mask, _, length = EVENT.unpack_from(data, offset)
-                raw = data[offset + EVENT.size: offset + EVENT.size + length]
+                raw = data[offset + EVENT.size : offset + EVENT.size + length]
                 offset += EVENT.size + length
                 if mask & IN_Q_OVERFLOW:
                     overflow = True

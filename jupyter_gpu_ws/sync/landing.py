@@ -44,7 +44,9 @@ class IncomingFile:
                 if err.errno not in _NO_TMPFILE:
                     raise
         if self.fd < 0:
-            self.tmp = os.path.join(self.folder, f".~{self.name}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}")
+            self.tmp = os.path.join(
+                self.folder, f".~{self.name}{PART_SUFFIX}-{uuid.uuid4().hex[:8]}"
+            )
             self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
         if shared:
             take_turns(self.fd)

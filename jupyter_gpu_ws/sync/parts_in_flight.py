@@ -27,15 +27,24 @@ PATIENCE = 2
 class PartsInFlight:
     """The number of parts to have in flight (`limit`), judged from the bytes received over time."""
 
-    def __init__(self, start: int, most: int, *, gain: float = GAIN, window: float = WINDOW,
-                 patience: int = PATIENCE) -> None:
+    def __init__(
+        self,
+        start: int,
+        most: int,
+        *,
+        gain: float = GAIN,
+        window: float = WINDOW,
+        patience: int = PATIENCE,
+    ) -> None:
         self.most = max(1, most)
         self.limit = max(1, min(start, self.most))
         self.gain = gain
         self.window = window
         self.patience = max(1, patience)
         self.settled = self.limit >= self.most  # nothing to try above: a fixed number
-        self.history: list[tuple[int, float]] = []  # (level, bytes per second) of each window judged
+        self.history: list[
+            tuple[int, float]
+        ] = []  # (level, bytes per second) of each window judged
         self._below: tuple[int, float] | None = None  # the level below and its best throughput
         self._best_here = 0.0
         self._windows = 0  # judged at the current level

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .index import Record
 from .scan import LocalFile
@@ -55,8 +56,10 @@ class PendingSet:
         """One path, as it is now: a file differing from its record is pending; a recorded file
         that is gone is a deletion to carry; anything else is not pending."""
         with self._lock:
-            if local is not None and not (record is not None and (record.size, record.mtime_ns)
-                                          == (local.size, local.mtime_ns)):
+            if local is not None and not (
+                record is not None
+                and (record.size, record.mtime_ns) == (local.size, local.mtime_ns)
+            ):
                 self._set(rel, local.size, "waiting")
                 self._clear_problem_if_changed(rel, local)
             elif local is None and record is not None and not exists:
@@ -91,11 +94,15 @@ class PendingSet:
                 if self._known(f):
                     continue  # listed with its reason among the problems, not as waiting
                 old = self._items.get(f.path)
-                items[f.path] = old if old is not None else PendingFile(f.path, f.size, since=time.time())
+                items[f.path] = (
+                    old if old is not None else PendingFile(f.path, f.size, since=time.time())
+                )
                 items[f.path].size = f.size
             for rel in deleted:
                 old = self._items.get(rel)
-                items[rel] = old if old is not None else PendingFile(rel, 0, "deleting", since=time.time())
+                items[rel] = (
+                    old if old is not None else PendingFile(rel, 0, "deleting", since=time.time())
+                )
             self._items = items
 
     def _set(self, rel: str, size: int, state: str) -> None:
@@ -152,8 +159,9 @@ class PendingSet:
     def problem(self, rel: str, reason: str, local: LocalFile | None = None) -> None:
         with self._lock:
             self._items.pop(rel, None)
-            self.problems[rel] = LocalProblem(rel, reason, local.size if local else 0,
-                                              local.mtime_ns if local else 0)
+            self.problems[rel] = LocalProblem(
+                rel, reason, local.size if local else 0, local.mtime_ns if local else 0
+            )
 
     def known_problem(self, f: LocalFile) -> bool:
         """A file that failed for a local reason and has not changed since: not tried again."""
@@ -178,8 +186,12 @@ class PendingSet:
     def _prune_vanished(self) -> None:
         """Drop what is gone from the work directory and was never in the store."""
         with self._lock:
-            candidates = [p for p, item in self._items.items() if item.state != "deleting"][:RECHECK_LIMIT]
-        gone = [p for p in candidates if not os.path.lexists(os.path.join(self.workdir, *p.split("/")))]
+            candidates = [p for p, item in self._items.items() if item.state != "deleting"][
+                :RECHECK_LIMIT
+            ]
+        gone = [
+            p for p in candidates if not os.path.lexists(os.path.join(self.workdir, *p.split("/")))
+        ]
         gone = [p for p in gone if self.record_of(p) is None]
         if gone:
             with self._lock:
@@ -203,7 +215,9 @@ class PendingSet:
         self._prune_vanished()
         order = {"failing": 0, "uploading": 1, "deleting": 2, "writing": 3, "waiting": 4}
         with self._lock:
-            items = sorted(self._items.values(), key=lambda i: (order.get(i.state, 9), -i.size, i.path))
+            items = sorted(
+                self._items.values(), key=lambda i: (order.get(i.state, 9), -i.size, i.path)
+            )
             problems = sorted(self.problems.values(), key=lambda p: p.path)
             return {
                 "files": [asdict(item) for item in items[:limit]],

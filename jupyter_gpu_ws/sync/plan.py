@@ -7,8 +7,8 @@ Nothing here writes to the store; the engine (engine.py) runs the plan through t
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from ..checkpoints.files import MANIFEST, folder_order
 from .errors import DeletionGuardError, WorkdirError
@@ -61,13 +61,17 @@ class PassReport:
 class Planner:
     """A pass's plan from the work directory, the ignore rules and the local record."""
 
-    def __init__(self, workdir: str, rules: IgnoreRules, index: SyncIndex, pending_set: PendingSet) -> None:
+    def __init__(
+        self, workdir: str, rules: IgnoreRules, index: SyncIndex, pending_set: PendingSet
+    ) -> None:
         self.workdir = workdir
         self.rules = rules
         self.index = index
         self.pending_set = pending_set
 
-    def plan(self, paths: Iterable[str] | None = None) -> tuple[list[LocalFile], list[str], int, int]:
+    def plan(
+        self, paths: Iterable[str] | None = None
+    ) -> tuple[list[LocalFile], list[str], int, int]:
         """What a pass would do: (files to upload, paths to delete, unchanged count, records).
         `paths`: just these (from the watcher); None: a full rescan.
 
@@ -80,7 +84,9 @@ class Planner:
         unchanged = 0
         if paths is None:
             unreadable: dict[str, str] = {}
-            local = {f.path: f for f in scan(self.workdir, self.rules, problems=unreadable.__setitem__)}
+            local = {
+                f.path: f for f in scan(self.workdir, self.rules, problems=unreadable.__setitem__)
+            }
             for folder, reason in unreadable.items():
                 self.pending_set.problem(folder, reason)
             records = self.index.all()
@@ -128,7 +134,9 @@ class Planner:
             if os.path.isdir(path) and not os.path.islink(path):
                 if not self.rules.ignored(rel, is_dir=True):
                     out.update(f.path for f in scan(self.workdir, self.rules, rel))
-                out.update(p for p in self.index.paths_under(rel) if not os.path.lexists(self.abs(p)))
+                out.update(
+                    p for p in self.index.paths_under(rel) if not os.path.lexists(self.abs(p))
+                )
             else:
                 out.add(rel)
                 if not os.path.lexists(path):
@@ -147,8 +155,14 @@ class Planner:
                 "Check the work directory and .gpuwsignore; previous versions stay in the store."
             )
 
-    def apply_limits(self, changed: list[LocalFile], report: PassReport, max_file_size: int | None,
-                     quota: int | None, used: int) -> tuple[list[LocalFile], str | None]:
+    def apply_limits(
+        self,
+        changed: list[LocalFile],
+        report: PassReport,
+        max_file_size: int | None,
+        quota: int | None,
+        used: int,
+    ) -> tuple[list[LocalFile], str | None]:
         """Leave out files over max_file_size; refuse what would take the store's use (`used`,
         versions included) over the quota. Returns what may go, and a warning when the store is
         nearly full."""
@@ -168,19 +182,27 @@ class Planner:
             record = self.index.get(f.path)
             after = used - (record.size if record else 0) + f.size
             if after > quota:
-                error = (f"Quota exceeded: {f.path} ({size_text(f.size)}) would take the store to "
-                         f"{size_text(after)} of its {size_text(quota)} quota (previous versions included). "
-                         "The file stays here, pending.")
+                error = (
+                    f"Quota exceeded: {f.path} ({size_text(f.size)}) would take the store to "
+                    f"{size_text(after)} of its {size_text(quota)} quota (previous versions included). "
+                    "The file stays here, pending."
+                )
                 report.errors.append(error)
                 self.pending_set.failing(f.path, f.size, error)
                 continue
             used = after
             allowed.append(f)
-        warning = (f"The store is {used / quota:.0%} full ({size_text(used)} of {size_text(quota)}, "
-                   "previous versions included)" if used >= 0.9 * quota else None)
+        warning = (
+            f"The store is {used / quota:.0%} full ({size_text(used)} of {size_text(quota)}, "
+            "previous versions included)"
+            if used >= 0.9 * quota
+            else None
+        )
         return allowed, warning
 
-    def hold_unsettled(self, changed: list[LocalFile], report: PassReport, settling: Settling) -> list[LocalFile]:
+    def hold_unsettled(
+        self, changed: list[LocalFile], report: PassReport, settling: Settling
+    ) -> list[LocalFile]:
         """The files that may go now; those still being written wait (pending, saying so)."""
         ready = []
         for f in changed:
@@ -196,13 +218,17 @@ class Planner:
         """A file of a checkpoint folder whose run still has a complete checkpoint here."""
         if not rel.startswith(CHECKPOINTS_PREFIX):
             return False
-        parts = rel[len(CHECKPOINTS_PREFIX):].split("/")
+        parts = rel[len(CHECKPOINTS_PREFIX) :].split("/")
         if len(parts) != 3 or not folder_order(parts[1]) is not None:
             return False
         run = self.abs(CHECKPOINTS_PREFIX + parts[0])
         try:
-            return any(folder_order(entry.name) is not None and entry.is_dir(follow_symlinks=False)
-                       and os.path.isfile(os.path.join(entry.path, MANIFEST)) for entry in os.scandir(run))
+            return any(
+                folder_order(entry.name) is not None
+                and entry.is_dir(follow_symlinks=False)
+                and os.path.isfile(os.path.join(entry.path, MANIFEST))
+                for entry in os.scandir(run)
+            )
         except OSError:
             return False
 
@@ -225,8 +251,12 @@ def upload_phases(files: list[LocalFile], urgent: bool) -> list[list[LocalFile]]
     ordered = sorted(files, key=_urgent_order(files) if urgent else _normal_order)
     is_manifest = [checkpoint_manifest(f.path) for f in ordered]
     phases = [
-        [f for f, m in zip(ordered, is_manifest) if not m and f.path.startswith(CHECKPOINTS_PREFIX)],
-        [f for f, m in zip(ordered, is_manifest) if m],
+        [
+            f
+            for f, m in zip(ordered, is_manifest, strict=True)
+            if not m and f.path.startswith(CHECKPOINTS_PREFIX)
+        ],
+        [f for f, m in zip(ordered, is_manifest, strict=True) if m],
         [f for f in ordered if not f.path.startswith(CHECKPOINTS_PREFIX)],
     ]
     if urgent:
@@ -235,7 +265,9 @@ def upload_phases(files: list[LocalFile], urgent: bool) -> list[list[LocalFile]]
     return phases
 
 
-def left_behind(f: LocalFile, until: float | None, now: float, speed: float, remote: bool) -> str | None:
+def left_behind(
+    f: LocalFile, until: float | None, now: float, speed: float, remote: bool
+) -> str | None:
     """In an emergency persist with a deadline (`until`, monotonic like `now`): why `f` is not
     started, if it cannot be finished in time at the pass's measured `speed` (bytes/s; 0: not
     measured yet, a guess for a `remote` store or a local one); None: it goes."""
@@ -248,8 +280,10 @@ def left_behind(f: LocalFile, until: float | None, now: float, speed: float, rem
     need = f.size / speed
     if need <= left:
         return None
-    return (f"left behind by the emergency persist: it would take about {need:.0f} s at "
-            f"{size_text(speed)}/s, and {max(0.0, left):.0f} s were left")
+    return (
+        f"left behind by the emergency persist: it would take about {need:.0f} s at "
+        f"{size_text(speed)}/s, and {max(0.0, left):.0f} s were left"
+    )
 
 
 def check_workdir(workdir: str) -> None:

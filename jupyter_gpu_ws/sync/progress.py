@@ -58,7 +58,12 @@ class Progress:
     def set_items(self, done: int, total: int, current: str | None, phase: str) -> None:
         """Progress counted in items other than files (packages of an environment restore)."""
         with self._lock:
-            self.files_done, self.files_total, self.current, self.phase = done, total, current, phase
+            self.files_done, self.files_total, self.current, self.phase = (
+                done,
+                total,
+                current,
+                phase,
+            )
 
     def set_phase(self, phase: str) -> None:
         with self._lock:

@@ -37,14 +37,15 @@ import stat
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..checkpoints.files import MANIFEST, folder_order
 from ..diskio import pwrite_all
 from ..store.backend import PART_SUFFIX, Backend, RemoteFile, md5_of
-from .errors import CancelledError, StoreUnavailableError, SyncError
 from ..store.hashing import fd_hash, file_hash
+from .errors import CancelledError, StoreUnavailableError, SyncError
 from .index import Record, SyncIndex
 from .landing import IncomingFile, conflict_name
 from .parts_in_flight import PartsInFlight
@@ -110,7 +111,9 @@ class RestoreState:
     def __init__(self) -> None:
         self.changed = threading.Condition()
         self.running = False
-        self.planned = False  # the store is listed: `runs` holds every checkpoint this restore brings
+        self.planned = (
+            False  # the store is listed: `runs` holds every checkpoint this restore brings
+        )
         self.runs: dict[str, RunCheckpoint] = {}
 
     def begin(self) -> None:
@@ -167,8 +170,10 @@ class RestoreState:
         with self.changed:
             return {
                 "running": self.running,
-                "runs": {run: {"checkpoint": e.checkpoint, "local": e.local, "error": e.error}
-                         for run, e in self.runs.items()},
+                "runs": {
+                    run: {"checkpoint": e.checkpoint, "local": e.local, "error": e.error}
+                    for run, e in self.runs.items()
+                },
             }
 
 
@@ -179,7 +184,7 @@ def checkpoint_folder(rel: str) -> tuple[str, str] | None:
     """(run folder, checkpoint folder) of a file inside a `ckpt-*` folder, else None."""
     if not rel.startswith(CHECKPOINTS_PREFIX):
         return None
-    parts = rel[len(CHECKPOINTS_PREFIX):].split("/")
+    parts = rel[len(CHECKPOINTS_PREFIX) :].split("/")
     if len(parts) < 3 or folder_order(parts[1]) is None:
         return None
     run = CHECKPOINTS_PREFIX + parts[0]
@@ -255,7 +260,9 @@ class _Folder:
 class _Download:
     """One file coming from the store: whole, or in parts that several workers fetch at once."""
 
-    def __init__(self, rel: str, remote: RemoteFile, target: str, key: str, folder: _Folder | None) -> None:
+    def __init__(
+        self, rel: str, remote: RemoteFile, target: str, key: str, folder: _Folder | None
+    ) -> None:
         self.rel = rel
         self.remote = remote
         self.target = target
@@ -286,8 +293,10 @@ class _Work:
         self._queue: deque[list[tuple[_Download, int]] | None] = deque()
         self._changed = threading.Condition()
         self._outstanding = 0
-        self._threads = [threading.Thread(target=self._work, name=f"gpuws-restore-{n}", daemon=True)
-                         for n in range(workers)]
+        self._threads = [
+            threading.Thread(target=self._work, name=f"gpuws-restore-{n}", daemon=True)
+            for n in range(workers)
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -334,7 +343,9 @@ class _PartsGate:
     """Lets in at most `controller.limit` parts at once, a limit that may change while they run;
     the bytes they receive are fed to the controller, each with whether parts were waiting."""
 
-    def __init__(self, controller: PartsInFlight, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, controller: PartsInFlight, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.controller = controller
         self._clock = clock
         self._changed = threading.Condition()
@@ -366,17 +377,31 @@ class _PartsGate:
     def describe(self) -> str:
         controller = self.controller
         state = "settled" if controller.settled else "still growing"
-        levels = ", ".join(f"{level}: {rate / 1e6:.0f}" for level, rate in controller.history) or "none judged"
+        levels = (
+            ", ".join(f"{level}: {rate / 1e6:.0f}" for level, rate in controller.history)
+            or "none judged"
+        )
         return f"{controller.limit} parts in flight at the end, {state} (MB/s measured per level: {levels})"
 
 
 class RestoreJob:
     """Brings a set of the store's files into the work directory (see the module's docstring)."""
 
-    def __init__(self, workdir: str, backend: Backend, index: SyncIndex, *,
-                 concurrency: int, retries: int, retry_backoff: float, clock: Callable[[], float],
-                 progress: Any, cancel: threading.Event | None = None,
-                 limiter: Any = None, state: RestoreState | None = None) -> None:
+    def __init__(
+        self,
+        workdir: str,
+        backend: Backend,
+        index: SyncIndex,
+        *,
+        concurrency: int,
+        retries: int,
+        retry_backoff: float,
+        clock: Callable[[], float],
+        progress: Any,
+        cancel: threading.Event | None = None,
+        limiter: Any = None,
+        state: RestoreState | None = None,
+    ) -> None:
         self.workdir = workdir
         self.backend = backend
         self.index = index
@@ -404,7 +429,9 @@ class RestoreJob:
 
     # -- running -------------------------------------------------------------------------------
 
-    def run(self, files: dict[str, RemoteFile], phases: list[list[str]], newest: dict[str, str]) -> RestoreReport:
+    def run(
+        self, files: dict[str, RemoteFile], phases: list[list[str]], newest: dict[str, str]
+    ) -> RestoreReport:
         """Restore `files` phase by phase; in each, a checkpoint folder's manifest comes once the
         rest of its folder is in place. `newest`: run folder → its newest checkpoint folder, whose
         progress `state` follows."""
@@ -421,7 +448,9 @@ class RestoreJob:
                     folder = folders[found[1]] = _Folder(found[1], tracked.get(found[1]))
             # Read by the key the listing gave: another program may have written a name raw
             # that this codec would escape (store/names.py).
-            download = downloads[rel] = _Download(rel, remote, self._target(rel), remote.key, folder)
+            download = downloads[rel] = _Download(
+                rel, remote, self._target(rel), remote.key, folder
+            )
             if folder is not None:
                 if rel == f"{folder.path}/{MANIFEST}":
                     folder.manifest = download
@@ -436,13 +465,19 @@ class RestoreJob:
         cap = BATCH_ROUND_TRIPS if round_trips else BATCH_LOCAL
         # Small files many at once from one thread where the backend can (plain S3).
         reads_many = getattr(self.backend, "reads_many", None)
-        self._many = round_trips and self.limiter is None and reads_many is not None and reads_many()
+        self._many = (
+            round_trips and self.limiter is None and reads_many is not None and reads_many()
+        )
         if self._many:
             cap = MANY_BATCH
             self._in_flight = max(1, self.concurrency * MANY_IN_FLIGHT // MANY_LOOPS)
         # Where each request crosses a network, parts in flight grow with throughput, up to as
         # many as there are workers to fetch them.
-        most = max(self.concurrency, min(MOST_PARTS_IN_FLIGHT, workers)) if round_trips else self.concurrency
+        most = (
+            max(self.concurrency, min(MOST_PARTS_IN_FLIGHT, workers))
+            if round_trips
+            else self.concurrency
+        )
         self._parts = _PartsGate(PartsInFlight(self.concurrency, most))
         self._work = work = _Work(workers, self._fetch_batch)
         try:
@@ -516,7 +551,12 @@ class RestoreJob:
         other: list[tuple[_Download, int]] = []
         with self._loops:  # the batch's turn: only then are its files looked at
             for d, part in batch:
-                if d.parts == 1 and d.remote.size < QUIET_BELOW and not d.ordinary and not self._stopped():
+                if (
+                    d.parts == 1
+                    and d.remote.size < QUIET_BELOW
+                    and not d.ordinary
+                    and not self._stopped()
+                ):
                     self._start(d, open_file=False)
                     if d.skip is None and d.error is None:
                         small.append((d.key, d.remote.etag, d))
@@ -534,11 +574,13 @@ class RestoreJob:
             for d in left:
                 d.ordinary = True
             for n in range(0, len(left), BATCH_ROUND_TRIPS):
-                self._work.add([(d, 0) for d in left[n:n + BATCH_ROUND_TRIPS]])
+                self._work.add([(d, 0) for d in left[n : n + BATCH_ROUND_TRIPS]])
             left = []
         other.extend((d, 0) for d in left)
         for d, part in other:
-            self._fetch_part(d, part)  # skipped, large, or not brought above: the ordinary way (or stopped)
+            self._fetch_part(
+                d, part
+            )  # skipped, large, or not brought above: the ordinary way (or stopped)
 
     def _landed(self, d: _Download, body: bytes) -> None:
         """A small file's whole body, from read_many: written, counted, done."""
@@ -606,7 +648,9 @@ class RestoreJob:
         """Before the first byte (under the file's lock): skip a file recorded as synced and
         unchanged here; else make its folder and the file it is written into."""
         if PART_SUFFIX in d.rel:
-            d.skip = "outside"  # a temporary name of an interrupted write: never a file of the user's
+            d.skip = (
+                "outside"  # a temporary name of an interrupted write: never a file of the user's
+            )
             return
         unfit = _unfit(d.rel)
         if unfit is not None:
@@ -620,7 +664,10 @@ class RestoreJob:
                 st = None  # missing, or a file where its folder should be: the link below says so
         if st is not None and _regular(st):
             record = self.index.get(d.rel)
-            if record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):
+            if record is not None and (record.size, record.mtime_ns) == (
+                st.st_size,
+                st.st_mtime_ns,
+            ):
                 d.skip = "present"
                 return
         folder = os.path.dirname(d.target)
@@ -634,8 +681,13 @@ class RestoreJob:
         if d.parts > 1:
             os.ftruncate(d.incoming.fd, d.remote.size)  # parts land at their offsets, in any order
 
-    def _fetch(self, d: _Download, offset: int, length: int | None,
-               received: Callable[[int], None] | None = None) -> int:
+    def _fetch(
+        self,
+        d: _Download,
+        offset: int,
+        length: int | None,
+        received: Callable[[int], None] | None = None,
+    ) -> int:
         """One read_into with retries (doubling back-off) on a store that fails for now; bytes
         reported by a failed attempt are taken back. `received` is told of each chunk (a part's
         bytes, for the gate that judges the throughput)."""
@@ -658,7 +710,9 @@ class RestoreJob:
                     received(n)
 
             try:
-                return self.backend.read_into(d.key, d.incoming.fd, offset, length, progress, d.remote.etag)
+                return self.backend.read_into(
+                    d.key, d.incoming.fd, offset, length, progress, d.remote.etag
+                )
             except StoreUnavailableError as err:
                 self._count(d, -counted)
                 attempt += 1
@@ -716,7 +770,9 @@ class RestoreJob:
             finally:
                 if d.incoming is not None:
                     d.incoming.close()
-                self.progress.add_bytes(d.remote.size - d.counted)  # the bar ends full, whatever happened
+                self.progress.add_bytes(
+                    d.remote.size - d.counted
+                )  # the bar ends full, whatever happened
                 self.progress.file_done(d.rel)
             self._settled(d, ok)
 
@@ -752,7 +808,9 @@ class RestoreJob:
             # (docs/security.md). A chmod leaves the size and mtime recorded below as they are.
             os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o666)
         try:
-            d.incoming.link(d.target)  # fails if a file of that name is there (or was made meanwhile)
+            d.incoming.link(
+                d.target
+            )  # fails if a file of that name is there (or was made meanwhile)
         except FileExistsError:
             return self._beside(d, st)
         with self._lock:
@@ -803,7 +861,9 @@ class RestoreJob:
                 if ok:
                     self.state.settle(folder.run)
                 else:
-                    self.state.settle(folder.run, self._why(d) or "its manifest could not be restored")
+                    self.state.settle(
+                        folder.run, self._why(d) or "its manifest could not be restored"
+                    )
             return
         with self._lock:
             folder.left -= 1

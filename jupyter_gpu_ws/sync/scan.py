@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import stat as stat_module
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from .ignore import IgnoreRules
 
@@ -24,12 +24,21 @@ def is_environment(dir_path: str) -> bool:
     )
 
 
-def scan(workdir: str, rules: IgnoreRules, under: str = "",
-         problems: Callable[[str, str], None] | None = None) -> Iterator[LocalFile]:
+def scan(
+    workdir: str,
+    rules: IgnoreRules,
+    under: str = "",
+    problems: Callable[[str, str], None] | None = None,
+) -> Iterator[LocalFile]:
     """Every regular file to mirror (below the folder `under`, when given). Symbolic links are
     not followed (they may loop or leave the work directory). A folder that cannot be read is
     told to `problems` (its path with a trailing '/', and why), not skipped without a word."""
-    stack = [(f"{under}/" if under else "", os.path.join(workdir, *under.split("/")) if under else workdir)]
+    stack = [
+        (
+            f"{under}/" if under else "",
+            os.path.join(workdir, *under.split("/")) if under else workdir,
+        )
+    ]
     while stack:
         rel_dir, abs_dir = stack.pop()
         try:

@@ -10,16 +10,16 @@ import os
 import stat
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import watchfiles
 
+from ..store.backend import PART_SUFFIX
 from . import inotify
 from .engine import PassReport, Progress, SyncEngine
 from .errors import LeaseHeldError, SyncError
 from .ignore import IGNORE_FILE
 from .scan import is_environment
-from ..store.backend import PART_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,9 @@ class SyncService:
     def start(self, initial_pass: bool = True) -> None:
         self.engine.on_writable = self._on_writable
         self.engine.settling.sees_closing = self._use_inotify  # inotify says when a file is closed
-        self.engine.on_gap = self.request_rescan  # the store is back: its record is checked, everything looked at
+        self.engine.on_gap = (
+            self.request_rescan
+        )  # the store is back: its record is checked, everything looked at
         self._stop.clear()
         self._watching.clear()
         self._need_rescan = initial_pass
@@ -134,7 +136,9 @@ class SyncService:
         self._need_takeover_work = True
         self.request_rescan()
 
-    def flush(self, progress: Progress | None = None, cancel: threading.Event | None = None) -> PassReport:
+    def flush(
+        self, progress: Progress | None = None, cancel: threading.Event | None = None
+    ) -> PassReport:
         """A full pass now (Persist now): everything on disk reaches the store."""
         self.engine.take_dirty()  # the full pass covers them
         return self._run(None, progress, cancel, raise_errors=True, durable=True)  # type: ignore[return-value]
@@ -186,7 +190,9 @@ class SyncService:
         try:
             self.engine.mark_dirty(rels)
         except Exception:  # noqa: BLE001 - a path it cannot look at must not stop the watching
-            log.exception("Sync: could not note %d changed paths; a full pass looks at them", len(rels))
+            log.exception(
+                "Sync: could not note %d changed paths; a full pass looks at them", len(rels)
+            )
             self._need_rescan = True
         self._wake.set()
 
@@ -208,7 +214,9 @@ class SyncService:
                 if batch is None:  # the kernel's queue overflowed: look at everything
                     self.request_rescan()
                     continue
-                if IGNORE_FILE in batch.paths:  # folders it no longer excludes are watched from now on
+                if (
+                    IGNORE_FILE in batch.paths
+                ):  # folders it no longer excludes are watched from now on
                     engine.rules.reload()
                     watcher.add_tree("")
                 self._report(batch.paths, batch.writing)
@@ -245,7 +253,9 @@ class SyncService:
             except Exception as err:  # noqa: BLE001 - the sync must never stop silently
                 log.exception("Sync: the sync's loop failed; it goes on")
                 self.engine.state, self.engine.last_error = "error", f"Sync failed: {err}"
-                self._retry_delay = min(RETRY_MAX, self._retry_delay * 2) if self._retry_delay else RETRY_FIRST
+                self._retry_delay = (
+                    min(RETRY_MAX, self._retry_delay * 2) if self._retry_delay else RETRY_FIRST
+                )
                 self._retry_at = time.monotonic() + self._retry_delay
                 self._stop.wait(min(self._retry_delay, 1.0))
         # A last full pass, so a clean stop loses nothing, whether or not the watcher
@@ -285,7 +295,9 @@ class SyncService:
             self._safely(engine.prune_versions)
         if self._settle_at is not None and now >= self._settle_at:
             self._settle_at = None
-            engine.mark_dirty(self._settling)  # files held back while written: settled by now, maybe
+            engine.mark_dirty(
+                self._settling
+            )  # files held back while written: settled by now, maybe
             self._settling = set()
         if self._retry_at is not None and now >= self._retry_at:
             self._retry_at = None
@@ -320,9 +332,14 @@ class SyncService:
             self._settling.update(report.settling)
             due = time.monotonic() + min(report.settling.values())
             self._settle_at = due if self._settle_at is None else min(self._settle_at, due)
-        if engine.store_down is not None or (report is not None and report.stopped) or (
-                report is None and engine.state == "error" and engine.pending_set.paths()):
-            self._retry_delay = min(RETRY_MAX, self._retry_delay * 2) if self._retry_delay else RETRY_FIRST
+        if (
+            engine.store_down is not None
+            or (report is not None and report.stopped)
+            or (report is None and engine.state == "error" and engine.pending_set.paths())
+        ):
+            self._retry_delay = (
+                min(RETRY_MAX, self._retry_delay * 2) if self._retry_delay else RETRY_FIRST
+            )
             self._retry_at = time.monotonic() + self._retry_delay
         elif report is not None and report.errors and engine.pending_set.paths():
             self._retry_delay = RETRY_MAX  # a file failing for its own reason: not in a tight loop
@@ -330,9 +347,14 @@ class SyncService:
         else:
             self._retry_delay = 0.0
 
-    def _run(self, paths: set[str] | None, progress: Progress | None = None,
-             cancel: threading.Event | None = None, raise_errors: bool = False,
-             durable: bool = False) -> PassReport | None:
+    def _run(
+        self,
+        paths: set[str] | None,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+        raise_errors: bool = False,
+        durable: bool = False,
+    ) -> PassReport | None:
         """A pass; the watcher's and the rescan's leave the flush to the background, so that
         the next change is not kept waiting behind the disk."""
         try:

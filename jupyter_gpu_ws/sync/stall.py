@@ -22,8 +22,12 @@ class StallWatch:
     """Asks `probe` (a cheap call to the store) in a daemon thread when told a pass is running,
     and says how long an unanswered question has been waiting."""
 
-    def __init__(self, probe: Callable[[], object], stalled_after: float = STALLED_AFTER,
-                 ask_every: float = ASK_EVERY) -> None:
+    def __init__(
+        self,
+        probe: Callable[[], object],
+        stalled_after: float = STALLED_AFTER,
+        ask_every: float = ASK_EVERY,
+    ) -> None:
         self._probe = probe
         self.stalled_after = stalled_after
         self.ask_every = ask_every

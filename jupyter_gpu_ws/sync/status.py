@@ -33,7 +33,11 @@ def engine_status(engine: SyncEngine) -> dict[str, Any]:
     missing = engine.store_missing
     if missing is None and isinstance(engine.keeper.cause, StoreMissingError):
         missing = str(engine.keeper.cause)  # seen by the lease's thread before any pass
-    if missing is not None or engine.lease_corrupt or (lease["lease_error"] and not engine.lease.held):
+    if (
+        missing is not None
+        or engine.lease_corrupt
+        or (lease["lease_error"] and not engine.lease.held)
+    ):
         state = "error"
     elif engine.read_only:
         state = "read-only"
@@ -47,9 +51,11 @@ def engine_status(engine: SyncEngine) -> dict[str, Any]:
     stall = None
     if stalled is not None and missing is None:
         state = "error"
-        stall = (f"The store {engine.backend.description} has not answered for {stalled:.0f} s: is the drive it is "
-                 "on still mounted and reachable? The sync waits for it and goes on by itself once it answers "
-                 "(remount the drive if it stays stuck; on Colab: drive.mount(..., force_remount=True))")
+        stall = (
+            f"The store {engine.backend.description} has not answered for {stalled:.0f} s: is the drive it is "
+            "on still mounted and reachable? The sync waits for it and goes on by itself once it answers "
+            "(remount the drive if it stays stuck; on Colab: drive.mount(..., force_remount=True))"
+        )
     problems = engine.pending_set.listing(0)
     skipped = engine.backend.skipped
     return {
@@ -94,13 +100,22 @@ def stored_summary(workdir: str, index: SyncIndex, versions_bytes: int | None) -
     runs = []
     root = local_path(workdir, CHECKPOINTS_PREFIX.rstrip("/"))
     try:
-        run_dirs = sorted(entry.name for entry in os.scandir(root) if entry.is_dir(follow_symlinks=False))
+        run_dirs = sorted(
+            entry.name for entry in os.scandir(root) if entry.is_dir(follow_symlinks=False)
+        )
     except OSError:
         run_dirs = []
     for run in run_dirs:
         try:
-            folders = sorted((e.name for e in os.scandir(os.path.join(root, run))
-                              if folder_order(e.name) is not None), key=folder_order, reverse=True)
+            folders = sorted(
+                (
+                    e.name
+                    for e in os.scandir(os.path.join(root, run))
+                    if folder_order(e.name) is not None
+                ),
+                key=folder_order,
+                reverse=True,
+            )
         except OSError:
             continue
         for folder in folders:
@@ -110,7 +125,10 @@ def stored_summary(workdir: str, index: SyncIndex, versions_bytes: int | None) -
                 st = os.stat(local_path(workdir, rel))
             except OSError:
                 continue
-            if record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):
+            if record is not None and (record.size, record.mtime_ns) == (
+                st.st_size,
+                st.st_mtime_ns,
+            ):
                 runs.append({"run": run, "step": int(folder.split("-")[1]), "folder": folder})
                 break
     return {"files": count, "bytes": used, "versions_bytes": versions_bytes, "checkpoints": runs}

@@ -11,11 +11,11 @@ import threading
 import time
 from typing import Any, Protocol
 
+from ..store import open_backend
+from ..store.workspaces import remember_choice, resolve_workspace
 from .engine import SyncEngine, SyncSettings
 from .errors import LeaseHeldError, StoreMissingError, SyncError
 from .service import SyncService
-from ..store import open_backend
-from ..store.workspaces import remember_choice, resolve_workspace
 
 
 class SyncConfig(Protocol):
@@ -56,10 +56,13 @@ class SyncSupervisor:
     def _start(self) -> None:
         try:
             settings = self.config.sync_settings()
-            backend = open_backend(settings.store_url, settings.storage_options, settings.durable,
-                                   settings.concurrency)
+            backend = open_backend(
+                settings.store_url, settings.storage_options, settings.durable, settings.concurrency
+            )
             if self.config.legacy_workspace:
-                name, why = resolve_workspace(backend, settings.workspace, self.config.legacy_workspace)
+                name, why = resolve_workspace(
+                    backend, settings.workspace, self.config.legacy_workspace
+                )
                 if why:
                     self.log.info("GPU workspace: using %s", why)
                     settings.workspace = self.config.workspace = name
@@ -75,9 +78,12 @@ class SyncSupervisor:
         if self._stopping.is_set():
             engine.close()
             return
-        self.service = SyncService(engine, debounce=self.config.sync_debounce,
-                                   rescan_interval=self.config.rescan_interval,
-                                   on_takeover=lambda: self.restore(engine) if self.config.restore_on_start else None)
+        self.service = SyncService(
+            engine,
+            debounce=self.config.sync_debounce,
+            rescan_interval=self.config.rescan_interval,
+            on_takeover=lambda: self.restore(engine) if self.config.restore_on_start else None,
+        )
         self.service.start()
         self.state, self.error = "running", None
 
@@ -86,16 +92,28 @@ class SyncSupervisor:
         self.restoring = True
         try:
             report = engine.restore()
-            self.restore_summary = {"restored": len(report.restored), "conflicts": report.conflicts,
-                                    "errors": report.errors, "time": time.time()}
+            self.restore_summary = {
+                "restored": len(report.restored),
+                "conflicts": report.conflicts,
+                "errors": report.errors,
+                "time": time.time(),
+            }
             if report.restored or report.conflicts:
-                self.log.info("GPU workspace: restored %d files (%d conflict copies)",
-                              len(report.restored), len(report.conflicts))
+                self.log.info(
+                    "GPU workspace: restored %d files (%d conflict copies)",
+                    len(report.restored),
+                    len(report.conflicts),
+                )
         except StoreMissingError as err:
             # Said once, as the sync's own state; the restore runs when the store is back.
             self.log.warning("GPU workspace restore waits for the store: %s", err)
         except Exception as err:  # noqa: BLE001 - reported; the sync goes on without it
-            self.restore_summary = {"restored": 0, "conflicts": [], "errors": [_one_line(err)], "time": time.time()}
+            self.restore_summary = {
+                "restored": 0,
+                "conflicts": [],
+                "errors": [_one_line(err)],
+                "time": time.time(),
+            }
             self.log.error("GPU workspace restore failed: %s", _one_line(err))
         finally:
             self.restoring = False
@@ -130,8 +148,12 @@ class SyncSupervisor:
                 # Read-only while it restores at start: the same answer as once it runs.
                 raise LeaseHeldError(engine.read_only_reason)
             if self.state == "starting":
-                raise SyncError("The sync is still starting (opening the store and restoring); try again shortly")
-            raise SyncError(f"The sync is not running: {self.error or 'disabled (c.GpuWorkspace.sync_enabled)'}")
+                raise SyncError(
+                    "The sync is still starting (opening the store and restoring); try again shortly"
+                )
+            raise SyncError(
+                f"The sync is not running: {self.error or 'disabled (c.GpuWorkspace.sync_enabled)'}"
+            )
         return self.service
 
     def take_over(self) -> None:
@@ -145,8 +167,13 @@ class SyncSupervisor:
     def status(self) -> dict[str, Any]:
         engine = self.engine
         if engine is None:
-            return {"state": self.state, "last_error": self.error,
-                    "pending_files": 0, "pending_bytes": 0, "restore": self.restore_summary}
+            return {
+                "state": self.state,
+                "last_error": self.error,
+                "pending_files": 0,
+                "pending_bytes": 0,
+                "restore": self.restore_summary,
+            }
         status = engine.status()
         if self.service is None and status["state"] not in ("error", "read-only"):
             status["state"] = "starting"  # restoring, before the watcher runs

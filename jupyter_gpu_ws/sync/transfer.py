@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..checkpoints.files import MANIFEST
 from ..store.backend import RemoteFile, SourceChangedError
@@ -45,8 +46,14 @@ REPORTS_AS_IT_GOES = 64 << 20
 
 
 class PassTransfer:
-    def __init__(self, engine: SyncEngine, progress: Progress, cancel: threading.Event | None,
-                 report: PassReport, flush_soon: bool) -> None:
+    def __init__(
+        self,
+        engine: SyncEngine,
+        progress: Progress,
+        cancel: threading.Event | None,
+        report: PassReport,
+        flush_soon: bool,
+    ) -> None:
         self.engine = engine
         self.progress = progress
         self.cancel = cancel
@@ -58,8 +65,12 @@ class PassTransfer:
 
     # -- uploads -----------------------------------------------------------------------------
 
-    def upload_all(self, files: list[LocalFile], known: dict[str, Record | None],
-                   in_store: dict[str, RemoteFile] | None) -> list[Record]:
+    def upload_all(
+        self,
+        files: list[LocalFile],
+        known: dict[str, Record | None],
+        in_store: dict[str, RemoteFile] | None,
+    ) -> list[Record]:
         """Upload in parallel, in the plan's phases (plan.upload_phases). A checkpoint folder's
         manifest goes only once the folder's other files are in the store. `known`: each file's
         record before this pass; `in_store`: the store's files from one listing, when the pass
@@ -91,7 +102,9 @@ class PassTransfer:
                 until = engine.urgent_until
                 if until is not None:  # an emergency with a deadline: does this file fit in it?
                     speed = progress.snapshot().get("speed") or 0
-                    behind = left_behind(f, until, time.monotonic(), speed, engine.backend.round_trips)
+                    behind = left_behind(
+                        f, until, time.monotonic(), speed, engine.backend.round_trips
+                    )
                     if behind is not None:
                         fail(f, behind, report.left_behind, f"{f.path}: {behind}")
                         continue
@@ -108,11 +121,15 @@ class PassTransfer:
                     continue  # deleted meanwhile: the next pass carries the deletion
                 except SyncError as err:
                     if isinstance(err, CancelledError) and engine.urgent_until is not None:
-                        fail(f, str(err), report.left_behind, f"{f.path}: {err}")  # nothing of it became visible
+                        fail(
+                            f, str(err), report.left_behind, f"{f.path}: {err}"
+                        )  # nothing of it became visible
                         continue
                     fail(f, str(err), report.errors, str(err))
-                    if (isinstance(err, (StoreFullError, LocalDiskFullError, LeaseHeldError))
-                            or engine.store_down is not None):
+                    if (
+                        isinstance(err, (StoreFullError, LocalDiskFullError, LeaseHeldError))
+                        or engine.store_down is not None
+                    ):
                         with lock:
                             report.stopped = report.stopped or str(err)
                         stop.set()
@@ -158,8 +175,9 @@ class PassTransfer:
             with ThreadPoolExecutor(workers, thread_name_prefix="gpuws-sync") as pool:
                 list(pool.map(run, batches))
 
-    def upload_one(self, f: LocalFile, record: Record | None,
-                   in_store: dict[str, RemoteFile] | None) -> tuple[Record, bool]:
+    def upload_one(
+        self, f: LocalFile, record: Record | None, in_store: dict[str, RemoteFile] | None
+    ) -> tuple[Record, bool]:
         """`record`: the path's record before this pass. The scan's stat, taken just before, is
         the state the copy is checked against; after a change mid-copy the file is stat'ed again.
         Returns the new record, and whether bytes were sent (not when the store had them already)."""
@@ -179,7 +197,7 @@ class PassTransfer:
                 if digest == record.hash:
                     return Record(f.path, before[0], before[1], digest, engine.clock()), False
 
-            def unchanged() -> bool:
+            def unchanged(before: tuple[int, int] = before) -> bool:
                 engine.lease.fence()  # the last moment before the copy becomes visible
                 try:
                     now = os.stat(path)
@@ -191,22 +209,34 @@ class PassTransfer:
                 if not versioned and f.path in engine.resend:
                     versioned = True  # the store's copy is our own write that may not have lasted
                 if not versioned and record is not None and f.path in engine.partial:
-                    versioned = True  # the store's copy was sent while still being written: not a version
+                    versioned = (
+                        True  # the store's copy was sent while still being written: not a version
+                    )
                 if not versioned:
                     engine.lease.fence()
                     # Nothing is overwritten without a version, whether or not we recorded it;
                     # with no record, the store's copy may even be this very file already.
                     if record is None:
-                        existing = in_store.get(f.path) if in_store is not None else engine.backend.stat(key)
+                        existing = (
+                            in_store.get(f.path)
+                            if in_store is not None
+                            else engine.backend.stat(key)
+                        )
                         if existing is not None:
-                            if existing.size == before[0] and engine.backend.same_content(key, path, existing):
-                                return Record(f.path, before[0], before[1], None, engine.clock()), False
+                            if existing.size == before[0] and engine.backend.same_content(
+                                key, path, existing
+                            ):
+                                return Record(
+                                    f.path, before[0], before[1], None, engine.clock()
+                                ), False
                             engine.kept_versions.keep(f.path, existing)
                     else:
                         engine.kept_versions.keep(f.path)
                     versioned = True
                 per_chunk = self._per_chunk(before[0])
-                engine.backend.put(path, key, per_chunk, check=unchanged, flush_soon=self.flush_soon)
+                engine.backend.put(
+                    path, key, per_chunk, check=unchanged, flush_soon=self.flush_soon
+                )
                 engine.failing_since = None
                 engine.resend.discard(f.path)
                 engine.note_partial(f.path, engine.settling.partial(LocalFile(f.path, *before)))
@@ -216,7 +246,9 @@ class PassTransfer:
             except SourceChangedError:
                 attempt += 1  # it changed while we read it: read it again, never store it torn
                 if attempt > 20:
-                    raise SyncError(f"{f.path} keeps changing; it will be synced once it settles") from None
+                    raise SyncError(
+                        f"{f.path} keeps changing; it will be synced once it settles"
+                    ) from None
             except StoreMissingError as err:
                 engine.note_missing(str(err))  # no retry brings a missing folder back
                 raise
@@ -276,8 +308,10 @@ class PassTransfer:
         on_disk = st.st_blocks * 512
         if on_disk >= st.st_size:
             return None
-        return (f"a sparse file: {size_text(st.st_size)}, of which {size_text(on_disk)} on disk; this store "
-                f"keeps every byte, holes too")
+        return (
+            f"a sparse file: {size_text(st.st_size)}, of which {size_text(on_disk)} on disk; this store "
+            f"keeps every byte, holes too"
+        )
 
     # -- deletions ---------------------------------------------------------------------------
 

@@ -41,7 +41,9 @@ class History:
         self.max_points = max_points
         self.series: dict[str, list[Point]] = {}  # the finished points of each series
         self._stride: dict[str, int] = {}  # values per point
-        self._pending: dict[str, list[Any]] = {}  # the point being filled: [values seen, sum, finite, step, time]
+        self._pending: dict[
+            str, list[Any]
+        ] = {}  # the point being filled: [values seen, sum, finite, step, time]
 
     def add(self, name: str, step: int, time: float, value: float | None) -> None:
         """Append a point (None or a non-finite value is a gap in the curve)."""
@@ -99,14 +101,21 @@ class History:
         return [points[round(k * last / (count - 1))] for k in range(count)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "series": {name: self.points(name) for name in self.series},
-                "strides": {name: stride for name, stride in self._stride.items() if stride > 1}}
+        return {
+            "format": FORMAT,
+            "series": {name: self.points(name) for name in self.series},
+            "strides": {name: stride for name, stride in self._stride.items() if stride > 1},
+        }
 
     @classmethod
     def from_dict(cls, data: Any, max_points: int = MAX_POINTS) -> History:
         """A history from JSON that may come from the store (so from anyone): every point is
         checked, and anything else is a HistoryError. Nothing in it is ever run."""
-        if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("series"), dict):
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != FORMAT
+            or not isinstance(data.get("series"), dict)
+        ):
             raise HistoryError("not a history (format 1 with series)")
         history = cls(max_points)
         for name, points in list(data["series"].items())[:MAX_SERIES]:
@@ -114,11 +123,22 @@ class History:
                 raise HistoryError(f"series {str(name)[:40]!r} is malformed")
             clean: list[Point] = []
             for point in points:
-                if not (isinstance(point, list) and len(point) == 3 and _int(point[0]) and _number(point[1])
-                        and (point[2] is None or _number(point[2]))):
+                if not (
+                    isinstance(point, list)
+                    and len(point) == 3
+                    and _int(point[0])
+                    and _number(point[1])
+                    and (point[2] is None or _number(point[2]))
+                ):
                     raise HistoryError(f"series {name!r} holds a malformed point")
-                clean.append([int(point[0]), float(point[1]), None if point[2] is None else float(point[2])])
-            stride = (data.get("strides") or {}).get(name, 1) if isinstance(data.get("strides"), dict) else 1
+                clean.append(
+                    [int(point[0]), float(point[1]), None if point[2] is None else float(point[2])]
+                )
+            stride = (
+                (data.get("strides") or {}).get(name, 1)
+                if isinstance(data.get("strides"), dict)
+                else 1
+            )
             stride = stride if _int(stride) and 1 <= stride <= 2**40 else 1
             while len(clean) > max_points:
                 clean = _halve(clean)

@@ -49,8 +49,14 @@ class DeadlineView:
     persist_lead_time: float
 
 
-def forecast(step: int, total: int | None, rate: float | None, now: float, deadline: DeadlineView | None,
-             checkpoint_step: int | None = None) -> dict[str, Any]:
+def forecast(
+    step: int,
+    total: int | None,
+    rate: float | None,
+    now: float,
+    deadline: DeadlineView | None,
+    checkpoint_step: int | None = None,
+) -> dict[str, Any]:
     """ETA to `total` and the verdict against the deadline.
 
     `step` is the loop index of the last step (`step + 1` steps are done). The verdict is
@@ -60,14 +66,27 @@ def forecast(step: int, total: int | None, rate: float | None, now: float, deadl
     `no-total`, `no-deadline`.
     """
     done = step + 1
-    out: dict[str, Any] = {"state": "unknown", "eta": None, "finish_at": None, "deadline": None, "source": None,
-                           "margin": None, "short_by": None, "steps_by_deadline": None, "persist_at": None,
-                           "persist_step": None, "message": ""}
+    out: dict[str, Any] = {
+        "state": "unknown",
+        "eta": None,
+        "finish_at": None,
+        "deadline": None,
+        "source": None,
+        "margin": None,
+        "short_by": None,
+        "steps_by_deadline": None,
+        "persist_at": None,
+        "persist_step": None,
+        "message": "",
+    }
     if deadline is not None:
         out.update(deadline=deadline.at, source=deadline.source, persist_at=deadline.next_persist)
     if total is None:
-        out.update(state="no-total", message="No total number of steps: gpuws.progress(total=N) or "
-                                             "gpuws.track(..., total_steps=N) gives an ETA")
+        out.update(
+            state="no-total",
+            message="No total number of steps: gpuws.progress(total=N) or "
+            "gpuws.track(..., total_steps=N) gives an ETA",
+        )
         return out
     if done >= total:
         out.update(state="done", eta=0.0, message=f"All {total:,} steps done")
@@ -79,10 +98,14 @@ def forecast(step: int, total: int | None, rate: float | None, now: float, deadl
     finish_at = now + eta
     out.update(eta=eta, finish_at=finish_at)
     if deadline is None:
-        out.update(state="no-deadline", message=f"ETA {duration(eta)}; this runtime has no deadline")
+        out.update(
+            state="no-deadline", message=f"ETA {duration(eta)}; this runtime has no deadline"
+        )
         return out
     margin = deadline.at - finish_at
-    out.update(margin=margin, steps_by_deadline=min(total, int(done + rate * max(0.0, deadline.at - now))))
+    out.update(
+        margin=margin, steps_by_deadline=min(total, int(done + rate * max(0.0, deadline.at - now)))
+    )
     persist_at = deadline.next_persist
     if persist_at is not None and persist_at > now:
         out["persist_step"] = min(total - 1, int(step + rate * (persist_at - now)))
@@ -90,17 +113,28 @@ def forecast(step: int, total: int | None, rate: float | None, now: float, deadl
         out["persist_step"] = checkpoint_step  # the automatic persist has run: its checkpoint
     lead = deadline.persist_lead_time
     if margin >= lead:
-        out.update(state="finishes", message=f"Finishes {duration(margin)} before the runtime ends ({deadline.source})")
+        out.update(
+            state="finishes",
+            message=f"Finishes {duration(margin)} before the runtime ends ({deadline.source})",
+        )
     elif margin >= 0:
-        out.update(state="tight", message=f"Finishes only {duration(margin)} before the runtime ends "
-                                          f"({deadline.source}), after the automatic persist has started")
+        out.update(
+            state="tight",
+            message=f"Finishes only {duration(margin)} before the runtime ends "
+            f"({deadline.source}), after the automatic persist has started",
+        )
     else:
         held = out["persist_step"]
-        held_text = f" The automatic persist will hold about step {held:,};" if held is not None else ""
-        out.update(state="short", short_by=-margin,
-                   message=f"Does not finish before the runtime ends ({deadline.source}): {duration(-margin)} "
-                           f"short, at about step {out['steps_by_deadline']:,} of {total:,}.{held_text} "
-                           "resume with gpuws.resume() on the next runtime.")
+        held_text = (
+            f" The automatic persist will hold about step {held:,};" if held is not None else ""
+        )
+        out.update(
+            state="short",
+            short_by=-margin,
+            message=f"Does not finish before the runtime ends ({deadline.source}): {duration(-margin)} "
+            f"short, at about step {out['steps_by_deadline']:,} of {total:,}.{held_text} "
+            "resume with gpuws.resume() on the next runtime.",
+        )
     return out
 
 

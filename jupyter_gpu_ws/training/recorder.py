@@ -61,7 +61,9 @@ class Recorder:
         self.last_time: float | None = None  # epoch seconds of the last step
         self.last_values: dict[str, float] = {}
         self.elapsed = 0.0  # seconds of stepping, across resumes
-        self.bad_spans: list[list[Any]] = []  # [first step with a non-finite loss, first finite step after or None, "nan"]
+        self.bad_spans: list[
+            list[Any]
+        ] = []  # [first step with a non-finite loss, first finite step after or None, "nan"]
         self.warnings: list[str] = []
         self._previous_step_at: float | None = None
         self._announce = True
@@ -83,7 +85,9 @@ class Recorder:
                 self._announce = True
             if total is not None:
                 if isinstance(total, bool) or not isinstance(total, int) or total < 1:
-                    raise ValueError(f"total_steps must be a whole number of at least 1, not {total!r}")
+                    raise ValueError(
+                        f"total_steps must be a whole number of at least 1, not {total!r}"
+                    )
                 self.total = total
                 self._announce = True
 
@@ -101,8 +105,9 @@ class Recorder:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as err:
                 self.tensorboard = None
-                raise ImportError(f"tensorboard=True needs the tensorboard package: pip install tensorboard ({err})") \
-                    from None
+                raise ImportError(
+                    f"tensorboard=True needs the tensorboard package: pip install tensorboard ({err})"
+                ) from None
             folder.mkdir(parents=True, exist_ok=True)
             self._writer = SummaryWriter(log_dir=str(folder), purge_step=purge_step, flush_secs=30)
             self._announce = True
@@ -166,7 +171,7 @@ class Recorder:
             rows.append((step, at, values))
         if tensors:
             read = read_tensors([t for _, _, t in tensors])
-            for (values, name, _), value in zip(tensors, read):
+            for (values, name, _), value in zip(tensors, read, strict=True):
                 if value is None:
                     del values[name]
                 else:
@@ -176,11 +181,15 @@ class Recorder:
     def _cannot_read(self, name: str, value: Any) -> None:
         if name not in self._unreadable:
             self._unreadable.add(name)
-            message = f"gpuws: {name!r} is a {type(value).__name__}, not a number or tensor: not recorded"
+            message = (
+                f"gpuws: {name!r} is a {type(value).__name__}, not a number or tensor: not recorded"
+            )
             self.warnings.append(message)
             log.warning(message)
 
-    def _absorb(self, rows: list[tuple[int | None, float, dict[str, float]]], steps: int) -> list[dict[str, Any]]:
+    def _absorb(
+        self, rows: list[tuple[int | None, float, dict[str, float]]], steps: int
+    ) -> list[dict[str, Any]]:
         """The records these rows make: a progress record, and where the loop started a new
         segment (its first step, or a step back: a cell run again, Restart and Run All), the
         progress of the rows before it, then the segment's start, then the rest."""
@@ -197,7 +206,10 @@ class Recorder:
                     counted += part.steps
                     part = _Part()
                     records.append(self._restarted(step))
-                if self._previous_step_at is not None and 0 <= at - self._previous_step_at <= MAX_STEP_GAP:
+                if (
+                    self._previous_step_at is not None
+                    and 0 <= at - self._previous_step_at <= MAX_STEP_GAP
+                ):
                     self.elapsed += at - self._previous_step_at
                 self._previous_step_at = at
                 self.last_step, self.last_time = step, wall + at
@@ -219,7 +231,9 @@ class Recorder:
                         s[4], s[5] = value, step
                     self.last_values[name] = value
                 else:
-                    bad = part.nonfinite.setdefault(name, {"step": step, "value": _text(value), "count": 0})
+                    bad = part.nonfinite.setdefault(
+                        name, {"step": step, "value": _text(value), "count": 0}
+                    )
                     bad["count"] += 1
         # The loop may go faster than the reader samples it: the last part counts what was not read.
         return records + self._progress(part, max(steps - counted, part.steps))
@@ -227,20 +241,32 @@ class Recorder:
     def _progress(self, part: _Part, steps: int) -> list[dict[str, Any]]:
         """A part's values into the curves, and its progress record (none for an empty part)."""
         at = self.last_time if self.last_time is not None else time.time()
-        for name, (total, count, low, high, last, step) in part.sums.items():
+        for name, (total, count, _low, _high, _last, step) in part.sums.items():
             self.history.add(name, step, at, total / count)
         for name, bad in part.nonfinite.items():
             if name not in part.sums:
-                self.history.add(name, bad["step"], at, None)  # a gap where the value was not finite
+                self.history.add(
+                    name, bad["step"], at, None
+                )  # a gap where the value was not finite
         if not part.sums and not part.nonfinite and not steps:
             return []
-        return [{
-            "type": protocol.PROGRESS, "run": self.run_name, "time": at, "step": self.last_step,
-            "steps": steps, "total": self.total, "elapsed": round(self.elapsed, 3),
-            "values": {name: {"mean": total / count, "min": low, "max": high, "last": last, "n": count}
-                       for name, (total, count, low, high, last, _) in part.sums.items()},
-            "nonfinite": part.nonfinite, "loss_bad": self.loss_bad(),
-        }]
+        return [
+            {
+                "type": protocol.PROGRESS,
+                "run": self.run_name,
+                "time": at,
+                "step": self.last_step,
+                "steps": steps,
+                "total": self.total,
+                "elapsed": round(self.elapsed, 3),
+                "values": {
+                    name: {"mean": total / count, "min": low, "max": high, "last": last, "n": count}
+                    for name, (total, count, low, high, last, _) in part.sums.items()
+                },
+                "nonfinite": part.nonfinite,
+                "loss_bad": self.loss_bad(),
+            }
+        ]
 
     def _restarted(self, step: int) -> dict[str, Any]:
         """A new segment from `step`: the curve goes on from there, and the server, told by the
@@ -287,11 +313,21 @@ class Recorder:
             history = History.from_dict(self.history.to_dict(), self.history.max_points)
             history.truncate_after(step)
             suspect = self.suspect_at(step)
-            return {"format": 1, "run": self.run_name, "step": step, "total": self.total,
-                    "elapsed": round(self.elapsed, 3), "health": "suspect" if suspect else "healthy",
-                    "suspect": suspect, "history": history.to_dict(), "wandb": wandb_run()}
+            return {
+                "format": 1,
+                "run": self.run_name,
+                "step": step,
+                "total": self.total,
+                "elapsed": round(self.elapsed, 3),
+                "health": "suspect" if suspect else "healthy",
+                "suspect": suspect,
+                "history": history.to_dict(),
+                "wandb": wandb_run(),
+            }
 
-    def resumed(self, step: int, metrics: dict[str, Any] | None, run_path: Path | None = None) -> None:
+    def resumed(
+        self, step: int, metrics: dict[str, Any] | None, run_path: Path | None = None
+    ) -> None:
         """The tracker resumed at `step` from a checkpoint holding `metrics` (untrusted: from
         the store): the curves go on from there, here and on the server."""
         self.drain()  # what was recorded before belongs to the run that is being replaced
@@ -301,14 +337,26 @@ class Recorder:
                 try:
                     history = History.from_dict(metrics["history"])
                 except HistoryError as err:
-                    self.warnings.append(f"gpuws: the checkpoint's curves cannot be read ({err}): starting them anew")
+                    self.warnings.append(
+                        f"gpuws: the checkpoint's curves cannot be read ({err}): starting them anew"
+                    )
             history.truncate_after(step)
             self.history = history
             elapsed = metrics.get("elapsed") if isinstance(metrics, dict) else None
-            self.elapsed = float(elapsed) if isinstance(elapsed, (int, float)) and math.isfinite(elapsed) \
-                and 0 <= elapsed < 10 * 365 * 86400 else 0.0
+            self.elapsed = (
+                float(elapsed)
+                if isinstance(elapsed, (int, float))
+                and math.isfinite(elapsed)
+                and 0 <= elapsed < 10 * 365 * 86400
+                else 0.0
+            )
             total = metrics.get("total") if isinstance(metrics, dict) else None
-            if self.total is None and isinstance(total, int) and not isinstance(total, bool) and total > 0:
+            if (
+                self.total is None
+                and isinstance(total, int)
+                and not isinstance(total, bool)
+                and total > 0
+            ):
                 self.total = total
             self.bad_spans = []
             self.last_step, self.last_time, self._previous_step_at = step, time.time(), None
@@ -328,17 +376,32 @@ class Recorder:
         return self.run
 
     def _run_record(self) -> dict[str, Any]:
-        return {"type": protocol.RUN, "run": self.run_name, "total": self.total, "time": time.time(),
-                "tensorboard": str(self.tensorboard) if self.tensorboard else None}
+        return {
+            "type": protocol.RUN,
+            "run": self.run_name,
+            "total": self.total,
+            "time": time.time(),
+            "tensorboard": str(self.tensorboard) if self.tensorboard else None,
+        }
 
     def _resumed_record(self, step: int) -> dict[str, Any]:
-        return {"type": protocol.RESUMED, "run": self.run_name, "step": step, "time": time.time(),
-                "total": self.total, "elapsed": round(self.elapsed, 3), "history": self.history.to_dict()}
+        return {
+            "type": protocol.RESUMED,
+            "run": self.run_name,
+            "step": step,
+            "time": time.time(),
+            "total": self.total,
+            "elapsed": round(self.elapsed, 3),
+            "history": self.history.to_dict(),
+        }
 
     def _send(self, records: list[dict[str, Any]]) -> None:
         if self.stream is None:
             return
-        text = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False, default=str) + "\n" for r in records)
+        text = "".join(
+            json.dumps(r, separators=(",", ":"), allow_nan=False, default=str) + "\n"
+            for r in records
+        )
         try:
             if self._stream_bytes + len(text) > protocol.TRAINING_STREAM_MAX:
                 self._replace_stream()  # it holds everything these records say
@@ -352,10 +415,14 @@ class Recorder:
     def _replace_stream(self) -> None:
         """One snapshot record instead of the long stream: the server starts over from it."""
         assert self.stream is not None
-        snapshot = {**self._resumed_record(self.last_step if self.last_step is not None else -1),
-                    "type": protocol.SNAPSHOT, "last_time": self.last_time, "loss_bad": self.loss_bad(),
-                    "values": {k: v for k, v in self.last_values.items() if math.isfinite(v)},
-                    "tensorboard": str(self.tensorboard) if self.tensorboard else None}
+        snapshot = {
+            **self._resumed_record(self.last_step if self.last_step is not None else -1),
+            "type": protocol.SNAPSHOT,
+            "last_time": self.last_time,
+            "loss_bad": self.loss_bad(),
+            "values": {k: v for k, v in self.last_values.items() if math.isfinite(v)},
+            "tensorboard": str(self.tensorboard) if self.tensorboard else None,
+        }
         text = json.dumps(snapshot, separators=(",", ":"), allow_nan=False) + "\n"
         tmp = self.stream.with_name(self.stream.name + f".tmp{os.getpid()}")
         tmp.write_text(text, encoding="utf-8")
@@ -412,7 +479,7 @@ def read_tensors(tensors: list[Any]) -> list[float | None]:
             copied.record()
             while not copied.query():
                 time.sleep(0.001)
-        for (k, _), value in zip(items, host.tolist()):
+        for (k, _), value in zip(items, host.tolist(), strict=True):
             out[k] = value
     return out
 
@@ -441,21 +508,33 @@ def continue_wandb(info: Any) -> str | None:
     """Make the next `wandb.init()` continue the run a checkpoint names (WANDB_RUN_ID and
     WANDB_RESUME=allow); returns what to tell the user. The id comes from the store: only a
     plain token is used."""
-    if not isinstance(info, dict) or not isinstance(info.get("run_id"), str) or not _WANDB_ID.fullmatch(info["run_id"]):
+    if (
+        not isinstance(info, dict)
+        or not isinstance(info.get("run_id"), str)
+        or not _WANDB_ID.fullmatch(info["run_id"])
+    ):
         return None
     run_id = info["run_id"]
     os.environ["WANDB_RUN_ID"] = run_id
     os.environ["WANDB_RESUME"] = "allow"
     project = info.get("project")
-    if isinstance(project, str) and _WANDB_ID.fullmatch(project) and not os.environ.get("WANDB_PROJECT"):
+    if (
+        isinstance(project, str)
+        and _WANDB_ID.fullmatch(project)
+        and not os.environ.get("WANDB_PROJECT")
+    ):
         os.environ["WANDB_PROJECT"] = project
     active = wandb_run()
     if active is not None and active["run_id"] != run_id:
-        return (f"gpuws: the checkpoint belongs to W&B run {run_id}, but run {active['run_id']} is active: "
-                f"wandb.finish(), then wandb.init() continues {run_id}")
+        return (
+            f"gpuws: the checkpoint belongs to W&B run {run_id}, but run {active['run_id']} is active: "
+            f"wandb.finish(), then wandb.init() continues {run_id}"
+        )
     if active is None:
-        return (f"gpuws: W&B run {run_id} continues: wandb.init() resumes it (WANDB_RUN_ID is set; after an "
-                f"earlier wandb.init() in this kernel, pass id={run_id!r}, resume='allow')")
+        return (
+            f"gpuws: W&B run {run_id} continues: wandb.init() resumes it (WANDB_RUN_ID is set; after an "
+            f"earlier wandb.init() in this kernel, pass id={run_id!r}, resume='allow')"
+        )
     return None
 
 

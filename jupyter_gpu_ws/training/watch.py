@@ -11,9 +11,10 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..checkpoints import protocol
 from ..checkpoints.coordinator import process_ended
@@ -81,9 +82,15 @@ class TrainingWatch:
     """Fed by `tick()` (every second or so, off the event loop) and by `on_sample()` (the
     monitor's thread); read by `state()` and `history()`. Thread-safe."""
 
-    def __init__(self, settings: WatchSettings, streams: Callable[[], dict[str, Path]],
-                 kernel_busy: Callable[[str], bool], deadline: Callable[[], DeadlineView | None],
-                 checkpoints_root: Path | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: WatchSettings,
+        streams: Callable[[], dict[str, Path]],
+        kernel_busy: Callable[[str], bool],
+        deadline: Callable[[], DeadlineView | None],
+        checkpoints_root: Path | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.streams = streams
         self.kernel_busy = kernel_busy
@@ -98,7 +105,9 @@ class TrainingWatch:
         self._lock = threading.RLock()
         self._gpu_points: dict[int, deque[list[float]]] = {}
         self._gpu_names: dict[int, str] = {}
-        self._bucket: dict[int, list[float]] = {}  # index → [sum util, sum memory fraction, samples, bucket end]
+        self._bucket: dict[
+            int, list[float]
+        ] = {}  # index → [sum util, sum memory fraction, samples, bucket end]
         self._kernel_util: dict[str, deque[tuple[float, float]]] = {}
         self._kernel_memory: dict[str, list[dict[str, Any]]] = {}
 
@@ -116,7 +125,11 @@ class TrainingWatch:
                 if not isinstance(index, int):
                     continue
                 self._gpu_names[index] = str(gpu.get("name") or f"GPU {index}")
-                util, used, total = gpu.get("utilization"), gpu.get("memory_used"), gpu.get("memory_total")
+                util, used, total = (
+                    gpu.get("utilization"),
+                    gpu.get("memory_used"),
+                    gpu.get("memory_total"),
+                )
                 fraction = used / total if isinstance(used, (int, float)) and total else None
                 acc = self._bucket.get(index)
                 end = (math.floor(now / bucket_seconds) + 1) * bucket_seconds
@@ -146,8 +159,12 @@ class TrainingWatch:
                     series.popleft()
                 seen = {}
                 for _, gpu in gpus:
-                    seen[gpu.get("index")] = {"index": gpu.get("index"), "name": gpu.get("name"),
-                                              "used": gpu.get("memory_used") or 0, "total": gpu.get("memory_total") or 0}
+                    seen[gpu.get("index")] = {
+                        "index": gpu.get("index"),
+                        "name": gpu.get("name"),
+                        "used": gpu.get("memory_used") or 0,
+                        "total": gpu.get("memory_total") or 0,
+                    }
                 self._kernel_memory[kernel_id] = list(seen.values())
             for kernel_id in list(self._kernel_memory):
                 if kernel_id not in per_kernel:
@@ -178,15 +195,24 @@ class TrainingWatch:
                 except Exception as err:  # one odd stream must not stop the others
                     self._error(f"training stream of kernel {kernel_id[:8]}: {err}")
             # Each kernel's registration, read once a look: its process, its last checkpoint.
-            registrations = {kernel_id: _read_json(self._registration(kernel_id)) for kernel_id in self._cursors}
-            ended = {kernel_id for kernel_id, reg in registrations.items() if reg is not None and process_ended(reg)}
+            registrations = {
+                kernel_id: _read_json(self._registration(kernel_id)) for kernel_id in self._cursors
+            }
+            ended = {
+                kernel_id
+                for kernel_id, reg in registrations.items()
+                if reg is not None and process_ended(reg)
+            }
             for run in self.runs.values():
                 # A kernel's run is the last one it reported (a notebook may train several in turn),
                 # while the process that reported it runs: a kernel that died (out of memory, a
                 # crash, kill -9) stays listed, and its last status "busy", until it is restarted,
                 # and then trains nothing until a cell calls gpuws.track again.
-                run.live = (run.kernel_id in self._cursors and self._kernel_run.get(run.kernel_id) == run.name
-                            and run.kernel_id not in ended)
+                run.live = (
+                    run.kernel_id in self._cursors
+                    and self._kernel_run.get(run.kernel_id) == run.name
+                    and run.kernel_id not in ended
+                )
             if now - self._scanned >= self.settings.rescan_seconds:
                 self._scanned = now
                 self._scan_checkpoints()
@@ -203,9 +229,15 @@ class TrainingWatch:
         cursor = self._cursors.get(kernel_id)
         with open(path, "rb") as f:
             head = f.read(HEAD_BYTES)
-            if (cursor is None or cursor.inode != st.st_ino or st.st_size < cursor.offset
-                    or head[:len(cursor.head)] != cursor.head):
-                cursor = self._cursors[kernel_id] = _Cursor(path, st.st_ino)  # new, or replaced by a snapshot
+            if (
+                cursor is None
+                or cursor.inode != st.st_ino
+                or st.st_size < cursor.offset
+                or head[: len(cursor.head)] != cursor.head
+            ):
+                cursor = self._cursors[kernel_id] = _Cursor(
+                    path, st.st_ino
+                )  # new, or replaced by a snapshot
             if st.st_size == cursor.offset:
                 return
             if len(cursor.head) < HEAD_BYTES:
@@ -223,7 +255,11 @@ class TrainingWatch:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(record, dict) and isinstance(record.get("run"), str) and 0 < len(record["run"]) <= 1000:
+            if (
+                isinstance(record, dict)
+                and isinstance(record.get("run"), str)
+                and 0 < len(record["run"]) <= 1000
+            ):
                 self._apply(kernel_id, record, now)
 
     def _apply(self, kernel_id: str, record: dict[str, Any], now: float) -> None:
@@ -236,7 +272,9 @@ class TrainingWatch:
         if _whole(record.get("total"), 1):
             run.total = record["total"]
         if kind == protocol.RUN:
-            run.tensorboard = record.get("tensorboard") if isinstance(record.get("tensorboard"), str) else None
+            run.tensorboard = (
+                record.get("tensorboard") if isinstance(record.get("tensorboard"), str) else None
+            )
         elif kind == protocol.PROGRESS:
             step, at = record.get("step"), record.get("time")
             if not _whole(step, 0) or not _number(at):
@@ -279,7 +317,9 @@ class TrainingWatch:
                     run.anomalies.feed({"loss_bad": record["loss_bad"]}, now)
                 values = record.get("values")
                 if isinstance(values, dict):
-                    run.values = {k: v for k, v in values.items() if isinstance(k, str) and _number(v)}
+                    run.values = {
+                        k: v for k, v in values.items() if isinstance(k, str) and _number(v)
+                    }
                 if isinstance(record.get("tensorboard"), str):
                     run.tensorboard = record["tensorboard"]
 
@@ -289,30 +329,60 @@ class TrainingWatch:
             run = self.runs[name] = Run(name, RunAnomalies(name, self.settings.policy))
         return run
 
-    def _judge(self, run: Run, now: float, deadline: DeadlineView | None,
-               registration: dict[str, Any] | None) -> None:
+    def _judge(
+        self,
+        run: Run,
+        now: float,
+        deadline: DeadlineView | None,
+        registration: dict[str, Any] | None,
+    ) -> None:
         if run.live and run.kernel_id is not None:
             last = (registration or {}).get("last")
             if isinstance(last, dict) and _whole(last.get("step"), 0):
-                run.checkpoint = {"step": last["step"], "health": last.get("health"), "path": last.get("path"),
-                                  "time": last.get("time")}
+                run.checkpoint = {
+                    "step": last["step"],
+                    "health": last.get("health"),
+                    "path": last.get("path"),
+                    "time": last.get("time"),
+                }
             run.busy = bool(self.kernel_busy(run.kernel_id))
         else:
             run.busy = False
         step = run.step if run.step is not None else -1
         finished = run.total is not None and step + 1 >= run.total
         rate = run.meter.rate
-        run.verdict = forecast(step, run.total, rate, now, deadline,
-                               run.checkpoint["step"] if run.checkpoint else None) if run.live else {}
+        run.verdict = (
+            forecast(
+                step,
+                run.total,
+                rate,
+                now,
+                deadline,
+                run.checkpoint["step"] if run.checkpoint else None,
+            )
+            if run.live
+            else {}
+        )
         if not run.live:
             run.anomalies.open.clear()
             run.open = []
             return
         util = list(self._kernel_util.get(run.kernel_id or "", ()))
         memory = list(self._kernel_memory.get(run.kernel_id or "", ()))
-        run.open = run.anomalies.update(RunSignals(
-            now=now, kernel_id=run.kernel_id, busy=run.busy, last_step=run.step, last_step_time=run.last_time,
-            rate=rate, finished=finished, gpu_util=util, gpu_memory=memory, verdict=run.verdict))
+        run.open = run.anomalies.update(
+            RunSignals(
+                now=now,
+                kernel_id=run.kernel_id,
+                busy=run.busy,
+                last_step=run.step,
+                last_step_time=run.last_time,
+                rate=rate,
+                finished=finished,
+                gpu_util=util,
+                gpu_memory=memory,
+                verdict=run.verdict,
+            )
+        )
 
     def _registration(self, kernel_id: str) -> Path | None:
         """The registration beside a kernel's stream (its last checkpoint and its health)."""
@@ -347,8 +417,12 @@ class TrainingWatch:
             run.kernel_id, run.live = None, False
             run.step = manifest["step"] if _whole(manifest.get("step"), 0) else None
             run.last_time = manifest.get("time") if _number(manifest.get("time")) else None
-            run.checkpoint = {"step": run.step, "health": manifest.get("health"), "path": str(path),
-                              "time": run.last_time}
+            run.checkpoint = {
+                "step": run.step,
+                "health": manifest.get("health"),
+                "path": str(path),
+                "time": run.last_time,
+            }
             if _whole(manifest.get("total_steps"), 1):
                 run.total = manifest["total_steps"]
             if metrics is not None:
@@ -362,7 +436,9 @@ class TrainingWatch:
     def _trim(self) -> None:
         if len(self.runs) <= MAX_RUNS:
             return
-        others = sorted((r for r in self.runs.values() if not r.live), key=lambda r: r.last_time or 0)
+        others = sorted(
+            (r for r in self.runs.values() if not r.live), key=lambda r: r.last_time or 0
+        )
         for run in others[: len(self.runs) - MAX_RUNS]:
             del self.runs[run.name]
 
@@ -384,9 +460,14 @@ class TrainingWatch:
             anomalies = [a.to_dict() for run in runs for a in run.open]
         return {
             "now": self.clock(),
-            "deadline": None if deadline is None else {"at": deadline.at, "source": deadline.source,
-                                                       "next_persist": deadline.next_persist,
-                                                       "persist_lead_time": deadline.persist_lead_time},
+            "deadline": None
+            if deadline is None
+            else {
+                "at": deadline.at,
+                "source": deadline.source,
+                "next_persist": deadline.next_persist,
+                "persist_lead_time": deadline.persist_lead_time,
+            },
             "runs": out,
             "anomalies": anomalies,
             "errors": list(self.errors),
@@ -440,12 +521,31 @@ class TrainingWatch:
                 points = [list(p) for p in self._gpu_points.get(index, ())]
                 acc = self._bucket.get(index)
                 if acc is not None and acc[2]:  # the bucket still filling, as it stands
-                    points.append([acc[3], acc[0] / acc[4] if acc[4] else None, acc[1] / acc[5] if acc[5] else None])
-                gpus.append({"index": index, "name": self._gpu_names.get(index, f"GPU {index}"), "points": points})
+                    points.append(
+                        [
+                            acc[3],
+                            acc[0] / acc[4] if acc[4] else None,
+                            acc[1] / acc[5] if acc[5] else None,
+                        ]
+                    )
+                gpus.append(
+                    {
+                        "index": index,
+                        "name": self._gpu_names.get(index, f"GPU {index}"),
+                        "points": points,
+                    }
+                )
             return {
                 "now": self.clock(),
-                "runs": {r.name: {"series": r.history.to_dict()["series"], "total": r.total, "step": r.step,
-                                  "live": r.live} for r in chosen},
+                "runs": {
+                    r.name: {
+                        "series": r.history.to_dict()["series"],
+                        "total": r.total,
+                        "step": r.step,
+                        "live": r.live,
+                    }
+                    for r in chosen
+                },
                 "gpus": gpus,
                 "gpu_bucket_seconds": self.settings.gpu_bucket_seconds,
             }

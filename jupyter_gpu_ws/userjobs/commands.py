@@ -1,8 +1,8 @@
 """`jupyter gpuws run|jobs` and `%gpuws run|jobs`: what to run, asked of the running server.
 
-    jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND …
-    jupyter gpuws run NOTEBOOK.ipynb
-    jupyter gpuws jobs
+jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND …
+jupyter gpuws run NOTEBOOK.ipynb
+jupyter gpuws jobs
 """
 
 from __future__ import annotations
@@ -22,12 +22,25 @@ Ask = Callable[..., Any]  # (path, method="GET", body=None) → the server's JSO
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--name", default=None, help="the job's name (default: the script's or notebook's)")
-    parser.add_argument("--retries", type=int, default=0, metavar="N",
-                        help="run again up to N times after a failure that retrying can change (default 0)")
-    parser.add_argument("--gpus", type=int, default=None, metavar="K", help="the GPUs the job sees (the first K)")
-    parser.add_argument("target", nargs=argparse.REMAINDER, metavar="-- COMMAND … | NOTEBOOK.ipynb",
-                        help="the command after --, or a notebook (run headless, its outputs in NAME.job.ipynb)")
+    parser.add_argument(
+        "--name", default=None, help="the job's name (default: the script's or notebook's)"
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run again up to N times after a failure that retrying can change (default 0)",
+    )
+    parser.add_argument(
+        "--gpus", type=int, default=None, metavar="K", help="the GPUs the job sees (the first K)"
+    )
+    parser.add_argument(
+        "target",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND … | NOTEBOOK.ipynb",
+        help="the command after --, or a notebook (run headless, its outputs in NAME.job.ipynb)",
+    )
 
 
 def run_request(args: argparse.Namespace, here: str, workdir: str | None) -> dict[str, Any]:
@@ -48,7 +61,9 @@ def run_request(args: argparse.Namespace, here: str, workdir: str | None) -> dic
         rel = os.path.relpath(os.path.realpath(here), os.path.realpath(workdir))
         cwd = "" if rel == "." or rel.startswith("..") else rel
     if len(target) == 1 and target[0].endswith(".ipynb"):
-        notebook = os.path.join(cwd, target[0]) if cwd and not os.path.isabs(target[0]) else target[0]
+        notebook = (
+            os.path.join(cwd, target[0]) if cwd and not os.path.isabs(target[0]) else target[0]
+        )
         if os.path.isabs(notebook) and workdir:
             notebook = os.path.relpath(notebook, workdir)
         body["notebook"] = notebook
@@ -58,14 +73,19 @@ def run_request(args: argparse.Namespace, here: str, workdir: str | None) -> dic
 
 
 def started_lines(job: dict[str, Any], follow: str) -> list[str]:
-    return [f"{job['id']}", f"started {job['name']} as job {job['id']} ({job['state']}); follow it with {follow}"]
+    return [
+        f"{job['id']}",
+        f"started {job['name']} as job {job['id']} ({job['state']}); follow it with {follow}",
+    ]
 
 
 def job_line(job: dict[str, Any]) -> str:
     """One job in a line: name, id, state, step (of total), ETA and the reason."""
     parts = [f"{job['name']} ({job['id']})", job["state"]]
     if job.get("step") is not None:
-        parts.append(f"step {job['step']:,}" + (f"/{job['total_steps']:,}" if job.get("total_steps") else ""))
+        parts.append(
+            f"step {job['step']:,}" + (f"/{job['total_steps']:,}" if job.get("total_steps") else "")
+        )
     if job.get("eta_seconds") is not None and job["state"] in ("running", "relaunched"):
         parts.append(f"ETA {duration(job['eta_seconds'])}")
     if job.get("reason"):
@@ -78,7 +98,8 @@ def job_line(job: dict[str, Any]) -> str:
 def listing_lines(listing: dict[str, Any]) -> list[str]:
     jobs = listing.get("jobs") or []
     lines = [job_line(job) for job in jobs] or [
-        "No jobs: jupyter gpuws run -- python train.py (or %gpuws run …) starts one."]
+        "No jobs: jupyter gpuws run -- python train.py (or %gpuws run …) starts one."
+    ]
     if listing.get("error"):  # the store's records, or the server's look at its jobs, failing
         lines.append(f"Problem: {listing['error']}")
     return lines
@@ -106,7 +127,9 @@ def cli_run(args: argparse.Namespace, ask: Ask) -> int:
         print(f"jupyter gpuws: error: {err}", file=sys.stderr)
         return 2
     job = ask("gpuws/api/jobs", "POST", body)
-    first, second = started_lines(job, f"jupyter gpuws jobs (its log: GET gpuws/api/jobs/{job['id']}/log)")
+    first, second = started_lines(
+        job, f"jupyter gpuws jobs (its log: GET gpuws/api/jobs/{job['id']}/log)"
+    )
     print(first)
     print(second, file=sys.stderr)
     return 0

@@ -12,11 +12,20 @@ from pathlib import Path, PurePath
 CANNOT_CHANGE = "fix it and restart the job; retrying cannot change it"
 
 # Errors that say the code or its files are wrong, not the run: the same code fails the same way.
-_PERMANENT = {"SyntaxError", "IndentationError", "TabError", "ModuleNotFoundError", "ImportError", "FileNotFoundError"}
+_PERMANENT = {
+    "SyntaxError",
+    "IndentationError",
+    "TabError",
+    "ModuleNotFoundError",
+    "ImportError",
+    "FileNotFoundError",
+}
 
 # "ValueError: bad lr", "torch.OutOfMemoryError: CUDA out of memory.", "KeyboardInterrupt": the
 # last line of a Python traceback (or the notebook runner's ename: evalue).
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(.*))?$")
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(.*))?$"
+)
 _FRAME = re.compile(r'^\s*File "(.+)", line (\d+)')
 _CANT_OPEN = re.compile(r"can't open file '(.+?)'")
 # torchrun's own error when a rank failed: it says which rank, not why; the rank's error is before.
@@ -34,17 +43,28 @@ class Outcome:
     retryable: bool
 
 
-def classify(returncode: int | None, log_tail: list[str], *, step: int | None = None,
-             interrupted: bool = False, nan_loss: bool = False, oom_killed: bool = False,
-             nan_stopped: bool = False, nan_step: int | None = None) -> Outcome:
+def classify(
+    returncode: int | None,
+    log_tail: list[str],
+    *,
+    step: int | None = None,
+    interrupted: bool = False,
+    nan_loss: bool = False,
+    oom_killed: bool = False,
+    nan_stopped: bool = False,
+    nan_step: int | None = None,
+) -> Outcome:
     """How an attempt ended: `returncode` as Popen gives it (negative for a signal; None when the
     command could not start), the last lines of its log, the step it had reached, and what the
     server knows beyond the process: it interrupted it for a checkpoint, the training view saw a
     loss that was not finite (from `nan_step`), the server stopped it for that (`nan_stopped`:
     whatever its exit code), the cgroup's OOM-kill count grew while it ran."""
     at_step = "" if step is None else f" at step {step:,}"
-    not_finite = Outcome("failed", "the loss was not finite" + (at_step if nan_step is None else f" at step {nan_step:,}"),
-                         True)
+    not_finite = Outcome(
+        "failed",
+        "the loss was not finite" + (at_step if nan_step is None else f" at step {nan_step:,}"),
+        True,
+    )
     if interrupted:
         return Outcome("interrupted", f"interrupted{at_step}", True)
     if nan_stopped:
@@ -109,7 +129,7 @@ def _exception(lines: list[str]) -> tuple[str, str, str] | None:
 
 
 def _said(error: tuple[str, str, str]) -> str:
-    """"ValueError in train.py line 9: bad lr"."""
+    """ "ValueError in train.py line 9: bad lr"."""
     name, message, where = error
     return f"{name}{where}{': ' + message if message else ''}"
 
@@ -125,8 +145,11 @@ def _rank_exit(lines: list[str]) -> int | None:
 
 def _signal_name(returncode: int | None) -> str | None:
     # A shell in between reports a signal as 128 + its number (137 for SIGKILL).
-    number = -returncode if returncode is not None and returncode < 0 else (
-        returncode - 128 if returncode is not None and 128 < returncode < 128 + 65 else None)
+    number = (
+        -returncode
+        if returncode is not None and returncode < 0
+        else (returncode - 128 if returncode is not None and 128 < returncode < 128 + 65 else None)
+    )
     if number is None:
         return None
     try:
@@ -135,7 +158,9 @@ def _signal_name(returncode: int | None) -> str | None:
         return f"signal {number}" if returncode is not None and returncode < 0 else None
 
 
-def oom_kills(root: Path = Path("/sys/fs/cgroup"), cgroup_file: Path = Path("/proc/self/cgroup")) -> int | None:
+def oom_kills(
+    root: Path = Path("/sys/fs/cgroup"), cgroup_file: Path = Path("/proc/self/cgroup")
+) -> int | None:
     """How many processes the kernel's OOM killer has killed in this process's cgroup: `oom_kill`
     in cgroup v2's memory.events, or in v1's memory.oom_control; None where neither can be read.
     A job is a child of the server, in the same cgroup: the count growing while it ran is how a
@@ -150,8 +175,12 @@ def oom_kills(root: Path = Path("/sys/fs/cgroup"), cgroup_file: Path = Path("/pr
                 v1_path = path
     except (OSError, ValueError):
         pass
-    candidates = [root / v2_path.lstrip("/") / "memory.events", root / "memory.events",
-                  root / "memory" / v1_path.lstrip("/") / "memory.oom_control", root / "memory" / "memory.oom_control"]
+    candidates = [
+        root / v2_path.lstrip("/") / "memory.events",
+        root / "memory.events",
+        root / "memory" / v1_path.lstrip("/") / "memory.oom_control",
+        root / "memory" / "memory.oom_control",
+    ]
     for candidate in candidates:
         try:
             text = candidate.read_text()

@@ -19,8 +19,9 @@ class Fitted:
     note: str | None  # what changed, in the user's words; None when it runs as asked
 
 
-def fit_to_gpus(command: list[str], asked: int | None, available: int | None,
-                relaunch: bool = False) -> Fitted:
+def fit_to_gpus(
+    command: list[str], asked: int | None, available: int | None, relaunch: bool = False
+) -> Fitted:
     """The command and GPU count a job runs with: min(asked, available) GPUs where this runtime
     has at least one (unknown or none: as asked, for the user's own CUDA_VISIBLE_DEVICES to
     make sense of), and a torchrun's process count that equalled the GPUs asked becomes the

@@ -24,7 +24,9 @@ class JobLog:
 
     def __init__(self, path: Path, max_bytes: int = 8 * 2**20, keep: int = 2) -> None:
         if max_bytes < 1 or keep < 0:
-            raise ValueError(f"a job log needs max_bytes >= 1 and keep >= 0, not {max_bytes} and {keep}")
+            raise ValueError(
+                f"a job log needs max_bytes >= 1 and keep >= 0, not {max_bytes} and {keep}"
+            )
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.keep = keep
@@ -38,7 +40,9 @@ class JobLog:
 
     def follow(self, stream: IO[bytes]) -> threading.Thread:
         """Start a thread that reads `stream` until its end and writes what it reads."""
-        thread = threading.Thread(target=self._drain, args=(stream,), name=f"joblog {self.path.name}", daemon=True)
+        thread = threading.Thread(
+            target=self._drain, args=(stream,), name=f"joblog {self.path.name}", daemon=True
+        )
         self._threads.append(thread)
         thread.start()
         return thread

@@ -51,7 +51,9 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+    return dumper.represent_scalar(
+        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None
+    )
 
 
 _Dumper.add_representer(str, _text)
@@ -66,7 +68,9 @@ def job_name(name: str) -> str:
     else made one '-', at most 63 characters. ManifestError when nothing is left."""
     label = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:63].rstrip("-")
     if not DNS_LABEL.match(label):
-        raise ManifestError(f"The job name {name!r} has no letter or digit to make a Kubernetes name of")
+        raise ManifestError(
+            f"The job name {name!r} has no letter or digit to make a Kubernetes name of"
+        )
     return label
 
 
@@ -77,32 +81,58 @@ def default_name(command: list[str]) -> str:
     return os.path.splitext(os.path.basename(script))[0] or "job"
 
 
-def _check(command: list[str], store_url: str, workspace: str, image: str, gpus: int | None, retries: int,
-           secret: str, cwd: str) -> None:
-    if not command or not all(isinstance(word, str) and word and "\0" not in word for word in command):
+def _check(
+    command: list[str],
+    store_url: str,
+    workspace: str,
+    image: str,
+    gpus: int | None,
+    retries: int,
+    secret: str,
+    cwd: str,
+) -> None:
+    if not command or not all(
+        isinstance(word, str) and word and "\0" not in word for word in command
+    ):
         raise ManifestError("The job has no command (give it after --: run -- python train.py)")
     if not store_url or "://" not in store_url or store_url.startswith("file://"):
-        raise ManifestError(f"The store {store_url or '(none)'} is a folder on this machine, which the cluster's pods "
-                            "cannot reach: give an s3://, gs:// or az:// store")
+        raise ManifestError(
+            f"The store {store_url or '(none)'} is a folder on this machine, which the cluster's pods "
+            "cannot reach: give an s3://, gs:// or az:// store"
+        )
     if not workspace or "/" in workspace or not workspace.isprintable():
         raise ManifestError(f"Not a workspace name: {workspace!r}")
     if not image or not image.isprintable() or any(ch.isspace() for ch in image):
-        raise ManifestError("Name the image the job runs in with --image (build one from "
-                            "`jupyter gpuws env export --format dockerfile`)")
+        raise ManifestError(
+            "Name the image the job runs in with --image (build one from "
+            "`jupyter gpuws env export --format dockerfile`)"
+        )
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
         raise ManifestError(f"GPUs must be a whole number, 0 or more: {gpus!r}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ManifestError(f"Retries must be a whole number, 0 or more: {retries!r}")
     if not DNS_SUBDOMAIN.match(secret):
-        raise ManifestError(f"Not a Kubernetes Secret name: {secret!r} (lower case letters, digits, '-' and '.')")
+        raise ManifestError(
+            f"Not a Kubernetes Secret name: {secret!r} (lower case letters, digits, '-' and '.')"
+        )
     parts = cwd.replace(os.sep, "/").split("/") if cwd else []
     if cwd.startswith("/") or ".." in parts or not cwd.isprintable():
         raise ManifestError(f"The job's folder {cwd!r} is not inside the work directory")
 
 
-def job_manifest(command: list[str], *, name: str, store_url: str, workspace: str, image: str,
-                 gpus: int | None = None, retries: int = 0, secret: str = SECRET, cwd: str = "",
-                 encrypted: bool = False) -> dict[str, Any]:
+def job_manifest(
+    command: list[str],
+    *,
+    name: str,
+    store_url: str,
+    workspace: str,
+    image: str,
+    gpus: int | None = None,
+    retries: int = 0,
+    secret: str = SECRET,
+    cwd: str = "",
+    encrypted: bool = False,
+) -> dict[str, Any]:
     """A `batch/v1` Job running `command` in `image` on the workspace's files from the store:
     restored first, synced back when it ends; `retries` more attempts (backoffLimit), `gpus`
     NVIDIA GPUs, the store's credentials from the Secret `secret` (its keys become variables:
@@ -111,24 +141,57 @@ def job_manifest(command: list[str], *, name: str, store_url: str, workspace: st
     Secret's GPUWS_PASSPHRASE). `name` is made a DNS-1123 label (job_name)."""
     _check(command, store_url, workspace, image, gpus, retries, secret, cwd)
     label = job_name(name)
-    env = [{"name": "GPUWS_STORE", "value": store_url}, {"name": "GPUWS_WORKSPACE", "value": workspace},
-           {"name": "GPUWS_WORKDIR", "value": WORKDIR}, {"name": "GPUWS_STATE_DIR", "value": STATE_DIR}]
+    env = [
+        {"name": "GPUWS_STORE", "value": store_url},
+        {"name": "GPUWS_WORKSPACE", "value": workspace},
+        {"name": "GPUWS_WORKDIR", "value": WORKDIR},
+        {"name": "GPUWS_STATE_DIR", "value": STATE_DIR},
+    ]
     shared: dict[str, Any] = {
-        "image": image, "env": env, "envFrom": [{"secretRef": {"name": secret}}],
-        "volumeMounts": [{"name": "work", "mountPath": WORKDIR}, {"name": "gpuws-state", "mountPath": STATE_DIR}]}
-    restore = {"name": "restore", **shared,
-               "command": ["jupyter", "gpuws", "restore", "--workdir", WORKDIR, "--state-dir", STATE_DIR,
-                           "--store", store_url, "--workspace", workspace, *(["--encrypt"] if encrypted else [])]}
+        "image": image,
+        "env": env,
+        "envFrom": [{"secretRef": {"name": secret}}],
+        "volumeMounts": [
+            {"name": "work", "mountPath": WORKDIR},
+            {"name": "gpuws-state", "mountPath": STATE_DIR},
+        ],
+    }
+    restore = {
+        "name": "restore",
+        **shared,
+        "command": [
+            "jupyter",
+            "gpuws",
+            "restore",
+            "--workdir",
+            WORKDIR,
+            "--state-dir",
+            STATE_DIR,
+            "--store",
+            store_url,
+            "--workspace",
+            workspace,
+            *(["--encrypt"] if encrypted else []),
+        ],
+    }
     script = WRAPPER.format(encrypt=" --encrypt" if encrypted else "")
-    job: dict[str, Any] = {"name": "job", **shared, "command": ["/bin/sh", "-c", script, label, *command],
-                           "workingDir": f"{WORKDIR}/{cwd.strip('/')}".rstrip("/")}
+    job: dict[str, Any] = {
+        "name": "job",
+        **shared,
+        "command": ["/bin/sh", "-c", script, label, *command],
+        "workingDir": f"{WORKDIR}/{cwd.strip('/')}".rstrip("/"),
+    }
     if gpus:
         job["resources"] = {"limits": {GPU: str(gpus)}}  # a quantity: the API takes it as text
     labels = {"app.kubernetes.io/name": label, "app.kubernetes.io/managed-by": "jupyter-gpuws"}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": label, "labels": labels, "annotations": {"gpuws/workspace": workspace}},
+        "metadata": {
+            "name": label,
+            "labels": labels,
+            "annotations": {"gpuws/workspace": workspace},
+        },
         "spec": {
             "backoffLimit": retries,
             "template": {
@@ -138,7 +201,10 @@ def job_manifest(command: list[str], *, name: str, store_url: str, workspace: st
                     "terminationGracePeriodSeconds": GRACE_SECONDS,
                     "initContainers": [restore],
                     "containers": [job],
-                    "volumes": [{"name": "work", "emptyDir": {}}, {"name": "gpuws-state", "emptyDir": {}}],
+                    "volumes": [
+                        {"name": "work", "emptyDir": {}},
+                        {"name": "gpuws-state", "emptyDir": {}},
+                    ],
                 },
             },
         },
@@ -148,22 +214,38 @@ def job_manifest(command: list[str], *, name: str, store_url: str, workspace: st
 def manifest_yaml(manifest: dict[str, Any]) -> str:
     """The manifest as `kubectl apply -f -` takes it, with a line saying how."""
     name = manifest["metadata"]["name"]
-    secret = manifest["spec"]["template"]["spec"]["containers"][0]["envFrom"][0]["secretRef"]["name"]
-    head = (f"# The job {name} on a Kubernetes cluster, against the workspace's store (`jupyter gpuws run "
-            "--export k8s`).\n"
-            f"# Create the Secret {secret} with the store's credentials first, then: kubectl apply -f THIS\n")
-    return head + yaml.dump(manifest, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
+    secret = manifest["spec"]["template"]["spec"]["containers"][0]["envFrom"][0]["secretRef"][
+        "name"
+    ]
+    head = (
+        f"# The job {name} on a Kubernetes cluster, against the workspace's store (`jupyter gpuws run "
+        "--export k8s`).\n"
+        f"# Create the Secret {secret} with the store's credentials first, then: kubectl apply -f THIS\n"
+    )
+    return head + yaml.dump(
+        manifest, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000
+    )
 
 
 def add_k8s_arguments(parser: Any) -> None:
     """The flags of `jupyter gpuws run` that export_k8s reads."""
-    parser.add_argument("--export", choices=["k8s"], default=None,
-                        help="print the job as a Kubernetes Job manifest instead of running it here")
-    parser.add_argument("--image", default=None,
-                        help="with --export k8s: the image the job runs in (one built from `jupyter gpuws env "
-                             "export --format dockerfile`)")
-    parser.add_argument("--secret", default=SECRET,
-                        help=f"with --export k8s: the Secret holding the store's credentials (default: {SECRET})")
+    parser.add_argument(
+        "--export",
+        choices=["k8s"],
+        default=None,
+        help="print the job as a Kubernetes Job manifest instead of running it here",
+    )
+    parser.add_argument(
+        "--image",
+        default=None,
+        help="with --export k8s: the image the job runs in (one built from `jupyter gpuws env "
+        "export --format dockerfile`)",
+    )
+    parser.add_argument(
+        "--secret",
+        default=SECRET,
+        help=f"with --export k8s: the Secret holding the store's credentials (default: {SECRET})",
+    )
 
 
 def export_k8s(argv: list[str], args: Any) -> str:
@@ -175,9 +257,15 @@ def export_k8s(argv: list[str], args: Any) -> str:
     if argv and os.path.isabs(argv[0]) and os.path.basename(argv[0]).startswith("python"):
         argv[0] = "python"
     manifest = job_manifest(
-        argv, name=getattr(args, "name", None) or default_name(argv or ["job"]),
-        store_url=getattr(args, "store", None) or "", workspace=getattr(args, "workspace", None) or "",
-        image=getattr(args, "image", None) or "", gpus=getattr(args, "gpus", None),
-        retries=getattr(args, "retries", None) or 0, secret=getattr(args, "secret", None) or SECRET,
-        cwd=getattr(args, "cwd", None) or "", encrypted=bool(getattr(args, "encrypt", False)))
+        argv,
+        name=getattr(args, "name", None) or default_name(argv or ["job"]),
+        store_url=getattr(args, "store", None) or "",
+        workspace=getattr(args, "workspace", None) or "",
+        image=getattr(args, "image", None) or "",
+        gpus=getattr(args, "gpus", None),
+        retries=getattr(args, "retries", None) or 0,
+        secret=getattr(args, "secret", None) or SECRET,
+        cwd=getattr(args, "cwd", None) or "",
+        encrypted=bool(getattr(args, "encrypt", False)),
+    )
     return manifest_yaml(manifest)

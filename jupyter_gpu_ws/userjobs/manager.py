@@ -47,6 +47,7 @@ def _dies_with_its_server() -> None:
     if _LIBC is not None:
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
+
 JOB_ID_ENV = "GPUWS_JOB_ID"
 NOTEBOOK_MODULE = "jupyter_gpu_ws.userjobs.notebook"
 BACKOFF = (2.0, 4.0, 8.0, 16.0, 30.0)
@@ -77,7 +78,9 @@ class JobSettings:
     workdir: Path
     workspace: str
     host: str
-    runtime_id: str  # this server: a record marked running by another one whose lease we hold is orphaned
+    runtime_id: (
+        str  # this server: a record marked running by another one whose lease we hold is orphaned
+    )
     env: dict[str, str] = field(default_factory=dict)  # the server's identity for the job's tracker
     relaunch: bool = True
     stop_grace: float = 10.0
@@ -96,21 +99,35 @@ class Job:
     stopping: str | None = None  # "stopped" (the user) or "interrupted" (the runtime's end)
     runtime_id: str | None = None  # the server running it now
     checkpoint_step: int | None = None  # its run's newest checkpoint, as last seen
-    failures_before: int = 0  # failed attempts before the user's last restart: they used no retries of this run
-    nan_stopped: bool = False  # this attempt was ended because the training view saw its loss not finite
+    failures_before: int = (
+        0  # failed attempts before the user's last restart: they used no retries of this run
+    )
+    nan_stopped: bool = (
+        False  # this attempt was ended because the training view saw its loss not finite
+    )
     nan_step: int | None = None  # the step the loss stopped being finite at, as the view said
-    relaunched_on: str | None = None  # the environment a relaunch ran it on, where that was worth saying
+    relaunched_on: str | None = (
+        None  # the environment a relaunch ran it on, where that was worth saying
+    )
 
 
 class JobManager:
-    def __init__(self, settings: JobSettings, store: JobStore | None = None,
-                 checkpoint: Callable[[Job], str | None] | None = None,
-                 run_view: Callable[[Job], dict[str, Any]] | None = None,
-                 gpu_count: Callable[[], int | None] | None = None) -> None:
+    def __init__(
+        self,
+        settings: JobSettings,
+        store: JobStore | None = None,
+        checkpoint: Callable[[Job], str | None] | None = None,
+        run_view: Callable[[Job], dict[str, Any]] | None = None,
+        gpu_count: Callable[[], int | None] | None = None,
+    ) -> None:
         self.settings = settings
-        self.gpu_count = gpu_count or (lambda: None)  # this runtime's GPUs as the monitor sees them; None: unknown
+        self.gpu_count = gpu_count or (
+            lambda: None
+        )  # this runtime's GPUs as the monitor sees them; None: unknown
         self.store = store
-        self.checkpoint = checkpoint  # asks the job's run for a checkpoint and waits; None or why not
+        self.checkpoint = (
+            checkpoint  # asks the job's run for a checkpoint and waits; None or why not
+        )
         self.run_view = run_view or (lambda job: {})
         self.jobs: dict[str, Job] = {}
         self.loaded = False  # the store's records read (once the restore is done)
@@ -133,12 +150,23 @@ class JobManager:
 
     # -- starting --------------------------------------------------------------------------------
 
-    def submit(self, command: list[str] | None = None, notebook: str | None = None, name: str | None = None,
-               retries: int = 0, gpus: int | None = None, cwd: str = "") -> JobRecord:
+    def submit(
+        self,
+        command: list[str] | None = None,
+        notebook: str | None = None,
+        name: str | None = None,
+        retries: int = 0,
+        gpus: int | None = None,
+        cwd: str = "",
+    ) -> JobRecord:
         """Check what is asked, record it (signed) and start it; JobInputError says what is wrong."""
         if (command is None) == (notebook is None):
-            raise JobInputError('Give a command (a list of arguments) or a notebook, not both')
-        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+            raise JobInputError("Give a command (a list of arguments) or a notebook, not both")
+        if (
+            isinstance(retries, bool)
+            or not isinstance(retries, int)
+            or not 0 <= retries <= MAX_RETRIES
+        ):
             raise JobInputError(f"retries must be a whole number from 0 to {MAX_RETRIES}")
         if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
             raise JobInputError("gpus must be a whole number of at least 1")
@@ -149,8 +177,11 @@ class JobManager:
             kind, argv = "notebook", ["python", "-m", NOTEBOOK_MODULE, notebook_rel]
             label = name or Path(notebook_rel).stem
         else:
-            if (not isinstance(command, list) or not command
-                    or not all(isinstance(a, str) and a and "\x00" not in a for a in command)):
+            if (
+                not isinstance(command, list)
+                or not command
+                or not all(isinstance(a, str) and a and "\x00" not in a for a in command)
+            ):
                 raise JobInputError("command must be a non-empty list of arguments (text)")
             self._check_command(command, folder)
             kind, argv, notebook_rel = "command", list(command), None
@@ -158,10 +189,20 @@ class JobManager:
         if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > 200):
             raise JobInputError("name must be text of 1 to 200 characters")
         now = time.time()
-        record = JobRecord(id=f"j-{uuid.uuid4().hex[:12]}", name=label, kind=kind, command=argv,
-                           workspace=self.settings.workspace, notebook=notebook_rel, output=output,
-                           cwd=folder.relative_to(self._root()).as_posix() if folder != self._root() else "",
-                           gpus=gpus, retries=retries, created=now, updated=now)
+        record = JobRecord(
+            id=f"j-{uuid.uuid4().hex[:12]}",
+            name=label,
+            kind=kind,
+            command=argv,
+            workspace=self.settings.workspace,
+            notebook=notebook_rel,
+            output=output,
+            cwd=folder.relative_to(self._root()).as_posix() if folder != self._root() else "",
+            gpus=gpus,
+            retries=retries,
+            created=now,
+            updated=now,
+        )
         job = Job(record)
         with self._lock:
             self.jobs[record.id] = job
@@ -176,7 +217,9 @@ class JobManager:
         if not isinstance(cwd, str) or "\x00" in cwd:
             raise JobInputError("cwd must be a folder of the work directory, as text")
         if os.path.isabs(cwd) or ".." in Path(cwd).parts:
-            raise JobInputError(f"cwd {cwd!r} must be a folder inside the work directory, relative to it")
+            raise JobInputError(
+                f"cwd {cwd!r} must be a folder inside the work directory, relative to it"
+            )
         root = self._root()
         folder = (root / cwd).resolve()
         if folder != root and root not in folder.parents:
@@ -190,7 +233,9 @@ class JobManager:
         if "/" in program:
             path = folder / program
             if not (path.is_file() and os.access(path, os.X_OK)):
-                raise JobInputError(f"{program}: no such program in {folder} (or it is not executable)")
+                raise JobInputError(
+                    f"{program}: no such program in {folder} (or it is not executable)"
+                )
         elif shutil.which(program, path=os.environ.get("PATH")) is None:
             raise JobInputError(f"{program}: command not found on this server's PATH")
 
@@ -198,17 +243,23 @@ class JobManager:
         if not isinstance(notebook, str) or not notebook.endswith(".ipynb"):
             raise JobInputError("notebook must be the path of a .ipynb file in the work directory")
         if os.path.isabs(notebook) or ".." in Path(notebook).parts:
-            raise JobInputError(f"notebook {notebook!r} must be a path inside the work directory, relative to it")
+            raise JobInputError(
+                f"notebook {notebook!r} must be a path inside the work directory, relative to it"
+            )
         root = self._root()
         path = (root / notebook).resolve()
         if root not in path.parents:
-            raise JobInputError(f"notebook {notebook!r} leads outside the work directory (through a link)")
+            raise JobInputError(
+                f"notebook {notebook!r} leads outside the work directory (through a link)"
+            )
         try:
             data = json.loads(path.read_bytes())
         except FileNotFoundError:
             raise JobInputError(f"notebook {notebook!r} does not exist") from None
         except OSError as err:
-            raise JobInputError(f"notebook {notebook!r} cannot be read: {err.strerror or err}") from None
+            raise JobInputError(
+                f"notebook {notebook!r} cannot be read: {err.strerror or err}"
+            ) from None
         except ValueError as err:
             raise JobInputError(f"notebook {notebook!r} is not valid JSON: {err}") from None
         if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
@@ -221,14 +272,20 @@ class JobManager:
         job.runtime_id = self.settings.runtime_id
         job.record.held = False
         self._set(job, state=state, reason=None)
-        job.thread = threading.Thread(target=self._supervise, args=(job,), name=f"gpuws-job-{job.record.id}",
-                                      daemon=True)
+        job.thread = threading.Thread(
+            target=self._supervise, args=(job,), name=f"gpuws-job-{job.record.id}", daemon=True
+        )
         job.thread.start()
 
     def _argv(self, record: JobRecord) -> list[str]:
         if record.kind == "notebook":
             assert record.notebook is not None
-            return [sys.executable, "-m", NOTEBOOK_MODULE, str(self.settings.workdir / record.notebook)]
+            return [
+                sys.executable,
+                "-m",
+                NOTEBOOK_MODULE,
+                str(self.settings.workdir / record.notebook),
+            ]
         return list(record.command)
 
     def _fitted(self, job: Job) -> Fitted:
@@ -239,8 +296,12 @@ class JobManager:
         except Exception as err:  # noqa: BLE001 - the monitor's fault: the job runs as asked
             log.debug("gpuws: this runtime's GPUs: %s", err)
             available = None
-        fitted = fit_to_gpus(self._argv(job.record), job.record.gpus, available,
-                             relaunch=job.record.state == "relaunched")
+        fitted = fit_to_gpus(
+            self._argv(job.record),
+            job.record.gpus,
+            available,
+            relaunch=job.record.state == "relaunched",
+        )
         if fitted.note:
             fitted.note = fitted.note[:MAX_TEXT]  # a record's text has a bound
         return fitted
@@ -250,7 +311,13 @@ class JobManager:
 
     def _environment(self, record: JobRecord, gpus: int | None) -> dict[str, str]:
         env = dict(os.environ, **self.settings.env)
-        env.update({JOB_ID_ENV: record.id, "GPUWS_WORKDIR": str(self.settings.workdir), "PYTHONUNBUFFERED": "1"})
+        env.update(
+            {
+                JOB_ID_ENV: record.id,
+                "GPUWS_WORKDIR": str(self.settings.workdir),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
         return env
@@ -262,8 +329,13 @@ class JobManager:
         while True:
             attempt = self._attempt(job)
             if job.stopping == "stopped":
-                self._set(job, state="stopped", reason=f"stopped by you at step {_step(record.step)}"
-                          if record.step is not None else "stopped by you")
+                self._set(
+                    job,
+                    state="stopped",
+                    reason=f"stopped by you at step {_step(record.step)}"
+                    if record.step is not None
+                    else "stopped by you",
+                )
                 return
             if attempt.state == "interrupted" or job.stopping == "interrupted":
                 self._set(job, state="interrupted", reason=attempt.reason)
@@ -271,7 +343,9 @@ class JobManager:
             if attempt.state == "finished":
                 self._set(job, state="finished", reason=None)
                 return
-            used = len([a for a in record.attempts if a.retryable is not None]) - job.failures_before
+            used = (
+                len([a for a in record.attempts if a.retryable is not None]) - job.failures_before
+            )
             of = f"attempt {used} of {record.retries + 1}: {attempt.reason}"
             if attempt.retryable and used <= record.retries:
                 wait = self.settings.backoff[min(used - 1, len(self.settings.backoff) - 1)]
@@ -279,7 +353,9 @@ class JobManager:
                 job.wake.clear()
                 job.wake.wait(wait)
                 if job.stopping:
-                    self._set(job, state=job.stopping, reason=f"{of}; {job.stopping} before the retry")
+                    self._set(
+                        job, state=job.stopping, reason=f"{of}; {job.stopping} before the retry"
+                    )
                     return
                 self._set(job, state="running", reason=of)
                 continue
@@ -318,12 +394,18 @@ class JobManager:
         if fitted.note:
             log.info("gpuws: job %s %s", record.id, fitted.note)
         try:
-            process = subprocess.Popen(fitted.command, cwd=folder,
-                                       env=self._environment(record, fitted.gpus), stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                       # One prctl call, its library loaded beforehand: nothing that
-                                       # another thread's lock could block between fork and exec.
-                                       preexec_fn=_dies_with_its_server)  # noqa: PLW1509
+            process = subprocess.Popen(
+                fitted.command,
+                cwd=folder,
+                env=self._environment(record, fitted.gpus),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                # One prctl call, its library loaded beforehand: nothing that
+                # another thread's lock could block between fork and exec.
+                preexec_fn=_dies_with_its_server,
+            )  # noqa: PLW1509
         except OSError as err:  # gone since it was asked (a successor without the program)
             attempt.ended, attempt.retryable = time.time(), False
             attempt.reason = f"cannot start {record.command[0]}: {err.strerror or err}"
@@ -339,23 +421,39 @@ class JobManager:
         job.log.close()
         job.process = None
         view = self._view(job)
-        if isinstance(view.get("step"), int):  # a view read after the end may lag the one read at the stop
+        if isinstance(
+            view.get("step"), int
+        ):  # a view read after the end may lag the one read at the stop
             record.step = max(view["step"], record.step if record.step is not None else -1)
         tail = job.log.tail(TAIL_LINES)
         record.log_tail = tail
         kills_after = oom_kills()
-        outcome = classify(returncode, tail, step=record.step, interrupted=job.stopping is not None,
-                           nan_loss=bool(view.get("nan_loss")), nan_stopped=job.nan_stopped,
-                           nan_step=job.nan_step if job.nan_stopped else view.get("nan_step"),
-                           oom_killed=kills_before is not None and kills_after is not None and kills_after > kills_before)
+        outcome = classify(
+            returncode,
+            tail,
+            step=record.step,
+            interrupted=job.stopping is not None,
+            nan_loss=bool(view.get("nan_loss")),
+            nan_stopped=job.nan_stopped,
+            nan_step=job.nan_step if job.nan_stopped else view.get("nan_step"),
+            oom_killed=kills_before is not None
+            and kills_after is not None
+            and kills_after > kills_before,
+        )
         reason = outcome.reason
         checkpoint = view.get("checkpoint_step", job.checkpoint_step)
         if outcome.state == "interrupted" and record.step is not None:
             reason = f"stopped for the runtime's end at step {_step(record.step)}" + (
-                f"; resumes from its checkpoint at step {_step(checkpoint)}" if checkpoint is not None else "")
+                f"; resumes from its checkpoint at step {_step(checkpoint)}"
+                if checkpoint is not None
+                else ""
+            )
         attempt.ended, attempt.returncode, attempt.step = time.time(), returncode, record.step
         # An interruption is no failure: it uses none of the retries.
-        attempt.reason, attempt.retryable = reason, None if outcome.state in ("interrupted", "finished") else outcome.retryable
+        attempt.reason, attempt.retryable = (
+            reason,
+            None if outcome.state in ("interrupted", "finished") else outcome.retryable,
+        )
         return _Outcome(outcome.state, reason, outcome.retryable)
 
     def _view(self, job: Job) -> dict[str, Any]:
@@ -388,7 +486,9 @@ class JobManager:
         for job_id, job in pending:
             if job.untrusted is not None:
                 with self._lock:
-                    self._unwritten.discard(job_id)  # not ours to rewrite until the user approves it
+                    self._unwritten.discard(
+                        job_id
+                    )  # not ours to rewrite until the user approves it
                 continue
             with self._lock:
                 data = job.record.to_json()
@@ -448,7 +548,9 @@ class JobManager:
         """A held job is not relaunched by a successor (nor by this runtime) until released."""
         job = self.get(job_id)
         if job.record.state in ACTIVE and held:
-            raise JobInputError(f"job {job_id} is {job.record.state}: only a job waiting to relaunch can be held")
+            raise JobInputError(
+                f"job {job_id} is {job.record.state}: only a job waiting to relaunch can be held"
+            )
         self._set(job, held=held)
         return job.record
 
@@ -463,15 +565,23 @@ class JobManager:
 
     def running(self) -> list[Job]:
         with self._lock:
-            return [j for j in self.jobs.values() if j.process is not None or j.record.state == "retrying"]
+            return [
+                j
+                for j in self.jobs.values()
+                if j.process is not None or j.record.state == "retrying"
+            ]
 
     def interrupt_all(self, grace: float | None = None, checkpoint: bool = False) -> list[str]:
         """Stop every running job for the runtime's end (its run asked for a checkpoint first
         unless the persist has done so), record it `interrupted` at its step, write the records.
         Returns the ids stopped."""
         jobs = self.running()
-        threads = [threading.Thread(target=self._stop, args=(job, "interrupted", checkpoint, grace), daemon=True)
-                   for job in jobs]
+        threads = [
+            threading.Thread(
+                target=self._stop, args=(job, "interrupted", checkpoint, grace), daemon=True
+            )
+            for job in jobs
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -492,14 +602,25 @@ class JobManager:
             view = self._view(job)
             since = view.get("nan_since")
             # An episode from before this attempt (the view not yet told of its resume) is not its.
-            if not view.get("nan_loss") or not isinstance(since, (int, float)) or since < attempts[-1].started:
+            if (
+                not view.get("nan_loss")
+                or not isinstance(since, (int, float))
+                or since < attempts[-1].started
+            ):
                 continue
             step = view.get("nan_step")
             job.nan_stopped, job.nan_step = True, step if isinstance(step, int) else None
-            log.warning("gpuws: job %s: the loss was not finite at step %s; its attempt is stopped",
-                        job.record.id, job.nan_step)
-            threading.Thread(target=self._end_process, args=(job, process, True, None), daemon=True,
-                             name=f"gpuws-job-nan-{job.record.id}").start()
+            log.warning(
+                "gpuws: job %s: the loss was not finite at step %s; its attempt is stopped",
+                job.record.id,
+                job.nan_step,
+            )
+            threading.Thread(
+                target=self._end_process,
+                args=(job, process, True, None),
+                daemon=True,
+                name=f"gpuws-job-nan-{job.record.id}",
+            ).start()
             stopping.append(job.record.id)
         return stopping
 
@@ -513,7 +634,9 @@ class JobManager:
         if job.thread is not None:
             job.thread.join(max(5.0, grace))
 
-    def _end_process(self, job: Job, process: subprocess.Popen[bytes], checkpoint: bool, grace: float | None) -> None:
+    def _end_process(
+        self, job: Job, process: subprocess.Popen[bytes], checkpoint: bool, grace: float | None
+    ) -> None:
         """Ask the job's run for a checkpoint (when `checkpoint`), then SIGTERM its session, and
         SIGKILL after the grace."""
         grace = self.settings.stop_grace if grace is None else grace
@@ -557,13 +680,20 @@ class JobManager:
                 continue
             with self._lock:
                 known = self.jobs.get(record.id)
-                if known is not None and (known.runtime_id is not None or record.id in self._unwritten):
+                if known is not None and (
+                    known.runtime_id is not None or record.id in self._unwritten
+                ):
                     continue  # ours: this runtime's record is the newer
-                job = Job(record, untrusted=trust.why_untrusted(record, key, self.settings.workspace))
+                job = Job(
+                    record, untrusted=trust.why_untrusted(record, key, self.settings.workspace)
+                )
                 if orphans and record.state in ACTIVE:
                     record.state = "interrupted"
-                    record.reason = ("its runtime ended without stopping it" + (
-                        f" (last recorded at step {_step(record.step)})" if record.step is not None else ""))
+                    record.reason = "its runtime ended without stopping it" + (
+                        f" (last recorded at step {_step(record.step)})"
+                        if record.step is not None
+                        else ""
+                    )
                     if job.untrusted is None:
                         trust.sign(record, key)
                         self._unwritten.add(record.id)
@@ -577,9 +707,15 @@ class JobManager:
             return []
         with self._lock:
             # A job this runtime stopped at its end is the next runtime's to relaunch.
-            return [j.record.id for j in self.jobs.values() if j.record.state == "interrupted"
-                    and not j.record.held and j.untrusted is None and j.record.id not in self.relaunched
-                    and j.runtime_id != self.settings.runtime_id]
+            return [
+                j.record.id
+                for j in self.jobs.values()
+                if j.record.state == "interrupted"
+                and not j.record.held
+                and j.untrusted is None
+                and j.record.id not in self.relaunched
+                and j.runtime_id != self.settings.runtime_id
+            ]
 
     def relaunch(self) -> list[str]:
         """Relaunch every pending job (only the lease holder may: call once its restore is done)."""
@@ -622,23 +758,40 @@ class JobManager:
         step = view.get("step", record.step)
         state = "held" if record.held and record.state == "interrupted" else record.state
         return {
-            "id": record.id, "name": record.name, "kind": record.kind, "command": record.command,
-            "notebook": record.notebook, "output": record.output, "cwd": record.cwd, "gpus": record.gpus,
-            "retries": record.retries, "state": state, "reason": record.reason,
-            "attempts": [vars(a) for a in record.attempts], "run": view.get("run", record.run), "step": step,
-            "total_steps": view.get("total_steps"), "eta_seconds": view.get("eta_seconds"),
+            "id": record.id,
+            "name": record.name,
+            "kind": record.kind,
+            "command": record.command,
+            "notebook": record.notebook,
+            "output": record.output,
+            "cwd": record.cwd,
+            "gpus": record.gpus,
+            "retries": record.retries,
+            "state": state,
+            "reason": record.reason,
+            "attempts": [vars(a) for a in record.attempts],
+            "run": view.get("run", record.run),
+            "step": step,
+            "total_steps": view.get("total_steps"),
+            "eta_seconds": view.get("eta_seconds"),
             "verdict": view.get("verdict"),
-            "log_tail": self.tail(record.id, tail) if record.state in ACTIVE else record.log_tail[-tail:],
-            "relaunch": self.relaunch_words(job), "needs_approval": job.untrusted is not None,
-            "created": record.created, "updated": record.updated,
+            "log_tail": self.tail(record.id, tail)
+            if record.state in ACTIVE
+            else record.log_tail[-tail:],
+            "relaunch": self.relaunch_words(job),
+            "needs_approval": job.untrusted is not None,
+            "created": record.created,
+            "updated": record.updated,
         }
 
     def list(self) -> dict[str, Any]:
         with self._lock:
             jobs = sorted(self.jobs.values(), key=lambda j: -j.record.created)
-        return {"jobs": [self.describe(job) for job in jobs],
-                "relaunch": {"enabled": self.settings.relaunch, "pending": self.relaunch_pending()},
-                "error": self.store_error or self.check_error}
+        return {
+            "jobs": [self.describe(job) for job in jobs],
+            "relaunch": {"enabled": self.settings.relaunch, "pending": self.relaunch_pending()},
+            "error": self.store_error or self.check_error,
+        }
 
 
 @dataclass

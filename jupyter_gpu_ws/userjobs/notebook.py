@@ -60,7 +60,9 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
         found = f"nbformat {version}" if version is not None else "no nbformat version"
         raise BadInput(f"{path.name} is not a version 4 notebook ({found})")
     try:
-        notebook = nbformat.reads(text, as_version=4)  # version 4 already: no conversion, source lines joined
+        notebook = nbformat.reads(
+            text, as_version=4
+        )  # version 4 already: no conversion, source lines joined
         nbformat.validate(notebook)
     except nbformat.ValidationError as e:
         raise BadInput(f"{path.name} is not a valid notebook ({e.message})") from None
@@ -77,7 +79,9 @@ class _JobClient(NotebookClient):  # type: ignore[misc]
     """nbclient's client that also passes each cell's printed text through to this process's own
     stdout and stderr as it arrives: they are the job's log."""
 
-    def process_message(self, msg: dict[str, Any], cell: nbformat.NotebookNode, cell_index: int) -> Any:
+    def process_message(
+        self, msg: dict[str, Any], cell: nbformat.NotebookNode, cell_index: int
+    ) -> Any:
         if msg.get("msg_type") == "stream":
             content = msg.get("content") or {}
             stream = sys.stderr if content.get("name") == "stderr" else sys.stdout
@@ -86,8 +90,12 @@ class _JobClient(NotebookClient):  # type: ignore[misc]
         return super().process_message(msg, cell, cell_index)
 
 
-async def _run(notebook: nbformat.NotebookNode, source: Path, output: Path, kernel: str | None) -> int:
-    client = _JobClient(notebook, kernel_name=kernel or "", resources={"metadata": {"path": str(source.parent)}})
+async def _run(
+    notebook: nbformat.NotebookNode, source: Path, output: Path, kernel: str | None
+) -> int:
+    client = _JobClient(
+        notebook, kernel_name=kernel or "", resources={"metadata": {"path": str(source.parent)}}
+    )
     loop = asyncio.get_running_loop()
     stopped: list[int] = []
     stop = asyncio.Event()
@@ -102,7 +110,9 @@ async def _run(notebook: nbformat.NotebookNode, source: Path, output: Path, kern
     # one puts in signal handlers of its own that shut the kernel down and carry on running cells.
     km = client.create_kernel_manager()
     try:
-        await client.async_start_new_kernel()  # in the notebook's folder, with this process's environment
+        await (
+            client.async_start_new_kernel()
+        )  # in the notebook's folder, with this process's environment
         await client.async_start_new_kernel_client()
         assert client.kc is not None
         reply = await client.async_wait_for_reply(await _maybe_await(client.kc.kernel_info()))
@@ -114,7 +124,10 @@ async def _run(notebook: nbformat.NotebookNode, source: Path, output: Path, kern
             if stopped:
                 break
             running = asyncio.ensure_future(
-                client.async_execute_cell(cell, index, execution_count=client.code_cells_executed + 1))
+                client.async_execute_cell(
+                    cell, index, execution_count=client.code_cells_executed + 1
+                )
+            )
             waiting = asyncio.ensure_future(stop.wait())
             await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
             waiting.cancel()
@@ -156,7 +169,10 @@ async def _maybe_await(value: Any) -> Any:
 
 
 def _report_error(index: int, cell: nbformat.NotebookNode, error: CellExecutionError) -> None:
-    traceback = next((o.get("traceback") for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
+    traceback = next(
+        (o.get("traceback") for o in cell.get("outputs", []) if o.get("output_type") == "error"),
+        None,
+    )
     print(f"cell {index + 1} failed:", file=sys.stderr)
     last = f"{error.ename}: {error.evalue}"
     lines = _ANSI.sub("", "\n".join(traceback or [])).rstrip("\n").split("\n")
@@ -168,17 +184,25 @@ def _report_error(index: int, cell: nbformat.NotebookNode, error: CellExecutionE
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jupyter_gpu_ws.userjobs.notebook",
-                                     description="Run a notebook headless, its outputs written into a copy as cells finish.")
+    parser = argparse.ArgumentParser(
+        prog="python -m jupyter_gpu_ws.userjobs.notebook",
+        description="Run a notebook headless, its outputs written into a copy as cells finish.",
+    )
     parser.add_argument("notebook", type=Path)
-    parser.add_argument("--output", type=Path, help="the copy with the outputs (default: NB.job.ipynb beside NB)")
-    parser.add_argument("--kernel", help="the kernel to run it in (default: the one the notebook names)")
+    parser.add_argument(
+        "--output", type=Path, help="the copy with the outputs (default: NB.job.ipynb beside NB)"
+    )
+    parser.add_argument(
+        "--kernel", help="the kernel to run it in (default: the one the notebook names)"
+    )
     args = parser.parse_args(argv)
     source: Path = args.notebook
     output: Path = args.output or output_path(source)
     try:
         if output.resolve() == source.resolve():
-            raise BadInput(f"the output would overwrite {source.name}: the original is never changed")
+            raise BadInput(
+                f"the output would overwrite {source.name}: the original is never changed"
+            )
         if not output.parent.is_dir():
             raise BadInput(f"{output.parent} is not a folder to write {output.name} into")
         notebook = read_notebook(source)
@@ -192,7 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(_run(notebook, source, output, args.kernel))
     except NoSuchKernel as e:
-        print(f"no kernel named {e.name!r} here (--kernel NAME picks another) — {CANNOT_CHANGE}", file=sys.stderr, flush=True)
+        print(
+            f"no kernel named {e.name!r} here (--kernel NAME picks another) — {CANNOT_CHANGE}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 2
     except DeadKernelError as e:
         write_notebook(notebook, output)

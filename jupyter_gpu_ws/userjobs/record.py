@@ -11,7 +11,17 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-STATES = ("queued", "running", "interrupted", "relaunched", "retrying", "finished", "failed", "stopped", "held")
+STATES = (
+    "queued",
+    "running",
+    "interrupted",
+    "relaunched",
+    "retrying",
+    "finished",
+    "failed",
+    "stopped",
+    "held",
+)
 # States in which the job's process runs (or is about to, between attempts).
 ACTIVE = ("queued", "running", "relaunched", "retrying")
 KINDS = ("command", "notebook")
@@ -39,7 +49,9 @@ class Attempt:
     reason: str | None = None
     retryable: bool | None = None
     step: int | None = None
-    runs_on: str | None = None  # what it ran on where not what was asked ("relaunched on 1 GPU of the 2 asked: …")
+    runs_on: str | None = (
+        None  # what it ran on where not what was asked ("relaunched on 1 GPU of the 2 asked: …")
+    )
 
 
 @dataclass
@@ -71,9 +83,17 @@ class JobRecord:
     def signed_part(self) -> dict[str, Any]:
         """What the signature covers: what would be run and where, and whose workspace it is.
         The state and attempts change on every write and say nothing about what runs."""
-        return {"id": self.id, "kind": self.kind, "command": self.command, "notebook": self.notebook,
-                "cwd": self.cwd, "gpus": self.gpus, "retries": self.retries, "workspace": self.workspace,
-                "created": self.created}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "command": self.command,
+            "notebook": self.notebook,
+            "cwd": self.cwd,
+            "gpus": self.gpus,
+            "retries": self.retries,
+            "workspace": self.workspace,
+            "created": self.created,
+        }
 
     @property
     def active(self) -> bool:
@@ -121,11 +141,17 @@ def attempt_from_json(data: Any) -> Attempt:
     retryable = data.get("retryable")
     if retryable is not None and not isinstance(retryable, bool):
         raise RecordError("'retryable' must be true, false or null")
-    return Attempt(number=_whole(data, "number", optional=False, minimum=1), started=_time(data, "started"),
-                   ended=_time(data, "ended", optional=True), host=_text(data, "host", limit=255),
-                   returncode=_returncode(data.get("returncode")), reason=_text(data, "reason", optional=True),
-                   retryable=retryable, step=_whole(data, "step"),
-                   runs_on=_text(data, "runs_on", optional=True))
+    return Attempt(
+        number=_whole(data, "number", optional=False, minimum=1),
+        started=_time(data, "started"),
+        ended=_time(data, "ended", optional=True),
+        host=_text(data, "host", limit=255),
+        returncode=_returncode(data.get("returncode")),
+        reason=_text(data, "reason", optional=True),
+        retryable=retryable,
+        step=_whole(data, "step"),
+        runs_on=_text(data, "runs_on", optional=True),
+    )
 
 
 def _returncode(value: Any) -> int | None:
@@ -149,28 +175,48 @@ def from_json(data: Any) -> JobRecord:
     if state not in STATES:
         raise RecordError(f"'state' must be one of {', '.join(STATES)}")
     command = data.get("command")
-    if (not isinstance(command, list) or not command or len(command) > MAX_ARGS
-            or not all(isinstance(a, str) and len(a) <= MAX_ARG and "\x00" not in a for a in command)):
+    if (
+        not isinstance(command, list)
+        or not command
+        or len(command) > MAX_ARGS
+        or not all(isinstance(a, str) and len(a) <= MAX_ARG and "\x00" not in a for a in command)
+    ):
         raise RecordError("'command' must be a non-empty list of text arguments")
     attempts = data.get("attempts", [])
     if not isinstance(attempts, list) or len(attempts) > MAX_ATTEMPTS:
         raise RecordError(f"'attempts' must be a list of at most {MAX_ATTEMPTS}")
     tail = data.get("log_tail", [])
-    if not isinstance(tail, list) or len(tail) > MAX_TAIL or not all(isinstance(t, str) for t in tail):
+    if (
+        not isinstance(tail, list)
+        or len(tail) > MAX_TAIL
+        or not all(isinstance(t, str) for t in tail)
+    ):
         raise RecordError("'log_tail' must be a list of text lines")
     held = data.get("held", False)
     if not isinstance(held, bool):
         raise RecordError("'held' must be true or false")
     return JobRecord(
-        id=job_id, name=_text(data, "name", limit=200), kind=kind, command=list(command),
-        workspace=_text(data, "workspace", limit=1000), notebook=_text(data, "notebook", optional=True),
-        output=_text(data, "output", optional=True), cwd=_text(data, "cwd", limit=4096),
-        gpus=_whole(data, "gpus", minimum=1), retries=_whole(data, "retries", optional=False),
-        state=state, reason=_text(data, "reason", optional=True),
-        attempts=[attempt_from_json(a) for a in attempts], run=_text(data, "run", optional=True, limit=1000),
-        step=_whole(data, "step", minimum=-1), log_tail=[t[:MAX_TEXT] for t in tail], held=held,
-        created=_time(data, "created"), updated=_time(data, "updated"),
-        signature=_text(data, "signature", optional=True, limit=128))
+        id=job_id,
+        name=_text(data, "name", limit=200),
+        kind=kind,
+        command=list(command),
+        workspace=_text(data, "workspace", limit=1000),
+        notebook=_text(data, "notebook", optional=True),
+        output=_text(data, "output", optional=True),
+        cwd=_text(data, "cwd", limit=4096),
+        gpus=_whole(data, "gpus", minimum=1),
+        retries=_whole(data, "retries", optional=False),
+        state=state,
+        reason=_text(data, "reason", optional=True),
+        attempts=[attempt_from_json(a) for a in attempts],
+        run=_text(data, "run", optional=True, limit=1000),
+        step=_whole(data, "step", minimum=-1),
+        log_tail=[t[:MAX_TEXT] for t in tail],
+        held=held,
+        created=_time(data, "created"),
+        updated=_time(data, "updated"),
+        signature=_text(data, "signature", optional=True, limit=128),
+    )
 
 
 def stored_records(store: Any) -> list[tuple[str, Any]]:

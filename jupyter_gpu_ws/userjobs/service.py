@@ -64,11 +64,22 @@ class JobService:
 
     def __init__(self, app: Any, env: dict[str, str]) -> None:
         self.app = app
-        settings = JobSettings(workdir=Path(app.workdir), workspace=app.workspace, host=socket.gethostname(),
-                               runtime_id=app.checkpoints.server_id, env=env, relaunch=app.relaunch_jobs,
-                               stop_grace=app.job_stop_grace)
-        self.manager = JobManager(settings, StoreRecords(app), checkpoint=self._checkpoint, run_view=self._run_view,
-                                  gpu_count=self._gpu_count)
+        settings = JobSettings(
+            workdir=Path(app.workdir),
+            workspace=app.workspace,
+            host=socket.gethostname(),
+            runtime_id=app.checkpoints.server_id,
+            env=env,
+            relaunch=app.relaunch_jobs,
+            stop_grace=app.job_stop_grace,
+        )
+        self.manager = JobManager(
+            settings,
+            StoreRecords(app),
+            checkpoint=self._checkpoint,
+            run_view=self._run_view,
+            gpu_count=self._gpu_count,
+        )
         self._stop = threading.Event()
         self._relaunched = False
         self._settled = False  # the store's records read as the workspace's writer
@@ -89,13 +100,17 @@ class JobService:
             self._once()
         except Exception as err:  # noqa: BLE001 - said in the list, and logged whole
             log.exception("GPU workspace: the jobs' tick failed")
-            self.manager.check_error = f"the jobs' background check failed: {err} (the server's log has the rest)"
+            self.manager.check_error = (
+                f"the jobs' background check failed: {err} (the server's log has the rest)"
+            )
         else:
             self.manager.check_error = None
 
     def _once(self) -> None:
         manager = self.manager
-        manager.settings.workspace = self.app.workspace  # a legacy name may have been chosen at start
+        manager.settings.workspace = (
+            self.app.workspace
+        )  # a legacy name may have been chosen at start
         # The restore at start is over once the sync's service runs (supervisor.py): the jobs'
         # checkpoints are in the work directory by then.
         if self.app.sync.service is None or manager.store is None:
@@ -146,7 +161,9 @@ class JobService:
         if not self.app.relaunch_restores_environment:
             self.manager.environment_note = differs
             return
-        self.manager.environment_note = f"after the environment's restore of the snapshot's difference ({count})"
+        self.manager.environment_note = (
+            f"after the environment's restore of the snapshot's difference ({count})"
+        )
         self.manager.environment_note = self._restore_environment(environment, count, differs)
 
     def _restore_environment(self, environment: Any, count: str, differs: str) -> str:
@@ -154,7 +171,9 @@ class JobService:
         try:
             job = environment.start_restore(None, offline=False, uninstall=False)
         except Exception as err:  # noqa: BLE001 - refused (sources to build, the store away): relaunched as is
-            log.warning("GPU workspace: the environment's restore before the relaunch was refused: %s", err)
+            log.warning(
+                "GPU workspace: the environment's restore before the relaunch was refused: %s", err
+            )
             return f"{differs} (its restore was refused: {err})"
         deadline = time.monotonic() + ENV_RESTORE_WAIT
         while job.state == "running" and time.monotonic() < deadline and not self._stop.is_set():
@@ -198,7 +217,9 @@ class JobService:
         """The run the job's processes registered: a plain process under the job's own id, the
         ranks of a torchrun job under their run's, each saying whose job it is."""
         runs = self.app.checkpoints.run_states()
-        return runs.get(job.record.id[2:]) or next((r for r in runs.values() if r.get("job") == job.record.id), None)
+        return runs.get(job.record.id[2:]) or next(
+            (r for r in runs.values() if r.get("job") == job.record.id), None
+        )
 
     def _gpu_count(self) -> int | None:
         """This runtime's GPUs as the monitor's newest sample has them; None before its first
@@ -224,13 +245,23 @@ class JobService:
         training = self.app.training.state()
         for run in training.get("runs", []):
             if run.get("run") == record.run:
-                if isinstance(run.get("step"), int):  # the stream's: newer than the registration's, mostly
+                if isinstance(
+                    run.get("step"), int
+                ):  # the stream's: newer than the registration's, mostly
                     out["step"] = max(run["step"], out.get("step", -1))
                 verdict = run.get("verdict") or {}
-                nan = next((a for a in run.get("anomalies") or [] if a.get("kind") == "nan-loss"), None)
-                out.update(total_steps=run.get("total"), eta_seconds=run.get("eta"),
-                           verdict=verdict.get("message") or None, nan_loss=nan is not None)
-                if nan is not None:  # when the view saw it and from which step: the manager stops on it
+                nan = next(
+                    (a for a in run.get("anomalies") or [] if a.get("kind") == "nan-loss"), None
+                )
+                out.update(
+                    total_steps=run.get("total"),
+                    eta_seconds=run.get("eta"),
+                    verdict=verdict.get("message") or None,
+                    nan_loss=nan is not None,
+                )
+                if (
+                    nan is not None
+                ):  # when the view saw it and from which step: the manager stops on it
                     out.update(nan_since=nan.get("since"), nan_step=nan.get("step"))
                 break
         if "checkpoint_step" in out:  # a run is at least where its last checkpoint was taken
@@ -243,15 +274,19 @@ class JobService:
         """Stop the running jobs for the runtime's end and record them interrupted (blocking)."""
         return self.manager.interrupt_all(grace, checkpoint=checkpoint)
 
-    async def interrupt_async(self, grace: float | None = None, checkpoint: bool = False) -> list[str]:
-        return await asyncio.get_running_loop().run_in_executor(None, self.interrupt, grace, checkpoint)
+    async def interrupt_async(
+        self, grace: float | None = None, checkpoint: bool = False
+    ) -> list[str]:
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.interrupt, grace, checkpoint
+        )
 
     def stop(self) -> None:
         self._stop.set()
 
 
 def _differing(diff: Any) -> str:
-    """"2 packages": how many the environment has more, fewer or at another version."""
+    """ "2 packages": how many the environment has more, fewer or at another version."""
     diff = diff if isinstance(diff, dict) else {}
     count = sum(len(diff.get(key) or []) for key in ("added", "removed", "changed"))
     return f"{count} package{'' if count == 1 else 's'}"

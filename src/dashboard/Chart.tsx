@@ -39,7 +39,11 @@ function count(value: number): string {
 
 /** An epoch time as the clock on the wall: "14:05:09". */
 function timeOfDay(value: number): string {
-  return new Date(value * 1000).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  return new Date(value * 1000).toLocaleTimeString(undefined, {
+    hour: '2-digit',
+    minute: '2-digit',
+    second: '2-digit'
+  });
 }
 
 /** The legend's value of a series: the point under the cursor, and while the cursor is away the
@@ -87,7 +91,11 @@ export function Chart(props: IChartProps): JSX.Element {
       },
       axes: [
         { ...axis },
-        { ...axis, size: 70, values: props.yRange ? (_u, values) => values.map(v => `${v}%`) : undefined }
+        {
+          ...axis,
+          size: 70,
+          values: props.yRange ? (_u, values) => values.map(v => `${v}%`) : undefined
+        }
       ],
       series: [
         { label: props.time ? 'time' : 'step', value: legendValue(props.time ? timeOfDay : count) },

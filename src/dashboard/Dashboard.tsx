@@ -14,7 +14,12 @@ import { TrainingModel, etaText, runLevel, stepText } from '../training';
 import { Chart } from './Chart';
 
 const LOG_KEY = 'jupyter_gpu_ws:dashboard-log';
-const COLOURS = ['--jp-brand-color1', '--jp-warn-color1', '--jp-success-color1', '--jp-info-color1'];
+const COLOURS = [
+  '--jp-brand-color1',
+  '--jp-warn-color1',
+  '--jp-success-color1',
+  '--jp-info-color1'
+];
 
 /** The curves, asked for every few seconds while the dashboard is open. */
 export class TrainingHistoryModel extends PolledModel {
@@ -126,7 +131,8 @@ function DashboardView(props: {
 }): JSX.Element {
   const { runs, history } = props;
   const names = runs.map(r => r.run);
-  const current = props.selected && names.includes(props.selected) ? props.selected : (names[0] ?? null);
+  const current =
+    props.selected && names.includes(props.selected) ? props.selected : (names[0] ?? null);
   const run = runs.find(r => r.run === current) ?? null;
   const series = current && history ? history.runs[current]?.series : undefined;
   return (
@@ -148,7 +154,10 @@ function DashboardView(props: {
             ))}
           </select>
         )}
-        <label className="jp-gpuws-dashboard-log" title="A logarithmic axis for scalars that stay positive (the loss, mostly)">
+        <label
+          className="jp-gpuws-dashboard-log"
+          title="A logarithmic axis for scalars that stay positive (the loss, mostly)"
+        >
           <input
             type="checkbox"
             data-testid="gpuws-dashboard-log"
@@ -189,7 +198,10 @@ function RunSummary(props: { run: ITrainingRun }): JSX.Element {
     <div className="jp-gpuws-dashboard-summary" data-testid="gpuws-dashboard-summary">
       <span>{[stepText(run), rate, elapsed, eta].filter(Boolean).join(' · ')}</span>
       {run.verdict?.message && (
-        <span className={`jp-gpuws-verdict jp-gpuws-status-${runLevel(run)}`}> — {run.verdict.message}</span>
+        <span className={`jp-gpuws-verdict jp-gpuws-status-${runLevel(run)}`}>
+          {' '}
+          — {run.verdict.message}
+        </span>
       )}
       {run.anomalies.map(a => (
         <div key={a.id} className={`jp-gpuws-message jp-gpuws-anomaly jp-gpuws-anomaly-${a.level}`}>
@@ -209,7 +221,9 @@ function ScalarCharts(props: {
     a === 'loss' ? -1 : b === 'loss' ? 1 : a.localeCompare(b)
   );
   if (names.length === 0) {
-    return <div className="jp-gpuws-subtle">No scalar recorded yet: pass loss=… to gpuws.step.</div>;
+    return (
+      <div className="jp-gpuws-subtle">No scalar recorded yet: pass loss=… to gpuws.step.</div>
+    );
   }
   return (
     <>
@@ -251,7 +265,11 @@ function ScalarChart(props: {
   );
 }
 
-function GpuCharts(props: { history: ITrainingHistory | null; sample: ISample | null; theme: number }): JSX.Element {
+function GpuCharts(props: {
+  history: ITrainingHistory | null;
+  sample: ISample | null;
+  theme: number;
+}): JSX.Element {
   const gpus = props.history?.gpus ?? [];
   if (gpus.length === 0) {
     // The half says why it is empty, in the GPU section's words, where the charts would be.
@@ -279,10 +297,7 @@ function GpuCharts(props: { history: ITrainingHistory | null; sample: ISample | 
   );
 }
 
-function GpuChart(props: {
-  gpu: ITrainingHistory['gpus'][number];
-  theme: number;
-}): JSX.Element {
+function GpuChart(props: { gpu: ITrainingHistory['gpus'][number]; theme: number }): JSX.Element {
   const { gpu } = props;
   const data = useMemo<uPlot.AlignedData>(
     () => [

@@ -66,7 +66,9 @@ function KernelCard(props: { kernel: ICheckpointKernel; model: CheckpointsModel 
           testId="gpuws-checkpoint-now"
         />
       </div>
-      <div className="jp-gpuws-subtle">tracks {Object.keys(kernel.objects).join(', ') || 'nothing'}</div>
+      <div className="jp-gpuws-subtle">
+        tracks {Object.keys(kernel.objects).join(', ') || 'nothing'}
+      </div>
       <div className="jp-gpuws-checkpoint-last" data-testid="gpuws-checkpoint-last">
         {last ? (
           <>
@@ -88,7 +90,9 @@ function KernelCard(props: { kernel: ICheckpointKernel; model: CheckpointsModel 
           {kernel.cell_running ? 'requested: saving at the next step' : 'requested'}
         </div>
       )}
-      {kernel.last_error && <div className="jp-gpuws-message jp-gpuws-error">{kernel.last_error}</div>}
+      {kernel.last_error && (
+        <div className="jp-gpuws-message jp-gpuws-error">{kernel.last_error}</div>
+      )}
     </div>
   );
 }
@@ -104,7 +108,9 @@ function RunCard(props: { run: IDistributedRun; model: CheckpointsModel }): JSX.
   const runId = run.run_id;
   const busy = !!run.writing || !!run.pending || (runId !== null && model.requested.has(runId));
   const ranks = run.ranks ?? [];
-  const spread = run.mesh?.parallelism ? PARALLELISM[run.mesh.parallelism] ?? run.mesh.parallelism : null;
+  const spread = run.mesh?.parallelism
+    ? (PARALLELISM[run.mesh.parallelism] ?? run.mesh.parallelism)
+    : null;
   const size = run.world_size ?? ranks.length;
   const how = run.live
     ? `torchrun · ${size} rank${size === 1 ? '' : 's'}${spread ? ` · ${spread}` : ''}`
@@ -118,7 +124,8 @@ function RunCard(props: { run: IDistributedRun; model: CheckpointsModel }): JSX.
         <div className="jp-gpuws-subtle jp-gpuws-ranks" data-testid="gpuws-checkpoint-ranks">
           {ranks.map(rank => (
             <span key={rank.rank} title={rank.last_error ?? rank.host ?? ''}>
-              rank {rank.rank}: {rank.terminating ? 'ending' : rank.phase === 'idle' ? 'training' : rank.phase}
+              rank {rank.rank}:{' '}
+              {rank.terminating ? 'ending' : rank.phase === 'idle' ? 'training' : rank.phase}
             </span>
           ))}
         </div>

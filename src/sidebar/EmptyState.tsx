@@ -35,7 +35,13 @@ export function EmptyState(props: {
         </button>
       )}
       {docs && (
-        <a className="jp-gpuws-link" href={docsUrl(docs)} target="_blank" rel="noopener noreferrer" title={docsUrl(docs)}>
+        <a
+          className="jp-gpuws-link"
+          href={docsUrl(docs)}
+          target="_blank"
+          rel="noopener noreferrer"
+          title={docsUrl(docs)}
+        >
           Docs
         </a>
       )}

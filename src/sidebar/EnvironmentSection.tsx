@@ -38,7 +38,10 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
           {env.error}
         </div>
       )}
-      <div className={`jp-gpuws-line jp-gpuws-env-${env?.state ?? 'unknown'}`} data-testid="gpuws-env-summary">
+      <div
+        className={`jp-gpuws-line jp-gpuws-env-${env?.state ?? 'unknown'}`}
+        data-testid="gpuws-env-summary"
+      >
         {!env || env.state === 'capturing'
           ? 'Reading the environment…'
           : env.state === 'error'
@@ -59,7 +62,10 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
             </li>
           ))}
           {d.changed.map(p => (
-            <li key={`~${p.name}`} title={`${p.from_version} in the snapshot, ${p.to_version} here`}>
+            <li
+              key={`~${p.name}`}
+              title={`${p.from_version} in the snapshot, ${p.to_version} here`}
+            >
               ~ {p.name} {p.from_version} → {p.to_version}
             </li>
           ))}
@@ -93,7 +99,9 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
             text={job.progress.current ?? ''}
             testId="gpuws-env-progress"
           />
-          {log.length > 0 && <div className="jp-gpuws-env-log">{plainText(log[log.length - 1])}</div>}
+          {log.length > 0 && (
+            <div className="jp-gpuws-env-log">{plainText(log[log.length - 1])}</div>
+          )}
         </>
       )}
       {job && job.state === 'failed' && (

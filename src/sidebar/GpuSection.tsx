@@ -21,11 +21,7 @@ export function GpuSection(props: {
       {driver && <div className="jp-gpuws-line jp-gpuws-subtle jp-gpuws-ellipsis">{driver}</div>}
       {sample.gpu_error && (
         <div
-          className={
-            sample.gpus.length
-              ? 'jp-gpuws-message jp-gpuws-warning'
-              : 'jp-gpuws-message'
-          }
+          className={sample.gpus.length ? 'jp-gpuws-message jp-gpuws-warning' : 'jp-gpuws-message'}
           data-testid="gpuws-no-gpu"
         >
           {sample.gpus.length === 0 ? (
@@ -92,10 +88,7 @@ function GpuCard(props: {
       : null,
     gpu.sm_clock !== null ? `${gpu.sm_clock} MHz` : null
   ].filter(Boolean);
-  const processes = [
-    ...gpu.processes,
-    ...gpu.mig.flatMap(m => m.processes)
-  ];
+  const processes = [...gpu.processes, ...gpu.mig.flatMap(m => m.processes)];
   return (
     <div className="jp-gpuws-card" data-testid="gpuws-gpu-card">
       <div className="jp-gpuws-card-title" title={`${gpu.name}\n${gpu.uuid}`}>
@@ -115,9 +108,7 @@ function GpuCard(props: {
         capacity
         testId="gpuws-gpu-memory"
       />
-      {details.length > 0 && (
-        <div className="jp-gpuws-details">{details.join(' · ')}</div>
-      )}
+      {details.length > 0 && <div className="jp-gpuws-details">{details.join(' · ')}</div>}
       <Sparkline
         title={`GPU ${gpu.index} utilisation and memory, last ${formatSpan(span)}`}
         seconds={span}
@@ -176,16 +167,10 @@ function ProcessList(props: { processes: IGpuProcess[] }): JSX.Element {
           {shown.map(p => {
             const figure = figureName(p.memory_source ?? 'nvml');
             return (
-              <li
-                key={`${p.kernel_id ?? ''}:${p.pid ?? ''}`}
-                data-testid="gpuws-gpu-process"
-              >
+              <li key={`${p.kernel_id ?? ''}:${p.pid ?? ''}`} data-testid="gpuws-gpu-process">
                 <span
                   className="jp-gpuws-process-name"
-                  title={
-                    p.notebook ??
-                    (p.kernel_id ? `kernel ${p.kernel_id}` : `PID ${p.pid}`)
-                  }
+                  title={p.notebook ?? (p.kernel_id ? `kernel ${p.kernel_id}` : `PID ${p.pid}`)}
                 >
                   {p.notebook
                     ? shortPath(p.notebook)
@@ -211,8 +196,7 @@ function ProcessList(props: { processes: IGpuProcess[] }): JSX.Element {
           data-testid="gpuws-gpu-hidden-processes"
           title={`PIDs as the host numbers them: ${hidden.map(p => p.pid).join(', ')}`}
         >
-          {hidden.length} process{hidden.length === 1 ? '' : 'es'} not visible from
-          this container
+          {hidden.length} process{hidden.length === 1 ? '' : 'es'} not visible from this container
           {hiddenBytes > 0 ? ` (${formatBytes(hiddenBytes)})` : ''}
           {shown.some(p => (p.memory_source ?? '').startsWith('kernel:'))
             ? ', the kernels above among them.'

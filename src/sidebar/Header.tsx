@@ -63,7 +63,11 @@ export function PanelHeader(props: {
         <span
           className={`jp-gpuws-chip jp-gpuws-chip-time jp-gpuws-tone-${time.text ? time.level : 'none'}${time.text ? '' : ' jp-gpuws-subtle'}`}
           data-testid="gpuws-header-time"
-          title={time.text ? time.title : 'No deadline is known: no runtime limit, deadline, idle shutdown or preemption notice'}
+          title={
+            time.text
+              ? time.title
+              : 'No deadline is known: no runtime limit, deadline, idle shutdown or preemption notice'
+          }
         >
           {time.text || WORDS.runtime.no_end}
         </span>

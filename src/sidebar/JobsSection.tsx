@@ -62,7 +62,10 @@ const BUTTON_WORDS: { [action in JobAction]: [string, string] } = {
   restart: ['Restart', 'Run the job again from its newest checkpoint'],
   hold: ['Hold', 'Do not relaunch this job by itself; it waits until you let it go'],
   release: ["Don't hold", 'Let the job be relaunched by itself again'],
-  approve: ['Approve', 'This runtime cannot vouch for this job (it was not recorded here by you): run it, from its newest checkpoint']
+  approve: [
+    'Approve',
+    'This runtime cannot vouch for this job (it was not recorded here by you): run it, from its newest checkpoint'
+  ]
 };
 
 function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.Element {
@@ -73,12 +76,19 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
   const logOpen = !model.foldedLogs.has(job.id);
   const busy = model.busy.has(job.id);
   return (
-    <div className={`jp-gpuws-card jp-gpuws-job jp-gpuws-job-${job.state}`} data-testid="gpuws-job" data-job={job.id}>
+    <div
+      className={`jp-gpuws-card jp-gpuws-job jp-gpuws-job-${job.state}`}
+      data-testid="gpuws-job"
+      data-job={job.id}
+    >
       <div className="jp-gpuws-card-head">
         <div className="jp-gpuws-card-title" title={job.notebook ?? job.command.join(' ')}>
           {job.name}
         </div>
-        <span className={`jp-gpuws-job-state ${TONE_CLASSES[jobTone(job)]}`} data-testid="gpuws-job-state">
+        <span
+          className={`jp-gpuws-job-state ${TONE_CLASSES[jobTone(job)]}`}
+          data-testid="gpuws-job-state"
+        >
           {jobStateWord(job)}
         </span>
       </div>
@@ -99,7 +109,9 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
           </div>
         )
       )}
-      {steps && <Bar label={steps} value={share} text={jobEtaText(job) ?? ''} testId="gpuws-job-progress" />}
+      {steps && (
+        <Bar label={steps} value={share} text={jobEtaText(job) ?? ''} testId="gpuws-job-progress" />
+      )}
       {job.verdict && (
         <div className="jp-gpuws-verdict jp-gpuws-subtle" data-testid="gpuws-job-verdict">
           {job.verdict}
@@ -113,7 +125,9 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
             data-testid="gpuws-job-log-toggle"
             onClick={() => model.toggleLog(job.id)}
           >
-            {logOpen ? 'Hide the log' : `Show the last ${lines.length === 1 ? 'line' : `${lines.length} lines`} of the log`}
+            {logOpen
+              ? 'Hide the log'
+              : `Show the last ${lines.length === 1 ? 'line' : `${lines.length} lines`} of the log`}
           </button>
           {logOpen && (
             <pre className="jp-gpuws-job-log" data-testid="gpuws-job-log">
@@ -183,7 +197,11 @@ function FullLog(props: { lines: string[]; error: string | null }): JSX.Element 
     );
   }
   return (
-    <pre ref={end} className="jp-gpuws-job-log jp-gpuws-job-log-full" data-testid="gpuws-job-full-log-text">
+    <pre
+      ref={end}
+      className="jp-gpuws-job-log jp-gpuws-job-log-full"
+      data-testid="gpuws-job-full-log-text"
+    >
       {props.lines.length ? props.lines.join('\n') : '(no output yet)'}
     </pre>
   );

@@ -12,7 +12,10 @@ import { CollapsibleSection, IPanelSection, rankOf, SectionMemory } from './Sect
 export { IPanelModels, IPanelOptions };
 
 /** Draws its children again whenever one of `signals` emits. */
-class Watch extends React.Component<{ signals: ISignal<any, any>[]; children: () => React.ReactNode }> {
+class Watch extends React.Component<{
+  signals: ISignal<any, any>[];
+  children: () => React.ReactNode;
+}> {
   componentDidMount(): void {
     this._connect(this.props.signals);
   }
@@ -97,7 +100,12 @@ export class GpuWorkspacePanel extends ReactWidget {
             <div className="jp-gpuws-body">
               <Watch signals={[metrics.changed, sync.changed, runtime.changed]}>
                 {() => (
-                  <PanelHeader metrics={metrics} sync={sync} runtime={runtime} onMore={anchor => this._openMenu(anchor)} />
+                  <PanelHeader
+                    metrics={metrics}
+                    sync={sync}
+                    runtime={runtime}
+                    onMore={anchor => this._openMenu(anchor)}
+                  />
                 )}
               </Watch>
               <Watch signals={this._signals()}>{() => this._drawSections()}</Watch>

@@ -33,14 +33,20 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
               {formatClock(left)} <span className="jp-gpuws-subtle">left</span>
             </div>
             {state.source && (
-              <span className="jp-gpuws-subtle jp-gpuws-ellipsis" title="What ends the runtime first">
+              <span
+                className="jp-gpuws-subtle jp-gpuws-ellipsis"
+                title="What ends the runtime first"
+              >
                 {sourceLabel(state.source)}
               </span>
             )}
           </div>
           <Bar
             label="Time used"
-            value={Math.min(100, (100 * (now - state.start)) / Math.max(1, state.deadline - state.start))}
+            value={Math.min(
+              100,
+              (100 * (now - state.start)) / Math.max(1, state.deadline - state.start)
+            )}
             text={`${formatDuration(now - state.start)} of ${formatDuration(state.deadline - state.start)}`}
             capacity
             testId="gpuws-runtime-bar"
@@ -65,26 +71,37 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
       {state?.idle_seconds !== null && state?.idle_seconds !== undefined && (
         <div className="jp-gpuws-line jp-gpuws-subtle">
           Idle for {formatDuration(state.idle_seconds)}
-          {state.idle_deadline ? `; idle shutdown in ${formatDuration(state.idle_deadline - now)}` : ''}
+          {state.idle_deadline
+            ? `; idle shutdown in ${formatDuration(state.idle_deadline - now)}`
+            : ''}
         </div>
       )}
       {state?.platform && <PlatformLines platform={state.platform} state={state} now={now} />}
       {state?.emergency && (
         <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-emergency">
           {sourceLabel(state.emergency.reason)}: emergency persist {state.emergency.state}
-          {state.emergency.pending_count ? `, ${state.emergency.pending_count} files not persisted` : ''}
+          {state.emergency.pending_count
+            ? `, ${state.emergency.pending_count} files not persisted`
+            : ''}
         </div>
       )}
       {state?.preemption_watch && state.preemption_watch.watching.length > 0 && (
         <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-preemption-watch">
-          Watching for {state.preemption_watch.watching.map(cloud => sourceLabel(`preemption:${cloud}`)).join(', ')}{' '}
+          Watching for{' '}
+          {state.preemption_watch.watching
+            .map(cloud => sourceLabel(`preemption:${cloud}`))
+            .join(', ')}{' '}
           notices
         </div>
       )}
       {Object.entries(state?.preemption_watch?.errors ?? {}).map(([cloud, error]) => (
-        <div key={cloud} className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-preemption-error">
-          Cannot read {sourceLabel(`preemption:${cloud}`)} notices: {error}. A notice would go unseen; SIGTERM still
-          triggers the emergency persist.
+        <div
+          key={cloud}
+          className="jp-gpuws-message jp-gpuws-warning"
+          data-testid="gpuws-preemption-error"
+        >
+          Cannot read {sourceLabel(`preemption:${cloud}`)} notices: {error}. A notice would go
+          unseen; SIGTERM still triggers the emergency persist.
         </div>
       ))}
       {state?.errors.map(error => (
@@ -93,9 +110,7 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
         </div>
       ))}
       {state?.release?.state === 'kept' && (
-        <div className="jp-gpuws-message jp-gpuws-error">
-          Not released: {state.release.error}
-        </div>
+        <div className="jp-gpuws-message jp-gpuws-error">Not released: {state.release.error}</div>
       )}
       {state?.release && state.release.state !== 'kept' && (
         <div className="jp-gpuws-line" data-testid="gpuws-releasing">
@@ -107,7 +122,11 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
 }
 
 /** JupyterHub and Kubernetes: the hub's limits, keep-alive, and the grace before the kill. */
-function PlatformLines(props: { platform: IPlatform; state: IRuntimeState; now: number }): JSX.Element {
+function PlatformLines(props: {
+  platform: IPlatform;
+  state: IRuntimeState;
+  now: number;
+}): JSX.Element {
   const { platform, state, now } = props;
   const hub = platform.jupyterhub;
   const grace = platform.grace;
@@ -134,7 +153,8 @@ function PlatformLines(props: { platform: IPlatform; state: IRuntimeState; now: 
       )}
       {keep.enabled && (
         <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-keep-alive">
-          Keep-alive: {keep.active ? `reporting activity (${keep.reason})` : 'idle, nothing reported'}
+          Keep-alive:{' '}
+          {keep.active ? `reporting activity (${keep.reason})` : 'idle, nothing reported'}
           {keep.error ? ` · ${keep.error}` : ''}
         </div>
       )}

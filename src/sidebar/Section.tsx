@@ -76,7 +76,10 @@ export class SectionMemory {
 }
 
 /** One section: its title bar (caret, title, summary when folded, icon buttons) and content. */
-export function CollapsibleSection(props: { section: IPanelSection; memory: SectionMemory }): JSX.Element {
+export function CollapsibleSection(props: {
+  section: IPanelSection;
+  memory: SectionMemory;
+}): JSX.Element {
   const { section, memory } = props;
   const folded = memory.isFolded(section.id);
   const bodyId = `jp-gpuws-section-${section.id}`;
@@ -99,7 +102,11 @@ export function CollapsibleSection(props: { section: IPanelSection; memory: Sect
           <caretDownIcon.react tag="span" className="jp-gpuws-caret" />
           <span className="jp-gpuws-section-title">{section.title}</span>
           {summary && (
-            <span className="jp-gpuws-section-summary" title={summary} data-testid="gpuws-section-summary">
+            <span
+              className="jp-gpuws-section-summary"
+              title={summary}
+              data-testid="gpuws-section-summary"
+            >
               {summary}
             </span>
           )}

@@ -2,7 +2,14 @@ import React from 'react';
 
 import { formatBytes, formatDuration, percent, shortPath } from '../format';
 import { IJob, IPendingList, ISyncStatus, IWorkspaces } from '../api';
-import { formatAge, LOCAL_STORE_ADVICE, persistResult, progressText, SyncModel, syncSummary } from '../sync';
+import {
+  formatAge,
+  LOCAL_STORE_ADVICE,
+  persistResult,
+  progressText,
+  SyncModel,
+  syncSummary
+} from '../sync';
 import { Bar } from './Bar';
 
 /** Sync: state, what is pending (and why) or when all was saved, faults with their reasons,
@@ -16,12 +23,17 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
   const running = job?.state === 'running';
   // Files counted only while they move: never "0 of 0 files" while a checkpoint or a snapshot runs.
   const uploading =
-    running && !!job?.steps.some(s => s.name === 'sync' && s.state === 'running') && job.progress.files_total > 0;
+    running &&
+    !!job?.steps.some(s => s.name === 'sync' && s.state === 'running') &&
+    job.progress.files_total > 0;
   const listable = !!status && (status.pending_files > 0 || (status.problem_files ?? 0) > 0);
   return (
     <>
       {status?.store && (
-        <div className="jp-gpuws-line jp-gpuws-subtle jp-gpuws-store" title={`${status.store}/${status.workspace}`}>
+        <div
+          className="jp-gpuws-line jp-gpuws-subtle jp-gpuws-store"
+          title={`${status.store}/${status.workspace}`}
+        >
           {status.store}/{status.workspace}
         </div>
       )}
@@ -43,11 +55,14 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
         </button>
       )}
       {model.showPending && <PendingList listing={model.pending} />}
-      {status && !model.showPending && (status.problem_files ?? 0) > 0 && status.pending_files === 0 && (
-        <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-sync-problems">
-          {plural(status.problem_files ?? 0, 'file')} cannot be synced: see the list.
-        </div>
-      )}
+      {status &&
+        !model.showPending &&
+        (status.problem_files ?? 0) > 0 &&
+        status.pending_files === 0 && (
+          <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-sync-problems">
+            {plural(status.problem_files ?? 0, 'file')} cannot be synced: see the list.
+          </div>
+        )}
       {status && <Faults status={status} now={now} onTakeOver={() => void model.takeOver()} />}
       {status?.store_same_disk && (status.state === 'idle' || status.state === 'syncing') && (
         <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-local-store">
@@ -59,7 +74,9 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           encrypted ({status.encryption.cipher})
         </div>
       )}
-      {model.workspaces && status && <WorkspaceChooser workspaces={model.workspaces} status={status} model={model} />}
+      {model.workspaces && status && (
+        <WorkspaceChooser workspaces={model.workspaces} status={status} model={model} />
+      )}
       {status?.quota_bytes ? (
         <Bar
           label="Store quota"
@@ -69,11 +86,16 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           testId="gpuws-quota"
         />
       ) : null}
-      {status?.quota_warning && <div className="jp-gpuws-message jp-gpuws-warning">{status.quota_warning}</div>}
+      {status?.quota_warning && (
+        <div className="jp-gpuws-message jp-gpuws-warning">{status.quota_warning}</div>
+      )}
       {status && (status.synced_files ?? 0) > 0 && (
         <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-store-usage">
-          In the store: {plural(status.synced_files ?? 0, 'file')}, {formatBytes(status.store_bytes ?? 0)}
-          {status.versions_bytes ? ` + ${formatBytes(status.versions_bytes)} of previous versions` : ''}
+          In the store: {plural(status.synced_files ?? 0, 'file')},{' '}
+          {formatBytes(status.store_bytes ?? 0)}
+          {status.versions_bytes
+            ? ` + ${formatBytes(status.versions_bytes)} of previous versions`
+            : ''}
         </div>
       )}
       {status?.watch && (status.watch.error || status.watch.limited) && (
@@ -99,8 +121,8 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
       )}
       {running && job?.cancelling && (
         <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-persist-cancelling">
-          Cancelling: the persist stops after its current step ({stepWords(job)}). What is uploaded stays
-          uploaded.
+          Cancelling: the persist stops after its current step ({stepWords(job)}). What is uploaded
+          stays uploaded.
         </div>
       )}
       {running && job && !job.cancelling && (
@@ -122,7 +144,9 @@ function PersistResult(props: { job: IJob; now: number }): JSX.Element {
   const { job, now } = props;
   const result = persistResult(job);
   const look =
-    result.level === 'ok' ? 'jp-gpuws-line jp-gpuws-subtle' : `jp-gpuws-message jp-gpuws-${result.level}`;
+    result.level === 'ok'
+      ? 'jp-gpuws-line jp-gpuws-subtle'
+      : `jp-gpuws-message jp-gpuws-${result.level}`;
   return (
     <div className={look} data-testid="gpuws-persist-result">
       Last persist {formatAge(now - (job.finished ?? now))} ago: {result.short}
@@ -141,7 +165,11 @@ function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => voi
   const { status, now } = props;
   const holder = status.lease;
   const takeOver = status.can_take_over && (
-    <button className="jp-mod-styled jp-gpuws-button" data-testid="gpuws-take-over" onClick={props.onTakeOver}>
+    <button
+      className="jp-mod-styled jp-gpuws-button"
+      data-testid="gpuws-take-over"
+      onClick={props.onTakeOver}
+    >
       {status.store_missing ? 'Start anew' : 'Take over'}
     </button>
   );
@@ -155,7 +183,9 @@ function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => voi
       )}
       {status.state === 'read-only' && (
         <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-read-only">
-          {holder ? `${holder.user}@${holder.host} (pid ${holder.pid}) writes this workspace. ` : ''}
+          {holder
+            ? `${holder.user}@${holder.host} (pid ${holder.pid}) writes this workspace. `
+            : ''}
           {status.takeover_at && status.takeover_at > now
             ? `This runtime restores, reads, and takes over by itself once that runtime stops renewing its lease: ${formatDuration(holder?.ttl ?? 0)} after its last renewal, as this machine's clock measures it (in ${formatDuration(status.takeover_at - now)} if it renews no more).`
             : status.read_only_reason}
@@ -179,14 +209,18 @@ function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => voi
         </div>
       )}
       {(status.ignore_problems ?? []).map(problem => (
-        <div key={problem} className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-ignore-problem">
+        <div
+          key={problem}
+          className="jp-gpuws-message jp-gpuws-warning"
+          data-testid="gpuws-ignore-problem"
+        >
           {problem}
         </div>
       ))}
       {(status.store_skipped_count ?? 0) > 0 && (
         <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-store-skipped">
-          {plural(status.store_skipped_count ?? 0, 'entry', 'entries')} of the store {status.store_skipped_count === 1 ? 'is' : 'are'}{' '}
-          skipped, never followed nor read:{' '}
+          {plural(status.store_skipped_count ?? 0, 'entry', 'entries')} of the store{' '}
+          {status.store_skipped_count === 1 ? 'is' : 'are'} skipped, never followed nor read:{' '}
           {Object.entries(status.store_skipped ?? {})
             .slice(0, 3)
             .map(([key, why]) => `${key} (${why})`)
@@ -242,7 +276,11 @@ function PendingList(props: { listing: IPendingList | null }): JSX.Element {
 
 /** When this workspace is new and empty while the store holds others (a fresh machine where the
  * project folder has another name or path): the others, with their size and last write. */
-function WorkspaceChooser(props: { workspaces: IWorkspaces; status: ISyncStatus; model: SyncModel }): JSX.Element | null {
+function WorkspaceChooser(props: {
+  workspaces: IWorkspaces;
+  status: ISyncStatus;
+  model: SyncModel;
+}): JSX.Element | null {
   const { workspaces, status, model } = props;
   const others = workspaces.workspaces.filter(w => w.name !== workspaces.current);
   if (workspaces.current_files > 0 || (status.synced_files ?? 0) > 0 || !others.length) {
@@ -251,7 +289,8 @@ function WorkspaceChooser(props: { workspaces: IWorkspaces; status: ISyncStatus;
   const now = Date.now() / 1000;
   return (
     <div className="jp-gpuws-message jp-gpuws-info" data-testid="gpuws-workspace-chooser">
-      This workspace, <b>{workspaces.current}</b>, is new. The store holds {plural(others.length, 'other')}:
+      This workspace, <b>{workspaces.current}</b>, is new. The store holds{' '}
+      {plural(others.length, 'other')}:
       <ul className="jp-gpuws-workspaces">
         {others.slice(0, 8).map(w => (
           <li key={w.name}>
@@ -264,7 +303,10 @@ function WorkspaceChooser(props: { workspaces: IWorkspaces; status: ISyncStatus;
               {w.last_write ? `, written ${formatAge(now - w.last_write)} ago` : ''}
               {w.host ? ` on ${w.host}` : ''}
             </span>
-            <button className="jp-mod-styled jp-gpuws-button" onClick={() => void model.useWorkspace(w.name)}>
+            <button
+              className="jp-mod-styled jp-gpuws-button"
+              onClick={() => void model.useWorkspace(w.name)}
+            >
               Use
             </button>
           </li>
@@ -291,7 +333,9 @@ function pendingLinkText(status: ISyncStatus | null): string {
     parts.push(`Show the ${plural(status.pending_files, 'pending file')}`);
   }
   if (status.problem_files) {
-    parts.push(`${status.pending_files ? '' : 'Show the '}${plural(status.problem_files, 'file')} that cannot be synced`);
+    parts.push(
+      `${status.pending_files ? '' : 'Show the '}${plural(status.problem_files, 'file')} that cannot be synced`
+    );
   }
   return parts.join(' and ');
 }
@@ -311,13 +355,15 @@ const STEP_WORDS: { [step: string]: string } = {
 /** The persist's step still running, in words: what a cancel waits for. */
 function stepWords(job: IJob): string {
   const step = job.steps.find(s => s.state === 'running');
-  return step ? STEP_WORDS[step.name] ?? step.name : 'the current step';
+  return step ? (STEP_WORDS[step.name] ?? step.name) : 'the current step';
 }
 
 function progressShare(p: IJob['progress']): number | null {
-  return p.bytes_total ? percent(p.bytes_done, p.bytes_total) : percent(p.files_done, p.files_total);
+  return p.bytes_total
+    ? percent(p.bytes_done, p.bytes_total)
+    : percent(p.files_done, p.files_total);
 }
 
 function plural(count: number, noun: string, nouns?: string): string {
-  return `${count.toLocaleString()} ${count === 1 ? noun : nouns ?? `${noun}s`}`;
+  return `${count.toLocaleString()} ${count === 1 ? noun : (nouns ?? `${noun}s`)}`;
 }

@@ -13,14 +13,15 @@ const DISK_LABELS: { [label: string]: string } = {
 /** CPU, memory and disks, bounded by the container's limits where it has them. */
 export function SystemSection(props: { system: ISystem }): JSX.Element {
   const { system } = props;
-  const cores = Number.isInteger(system.cpu_count)
-    ? system.cpu_count
-    : system.cpu_count.toFixed(1);
+  const cores = Number.isInteger(system.cpu_count) ? system.cpu_count : system.cpu_count.toFixed(1);
   const memory = percent(system.memory_used, system.memory_total);
   return (
     <>
       {system.limits === 'cgroup' && (
-        <div className="jp-gpuws-line jp-gpuws-subtle" title="Figures are bounded by the container's cgroup limits">
+        <div
+          className="jp-gpuws-line jp-gpuws-subtle"
+          title="Figures are bounded by the container's cgroup limits"
+        >
           Within the container's limits
         </div>
       )}
@@ -38,10 +39,7 @@ export function SystemSection(props: { system: ISystem }): JSX.Element {
         testId="gpuws-memory"
       />
       {system.disks.map(disk => (
-        <div
-          key={disk.label}
-          title={`${disk.path}: ${formatBytes(disk.total - disk.used)} free`}
-        >
+        <div key={disk.label} title={`${disk.path}: ${formatBytes(disk.total - disk.used)} free`}>
           <Bar
             label={DISK_LABELS[disk.label] ?? disk.label}
             value={percent(disk.used, disk.total)}

@@ -46,7 +46,10 @@ function RunCard(props: { run: ITrainingRun }): JSX.Element {
   const eta = etaText(run);
   const points = run.sparkline.filter((p): p is [number, number] => p[1] !== null);
   return (
-    <div className={`jp-gpuws-card jp-gpuws-training-${runLevel(run)}`} data-testid="gpuws-training-run">
+    <div
+      className={`jp-gpuws-card jp-gpuws-training-${runLevel(run)}`}
+      data-testid="gpuws-training-run"
+    >
       <div className="jp-gpuws-card-title" title={run.run}>
         {shortPath(run.notebook ?? run.run)}
         <span className="jp-gpuws-subtle"> · {run.state}</span>
@@ -58,13 +61,20 @@ function RunCard(props: { run: ITrainingRun }): JSX.Element {
         testId="gpuws-training-progress"
       />
       {run.verdict?.message && (
-        <div className={`jp-gpuws-verdict jp-gpuws-status-${runLevel(run)}`} data-testid="gpuws-training-verdict">
+        <div
+          className={`jp-gpuws-verdict jp-gpuws-status-${runLevel(run)}`}
+          data-testid="gpuws-training-verdict"
+        >
           {run.verdict.message}
         </div>
       )}
       {points.length > 1 && <LossSparkline points={points} />}
       {run.anomalies.map(a => (
-        <div key={a.id} className={`jp-gpuws-message jp-gpuws-anomaly jp-gpuws-anomaly-${a.level}`} title={a.advice}>
+        <div
+          key={a.id}
+          className={`jp-gpuws-message jp-gpuws-anomaly jp-gpuws-anomaly-${a.level}`}
+          title={a.advice}
+        >
           {a.message}
         </div>
       ))}

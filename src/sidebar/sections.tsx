@@ -100,7 +100,8 @@ export function defaultSections(m: IPanelModels, options: () => IPanelOptions): 
       title: 'Checkpoints',
       rank: RANKS.checkpoints,
       changed: [m.checkpoints.changed],
-      summary: () => (m.checkpoints.kernels.length ? count(m.checkpoints.kernels.length, 'notebook') : 'none'),
+      summary: () =>
+        m.checkpoints.kernels.length ? count(m.checkpoints.kernels.length, 'notebook') : 'none',
       render: () => <CheckpointsSection model={m.checkpoints} />
     },
     {
@@ -113,7 +114,10 @@ export function defaultSections(m: IPanelModels, options: () => IPanelOptions): 
         <>
           {m.environment.busy && (
             <ActionButton
-              action={{ enabled: true, tooltip: 'Cancel: stop between packages; what is installed stays' }}
+              action={{
+                enabled: true,
+                tooltip: 'Cancel: stop between packages; what is installed stays'
+              }}
               icon={stopIcon}
               onClick={() => void m.environment.cancel()}
               testId="gpuws-env-cancel"
@@ -150,7 +154,9 @@ export function defaultSections(m: IPanelModels, options: () => IPanelOptions): 
       changed: [m.metrics.changed],
       summary: () => {
         const system = m.metrics.latest?.system;
-        return system ? `CPU ${percentText(system.cpu_percent)} · ${usage(system.memory_used, system.memory_total)}` : '';
+        return system
+          ? `CPU ${percentText(system.cpu_percent)} · ${usage(system.memory_used, system.memory_total)}`
+          : '';
       },
       render: () => (m.metrics.latest ? <SystemSection system={m.metrics.latest.system} /> : null)
     }
@@ -189,12 +195,13 @@ function GpuMonitor(props: { metrics: MetricsModel; seconds: number }): JSX.Elem
       {sample ? (
         <GpuSection sample={sample} history={metrics.history} sparklineSeconds={props.seconds} />
       ) : (
-        !metrics.error && <div className="jp-gpuws-line jp-gpuws-subtle">Waiting for the first sample…</div>
+        !metrics.error && (
+          <div className="jp-gpuws-line jp-gpuws-subtle">Waiting for the first sample…</div>
+        )
       )}
     </>
   );
 }
-
 
 /** Training in view: at the very top while a run is tracked (will it finish before the runtime
  * ends?), among the others with a one-line hint when none is. */
@@ -210,7 +217,10 @@ export function trainingSection(training: TrainingModel, openDashboard: () => vo
     },
     toolbar: () => (
       <ActionButton
-        action={{ enabled: true, tooltip: 'Open Training and GPUs: the curves of each run and the GPUs over time' }}
+        action={{
+          enabled: true,
+          tooltip: 'Open Training and GPUs: the curves of each run and the GPUs over time'
+        }}
         icon={launchIcon}
         onClick={openDashboard}
         testId="gpuws-open-dashboard"
@@ -226,7 +236,8 @@ export function jobsSection(jobs: JobsModel): IPanelSection {
   return {
     id: 'jobs',
     title: 'Jobs',
-    rank: () => (jobs.jobs.some(job => jobActive(job, jobs.pending)) ? RANKS.jobs : RANKS.jobsWhenIdle),
+    rank: () =>
+      jobs.jobs.some(job => jobActive(job, jobs.pending)) ? RANKS.jobs : RANKS.jobsWhenIdle,
     changed: [jobs.changed],
     visible: () => jobs.jobs.length > 0 || jobs.pending.length > 0,
     summary: () => jobsSummary(jobs.jobs, jobs.pending),

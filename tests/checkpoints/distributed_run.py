@@ -39,23 +39,52 @@ def parse() -> argparse.Namespace:
     p.add_argument("--root", required=True)
     p.add_argument("--name", default="dist-run")
     p.add_argument("--out", required=True)
-    p.add_argument("--sleep", type=float, default=0.0, help="seconds per step (time for requests to arrive)")
-    p.add_argument("--kill-at", type=int, default=None, help="rank 0 kills the whole run (SIGKILL) after this step")
-    p.add_argument("--kill-in-save", type=int, default=None,
-                   help="at this step every rank starts a checkpoint and the last rank kills the run at once")
-    p.add_argument("--dump-full", action="store_true", help="rank 0 writes the whole state at each checkpoint step")
+    p.add_argument(
+        "--sleep", type=float, default=0.0, help="seconds per step (time for requests to arrive)"
+    )
+    p.add_argument(
+        "--kill-at",
+        type=int,
+        default=None,
+        help="rank 0 kills the whole run (SIGKILL) after this step",
+    )
+    p.add_argument(
+        "--kill-in-save",
+        type=int,
+        default=None,
+        help="at this step every rank starts a checkpoint and the last rank kills the run at once",
+    )
+    p.add_argument(
+        "--dump-full",
+        action="store_true",
+        help="rank 0 writes the whole state at each checkpoint step",
+    )
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--width", type=int, default=32)
-    p.add_argument("--stager-closes-after-staging", action="store_true",
-                   help="DCP's DefaultStager closes itself after each staging, as torch 2.11's does")
-    p.add_argument("--linger", type=float, default=0.0, help="seconds spent after the loop (a final evaluation)")
+    p.add_argument(
+        "--stager-closes-after-staging",
+        action="store_true",
+        help="DCP's DefaultStager closes itself after each staging, as torch 2.11's does",
+    )
+    p.add_argument(
+        "--linger",
+        type=float,
+        default=0.0,
+        help="seconds spent after the loop (a final evaluation)",
+    )
     return p.parse_args()
 
 
 def build(parallel: str, width: int) -> torch.nn.Module:
     torch.manual_seed(0)  # the same initial weights on every rank
-    model = torch.nn.Sequential(torch.nn.Linear(16, width), torch.nn.Dropout(0.1), torch.nn.ReLU(),
-                                torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, 1))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, width),
+        torch.nn.Dropout(0.1),
+        torch.nn.ReLU(),
+        torch.nn.Linear(width, width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(width, 1),
+    )
     if parallel == "ddp":
         return torch.nn.parallel.DistributedDataParallel(model)
     if parallel == "fsdp":
@@ -131,20 +160,33 @@ def main() -> int:
     torch.manual_seed(1000 + rank)  # each rank's own data and dropout
     random.seed(2000 + rank)
     np.random.seed(3000 + rank)
-    gpuws.track(args.name, model=model, optimizer=optimizer, scheduler=scheduler, progress=progress,
-                every_steps=args.every, keep_last=args.keep, root=args.root, total_steps=args.steps)
+    gpuws.track(
+        args.name,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        progress=progress,
+        every_steps=args.every,
+        keep_last=args.keep,
+        root=args.root,
+        total_steps=args.steps,
+    )
     tracker = default_tracker()
     start = 0 if args.no_resume else gpuws.resume()
     if rank == 0 and not args.no_resume:
-        torch.save(full_state(model, optimizer) | {"progress": dict(progress), "start": start},
-                   os.path.join(args.out, "resumed.pt"))
+        torch.save(
+            full_state(model, optimizer) | {"progress": dict(progress), "start": start},
+            os.path.join(args.out, "resumed.pt"),
+        )
     elif not args.no_resume:
         full_state(model, optimizer)  # a collective: every rank takes part
     print(f"rank {rank} of {world} starts at step {start}", flush=True)
     with open(os.path.join(args.out, f"losses-{rank}.jsonl"), "a") as losses:
         for i in range(start, args.steps):
             x = torch.randn(8, 16)
-            y = x.sum(dim=1, keepdim=True) * (1 + 0.01 * random.random()) + 0.01 * float(np.random.randn())
+            y = x.sum(dim=1, keepdim=True) * (1 + 0.01 * random.random()) + 0.01 * float(
+                np.random.randn()
+            )
             loss = torch.nn.functional.mse_loss(model(x), y)
             optimizer.zero_grad()
             loss.backward()
@@ -157,7 +199,9 @@ def main() -> int:
             if args.dump_full and saving:
                 state = full_state(model, optimizer)
                 if rank == 0:
-                    torch.save(state | {"progress": dict(progress)}, os.path.join(args.out, f"full-{i}.pt"))
+                    torch.save(
+                        state | {"progress": dict(progress)}, os.path.join(args.out, f"full-{i}.pt")
+                    )
             gpuws.step(i, loss=loss)  # rank 0 records the loss, read in the background
             if args.kill_in_save == i:
                 tracker.wait()  # the previous checkpoint is complete
@@ -173,9 +217,17 @@ def main() -> int:
         print(f"rank {rank} lingers", flush=True)
         time.sleep(args.linger)
     tracker.wait()
-    torch.save({"model": local(model.state_dict()), "optimizer": local(optimizer.state_dict()),
-                "rng": torch.get_rng_state(), "python": random.random(), "numpy": float(np.random.rand()),
-                "progress": dict(progress)}, os.path.join(args.out, f"final-{rank}.pt"))
+    torch.save(
+        {
+            "model": local(model.state_dict()),
+            "optimizer": local(optimizer.state_dict()),
+            "rng": torch.get_rng_state(),
+            "python": random.random(),
+            "numpy": float(np.random.rand()),
+            "progress": dict(progress),
+        },
+        os.path.join(args.out, f"final-{rank}.pt"),
+    )
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -21,16 +22,29 @@ def store() -> Iterator[Any]:
     yield dist.PrefixStore("gpuws/test/", master)
 
 
-def rank(store: Any, number: int, world: int, step: Any, log: list[Any] | None = None,
-         asked: threading.Event | None = None, timeout: float = 10) -> StepAgreement:
+def rank(
+    store: Any,
+    number: int,
+    world: int,
+    step: Any,
+    log: list[Any] | None = None,
+    asked: threading.Event | None = None,
+    timeout: float = 10,
+) -> StepAgreement:
     def current() -> int:
         if log is not None:
             log.append("step read")
         return step() if callable(step) else step
 
-    return StepAgreement(store, number, world, current,
-                         on_round=lambda n: log.append(("hold", n)) if log is not None else None,
-                         on_ask=lambda: asked.set() if asked is not None else None, timeout=timeout)
+    return StepAgreement(
+        store,
+        number,
+        world,
+        current,
+        on_round=lambda n: log.append(("hold", n)) if log is not None else None,
+        on_ask=lambda: asked.set() if asked is not None else None,
+        timeout=timeout,
+    )
 
 
 def test_a_rank_ahead_of_rank_0_sets_the_target_one_step_past_where_it_is(store: Any) -> None:

@@ -25,9 +25,15 @@ from jupyter_gpu_ws.checkpoints.tracker import Tracker
 
 N = 16  # steps; 40 samples in batches of 8 make 5 batches an epoch
 # Where the checkpoint lands: in the first epoch, in the middle of a later one, at an epoch's end.
-RESUME_AT = [pytest.param(3, id="epoch0-mid"), pytest.param(8, id="epoch1-mid"), pytest.param(10, id="epoch-end")]
+RESUME_AT = [
+    pytest.param(3, id="epoch0-mid"),
+    pytest.param(8, id="epoch1-mid"),
+    pytest.param(10, id="epoch-end"),
+]
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning", "ignore::FutureWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::UserWarning", "ignore::DeprecationWarning", "ignore::FutureWarning"
+)
 
 
 def saved(tracker: Tracker) -> list[tuple[int, str | None]]:
@@ -36,7 +42,7 @@ def saved(tracker: Tracker) -> list[tuple[int, str | None]]:
 
 
 def same_parameters(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    pairs = list(zip(a.state_dict().values(), b.state_dict().values()))
+    pairs = list(zip(a.state_dict().values(), b.state_dict().values(), strict=True))
     return len(pairs) == len(a.state_dict()) and all(torch.equal(x, y) for x, y in pairs)
 
 
@@ -63,15 +69,24 @@ def pl() -> Any:
     return pytest.importorskip("lightning.pytorch")
 
 
-def lightning_fit(pl: Any, seed: int, max_steps: int, callbacks: list[Any],
-                  request: tuple[Tracker, int, str] | None = None) -> tuple[Any, Any]:
+def lightning_fit(
+    pl: Any,
+    seed: int,
+    max_steps: int,
+    callbacks: list[Any],
+    request: tuple[Tracker, int, str] | None = None,
+) -> tuple[Any, Any]:
     """Train a small regressor (AdamW, a per-step StepLR, dropout) with Lightning."""
 
     class Regressor(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2),
-                                           torch.nn.Linear(16, 1))
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(8, 16),
+                torch.nn.ReLU(),
+                torch.nn.Dropout(0.2),
+                torch.nn.Linear(16, 1),
+            )
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             if request is not None and self.global_step == request[1]:
@@ -89,9 +104,16 @@ def lightning_fit(pl: Any, seed: int, max_steps: int, callbacks: list[Any],
 
     torch.manual_seed(seed)
     model = Regressor()
-    trainer = pl.Trainer(max_steps=max_steps, accelerator="cpu", devices=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=callbacks)
+    trainer = pl.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
     trainer.fit(model)
     return model, trainer
 
@@ -103,11 +125,15 @@ def lightning_straight(pl: Any) -> torch.nn.Module:
 
 
 @pytest.mark.parametrize("k", RESUME_AT)
-def test_lightning_resume_continues_bitwise(pl: Any, lightning_straight: Any, tmp_path: Path, k: int) -> None:
+def test_lightning_resume_continues_bitwise(
+    pl: Any, lightning_straight: Any, tmp_path: Path, k: int
+) -> None:
     from jupyter_gpu_ws.checkpoints.callbacks import GpuwsCallback
 
     first = Tracker()
-    lightning_fit(pl, 0, k + 2, [GpuwsCallback("run", every_steps=k, root=str(tmp_path), tracker=first)])
+    lightning_fit(
+        pl, 0, k + 2, [GpuwsCallback("run", every_steps=k, root=str(tmp_path), tracker=first)]
+    )
     assert saved(first) == [(k, None)]
 
     callback = GpuwsCallback("run", root=str(tmp_path), tracker=Tracker())
@@ -120,7 +146,9 @@ def test_lightning_request_is_honoured_at_the_next_step(pl: Any, tmp_path: Path)
     from jupyter_gpu_ws.checkpoints.callbacks import GpuwsCallback
 
     tracker = Tracker()
-    callback = GpuwsCallback("req", root=str(tmp_path), tracker=tracker)  # no policy: only the request saves
+    callback = GpuwsCallback(
+        "req", root=str(tmp_path), tracker=tracker
+    )  # no policy: only the request saves
     lightning_fit(pl, 0, 8, [callback], request=(tracker, 4, "from-server"))
     assert saved(tracker) == [(5, "from-server")]
 
@@ -134,11 +162,15 @@ def test_lightning_without_checkpoints_starts_fresh(pl: Any, tmp_path: Path) -> 
     assert callback.resumed_step is None and same_parameters(straight, model)
 
 
-def test_lightning_feeds_the_training_view_its_loss_metrics_and_total(pl: Any, tmp_path: Path) -> None:
+def test_lightning_feeds_the_training_view_its_loss_metrics_and_total(
+    pl: Any, tmp_path: Path
+) -> None:
     from jupyter_gpu_ws.checkpoints.callbacks import GpuwsCallback
 
     tracker = Tracker()
-    _, trainer = lightning_fit(pl, 0, 6, [GpuwsCallback("seen", root=str(tmp_path), tracker=tracker)])
+    _, trainer = lightning_fit(
+        pl, 0, 6, [GpuwsCallback("seen", root=str(tmp_path), tracker=tracker)]
+    )
     tracker.training.flush()
     assert tracker.training.total == 6 and tracker.training.last_step == 5  # 6 steps done
     losses = tracker.training.history.points("loss")
@@ -156,8 +188,15 @@ def hf() -> Any:
     return transformers
 
 
-def hf_train(hf: Any, seed: int, out: Path, callbacks: list[Any], stop_at: int | None = None,
-             resume: str | None = None, logging_steps: int | None = None) -> tuple[Any, Any]:
+def hf_train(
+    hf: Any,
+    seed: int,
+    out: Path,
+    callbacks: list[Any],
+    stop_at: int | None = None,
+    resume: str | None = None,
+    logging_steps: int | None = None,
+) -> tuple[Any, Any]:
     """Train a one-layer GPT-2 (built from a config: nothing downloaded; dropout on) with Trainer:
     AdamW with a linear warm-up and decay over N steps."""
 
@@ -167,14 +206,28 @@ def hf_train(hf: Any, seed: int, out: Path, callbacks: list[Any], stop_at: int |
                 control.should_training_stop = True
 
     g = torch.Generator().manual_seed(0)
-    data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 32, (40, 12), generator=g)]
+    data = [
+        {"input_ids": ids, "labels": ids} for ids in torch.randint(0, 32, (40, 12), generator=g)
+    ]
     torch.manual_seed(seed)
-    model = hf.GPT2LMHeadModel(hf.GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))
-    args = hf.TrainingArguments(output_dir=str(out), max_steps=N, per_device_train_batch_size=8,
-                                learning_rate=1e-2, warmup_steps=2, lr_scheduler_type="linear",
-                                save_strategy="no", report_to=[], use_cpu=True,
-                                logging_strategy="steps" if logging_steps else "no", logging_steps=logging_steps or 500,
-                                seed=0, disable_tqdm=True)
+    model = hf.GPT2LMHeadModel(
+        hf.GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2)
+    )
+    args = hf.TrainingArguments(
+        output_dir=str(out),
+        max_steps=N,
+        per_device_train_batch_size=8,
+        learning_rate=1e-2,
+        warmup_steps=2,
+        lr_scheduler_type="linear",
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        logging_strategy="steps" if logging_steps else "no",
+        logging_steps=logging_steps or 500,
+        seed=0,
+        disable_tqdm=True,
+    )
     trainer = hf.Trainer(model=model, args=args, train_dataset=data, callbacks=[*callbacks, Stop()])
     trainer.train(resume_from_checkpoint=resume)
     return model, trainer
@@ -187,12 +240,19 @@ def trainer_straight(hf: Any, tmp_path_factory: pytest.TempPathFactory) -> torch
 
 
 @pytest.mark.parametrize("k", RESUME_AT)
-def test_trainer_resume_continues_bitwise(hf: Any, trainer_straight: Any, tmp_path: Path, k: int) -> None:
+def test_trainer_resume_continues_bitwise(
+    hf: Any, trainer_straight: Any, tmp_path: Path, k: int
+) -> None:
     from jupyter_gpu_ws.checkpoints.callbacks import GpuwsTrainerCallback
 
     first = Tracker()
-    hf_train(hf, 0, tmp_path / "out", [GpuwsTrainerCallback("run", every_steps=k, root=str(tmp_path / "ckpt"),
-                                                             tracker=first)], stop_at=k + 2)
+    hf_train(
+        hf,
+        0,
+        tmp_path / "out",
+        [GpuwsTrainerCallback("run", every_steps=k, root=str(tmp_path / "ckpt"), tracker=first)],
+        stop_at=k + 2,
+    )
     assert saved(first) == [(k, None)]
 
     callback = GpuwsTrainerCallback("run", root=str(tmp_path / "ckpt"), tracker=Tracker())
@@ -203,16 +263,28 @@ def test_trainer_resume_continues_bitwise(hf: Any, trainer_straight: Any, tmp_pa
     assert same_parameters(trainer_straight, resumed)
 
 
-def test_trainer_resume_folder_is_a_trainer_checkpoint_and_is_removed(hf: Any, tmp_path: Path) -> None:
+def test_trainer_resume_folder_is_a_trainer_checkpoint_and_is_removed(
+    hf: Any, tmp_path: Path
+) -> None:
     from jupyter_gpu_ws.checkpoints.callbacks import GpuwsTrainerCallback
 
     first = Tracker()
-    hf_train(hf, 0, tmp_path / "out", [GpuwsTrainerCallback("run", every_steps=4, root=str(tmp_path / "ckpt"),
-                                                             tracker=first)], stop_at=4)
+    hf_train(
+        hf,
+        0,
+        tmp_path / "out",
+        [GpuwsTrainerCallback("run", every_steps=4, root=str(tmp_path / "ckpt"), tracker=first)],
+        stop_at=4,
+    )
     callback = GpuwsTrainerCallback("run", root=str(tmp_path / "ckpt"), tracker=Tracker())
     folder = Path(callback.resume_from_checkpoint())
-    assert {"pytorch_model.bin", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"} <= {
-        p.name for p in folder.iterdir()}
+    assert {
+        "pytorch_model.bin",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng_state.pth",
+        "trainer_state.json",
+    } <= {p.name for p in folder.iterdir()}
     assert json.loads((folder / "trainer_state.json").read_text())["global_step"] == 4
     hf_train(hf, 0, tmp_path / "out", [callback], stop_at=5, resume=str(folder))
     assert not folder.exists()
@@ -237,8 +309,13 @@ def test_trainer_feeds_the_training_view_its_logs_and_total(hf: Any, tmp_path: P
     from jupyter_gpu_ws.checkpoints.callbacks import GpuwsTrainerCallback
 
     tracker = Tracker()
-    hf_train(hf, 0, tmp_path / "out", [GpuwsTrainerCallback("seen", root=str(tmp_path / "ckpt"), tracker=tracker)],
-             logging_steps=2)
+    hf_train(
+        hf,
+        0,
+        tmp_path / "out",
+        [GpuwsTrainerCallback("seen", root=str(tmp_path / "ckpt"), tracker=tracker)],
+        logging_steps=2,
+    )
     tracker.training.flush()
     assert tracker.training.total == N and tracker.training.last_step == N - 1
     assert [p[0] for p in tracker.training.history.points("loss")][-1] == N - 1
@@ -256,9 +333,13 @@ def test_trainer_without_checkpoints_resumes_nothing(hf: Any, tmp_path: Path) ->
 
 
 def test_importing_the_package_imports_no_framework() -> None:
-    code = ("import sys, jupyter_gpu_ws, jupyter_gpu_ws.checkpoints.callbacks; "
-            "print(sorted({'torch', 'lightning', 'pytorch_lightning', 'transformers'} & set(sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = (
+        "import sys, jupyter_gpu_ws, jupyter_gpu_ws.checkpoints.callbacks; "
+        "print(sorted({'torch', 'lightning', 'pytorch_lightning', 'transformers'} & set(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -266,7 +347,10 @@ def test_package_attributes_are_the_callback_classes(pl: Any, hf: Any) -> None:
     import jupyter_gpu_ws as gpuws
     from jupyter_gpu_ws.checkpoints import callbacks
 
-    assert issubclass(gpuws.LightningCallback, pl.Callback) and gpuws.LightningCallback is callbacks.GpuwsCallback
+    assert (
+        issubclass(gpuws.LightningCallback, pl.Callback)
+        and gpuws.LightningCallback is callbacks.GpuwsCallback
+    )
     assert issubclass(gpuws.TrainerCallback, hf.TrainerCallback)
     assert gpuws.TrainerCallback is callbacks.GpuwsTrainerCallback
 

@@ -29,12 +29,28 @@ async def the_run(jp_fetch: Any, live: bool = True) -> dict[str, Any]:
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
 async def test_a_torchrun_from_the_server_is_one_run_and_checkpoints_when_asked(
-        jp_fetch: Any, gpuws_app: Any, tmp_path: Path, parallel: str) -> None:
+    jp_fetch: Any, gpuws_app: Any, tmp_path: Path, parallel: str
+) -> None:
     await sync_running(jp_fetch)
     root = Path(gpuws_app.workdir) / ".gpuws" / "checkpoints"
     out = tmp_path / "out"
-    with Run(2, "--parallel", parallel, "--name", "train.py", "--steps", "100000", "--sleep", "0.02",
-             "--no-resume", "--root", str(root), "--out", str(out), log=tmp_path / "log"):
+    with Run(
+        2,
+        "--parallel",
+        parallel,
+        "--name",
+        "train.py",
+        "--steps",
+        "100000",
+        "--sleep",
+        "0.02",
+        "--no-resume",
+        "--root",
+        str(root),
+        "--out",
+        str(out),
+        log=tmp_path / "log",
+    ):
         run = await the_run(jp_fetch)
         assert run["world_size"] == 2 and [r["rank"] for r in run["ranks"]] == [0, 1]
         assert run["mesh"]["parallelism"] == ("sharded" if parallel == "fsdp" else "replicated")
@@ -46,8 +62,9 @@ async def test_a_torchrun_from_the_server_is_one_run_and_checkpoints_when_asked(
 
         await wait_for(training, timeout=60)
 
-        response = await jp_fetch("gpuws", "api", "checkpoints", method="POST",
-                                  body=json.dumps({"run_id": run["run_id"]}))
+        response = await jp_fetch(
+            "gpuws", "api", "checkpoints", method="POST", body=json.dumps({"run_id": run["run_id"]})
+        )
         assert response.code == 202
         [request] = json.loads(response.body)["requests"]
         assert request["run_id"] == run["run_id"] and request["state"] in ("accepted", "done")
@@ -60,7 +77,9 @@ async def test_a_torchrun_from_the_server_is_one_run_and_checkpoints_when_asked(
         manifest = read_manifest(Path(run["last"]["path"]))
         assert manifest is not None and manifest["request_id"] == request["request_id"]
         assert manifest["world_size"] == 2 and [r["rank"] for r in manifest["ranks"]] == [0, 1]
-        assert [r["step"] for r in manifest["ranks"]] == [manifest["step"]] * 2  # the same step on every rank
+        assert [r["step"] for r in manifest["ranks"]] == [
+            manifest["step"]
+        ] * 2  # the same step on every rank
         newest = run["checkpoints"][0]
         assert newest["step"] == manifest["step"] and len(newest["bytes_per_rank"]) == 2
         assert all(n > 0 for n in newest["bytes_per_rank"])
@@ -69,13 +88,20 @@ async def test_a_torchrun_from_the_server_is_one_run_and_checkpoints_when_asked(
         assert {r["phase"] for r in run["ranks"]} == {"done"}
 
         # Persist now asks the run too, and carries its checkpoint to the store.
-        job = json.loads((await jp_fetch("gpuws", "api", "persist", method="POST", body=b"{}")).body)
+        job = json.loads(
+            (await jp_fetch("gpuws", "api", "persist", method="POST", body=b"{}")).body
+        )
         job = await finished(jp_fetch, "persist", job["id"])
         assert job["state"] == "done", job
         steps = {s["name"]: s for s in job["steps"]}
-        assert steps["checkpoints"]["detail"] == "0 of 0 kernels checkpointed, 1 of 1 distributed runs"
+        assert (
+            steps["checkpoints"]["detail"] == "0 of 0 kernels checkpointed, 1 of 1 distributed runs"
+        )
         run = await the_run(jp_fetch)
-        assert run["checkpoints"][0]["step"] > manifest["step"] and run["checkpoints"][0]["synced"] is True
+        assert (
+            run["checkpoints"][0]["step"] > manifest["step"]
+            and run["checkpoints"][0]["synced"] is True
+        )
 
     # Killed: its ranks' registrations go, and the run stays listed with its checkpoints.
     stored = await the_run(jp_fetch, live=False)
@@ -85,6 +111,12 @@ async def test_a_torchrun_from_the_server_is_one_run_and_checkpoints_when_asked(
 
 async def test_asking_an_unknown_run_is_a_404(jp_fetch: Any) -> None:
     with pytest.raises(HTTPClientError) as err:
-        await jp_fetch("gpuws", "api", "checkpoints", method="POST", body=json.dumps({"run_id": "0123456789abcdef"}))
+        await jp_fetch(
+            "gpuws",
+            "api",
+            "checkpoints",
+            method="POST",
+            body=json.dumps({"run_id": "0123456789abcdef"}),
+        )
     assert err.value.code == 404
     assert "No distributed run '0123456789abcdef'" in json.loads(err.value.response.body)["message"]

@@ -48,7 +48,7 @@ def same_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
             if not same_state(x, y):
                 return False
         elif isinstance(x, list) and x and isinstance(x[0], dict):
-            if len(x) != len(y) or not all(same_state(p, q) for p, q in zip(x, y)):
+            if len(x) != len(y) or not all(same_state(p, q) for p, q in zip(x, y, strict=False)):
                 return False
         elif x != y:
             return False
@@ -60,8 +60,9 @@ def gpuws_config(gpuws_config: dict[str, Any]) -> dict[str, Any]:
     return {**gpuws_config, "sync_enabled": False}  # checkpoints alone here
 
 
-async def test_training_resumed_in_a_new_kernel_ends_bitwise_equal(jp_fetch: Any, gpuws_app: Any,
-                                                                   tmp_path: Path) -> None:
+async def test_training_resumed_in_a_new_kernel_ends_bitwise_equal(
+    jp_fetch: Any, gpuws_app: Any, tmp_path: Path
+) -> None:
     straight, resumed = tmp_path / "straight.pt", tmp_path / "resumed.pt"
     async with Notebook(jp_fetch, gpuws_app, "straight.ipynb") as nb:
         await nb.run(SETUP.format(seed=0, name=""))
@@ -72,10 +73,14 @@ async def test_training_resumed_in_a_new_kernel_ends_bitwise_equal(jp_fetch: Any
         await nb.run("train(0, 20)\ninfo = gpuws.checkpoint(wait=True)\nprint(info.step)")
         os.kill(nb.pid, signal.SIGKILL)  # the runtime is gone
 
-    async with Notebook(jp_fetch, gpuws_app, "exp/train.ipynb") as nb:  # a new kernel, same notebook
+    async with Notebook(
+        jp_fetch, gpuws_app, "exp/train.ipynb"
+    ) as nb:  # a new kernel, same notebook
         await nb.run(SETUP.format(seed=12345, name=""))  # different initial weights and RNG
         said, start = (await nb.run("start = gpuws.resume()\nprint(start)")).strip().splitlines()
-        assert start == "20" and said.startswith("gpuws: resumed 'train.ipynb' at step 19 from the checkpoint of ")
+        assert start == "20" and said.startswith(
+            "gpuws: resumed 'train.ipynb' at step 19 from the checkpoint of "
+        )
         await nb.run("train(start, 40)\n" + SAVE_FINAL.format(path=str(resumed)))
 
     a, b = torch.load(straight), torch.load(resumed)
@@ -83,7 +88,9 @@ async def test_training_resumed_in_a_new_kernel_ends_bitwise_equal(jp_fetch: Any
     assert same_state(a["model"], b["model"]) and same_state(a["opt"], b["opt"])
 
 
-async def test_checkpoint_requested_through_the_api_lands_while_the_cell_runs(jp_fetch: Any, gpuws_app: Any) -> None:
+async def test_checkpoint_requested_through_the_api_lands_while_the_cell_runs(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     async with Notebook(jp_fetch, gpuws_app, "busy.ipynb") as nb:
         await nb.run(SETUP.format(seed=0, name=""))
         cell = nb.client.execute("train(0, 400, delay=0.1)")  # a blocking training cell, 40 s
@@ -94,8 +101,13 @@ async def test_checkpoint_requested_through_the_api_lands_while_the_cell_runs(jp
 
         await wait_for(registered)
         await __import__("asyncio").sleep(1.0)
-        response = await jp_fetch("gpuws", "api", "checkpoints", method="POST",
-                                  body=json.dumps({"kernel_id": nb.kernel_id}))
+        response = await jp_fetch(
+            "gpuws",
+            "api",
+            "checkpoints",
+            method="POST",
+            body=json.dumps({"kernel_id": nb.kernel_id}),
+        )
         assert response.code == 202
         [request] = json.loads(response.body)["requests"]
         # Usually acknowledged and then saved at the next step(); on a loaded machine the save
@@ -116,15 +128,18 @@ async def test_checkpoint_requested_through_the_api_lands_while_the_cell_runs(jp
         if asked_at is not None:
             assert asked_at < state["last"]["step"] <= asked_at + 2
         assert state["notebook"] == "busy.ipynb" and set(state["objects"]) == {"model", "optimizer"}
-        await jp_fetch("api", "kernels", nb.kernel_id, "interrupt", method="POST", body="")  # end it early
+        await jp_fetch(
+            "api", "kernels", nb.kernel_id, "interrupt", method="POST", body=""
+        )  # end it early
         try:
             await collect(nb.client, cell)
         except AssertionError:
             pass  # the KeyboardInterrupt
 
 
-async def test_an_agent_loaded_by_the_training_cell_itself_leaves_the_save_to_the_loop(jp_fetch: Any,
-                                                                                      gpuws_app: Any) -> None:
+async def test_an_agent_loaded_by_the_training_cell_itself_leaves_the_save_to_the_loop(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     """`%load_ext` in the cell that trains: the agent knows a cell runs, so a request is saved
     by the loop at its next step(), never by the agent's thread beside the running loop."""
     one_cell = SETUP.format(seed=0, name="") + "train(0, 600, delay=0.05)\n"
@@ -133,12 +148,24 @@ async def test_an_agent_loaded_by_the_training_cell_itself_leaves_the_save_to_th
 
         async def stepping() -> Any:
             kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
-            return next((k for k in kernels if k["kernel_id"] == nb.kernel_id and (k.get("step") or 0) >= 3), None)
+            return next(
+                (
+                    k
+                    for k in kernels
+                    if k["kernel_id"] == nb.kernel_id and (k.get("step") or 0) >= 3
+                ),
+                None,
+            )
 
         state = await wait_for(stepping, timeout=60)
         assert state["cell_running"] is True
-        response = await jp_fetch("gpuws", "api", "checkpoints", method="POST",
-                                  body=json.dumps({"kernel_id": nb.kernel_id}))
+        response = await jp_fetch(
+            "gpuws",
+            "api",
+            "checkpoints",
+            method="POST",
+            body=json.dumps({"kernel_id": nb.kernel_id}),
+        )
         [request] = json.loads(response.body)["requests"]
         assert request["state"] in ("accepted", "done"), request
         if request["state"] == "accepted":
@@ -147,7 +174,11 @@ async def test_an_agent_loaded_by_the_training_cell_itself_leaves_the_save_to_th
         async def landed() -> Any:
             kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
             mine = next(k for k in kernels if k["kernel_id"] == nb.kernel_id)
-            return mine if (mine.get("last") or {}).get("request_id") == request["request_id"] else None
+            return (
+                mine
+                if (mine.get("last") or {}).get("request_id") == request["request_id"]
+                else None
+            )
 
         assert (await wait_for(landed, timeout=20))["cell_running"] is True
         await jp_fetch("api", "kernels", nb.kernel_id, "interrupt", method="POST", body="")
@@ -157,8 +188,9 @@ async def test_an_agent_loaded_by_the_training_cell_itself_leaves_the_save_to_th
             pass  # the KeyboardInterrupt
 
 
-async def test_kernel_killed_mid_write_resumes_from_the_previous_checkpoint(jp_fetch: Any, gpuws_app: Any,
-                                                                            jp_root_dir: Path) -> None:
+async def test_kernel_killed_mid_write_resumes_from_the_previous_checkpoint(
+    jp_fetch: Any, gpuws_app: Any, jp_root_dir: Path
+) -> None:
     big = """
 %load_ext jupyter_gpu_ws
 import torch, jupyter_gpu_ws as gpuws
@@ -186,14 +218,31 @@ gpuws.track(model=model)
     assert not [p for p in run_dir.iterdir() if p.name.startswith(".tmp-ckpt-")]  # cleaned up
 
 
-async def test_request_for_unknown_kernel_or_kernel_without_agent_is_refused(jp_fetch: Any, gpuws_app: Any) -> None:
+async def test_request_for_unknown_kernel_or_kernel_without_agent_is_refused(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     with pytest.raises(HTTPClientError) as err:
-        await jp_fetch("gpuws", "api", "checkpoints", method="POST", body=json.dumps({"kernel_id": "nope"}))
-    assert err.value.code == 404 and "No running kernel 'nope'" in json.loads(err.value.response.body)["message"]
+        await jp_fetch(
+            "gpuws", "api", "checkpoints", method="POST", body=json.dumps({"kernel_id": "nope"})
+        )
+    assert (
+        err.value.code == 404
+        and "No running kernel 'nope'" in json.loads(err.value.response.body)["message"]
+    )
     async with Notebook(jp_fetch, gpuws_app, "plain.ipynb") as nb:
         with pytest.raises(HTTPClientError) as err:
-            await jp_fetch("gpuws", "api", "checkpoints", method="POST", body=json.dumps({"kernel_id": nb.kernel_id}))
-        assert err.value.code == 409 and "does not run the checkpoint agent" in json.loads(err.value.response.body)["message"]
+            await jp_fetch(
+                "gpuws",
+                "api",
+                "checkpoints",
+                method="POST",
+                body=json.dumps({"kernel_id": nb.kernel_id}),
+            )
+        assert (
+            err.value.code == 409
+            and "does not run the checkpoint agent"
+            in json.loads(err.value.response.body)["message"]
+        )
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("gpuws", "api", "checkpoints", method="POST", body="[]")
     assert err.value.code == 400

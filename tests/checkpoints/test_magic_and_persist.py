@@ -36,8 +36,11 @@ async def test_gpuws_magic_checkpoints_resumes_and_reports(jp_fetch: Any, gpuws_
         await nb.run(SETUP)
         out = await nb.run("%gpuws checkpoint")
         assert out.startswith("Checkpoint at step 2:")
-        assert re.fullmatch(r"gpuws: resumed 'magic\.ipynb' at step 2 from the checkpoint of \d\d:\d\d \(\d+ s ago\); "
-                            r"the loop goes on from step 3\n", await nb.run("%gpuws resume"))
+        assert re.fullmatch(
+            r"gpuws: resumed 'magic\.ipynb' at step 2 from the checkpoint of \d\d:\d\d \(\d+ s ago\); "
+            r"the loop goes on from step 3\n",
+            await nb.run("%gpuws resume"),
+        )
         [gpu] = await nb.display("%gpuws gpu")
         assert "A100-SXM4-40GB" in gpu["text/plain"]  # the test server's simulated GPUs
         [status] = await nb.display("%gpuws status")
@@ -46,8 +49,9 @@ async def test_gpuws_magic_checkpoints_resumes_and_reports(jp_fetch: Any, gpuws_
         assert "usage: %gpuws" in await nb.run("%gpuws nonsense")
 
 
-async def test_gpuws_status_is_html_tables_in_the_panels_words_with_a_plain_text_twin(jp_fetch: Any,
-                                                                                    gpuws_app: Any) -> None:
+async def test_gpuws_status_is_html_tables_in_the_panels_words_with_a_plain_text_twin(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     async with Notebook(jp_fetch, gpuws_app, "a&b <i>.ipynb") as nb:
         await nb.run(SETUP)
         await nb.run("%gpuws checkpoint")
@@ -60,11 +64,19 @@ async def test_gpuws_status_is_html_tables_in_the_panels_words_with_a_plain_text
     gpu0 = re.search(r"<tr><td[^>]*>GPU 0</td>(.*?)</tr>", html).group(1)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", gpu0)
     # PID 4242 is no process here (the host's, seen from a container): said as the panel says it.
-    assert cells == ["A100-SXM4-40GB", "87 %", "12.0/40 GiB", "61 °C", "1 process not visible from this container"]
+    assert cells == [
+        "A100-SXM4-40GB",
+        "87 %",
+        "12.0/40 GiB",
+        "61 °C",
+        "1 process not visible from this container",
+    ]
     # The checkpoint: a human size, an age, where it is; the notebook's name escaped, never markup.
     row = re.search(r"<tr><td[^>]*>a&amp;b &lt;i&gt;\.ipynb</td>(.*?)</tr>", html)
     assert row is not None and "<i>" not in html
-    notebook, tracks, step, size, taken, where = re.findall(r"<td[^>]*>(.*?)</td>", "<td>x</td>" + row.group(1))
+    notebook, tracks, step, size, taken, where = re.findall(
+        r"<td[^>]*>(.*?)</td>", "<td>x</td>" + row.group(1)
+    )
     assert (tracks, step) == ("model, optimizer", "2")
     assert re.fullmatch(r"\d+\.\d KiB|\d+ B", size) and re.fullmatch(r"\d+ s ago", taken)
     assert where in ("in the store", "not in the store yet")
@@ -78,41 +90,75 @@ async def test_gpuws_status_is_html_tables_in_the_panels_words_with_a_plain_text
     assert "a&b <i>.ipynb" in text and "Runtime:" in text and "Sync:" in text
 
 
-async def test_persist_checkpoints_tracked_kernels_then_syncs(jp_fetch: Any, gpuws_app: Any, store_dir: Path) -> None:
+async def test_persist_checkpoints_tracked_kernels_then_syncs(
+    jp_fetch: Any, gpuws_app: Any, store_dir: Path
+) -> None:
     async with Notebook(jp_fetch, gpuws_app, "persist.ipynb") as nb:
         await nb.run(SETUP)
         job = json.loads((await jp_fetch("gpuws", "api", "persist", method="POST", body="")).body)
         done = await persist_finished(jp_fetch, job, timeout=60)
         assert done["state"] == "done", done["errors"]
-        assert done["steps"][1] == {"name": "checkpoints", "state": "done", "detail": "1 of 1 kernels checkpointed"}
-        manifests = list((store_dir / "test-ws" / "files" / ".gpuws" / "checkpoints" / "persist.ipynb").glob("*/manifest.json"))
+        assert done["steps"][1] == {
+            "name": "checkpoints",
+            "state": "done",
+            "detail": "1 of 1 kernels checkpointed",
+        }
+        manifests = list(
+            (store_dir / "test-ws" / "files" / ".gpuws" / "checkpoints" / "persist.ipynb").glob(
+                "*/manifest.json"
+            )
+        )
         assert len(manifests) == 1 and json.loads(manifests[0].read_text())["step"] == 2
         # The summary ends with what the store now holds: files, bytes, each run's newest step.
         stored = done["result"]["stored"]
         mirror = [p for p in (store_dir / "test-ws" / "files").rglob("*") if p.is_file()]
-        assert stored["files"] == len(mirror) and stored["bytes"] == sum(p.stat().st_size for p in mirror)
-        assert stored["checkpoints"] == [{"run": "persist.ipynb", "step": 2, "folder": manifests[0].parent.name}]
+        assert stored["files"] == len(mirror) and stored["bytes"] == sum(
+            p.stat().st_size for p in mirror
+        )
+        assert stored["checkpoints"] == [
+            {"run": "persist.ipynb", "step": 2, "folder": manifests[0].parent.name}
+        ]
         kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
         assert kernels[0]["last"]["synced"] is True
 
 
-async def test_a_kernel_that_tracks_nothing_yet_is_not_waited_for(jp_fetch: Any, gpuws_app: Any) -> None:
+async def test_a_kernel_that_tracks_nothing_yet_is_not_waited_for(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     # The agent is loaded before gpuws.track() (a training cell still importing torch): it has
     # nothing to save and answers no request, so neither a persist nor a request waits on it.
-    async with Notebook(jp_fetch, gpuws_app, "loading.ipynb") as idle, \
-            Notebook(jp_fetch, gpuws_app, "tracked.ipynb") as nb:
+    async with (
+        Notebook(jp_fetch, gpuws_app, "loading.ipynb") as idle,
+        Notebook(jp_fetch, gpuws_app, "tracked.ipynb") as nb,
+    ):
         await idle.run("%load_ext jupyter_gpu_ws")
         await nb.run(SETUP)
-        kernels = {k["kernel_id"]: k for k in json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]}
+        kernels = {
+            k["kernel_id"]: k
+            for k in json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
+        }
         assert kernels[idle.kernel_id]["objects"] == {} and kernels[nb.kernel_id]["objects"]
         with pytest.raises(HTTPClientError) as err:
-            await jp_fetch("gpuws", "api", "checkpoints", method="POST", body=json.dumps({"kernel_id": idle.kernel_id}))
-        assert err.value.code == 409 and "tracks nothing yet" in json.loads(err.value.response.body)["message"]
+            await jp_fetch(
+                "gpuws",
+                "api",
+                "checkpoints",
+                method="POST",
+                body=json.dumps({"kernel_id": idle.kernel_id}),
+            )
+        assert (
+            err.value.code == 409
+            and "tracks nothing yet" in json.loads(err.value.response.body)["message"]
+        )
 
         job = json.loads((await jp_fetch("gpuws", "api", "persist", method="POST", body="")).body)
         done = await persist_finished(jp_fetch, job, timeout=150)
         assert done["state"] == "done", done["errors"]
-        assert done["steps"][1] == {"name": "checkpoints", "state": "done", "detail": "1 of 1 kernels checkpointed"}
+        assert done["steps"][1] == {
+            "name": "checkpoints",
+            "state": "done",
+            "detail": "1 of 1 kernels checkpointed",
+        }
         assert [r["kernel_id"] for r in done["result"]["checkpoints"]] == [nb.kernel_id]
 
 
@@ -129,38 +175,51 @@ async def test_magic_persist_runs_the_server_pipeline(jp_fetch: Any, gpuws_app: 
 NOTHING_TRACKED = "gpuws: Nothing is tracked: call gpuws.track(model=..., optimizer=...) first\n"
 
 
-async def test_a_failed_magic_is_one_line_naming_the_cause_and_what_to_do(jp_fetch: Any, gpuws_app: Any,
-                                                                          tmp_path: Path) -> None:
-    blocked = tmp_path / "a-file"  # a folder cannot be made inside a file: the checkpoint cannot be written
+async def test_a_failed_magic_is_one_line_naming_the_cause_and_what_to_do(
+    jp_fetch: Any, gpuws_app: Any, tmp_path: Path
+) -> None:
+    blocked = (
+        tmp_path / "a-file"
+    )  # a folder cannot be made inside a file: the checkpoint cannot be written
     blocked.write_text("")
     async with Notebook(jp_fetch, gpuws_app, "fails.ipynb") as nb:
         await nb.run("%load_ext jupyter_gpu_ws")
         assert await nb.run("%gpuws checkpoint") == NOTHING_TRACKED
         assert await nb.run("%gpuws resume") == NOTHING_TRACKED
-        await nb.run(f"import torch, jupyter_gpu_ws as gpuws\n"
-                     f"gpuws.track(model=torch.nn.Linear(2, 2), root={str(blocked / 'ckpts')!r})")
+        await nb.run(
+            f"import torch, jupyter_gpu_ws as gpuws\n"
+            f"gpuws.track(model=torch.nn.Linear(2, 2), root={str(blocked / 'ckpts')!r})"
+        )
         out = await nb.run("%gpuws checkpoint")
     run_path = blocked / "ckpts" / "fails.ipynb"
-    assert out == (f"gpuws: Checkpoint at step 0 failed: cannot write {run_path} (Not a directory): "
-                   "choose a folder this kernel can write with gpuws.track(root=...)\n")
+    assert out == (
+        f"gpuws: Checkpoint at step 0 failed: cannot write {run_path} (Not a directory): "
+        "choose a folder this kernel can write with gpuws.track(root=...)\n"
+    )
     assert blocked.read_text() == ""  # nothing of the user's touched
 
 
-async def test_track_and_progress_show_the_run_what_it_tracks_and_where_checkpoints_go(jp_fetch: Any,
-                                                                                       gpuws_app: Any) -> None:
+async def test_track_and_progress_show_the_run_what_it_tracks_and_where_checkpoints_go(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     async with Notebook(jp_fetch, gpuws_app, "repr.ipynb") as nb:
-        await nb.run("%load_ext jupyter_gpu_ws\nimport torch, jupyter_gpu_ws as gpuws\nmodel = torch.nn.Linear(2, 2)")
+        await nb.run(
+            "%load_ext jupyter_gpu_ws\nimport torch, jupyter_gpu_ws as gpuws\nmodel = torch.nn.Linear(2, 2)"
+        )
         [tracked] = await nb.display("gpuws.track(model=model, epoch=0)")
         [progress] = await nb.display("gpuws.progress(total=10)")
-    expected = "<gpuws run 'repr.ipynb': model, epoch; checkpoints in .gpuws/checkpoints/repr.ipynb>"
+    expected = (
+        "<gpuws run 'repr.ipynb': model, epoch; checkpoints in .gpuws/checkpoints/repr.ipynb>"
+    )
     assert tracked["text/plain"] == progress["text/plain"] == expected
 
 
 NO_SERVER = "gpuws: No Jupyter Server found for this kernel (is it running under Jupyter?)\n"
 
 
-async def test_the_magic_in_a_kernel_without_a_server_says_so_in_one_line(tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_magic_in_a_kernel_without_a_server_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jupyter_client.manager import start_new_async_kernel
 
     from tests.kernels import run_in_kernel

@@ -33,7 +33,9 @@ def store_kind() -> str:
 
 
 @pytest.fixture
-def gpuws_config(gpuws_config: dict[str, Any], store_kind: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+def gpuws_config(
+    gpuws_config: dict[str, Any], store_kind: str, request: pytest.FixtureRequest
+) -> dict[str, Any]:
     # A checkpoint request that waited for its timeout would outlast every wait below: a
     # persist that ends in time has not waited for it.
     # 2 MiB/s: an upload of a few MiB is seen under way.
@@ -48,10 +50,13 @@ async def start_persist(jp_fetch: Any) -> dict[str, Any]:
 
 
 async def test_a_failed_checkpoint_ends_the_persist_at_once_with_the_kernels_reason_and_the_notebook(
-        jp_fetch: Any, gpuws_app: Any, store_dir: Path) -> None:
+    jp_fetch: Any, gpuws_app: Any, store_dir: Path
+) -> None:
     async with Notebook(jp_fetch, gpuws_app, "broken.ipynb") as nb:
         await nb.run(BROKEN)
-        (Path(gpuws_app.serverapp.root_dir) / "notes.md").write_text("kept whatever the checkpoint does")
+        (Path(gpuws_app.serverapp.root_dir) / "notes.md").write_text(
+            "kept whatever the checkpoint does"
+        )
         job = await start_persist(jp_fetch)
         # Far less than the request's 600 s timeout: the kernel's failure ends the wait.
         done = await persist_finished(jp_fetch, job, timeout=90)
@@ -62,7 +67,9 @@ async def test_a_failed_checkpoint_ends_the_persist_at_once_with_the_kernels_rea
     assert request["state"] == "error" and request["kernel_id"] == nb.kernel_id
     # The files still reached the store, and the summary tells one story: files saved, the
     # checkpoint failed and why; not "failed" beside "up to date" as two.
-    assert (store_dir / "test-ws" / "files" / "notes.md").read_text() == "kept whatever the checkpoint does"
+    assert (
+        store_dir / "test-ws" / "files" / "notes.md"
+    ).read_text() == "kept whatever the checkpoint does"
     summary = done["result"]["summary"]
     assert summary["level"] == "error" and summary["errors"] == [reason]
     assert summary["headline"] == "Files copied to this machine's disk only, not everything"
@@ -72,7 +79,8 @@ async def test_a_failed_checkpoint_ends_the_persist_at_once_with_the_kernels_rea
 
 
 async def test_the_persist_names_each_step_while_it_runs_with_its_own_progress(
-        jp_fetch: Any, gpuws_app: Any) -> None:
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     root = Path(gpuws_app.serverapp.root_dir)
     async with Notebook(jp_fetch, gpuws_app, "steps.ipynb") as nb:
         await nb.run(SETUP)
@@ -88,30 +96,56 @@ async def test_the_persist_names_each_step_while_it_runs_with_its_own_progress(
     assert job["state"] == "done", job["errors"]
     assert job["activity"] is None  # nothing runs any more
     # The steps in their order, each in its own words; files counted only once they move.
-    kinds = [next((kind for prefix, kind in [("Saving the open documents", "documents"),
-                                             ("Checkpointing 1 kernel", "checkpoints"),
-                                             ("Comparing the files with the store", "sync"),
-                                             ("Uploading ", "sync")] if text.startswith(prefix)), text)
-             for text in seen]
+    kinds = [
+        next(
+            (
+                kind
+                for prefix, kind in [
+                    ("Saving the open documents", "documents"),
+                    ("Checkpointing 1 kernel", "checkpoints"),
+                    ("Comparing the files with the store", "sync"),
+                    ("Uploading ", "sync"),
+                ]
+                if text.startswith(prefix)
+            ),
+            text,
+        )
+        for text in seen
+    ]
     assert "checkpoints" in kinds and "sync" in kinds, seen
     order = ["documents", "checkpoints", "sync"]
     assert [order.index(k) for k in kinds] == sorted(order.index(k) for k in kinds), seen
     uploads = [text for text in seen if text.startswith("Uploading ")]
-    assert uploads and all(text.endswith(" files") and not text.startswith("Uploading 0 of 0") for text in uploads)
+    assert uploads and all(
+        text.endswith(" files") and not text.startswith("Uploading 0 of 0") for text in uploads
+    )
     assert not any("0 of 0 files" in text for text in seen)
 
 
-ON_THIS_DISK = ("Copied to this machine's disk only: ", "Set GPUWS_STORE (or c.GpuWorkspace.store_url) to a store "
-                "that outlives it: s3://bucket/prefix, gs://…, or a mounted drive.")
+ON_THIS_DISK = (
+    "Copied to this machine's disk only: ",
+    "Set GPUWS_STORE (or c.GpuWorkspace.store_url) to a store "
+    "that outlives it: s3://bucket/prefix, gs://…, or a mounted drive.",
+)
 
 
-@pytest.mark.parametrize(("store_kind", "begins", "ends"), [("local", *ON_THIS_DISK), ("s3", "All saved: ", "at step 2.")])
+@pytest.mark.parametrize(
+    ("store_kind", "begins", "ends"),
+    [("local", *ON_THIS_DISK), ("s3", "All saved: ", "at step 2.")],
+)
 async def test_magic_persist_says_all_saved_only_on_a_store_off_this_machine(
-        jp_fetch: Any, gpuws_app: Any, store_kind: str, begins: str, ends: str) -> None:
+    jp_fetch: Any, gpuws_app: Any, store_kind: str, begins: str, ends: str
+) -> None:
     # A store folder beside the work directory goes with the machine; SeaweedFS S3 does not.
     async with Notebook(jp_fetch, gpuws_app, f"{store_kind}.ipynb") as nb:
         await nb.run(SETUP)
         out = await nb.run("%gpuws persist", timeout=120)
     [result] = [line for line in out.splitlines() if line.startswith(begins)]
-    assert result.endswith(ends) and "in the store:" in result and f"{store_kind}.ipynb at step 2" in result
-    assert out.count("All saved") == (store_kind == "s3") and out.count("this machine's disk") == (store_kind == "local")
+    assert (
+        result.endswith(ends)
+        and "in the store:" in result
+        and f"{store_kind}.ipynb at step 2" in result
+    )
+    assert out.count("All saved") == (store_kind == "s3") and out.count("this machine's disk") == (
+        store_kind == "local"
+    )

@@ -9,8 +9,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -75,7 +76,9 @@ def coordinator(runtime: Path) -> Iterator[CheckpointCoordinator]:
     coordinator.close()
 
 
-def test_a_server_makes_its_own_folder_saying_it_runs_and_removes_it_when_it_stops(runtime: Path) -> None:
+def test_a_server_makes_its_own_folder_saying_it_runs_and_removes_it_when_it_stops(
+    runtime: Path,
+) -> None:
     coordinator = CheckpointCoordinator(MultiKernelManager(), str(runtime), no_notebooks)
     folder = protocol.registrations_folder(runtime, coordinator.server_id)
     assert coordinator.agents_dir == folder != protocol.agents_root(runtime)
@@ -86,7 +89,8 @@ def test_a_server_makes_its_own_folder_saying_it_runs_and_removes_it_when_it_sto
 
 
 def test_another_running_servers_registrations_survive_this_servers_reads(
-        coordinator: CheckpointCoordinator, runtime: Path) -> None:
+    coordinator: CheckpointCoordinator, runtime: Path
+) -> None:
     other = server_folder(runtime, "other-server", running_process())
     theirs = register(other, "k-theirs", running_process(), request=True)
     unowned = register(protocol.agents_root(runtime), "k-no-identity", running_process())
@@ -99,14 +103,19 @@ def test_another_running_servers_registrations_survive_this_servers_reads(
 
 
 def test_this_servers_registration_of_a_kernel_it_no_longer_runs_is_removed(
-        coordinator: CheckpointCoordinator) -> None:
+    coordinator: CheckpointCoordinator,
+) -> None:
     mine = register(coordinator.agents_dir, "k-shut-down", running_process(), request=True)
     assert coordinator.agent_states() == {}
-    assert not mine.exists() and not protocol.request_file(coordinator.agents_dir, "k-shut-down").exists()
+    assert (
+        not mine.exists()
+        and not protocol.request_file(coordinator.agents_dir, "k-shut-down").exists()
+    )
 
 
 def test_a_registration_whose_kernel_process_has_ended_is_removed_by_any_server(
-        coordinator: CheckpointCoordinator, runtime: Path) -> None:
+    coordinator: CheckpointCoordinator, runtime: Path
+) -> None:
     other = server_folder(runtime, "other-server", running_process())
     stale = register(other, "k-dead", ended_process(), request=True)
     stale_top = register(protocol.agents_root(runtime), "k-dead-no-identity", ended_process())
@@ -120,15 +129,19 @@ def test_a_registration_whose_kernel_process_has_ended_is_removed_by_any_server(
 
 
 def test_a_registration_of_a_kernel_process_ended_but_not_yet_reaped_is_removed(
-        coordinator: CheckpointCoordinator, runtime: Path) -> None:
+    coordinator: CheckpointCoordinator, runtime: Path
+) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])  # ends; nobody waits for it yet
     try:
         for _ in range(600):
             if psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE:
                 break
             time.sleep(0.05)
-        zombie = register(protocol.agents_root(runtime), "k-zombie", {**running_process(), "pid": proc.pid,
-                                                                      "process_started": None})
+        zombie = register(
+            protocol.agents_root(runtime),
+            "k-zombie",
+            {**running_process(), "pid": proc.pid, "process_started": None},
+        )
         coordinator.sweep()
         assert not zombie.exists()
     finally:
@@ -136,16 +149,20 @@ def test_a_registration_of_a_kernel_process_ended_but_not_yet_reaped_is_removed(
 
 
 def test_a_registration_whose_pid_now_belongs_to_a_later_process_is_removed(
-        coordinator: CheckpointCoordinator, runtime: Path) -> None:
+    coordinator: CheckpointCoordinator, runtime: Path
+) -> None:
     reused = running_process()
-    reused["process_started"] -= 3600  # the kernel with this pid started an hour before this process
+    reused["process_started"] -= (
+        3600  # the kernel with this pid started an hour before this process
+    )
     stale = register(protocol.agents_root(runtime), "k-reused-pid", reused)
     coordinator.sweep()
     assert not stale.exists()
 
 
 def test_the_folder_of_a_server_whose_process_has_ended_is_removed_whole(
-        coordinator: CheckpointCoordinator, runtime: Path) -> None:
+    coordinator: CheckpointCoordinator, runtime: Path
+) -> None:
     gone = server_folder(runtime, "gone-server", ended_process())
     register(gone, "k-orphan", running_process(), request=True)
     running = server_folder(runtime, "running-server", running_process())
@@ -157,7 +174,8 @@ def test_the_folder_of_a_server_whose_process_has_ended_is_removed_whole(
 
 
 def test_registrations_from_another_process_space_are_left_alone(
-        coordinator: CheckpointCoordinator, runtime: Path) -> None:
+    coordinator: CheckpointCoordinator, runtime: Path
+) -> None:
     # Another container or machine sharing the folder: its pids name other processes than ours.
     elsewhere = {**ended_process(), "process_space": "another-host/another-boot/4026531836"}
     folder = server_folder(runtime, "server-elsewhere", elsewhere)
@@ -169,7 +187,9 @@ def test_registrations_from_another_process_space_are_left_alone(
 def test_a_kernel_registers_in_its_servers_folder_and_at_the_top_without_one(runtime: Path) -> None:
     assert protocol.registrations_folder(runtime, "a1b2") == protocol.agents_root(runtime) / "a1b2"
     for not_an_identity in (None, "", "../elsewhere", "a/b", ".hidden"):
-        assert protocol.registrations_folder(runtime, not_an_identity) == protocol.agents_root(runtime)
+        assert protocol.registrations_folder(runtime, not_an_identity) == protocol.agents_root(
+            runtime
+        )
 
 
 @pytest.fixture
@@ -178,20 +198,30 @@ def gpuws_config(gpuws_config: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_a_kernel_started_without_a_server_identity_is_found_by_the_server_that_runs_it(
-        jp_fetch: Any, gpuws_app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    jp_fetch: Any, gpuws_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(protocol.SERVER_ID_ENV)  # as for a kernel started by an older version
     async with Notebook(jp_fetch, gpuws_app, "plain.ipynb") as nb:
         await nb.run(TRACKED)
         top = protocol.agents_root(gpuws_app.serverapp.runtime_dir)
         assert protocol.registration_file(top, nb.kernel_id).exists()
 
-        response = await jp_fetch("gpuws", "api", "checkpoints", method="POST",
-                                  body=json.dumps({"kernel_id": nb.kernel_id}))
+        response = await jp_fetch(
+            "gpuws",
+            "api",
+            "checkpoints",
+            method="POST",
+            body=json.dumps({"kernel_id": nb.kernel_id}),
+        )
         [request] = json.loads(response.body)["requests"]
 
         async def saved() -> Any:
             kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
-            return [k for k in kernels if (k.get("last") or {}).get("request_id") == request["request_id"]]
+            return [
+                k
+                for k in kernels
+                if (k.get("last") or {}).get("request_id") == request["request_id"]
+            ]
 
         [kernel] = await wait_for(saved, timeout=30)
         assert kernel["kernel_id"] == nb.kernel_id and kernel["last"]["step"] == 2

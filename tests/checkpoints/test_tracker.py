@@ -16,11 +16,15 @@ from jupyter_gpu_ws.checkpoints.tracker import Tracker
 
 def model_and_optimizer(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.2), torch.nn.Linear(16, 1))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.Dropout(0.2), torch.nn.Linear(16, 1)
+    )
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
 
-def train(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: Tracker, start: int, stop: int) -> None:
+def train(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: Tracker, start: int, stop: int
+) -> None:
     for i in range(start, stop):
         x = torch.randn(32, 8)
         y = x.sum(dim=1, keepdim=True)
@@ -54,7 +58,7 @@ def test_resume_continues_bitwise_where_the_checkpoint_was_taken(root: str) -> N
     start = second.resume()
     assert start == 15
     train(model, opt, second, start, 30)
-    assert all(torch.equal(a, b) for a, b in zip(expected, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(expected, model.parameters(), strict=True))
 
 
 def test_python_and_numpy_random_states_come_back(root: str) -> None:
@@ -140,14 +144,18 @@ def test_retention_keeps_the_last_k(root: str) -> None:
 
 def test_every_steps_policy_saves_at_the_safe_point(root: str) -> None:
     model, opt = model_and_optimizer()
-    tracker = Tracker().track("policy", model=model, optimizer=opt, root=root, every_steps=5, keep_last=10)
+    tracker = Tracker().track(
+        "policy", model=model, optimizer=opt, root=root, every_steps=5, keep_last=10
+    )
     for i in range(12):
         train(model, opt, tracker, i, i + 1)
         tracker.wait()  # each write done before the next step: no coalescing here
     assert [m["step"] for _, m in complete_checkpoints(tracker.run_path)] == [5, 10]
 
 
-def test_requests_during_a_write_are_coalesced_into_one_later_save(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_requests_during_a_write_are_coalesced_into_one_later_save(
+    root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model, opt = model_and_optimizer()
     tracker = Tracker().track("coalesce", model=model, optimizer=opt, root=root, keep_last=10)
     import jupyter_gpu_ws.checkpoints.tracker as module
@@ -173,7 +181,9 @@ def test_requests_during_a_write_are_coalesced_into_one_later_save(root: str, mo
     assert saved == [(1, "first"), (5, "c")]
 
 
-def test_a_save_started_by_another_thread_meanwhile_is_not_doubled(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_save_started_by_another_thread_meanwhile_is_not_doubled(
+    root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The agent's thread and the loop reach a save together: one writer, and the request that
     came second is kept for the next safe point (a second writer's checkpoint, finishing
     last, would hide the first one's request id from the server that waits for it)."""
@@ -195,7 +205,9 @@ def test_a_save_started_by_another_thread_meanwhile_is_not_doubled(root: str, mo
     tracker.request("first")
     tracker.step(1)
     tracker.wait()
-    assert [(m["step"], m["request_id"]) for _, m in complete_checkpoints(tracker.run_path)] == [(1, "first")]
+    assert [(m["step"], m["request_id"]) for _, m in complete_checkpoints(tracker.run_path)] == [
+        (1, "first")
+    ]
     assert tracker.last.request_id == "first" and tracker.pending.request_id == "second"
     tracker.step(3)
     tracker.wait()
@@ -203,13 +215,17 @@ def test_a_save_started_by_another_thread_meanwhile_is_not_doubled(root: str, mo
     assert saved == [(1, "first"), (3, "second")]
 
 
-def test_a_save_that_fails_before_writing_keeps_its_request(root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_save_that_fails_before_writing_keeps_its_request(
+    root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model, opt = model_and_optimizer()
     tracker = Tracker().track("staging", model=model, optimizer=opt, root=root)
     import jupyter_gpu_ws.checkpoints.tracker as module
 
     real_capture = module.capture_rng
-    monkeypatch.setattr(module, "capture_rng", lambda torch_module: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(
+        module, "capture_rng", lambda torch_module: (_ for _ in ()).throw(KeyboardInterrupt())
+    )
     tracker.request("asked")
     with pytest.raises(KeyboardInterrupt):
         tracker.step(1)
@@ -217,7 +233,9 @@ def test_a_save_that_fails_before_writing_keeps_its_request(root: str, monkeypat
     assert tracker.pending.request_id == "asked" and tracker.wait(0)  # not stuck "writing"
     tracker.step(2)
     tracker.wait()
-    assert [(m["step"], m["request_id"]) for _, m in complete_checkpoints(tracker.run_path)] == [(2, "asked")]
+    assert [(m["step"], m["request_id"]) for _, m in complete_checkpoints(tracker.run_path)] == [
+        (2, "asked")
+    ]
 
 
 class Flaky:
@@ -239,14 +257,22 @@ class Flaky:
 def test_a_state_that_cannot_be_read_never_ends_the_training_loop(root: str) -> None:
     model, opt = model_and_optimizer()
     flaky = Flaky()
-    tracker = Tracker().track("flaky", model=model, optimizer=opt, loader=flaky, every_steps=5, root=root)
+    tracker = Tracker().track(
+        "flaky", model=model, optimizer=opt, loader=flaky, every_steps=5, root=root
+    )
     tracker.request("persist-1")
-    train(model, opt, tracker, 0, 12)  # the request at step 0 and the policy at 5 and 10 all fail: no raise
+    train(
+        model, opt, tracker, 0, 12
+    )  # the request at step 0 and the policy at 5 and 10 all fail: no raise
     assert tracker.wait(5)
     assert "the data loader's state is not ready" in (tracker.last_error or "")
-    assert [f["request_id"] for f in tracker.failed] == ["persist-1"]  # answered as failed, not kept
+    assert [f["request_id"] for f in tracker.failed] == [
+        "persist-1"
+    ]  # answered as failed, not kept
     assert tracker.pending is None and complete_checkpoints(tracker.run_path) == []
-    with pytest.raises(CheckpointError, match="not ready"):  # a checkpoint the user asks for says why
+    with pytest.raises(
+        CheckpointError, match="not ready"
+    ):  # a checkpoint the user asks for says why
         tracker.checkpoint(wait=True)
     flaky.broken = False
     train(model, opt, tracker, 12, 16)  # the policy's next time works

@@ -5,9 +5,10 @@ server's polls do."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -42,8 +43,16 @@ def start_training(server: ServerProcess, stack: ExitStack) -> str:
     """A notebook session on `server`, tracking a model, running the training cell (until the end)."""
     from jupyter_client import BlockingKernelClient
 
-    session = server.api("/api/sessions", "POST", {"path": "train.ipynb", "type": "notebook",
-                                                   "name": "train.ipynb", "kernel": {"name": "python3"}})
+    session = server.api(
+        "/api/sessions",
+        "POST",
+        {
+            "path": "train.ipynb",
+            "type": "notebook",
+            "name": "train.ipynb",
+            "kernel": {"name": "python3"},
+        },
+    )
     kernel_id = session["kernel"]["id"]
     client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{kernel_id}.json"))
     client.load_connection_file()
@@ -74,7 +83,9 @@ def listed(server: ServerProcess) -> list[str]:
 
 def tracking(server: ServerProcess) -> list[str]:
     """The kernels that have reached gpuws.track(...) (the agent registers at %load_ext)."""
-    return [k["kernel_id"] for k in server.api("/gpuws/api/checkpoints")["kernels"] if k.get("objects")]
+    return [
+        k["kernel_id"] for k in server.api("/gpuws/api/checkpoints")["kernels"] if k.get("objects")
+    ]
 
 
 def registration(runtime: Path, kernel_id: str) -> list[Path]:
@@ -82,12 +93,17 @@ def registration(runtime: Path, kernel_id: str) -> list[Path]:
 
 
 def test_two_servers_sharing_a_runtime_folder_each_keep_and_checkpoint_their_own_kernel(
-        two_servers: tuple[ServerProcess, ServerProcess]) -> None:
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
     a, b = two_servers
     with ExitStack() as stack:
         kernels = {a.port: start_training(a, stack), b.port: start_training(b, stack)}
         for server in (a, b):
-            until(lambda: tracking(server) == [kernels[server.port]], 120, "the server's training kernel listed")
+            until(
+                lambda: tracking(server) == [kernels[server.port]],
+                120,
+                "the server's training kernel listed",
+            )
 
         # Each server's polls read (and tidy) the shared folder: neither loses the other's kernel.
         for _ in range(5):
@@ -95,7 +111,10 @@ def test_two_servers_sharing_a_runtime_folder_each_keep_and_checkpoint_their_own
                 assert listed(server) == [kernels[server.port]]
         # Each kernel registered once, in its own server's folder (one level below the top).
         [[in_a], [in_b]] = (registration(a.runtime, kernels[server.port]) for server in (a, b))
-        assert in_a.parent != in_b.parent and in_a.parent.parent == in_b.parent.parent == a.runtime / protocol.AGENTS_DIR
+        assert (
+            in_a.parent != in_b.parent
+            and in_a.parent.parent == in_b.parent.parent == a.runtime / protocol.AGENTS_DIR
+        )
 
         for server in (a, b):
             own = kernels[server.port]
@@ -123,5 +142,9 @@ def test_two_servers_sharing_a_runtime_folder_each_keep_and_checkpoint_their_own
         done = until(finished, 90, "Persist now")
         assert done["state"] == "done", done["errors"]
         steps = {step["name"]: step for step in done["steps"]}
-        assert steps["checkpoints"] == {"name": "checkpoints", "state": "done", "detail": "1 of 1 kernels checkpointed"}
+        assert steps["checkpoints"] == {
+            "name": "checkpoints",
+            "state": "done",
+            "detail": "1 of 1 kernels checkpointed",
+        }
         assert listed(b) == [kernels[b.port]]

@@ -13,15 +13,22 @@ import shutil
 import stat
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
 
-from jupyter_gpu_ws.checkpoints.files import MANIFEST, CheckpointError, CheckpointInfo, checksum, complete_checkpoints
+from jupyter_gpu_ws.checkpoints.files import (
+    MANIFEST,
+    CheckpointError,
+    CheckpointInfo,
+    checksum,
+    complete_checkpoints,
+)
 from jupyter_gpu_ws.checkpoints.tracker import Tracker
 from jupyter_gpu_ws.cli import main
 
@@ -61,7 +68,9 @@ def model_and_optimizer(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Opt
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
 
-def train(model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: Tracker, start: int, stop: int) -> None:
+def train(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, tracker: Tracker, start: int, stop: int
+) -> None:
     for i in range(start, stop):
         x = torch.randn(16, 8)
         loss = torch.nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True))
@@ -118,11 +127,15 @@ def resume_falls_back(saved: Saved, reason: str) -> None:
     tracker = Tracker().track("run", model=model, optimizer=opt, root=str(saved.root))
     start, said = within(tracker.resume)
     assert start == saved.good.step + 1
-    assert all(torch.equal(a, b) for a, b in zip(saved.weights, model.parameters()))
-    assert any(f"skipping checkpoint {saved.bad.path.name}: {reason}" in line for line in said), said
+    assert all(torch.equal(a, b) for a, b in zip(saved.weights, model.parameters(), strict=True))
+    assert any(f"skipping checkpoint {saved.bad.path.name}: {reason}" in line for line in said), (
+        said
+    )
 
 
-def export_refuses(saved: Saved, reason: str, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+def export_refuses(
+    saved: Saved, reason: str, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
     """The export of the damaged checkpoint ends with one line naming it and the reason."""
     to = tmp_path / "model.pt"
     code, _ = within(lambda: main(["checkpoint", "export", str(saved.bad.path), "--to", str(to)]))
@@ -139,16 +152,21 @@ def unusable(saved: Saved, reason: str, capsys: pytest.CaptureFixture, tmp_path:
 
 # -- what a manifest names -------------------------------------------------------------------
 
-def test_a_manifest_naming_dev_zero_is_refused_without_reading_it(saved: Saved, capsys: pytest.CaptureFixture,
-                                                                  tmp_path: Path) -> None:
-    saved.list_as("/dev/zero", size=0)  # /dev/zero's stated size: a reader that trusts it never ends
+
+def test_a_manifest_naming_dev_zero_is_refused_without_reading_it(
+    saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    saved.list_as(
+        "/dev/zero", size=0
+    )  # /dev/zero's stated size: a reader that trusts it never ends
     reason = "the manifest names '/dev/zero', which is outside its folder"
     unusable(saved, reason, capsys, tmp_path)
 
 
 @pytest.mark.parametrize("how", ["relative", "absolute"])
-def test_a_manifest_naming_a_file_outside_its_folder_is_refused(saved: Saved, capsys: pytest.CaptureFixture,
-                                                                tmp_path: Path, how: str) -> None:
+def test_a_manifest_naming_a_file_outside_its_folder_is_refused(
+    saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path, how: str
+) -> None:
     # ../../../outside.bin from the checkpoint folder (ck/run/ckpt-…), or its absolute path: a
     # real file, with its real size and checksum in the manifest.
     name = "../../../outside.bin" if how == "relative" else str(saved.outside)
@@ -160,8 +178,9 @@ def test_a_manifest_naming_a_file_outside_its_folder_is_refused(saved: Saved, ca
     unusable(saved, reason, capsys, tmp_path)
 
 
-def test_a_file_the_manifest_does_not_list_is_never_read(saved: Saved, capsys: pytest.CaptureFixture,
-                                                         tmp_path: Path) -> None:
+def test_a_file_the_manifest_does_not_list_is_never_read(
+    saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
     manifest = saved.manifest()
     del manifest["files"]["rng.pt"]  # on disk, intact, but not in the manifest
     saved.write_manifest(manifest)
@@ -170,8 +189,10 @@ def test_a_file_the_manifest_does_not_list_is_never_read(saved: Saved, capsys: p
 
 # -- what a listed file is -------------------------------------------------------------------
 
-def test_a_fifo_in_place_of_a_file_is_never_opened_for_a_writer(saved: Saved, capsys: pytest.CaptureFixture,
-                                                                tmp_path: Path) -> None:
+
+def test_a_fifo_in_place_of_a_file_is_never_opened_for_a_writer(
+    saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
     (saved.bad.path / "tensors.bin").unlink()
     os.mkfifo(saved.bad.path / "tensors.bin")  # nobody ever writes to it
     saved.list_as("tensors.bin")  # 0 bytes, as stat says of a FIFO
@@ -180,23 +201,27 @@ def test_a_fifo_in_place_of_a_file_is_never_opened_for_a_writer(saved: Saved, ca
 
 
 @pytest.mark.parametrize("target", ["inside", "outside", "dev-zero"])
-def test_a_symbolic_link_in_place_of_a_file_is_never_followed(saved: Saved, capsys: pytest.CaptureFixture,
-                                                              tmp_path: Path, target: str) -> None:
+def test_a_symbolic_link_in_place_of_a_file_is_never_followed(
+    saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path, target: str
+) -> None:
     rng = saved.bad.path / "rng.pt"
     copy = saved.bad.path / "rng-copy.pt"
     shutil.copyfile(rng, copy)
     rng.unlink()
     # To an identical file beside it or outside (same size and checksum: only the link is wrong),
     # or to /dev/zero with the size stat gives it.
-    rng.symlink_to({"inside": copy.name, "outside": str(saved.outside), "dev-zero": "/dev/zero"}[target])
+    rng.symlink_to(
+        {"inside": copy.name, "outside": str(saved.outside), "dev-zero": "/dev/zero"}[target]
+    )
     if target == "dev-zero":
         saved.list_as("rng.pt")
     reason = "rng.pt is a symbolic link, never followed"
     unusable(saved, reason, capsys, tmp_path)
 
 
-def test_a_device_in_place_of_a_file_is_never_opened(saved: Saved, capsys: pytest.CaptureFixture,
-                                                      tmp_path: Path) -> None:
+def test_a_device_in_place_of_a_file_is_never_opened(
+    saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
     state = saved.bad.path / "state.pt"
     state.unlink()
     try:
@@ -208,8 +233,9 @@ def test_a_device_in_place_of_a_file_is_never_opened(saved: Saved, capsys: pytes
     unusable(saved, reason, capsys, tmp_path)
 
 
-def test_a_file_of_another_size_than_the_manifest_states_is_refused(saved: Saved, capsys: pytest.CaptureFixture,
-                                                                    tmp_path: Path) -> None:
+def test_a_file_of_another_size_than_the_manifest_states_is_refused(
+    saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
     stated = saved.manifest()["files"]["rng.pt"]["size"]
     with open(saved.bad.path / "rng.pt", "r+b") as f:
         f.truncate(5)
@@ -217,7 +243,9 @@ def test_a_file_of_another_size_than_the_manifest_states_is_refused(saved: Saved
     unusable(saved, reason, capsys, tmp_path)
 
 
-def test_a_huge_stated_size_is_refused_at_once(saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+def test_a_huge_stated_size_is_refused_at_once(
+    saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
     actual = (saved.bad.path / "tensors.bin").stat().st_size
     saved.list_as("tensors.bin", size=2**50)
     reason = f"tensors.bin has {actual} bytes, the manifest says {2**50}"
@@ -226,9 +254,11 @@ def test_a_huge_stated_size_is_refused_at_once(saved: Saved, capsys: pytest.Capt
 
 # -- the manifest and the folder themselves --------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "too-large"])
 def test_a_manifest_that_is_not_a_small_regular_file_is_skipped_with_its_reason(
-        saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path, kind: str) -> None:
+    saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path, kind: str
+) -> None:
     manifest = saved.bad.path / MANIFEST
     manifest.unlink()
     if kind == "fifo":
@@ -239,12 +269,25 @@ def test_a_manifest_that_is_not_a_small_regular_file_is_skipped_with_its_reason(
         reason = "manifest.json is a symbolic link, never followed"
     else:
         manifest.write_bytes(b" " * (5 * 2**20) + b"{}")
-        reason = f"manifest.json has {5 * 2**20 + 2} bytes, more than a manifest of a checkpoint has"
+        reason = (
+            f"manifest.json has {5 * 2**20 + 2} bytes, more than a manifest of a checkpoint has"
+        )
     unusable(saved, reason, capsys, tmp_path)
     # The run named as track() named it: the export says why its newest is passed over, and takes
     # the one before it.
-    code, _ = within(lambda: main(["checkpoint", "export", "run", "--root", str(saved.root),
-                                   "--to", str(tmp_path / "good.pt")]))
+    code, _ = within(
+        lambda: main(
+            [
+                "checkpoint",
+                "export",
+                "run",
+                "--root",
+                str(saved.root),
+                "--to",
+                str(tmp_path / "good.pt"),
+            ]
+        )
+    )
     assert code == 0 and f"step {saved.good.step}" in capsys.readouterr().err
 
 
@@ -260,7 +303,7 @@ def test_a_checkpoint_folder_that_is_a_symbolic_link_is_not_a_checkpoint(saved: 
     tracker = Tracker().track("run", model=model, optimizer=opt, root=str(saved.root))
     start, _ = within(tracker.resume)
     assert start == saved.good.step + 1
-    assert all(torch.equal(a, b) for a, b in zip(saved.weights, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(saved.weights, model.parameters(), strict=True))
 
 
 def copy_of_run_as(source: Path, target: Path, name: str) -> None:
@@ -270,8 +313,9 @@ def copy_of_run_as(source: Path, target: Path, name: str) -> None:
         (folder / MANIFEST).write_text(json.dumps({**manifest, "run": name}))
 
 
-def test_the_servers_training_view_reads_no_checkpoint_through_a_link_or_from_a_fifo(saved: Saved,
-                                                                                    tmp_path: Path) -> None:
+def test_the_servers_training_view_reads_no_checkpoint_through_a_link_or_from_a_fifo(
+    saved: Saved, tmp_path: Path
+) -> None:
     from jupyter_gpu_ws.training.anomalies import AnomalyPolicy
     from jupyter_gpu_ws.training.watch import TrainingWatch, WatchSettings
 
@@ -282,14 +326,22 @@ def test_the_servers_training_view_reads_no_checkpoint_through_a_link_or_from_a_
     metrics.unlink()
     os.mkfifo(metrics)  # nobody writes to it
     saved.list_as("metrics.json")
-    watch = TrainingWatch(WatchSettings(policy=AnomalyPolicy()), streams=dict, kernel_busy=lambda k: False,
-                          deadline=lambda: None, checkpoints_root=saved.root)
+    watch = TrainingWatch(
+        WatchSettings(policy=AnomalyPolicy()),
+        streams=dict,
+        kernel_busy=lambda k: False,
+        deadline=lambda: None,
+        checkpoints_root=saved.root,
+    )
     within(watch.tick)
     assert set(watch.runs) == {"run"}
-    assert watch.runs["run"].from_checkpoint == str(saved.bad.path)  # its manifest is fine; its curves are not read
+    assert watch.runs["run"].from_checkpoint == str(
+        saved.bad.path
+    )  # its manifest is fine; its curves are not read
 
 
 # -- what state.pt says of the tensors -------------------------------------------------------
+
 
 def rewrite_skeleton(saved: Saved, change: Callable[[dict[str, Any]], None]) -> None:
     """Change the first tensor's entry in state.pt, and the manifest to match (as someone writing
@@ -303,31 +355,68 @@ def rewrite_skeleton(saved: Saved, change: Callable[[dict[str, Any]], None]) -> 
     saved.write_manifest(manifest)
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    (lambda e: e.update(dtype="__class__"), "state.pt names the dtype '__class__', which is not a torch dtype"),
-    (lambda e: e.update(dtype="float1024"), "state.pt names the dtype 'float1024', which is not a torch dtype"),
-    (lambda e: e.update(offset=2**40), "state.pt places a tensor at 1099511627776"),
-    (lambda e: e.update(offset=-8), "state.pt places a tensor at -8"),
-    (lambda e: e.update(shape=[2**31, 2**31]), "state.pt gives a float32 tensor of shape [2147483648, 2147483648]"),
-    (lambda e: e.update(shape="16x8"), "state.pt gives a tensor the shape '16x8'"),
-], ids=["not-a-dtype", "no-such-dtype", "past-the-end", "negative-offset", "shape-larger-than-bytes",
-        "shape-not-a-list"])
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (
+            lambda e: e.update(dtype="__class__"),
+            "state.pt names the dtype '__class__', which is not a torch dtype",
+        ),
+        (
+            lambda e: e.update(dtype="float1024"),
+            "state.pt names the dtype 'float1024', which is not a torch dtype",
+        ),
+        (lambda e: e.update(offset=2**40), "state.pt places a tensor at 1099511627776"),
+        (lambda e: e.update(offset=-8), "state.pt places a tensor at -8"),
+        (
+            lambda e: e.update(shape=[2**31, 2**31]),
+            "state.pt gives a float32 tensor of shape [2147483648, 2147483648]",
+        ),
+        (lambda e: e.update(shape="16x8"), "state.pt gives a tensor the shape '16x8'"),
+    ],
+    ids=[
+        "not-a-dtype",
+        "no-such-dtype",
+        "past-the-end",
+        "negative-offset",
+        "shape-larger-than-bytes",
+        "shape-not-a-list",
+    ],
+)
 def test_a_tensor_entry_with_a_bogus_dtype_place_or_shape_makes_the_checkpoint_unusable(
-        saved: Saved, capsys: pytest.CaptureFixture, tmp_path: Path, change: Callable[[dict[str, Any]], None],
-        reason: str) -> None:
+    saved: Saved,
+    capsys: pytest.CaptureFixture,
+    tmp_path: Path,
+    change: Callable[[dict[str, Any]], None],
+    reason: str,
+) -> None:
     rewrite_skeleton(saved, change)
     unusable(saved, reason, capsys, tmp_path)
 
 
 # -- through DCP -----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def saved_by_torchrun(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real torchrun run (one rank, DDP) checkpointed through DCP at steps 4 and 8, with the whole
     state written beside each checkpoint for comparison."""
     base = tmp_path_factory.mktemp("dcp")
-    run(1, "--parallel", "ddp", "--every", "4", "--steps", "10", "--dump-full", "--root", str(base / "ck"),
-        "--out", str(base / "out"), log=base / "log")
+    run(
+        1,
+        "--parallel",
+        "ddp",
+        "--every",
+        "4",
+        "--steps",
+        "10",
+        "--dump-full",
+        "--root",
+        str(base / "ck"),
+        "--out",
+        str(base / "out"),
+        log=base / "log",
+    )
     return base
 
 
@@ -343,7 +432,10 @@ def dcp_copy(tmp_path: Path, saved_by_torchrun: Path) -> tuple[Path, Path]:
 
 def relist(folder: Path, name: str) -> None:
     manifest = json.loads((folder / MANIFEST).read_text())
-    manifest["files"][name] = {"size": (folder / name).stat().st_size, "xxh3": checksum(folder / name)}
+    manifest["files"][name] = {
+        "size": (folder / name).stat().st_size,
+        "xxh3": checksum(folder / name),
+    }
     (folder / MANIFEST).write_text(json.dumps(manifest))
 
 
@@ -366,8 +458,14 @@ def resume_in_one_process(root: Path) -> tuple[int, list[str], dict[str, Any]]:
     model = build("plain", 32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=7, gamma=0.5)
-    tracker = Tracker().track("dist-run", model=model, optimizer=optimizer, scheduler=scheduler, progress={},
-                              root=str(root))
+    tracker = Tracker().track(
+        "dist-run",
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        progress={},
+        root=str(root),
+    )
     start, said = within(tracker.resume)
     model_state, optim_state = get_state_dict(model, optimizer)
     return start, said, {"model": model_state, "optimizer": optim_state}
@@ -391,10 +489,16 @@ def dcp_damages() -> list[Any]:
         relist_size(folder, "rank-0.pt", 0)
 
     return [
-        pytest.param(lambda folder: index_naming(folder, outside),
-                     ".metadata names '../../../outside.distcp', which is outside its folder", id="index-outside"),
-        pytest.param(lambda folder: index_naming(folder, past_the_end), ".metadata places data at",
-                     id="index-past-end"),
+        pytest.param(
+            lambda folder: index_naming(folder, outside),
+            ".metadata names '../../../outside.distcp', which is outside its folder",
+            id="index-outside",
+        ),
+        pytest.param(
+            lambda folder: index_naming(folder, past_the_end),
+            ".metadata places data at",
+            id="index-past-end",
+        ),
         pytest.param(fifo, "__0_0.distcp is a named pipe (FIFO), never read", id="shard-fifo"),
         pytest.param(symlink, "rank-0.pt is a symbolic link, never followed", id="rank-file-link"),
     ]
@@ -408,8 +512,13 @@ def relist_size(folder: Path, name: str, size: int) -> None:
 
 @pytest.mark.parametrize(("damage", "reason"), dcp_damages())
 def test_a_dcp_checkpoint_naming_other_files_falls_back_in_one_process_and_export_refuses(
-        saved_by_torchrun: Path, dcp_copy: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture,
-        damage: Callable[[Path], None], reason: str) -> None:
+    saved_by_torchrun: Path,
+    dcp_copy: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    damage: Callable[[Path], None],
+    reason: str,
+) -> None:
     root, newest = dcp_copy
     (tmp_path / "outside.distcp").write_bytes((newest / "__0_0.distcp").read_bytes())
     damage(newest)
@@ -422,12 +531,18 @@ def test_a_dcp_checkpoint_naming_other_files_falls_back_in_one_process_and_expor
     to = tmp_path / "model.pt"
     code, _ = within(lambda: main(["checkpoint", "export", str(newest), "--to", str(to)]))
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert code == 1 and last.startswith("jupyter gpuws: error:") and reason in last and newest.name in last, last
+    assert (
+        code == 1
+        and last.startswith("jupyter gpuws: error:")
+        and reason in last
+        and newest.name in last
+    ), last
     assert not to.exists()
 
 
 def test_the_servers_list_of_distributed_runs_leaves_out_a_run_folder_that_is_a_link(
-        dcp_copy: tuple[Path, Path], tmp_path: Path) -> None:
+    dcp_copy: tuple[Path, Path], tmp_path: Path
+) -> None:
     from jupyter_gpu_ws.checkpoints.catalog import distributed_runs
 
     root, _ = dcp_copy
@@ -438,14 +553,31 @@ def test_the_servers_list_of_distributed_runs_leaves_out_a_run_folder_that_is_a_
 
 
 def test_a_distributed_resume_skips_a_dcp_checkpoint_with_a_fifo_for_the_one_before(
-        saved_by_torchrun: Path, dcp_copy: tuple[Path, Path], tmp_path: Path) -> None:
+    saved_by_torchrun: Path, dcp_copy: tuple[Path, Path], tmp_path: Path
+) -> None:
     root, newest = dcp_copy
     (newest / "__0_0.distcp").unlink()
     os.mkfifo(newest / "__0_0.distcp")
     relist_size(newest, "__0_0.distcp", 0)
-    text = run(1, "--parallel", "ddp", "--every", "4", "--steps", "6", "--root", str(root), "--out",
-               str(tmp_path / "out"), log=tmp_path / "log", timeout=120)
-    assert f"skipping checkpoint {newest.name}: __0_0.distcp is a named pipe (FIFO), never read" in text
+    text = run(
+        1,
+        "--parallel",
+        "ddp",
+        "--every",
+        "4",
+        "--steps",
+        "6",
+        "--root",
+        str(root),
+        "--out",
+        str(tmp_path / "out"),
+        log=tmp_path / "log",
+        timeout=120,
+    )
+    assert (
+        f"skipping checkpoint {newest.name}: __0_0.distcp is a named pipe (FIFO), never read"
+        in text
+    )
     assert "rank 0 of 1 starts at step 5" in text
     resumed = load(tmp_path / "out" / "resumed.pt")
     saved = load(saved_by_torchrun / "out" / "full-4.pt")
@@ -454,6 +586,7 @@ def test_a_distributed_resume_skips_a_dcp_checkpoint_with_a_fifo_for_the_one_bef
 
 
 # -- the way to the server -------------------------------------------------------------------
+
 
 class StillRunning(BaseHTTPRequestHandler):
     """Every answer about the fetch job: still running (a server whose fetch hangs)."""
@@ -474,23 +607,33 @@ class StillRunning(BaseHTTPRequestHandler):
 
 
 def test_a_server_whose_fetch_never_ends_makes_resume_raise_instead_of_waiting_for_ever(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jupyter_gpu_ws.checkpoints import fromstore
     from jupyter_gpu_ws.checkpoints.protocol import RUNTIME_DIR_ENV
     from jupyter_gpu_ws.client import SERVER_PID_ENV
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), StillRunning)  # a real HTTP server, found as a kernel finds its own
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), StillRunning
+    )  # a real HTTP server, found as a kernel finds its own
     threading.Thread(target=server.serve_forever, daemon=True).start()
     runtime = tmp_path / "runtime"
     runtime.mkdir()
     (runtime / f"jpserver-{os.getpid()}.json").write_text(
-        json.dumps({"url": f"http://127.0.0.1:{server.server_address[1]}/", "token": "t"}))
+        json.dumps({"url": f"http://127.0.0.1:{server.server_address[1]}/", "token": "t"})
+    )
     monkeypatch.setenv("GPUWS_WORKDIR", str(tmp_path))
     monkeypatch.setenv(SERVER_PID_ENV, str(os.getpid()))
     monkeypatch.setenv(RUNTIME_DIR_ENV, str(runtime))
     monkeypatch.setattr(fromstore, "SERVER_GRACE", 1.0)
     try:
-        with pytest.raises(CheckpointError, match="the server did not finish bringing run's checkpoint within 2 s"):
-            within(lambda: fromstore.bring_newest(tmp_path / ".gpuws" / "checkpoints" / "run", "run", timeout=1.0))
+        with pytest.raises(
+            CheckpointError, match="the server did not finish bringing run's checkpoint within 2 s"
+        ):
+            within(
+                lambda: fromstore.bring_newest(
+                    tmp_path / ".gpuws" / "checkpoints" / "run", "run", timeout=1.0
+                )
+            )
     finally:
         server.shutdown()

@@ -22,23 +22,41 @@ ROOT = Path(__file__).resolve().parents[2]
 class Run:
     """One `torchrun --standalone` (a free port: fixed ones are taken on shared machines)."""
 
-    def __init__(self, nproc: int, *args: str, log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, nproc: int, *args: str, log: Path, env: dict[str, str] | None = None
+    ) -> None:
         environment = dict(os.environ if env is None else env)
-        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environment.get("PYTHONPATH")]))
+        environment["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(ROOT), environment.get("PYTHONPATH")])
+        )
         environment["OMP_NUM_THREADS"] = "1"
         self.log = log
         self._out = open(log, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-             "--monitor-interval=0.2", str(SCRIPT), *args],
-            stdout=self._out, stderr=subprocess.STDOUT, env=environment, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={nproc}",
+                "--monitor-interval=0.2",
+                str(SCRIPT),
+                *args,
+            ],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            start_new_session=True,
+        )
 
     def wait(self, timeout: float = 240) -> int:
         try:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"torchrun did not end within {timeout} s:\n{self.text()[-4000:]}") from None
+            raise AssertionError(
+                f"torchrun did not end within {timeout} s:\n{self.text()[-4000:]}"
+            ) from None
         finally:
             self._out.close()
 
@@ -67,8 +85,14 @@ class Run:
         self._out.close()
 
 
-def run(nproc: int, *args: str, log: Path, env: dict[str, str] | None = None, expect: int | None = 0,
-        timeout: float = 240) -> str:
+def run(
+    nproc: int,
+    *args: str,
+    log: Path,
+    env: dict[str, str] | None = None,
+    expect: int | None = 0,
+    timeout: float = 240,
+) -> str:
     """Run to the end; the output. `expect` None: any exit status (a run that kills itself)."""
     with Run(nproc, *args, log=log, env=env) as started:
         code = started.wait(timeout)
@@ -106,8 +130,13 @@ def load(path: Path) -> Any:
 def differences(a: Any, b: Any, where: str = "") -> list[str]:
     """Where two nested states differ (tensors bitwise, with dtype and shape); [] when equal."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        same = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
-                and a.shape == b.shape and torch.equal(a, b))
+        same = (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and torch.equal(a, b)
+        )
         return [] if same else [where or "."]
     if isinstance(a, dict) and isinstance(b, dict):
         if set(a) != set(b):
@@ -116,5 +145,9 @@ def differences(a: Any, b: Any, where: str = "") -> list[str]:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         if len(a) != len(b):
             return [f"{where}: lengths {len(a)} and {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=False))
+            for d in differences(x, y, f"{where}[{i}]")
+        ]
     return [] if a == b else [f"{where}: {a!r} != {b!r}"]

@@ -21,19 +21,76 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 # The keys zero-to-jupyterhub's configuration reference documents, for the parts used here
 # (a typo such as `singleuser.lifecycleHook` would be ignored by the chart, silently).
 DOCUMENTED = {
-    "hub": {"config", "extraConfig", "extraEnv", "image", "resources", "services", "networkPolicy", "db"},
-    "cull": {"enabled", "timeout", "every", "maxAge", "users", "adminUsers", "removeNamedServers", "concurrency"},
-    "singleuser": {"image", "storage", "extraEnv", "lifecycleHooks", "extraResource", "cpu", "memory",
-                   "profileList", "cmd", "defaultUrl", "nodeSelector", "extraVolumes", "extraVolumeMounts",
-                   "networkPolicy", "uid", "fsGid", "serviceAccountName", "startTimeout", "extraLabels"},
-    "singleuser.storage": {"type", "capacity", "homeMountPath", "dynamic", "static", "extraVolumes",
-                           "extraVolumeMounts", "extraLabels"},
+    "hub": {
+        "config",
+        "extraConfig",
+        "extraEnv",
+        "image",
+        "resources",
+        "services",
+        "networkPolicy",
+        "db",
+    },
+    "cull": {
+        "enabled",
+        "timeout",
+        "every",
+        "maxAge",
+        "users",
+        "adminUsers",
+        "removeNamedServers",
+        "concurrency",
+    },
+    "singleuser": {
+        "image",
+        "storage",
+        "extraEnv",
+        "lifecycleHooks",
+        "extraResource",
+        "cpu",
+        "memory",
+        "profileList",
+        "cmd",
+        "defaultUrl",
+        "nodeSelector",
+        "extraVolumes",
+        "extraVolumeMounts",
+        "networkPolicy",
+        "uid",
+        "fsGid",
+        "serviceAccountName",
+        "startTimeout",
+        "extraLabels",
+    },
+    "singleuser.storage": {
+        "type",
+        "capacity",
+        "homeMountPath",
+        "dynamic",
+        "static",
+        "extraVolumes",
+        "extraVolumeMounts",
+        "extraLabels",
+    },
     "singleuser.image": {"name", "tag", "pullPolicy", "pullSecrets"},
     "singleuser.lifecycleHooks": {"postStart", "preStop"},
     "singleuser.extraResource": {"limits", "guarantees"},
 }
-TOP = {"hub", "proxy", "singleuser", "cull", "scheduling", "prePuller", "ingress", "debug", "rbac", "imagePullSecret",
-       "fullnameOverride", "nameOverride", "global"}
+TOP = {
+    "hub",
+    "proxy",
+    "singleuser",
+    "cull",
+    "scheduling",
+    "prePuller",
+    "ingress",
+    "debug",
+    "rbac",
+    "imagePullSecret",
+    "fullnameOverride",
+    "nameOverride",
+    "global",
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,16 +112,22 @@ def test_every_key_is_one_the_chart_documents(values: dict[str, Any]) -> None:
             found = _at(values, section)
         except KeyError:
             continue
-        assert set(found) <= keys, f"{section}: {sorted(set(found) - keys)} not in the chart's reference"
+        assert set(found) <= keys, (
+            f"{section}: {sorted(set(found) - keys)} not in the chart's reference"
+        )
 
 
 def test_the_pods_grace_is_set_and_given_to_the_server(values: dict[str, Any]) -> None:
     grace = _at(values, "hub.config.KubeSpawner.delete_grace_period")
-    assert isinstance(grace, int) and grace >= 30  # KubeSpawner's default of 1 s would cut the persist off
+    assert (
+        isinstance(grace, int) and grace >= 30
+    )  # KubeSpawner's default of 1 s would cut the persist off
     assert parse_duration(_at(values, "singleuser.extraEnv.GPUWS_GRACE_PERIOD")) == grace
 
 
-def test_the_prestop_hook_is_the_persist_command_and_ends_inside_the_grace(values: dict[str, Any]) -> None:
+def test_the_prestop_hook_is_the_persist_command_and_ends_inside_the_grace(
+    values: dict[str, Any],
+) -> None:
     command = _at(values, "singleuser.lifecycleHooks.preStop.exec.command")
     assert command[:3] == ["jupyter", "gpuws", "persist"]
     args = build_parser().parse_args(command[2:])  # the CLI accepts exactly these arguments
@@ -98,7 +161,9 @@ def _hadolint() -> str:
 
 
 def test_the_dockerfile_passes_hadolint() -> None:
-    result = subprocess.run([_hadolint(), str(DEPLOY / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [_hadolint(), str(DEPLOY / "Dockerfile")], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -12,10 +12,10 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -44,12 +44,16 @@ def make_project(root: Path, name: str, version: str) -> Path:
     (root / "src" / module / "__init__.py").write_text(f"VALUE = {version!r}\n")
     (root / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
-        f'[project]\nname = "{name}"\nversion = "{version}"\n')
+        f'[project]\nname = "{name}"\nversion = "{version}"\n'
+    )
     return root
 
 
 def versions(python: str) -> dict[str, str]:
-    return {p["name"]: p["version"] for p in capture(python, include_torch=False, machine=False)["packages"]}
+    return {
+        p["name"]: p["version"]
+        for p in capture(python, include_torch=False, machine=False)["packages"]
+    }
 
 
 def store_at(path: Path) -> Store:
@@ -69,26 +73,41 @@ def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def new_venv(base_venv: Path, tmp_path: Path) -> Callable[[str], str]:
     """A fresh copy of the bare venv: its python."""
+
     def make(name: str = "fresh") -> str:
         shutil.copytree(base_venv, tmp_path / name, symlinks=True)
         return python_of(tmp_path / name)
+
     return make
 
 
 @pytest.fixture(scope="session")
 def projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("projects")
-    return {LOCAL[0]: make_project(root / "local", *LOCAL), EDITABLE[0]: make_project(root / "edit", *EDITABLE)}
+    return {
+        LOCAL[0]: make_project(root / "local", *LOCAL),
+        EDITABLE[0]: make_project(root / "edit", *EDITABLE),
+    }
 
 
 @pytest.fixture(scope="session")
-def source_venv(base_venv: Path, projects: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def source_venv(
+    base_venv: Path, projects: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The environment a user built: two pinned packages from PyPI, one from a local folder,
     one editable. Never changed by a test: copy it (`copy_venv`) to change it."""
     venv = tmp_path_factory.mktemp("source") / "venv"
     shutil.copytree(base_venv, venv, symlinks=True)
     python = python_of(venv)
-    run(python, "-m", "pip", "install", "-q", *(f"{n}=={v}" for n, v in PINNED.items()), projects[LOCAL[0]])
+    run(
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        *(f"{n}=={v}" for n, v in PINNED.items()),
+        projects[LOCAL[0]],
+    )
     run(python, "-m", "pip", "install", "-q", "-e", projects[EDITABLE[0]])
     return venv
 
@@ -103,11 +122,14 @@ def copy_venv(tmp_path: Path) -> Callable[[Path, str], str]:
     def copy(venv: Path, name: str = "copy") -> str:
         shutil.copytree(venv, tmp_path / name, symlinks=True)
         return python_of(tmp_path / name)
+
     return copy
 
 
 @pytest.fixture(scope="session")
-def snapshot_store(source_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SaveResult]:
+def snapshot_store(
+    source_venv: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, SaveResult]:
     """The source environment snapshotted with every wheel kept, in a local-folder store.
     Tests that change the store copy its folder first (`store_copy`)."""
     root = tmp_path_factory.mktemp("store")
@@ -124,13 +146,20 @@ def store_copy(snapshot_store: tuple[Path, SaveResult], tmp_path: Path) -> Store
 @pytest.fixture
 def no_index(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """Call it to make any attempt to reach an index fail: what installs then came from the store."""
+
     def block() -> None:
         dead = "http://127.0.0.1:9/simple"
         for name in ("PIP_INDEX_URL", "UV_INDEX_URL", "UV_DEFAULT_INDEX"):
             monkeypatch.setenv(name, dead)
-        for name in ("PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "UV_FIND_LINKS"):
+        for name in (
+            "PIP_EXTRA_INDEX_URL",
+            "UV_EXTRA_INDEX_URL",
+            "PIP_FIND_LINKS",
+            "UV_FIND_LINKS",
+        ):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+
     return block
 
 

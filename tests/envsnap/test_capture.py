@@ -42,7 +42,9 @@ def test_origins_follow_pep_610(captured: dict[str, Any], projects: dict[str, Pa
     assert editable["kind"] == "editable" and editable["url"] == projects[EDITABLE[0]].as_uri()
 
 
-def test_python_and_platform_are_those_of_the_target_interpreter(captured: dict[str, Any], source_venv: Path) -> None:
+def test_python_and_platform_are_those_of_the_target_interpreter(
+    captured: dict[str, Any], source_venv: Path
+) -> None:
     assert captured["python"]["prefix"] == str(source_venv)
     assert captured["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
     assert captured["platform"]["system"] == "Linux"
@@ -58,12 +60,26 @@ def test_torch_build_is_described_where_torch_is_installed() -> None:
     assert torch["arch_list"] == real.cuda.get_arch_list()
 
 
-def test_content_hash_ignores_time_paths_and_machine_but_not_versions(captured: dict[str, Any]) -> None:
-    moved = {**captured, "captured_at": 0, "machine": {"gpus": [{"name": "X"}]},
-             "python": {**captured["python"], "prefix": "/elsewhere", "executable": "/elsewhere/bin/python"}}
+def test_content_hash_ignores_time_paths_and_machine_but_not_versions(
+    captured: dict[str, Any],
+) -> None:
+    moved = {
+        **captured,
+        "captured_at": 0,
+        "machine": {"gpus": [{"name": "X"}]},
+        "python": {
+            **captured["python"],
+            "prefix": "/elsewhere",
+            "executable": "/elsewhere/bin/python",
+        },
+    }
     assert content_hash(moved) == captured["hash"]
-    bumped = {**captured, "packages": [{**p, "version": "9.9"} if p["name"] == "six" else p
-                                        for p in captured["packages"]]}
+    bumped = {
+        **captured,
+        "packages": [
+            {**p, "version": "9.9"} if p["name"] == "six" else p for p in captured["packages"]
+        ],
+    }
     assert content_hash(bumped) != captured["hash"]
 
 
@@ -106,9 +122,13 @@ class FakeNvml:
 
 def test_machine_records_driver_and_each_gpu_capability() -> None:
     assert read_machine(FakeNvml()) == {
-        "driver_version": "535.104.05", "cuda_driver_version": "12.2",
-        "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0"},
-                 {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}]}
+        "driver_version": "535.104.05",
+        "cuda_driver_version": "12.2",
+        "gpus": [
+            {"name": "NVIDIA A100-SXM4-40GB", "compute_capability": "8.0"},
+            {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"},
+        ],
+    }
 
 
 def test_no_nvml_means_no_machine_record_and_no_error() -> None:

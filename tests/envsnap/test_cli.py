@@ -7,22 +7,34 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests.envsnap.conftest import EDITABLE, LOCAL, PINNED, versions
 
 
 def gpuws_env(*args: str | Path) -> subprocess.CompletedProcess:
     # A checkout used without installing warns on import: not what these tests look at.
-    command = [sys.executable, "-W", "ignore::UserWarning", "-m", "jupyter_gpu_ws.cli", "env", *map(str, args)]
+    command = [
+        sys.executable,
+        "-W",
+        "ignore::UserWarning",
+        "-m",
+        "jupyter_gpu_ws.cli",
+        "env",
+        *map(str, args),
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
-def test_snapshot_diff_and_offline_restore_end_to_end(source_python: str, new_venv: Any, tmp_path: Path,
-                                                      no_index: Callable[[], None]) -> None:
+def test_snapshot_diff_and_offline_restore_end_to_end(
+    source_python: str, new_venv: Any, tmp_path: Path, no_index: Callable[[], None]
+) -> None:
     where = ["--store", tmp_path / "store", "--workspace", "ws"]
-    first = gpuws_env("snapshot", *where, "--python", source_python, "--keep-all-wheels", "--create-store")
+    first = gpuws_env(
+        "snapshot", *where, "--python", source_python, "--keep-all-wheels", "--create-store"
+    )
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("New snapshot ")
     again = gpuws_env("snapshot", *where, "--python", source_python)
@@ -48,8 +60,13 @@ def test_snapshot_diff_and_offline_restore_end_to_end(source_python: str, new_ve
 def test_restore_from_a_store_folder_that_is_missing_is_one_line_and_exit_1(tmp_path: Path) -> None:
     result = gpuws_env("restore", "--store", tmp_path / "store", "--workspace", "ws")
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        f"jupyter gpuws: error: No store at {tmp_path / 'store'}: nothing there to read")
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"jupyter gpuws: error: No store at {tmp_path / 'store'}: nothing there to read"
+        )
+    )
     assert not (tmp_path / "store").exists()
 
 
@@ -59,31 +76,46 @@ def test_restore_from_an_empty_store_is_one_line_and_exit_1(tmp_path: Path) -> N
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"store: {tmp_path / 'store'}  workspace: ws",
-        f"jupyter gpuws: error: No workspace 'ws' in {tmp_path / 'store'}: the store holds no workspace yet"]
+        f"jupyter gpuws: error: No workspace 'ws' in {tmp_path / 'store'}: the store holds no workspace yet",
+    ]
 
 
 def test_a_missing_interpreter_is_one_line_and_exit_1(tmp_path: Path) -> None:
-    result = gpuws_env("snapshot", "--store", tmp_path / "store", "--workspace", "ws", "--python", tmp_path / "nope")
+    result = gpuws_env(
+        "snapshot",
+        "--store",
+        tmp_path / "store",
+        "--workspace",
+        "ws",
+        "--python",
+        tmp_path / "nope",
+    )
     assert result.returncode == 1
     lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("store: ")]
     assert len(lines) == 1 and "Python interpreter not found" in lines[0]
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.json"))
 
 
-def test_a_failed_package_makes_restore_exit_1_naming_it(source_python: str, new_venv: Any, tmp_path: Path,
-                                                         no_index: Callable[[], None]) -> None:
+def test_a_failed_package_makes_restore_exit_1_naming_it(
+    source_python: str, new_venv: Any, tmp_path: Path, no_index: Callable[[], None]
+) -> None:
     where = ["--store", tmp_path / "store", "--workspace", "ws"]
     (tmp_path / "store").mkdir()  # a new store, made by hand
-    assert gpuws_env("snapshot", *where, "--python", source_python).returncode == 0  # index packages: no wheels
+    assert (
+        gpuws_env("snapshot", *where, "--python", source_python).returncode == 0
+    )  # index packages: no wheels
     no_index()
     result = gpuws_env("restore", *where, "--python", new_venv(), "--offline")
     assert result.returncode == 1
-    errors = [line for line in result.stderr.splitlines() if line.startswith("jupyter gpuws: error: ")]
+    errors = [
+        line for line in result.stderr.splitlines() if line.startswith("jupyter gpuws: error: ")
+    ]
     assert sorted(line.split()[3].rstrip(":") for line in errors) == sorted(PINNED)
 
 
-def test_sources_are_built_only_with_allow_sources(store_copy: Any, new_venv: Any, file_server: Any,
-                                                   no_index: Callable[[], None]) -> None:
+def test_sources_are_built_only_with_allow_sources(
+    store_copy: Any, new_venv: Any, file_server: Any, no_index: Callable[[], None]
+) -> None:
     """A URL origin with no wheel in the store: refused in one line naming it, then, with
     --allow-sources, announced and installed."""
     from tests.envsnap.conftest import serve_wheel_of
@@ -102,7 +134,7 @@ def test_sources_are_built_only_with_allow_sources(store_copy: Any, new_venv: An
 
     refused = gpuws_env("restore", *where)
     assert refused.returncode == 1 and refused.stdout == ""
-    [line] = [l for l in refused.stderr.strip().splitlines() if not l.startswith("store: ")]
+    [line] = [x for x in refused.stderr.strip().splitlines() if not x.startswith("store: ")]
     assert line.startswith("jupyter gpuws: error: Restoring would fetch and build 1 package ")
     assert origin["url"] in line and "--allow-sources" in line
     assert file_server.requests == [] and LOCAL[0] not in versions(python)
@@ -115,8 +147,12 @@ def test_sources_are_built_only_with_allow_sources(store_copy: Any, new_venv: An
 
 def add_package(python: str, name: str, version: str) -> None:
     """What `pip install <name>==<version>` leaves behind, written directly (no index here)."""
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     info = Path(site) / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
@@ -136,15 +172,21 @@ def test_list_is_a_table_newest_first_with_the_latest_marked(new_venv: Any, tmp_
     assert listed.returncode == 0, listed.stderr
     header, newest, older = listed.stdout.splitlines()
     assert header.split() == ["snapshot", "taken", "Python", "torch", "packages"]
-    version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    version = subprocess.run(
+        [python, "-c", "import platform; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     new_id, old_id = (r.stdout.split()[2].rstrip(":") for r in (second, first))
     snapshot, date, clock, python_version, torch, packages, mark = newest.split()
     assert (snapshot, python_version, torch, mark) == (new_id, version, "—", "latest")
     assert older.split()[0] == old_id and older.split()[-1] != "latest"
     assert int(packages) == int(older.split()[5]) + 1
     # The columns line up under their headings.
-    assert newest.index(version) == header.index("Python") and older.index(version) == header.index("Python")
+    assert newest.index(version) == header.index("Python") and older.index(version) == header.index(
+        "Python"
+    )
 
 
 def test_list_says_so_when_the_workspace_has_no_snapshot(tmp_path: Path) -> None:
@@ -162,9 +204,22 @@ def test_diff_into_a_closed_pipe_ends_quietly(new_venv: Any, tmp_path: Path) -> 
     read_end, write_end = os.pipe()
     os.close(read_end)  # `| head` that has gone away before the first line
     try:
-        command = [sys.executable, "-W", "ignore::UserWarning", "-m", "jupyter_gpu_ws.cli", "env", "diff",
-                   *map(str, where), "--python", python, "--json"]
-        result = subprocess.run(command, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+        command = [
+            sys.executable,
+            "-W",
+            "ignore::UserWarning",
+            "-m",
+            "jupyter_gpu_ws.cli",
+            "env",
+            "diff",
+            *map(str, where),
+            "--python",
+            python,
+            "--json",
+        ]
+        result = subprocess.run(
+            command, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300
+        )
     finally:
         os.close(write_end)
     assert [line for line in result.stderr.splitlines() if not line.startswith("store: ")] == []

@@ -19,6 +19,10 @@ sys.exit(1)
 def test_terminal_escapes_never_reach_the_log_or_the_error() -> None:
     lines: list[str] = []
     error = run_command([sys.executable, "-c", NOISY], lines.append)
-    assert lines == ["Using Python 3.11.7 environment", "a link and a bell", "colours asked off: 1",
-                     "error: no such package"]
+    assert lines == [
+        "Using Python 3.11.7 environment",
+        "a link and a bell",
+        "colours asked off: 1",
+        "error: no such package",
+    ]
     assert error == "error: no such package"

@@ -7,8 +7,9 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -25,13 +26,19 @@ def env_python(source_venv: Path, copy_venv: Callable[[Path, str], str]) -> str:
 
 
 @pytest.fixture
-def gpuws_config(gpuws_config: dict[str, Any], env_python: str, jp_environ: Any,
-                 monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def gpuws_config(
+    gpuws_config: dict[str, Any], env_python: str, jp_environ: Any, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
     # pytest-jupyter puts the test environment's site-packages on PYTHONPATH (for kernels); the
     # environment under test would then list them as its own.
     monkeypatch.delenv("PYTHONPATH", raising=False)
     monkeypatch.setattr(jupyter_gpu_ws.environment, "WATCH_EVERY", 0.3)
-    return {**gpuws_config, "env_python": env_python, "env_snapshot_on_persist": True, "env_keep_all_wheels": True}
+    return {
+        **gpuws_config,
+        "env_python": env_python,
+        "env_snapshot_on_persist": True,
+        "env_keep_all_wheels": True,
+    }
 
 
 async def env_state(jp_fetch: Any, *states: str) -> dict[str, Any]:
@@ -48,8 +55,9 @@ async def snapshot_now(jp_fetch: Any) -> dict[str, Any]:
     return await finished(jp_fetch, "env/snapshots", json.loads(response.body)["id"])
 
 
-async def test_a_snapshot_then_a_change_then_an_offline_restore(jp_fetch: Any, env_python: str, store_dir: Path,
-                                                                no_index: Callable[[], None]) -> None:
+async def test_a_snapshot_then_a_change_then_an_offline_restore(
+    jp_fetch: Any, env_python: str, store_dir: Path, no_index: Callable[[], None]
+) -> None:
     await sync_running(jp_fetch)
     state = await env_state(jp_fetch, "no-snapshot")
     assert state["python"] == env_python and state["latest"] is None
@@ -59,7 +67,9 @@ async def test_a_snapshot_then_a_change_then_an_offline_restore(jp_fetch: Any, e
     snapshot_id = job["result"]["environment"]["id"]
     assert (store_dir / "test-ws" / ".gpuws" / "env" / f"{snapshot_id}.json").exists()
     state = await env_state(jp_fetch, "matches")
-    assert state["latest"]["id"] == snapshot_id and [s["id"] for s in state["snapshots"]] == [snapshot_id]
+    assert state["latest"]["id"] == snapshot_id and [s["id"] for s in state["snapshots"]] == [
+        snapshot_id
+    ]
 
     # A `pip uninstall` in a cell: noticed by itself, and the diff says what went.
     subprocess.run([env_python, "-m", "pip", "uninstall", "-y", "-q", "six"], check=True)
@@ -67,7 +77,9 @@ async def test_a_snapshot_then_a_change_then_an_offline_restore(jp_fetch: Any, e
     assert state["diff"]["removed"] == [{"name": "six", "version": PINNED["six"]}]
 
     no_index()  # what comes back comes from the store's wheels
-    response = await jp_fetch("gpuws", "api", "env", "restore", method="POST", body='{"offline": true}')
+    response = await jp_fetch(
+        "gpuws", "api", "env", "restore", method="POST", body='{"offline": true}'
+    )
     job = await finished(jp_fetch, "env/restore", json.loads(response.body)["id"])
     assert job["state"] == "done", job["errors"]
     assert job["result"]["restore"]["installed"] == ["six"]
@@ -87,12 +99,21 @@ async def test_persist_takes_a_snapshot_too(jp_fetch: Any, store_dir: Path) -> N
     assert (store_dir / "test-ws" / ".gpuws" / "env" / f"{snapshot_id}.json").exists()
 
 
-@pytest.mark.parametrize(("body", "code"), [('{"snapshot": 5}', 400), ('{"offline": "yes"}', 400),
-                                            ('{"allow_sources": 1}', 400),
-                                            ('{"other": 1}', 400), ("[]", 400), ('{"snapshot": "../../x"}', 404),
-                                            ("{}", 404)])
-async def test_restore_refuses_bad_input_and_a_missing_snapshot(jp_fetch: Any, body: str, code: int,
-                                                                gpuws_app: Any) -> None:
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ('{"snapshot": 5}', 400),
+        ('{"offline": "yes"}', 400),
+        ('{"allow_sources": 1}', 400),
+        ('{"other": 1}', 400),
+        ("[]", 400),
+        ('{"snapshot": "../../x"}', 404),
+        ("{}", 404),
+    ],
+)
+async def test_restore_refuses_bad_input_and_a_missing_snapshot(
+    jp_fetch: Any, body: str, code: int, gpuws_app: Any
+) -> None:
     await sync_running(jp_fetch)
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("gpuws", "api", "env", "restore", method="POST", body=body)
@@ -100,7 +121,9 @@ async def test_restore_refuses_bad_input_and_a_missing_snapshot(jp_fetch: Any, b
     assert gpuws_app.jobs.latest("env-restore") is None  # nothing was started
 
 
-async def test_the_magic_shows_the_difference(jp_fetch: Any, gpuws_app: Any, env_python: str) -> None:
+async def test_the_magic_shows_the_difference(
+    jp_fetch: Any, gpuws_app: Any, env_python: str
+) -> None:
     from tests.kernels import Notebook
 
     await sync_running(jp_fetch)
@@ -114,7 +137,8 @@ async def test_the_magic_shows_the_difference(jp_fetch: Any, gpuws_app: Any, env
 
 
 async def test_the_store_is_listed_once_a_minute_and_again_after_a_snapshot(
-        jp_fetch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    jp_fetch: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls = []
     listing = jupyter_gpu_ws.environment.list_snapshots
 
@@ -132,12 +156,15 @@ async def test_the_store_is_listed_once_a_minute_and_again_after_a_snapshot(
 
     job = await snapshot_now(jp_fetch)
     state = await get(jp_fetch, "env")
-    assert [s["id"] for s in state["snapshots"]] == [job["result"]["environment"]["id"]]  # listed anew
+    assert [s["id"] for s in state["snapshots"]] == [
+        job["result"]["environment"]["id"]
+    ]  # listed anew
     assert len(calls) == before + 1
 
 
 async def test_the_first_install_into_an_empty_environment_is_noticed(
-        jp_fetch: Any, gpuws_app: Any, tmp_path: Path) -> None:
+    jp_fetch: Any, gpuws_app: Any, tmp_path: Path
+) -> None:
     venv = tmp_path / "empty-env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     gpuws_app.env_python = str(venv / "bin" / "python")
@@ -147,7 +174,9 @@ async def test_the_first_install_into_an_empty_environment_is_noticed(
     site = next(venv.glob("lib/python3*/site-packages"))
     # What an installer leaves: a *.dist-info folder with the package's metadata.
     (site / "tinypkg-1.0.dist-info").mkdir()
-    (site / "tinypkg-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n")
+    (site / "tinypkg-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n"
+    )
 
     async def listed() -> Any:
         state = await get(jp_fetch, "env")
@@ -156,7 +185,9 @@ async def test_the_first_install_into_an_empty_environment_is_noticed(
     await wait_for(listed, timeout=30)
 
 
-async def test_the_machine_is_read_where_the_monitor_reads_it(jp_fetch: Any, gpuws_app: Any, tmp_path: Path) -> None:
+async def test_the_machine_is_read_where_the_monitor_reads_it(
+    jp_fetch: Any, gpuws_app: Any, tmp_path: Path
+) -> None:
     # The server reads simulated GPUs (nvml_test_double); the environment's machine is the same one.
     from tests.conftest import gpu_spec, write_spec
 
@@ -180,7 +211,11 @@ class TestSnapshotsFromSomeoneElse:
 
     @pytest.fixture
     def their_store(self, snapshot_store: tuple[Path, Any], store_dir: Path) -> Store:
-        shutil.copytree(snapshot_store[0] / "ws" / ".gpuws", store_dir / "test-ws" / ".gpuws", dirs_exist_ok=True)
+        shutil.copytree(
+            snapshot_store[0] / "ws" / ".gpuws",
+            store_dir / "test-ws" / ".gpuws",
+            dirs_exist_ok=True,
+        )
         return Store(open_backend(str(store_dir)), "test-ws")
 
     @staticmethod
@@ -192,8 +227,13 @@ class TestSnapshotsFromSomeoneElse:
         path.write_text(json.dumps(snapshot))
 
     async def test_sources_to_build_are_listed_and_need_allow_sources(
-            self, jp_fetch: Any, their_store: Store, file_server: FileServer, env_python: str,
-            no_index: Callable[[], None]) -> None:
+        self,
+        jp_fetch: Any,
+        their_store: Store,
+        file_server: FileServer,
+        env_python: str,
+        no_index: Callable[[], None],
+    ) -> None:
         no_index()
         origin = serve_wheel_of(their_store, LOCAL[0], file_server)
 
@@ -205,8 +245,12 @@ class TestSnapshotsFromSomeoneElse:
         self.rewrite_latest(their_store, from_a_url)
         await sync_running(jp_fetch)
         state = await env_state(jp_fetch, "differs")
-        source = {"name": LOCAL[0], "version": LOCAL[1], "kind": "archive",
-                  "source": f"{origin['url']}#{origin['hash']}"}
+        source = {
+            "name": LOCAL[0],
+            "version": LOCAL[1],
+            "kind": "archive",
+            "source": f"{origin['url']}#{origin['hash']}",
+        }
         assert state["sources"] == [source]  # what the restore dialog lists beside its checkbox
 
         with pytest.raises(HTTPClientError) as err:
@@ -215,17 +259,30 @@ class TestSnapshotsFromSomeoneElse:
         assert err.value.code == 409 and LOCAL[0] in message and origin["url"] in message
         assert file_server.requests == [] and LOCAL[0] not in versions(env_python)
 
-        response = await jp_fetch("gpuws", "api", "env", "restore", method="POST", body='{"allow_sources": true}')
-        assert json.loads(response.body)["result"]["sources"] == [source]  # in the answer, before the install
+        response = await jp_fetch(
+            "gpuws", "api", "env", "restore", method="POST", body='{"allow_sources": true}'
+        )
+        assert json.loads(response.body)["result"]["sources"] == [
+            source
+        ]  # in the answer, before the install
         job = await finished(jp_fetch, "env/restore", json.loads(response.body)["id"])
         assert job["state"] == "done", job["errors"]
         assert versions(env_python)[LOCAL[0]] == LOCAL[1] and file_server.requests
 
     async def test_an_injected_option_is_refused_and_shown_not_installed(
-            self, jp_fetch: Any, their_store: Store, file_server: FileServer, env_python: str,
-            gpuws_app: Any) -> None:
-        self.rewrite_latest(their_store, lambda snapshot: snapshot["packages"].append(
-            {"name": f"--index-url={file_server.url}/simple", "version": "1.0"}))
+        self,
+        jp_fetch: Any,
+        their_store: Store,
+        file_server: FileServer,
+        env_python: str,
+        gpuws_app: Any,
+    ) -> None:
+        self.rewrite_latest(
+            their_store,
+            lambda snapshot: snapshot["packages"].append(
+                {"name": f"--index-url={file_server.url}/simple", "version": "1.0"}
+            ),
+        )
         await sync_running(jp_fetch)
 
         async def refused() -> Any:
@@ -233,9 +290,22 @@ class TestSnapshotsFromSomeoneElse:
             return state if state["error"] else None
 
         state = await wait_for(refused, timeout=120)
-        assert "is refused" in state["error"] and "--index-url" in state["error"] and state["diff"] is None
+        assert (
+            "is refused" in state["error"]
+            and "--index-url" in state["error"]
+            and state["diff"] is None
+        )
         with pytest.raises(HTTPClientError) as err:
-            await jp_fetch("gpuws", "api", "env", "restore", method="POST", body='{"allow_sources": true}')
-        assert err.value.code == 422 and "--index-url" in json.loads(err.value.response.body)["message"]
+            await jp_fetch(
+                "gpuws", "api", "env", "restore", method="POST", body='{"allow_sources": true}'
+            )
+        assert (
+            err.value.code == 422
+            and "--index-url" in json.loads(err.value.response.body)["message"]
+        )
         assert gpuws_app.jobs.latest("env-restore") is None
-        assert file_server.requests == [] and set(versions(env_python)) <= {"pip", "setuptools", "wheel"}
+        assert file_server.requests == [] and set(versions(env_python)) <= {
+            "pip",
+            "setuptools",
+            "wheel",
+        }

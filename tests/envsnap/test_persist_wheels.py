@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from tests.test_sync_api import mirror, sync_running
 
 # A build backend that holds its build until the test lets it go, then fails as a project whose
 # backend is not installed does ("No module named 'hatchling'").
-BACKEND = '''
+BACKEND = """
 import time
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         time.sleep(0.05)
     (HERE / "ended").touch()
     raise ModuleNotFoundError("No module named 'hatchling'")
-'''
+"""
 
 
 def installed_from_folder(python: str, folder: Path) -> None:
@@ -39,7 +40,8 @@ def installed_from_folder(python: str, folder: Path) -> None:
     (folder / "slow_backend.py").write_text(BACKEND)
     (folder / "pyproject.toml").write_text(
         '[build-system]\nrequires = []\nbuild-backend = "slow_backend"\nbackend-path = ["."]\n'
-        '[project]\nname = "slowpkg"\nversion = "1.0"\n')
+        '[project]\nname = "slowpkg"\nversion = "1.0"\n'
+    )
     venv = Path(python).parent.parent
     site = venv / Path(sysconfig.get_path("purelib")).relative_to(sysconfig.get_path("data"))
     dist = site / "slowpkg-1.0.dist-info"
@@ -63,8 +65,9 @@ def env_python(new_venv: Callable[[str], str], project: Path) -> str:
 
 
 @pytest.fixture
-def gpuws_config(gpuws_config: dict[str, Any], env_python: str, jp_environ: Any,
-                 monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def gpuws_config(
+    gpuws_config: dict[str, Any], env_python: str, jp_environ: Any, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
     # pytest-jupyter puts the test environment's site-packages on PYTHONPATH (for kernels); the
     # environment under test would then list them as its own.
     monkeypatch.delenv("PYTHONPATH", raising=False)
@@ -72,7 +75,8 @@ def gpuws_config(gpuws_config: dict[str, Any], env_python: str, jp_environ: Any,
 
 
 async def test_the_files_reach_the_store_before_a_slow_wheel_build_ends_and_its_failure_is_one_line(
-        jp_fetch: Any, gpuws_app: Any, store_dir: Path, project: Path) -> None:
+    jp_fetch: Any, gpuws_app: Any, store_dir: Path, project: Path
+) -> None:
     await sync_running(jp_fetch)
     (Path(gpuws_app.serverapp.root_dir) / "notes.md").write_text("saved before any wheel")
     job = json.loads((await jp_fetch("gpuws", "api", "persist", method="POST", body="")).body)
@@ -92,8 +96,10 @@ async def test_the_files_reach_the_store_before_a_slow_wheel_build_ends_and_its_
     assert [s["state"] for s in during["steps"] if s["name"] == "sync"] == ["done"]
     # The snapshot's own progress, after the upload's step has ended.
     assert seen[-1] == "Snapshotting the environment: building a wheel of slowpkg", seen
-    assert not any(text.startswith(("Uploading", "Comparing")) for text in seen[seen.index(
-        next(t for t in seen if t.startswith("Snapshotting"))):]), seen
+    assert not any(
+        text.startswith(("Uploading", "Comparing"))
+        for text in seen[seen.index(next(t for t in seen if t.startswith("Snapshotting"))) :]
+    ), seen
 
     (project / "release").touch()
 
@@ -105,9 +111,11 @@ async def test_the_files_reach_the_store_before_a_slow_wheel_build_ends_and_its_
     # The files are saved: the persist is done, and the snapshot's missing wheel is one line with
     # the cause and what to do, in the result the panel, the magic and the CLI show.
     assert done["state"] == "done", done["errors"]
-    line = (f"Environment snapshot: could not build a wheel of slowpkg from {project}: No module named "
-            "'hatchling' (pip install hatchling in this environment, so the next snapshot can build it; "
-            "or install slowpkg from an index or a wheel)")
+    line = (
+        f"Environment snapshot: could not build a wheel of slowpkg from {project}: No module named "
+        "'hatchling' (pip install hatchling in this environment, so the next snapshot can build it; "
+        "or install slowpkg from an index or a wheel)"
+    )
     assert done["result"]["warnings"] == [line]
     summary = done["result"]["summary"]
     assert summary["level"] == "warning" and summary["warnings"] == [line]

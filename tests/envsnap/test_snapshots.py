@@ -24,13 +24,18 @@ from tests.envsnap.conftest import EDITABLE, LOCAL, PINNED, packages, store_at
 
 
 def with_version(snapshot: dict[str, Any], name: str, version: str) -> dict[str, Any]:
-    changed = {**snapshot, "packages": [{**p, "version": version} if p["name"] == name else p
-                                        for p in snapshot["packages"]]}
+    changed = {
+        **snapshot,
+        "packages": [
+            {**p, "version": version} if p["name"] == name else p for p in snapshot["packages"]
+        ],
+    }
     return {**changed, "hash": content_hash(changed)}
 
 
 def test_every_package_gets_a_wheel_in_the_store_with_keep_all_wheels(
-        snapshot_store: tuple[Path, SaveResult]) -> None:
+    snapshot_store: tuple[Path, SaveResult],
+) -> None:
     root, result = snapshot_store
     store = store_at(root)
     kept = {wheel_identity(name) for name in stored_wheels(store)}
@@ -40,15 +45,18 @@ def test_every_package_gets_a_wheel_in_the_store_with_keep_all_wheels(
     assert set(snapshot["wheels"]) == set(packages(snapshot))
 
 
-def test_only_what_no_index_gives_back_is_built_by_default(source_python: str, tmp_path: Path) -> None:
+def test_only_what_no_index_gives_back_is_built_by_default(
+    source_python: str, tmp_path: Path
+) -> None:
     store = store_at(tmp_path / "store")
     result = save_snapshot(store, capture(source_python, machine=False))
     assert {wheel_identity(name) for name in result.wheels_added} == {LOCAL, EDITABLE}
     assert result.not_reproducible == []
 
 
-def test_same_content_again_is_not_a_new_snapshot(snapshot_store: tuple[Path, SaveResult],
-                                                  source_python: str) -> None:
+def test_same_content_again_is_not_a_new_snapshot(
+    snapshot_store: tuple[Path, SaveResult], source_python: str
+) -> None:
     root, first = snapshot_store
     again = save_snapshot(store_at(root), capture(source_python))
     assert not again.new and again.id == first.id and again.wheels_added == []
@@ -65,8 +73,9 @@ def test_a_change_is_a_new_snapshot_and_the_latest(store_copy: Any) -> None:
     assert packages(load_snapshot(store_copy, first["id"]))["six"] == PINNED["six"]
 
 
-def test_latest_is_written_last_so_an_interrupted_save_keeps_the_previous_one(store_copy: Any,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_latest_is_written_last_so_an_interrupted_save_keeps_the_previous_one(
+    store_copy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = load_snapshot(store_copy)
     written = []
 
@@ -94,7 +103,9 @@ def test_an_unknown_or_malformed_id_is_refused(store_copy: Any) -> None:
         load_snapshot(store_copy, "../../etc/passwd")
 
 
-def test_the_lock_is_stored_beside_the_snapshot_and_pins_every_package(snapshot_store: tuple[Path, SaveResult]) -> None:
+def test_the_lock_is_stored_beside_the_snapshot_and_pins_every_package(
+    snapshot_store: tuple[Path, SaveResult],
+) -> None:
     root, result = snapshot_store
     text = (root / "ws" / ".gpuws" / "env" / f"{result.id}.txt").read_text()
     lines = {line for line in text.splitlines() if not line.startswith("#")}
@@ -103,16 +114,35 @@ def test_the_lock_is_stored_beside_the_snapshot_and_pins_every_package(snapshot_
 
 
 def test_lock_comments_what_cannot_be_reproduced_and_adds_pytorch_index() -> None:
-    snapshot = {"packages": [
-        {"name": "torch", "version": "2.5.1+cu121", "origin": {"kind": "index"}},
-        {"name": "mine", "version": "0.1", "origin": {"kind": "editable", "url": "file:///gone/mine"}},
-        {"name": "tool", "version": "2.0", "origin": {"kind": "vcs", "vcs": "git", "url": "https://g/t.git",
-                                                      "commit": "abc123"}},
-    ]}
+    snapshot = {
+        "packages": [
+            {"name": "torch", "version": "2.5.1+cu121", "origin": {"kind": "index"}},
+            {
+                "name": "mine",
+                "version": "0.1",
+                "origin": {"kind": "editable", "url": "file:///gone/mine"},
+            },
+            {
+                "name": "tool",
+                "version": "2.0",
+                "origin": {
+                    "kind": "vcs",
+                    "vcs": "git",
+                    "url": "https://g/t.git",
+                    "commit": "abc123",
+                },
+            },
+        ]
+    }
     lines = lock_text(snapshot).splitlines()
     assert "--extra-index-url https://download.pytorch.org/whl/cu121" in lines
-    assert index_options(snapshot) == ["--extra-index-url", "https://download.pytorch.org/whl/cu121"]
+    assert index_options(snapshot) == [
+        "--extra-index-url",
+        "https://download.pytorch.org/whl/cu121",
+    ]
     assert "torch==2.5.1+cu121" in lines
     assert "tool @ git+https://g/t.git@abc123" in lines
-    assert any(line.startswith("# mine==0.1: not reproducible: editable install from file:///gone/mine")
-               for line in lines)
+    assert any(
+        line.startswith("# mine==0.1: not reproducible: editable install from file:///gone/mine")
+        for line in lines
+    )

@@ -12,10 +12,11 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psutil
 import pytest
@@ -55,9 +56,11 @@ class Pod:
         info = self.info()
         sep = "&" if "?" in path else "?"
         request = urllib.request.Request(
-            f"{info['url'].rstrip('/')}/{path.lstrip('/')}{sep}no_track_activity=1", method=method,
+            f"{info['url'].rstrip('/')}/{path.lstrip('/')}{sep}no_track_activity=1",
+            method=method,
             data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"token {info['token']}", "Content-Type": "application/json"})
+            headers={"Authorization": f"token {info['token']}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read() or b"null")
 
@@ -76,9 +79,11 @@ class Hub:
 
     def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
         request = urllib.request.Request(
-            f"http://127.0.0.1:{self.hub_port}/hub/api/{path.lstrip('/')}", method=method,
+            f"http://127.0.0.1:{self.hub_port}/hub/api/{path.lstrip('/')}",
+            method=method,
             data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
+            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read() or b"null")
 
@@ -88,7 +93,11 @@ class Hub:
 
     def pods(self, user: str) -> list[Pod]:
         starts = self.folder / "starts" / user
-        return [Pod(p) for p in sorted(starts.iterdir(), key=lambda p: int(p.name))] if starts.is_dir() else []
+        return (
+            [Pod(p) for p in sorted(starts.iterdir(), key=lambda p: int(p.name))]
+            if starts.is_dir()
+            else []
+        )
 
     def start(self, user: str) -> Pod:
         """The user's server started through the hub API, once it is ready and the extension's
@@ -101,7 +110,9 @@ class Hub:
         self.api(f"users/{user}/server", "POST")
         until(lambda: (self.server(user) or {}).get("ready"), 120, f"{user}'s server ready")
         pod = self.pods(user)[-1]
-        until(lambda: pod.api("gpuws/api/sync")["state"] in ("idle", "syncing"), 120, f"{user}'s sync")
+        until(
+            lambda: pod.api("gpuws/api/sync")["state"] in ("idle", "syncing"), 120, f"{user}'s sync"
+        )
         return pod
 
     def stop(self, user: str, timeout: float = 90) -> None:
@@ -114,23 +125,47 @@ class Hub:
 
 
 @contextmanager
-def running_hub(folder: Path, s3: S3Server, *, cull_timeout: int, cull_every: int, cull_warning: float,
-                environment: dict[str, str] | None = None,
-                user_environment: dict[str, dict[str, str]] | None = None) -> Iterator[Hub]:
+def running_hub(
+    folder: Path,
+    s3: S3Server,
+    *,
+    cull_timeout: int,
+    cull_every: int,
+    cull_warning: float,
+    environment: dict[str, str] | None = None,
+    user_environment: dict[str, dict[str, str]] | None = None,
+) -> Iterator[Hub]:
     if not CHP.exists():
-        pytest.fail(f"configurable-http-proxy is missing: run `npm install` in {HERE}", pytrace=False)
+        pytest.fail(
+            f"configurable-http-proxy is missing: run `npm install` in {HERE}", pytrace=False
+        )
     folder.mkdir(parents=True, exist_ok=True)
     hub = Hub(folder, free_port(), f"s3://{S3_BUCKET}/hub-{uuid.uuid4().hex[:8]}/{{username}}", s3)
     settings = {
-        "folder": str(folder), "proxy_port": free_port(), "hub_port": hub.hub_port, "proxy_api_port": free_port(),
-        "chp": str(CHP), "token": TOKEN, "store_url": hub.store_url, "cull_timeout": cull_timeout,
-        "cull_every": cull_every, "cull_warning": cull_warning, "grace": 30,
-        "environment": {**s3.env(), **(environment or {})}, "user_environment": user_environment or {},
+        "folder": str(folder),
+        "proxy_port": free_port(),
+        "hub_port": hub.hub_port,
+        "proxy_api_port": free_port(),
+        "chp": str(CHP),
+        "token": TOKEN,
+        "store_url": hub.store_url,
+        "cull_timeout": cull_timeout,
+        "cull_every": cull_every,
+        "cull_warning": cull_warning,
+        "grace": 30,
+        "environment": {**s3.env(), **(environment or {})},
+        "user_environment": user_environment or {},
     }
     env = dict(os.environ, GPUWS_HUB_TEST=json.dumps(settings), **s3.env())
     log = open(hub.log, "wb")
-    hub.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(HERE / "jupyterhub_config.py")],
-                                cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    hub.proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterhub", "-f", str(HERE / "jupyterhub_config.py")],
+        cwd=folder,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         until(lambda: hub.api("")["version"], 60, "JupyterHub answering")
         yield hub
@@ -150,8 +185,9 @@ def _stop_hub(hub: Hub) -> None:
             pass
     for proc in psutil.process_iter(["pid", "environ"]):
         try:
-            if (proc.info["environ"] or {}).get("GPUWS_HUB_TEST", "").find(str(hub.folder)) >= 0 \
-                    or str(hub.folder) in " ".join(proc.cmdline()):
+            if (proc.info["environ"] or {}).get("GPUWS_HUB_TEST", "").find(
+                str(hub.folder)
+            ) >= 0 or str(hub.folder) in " ".join(proc.cmdline()):
                 proc.kill()
         except psutil.Error:
             continue

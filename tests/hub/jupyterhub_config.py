@@ -36,12 +36,21 @@ def new_pod(spawner: PodLikeSpawner) -> None:
     home = pod / "home" / user  # the same folder name at every start, as /home/jovyan is
     for path in (home, pod / "runtime", pod / "data", pod / "config"):
         path.mkdir(parents=True)
-    (pod / "config" / "jupyter_server_config.json").write_text(json.dumps({
-        "ServerApp": {"allow_root": True},
-        "GpuWorkspace": {"store_url": test["store_url"], "hub_poll_interval": 1.0, "sample_interval": 0.5,
-                         "hub_cull_warning": test["cull_warning"], "env_snapshot_on_persist": False,
-                         "sync_debounce": 0.2},
-    }))
+    (pod / "config" / "jupyter_server_config.json").write_text(
+        json.dumps(
+            {
+                "ServerApp": {"allow_root": True},
+                "GpuWorkspace": {
+                    "store_url": test["store_url"],
+                    "hub_poll_interval": 1.0,
+                    "sample_interval": 0.5,
+                    "hub_cull_warning": test["cull_warning"],
+                    "env_snapshot_on_persist": False,
+                    "sync_debounce": 0.2,
+                },
+            }
+        )
+    )
     spawner.home_dir_template = str(home)
     spawner.notebook_dir = str(home)
     spawner.environment = {
@@ -74,17 +83,34 @@ c.Spawner.http_timeout = 90
 c.LocalProcessSpawner.term_timeout = int(test["grace"])  # the pod's grace
 # The server's own token may read its start and last activity at the hub (a deployment that
 # wants the hub's times in the countdown grants the same).
-c.Spawner.server_token_scopes = ["users:activity!user", "read:servers!user", "access:servers!server"]
+c.Spawner.server_token_scopes = [
+    "users:activity!user",
+    "read:servers!user",
+    "access:servers!server",
+]
 
 c.JupyterHub.services = [
     {"name": "tester", "api_token": test["token"]},
-    {"name": "idle-culler",
-     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={test['cull_timeout']}",
-                 f"--cull-every={test['cull_every']}"]},
+    {
+        "name": "idle-culler",
+        "command": [
+            sys.executable,
+            "-m",
+            "jupyterhub_idle_culler",
+            f"--timeout={test['cull_timeout']}",
+            f"--cull-every={test['cull_every']}",
+        ],
+    },
 ]
 c.JupyterHub.load_roles = [
-    {"name": "tester", "services": ["tester"],
-     "scopes": ["admin:users", "admin:servers", "access:servers", "read:hub"]},
-    {"name": "idle-culler", "services": ["idle-culler"],
-     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"]},
+    {
+        "name": "tester",
+        "services": ["tester"],
+        "scopes": ["admin:users", "admin:servers", "access:servers", "read:hub"],
+    },
+    {
+        "name": "idle-culler",
+        "services": ["idle-culler"],
+        "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+    },
 ]

@@ -36,8 +36,11 @@ for i in range(10**9):
 def kernel_client(pod: Pod, notebook: str) -> Any:
     from jupyter_client import BlockingKernelClient
 
-    session = pod.api("api/sessions", "POST", {"path": notebook, "type": "notebook", "name": notebook,
-                                               "kernel": {"name": "python3"}})
+    session = pod.api(
+        "api/sessions",
+        "POST",
+        {"path": notebook, "type": "notebook", "name": notebook, "kernel": {"name": "python3"}},
+    )
     kernel_id = session["kernel"]["id"]
     deadline = time.monotonic() + 120
     while True:  # a kernel still importing misses heartbeats: "died" may mean "not yet"
@@ -56,23 +59,31 @@ def kernel_client(pod: Pod, notebook: str) -> Any:
 
 
 def s3_files(s3: S3Server, prefix: str) -> set[str]:
-    bucket, _, key = prefix[len("s3://"):].partition("/")
+    bucket, _, key = prefix[len("s3://") :].partition("/")
     pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + "/")
-    return {obj["Key"][len(key) + 1:] for page in pages for obj in page.get("Contents", [])}
+    return {obj["Key"][len(key) + 1 :] for page in pages for obj in page.get("Contents", [])}
 
 
 @pytest.fixture
 def hub(tmp_path: Path, s3_server: S3Server) -> Any:
     # The idle culler runs, slowly: this test is about stopping and starting again.
-    with running_hub(tmp_path / "hub", s3_server, cull_timeout=600, cull_every=60, cull_warning=60,
-                     environment={"GPUWS_HUB_MAX_AGE": "1h", "GPUWS_HUB_CULL_TIMEOUT": "600"}) as running:
+    with running_hub(
+        tmp_path / "hub",
+        s3_server,
+        cull_timeout=600,
+        cull_every=60,
+        cull_warning=60,
+        environment={"GPUWS_HUB_MAX_AGE": "1h", "GPUWS_HUB_CULL_TIMEOUT": "600"},
+    ) as running:
         yield running
 
 
-def test_the_hub_stops_a_training_server_and_a_new_pod_restores_it(hub: Hub, s3_server: S3Server) -> None:
+def test_the_hub_stops_a_training_server_and_a_new_pod_restores_it(
+    hub: Hub, s3_server: S3Server
+) -> None:
     pod = hub.start("alice")
     store = hub.store_url.replace("{username}", "alice")
-    assert pod.api("gpuws/api/sync")["store"].rstrip("/").endswith(store[len("s3://"):])
+    assert pod.api("gpuws/api/sync")["store"].rstrip("/").endswith(store[len("s3://") :])
 
     # The countdown: the hub's idle cull, from the hub's own times; its max age beside it.
     def hub_sources() -> Any:
@@ -92,13 +103,26 @@ def test_the_hub_stops_a_training_server_and_a_new_pod_restores_it(hub: Hub, s3_
     client = kernel_client(pod, "train.ipynb")
     try:
         client.execute(TRAINING)  # runs until the pod goes
-        until(lambda: any((k.get("step") or 0) > 20 for k in pod.api("gpuws/api/checkpoints")["kernels"]), 90,
-              "the training kernel stepping")
+        until(
+            lambda: any(
+                (k.get("step") or 0) > 20 for k in pod.api("gpuws/api/checkpoints")["kernels"]
+            ),
+            90,
+            "the training kernel stepping",
+        )
         # The preStop hook, as Kubernetes runs it in the pod: the server file and its token.
-        hook = subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", "persist", "--wait", "--timeout", "60"],
-                              env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(pod.runtime)), capture_output=True,
-                              text=True, timeout=120)
-        assert hook.returncode == 0, (hook.stderr, pod.api("gpuws/api/checkpoints")["kernels"], hub.tail(pod))
+        hook = subprocess.run(
+            [sys.executable, "-m", "jupyter_gpu_ws.cli", "persist", "--wait", "--timeout", "60"],
+            env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(pod.runtime)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert hook.returncode == 0, (
+            hook.stderr,
+            pod.api("gpuws/api/checkpoints")["kernels"],
+            hub.tail(pod),
+        )
         hub.stop("alice")  # the hub's DELETE: SIGTERM, as Kubernetes deletes the pod
     finally:
         client.stop_channels()
@@ -106,17 +130,27 @@ def test_the_hub_stops_a_training_server_and_a_new_pod_restores_it(hub: Hub, s3_
     files = s3_files(s3_server, store)
     workspace = next(iter({key.split("/", 1)[0] for key in files}))
     assert f"{workspace}/files/notes.md" in files
-    assert any(key.startswith(f"{workspace}/files/.gpuws/checkpoints/train.ipynb/") and key.endswith("manifest.json")
-               for key in files), sorted(files)[:20]
+    assert any(
+        key.startswith(f"{workspace}/files/.gpuws/checkpoints/train.ipynb/")
+        and key.endswith("manifest.json")
+        for key in files
+    ), sorted(files)[:20]
     assert f"{workspace}/.gpuws/emergency-report.json" in files
 
     second = hub.start("alice")
     assert second.folder != pod.folder
-    until(lambda: (second.home / "notes.md").exists(), 60, "the restore into the new pod's empty home")
+    until(
+        lambda: (second.home / "notes.md").exists(), 60, "the restore into the new pod's empty home"
+    )
     assert (second.home / "notes.md").read_text() == "written in the first pod"
     # The newest checkpoint came back complete (its manifest is written, and restored, last).
-    manifests = until(lambda: list((second.home / ".gpuws" / "checkpoints" / "train.ipynb").glob("ckpt-*/manifest.json")),
-                      60, "the checkpoint restored")
+    manifests = until(
+        lambda: list(
+            (second.home / ".gpuws" / "checkpoints" / "train.ipynb").glob("ckpt-*/manifest.json")
+        ),
+        60,
+        "the checkpoint restored",
+    )
     assert max(json.loads(m.read_text())["step"] for m in manifests) > 20
     hub.stop("alice")
 
@@ -135,10 +169,17 @@ CULL_TIMEOUT = 30
 
 
 def test_keep_alive_prevents_the_idle_cull_and_without_it_the_culler_acts_after_a_warning(
-        tmp_path: Path, s3_server: S3Server) -> None:
-    with running_hub(tmp_path / "hub", s3_server, cull_timeout=CULL_TIMEOUT, cull_every=3, cull_warning=20,
-                     environment={"GPUWS_HUB_CULL_TIMEOUT": str(CULL_TIMEOUT)},
-                     user_environment={"keeper": {"GPUWS_HUB_KEEP_ALIVE": "1"}}) as hub:
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    with running_hub(
+        tmp_path / "hub",
+        s3_server,
+        cull_timeout=CULL_TIMEOUT,
+        cull_every=3,
+        cull_warning=20,
+        environment={"GPUWS_HUB_CULL_TIMEOUT": str(CULL_TIMEOUT)},
+        user_environment={"keeper": {"GPUWS_HUB_KEEP_ALIVE": "1"}},
+    ) as hub:
         keeper, idler = hub.start("keeper"), hub.start("idler")
         clients = [kernel_client(keeper, "train.ipynb"), kernel_client(idler, "train.ipynb")]
         try:
@@ -153,8 +194,10 @@ def test_keep_alive_prevents_the_idle_cull_and_without_it_the_culler_acts_after_
                     notices = idler.api("gpuws/api/runtime", timeout=5)["notices"]
                 except OSError:
                     notices = []  # going away
-                warned = warned or next((n for n in notices if "JupyterHub stops this idle server" in n["message"]),
-                                        None)
+                warned = warned or next(
+                    (n for n in notices if "JupyterHub stops this idle server" in n["message"]),
+                    None,
+                )
                 time.sleep(1)
             culled_after = time.monotonic() - started
             assert warned is not None, "the idle cull came without a warning"
@@ -164,7 +207,12 @@ def test_keep_alive_prevents_the_idle_cull_and_without_it_the_culler_acts_after_
                 time.sleep(1)
             assert hub.server("keeper") is not None, hub.tail()
             keep = keeper.api("gpuws/api/runtime")["platform"]["keep_alive"]
-            assert keep["enabled"] and keep["active"] and keep["last_sent"] and "stepping" in keep["reason"]
+            assert (
+                keep["enabled"]
+                and keep["active"]
+                and keep["last_sent"]
+                and "stepping" in keep["reason"]
+            )
             assert culled_after < CULL_TIMEOUT + 30
         finally:
             for client in clients:

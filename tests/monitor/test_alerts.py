@@ -7,18 +7,38 @@ from typing import Any
 from jupyter_gpu_ws.monitor.alerts import AlertPolicy, AlertTracker
 
 GIB = 2**30
-POLICY = AlertPolicy(gpu_idle_percent=5, gpu_idle_seconds=600, gpu_memory_fraction=0.95, disk_fraction=0.90)
+POLICY = AlertPolicy(
+    gpu_idle_percent=5, gpu_idle_seconds=600, gpu_memory_fraction=0.95, disk_fraction=0.90
+)
 
 
 def gpu(util: int = 50, used: float = 4, kernel: bool = True) -> dict[str, Any]:
-    procs = [{"pid": 10, "memory_used": GIB, "kernel_id": "k1" if kernel else None,
-              "notebook": "train.ipynb" if kernel else None}]
-    return {"index": 0, "name": "A100", "utilization": util, "memory_used": int(used * GIB),
-            "memory_total": 40 * GIB, "processes": procs, "mig": []}
+    procs = [
+        {
+            "pid": 10,
+            "memory_used": GIB,
+            "kernel_id": "k1" if kernel else None,
+            "notebook": "train.ipynb" if kernel else None,
+        }
+    ]
+    return {
+        "index": 0,
+        "name": "A100",
+        "utilization": util,
+        "memory_used": int(used * GIB),
+        "memory_total": 40 * GIB,
+        "processes": procs,
+        "mig": [],
+    }
 
 
 def disk(fraction: float) -> dict[str, Any]:
-    return {"label": "workdir", "path": "/content", "used": int(fraction * 100 * GIB), "total": 100 * GIB}
+    return {
+        "label": "workdir",
+        "path": "/content",
+        "used": int(fraction * 100 * GIB),
+        "total": 100 * GIB,
+    }
 
 
 def kinds(alerts: list[Any]) -> list[str]:
@@ -73,5 +93,9 @@ def test_disk_above_90_percent_alerts() -> None:
     tracker = AlertTracker(POLICY)
     assert tracker.update([], [disk(0.85)], now=0) == []
     alerts = tracker.update([], [disk(0.93)], now=1)
-    assert kinds(alerts) == ["disk"] and "/content" in alerts[0].message and "7.0 GiB left" in alerts[0].message
+    assert (
+        kinds(alerts) == ["disk"]
+        and "/content" in alerts[0].message
+        and "7.0 GiB left" in alerts[0].message
+    )
     assert tracker.update([], [disk(0.5)], now=2) == []

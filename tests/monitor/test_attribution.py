@@ -37,8 +37,15 @@ def test_a_kernel_report_names_the_notebook_where_no_pid_maps() -> None:
     attribute(gpus, {}, [KernelReport(kernel, 57, UUID[4:], 14 * GIB, TORCH_RESERVED)])
     hidden, reported = gpus[0]["processes"]
     assert hidden["visible"] is False
-    assert reported == {"pid": 57, "memory_used": 14 * GIB, "kernel_id": "k-1", "kernel_name": "python3",
-                        "notebook": "train.ipynb", "memory_source": "kernel:torch_reserved", "visible": True}
+    assert reported == {
+        "pid": 57,
+        "memory_used": 14 * GIB,
+        "kernel_id": "k-1",
+        "kernel_name": "python3",
+        "notebook": "train.ipynb",
+        "memory_source": "kernel:torch_reserved",
+        "visible": True,
+    }
 
 
 def test_a_kernel_already_mapped_by_pid_is_not_counted_twice() -> None:
@@ -47,7 +54,11 @@ def test_a_kernel_already_mapped_by_pid_is_not_counted_twice() -> None:
     gpus = [_gpu([{"pid": me, "memory_used": 3 * GIB}])]
     attribute(gpus, {me: kernel}, [KernelReport(kernel, me, UUID, 2 * GIB, TORCH_RESERVED)])
     (proc,) = gpus[0]["processes"]
-    assert proc["kernel_id"] == "k-1" and proc["memory_source"] == "nvml" and proc["memory_used"] == 3 * GIB
+    assert (
+        proc["kernel_id"] == "k-1"
+        and proc["memory_source"] == "nvml"
+        and proc["memory_used"] == 3 * GIB
+    )
 
 
 def test_a_report_for_another_gpu_lands_on_that_gpu_only() -> None:
@@ -60,43 +71,68 @@ def test_a_report_for_another_gpu_lands_on_that_gpu_only() -> None:
 
 def test_malformed_registration_entries_are_skipped() -> None:
     kernel = KernelRef("k-1", "python3", None)
-    reports = reports_from_registration(kernel, {"pid": 9, "gpu": [
-        {"uuid": UUID, "memory_used": GIB, "figure": "torch_reserved"},
-        {"uuid": UUID, "memory_used": "lots", "figure": "torch_reserved"},
-        {"uuid": UUID, "memory_used": -1, "figure": "torch_reserved"},
-        {"uuid": UUID, "memory_used": GIB, "figure": "x; rm -rf"},
-        "not a dict"]})
+    reports = reports_from_registration(
+        kernel,
+        {
+            "pid": 9,
+            "gpu": [
+                {"uuid": UUID, "memory_used": GIB, "figure": "torch_reserved"},
+                {"uuid": UUID, "memory_used": "lots", "figure": "torch_reserved"},
+                {"uuid": UUID, "memory_used": -1, "figure": "torch_reserved"},
+                {"uuid": UUID, "memory_used": GIB, "figure": "x; rm -rf"},
+                "not a dict",
+            ],
+        },
+    )
     assert reports == [KernelReport(kernel, 9, UUID, GIB, "torch_reserved")]
 
 
 # -- the kernel's own view ------------------------------------------------------------------
 
+
 def test_own_use_prefers_nvml_where_it_lists_this_process(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path / "g.json", {"gpus": [{"uuid": UUID, "processes": [
-        {"pid": os.getpid(), "memory_used": 5 * GIB}]}],
-        "torch_cuda": {str(os.getpid()): [{"uuid": UUID, "reserved": 4 * GIB, "allocated": 3 * GIB}]}})
+    spec = write_spec(
+        tmp_path / "g.json",
+        {
+            "gpus": [{"uuid": UUID, "processes": [{"pid": os.getpid(), "memory_used": 5 * GIB}]}],
+            "torch_cuda": {
+                str(os.getpid()): [{"uuid": UUID, "reserved": 4 * GIB, "allocated": 3 * GIB}]
+            },
+        },
+    )
     reader = OwnGpuUseReader(FakeNvml(str(spec)), FakeTorchCuda(str(spec)))
     (use,) = reader.read()
     assert (use.uuid, use.memory_used, use.figure) == (UUID[4:].lower(), 5 * GIB, NVML)
 
 
 def test_own_use_falls_back_to_torch_when_nvml_lists_host_pids(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path / "g.json", {"gpus": [{"uuid": UUID, "processes": [
-        {"pid": HOST_PID, "memory_used": 5 * GIB}]}],
-        "torch_cuda": {str(os.getpid()): [{"uuid": UUID, "reserved": 4 * GIB, "allocated": 3 * GIB},
-                                          {"uuid": "GPU-b", "reserved": 0, "allocated": GIB}]}})
+    spec = write_spec(
+        tmp_path / "g.json",
+        {
+            "gpus": [{"uuid": UUID, "processes": [{"pid": HOST_PID, "memory_used": 5 * GIB}]}],
+            "torch_cuda": {
+                str(os.getpid()): [
+                    {"uuid": UUID, "reserved": 4 * GIB, "allocated": 3 * GIB},
+                    {"uuid": "GPU-b", "reserved": 0, "allocated": GIB},
+                ]
+            },
+        },
+    )
     reader = OwnGpuUseReader(FakeNvml(str(spec)), FakeTorchCuda(str(spec)))
     figures = {(u.uuid, u.memory_used, u.figure) for u in reader.read()}
     assert figures == {(UUID[4:].lower(), 4 * GIB, TORCH_RESERVED), ("b", GIB, TORCH_ALLOCATED)}
 
 
 def test_own_use_is_empty_without_a_cuda_context(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path / "g.json", {"gpus": [{"uuid": UUID, "processes": [
-        {"pid": os.getpid(), "memory_used": 5 * GIB}]}]})
+    spec = write_spec(
+        tmp_path / "g.json",
+        {"gpus": [{"uuid": UUID, "processes": [{"pid": os.getpid(), "memory_used": 5 * GIB}]}]},
+    )
     assert OwnGpuUseReader(FakeNvml(str(spec)), FakeTorchCuda(str(spec))).read() == []
 
 
 # -- a server and its kernels in a PID namespace ----------------------------------------------
+
 
 def _host_pid_of_kernel(server_pid: int, kernel_id: str) -> int:
     """The kernel's PID as the host sees it (the test runs outside the namespace)."""
@@ -113,15 +149,32 @@ def test_in_a_pid_namespace_the_notebooks_memory_comes_from_its_agent(tmp_path: 
     from jupyter_client import BlockingKernelClient
 
     gpus = tmp_path / "gpus.json"
-    base = {"name": "NVIDIA A100-SXM4-40GB", "uuid": UUID, "utilization": 90, "memory_used": 15 * GIB,
-            "memory_total": 40 * GIB}
+    base = {
+        "name": "NVIDIA A100-SXM4-40GB",
+        "uuid": UUID,
+        "utilization": 90,
+        "memory_used": 15 * GIB,
+        "memory_total": 40 * GIB,
+    }
     write_spec(gpus, {"gpus": [dict(base, processes=[])]})
     runtime = tmp_path / "runtime"
     runtime.mkdir()
-    with server_process(tmp_path, runtime, {"nvml_test_double": str(gpus), "sample_interval": 0.2},
-                        pid_namespace=True) as server:
-        session = server.api("/api/sessions", "POST", {"path": "train.ipynb", "type": "notebook",
-                                                        "name": "train.ipynb", "kernel": {"name": "python3"}})
+    with server_process(
+        tmp_path,
+        runtime,
+        {"nvml_test_double": str(gpus), "sample_interval": 0.2},
+        pid_namespace=True,
+    ) as server:
+        session = server.api(
+            "/api/sessions",
+            "POST",
+            {
+                "path": "train.ipynb",
+                "type": "notebook",
+                "name": "train.ipynb",
+                "kernel": {"name": "python3"},
+            },
+        )
         kernel_id = session["kernel"]["id"]
         client = BlockingKernelClient(connection_file=str(runtime / f"kernel-{kernel_id}.json"))
         client.load_connection_file()
@@ -129,19 +182,38 @@ def test_in_a_pid_namespace_the_notebooks_memory_comes_from_its_agent(tmp_path: 
         outputs: list[dict[str, Any]] = []
         try:
             client.wait_for_ready(timeout=60)
-            reply = client.execute_interactive("%load_ext jupyter_gpu_ws\nimport os\nprint(os.getpid())",
-                                               timeout=60, output_hook=lambda msg: outputs.append(msg))
+            reply = client.execute_interactive(
+                "%load_ext jupyter_gpu_ws\nimport os\nprint(os.getpid())",
+                timeout=60,
+                output_hook=lambda msg: outputs.append(msg),
+            )
             assert reply["content"]["status"] == "ok"
         finally:
             client.stop_channels()
-        ns_pid = int(next(m["content"]["text"] for m in outputs if m["msg_type"] == "stream").strip())
+        ns_pid = int(
+            next(m["content"]["text"] for m in outputs if m["msg_type"] == "stream").strip()
+        )
         host_pid = _host_pid_of_kernel(server.proc.pid, kernel_id)
         assert host_pid != ns_pid  # the kernel really lives in another PID namespace
 
         # NVML, like the real driver, lists the host's PIDs: the kernel's and another process's.
-        write_spec(gpus, {"gpus": [dict(base, processes=[
-            {"pid": host_pid, "memory_used": 14 * GIB}, {"pid": os.getpid(), "memory_used": GIB}])],
-            "torch_cuda": {str(ns_pid): [{"uuid": UUID, "reserved": 13 * GIB, "allocated": 12 * GIB}]}})
+        write_spec(
+            gpus,
+            {
+                "gpus": [
+                    dict(
+                        base,
+                        processes=[
+                            {"pid": host_pid, "memory_used": 14 * GIB},
+                            {"pid": os.getpid(), "memory_used": GIB},
+                        ],
+                    )
+                ],
+                "torch_cuda": {
+                    str(ns_pid): [{"uuid": UUID, "reserved": 13 * GIB, "allocated": 12 * GIB}]
+                },
+            },
+        )
 
         def attributed() -> Any:
             procs = server.api("/gpuws/api/metrics")["gpus"][0]["processes"]
@@ -155,4 +227,3 @@ def test_in_a_pid_namespace_the_notebooks_memory_comes_from_its_agent(tmp_path: 
         # Neither host PID means anything inside the namespace: "not visible", not "no process".
         assert {p["pid"] for p in hidden} == {host_pid, os.getpid()}
         assert all(p["visible"] is False and p["kernel_id"] is None for p in hidden)
-

@@ -33,7 +33,12 @@ def test_reads_every_figure_of_every_gpu(tmp_path: Path) -> None:
     gpu0, gpu1 = reading.gpus
     assert (gpu0.index, gpu0.name, gpu0.utilization) == (0, "NVIDIA A100-SXM4-40GB", 87)
     assert (gpu0.memory_used, gpu0.memory_total) == (12 * GIB, 40 * GIB)
-    assert (gpu0.temperature, gpu0.power_draw, gpu0.power_limit, gpu0.sm_clock) == (61, 250.5, 400.0, 1410)
+    assert (gpu0.temperature, gpu0.power_draw, gpu0.power_limit, gpu0.sm_clock) == (
+        61,
+        250.5,
+        400.0,
+        1410,
+    )
     assert [(p.pid, p.memory_used) for p in gpu0.processes] == [(4242, 3 * GIB)]
     assert gpu0.uuid != gpu1.uuid
     assert gpu0.mig == []
@@ -41,16 +46,23 @@ def test_reads_every_figure_of_every_gpu(tmp_path: Path) -> None:
 
 def test_lists_mig_devices_and_their_processes(tmp_path: Path) -> None:
     gpu1 = reader_for(tmp_path / "g.json", gpu_spec()).read().gpus[1]
-    assert [(m.index, m.memory_used, m.memory_total) for m in gpu1.mig] == [(0, GIB, 10 * GIB), (1, 0, 10 * GIB)]
+    assert [(m.index, m.memory_used, m.memory_total) for m in gpu1.mig] == [
+        (0, GIB, 10 * GIB),
+        (1, 0, 10 * GIB),
+    ]
     assert [p.pid for p in gpu1.mig[0].processes] == [4343]
     assert gpu1.mig[0].uuid.startswith("MIG-") and gpu1.mig[0].uuid != gpu1.mig[1].uuid
 
 
 def test_unsupported_figures_are_none_not_errors(tmp_path: Path) -> None:
     spec = gpu_spec()
-    spec["gpus"][0]["errors"] = {q: "NOT_SUPPORTED" for q in ("power", "power_limit", "temperature", "clock", "utilization")}
+    spec["gpus"][0]["errors"] = {
+        q: "NOT_SUPPORTED" for q in ("power", "power_limit", "temperature", "clock", "utilization")
+    }
     gpu = reader_for(tmp_path / "g.json", spec).read().gpus[0]
-    assert (gpu.power_draw, gpu.power_limit, gpu.temperature, gpu.sm_clock, gpu.utilization) == (None,) * 5
+    assert (gpu.power_draw, gpu.power_limit, gpu.temperature, gpu.sm_clock, gpu.utilization) == (
+        None,
+    ) * 5
     assert gpu.memory_total == 40 * GIB
 
 
@@ -73,11 +85,16 @@ def test_unavailable_process_memory_is_none(tmp_path: Path) -> None:
         ("LIBRARY_NOT_FOUND", "No NVIDIA driver is installed (NVML library not found)"),
         ("DRIVER_NOT_LOADED", "The NVIDIA driver is not loaded"),
         ("NO_PERMISSION", "No permission to query the NVIDIA driver"),
-        ("LIB_RM_VERSION_MISMATCH", "The NVIDIA driver and its library do not match; a reboot may be needed"),
+        (
+            "LIB_RM_VERSION_MISMATCH",
+            "The NVIDIA driver and its library do not match; a reboot may be needed",
+        ),
         ("UNKNOWN", "NVML failed to start: Unknown Error"),
     ],
 )
-def test_init_failure_gives_an_empty_list_and_the_reason(tmp_path: Path, code: str, reason: str) -> None:
+def test_init_failure_gives_an_empty_list_and_the_reason(
+    tmp_path: Path, code: str, reason: str
+) -> None:
     reading = reader_for(tmp_path / "g.json", gpu_spec(init_error=code)).read()
     assert reading.gpus == [] and reading.error == reason
 
@@ -129,7 +146,9 @@ def test_count_failure_is_an_error_not_a_crash(tmp_path: Path) -> None:
     assert reading.gpus == [] and reading.error
 
 
-def test_logs_one_line_per_problem_not_per_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_logs_one_line_per_problem_not_per_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "g.json"
     clock = Clock()
     reader = reader_for(path, gpu_spec(init_error="DRIVER_NOT_LOADED"), clock)
@@ -140,7 +159,10 @@ def test_logs_one_line_per_problem_not_per_read(tmp_path: Path, caplog: pytest.L
         write_spec(path, gpu_spec())
         reader.read()
     messages = [r.getMessage() for r in caplog.records]
-    assert messages == ["GPU monitor: The NVIDIA driver is not loaded", "GPU monitor: GPUs readable again"]
+    assert messages == [
+        "GPU monitor: The NVIDIA driver is not loaded",
+        "GPU monitor: GPUs readable again",
+    ]
 
 
 def test_utilization_series_moves_between_reads(tmp_path: Path) -> None:

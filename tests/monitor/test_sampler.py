@@ -45,7 +45,9 @@ def test_history_is_bounded_by_history_seconds(reader: NvmlReader, tmp_path: Pat
     assert sampler.history(2000.0) == []
 
 
-def test_every_subscriber_gets_the_same_serialised_sample_from_one_read(reader: NvmlReader, tmp_path: Path) -> None:
+def test_every_subscriber_gets_the_same_serialised_sample_from_one_read(
+    reader: NvmlReader, tmp_path: Path
+) -> None:
     sampler = make_sampler(reader, tmp_path)
     got: list[list[str]] = [[] for _ in range(10)]
     for bucket in got:
@@ -80,15 +82,24 @@ def test_unsubscribe_stops_delivery(reader: NvmlReader, tmp_path: Path) -> None:
     assert len(seen) == 1
 
 
-def test_processes_are_mapped_to_their_kernel_and_notebook(reader: NvmlReader, tmp_path: Path) -> None:
+def test_processes_are_mapped_to_their_kernel_and_notebook(
+    reader: NvmlReader, tmp_path: Path
+) -> None:
     import os
 
     # The spec's PIDs are not real; map the test process itself and give the GPU its PID.
-    write_spec(Path(reader.nvml.path), gpu_spec(gpus=[{"processes": [{"pid": os.getpid(), "memory_used": 5}]}]))
+    write_spec(
+        Path(reader.nvml.path),
+        gpu_spec(gpus=[{"processes": [{"pid": os.getpid(), "memory_used": 5}]}]),
+    )
     kernels = {os.getpid(): KernelRef("kid-1", "python3", "work/train.ipynb")}
     sampler = make_sampler(reader, tmp_path, kernels=lambda: kernels)
     proc = sampler.sample_once()["gpus"][0]["processes"][0]
-    assert (proc["kernel_id"], proc["kernel_name"], proc["notebook"]) == ("kid-1", "python3", "work/train.ipynb")
+    assert (proc["kernel_id"], proc["kernel_name"], proc["notebook"]) == (
+        "kid-1",
+        "python3",
+        "work/train.ipynb",
+    )
 
 
 def test_alerts_ride_along_in_the_sample(reader: NvmlReader, tmp_path: Path) -> None:
@@ -97,7 +108,9 @@ def test_alerts_ride_along_in_the_sample(reader: NvmlReader, tmp_path: Path) -> 
     assert [a["kind"] for a in sampler.sample_once()["alerts"]] == ["gpu-memory"]
 
 
-def test_thread_samples_at_the_interval_and_stops_cleanly(reader: NvmlReader, tmp_path: Path) -> None:
+def test_thread_samples_at_the_interval_and_stops_cleanly(
+    reader: NvmlReader, tmp_path: Path
+) -> None:
     sampler = make_sampler(reader, tmp_path, interval=0.05)
     sampler.start()
     time.sleep(0.6)
@@ -108,8 +121,9 @@ def test_thread_samples_at_the_interval_and_stops_cleanly(reader: NvmlReader, tm
     assert sampler.ticks == ticks  # really stopped
 
 
-def test_a_failing_tick_is_logged_and_sampling_goes_on(reader: NvmlReader, tmp_path: Path,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_tick_is_logged_and_sampling_goes_on(
+    reader: NvmlReader, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     calls = {"n": 0}
 
     class Flaky:

@@ -27,14 +27,17 @@ V2_STAT = "anon 1000\nfile 900\ninactive_file 268435456\nactive_file 10\n"
 
 
 def test_v2_memory_and_cpu_limits(tmp_path: Path) -> None:
-    root = files(tmp_path / "cg", {
-        "cgroup.controllers": "cpu memory",
-        "memory.max": "4294967296\n",
-        "memory.current": "1342177280\n",
-        "memory.stat": V2_STAT,
-        "cpu.max": "200000 100000\n",
-        "cpu.stat": "usage_usec 5000000\nuser_usec 4000000\n",
-    })
+    root = files(
+        tmp_path / "cg",
+        {
+            "cgroup.controllers": "cpu memory",
+            "memory.max": "4294967296\n",
+            "memory.current": "1342177280\n",
+            "memory.stat": V2_STAT,
+            "cpu.max": "200000 100000\n",
+            "cpu.stat": "usage_usec 5000000\nuser_usec 4000000\n",
+        },
+    )
     figures = read_cgroup(root, proc_cgroup(tmp_path, "0::/\n"))
     assert figures == CgroupFigures(
         version=2, memory_limit=4 * 2**30, memory_used=2**30, cpu_limit=2.0, cpu_usage_seconds=5.0
@@ -42,34 +45,46 @@ def test_v2_memory_and_cpu_limits(tmp_path: Path) -> None:
 
 
 def test_v2_without_limits(tmp_path: Path) -> None:
-    root = files(tmp_path / "cg", {
-        "cgroup.controllers": "cpu memory", "memory.max": "max", "memory.current": "100",
-        "cpu.max": "max 100000", "cpu.stat": "usage_usec 1",
-    })
+    root = files(
+        tmp_path / "cg",
+        {
+            "cgroup.controllers": "cpu memory",
+            "memory.max": "max",
+            "memory.current": "100",
+            "cpu.max": "max 100000",
+            "cpu.stat": "usage_usec 1",
+        },
+    )
     figures = read_cgroup(root, proc_cgroup(tmp_path, "0::/\n"))
     assert (figures.version, figures.memory_limit, figures.cpu_limit) == (2, None, None)
 
 
 def test_v2_follows_the_process_own_cgroup_path(tmp_path: Path) -> None:
-    root = files(tmp_path / "cg", {
-        "cgroup.controllers": "cpu memory",
-        "user.slice/jupyter.scope/cgroup.controllers": "memory",
-        "user.slice/jupyter.scope/memory.max": "1073741824",
-        "user.slice/jupyter.scope/memory.current": "0",
-    })
+    root = files(
+        tmp_path / "cg",
+        {
+            "cgroup.controllers": "cpu memory",
+            "user.slice/jupyter.scope/cgroup.controllers": "memory",
+            "user.slice/jupyter.scope/memory.max": "1073741824",
+            "user.slice/jupyter.scope/memory.current": "0",
+        },
+    )
     figures = read_cgroup(root, proc_cgroup(tmp_path, "0::/user.slice/jupyter.scope\n"))
     assert figures.memory_limit == 2**30
 
 
 def test_v1_limits_and_unlimited_sentinel(tmp_path: Path) -> None:
-    root = files(tmp_path / "cg", {
-        "memory/memory.limit_in_bytes": "2147483648",
-        "memory/memory.usage_in_bytes": "1610612736",
-        "memory/memory.stat": "cache 5\ntotal_inactive_file 536870912\n",
-        "cpu/cpu.cfs_quota_us": "150000",
-        "cpu/cpu.cfs_period_us": "100000",
-        "cpuacct/cpuacct.usage": "3000000000",
-    })
+    root = files(
+        tmp_path / "cg",
+        {
+            "memory/memory.limit_in_bytes": "2147483648",
+            "memory/memory.usage_in_bytes": "1610612736",
+            "memory/memory.stat": "cache 5\ntotal_inactive_file 536870912\n",
+            "cpu/cpu.cfs_quota_us": "150000",
+            "cpu/cpu.cfs_period_us": "100000",
+            "cpuacct/cpuacct.usage": "3000000000",
+        },
+    )
     cgroup_file = proc_cgroup(tmp_path, "4:memory:/\n2:cpu,cpuacct:/\n0::/\n")
     figures = read_cgroup(root, cgroup_file)
     assert figures == CgroupFigures(
@@ -98,8 +113,13 @@ def test_container_limits_replace_host_figures(tmp_path: Path) -> None:
     clock = Clock()
 
     def cgroup() -> CgroupFigures:
-        return CgroupFigures(version=2, memory_limit=2**30, memory_used=2**29, cpu_limit=0.5,
-                             cpu_usage_seconds=usage["seconds"])
+        return CgroupFigures(
+            version=2,
+            memory_limit=2**30,
+            memory_used=2**29,
+            cpu_limit=0.5,
+            cpu_usage_seconds=usage["seconds"],
+        )
 
     reader = SystemReader({"workdir": str(tmp_path)}, cgroup=cgroup, clock=clock)
     reader.read()
@@ -112,15 +132,19 @@ def test_container_limits_replace_host_figures(tmp_path: Path) -> None:
 
 
 def test_host_figures_when_the_limits_exceed_the_host(tmp_path: Path) -> None:
-    reader = SystemReader({"workdir": str(tmp_path)},
-                          cgroup=lambda: CgroupFigures(version=2, memory_limit=2**62, cpu_limit=10_000.0))
+    reader = SystemReader(
+        {"workdir": str(tmp_path)},
+        cgroup=lambda: CgroupFigures(version=2, memory_limit=2**62, cpu_limit=10_000.0),
+    )
     info = reader.read()
     assert info.limits == "host" and info.memory_total < 2**62 and info.cpu_count < 10_000
 
 
 def test_disks_of_each_folder_and_nearest_existing_parent(tmp_path: Path) -> None:
-    reader = SystemReader({"workdir": str(tmp_path), "store": str(tmp_path / "not" / "made" / "yet")},
-                          cgroup=CgroupFigures)
+    reader = SystemReader(
+        {"workdir": str(tmp_path), "store": str(tmp_path / "not" / "made" / "yet")},
+        cgroup=CgroupFigures,
+    )
     disks = {d.label: d for d in reader.read().disks}
     assert set(disks) == {"workdir", "store"}
     assert disks["workdir"].total > 0 and 0 < disks["workdir"].used <= disks["workdir"].total

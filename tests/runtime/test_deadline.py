@@ -28,8 +28,18 @@ class FakeClock:
 
 @pytest.mark.parametrize(
     "text, seconds",
-    [("12h", 43200), ("90m", 5400), ("3600", 3600), ("1h30m", 5400), ("45s", 45), ("2d", 172800),
-     ("1.5h", 5400), (" 1H 30M ", 5400), (120, 120), ("0", 0)],
+    [
+        ("12h", 43200),
+        ("90m", 5400),
+        ("3600", 3600),
+        ("1h30m", 5400),
+        ("45s", 45),
+        ("2d", 172800),
+        ("1.5h", 5400),
+        (" 1H 30M ", 5400),
+        (120, 120),
+        ("0", 0),
+    ],
 )
 def test_durations_are_read_in_seconds(text, seconds):
     assert parse_duration(text) == seconds
@@ -74,7 +84,9 @@ def test_settings_name_the_setting_that_cannot_be_read():
 def test_no_source_means_no_deadline():
     clock = RuntimeClock(RuntimeSettings.from_config(environ={}), FakeClock())
     state = clock.state()
-    assert state["deadline"] is None and state["remaining"] is None and state["next_persist"] is None
+    assert (
+        state["deadline"] is None and state["remaining"] is None and state["next_persist"] is None
+    )
     assert clock.poll() == []
 
 
@@ -91,18 +103,26 @@ def test_max_runtime_counts_from_server_start():
 
 
 def test_configured_deadline():
-    clock = RuntimeClock(RuntimeSettings.from_config(deadline="2027-01-15T09:00:00Z", environ={}), FakeClock())
+    clock = RuntimeClock(
+        RuntimeSettings.from_config(deadline="2027-01-15T09:00:00Z", environ={}), FakeClock()
+    )
     assert (clock.state()["deadline"], clock.state()["source"]) == (T0 + 3600, "deadline")
 
 
 def test_environment_deadline():
     settings = RuntimeSettings.from_config(environ={"GPUWS_DEADLINE": str(T0 + 600)})
     state = RuntimeClock(settings, FakeClock()).state()
-    assert (state["deadline"], state["source"], state["remaining"]) == (T0 + 600, "GPUWS_DEADLINE", 600)
+    assert (state["deadline"], state["source"], state["remaining"]) == (
+        T0 + 600,
+        "GPUWS_DEADLINE",
+        600,
+    )
 
 
 def test_configured_deadline_wins_over_the_environment():
-    settings = RuntimeSettings.from_config(deadline=T0 + 7200, environ={"GPUWS_DEADLINE": str(T0 + 600)})
+    settings = RuntimeSettings.from_config(
+        deadline=T0 + 7200, environ={"GPUWS_DEADLINE": str(T0 + 600)}
+    )
     assert RuntimeClock(settings, FakeClock()).state()["source"] == "deadline"
 
 
@@ -176,11 +196,19 @@ def test_kernels_the_culler_spares_keep_the_server_alive():
     busy = KernelActivity("a", T0 - 100, busy=True)
     connected = KernelActivity("b", T0 - 100, connections=1)
     for kernel in (busy, connected):
-        inputs = IdleInputs(T0 - 100, shutdown_no_activity_timeout=600, cull_idle_timeout=1800, kernels=(kernel,))
+        inputs = IdleInputs(
+            T0 - 100, shutdown_no_activity_timeout=600, cull_idle_timeout=1800, kernels=(kernel,)
+        )
         assert inputs.kernel_cull_times() == {kernel.kernel_id: None}
         assert inputs.shutdown_at() is None
-    inputs = IdleInputs(T0 - 100, 600, cull_idle_timeout=1800, cull_busy=True, cull_connected=True,
-                        kernels=(busy, connected))
+    inputs = IdleInputs(
+        T0 - 100,
+        600,
+        cull_idle_timeout=1800,
+        cull_busy=True,
+        cull_connected=True,
+        kernels=(busy, connected),
+    )
     assert inputs.shutdown_at() == T0 + 1700
 
 
@@ -188,7 +216,9 @@ def test_no_culling_settings_no_idle_deadline():
     clock = RuntimeClock(RuntimeSettings(), FakeClock())
     clock.update_idle(IdleInputs(server_last_activity=T0 - 10))
     state = clock.state()
-    assert state["idle_seconds"] == 10 and state["idle_deadline"] is None and state["deadline"] is None
+    assert (
+        state["idle_seconds"] == 10 and state["idle_deadline"] is None and state["deadline"] is None
+    )
 
 
 def test_preemption_notice_becomes_the_deadline():
@@ -226,13 +256,20 @@ def test_several_lead_times_crossed_at_once_announce_only_the_nearest():
 
 def test_automatic_persist_is_due_once_at_the_lead_time():
     time = FakeClock()
-    clock = RuntimeClock(RuntimeSettings(max_runtime=60, persist_lead_time=40, warning_leads=()), time)
+    clock = RuntimeClock(
+        RuntimeSettings(max_runtime=60, persist_lead_time=40, warning_leads=()), time
+    )
     assert clock.poll() == []
     time.now = T0 + 19
     assert clock.poll() == []
     time.now = T0 + 20
     [event] = clock.poll()
-    assert (event.kind, event.deadline, event.source, event.remaining) == ("persist", T0 + 60, "max_runtime", 40)
+    assert (event.kind, event.deadline, event.source, event.remaining) == (
+        "persist",
+        T0 + 60,
+        "max_runtime",
+        40,
+    )
     time.now = T0 + 30
     assert clock.poll() == []
 
@@ -264,5 +301,12 @@ def test_a_failing_listener_does_not_stop_the_others():
 def test_state_reports_every_field_of_the_rest_answer():
     state = RuntimeClock(RuntimeSettings(max_runtime=60), FakeClock()).state()
     assert {
-        "start", "deadline", "remaining", "source", "idle_seconds", "idle_deadline", "preemption", "next_persist",
+        "start",
+        "deadline",
+        "remaining",
+        "source",
+        "idle_seconds",
+        "idle_deadline",
+        "preemption",
+        "next_persist",
     } <= set(state)

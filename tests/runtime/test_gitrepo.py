@@ -22,12 +22,19 @@ def no_user_git_config(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+    for name in (
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
 def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def _write(path: Path, text: str = "x", size: int | None = None) -> None:
@@ -76,7 +83,15 @@ def test_commit_message_says_when_and_how_much(work):
 
 def test_data_checkpoints_and_weights_are_never_committed(work):
     _write(work / "train.py")
-    _write(work / ".gpuws" / "checkpoints" / "run" / "ckpt-000000001-20270115T080000Z" / "manifest.json", "{}")
+    _write(
+        work
+        / ".gpuws"
+        / "checkpoints"
+        / "run"
+        / "ckpt-000000001-20270115T080000Z"
+        / "manifest.json",
+        "{}",
+    )
     _write(work / "data" / "labels.json", "[]")
     _write(work / "model.safetensors")
     _write(work / "weights.pt")
@@ -226,12 +241,16 @@ def test_a_failed_push_is_tried_again_on_the_next_persist(work, tmp_path):
     _git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
     result = versioning.commit()  # nothing new to commit, but the earlier commit still goes out
     assert result.sha is None and result.pushed is True
-    assert _git(bare, "rev-parse", "refs/heads/main").strip() == _git(work, "rev-parse", "HEAD").strip()
+    assert (
+        _git(bare, "rev-parse", "refs/heads/main").strip()
+        == _git(work, "rev-parse", "HEAD").strip()
+    )
 
 
 def test_credentials_in_a_remote_url_are_never_shown():
     assert redact("fatal: unable to access 'https://ada:ghp_secret@github.com/a/b.git/'") == (
-        "fatal: unable to access 'https://***@github.com/a/b.git/'")
+        "fatal: unable to access 'https://***@github.com/a/b.git/'"
+    )
 
 
 def test_status_for_the_sidebar(work):
@@ -259,7 +278,11 @@ def test_git_step_reports_in_the_persist_job(work, tmp_path):
     job, step = Job("j1", "persist", [Step("git")]), Step("git")
     git_step(_versioning(work, remote=str(tmp_path / "missing.git")))(job, step)
     assert job.result["git"]["sha"] == _git(work, "rev-parse", "HEAD").strip()
-    assert step.detail is not None and step.detail.startswith("committed ") and "push failed" in step.detail
+    assert (
+        step.detail is not None
+        and step.detail.startswith("committed ")
+        and "push failed" in step.detail
+    )
     assert len(job.errors) == 1 and job.errors[0].startswith("git: push to ")
 
 
@@ -283,10 +306,19 @@ def test_without_a_git_executable_the_persist_reports_instead_of_crashing(work, 
         f"result = GitVersioning(GitSettings(workdir={str(work)!r})).commit()\n"
         "print('ERROR:', result.error)\n"
     )
-    env = {"PATH": str(tmp_path / "empty-bin"), "PYTHONPATH": str(Path(__file__).parents[2]),
-           "HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60,
-                         check=False)
+    env = {
+        "PATH": str(tmp_path / "empty-bin"),
+        "PYTHONPATH": str(Path(__file__).parents[2]),
+        "HOME": str(tmp_path),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ERROR: git is not installed: no git executable on PATH"
     assert _tracked(work) == set()
@@ -301,7 +333,9 @@ def test_git_waits_while_a_restore_writes_the_work_directory(work, monkeypatch):
     monkeypatch.setattr(gitrepo, "RESTORE_WAIT", 0.05)
     restoring = threading.Lock()
     _write(work / "a.py")
-    versioning = GitVersioning(GitSettings(workdir=str(work)), clock=lambda: T0, restore_lock=restoring)
+    versioning = GitVersioning(
+        GitSettings(workdir=str(work)), clock=lambda: T0, restore_lock=restoring
+    )
     before = versioning.status()
     assert before["uncommitted"] == 1 and before["waiting"] is None
     with restoring:

@@ -72,7 +72,9 @@ def _plain(repo: Path, *args: str) -> None:
 
 
 def _bare(path: Path) -> Path:
-    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(path)], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "init", "-q", "--bare", "-b", "main", str(path)], check=True, capture_output=True
+    )
     return path
 
 
@@ -123,21 +125,36 @@ def filter_named_with_an_equals_sign(root: Path, work: Path, ran: Ran) -> Callab
 
 
 def filter_from_an_included_file(root: Path, work: Path, ran: Ran) -> Callable[[], None]:
-    _write(work / "settings" / "git.cfg", f'[filter "inc"]\n\tclean = {ran.command("include-clean")}; cat\n')
+    _write(
+        work / "settings" / "git.cfg",
+        f'[filter "inc"]\n\tclean = {ran.command("include-clean")}; cat\n',
+    )
     _config(work, "include.path", "../settings/git.cfg")
     _write(work / ".gitattributes", "*.py filter=inc\n")
     return lambda: _plain(work, "add", "train.py", "new.py")
 
 
 def filter_from_a_conditional_include(root: Path, work: Path, ran: Ran) -> Callable[[], None]:
-    _write(work / "settings" / "git.cfg", f'[filter "cond"]\n\tclean = {ran.command("includeif-clean")}; cat\n')
+    _write(
+        work / "settings" / "git.cfg",
+        f'[filter "cond"]\n\tclean = {ran.command("includeif-clean")}; cat\n',
+    )
     _config(work, "includeIf.gitdir:**.path", "../settings/git.cfg")
     _write(work / ".git" / "info" / "attributes", "*.py filter=cond\n")
     return lambda: _plain(work, "add", "train.py", "new.py")
 
 
-HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-index-change",
-         "reference-transaction", "pre-push", "pre-auto-gc", "post-checkout")
+HOOKS = (
+    "pre-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "post-index-change",
+    "reference-transaction",
+    "pre-push",
+    "pre-auto-gc",
+    "post-checkout",
+)
 
 
 def hooks(root: Path, work: Path, ran: Ran) -> Callable[[], None]:
@@ -196,7 +213,9 @@ def destination_repository_on_this_machine(root: Path, work: Path, ran: Ran) -> 
         _hook(dest / "hooks", name, ran)
     _config(dest, "core.alternateRefsCommand", ran.command("alternate-refs"))
     _config(dest, "core.fsmonitor", ran.command("dest-fsmonitor"))
-    (dest / "objects" / "info" / "alternates").write_text(str(root / "remote.git" / "objects") + "\n")
+    (dest / "objects" / "info" / "alternates").write_text(
+        str(root / "remote.git" / "objects") + "\n"
+    )
     _git(work, "remote", "set-url", "origin", str(dest))
     return lambda: _plain(work, "push", "origin", "HEAD:refs/heads/main")
 
@@ -218,15 +237,31 @@ def submodule_config(root: Path, work: Path, ran: Ran) -> Callable[[], None]:
     return lambda: _plain(work, "status")
 
 
-ATTACKS: dict[str, Attack] = {f.__name__: f for f in (
-    fsmonitor, clean_filter, process_filter, filter_named_with_an_equals_sign, filter_from_an_included_file,
-    filter_from_a_conditional_include, hooks, hooks_path, signing_program, lazy_fetch_of_a_partial_clone,
-    remote_commands, ext_url_through_insteadof, destination_repository_on_this_machine, submodule_config,
-)}
+ATTACKS: dict[str, Attack] = {
+    f.__name__: f
+    for f in (
+        fsmonitor,
+        clean_filter,
+        process_filter,
+        filter_named_with_an_equals_sign,
+        filter_from_an_included_file,
+        filter_from_a_conditional_include,
+        hooks,
+        hooks_path,
+        signing_program,
+        lazy_fetch_of_a_partial_clone,
+        remote_commands,
+        ext_url_through_insteadof,
+        destination_repository_on_this_machine,
+        submodule_config,
+    )
+}
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
-def test_the_git_tier_runs_nothing_the_repository_names(attack: str, tmp_path: Path, ran: Ran) -> None:
+def test_the_git_tier_runs_nothing_the_repository_names(
+    attack: str, tmp_path: Path, ran: Ran
+) -> None:
     proof = tmp_path / "proof"
     ATTACKS[attack](proof, _work(proof), ran)()
     assert ran.names(), f"plain git ran nothing for {attack}: the set-up proves no attack"
@@ -254,16 +289,22 @@ def test_a_hostile_repository_still_commits_and_pushes(tmp_path: Path, ran: Ran)
     assert sorted(result.files) == ["new.py", "train.py"]
     assert _git(tmp_path / "remote.git", "rev-parse", "refs/heads/main").strip() == result.sha
     assert _git(work, "cat-file", "commit", "HEAD").count("gpgsig") == 0
-    assert versioning.status()["push"]["ahead"] == 0  # the tracking ref moved as `git push` moves it
+    assert (
+        versioning.status()["push"]["ahead"] == 0
+    )  # the tracking ref moved as `git push` moves it
 
 
-def test_files_whose_attributes_name_a_filter_are_left_out_not_committed_unfiltered(tmp_path: Path,
-                                                                                     ran: Ran) -> None:
+def test_files_whose_attributes_name_a_filter_are_left_out_not_committed_unfiltered(
+    tmp_path: Path, ran: Ran
+) -> None:
     work = _work(tmp_path)
     clean_filter(tmp_path, work, ran)
     _write(work / ".gitattributes", "train.py filter=evil\n")
     result = GitVersioning(GitSettings(workdir=str(work))).commit()
-    assert result.filtered == ["train.py"] and "1 files with a filter driver left out" in result.summary()
+    assert (
+        result.filtered == ["train.py"]
+        and "1 files with a filter driver left out" in result.summary()
+    )
     assert result.files == ["new.py"]
     assert _git(work, "show", "HEAD:train.py") == "print(1)\n"  # still the first commit's
     assert ran.names() == []
@@ -278,7 +319,9 @@ def test_a_push_to_a_repository_on_this_machine_still_works(tmp_path: Path, ran:
 
 
 class _Recorder(ThreadingHTTPServer):
-    def __init__(self, answer: Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str]]]) -> None:
+    def __init__(
+        self, answer: Callable[[BaseHTTPRequestHandler], tuple[int, dict[str, str]]]
+    ) -> None:
         self.requests: list[tuple[str, str | None]] = []
         recorder = self
 
@@ -305,6 +348,7 @@ class _Recorder(ThreadingHTTPServer):
 @pytest.fixture
 def http_servers() -> Iterator[tuple[_Recorder, _Recorder]]:
     """A Git host asking for credentials (401 until it gets some, then 404), and a proxy."""
+
     def host(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str]]:
         if handler.headers.get("Authorization"):
             return 404, {}
@@ -321,15 +365,29 @@ def http_servers() -> Iterator[tuple[_Recorder, _Recorder]]:
 
 
 def test_a_push_over_http_uses_the_users_credentials_and_not_the_repositorys_http_settings(
-        tmp_path: Path, ran: Ran, http_servers: tuple[_Recorder, _Recorder], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path,
+    ran: Ran,
+    http_servers: tuple[_Recorder, _Recorder],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The repository's config would send the push through its proxy with its credential
     helper; the user's global helper is the one asked, and the push goes straight to the host."""
     host, proxy = http_servers
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
-                 "no_proxy", "NO_PROXY"):
+    for name in (
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+        "no_proxy",
+        "NO_PROXY",
+    ):
         monkeypatch.delenv(name, raising=False)
     global_config = Path(os.environ["GIT_CONFIG_GLOBAL"])
-    global_config.write_text('[credential]\n\thelper = "!f() { echo username=ada; echo password=s3cret; }; f"\n')
+    global_config.write_text(
+        '[credential]\n\thelper = "!f() { echo username=ada; echo password=s3cret; }; f"\n'
+    )
     work = _work(tmp_path)
     url = f"{host.url}/repo.git"
     _git(work, "remote", "set-url", "origin", url)
@@ -341,10 +399,14 @@ def test_a_push_over_http_uses_the_users_credentials_and_not_the_repositorys_htt
     assert result.pushed is False  # the host answers 404 once it has credentials
     assert proxy.requests == [] and ran.names() == []
     expected = "Basic " + base64.b64encode(b"ada:s3cret").decode()
-    assert any(path.startswith("/repo.git/info/refs") and auth == expected for path, auth in host.requests)
+    assert any(
+        path.startswith("/repo.git/info/refs") and auth == expected for path, auth in host.requests
+    )
 
 
-def test_restored_hooks_made_executable_by_hand_still_do_not_run_for_a_persist(tmp_path: Path, ran: Ran) -> None:
+def test_restored_hooks_made_executable_by_hand_still_do_not_run_for_a_persist(
+    tmp_path: Path, ran: Ran
+) -> None:
     work = _work(tmp_path)
     hooks(tmp_path, work, ran)
     for hook in (work / ".git" / "hooks").iterdir():
@@ -354,30 +416,48 @@ def test_restored_hooks_made_executable_by_hand_still_do_not_run_for_a_persist(t
 
 
 def test_the_filter_drivers_of_every_level_are_listed_from_gits_own_listing() -> None:
-    listing = ("system\0filter.lfs.clean\ngit-lfs clean -- %f\0global\0user.name\nAda\0"
-               "local\0filter.A=b.c.process\nevil\0local\0filter.bare.required\0"
-               "global\0gpg.program\n/usr/bin/gpg2\0local\0gpg.program\nevil\0")
+    listing = (
+        "system\0filter.lfs.clean\ngit-lfs clean -- %f\0global\0user.name\nAda\0"
+        "local\0filter.A=b.c.process\nevil\0local\0filter.bare.required\0"
+        "global\0gpg.program\n/usr/bin/gpg2\0local\0gpg.program\nevil\0"
+    )
     entries = parse_config_list(listing)
     assert entries[3] == ConfigEntry("local", "filter.bare.required", None)
     pairs = overrides(entries)
     for driver in ("lfs", "A=b.c", "bare"):
-        assert (f"filter.{driver}.clean", "") in pairs and (f"filter.{driver}.required", "false") in pairs
+        assert (f"filter.{driver}.clean", "") in pairs and (
+            f"filter.{driver}.required",
+            "false",
+        ) in pairs
     # Programs: the user's own (global) value, never the repository's.
     assert ("gpg.program", "/usr/bin/gpg2") in pairs and ("gpg.program", "evil") not in pairs
-    assert ("protocol.allow", "never") in pairs and ("protocol.allow", "never") not in overrides(entries, False)
+    assert ("protocol.allow", "never") in pairs and ("protocol.allow", "never") not in overrides(
+        entries, False
+    )
 
 
-@pytest.mark.parametrize(("url", "local"), [
-    ("/srv/repo.git", True), ("../repo.git", True), ("file:///srv/repo.git", True), ("/a::b", True),
-    ("./host:path", True), ("git@github.com:a/b.git", False), ("ssh://host/repo", False),
-    ("https://host/repo", False), ("ext::sh -c x", False), ("codecommit::eu-west-1://r", False),
-])
+@pytest.mark.parametrize(
+    ("url", "local"),
+    [
+        ("/srv/repo.git", True),
+        ("../repo.git", True),
+        ("file:///srv/repo.git", True),
+        ("/a::b", True),
+        ("./host:path", True),
+        ("git@github.com:a/b.git", False),
+        ("ssh://host/repo", False),
+        ("https://host/repo", False),
+        ("ext::sh -c x", False),
+        ("codecommit::eu-west-1://r", False),
+    ],
+)
 def test_which_urls_git_reaches_as_a_repository_on_this_machine(url: str, local: bool) -> None:
     assert is_local_url(url) is local
 
 
-def test_a_url_setting_is_pushed_to_as_given_even_if_the_config_has_a_remote_of_that_name(tmp_path: Path,
-                                                                                          ran: Ran) -> None:
+def test_a_url_setting_is_pushed_to_as_given_even_if_the_config_has_a_remote_of_that_name(
+    tmp_path: Path, ran: Ran
+) -> None:
     """As git: a name with '/' is a URL or path, never looked up among the configured remotes."""
     work = _work(tmp_path)
     mine, theirs = _bare(tmp_path / "mine.git"), _bare(tmp_path / "theirs.git")

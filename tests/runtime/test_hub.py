@@ -8,22 +8,33 @@ import pytest
 from jupyter_gpu_ws.runtime import HubLimits, RuntimeClock, RuntimeSettings
 from jupyter_gpu_ws.runtime.hub import HubEnvironment, Platform, escape_name, expand_store_url
 
-HUB_ENV = {"JUPYTERHUB_USER": "alice", "JUPYTERHUB_SERVER_NAME": "gpu", "JUPYTERHUB_API_URL": "http://hub/hub/api",
-           "JUPYTERHUB_API_TOKEN": "secret", "JUPYTERHUB_ACTIVITY_URL": "http://hub/hub/api/users/alice/activity"}
+HUB_ENV = {
+    "JUPYTERHUB_USER": "alice",
+    "JUPYTERHUB_SERVER_NAME": "gpu",
+    "JUPYTERHUB_API_URL": "http://hub/hub/api",
+    "JUPYTERHUB_API_TOKEN": "secret",
+    "JUPYTERHUB_ACTIVITY_URL": "http://hub/hub/api/users/alice/activity",
+}
 
 
 def test_jupyterhub_and_kubespawner_are_detected_from_the_environment() -> None:
     assert Platform.detect({}).hub is None and not Platform.detect({}).kubespawner
     platform = Platform.detect({**HUB_ENV, "KUBERNETES_SERVICE_HOST": "10.0.0.1"})
-    assert platform.hub == HubEnvironment("alice", "gpu", "http://hub/hub/api",
-                                          "http://hub/hub/api/users/alice/activity", "secret")
+    assert platform.hub == HubEnvironment(
+        "alice", "gpu", "http://hub/hub/api", "http://hub/hub/api/users/alice/activity", "secret"
+    )
     assert platform.kubespawner
     assert "secret" not in repr(platform.hub)  # the token never reaches a log line
 
 
 def test_a_store_template_takes_the_hubs_user_and_server_name() -> None:
-    assert expand_store_url("s3://bucket/{username}/{servername}", HUB_ENV) == "s3://bucket/alice/gpu"
-    assert expand_store_url("s3://bucket/{username}", {**HUB_ENV, "JUPYTERHUB_SERVER_NAME": ""}) == "s3://bucket/alice"
+    assert (
+        expand_store_url("s3://bucket/{username}/{servername}", HUB_ENV) == "s3://bucket/alice/gpu"
+    )
+    assert (
+        expand_store_url("s3://bucket/{username}", {**HUB_ENV, "JUPYTERHUB_SERVER_NAME": ""})
+        == "s3://bucket/alice"
+    )
     assert expand_store_url("s3://bucket/plain", HUB_ENV) == "s3://bucket/plain"
 
 
@@ -62,15 +73,18 @@ def test_the_hubs_limits_are_deadline_sources_with_their_detail() -> None:
     clock = RuntimeClock(RuntimeSettings(), clock=Clock(1000.0), start=900.0)
     clock.update_hub(HubLimits(max_age=3600, cull_timeout=600, started=500.0, last_activity=950.0))
     sources = {d.source: d for d in clock.deadlines()}
-    assert sources["hub:max_age"].at == 4100.0 and "from the hub" not in sources["hub:max_age"].detail
+    assert (
+        sources["hub:max_age"].at == 4100.0 and "from the hub" not in sources["hub:max_age"].detail
+    )
     assert sources["hub:idle_cull"].at == 1550.0
     assert clock.earliest().source == "hub:idle_cull"
 
 
 def test_the_idle_cull_is_warned_of_once_even_behind_an_earlier_deadline() -> None:
     now = Clock(1000.0)
-    settings = RuntimeSettings(max_runtime=1500.0, warning_leads=(60.0,), persist_lead_time=30.0,
-                               cull_warning_lead=600.0)
+    settings = RuntimeSettings(
+        max_runtime=1500.0, warning_leads=(60.0,), persist_lead_time=30.0, cull_warning_lead=600.0
+    )
     clock = RuntimeClock(settings, clock=now, start=900.0)  # ends at 2400
     clock.update_hub(HubLimits(cull_timeout=1800, last_activity=1000.0))  # cull at 2800
     assert clock.poll() == []
@@ -83,4 +97,6 @@ def test_the_idle_cull_is_warned_of_once_even_behind_an_earlier_deadline() -> No
     clock.update_hub(HubLimits(cull_timeout=1800, last_activity=2260.0))  # cull at 4060
     now.now = 3500.0
     events = clock.poll()
-    assert [(e.source, e.lead) for e in events if e.source == "hub:idle_cull"] == [("hub:idle_cull", 600.0)]
+    assert [(e.source, e.lead) for e in events if e.source == "hub:idle_cull"] == [
+        ("hub:idle_cull", 600.0)
+    ]

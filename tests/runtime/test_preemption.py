@@ -23,9 +23,14 @@ from jupyter_gpu_ws.runtime.preemption import (
 
 INTERVAL = 0.2
 AWS_ACTION = {"action": "terminate", "time": "2027-01-15T08:02:00Z"}
-AZURE_EVENT = {"EventId": "602d9444-d2cd-49c7-8624-8643e7171297", "EventType": "Preempt",
-               "ResourceType": "VirtualMachine", "Resources": ["vm1"], "EventStatus": "Scheduled",
-               "NotBefore": "Fri, 15 Jan 2027 08:01:30 GMT"}
+AZURE_EVENT = {
+    "EventId": "602d9444-d2cd-49c7-8624-8643e7171297",
+    "EventType": "Preempt",
+    "ResourceType": "VirtualMachine",
+    "Resources": ["vm1"],
+    "EventStatus": "Scheduled",
+    "NotBefore": "Fri, 15 Jan 2027 08:01:30 GMT",
+}
 
 
 class FakeMetadata:
@@ -50,7 +55,9 @@ def _handler(meta: FakeMetadata) -> type[BaseHTTPRequestHandler]:
 
         def do_PUT(self) -> None:
             meta.requests.append(("PUT", self.path, dict(self.headers)))
-            if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+            if self.path == "/latest/api/token" and self.headers.get(
+                "X-aws-ec2-metadata-token-ttl-seconds"
+            ):
                 self._answer(200, "token-123")
             else:
                 self._answer(400)
@@ -123,7 +130,9 @@ def test_aws_uses_an_imdsv2_token_and_reads_the_action_time(metadata):
     assert notice.detail == "spot terminate"
     assert notice.deadline == parse_deadline("2027-01-15T08:02:00Z")
     assert [(m, p) for m, p, _ in meta.requests] == [
-        ("PUT", "/latest/api/token"), ("GET", "/latest/meta-data/spot/instance-action")]
+        ("PUT", "/latest/api/token"),
+        ("GET", "/latest/meta-data/spot/instance-action"),
+    ]
 
 
 def test_aws_token_is_reused_between_polls(metadata):
@@ -180,7 +189,9 @@ def test_watcher_reports_a_notice_within_two_poll_intervals_once(metadata, cloud
 def test_watcher_without_a_notice_never_calls_back(metadata):
     meta, url = metadata
     heard: list[Any] = []
-    checks = make_checks(aws=True, gcp=True, azure=True, aws_url=url, gcp_url=url, azure_url=url, timeout=1)
+    checks = make_checks(
+        aws=True, gcp=True, azure=True, aws_url=url, gcp_url=url, azure_url=url, timeout=1
+    )
     watcher = PreemptionWatcher(checks, heard.append, interval=INTERVAL / 4)
     watcher.start()
     for _ in range(600):  # until every cloud has been asked a few times
@@ -195,8 +206,13 @@ def test_watcher_without_a_notice_never_calls_back(metadata):
 def test_unreachable_metadata_server_is_reported_not_fatal(caplog):
     heard: list[Any] = []
     url = _free_port_url()
-    watcher = PreemptionWatcher(make_checks(aws=True, gcp=True, azure=True, aws_url=url, gcp_url=url,
-                                            azure_url=url, timeout=0.5), heard.append, interval=INTERVAL)
+    watcher = PreemptionWatcher(
+        make_checks(
+            aws=True, gcp=True, azure=True, aws_url=url, gcp_url=url, azure_url=url, timeout=0.5
+        ),
+        heard.append,
+        interval=INTERVAL,
+    )
     with caplog.at_level("WARNING", logger="jupyter_gpu_ws.runtime.preemption"):
         for _ in range(3):
             assert watcher.poll_once() is None
@@ -209,7 +225,9 @@ def test_unreachable_metadata_server_is_reported_not_fatal(caplog):
 
 def test_watcher_thread_stops_when_asked(metadata):
     _, url = metadata
-    watcher = PreemptionWatcher([GcpPreemptedCheck(url, timeout=1)], lambda n: None, interval=INTERVAL)
+    watcher = PreemptionWatcher(
+        [GcpPreemptedCheck(url, timeout=1)], lambda n: None, interval=INTERVAL
+    )
     watcher.start()
     watcher.stop(5)
     assert watcher._thread is not None and not watcher._thread.is_alive()

@@ -20,7 +20,9 @@ AZURITE_BLOB = PACKAGE_DIR / "node_modules" / ".bin" / "azurite-blob"
 # Azurite's one built-in account. Both values are published in Azure's documentation (they are
 # the same for every Azurite everywhere), so they are no secret.
 ACCOUNT_NAME = "devstoreaccount1"
-ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+ACCOUNT_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
 
 
 class AzuriteServer:
@@ -57,8 +59,10 @@ class AzuriteServer:
     @property
     def connection_string(self) -> str:
         """For the Azure SDKs (`BlobServiceClient.from_connection_string`)."""
-        return (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT_NAME};AccountKey={ACCOUNT_KEY};"
-                f"BlobEndpoint={self.endpoint};")
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT_NAME};AccountKey={ACCOUNT_KEY};"
+            f"BlobEndpoint={self.endpoint};"
+        )
 
     def env(self) -> dict[str, str]:
         """What a client process needs to reach this server through obstore's emulator mode."""
@@ -73,25 +77,36 @@ class AzuriteServer:
 
     def start(self, timeout: float = 60.0) -> None:
         if not AZURITE_BLOB.exists():
-            raise ServerStartError(f"Azurite is not installed ({AZURITE_BLOB} is missing): "
-                                   f"run `npm ci` in {PACKAGE_DIR} (scripts/test.sh does)")
+            raise ServerStartError(
+                f"Azurite is not installed ({AZURITE_BLOB} is missing): "
+                f"run `npm ci` in {PACKAGE_DIR} (scripts/test.sh does)"
+            )
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
         if not self.port:  # the same port again after a stop, so clients find it where they look
             self.port = free_ports(1)[0]
-        self._process.start([
-            str(AZURITE_BLOB),
-            "--blobHost", HOST, "--blobPort", str(self.port),
-            "--location", str(self.data_dir / "data"),
-            "--skipApiVersionCheck", "--disableTelemetry",
-        ], cwd=self.data_dir)
+        self._process.start(
+            [
+                str(AZURITE_BLOB),
+                "--blobHost",
+                HOST,
+                "--blobPort",
+                str(self.port),
+                "--location",
+                str(self.data_dir / "data"),
+                "--skipApiVersionCheck",
+                "--disableTelemetry",
+            ],
+            cwd=self.data_dir,
+        )
         self._process.wait_until_ready(self._create_container, timeout)
 
     def _create_container(self) -> None:
         from azure.core.exceptions import ResourceExistsError
         from azure.storage.blob import BlobServiceClient
 
-        client = BlobServiceClient.from_connection_string(self.connection_string, retry_total=0,
-                                                          connection_timeout=2, read_timeout=5)
+        client = BlobServiceClient.from_connection_string(
+            self.connection_string, retry_total=0, connection_timeout=2, read_timeout=5
+        )
         try:
             client.create_container(self.container)
         except ResourceExistsError:  # a restart over the same data folder

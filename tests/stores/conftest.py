@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Callable, Iterator, Protocol, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
@@ -26,10 +27,22 @@ S3_SECRET_KEY = "gpuws-test-secret-0123456789"
 
 # Variables that could point a client at something other than the test server.
 FOREIGN_ENV = (
-    "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
-    "AWS_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR",
-    "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_SERVICE_ACCOUNT_KEY", "GOOGLE_SERVICE_ACCOUNT_PATH",
-    "GOOGLE_BASE_URL", "AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT", "AZURE_STORAGE_SAS_KEY", "AZURE_STORAGE_TOKEN",
+    "AWS_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CA_BUNDLE",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_SERVICE_ACCOUNT_PATH",
+    "GOOGLE_BASE_URL",
+    "AZURE_STORAGE_ENDPOINT",
+    "AZURE_ENDPOINT",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_TOKEN",
 )
 
 
@@ -51,7 +64,9 @@ def _started(name: str, server: Server, start: Callable[[], None]) -> Server:
         start()
     except Exception as err:
         server.stop()
-        pytest.fail(f"The {name} test server could not start: {err}\n{server.log_tail()}", pytrace=False)
+        pytest.fail(
+            f"The {name} test server could not start: {err}\n{server.log_tail()}", pytrace=False
+        )
     START_SECONDS[name] = time.monotonic() - began
     return server
 

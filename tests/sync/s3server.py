@@ -20,10 +20,26 @@ import sysconfig
 from pathlib import Path
 
 # HOST, free_ports, closed_port and die_with_parent are imported from here by other tests too.
-from tests.loopback import HOST, LoopbackProcess, ServerStartError, TLSFiles, closed_port, die_with_parent, free_ports
+from tests.loopback import (
+    HOST,
+    LoopbackProcess,
+    ServerStartError,
+    TLSFiles,
+    closed_port,
+    die_with_parent,
+    free_ports,
+)
 
-__all__ = ["HOST", "S3Server", "S3ServerError", "TLSFiles", "closed_port", "die_with_parent", "find_weed",
-           "free_ports"]
+__all__ = [
+    "HOST",
+    "S3Server",
+    "S3ServerError",
+    "TLSFiles",
+    "closed_port",
+    "die_with_parent",
+    "find_weed",
+    "free_ports",
+]
 
 
 class S3ServerError(ServerStartError):
@@ -49,7 +65,9 @@ def find_weed() -> str:
 class S3Server:
     """One `weed mini` process; `start()` returns once the S3 endpoint answers signed requests."""
 
-    def __init__(self, data_dir: Path, access_key: str, secret_key: str, tls: TLSFiles | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, access_key: str, secret_key: str, tls: TLSFiles | None = None
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.access_key = access_key
         self.secret_key = secret_key
@@ -97,24 +115,39 @@ class S3Server:
         if self.tls is not None:
             self.https_port = self.ports[5]
         args = [
-            weed, "mini",
+            weed,
+            "mini",
             f"-dir={self.data_dir / 'data'}",
-            f"-ip={HOST}", f"-ip.bind={HOST}",
-            f"-s3.port={s3}", f"-s3.port.grpc={s3 + 10000}",
-            f"-master.port={master}", f"-master.port.grpc={master + 10000}",
-            f"-volume.port={volume}", f"-volume.port.grpc={volume + 10000}",
-            f"-filer.port={filer}", f"-filer.port.grpc={filer + 10000}",
+            f"-ip={HOST}",
+            f"-ip.bind={HOST}",
+            f"-s3.port={s3}",
+            f"-s3.port.grpc={s3 + 10000}",
+            f"-master.port={master}",
+            f"-master.port.grpc={master + 10000}",
+            f"-volume.port={volume}",
+            f"-volume.port.grpc={volume + 10000}",
+            f"-filer.port={filer}",
+            f"-filer.port.grpc={filer + 10000}",
             f"-filer.localSocket={self.data_dir / 'filer.sock'}",
-            f"-admin.port={admin}", f"-admin.port.grpc={admin + 10000}",
+            f"-admin.port={admin}",
+            f"-admin.port.grpc={admin + 10000}",
             "-webdav=false",
-            "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            "-admin.ui=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
             "-master.telemetry=false",
         ]
         if self.tls is not None:
-            args += [f"-s3.port.https={self.https_port}", f"-s3.cert.file={self.tls.cert_file}",
-                     f"-s3.key.file={self.tls.key_file}"]
-        self._process.start(args, cwd=self.data_dir,
-                            env={"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key})
+            args += [
+                f"-s3.port.https={self.https_port}",
+                f"-s3.cert.file={self.tls.cert_file}",
+                f"-s3.key.file={self.tls.key_file}",
+            ]
+        self._process.start(
+            args,
+            cwd=self.data_dir,
+            env={"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key},
+        )
         self._process.wait_until_ready(self._answers, timeout)
 
     def _answers(self) -> None:
@@ -124,8 +157,12 @@ class S3Server:
 
         def client(endpoint: str, verify: str | None = None):  # type: ignore[no-untyped-def]
             return boto3.client(
-                "s3", endpoint_url=endpoint, aws_access_key_id=self.access_key,
-                aws_secret_access_key=self.secret_key, region_name="us-east-1", verify=verify,
+                "s3",
+                endpoint_url=endpoint,
+                aws_access_key_id=self.access_key,
+                aws_secret_access_key=self.secret_key,
+                region_name="us-east-1",
+                verify=verify,
                 config=Config(connect_timeout=1, read_timeout=5, retries={"max_attempts": 1}),
             )
 
@@ -136,8 +173,13 @@ class S3Server:
     def client(self):  # type: ignore[no-untyped-def]
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
-                            aws_secret_access_key=self.secret_key, region_name="us-east-1")
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name="us-east-1",
+        )
 
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)

@@ -14,8 +14,8 @@ from typing import Any
 
 def settings_from(fields: dict[str, Any]) -> Any:
     """SyncSettings from JSON fields; a "passphrase" field turns encryption on."""
-    from jupyter_gpu_ws.sync import SyncSettings
     from jupyter_gpu_ws.store.crypto import Encryption
+    from jupyter_gpu_ws.sync import SyncSettings
 
     fields = dict(fields)
     passphrase = fields.pop("passphrase", None)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import datetime
 import os
-import uuid
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
+from jupyter_gpu_ws.store.backend import PART_SUFFIX
 from jupyter_gpu_ws.sync import (
     DeletionGuardError,
     LeaseHeldError,
@@ -20,7 +22,6 @@ from jupyter_gpu_ws.sync import (
     SyncError,
     WorkdirError,
 )
-from jupyter_gpu_ws.store.backend import PART_SUFFIX
 from tests.sync.conftest import same_trees, tree_files, write
 
 Make = Callable[..., SyncEngine]
@@ -30,8 +31,9 @@ def mirror(store_dir: Path, workspace: str = "ws") -> Path:
     return store_dir / workspace / "files"
 
 
-def test_round_trip_of_many_small_and_a_few_large_files(workdir: Path, store_dir: Path, tmp_path: Path,
-                                                         make_engine: Make) -> None:
+def test_round_trip_of_many_small_and_a_few_large_files(
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     for i in range(3000):
         write(workdir, f"data/part{i % 30:02d}/file{i:05d}.txt", f"line {i}\n" * (i % 7))
     for i in range(3):
@@ -56,8 +58,9 @@ def test_second_pass_with_nothing_changed_uploads_nothing(workdir: Path, make_en
     assert report.uploaded == [] and report.unchanged == 1
 
 
-def test_changed_file_is_uploaded_and_its_previous_version_kept(workdir: Path, store_dir: Path,
-                                                                make_engine: Make) -> None:
+def test_changed_file_is_uploaded_and_its_previous_version_kept(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "notes.md", "first")
     engine = make_engine(workdir)
     engine.sync()
@@ -72,8 +75,9 @@ def test_changed_file_is_uploaded_and_its_previous_version_kept(workdir: Path, s
     assert (workdir / "notes.md").read_text() == "second version"
 
 
-def test_deleted_file_leaves_the_mirror_but_stays_as_a_version(workdir: Path, store_dir: Path,
-                                                                make_engine: Make) -> None:
+def test_deleted_file_leaves_the_mirror_but_stays_as_a_version(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "keep.txt", "k")
     write(workdir, "gone.txt", "precious")
     engine = make_engine(workdir)
@@ -98,8 +102,9 @@ def test_rename_is_followed(workdir: Path, store_dir: Path, make_engine: Make) -
     assert engine.versions("old/name.py")
 
 
-def test_emptied_work_directory_does_not_empty_the_store(workdir: Path, store_dir: Path,
-                                                         make_engine: Make) -> None:
+def test_emptied_work_directory_does_not_empty_the_store(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     for i in range(5):
         write(workdir, f"f{i}.txt", str(i))
     engine = make_engine(workdir)
@@ -112,8 +117,9 @@ def test_emptied_work_directory_does_not_empty_the_store(workdir: Path, store_di
     assert engine.status()["state"] == "error"
 
 
-def test_a_pass_deleting_most_of_the_store_stops_before_deleting(workdir: Path, store_dir: Path,
-                                                                 make_engine: Make) -> None:
+def test_a_pass_deleting_most_of_the_store_stops_before_deleting(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     for i in range(30):
         write(workdir, f"f{i:02d}.txt", str(i))
     engine = make_engine(workdir)
@@ -125,8 +131,9 @@ def test_a_pass_deleting_most_of_the_store_stops_before_deleting(workdir: Path, 
     assert len(tree_files(mirror(store_dir))) == 30
 
 
-def test_vanished_work_directory_is_a_clear_error_and_deletes_nothing(workdir: Path, store_dir: Path,
-                                                                     make_engine: Make) -> None:
+def test_vanished_work_directory_is_a_clear_error_and_deletes_nothing(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "a.txt", "a")
     engine = make_engine(workdir)
     engine.sync()
@@ -148,8 +155,9 @@ def test_malformed_store_url_is_a_clear_error(workdir: Path, make_engine: Make, 
         make_engine(workdir, store_url=url or " ")
 
 
-def test_excludes_defaults_gpuwsignore_and_virtual_environments(workdir: Path, store_dir: Path,
-                                                                 make_engine: Make) -> None:
+def test_excludes_defaults_gpuwsignore_and_virtual_environments(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "train.py", "x")
     write(workdir, ".ipynb_checkpoints/train-checkpoint.ipynb", "x")
     write(workdir, "pkg/__pycache__/m.cpython-311.pyc", "x")
@@ -176,8 +184,9 @@ def test_max_file_size_skips_and_reports(workdir: Path, make_engine: Make) -> No
     assert report.uploaded == ["small.txt"] and report.skipped == ["big.bin"]
 
 
-def test_quota_refuses_with_a_clear_error_and_keeps_the_file_pending(workdir: Path, store_dir: Path,
-                                                                      make_engine: Make) -> None:
+def test_quota_refuses_with_a_clear_error_and_keeps_the_file_pending(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "a.bin", b"a" * 600)
     engine = make_engine(workdir, quota_bytes=1000)
     engine.sync()
@@ -200,7 +209,9 @@ def test_quota_warns_at_90_percent(workdir: Path, make_engine: Make) -> None:
     assert "95%" in engine.status()["quota_warning"]
 
 
-def test_pending_counts_changed_files_and_clears_after_sync(workdir: Path, make_engine: Make) -> None:
+def test_pending_counts_changed_files_and_clears_after_sync(
+    workdir: Path, make_engine: Make
+) -> None:
     engine = make_engine(workdir)
     write(workdir, "a.txt", "12345")
     write(workdir, "b.txt", "123")
@@ -218,7 +229,9 @@ class ChangingSource(LocalBackend):
         self.source = source
         self.puts = 0
 
-    def put(self, local: str, key: str, progress: Any = None, check: Any = None, **options: Any) -> int:
+    def put(
+        self, local: str, key: str, progress: Any = None, check: Any = None, **options: Any
+    ) -> int:
         self.puts += 1
         if self.puts == 1:
             time.sleep(0.01)
@@ -227,8 +240,9 @@ class ChangingSource(LocalBackend):
         return super().put(local, key, progress, check, **options)
 
 
-def test_file_changing_during_upload_is_uploaded_again_never_torn(workdir: Path, store_dir: Path,
-                                                                   make_engine: Make) -> None:
+def test_file_changing_during_upload_is_uploaded_again_never_torn(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     source = write(workdir, "log.txt", "start")
     backend = ChangingSource(str(store_dir), source)
     engine = make_engine(workdir, backend=backend)
@@ -238,8 +252,9 @@ def test_file_changing_during_upload_is_uploaded_again_never_torn(workdir: Path,
     assert not [p for p in store_dir.rglob("*") if PART_SUFFIX in p.name]
 
 
-def test_restore_never_overwrites_local_work_and_keeps_both(workdir: Path, store_dir: Path, tmp_path: Path,
-                                                           make_engine: Make) -> None:
+def test_restore_never_overwrites_local_work_and_keeps_both(
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     write(workdir, "same.txt", "identical")
     write(workdir, "differs.txt", "store version")
     write(workdir, "only-in-store.txt", "s")
@@ -258,14 +273,17 @@ def test_restore_never_overwrites_local_work_and_keeps_both(workdir: Path, store
     assert report.restored == ["only-in-store.txt"] and report.already_present == 1
 
 
-def test_second_engine_on_the_same_workspace_is_read_only(workdir: Path, tmp_path: Path,
-                                                           make_engine: Make) -> None:
+def test_second_engine_on_the_same_workspace_is_read_only(
+    workdir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     write(workdir, "a.txt", "a")
     first = make_engine(workdir)
     other = tmp_path / "other"
     other.mkdir()
     second = make_engine(other, state="state2")
-    assert second.read_only and "Another runtime is writing this workspace" in (second.read_only_reason or "")
+    assert second.read_only and "Another runtime is writing this workspace" in (
+        second.read_only_reason or ""
+    )
     with pytest.raises(LeaseHeldError):
         second.sync()
     assert second.status()["state"] == "read-only"
@@ -275,12 +293,15 @@ def test_second_engine_on_the_same_workspace_is_read_only(workdir: Path, tmp_pat
     assert not third.read_only
 
 
-def test_full_store_disk_is_a_clear_error_and_nothing_is_recorded(workdir: Path, store_dir: Path,
-                                                                  make_engine: Make) -> None:
+def test_full_store_disk_is_a_clear_error_and_nothing_is_recorded(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     from jupyter_gpu_ws.store.local import _raise_os_error
 
     class Full(LocalBackend):
-        def put(self, local: str, key: str, progress: Any = None, check: Any = None, **options: Any) -> int:
+        def put(
+            self, local: str, key: str, progress: Any = None, check: Any = None, **options: Any
+        ) -> int:
             _raise_os_error(OSError(28, "No space left on device"), key)
             return 0
 
@@ -292,14 +313,17 @@ def test_full_store_disk_is_a_clear_error_and_nothing_is_recorded(workdir: Path,
     assert (workdir / "a.txt").read_text() == "a"
 
 
-def test_only_the_newest_keep_versions_versions_are_kept(workdir: Path, store_dir: Path,
-                                                         make_engine: Make) -> None:
+def test_only_the_newest_keep_versions_versions_are_kept(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     engine = make_engine(workdir, keep_versions=2, settle_interval=0)  # every rewrite a version
     for n in range(5):
         write(workdir, "model.txt", f"v{n}" * (n + 1))  # a new size each time: always a change
         assert engine.sync(["model.txt"]).uploaded == ["model.txt"]
-    kept = [(store_dir / "ws" / ".gpuws" / "versions" / "model.txt" / v["version"]).read_text()
-            for v in engine.versions("model.txt")]
+    kept = [
+        (store_dir / "ws" / ".gpuws" / "versions" / "model.txt" / v["version"]).read_text()
+        for v in engine.versions("model.txt")
+    ]
     assert kept == ["v2" * 3, "v3" * 4]
 
 
@@ -318,8 +342,9 @@ class CountingBackend(LocalBackend):
         return super().stat(key)
 
 
-def test_uploading_many_new_files_asks_the_store_once(workdir: Path, store_dir: Path,
-                                                      make_engine: Make) -> None:
+def test_uploading_many_new_files_asks_the_store_once(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     # A request per file (to learn whether the store holds it already, or to prune versions a
     # new file cannot have) doubles the requests on S3: one listing answers for all of them.
     for i in range(50):
@@ -335,8 +360,9 @@ def test_uploading_many_new_files_asks_the_store_once(workdir: Path, store_dir: 
     assert backend.listed == ["ws/.gpuws/versions/f00.txt"]  # an overwrite does prune its versions
 
 
-def test_a_lease_left_by_a_crashed_process_of_this_machine_is_taken_at_start(workdir: Path, tmp_path: Path,
-                                                                          make_engine: Make) -> None:
+def test_a_lease_left_by_a_crashed_process_of_this_machine_is_taken_at_start(
+    workdir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     import json
     import subprocess
 
@@ -364,7 +390,8 @@ def test_sync_without_the_lease_is_refused(workdir: Path, tmp_path: Path, store_
 
 @pytest.mark.parametrize("url", ["local", "memory"])
 def test_temporary_files_of_interrupted_writes_are_swept_by_the_first_pass_of_the_lease_holder(
-        url: str, workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]) -> None:
+    url: str, workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]
+) -> None:
     import fsspec
 
     store_url = str(store_dir) if url == "local" else f"memory://sweep-{uuid.uuid4().hex[:8]}"
@@ -380,11 +407,12 @@ def test_temporary_files_of_interrupted_writes_are_swept_by_the_first_pass_of_th
         kept.write_text("a user's file")
     else:
         fs = fsspec.filesystem("memory")
-        root = store_url[len("memory://"):]
+        root = store_url[len("memory://") :]
         for key in (stale, fresh):
             fs.pipe_file(f"/{root}/{key}", b"partial")
-        fs.store[f"/{root}/{stale}"].created = datetime.datetime.fromtimestamp(time.time() - 7200,
-                                                                                 tz=datetime.timezone.utc)
+        fs.store[f"/{root}/{stale}"].created = datetime.datetime.fromtimestamp(
+            time.time() - 7200, tz=datetime.timezone.utc
+        )
     engine = make_engine(workdir, store_url)
     engine.sync()  # the writer's housekeeping runs off the lease's thread, before its first pass
     names = {f.key for f in engine.backend.list("ws")}  # parts are never listed
@@ -398,13 +426,17 @@ def test_temporary_files_of_interrupted_writes_are_swept_by_the_first_pass_of_th
 
 # -- a store written by someone else: links and special files are never followed ---------------
 
+
 def outside_snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else b"<folder>"
-            for p in sorted(folder.rglob("*"))}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else b"<folder>"
+        for p in sorted(folder.rglob("*"))
+    }
 
 
-def test_a_folder_link_in_the_store_gets_no_write_and_the_pass_reports_it(workdir: Path, store_dir: Path,
-                                                                           tmp_path: Path, make_engine: Make) -> None:
+def test_a_folder_link_in_the_store_gets_no_write_and_the_pass_reports_it(
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     outside = tmp_path / "outside"
     write(outside, "a.txt", "not the store's")
     write(outside, "old.txt", "keep me")
@@ -437,7 +469,9 @@ def test_a_folder_link_in_the_store_gets_no_write_and_the_pass_reports_it(workdi
     assert (mirror(store_dir) / "model.txt").read_text() == "v1"
     assert (mirror(store_dir) / "gone.txt").read_text() == "g"
     changed, deleted, _, _ = engine.plan()  # all three stay to do, once the store is fixed
-    assert sorted(f.path for f in changed) == ["data/a.txt", "model.txt"] and deleted == ["gone.txt"]
+    assert sorted(f.path for f in changed) == ["data/a.txt", "model.txt"] and deleted == [
+        "gone.txt"
+    ]
 
     # Links replaced by real folders: the next pass does it all, and nothing is reported any more.
     (mirror(store_dir) / "data").unlink()
@@ -449,8 +483,9 @@ def test_a_folder_link_in_the_store_gets_no_write_and_the_pass_reports_it(workdi
     assert outside_snapshot(outside) == before
 
 
-def test_restore_never_brings_a_file_a_store_link_points_at(workdir: Path, store_dir: Path, tmp_path: Path,
-                                                            make_engine: Make) -> None:
+def test_restore_never_brings_a_file_a_store_link_points_at(
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     write(workdir, "notes.md", "notes")
     make_engine(workdir).sync()
     secret = write(tmp_path / "host", "passwd", "root:x:0:0")
@@ -466,8 +501,9 @@ def test_restore_never_brings_a_file_a_store_link_points_at(workdir: Path, store
     assert set(engine.status()["store_skipped"]) == {"ws/files/passwd", "ws/files/ssh"}
 
 
-def test_restore_skips_a_fifo_in_the_store_and_brings_the_rest(workdir: Path, store_dir: Path, tmp_path: Path,
-                                                              make_engine: Make) -> None:
+def test_restore_skips_a_fifo_in_the_store_and_brings_the_rest(
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     import threading
 
     write(workdir, "a.txt", "a")
@@ -502,8 +538,15 @@ class ModeKeepingBackend(LocalBackend):
         self.lock_held_while_reading: list[bool] = []
         self.engine: SyncEngine | None = None
 
-    def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
-                  progress: Any = None, etag: str | None = None) -> int:
+    def read_into(
+        self,
+        key: str,
+        fd: int,
+        offset: int = 0,
+        length: int | None = None,
+        progress: Any = None,
+        etag: str | None = None,
+    ) -> int:
         size = super().read_into(key, fd, offset, length, progress, etag)
         os.fchmod(fd, os.stat(self._path(key)).st_mode & 0o7777)
         if self.engine is not None:
@@ -511,8 +554,9 @@ class ModeKeepingBackend(LocalBackend):
         return size
 
 
-def test_nothing_restored_is_executable_whatever_the_store_says(workdir: Path, store_dir: Path, tmp_path: Path,
-                                                                make_engine: Make) -> None:
+def test_nothing_restored_is_executable_whatever_the_store_says(
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     """A hook under .git/hooks/ (or any script) from the store needs the user's own chmod to run."""
     for rel in (".git/hooks/post-commit", ".git/hooks/pre-push", "scripts/run.sh"):
         path = write(mirror(store_dir), rel, "#!/bin/sh\ntouch /tmp/owned\n")
@@ -521,7 +565,11 @@ def test_nothing_restored_is_executable_whatever_the_store_says(workdir: Path, s
     engine = make_engine(workdir, backend=backend)
     backend.engine = engine
     report = engine.restore()
-    assert sorted(report.restored) == [".git/hooks/post-commit", ".git/hooks/pre-push", "scripts/run.sh"]
+    assert sorted(report.restored) == [
+        ".git/hooks/post-commit",
+        ".git/hooks/pre-push",
+        "scripts/run.sh",
+    ]
     for rel in report.restored:
         mode = (workdir / rel).stat().st_mode
         assert mode & 0o7111 == 0 and mode & 0o600 == 0o600, (rel, oct(mode))
@@ -529,7 +577,9 @@ def test_nothing_restored_is_executable_whatever_the_store_says(workdir: Path, s
     assert not engine.restore_lock.locked()
 
 
-def test_the_record_keeps_when_the_last_pass_ended_even_with_nothing_to_send(workdir: Path, make_engine: Make) -> None:
+def test_the_record_keeps_when_the_last_pass_ended_even_with_nothing_to_send(
+    workdir: Path, make_engine: Make
+) -> None:
     write(workdir, "a.txt", "a")
     engine = make_engine(workdir)
     engine.sync()
@@ -539,8 +589,9 @@ def test_the_record_keeps_when_the_last_pass_ended_even_with_nothing_to_send(wor
     assert engine.index.last_pass() == engine.last_sync
 
 
-def test_a_pass_that_fails_on_something_unforeseen_keeps_the_watchers_news(workdir: Path, store_dir: Path,
-                                                                          make_engine: Make) -> None:
+def test_a_pass_that_fails_on_something_unforeseen_keeps_the_watchers_news(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     class Broken(LocalBackend):
         broken = True
 

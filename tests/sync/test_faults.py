@@ -14,15 +14,16 @@ from __future__ import annotations
 import random
 import threading
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import fsspec
 import pytest
 
-from jupyter_gpu_ws.sync import FsspecBackend, StoreUnavailableError, SyncEngine
 from jupyter_gpu_ws.store.backend import PART_SUFFIX
 from jupyter_gpu_ws.store.fsspec_store import SMALL_FILE
+from jupyter_gpu_ws.sync import FsspecBackend, StoreUnavailableError, SyncEngine
 from tests.sync.conftest import tree_files, write
 
 Make = Callable[..., SyncEngine]
@@ -37,8 +38,14 @@ class FlakyFS:
 
     WRITES = ("put_file", "pipe_file", "copy", "mv")
 
-    def __init__(self, fs: Any, share: float = 0.0, seed: int = 0, kinds: tuple[str, ...] = ("before", "after"),
-                 after_write: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        fs: Any,
+        share: float = 0.0,
+        seed: int = 0,
+        kinds: tuple[str, ...] = ("before", "after"),
+        after_write: Callable[[], None] | None = None,
+    ) -> None:
         self.fs = fs
         self.share = share
         self.kinds = kinds  # 'torn' leaves half-written data at the path it was writing
@@ -67,7 +74,9 @@ class FlakyFS:
             self.failures += outcome != "ok"
             return outcome
 
-    def _write(self, op: str, path: str, do: Callable[[], Any], partial: Callable[[], Any] | None = None) -> Any:
+    def _write(
+        self, op: str, path: str, do: Callable[[], Any], partial: Callable[[], Any] | None = None
+    ) -> Any:
         outcome = self._outcome(op, path)
         try:
             if outcome == "denied":
@@ -91,11 +100,17 @@ class FlakyFS:
             data = Path(lpath).read_bytes()
             self.fs.pipe_file(rpath, data[: len(data) // 2])
 
-        return self._write("put_file", rpath, lambda: self.fs.put_file(lpath, rpath, **kwargs), half)
+        return self._write(
+            "put_file", rpath, lambda: self.fs.put_file(lpath, rpath, **kwargs), half
+        )
 
     def pipe_file(self, path: str, value: bytes, **kwargs: Any) -> Any:
-        return self._write("pipe_file", path, lambda: self.fs.pipe_file(path, value, **kwargs),
-                           lambda: self.fs.pipe_file(path, value[: len(value) // 2]))
+        return self._write(
+            "pipe_file",
+            path,
+            lambda: self.fs.pipe_file(path, value, **kwargs),
+            lambda: self.fs.pipe_file(path, value[: len(value) // 2]),
+        )
 
     def copy(self, path1: str, path2: str, **kwargs: Any) -> Any:
         return self._write("copy", path2, lambda: self.fs.copy(path1, path2, **kwargs))
@@ -133,7 +148,7 @@ class FlakyStore:
             paths = self.inner.find(base.rstrip("/"))
         except FileNotFoundError:
             return {}
-        return {p[len(base):]: self.inner.cat_file(p) for p in paths if PART_SUFFIX not in p}
+        return {p[len(base) :]: self.inner.cat_file(p) for p in paths if PART_SUFFIX not in p}
 
     def leftovers(self) -> list[str]:
         return [p for p in self.inner.find(self.root) if PART_SUFFIX in p or ".gpuws-tmp" in p]
@@ -154,7 +169,7 @@ class FlakyStore:
         base = f"{self.root}/ws/.gpuws/versions/"
         out: dict[str, list[bytes]] = {}
         for p in sorted(self.inner.find(base.rstrip("/"))):
-            rel = p[len(base):].rpartition("/")[0]
+            rel = p[len(base) :].rpartition("/")[0]
             out.setdefault(rel, []).append(self.inner.cat_file(p))
         return out
 
@@ -181,13 +196,16 @@ def make_tree(workdir: Path, small: int = 60, large: bool = True) -> dict[str, b
 RETRIES_AT_30_PERCENT = 9
 
 
-def faulty_engine(make_engine: Make, workdir: Path, flaky: FlakyStore, **options: Any) -> SyncEngine:
+def faulty_engine(
+    make_engine: Make, workdir: Path, flaky: FlakyStore, **options: Any
+) -> SyncEngine:
     # One worker: the same sequence of writes, so the same failures, on every run.
     return make_engine(workdir, backend=flaky.backend, concurrency=1, **options)
 
 
-def test_a_pass_completes_through_30_percent_failed_writes(workdir: Path, flaky: FlakyStore,
-                                                           make_engine: Make) -> None:
+def test_a_pass_completes_through_30_percent_failed_writes(
+    workdir: Path, flaky: FlakyStore, make_engine: Make
+) -> None:
     source = make_tree(workdir)
     engine = faulty_engine(make_engine, workdir, flaky, retries=RETRIES_AT_30_PERCENT)
     flaky.expect(source)
@@ -200,8 +218,9 @@ def test_a_pass_completes_through_30_percent_failed_writes(workdir: Path, flaky:
     assert engine.status()["state"] == "idle"
 
 
-def test_changes_and_deletions_complete_through_30_percent_failed_writes(workdir: Path, flaky: FlakyStore,
-                                                                         make_engine: Make) -> None:
+def test_changes_and_deletions_complete_through_30_percent_failed_writes(
+    workdir: Path, flaky: FlakyStore, make_engine: Make
+) -> None:
     source = make_tree(workdir, small=40)
     engine = faulty_engine(make_engine, workdir, flaky, retries=RETRIES_AT_30_PERCENT)
     assert engine.sync().ok
@@ -226,7 +245,8 @@ def test_changes_and_deletions_complete_through_30_percent_failed_writes(workdir
 
 
 def test_with_every_write_failing_the_pass_reports_an_error_and_deletes_and_records_nothing(
-        workdir: Path, flaky: FlakyStore, make_engine: Make) -> None:
+    workdir: Path, flaky: FlakyStore, make_engine: Make
+) -> None:
     write(workdir, "kept.txt", "unchanged")
     write(workdir, "edited.txt", "old text")
     write(workdir, "removed.txt", "still wanted in the store")
@@ -245,7 +265,11 @@ def test_with_every_write_failing_the_pass_reports_an_error_and_deletes_and_reco
 
     assert not report.ok and report.uploaded == [] and report.deleted == []
     # One line per file that did not make it, naming it first.
-    assert sorted(e.split(":", 1)[0] for e in report.errors) == ["edited.txt", "new.txt", "removed.txt"]
+    assert sorted(e.split(":", 1)[0] for e in report.errors) == [
+        "edited.txt",
+        "new.txt",
+        "removed.txt",
+    ]
     assert all("\n" not in e and "injected fault" in e for e in report.errors)
     status = engine.status()
     assert status["state"] == "error" and status["last_error"] == report.errors[0]
@@ -256,13 +280,18 @@ def test_with_every_write_failing_the_pass_reports_an_error_and_deletes_and_reco
 
     flaky.fs.share = 0.0  # the store is back: the next pass carries everything over
     report = engine.sync()
-    assert report.ok and sorted(report.uploaded) == ["edited.txt", "new.txt"] and report.deleted == ["removed.txt"]
+    assert (
+        report.ok
+        and sorted(report.uploaded) == ["edited.txt", "new.txt"]
+        and report.deleted == ["removed.txt"]
+    )
     assert flaky.files() == tree_files(workdir)
     assert engine.status()["state"] == "idle"
 
 
-def test_no_partial_file_is_ever_visible_in_the_store_while_writes_fail(workdir: Path, flaky: FlakyStore,
-                                                                       make_engine: Make) -> None:
+def test_no_partial_file_is_ever_visible_in_the_store_while_writes_fail(
+    workdir: Path, flaky: FlakyStore, make_engine: Make
+) -> None:
     source = make_tree(workdir, small=30)
     engine = faulty_engine(make_engine, workdir, flaky, retries=1)  # let some files fail for good
     flaky.expect(source)
@@ -274,8 +303,9 @@ def test_no_partial_file_is_ever_visible_in_the_store_while_writes_fail(workdir:
     assert set(flaky.files()) < set(source)  # some files did fail: the check saw real failures
 
 
-def test_failed_writes_leave_no_temporary_files_in_the_store(workdir: Path, flaky: FlakyStore,
-                                                            make_engine: Make) -> None:
+def test_failed_writes_leave_no_temporary_files_in_the_store(
+    workdir: Path, flaky: FlakyStore, make_engine: Make
+) -> None:
     source = make_tree(workdir, small=20)
     engine = faulty_engine(make_engine, workdir, flaky)
     flaky.fs.share, flaky.fs.random = 0.5, random.Random(5)
@@ -289,8 +319,9 @@ def test_failed_writes_leave_no_temporary_files_in_the_store(workdir: Path, flak
 
 
 @pytest.mark.parametrize("lost", ["before", "after"])
-def test_a_failed_final_copy_or_move_does_not_send_the_data_again(workdir: Path, flaky: FlakyStore,
-                                                                  make_engine: Make, lost: str) -> None:
+def test_a_failed_final_copy_or_move_does_not_send_the_data_again(
+    workdir: Path, flaky: FlakyStore, make_engine: Make, lost: str
+) -> None:
     source = make_tree(workdir, small=0)  # big.bin: a temporary name, then into place
     engine = faulty_engine(make_engine, workdir, flaky)
     finish = "copy" if flaky.kind == "memory" else "mv"
@@ -301,8 +332,9 @@ def test_a_failed_final_copy_or_move_does_not_send_the_data_again(workdir: Path,
     assert flaky.files() == source
 
 
-def test_a_store_refusing_access_is_a_config_error_and_not_retried(workdir: Path, flaky: FlakyStore,
-                                                                   make_engine: Make) -> None:
+def test_a_store_refusing_access_is_a_config_error_and_not_retried(
+    workdir: Path, flaky: FlakyStore, make_engine: Make
+) -> None:
     write(workdir, "a.txt", "a")
     engine = faulty_engine(make_engine, workdir, flaky)
     flaky.fs.share, flaky.fs.kinds = 1.0, ("denied",)
@@ -314,8 +346,9 @@ def test_a_store_refusing_access_is_a_config_error_and_not_retried(workdir: Path
     assert engine.status()["state"] == "error"
 
 
-def test_a_failed_lease_write_leaves_no_temporary_file(workdir: Path, flaky: FlakyStore,
-                                                       make_engine: Make) -> None:
+def test_a_failed_lease_write_leaves_no_temporary_file(
+    workdir: Path, flaky: FlakyStore, make_engine: Make
+) -> None:
     engine = faulty_engine(make_engine, workdir, flaky)
     engine.keeper.stop()  # renewed here, not by the lease's thread
     flaky.fs.share = 1.0

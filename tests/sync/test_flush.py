@@ -10,8 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -60,7 +61,9 @@ def wait_until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def test_a_durable_pass_returns_only_after_the_flush(workdir: Path, store_dir: Path, make_engine: Make) -> None:
+def test_a_durable_pass_returns_only_after_the_flush(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "a.txt", "a")
     backend = GatedBackend(str(store_dir))
     backend.gate.set()
@@ -71,8 +74,9 @@ def test_a_durable_pass_returns_only_after_the_flush(workdir: Path, store_dir: P
     assert unflushed(engine) == 0 and not backend.unflushed()
 
 
-def test_a_pass_that_does_not_wait_is_flushed_in_the_background(workdir: Path, store_dir: Path,
-                                                                  make_engine: Make) -> None:
+def test_a_pass_that_does_not_wait_is_flushed_in_the_background(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "a.txt", "aaa")
     write(workdir, "sub/b.txt", "bb")
     backend = GatedBackend(str(store_dir))
@@ -82,7 +86,10 @@ def test_a_pass_that_does_not_wait_is_flushed_in_the_background(workdir: Path, s
     assert (store_dir / "ws/files/sub/b.txt").read_text() == "bb"  # whole, in the store already
     assert unflushed(engine) == 2
     assert engine.pending() == (0, 0) and engine.state == "idle"
-    assert backend.flush_soon == [False, False]  # copied at memory speed; the disk gets it at the flush
+    assert backend.flush_soon == [
+        False,
+        False,
+    ]  # copied at memory speed; the disk gets it at the flush
     wait_until(lambda: backend.flushed_in)
     assert backend.flushed_in == ["gpuws-flush"]
     backend.gate.set()
@@ -102,20 +109,33 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_an_unclean_stop_before_the_flush_sends_those_files_again(workdir: Path, store_dir: Path, tmp_path: Path,
-                                                                   make_engine: Make) -> None:
+def test_an_unclean_stop_before_the_flush_sends_those_files_again(
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     write(workdir, "old.txt", "flushed long ago")
     first = make_engine(workdir, settle_interval=0)
     first.sync()
     first.close()
     write(workdir, "new.txt", "written just before the machine stopped")
     write(workdir, "old.txt", "changed just before the machine stopped")
-    settings = {"workdir": str(workdir), "store_url": str(store_dir), "workspace": "ws",
-                "state_dir": str(tmp_path / "state")}
-    child = subprocess.run([sys.executable, "-c", CRASH_BEFORE_FLUSH, json.dumps(settings)],
-                           capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2])
+    settings = {
+        "workdir": str(workdir),
+        "store_url": str(store_dir),
+        "workspace": "ws",
+        "state_dir": str(tmp_path / "state"),
+    }
+    child = subprocess.run(
+        [sys.executable, "-c", CRASH_BEFORE_FLUSH, json.dumps(settings)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
     assert child.returncode == -signal.SIGKILL, child.stderr
-    assert json.loads(child.stdout) == ["new.txt", "old.txt"]  # in the store and recorded, not durable
+    assert json.loads(child.stdout) == [
+        "new.txt",
+        "old.txt",
+    ]  # in the store and recorded, not durable
 
     second = make_engine(workdir, settle_interval=0)  # takes the lease the dead process left
     assert sorted(f.path for f in second.plan()[0]) == ["new.txt", "old.txt"]
@@ -124,15 +144,18 @@ def test_an_unclean_stop_before_the_flush_sends_those_files_again(workdir: Path,
     assert unflushed(second) == 0 and second.sync().uploaded == []
 
 
-def test_a_failed_flush_leaves_the_files_pending_and_the_next_pass_sends_them(workdir: Path, store_dir: Path,
-                                                                             make_engine: Make) -> None:
+def test_a_failed_flush_leaves_the_files_pending_and_the_next_pass_sends_them(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "a.txt", "a")
     write(workdir, "b.txt", "bb")
     backend = GatedBackend(str(store_dir))
     backend.gate.set()
     backend.fail_next = True
     engine = make_engine(workdir, backend=backend, settle_interval=0)
-    with pytest.raises(SyncError, match=r"Input/output error: the last writes may not be durable, so 2 files"):
+    with pytest.raises(
+        SyncError, match=r"Input/output error: the last writes may not be durable, so 2 files"
+    ):
         engine.sync()
     assert engine.state == "error" and engine.pending() == (2, 3)
     assert engine.index.get("a.txt") is None  # not recorded as synced
@@ -141,7 +164,8 @@ def test_a_failed_flush_leaves_the_files_pending_and_the_next_pass_sends_them(wo
 
 
 def test_a_failed_background_flush_shows_as_an_error_and_keeps_the_files_pending(
-        workdir: Path, store_dir: Path, make_engine: Make) -> None:
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "a.txt", "a")
     backend = GatedBackend(str(store_dir))
     backend.fail_next = True
@@ -155,7 +179,9 @@ def test_a_failed_background_flush_shows_as_an_error_and_keeps_the_files_pending
     assert engine.state == "idle" and unflushed(engine) == 0
 
 
-def test_close_flushes_what_the_background_has_not_yet(workdir: Path, store_dir: Path, make_engine: Make) -> None:
+def test_close_flushes_what_the_background_has_not_yet(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "a.txt", "a")
     backend = GatedBackend(str(store_dir))
     engine = make_engine(workdir, backend=backend, settle_interval=0)
@@ -170,7 +196,8 @@ def test_close_flushes_what_the_background_has_not_yet(workdir: Path, store_dir:
 
 
 def test_writes_a_running_flush_took_before_the_pass_recorded_them_stay_listed(
-        workdir: Path, store_dir: Path, make_engine: Make) -> None:
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     backend = GatedBackend(str(store_dir))
     engine = make_engine(workdir, backend=backend, settle_interval=0)
     write(workdir, "b.txt", "b")

@@ -41,10 +41,14 @@ def test_a_flush_clears_only_what_was_recorded_before_it_began(tmp_path: Path) -
     db = tmp_path / "index.sqlite"
     index = SyncIndex(str(db))
     index.put_many([Record("durable.txt", 5, 1, None, 0.0)])
-    index.put_many([Record("a.txt", 1, 1, None, 0.0), Record("b.txt", 2, 1, None, 0.0)], unflushed=True)
+    index.put_many(
+        [Record("a.txt", 1, 1, None, 0.0), Record("b.txt", 2, 1, None, 0.0)], unflushed=True
+    )
     mark = index.unflushed_mark()
     # Recorded while the flush runs: "a.txt" again (written anew) and "c.txt".
-    index.put_many([Record("a.txt", 3, 2, None, 0.0), Record("c.txt", 4, 1, None, 0.0)], unflushed=True)
+    index.put_many(
+        [Record("a.txt", 3, 2, None, 0.0), Record("c.txt", 4, 1, None, 0.0)], unflushed=True
+    )
     index.clear_unflushed(mark)
     assert index.unflushed_paths() == ["a.txt", "c.txt"]
     index.close()
@@ -85,7 +89,11 @@ def test_the_records_tell_which_folders_this_machine_synced_and_to_where(tmp_pat
     (state / "e.sqlite3").write_bytes(b"not a record")
     for index in (synced, restored, looked, older):
         index.close()
-    assert synced_folders(str(state)) == [SyncedFolder("/home/me/other", "/mnt/store", "me-other", 2000.0),
-                                          SyncedFolder("/home/me/proj", "s3://bucket/me", "me-proj", 1000.0)]
-    assert (state / "e.sqlite3").read_bytes() == b"not a record"  # read only: nothing moved or changed
+    assert synced_folders(str(state)) == [
+        SyncedFolder("/home/me/other", "/mnt/store", "me-other", 2000.0),
+        SyncedFolder("/home/me/proj", "s3://bucket/me", "me-proj", 1000.0),
+    ]
+    assert (
+        state / "e.sqlite3"
+    ).read_bytes() == b"not a record"  # read only: nothing moved or changed
     assert synced_folders(str(tmp_path / "missing")) == [] and not (tmp_path / "missing").exists()

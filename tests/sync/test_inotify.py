@@ -8,8 +8,8 @@ import queue
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -55,8 +55,11 @@ class Running:
     def wakeups(self) -> int:
         """The thread's context switches so far: each wake-up from a sleep adds one."""
         text = Path(f"/proc/self/task/{self.tid}/status").read_text()
-        return sum(int(line.split()[1]) for line in text.splitlines()
-                   if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")))
+        return sum(
+            int(line.split()[1])
+            for line in text.splitlines()
+            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"))
+        )
 
     def stop(self) -> None:
         self.watcher.close()
@@ -81,7 +84,9 @@ def running(tree: Path) -> Iterator[Running]:
     watching.stop()
 
 
-def test_changes_in_nested_folders_are_reported_by_relative_path(running: Running, tree: Path) -> None:
+def test_changes_in_nested_folders_are_reported_by_relative_path(
+    running: Running, tree: Path
+) -> None:
     (tree / "src" / "pkg" / "mod.py").write_text("x = 2\n")
     (tree / "notes.md").write_text("hello")
     assert running.collect({"src/pkg/mod.py", "notes.md"}) == {"src/pkg/mod.py", "notes.md"}
@@ -107,7 +112,9 @@ def test_a_file_still_open_for_writing_says_so(running: Running, tree: Path) -> 
     assert running.next() == Batch({"log.txt"}, set())  # the close
 
 
-def test_a_new_folder_is_reported_whole_and_watched_from_then_on(running: Running, tree: Path) -> None:
+def test_a_new_folder_is_reported_whole_and_watched_from_then_on(
+    running: Running, tree: Path
+) -> None:
     (tree / "data" / "raw").mkdir(parents=True)
     (tree / "data" / "raw" / "a.csv").write_text("1,2\n")
     assert "data" in running.collect({"data"})
@@ -118,7 +125,9 @@ def test_a_new_folder_is_reported_whole_and_watched_from_then_on(running: Runnin
     assert running.collect({"data/raw/a.csv"}) == {"data/raw/a.csv"}
 
 
-def test_a_moved_folder_is_reported_under_both_names_and_followed(running: Running, tree: Path) -> None:
+def test_a_moved_folder_is_reported_under_both_names_and_followed(
+    running: Running, tree: Path
+) -> None:
     (tree / "src").rename(tree / "lib")
     assert running.collect({"src", "lib"}) == {"src", "lib"}
     (tree / "lib" / "pkg" / "mod.py").write_text("x = 3\n")

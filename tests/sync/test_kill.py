@@ -28,19 +28,20 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
-from jupyter_gpu_ws.sync import SyncEngine
+from jupyter_gpu_ws.store import open_backend
 from jupyter_gpu_ws.store.backend import PART_SUFFIX
 from jupyter_gpu_ws.store.crypto import Encryption, protect
-from jupyter_gpu_ws.store import open_backend
+from jupyter_gpu_ws.sync import SyncEngine
 from tests.sync.conftest import S3_BUCKET
-from tests.sync.sync_child import settings_from
 from tests.sync.s3server import S3Server
+from tests.sync.sync_child import settings_from
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("sync_child.py")
@@ -58,11 +59,19 @@ S3_POINTS = 3  # … to SeaweedFS over S3
 PASSPHRASE = "kill -9 passphrase"
 
 
-def child_settings(workdir: Path, store_url: str, state_dir: Path, encrypted: bool = False) -> dict[str, Any]:
+def child_settings(
+    workdir: Path, store_url: str, state_dir: Path, encrypted: bool = False
+) -> dict[str, Any]:
     # durable=False: a killed process loses nothing the kernel has, so the syncfs() that makes a
     # pass survive a power cut changes nothing here, and costs seconds of writeback per pass.
-    settings = {"workdir": str(workdir), "store_url": store_url, "workspace": "ws", "state_dir": str(state_dir),
-                "lease_ttl": 60.0, "durable": False}
+    settings = {
+        "workdir": str(workdir),
+        "store_url": store_url,
+        "workspace": "ws",
+        "state_dir": str(state_dir),
+        "lease_ttl": 60.0,
+        "durable": False,
+    }
     if encrypted:
         settings["passphrase"] = PASSPHRASE
     return settings
@@ -77,10 +86,18 @@ class ChildRun:
 
 def run_pass(settings: dict[str, Any], kill_after: float | None = None) -> ChildRun:
     """One pass in a child process; with `kill_after`, SIGKILL that many seconds into it."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.Popen([sys.executable, str(CHILD), json.dumps(settings)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONWARNINGS": "ignore",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), json.dumps(settings)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
@@ -109,7 +126,9 @@ def kill_delay(seconds: float, point: int, points: int, seed: int) -> float:
     return seconds * (point + random.Random(seed * 1000 + point).random()) / points
 
 
-def interrupted_pass(fresh: Callable[[int], dict[str, Any]], delay: float, tries: int = 5) -> dict[str, Any]:
+def interrupted_pass(
+    fresh: Callable[[int], dict[str, Any]], delay: float, tries: int = 5
+) -> dict[str, Any]:
     """Run a pass over `fresh(n)` (a new store each time) and kill it after `delay`; a pass
     that ended before the signal (this machine was faster than when it was measured) is run
     again on a fresh store, killed twice as early. Returns the settings of the last run."""
@@ -188,7 +207,11 @@ def make_small_tree(root: Path, count: int, seed: int) -> Path:
 
 def make_large_tree(root: Path) -> Path:
     root.mkdir(parents=True)
-    for name, size in [("ckpt/model-a.pt", 30 * MiB + 11), ("ckpt/model-b.pt", 55 * MiB), ("data.bin", 90 * MiB + 5)]:
+    for name, size in [
+        ("ckpt/model-a.pt", 30 * MiB + 11),
+        ("ckpt/model-b.pt", 55 * MiB),
+        ("data.bin", 90 * MiB + 5),
+    ]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(os.urandom(size))
     for i in range(4):
@@ -249,15 +272,22 @@ def decrypted_mirror(store: Path, into: Path) -> Path:
     backend = protect(open_backend(str(store)), "ws", Encryption(PASSPHRASE))
     prefix = "ws/files/"
     for f in backend.list(prefix.rstrip("/")):
-        target = into / f.key[len(prefix):]
+        target = into / f.key[len(prefix) :]
         target.parent.mkdir(parents=True, exist_ok=True)
         backend.get(f.key, str(target))
     into.mkdir(parents=True, exist_ok=True)
     return into
 
 
-def kill_first_pass_and_check(tree: Path, seconds: float, point: int, points: int, seed: int,
-                              scratch: Path, encrypted: bool = False) -> None:
+def kill_first_pass_and_check(
+    tree: Path,
+    seconds: float,
+    point: int,
+    points: int,
+    seed: int,
+    scratch: Path,
+    encrypted: bool = False,
+) -> None:
     def fresh(attempt: int) -> dict[str, Any]:
         store = scratch / f"store{attempt}"
         return child_settings(tree, str(store), scratch / f"state{attempt}", encrypted)
@@ -266,7 +296,11 @@ def kill_first_pass_and_check(tree: Path, seconds: float, point: int, points: in
     store = Path(settings["store_url"])
 
     def mirror() -> Path:
-        return decrypted_mirror(store, scratch / "work-decrypted") if encrypted else local_mirror(store)
+        return (
+            decrypted_mirror(store, scratch / "work-decrypted")
+            if encrypted
+            else local_mirror(store)
+        )
 
     assert_only_complete_files(mirror(), tree)
     finish(settings).close()
@@ -277,18 +311,28 @@ def kill_first_pass_and_check(tree: Path, seconds: float, point: int, points: in
 ENCRYPTED_POINTS = 4
 
 
-@pytest.mark.parametrize(("point", "encrypted"), [(p, False) for p in range(SMALL_POINTS)]
-                         + [(p, True) for p in range(ENCRYPTED_POINTS)])
+@pytest.mark.parametrize(
+    ("point", "encrypted"),
+    [(p, False) for p in range(SMALL_POINTS)] + [(p, True) for p in range(ENCRYPTED_POINTS)],
+)
 def test_kill_during_a_pass_of_many_small_files_leaves_only_complete_files(
-        point: int, encrypted: bool, small_tree: Path, small_tree_seconds: float, scratch: Path) -> None:
-    kill_first_pass_and_check(small_tree, small_tree_seconds, point, SMALL_POINTS, 1, scratch, encrypted)
+    point: int, encrypted: bool, small_tree: Path, small_tree_seconds: float, scratch: Path
+) -> None:
+    kill_first_pass_and_check(
+        small_tree, small_tree_seconds, point, SMALL_POINTS, 1, scratch, encrypted
+    )
 
 
-@pytest.mark.parametrize(("point", "encrypted"), [(p, False) for p in range(LARGE_POINTS)]
-                         + [(p, True) for p in range(ENCRYPTED_POINTS)])
+@pytest.mark.parametrize(
+    ("point", "encrypted"),
+    [(p, False) for p in range(LARGE_POINTS)] + [(p, True) for p in range(ENCRYPTED_POINTS)],
+)
 def test_kill_during_a_pass_of_large_files_leaves_only_complete_files(
-        point: int, encrypted: bool, large_tree: Path, large_tree_seconds: float, scratch: Path) -> None:
-    kill_first_pass_and_check(large_tree, large_tree_seconds, point, LARGE_POINTS, 2, scratch, encrypted)
+    point: int, encrypted: bool, large_tree: Path, large_tree_seconds: float, scratch: Path
+) -> None:
+    kill_first_pass_and_check(
+        large_tree, large_tree_seconds, point, LARGE_POINTS, 2, scratch, encrypted
+    )
 
 
 # -- a pass of changes and deletions -------------------------------------------------------
@@ -303,7 +347,9 @@ def change_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)  # pytest keeps temporary folders of recent runs
 
 
-def prepare_changes(old: Path, scratch: Path, n: int = 0) -> tuple[dict[str, Any], Path, list[str], list[str]]:
+def prepare_changes(
+    old: Path, scratch: Path, n: int = 0
+) -> tuple[dict[str, Any], Path, list[str], list[str]]:
     """A synced work directory, then edits and deletions not yet carried over."""
     workdir = scratch / f"work{n}"
     shutil.copytree(old, workdir)
@@ -343,7 +389,8 @@ def versions_of(store: Path, rel: str) -> list[Path]:
 
 @pytest.mark.parametrize("point", range(CHANGE_POINTS))
 def test_kill_during_a_pass_of_changes_and_deletions_loses_no_version(
-        point: int, change_tree: Path, change_pass_seconds: float, scratch: Path) -> None:
+    point: int, change_tree: Path, change_pass_seconds: float, scratch: Path
+) -> None:
     prepared: list[tuple[dict[str, Any], Path, list[str], list[str]]] = []
 
     def fresh(attempt: int) -> dict[str, Any]:
@@ -358,7 +405,9 @@ def test_kill_during_a_pass_of_changes_and_deletions_loses_no_version(
     finish(settings).close()
     assert_mirror_equals(local_mirror(store), workdir)
     for rel in changed + deleted:  # the content the pass replaced or removed is kept
-        assert any(filecmp.cmp(v, change_tree / rel, shallow=False) for v in versions_of(store, rel)), rel
+        assert any(
+            filecmp.cmp(v, change_tree / rel, shallow=False) for v in versions_of(store, rel)
+        ), rel
 
 
 # -- S3 --------------------------------------------------------------------------------------
@@ -382,7 +431,9 @@ def s3_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def s3_pass_seconds(s3_kill_env: S3Server, s3_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> float:
+def s3_pass_seconds(
+    s3_kill_env: S3Server, s3_tree: Path, tmp_path_factory: pytest.TempPathFactory
+) -> float:
     url = f"s3://{S3_BUCKET}/kill-measure-{uuid.uuid4().hex[:8]}"
     run = run_pass(child_settings(s3_tree, url, tmp_path_factory.mktemp("measure-s3")))
     assert not run.killed and run.output.startswith("done")
@@ -395,13 +446,16 @@ def bucket_mirror(server: S3Server, prefix: str) -> dict[str, bytes]:
     out = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=head):
         for obj in page.get("Contents", []):
-            out[obj["Key"][len(head):]] = client.get_object(Bucket=S3_BUCKET, Key=obj["Key"])["Body"].read()
+            out[obj["Key"][len(head) :]] = client.get_object(Bucket=S3_BUCKET, Key=obj["Key"])[
+                "Body"
+            ].read()
     return out
 
 
 @pytest.mark.parametrize("point", range(S3_POINTS))
 def test_kill_during_a_pass_to_s3_leaves_only_complete_objects(
-        point: int, s3_kill_env: S3Server, s3_tree: Path, s3_pass_seconds: float, tmp_path: Path) -> None:
+    point: int, s3_kill_env: S3Server, s3_tree: Path, s3_pass_seconds: float, tmp_path: Path
+) -> None:
     def fresh(attempt: int) -> dict[str, Any]:
         url = f"s3://{S3_BUCKET}/kill-{uuid.uuid4().hex[:8]}"
         return child_settings(s3_tree, url, tmp_path / f"state{attempt}")
@@ -410,7 +464,9 @@ def test_kill_during_a_pass_to_s3_leaves_only_complete_objects(
     prefix = settings["store_url"].rsplit("/", 1)[1]
     for rel, data in bucket_mirror(s3_kill_env, prefix).items():
         assert PART_SUFFIX not in rel
-        assert (s3_tree / rel).read_bytes() == data, f"{rel}: {len(data)} bytes in the bucket, not the file"
+        assert (s3_tree / rel).read_bytes() == data, (
+            f"{rel}: {len(data)} bytes in the bucket, not the file"
+        )
     finish(settings).close()
     mirror = bucket_mirror(s3_kill_env, prefix)
     assert sorted(mirror) == sorted(source_files(s3_tree))

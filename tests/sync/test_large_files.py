@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from jupyter_gpu_ws.sync import SyncEngine
 from jupyter_gpu_ws.store.backend import PART_SUFFIX
+from jupyter_gpu_ws.sync import SyncEngine
 from tests.sync.conftest import eventually, write
 
 Make = Callable[..., SyncEngine]
@@ -50,7 +50,8 @@ def data_of(path: Path) -> dict[int, bytes]:
 
 
 def test_a_10_gb_sparse_file_stays_sparse_in_a_local_store_and_comes_back_so(
-        workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make) -> None:
+    workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make
+) -> None:
     pieces = {0: os.urandom(MIB), 4 * GIB: os.urandom(MIB), 10 * GIB - MIB: os.urandom(MIB)}
     source = sparse_file(workdir / "disk.img", 10 * GIB, pieces)
     engine = make_engine(workdir)
@@ -59,9 +60,13 @@ def test_a_10_gb_sparse_file_stays_sparse_in_a_local_store_and_comes_back_so(
     took = time.monotonic() - started
     stored = store_dir / "ws" / "files" / "disk.img"
     st = stored.stat()
-    assert st.st_size == 10 * GIB and st.st_blocks * 512 < 64 * MIB, "the holes became bytes on disk"
+    assert st.st_size == 10 * GIB and st.st_blocks * 512 < 64 * MIB, (
+        "the holes became bytes on disk"
+    )
     assert data_of(stored) == data_of(source)
-    assert took < 60  # 3 MiB of data, not 10 GiB (a bound far above the real cost, not a timing goal)
+    assert (
+        took < 60
+    )  # 3 MiB of data, not 10 GiB (a bound far above the real cost, not a timing goal)
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     other = make_engine(fresh, state="state-fresh")
@@ -72,12 +77,14 @@ def test_a_10_gb_sparse_file_stays_sparse_in_a_local_store_and_comes_back_so(
 
 
 def test_a_sparse_file_going_to_an_object_store_is_shown_with_both_sizes(
-        workdir: Path, s3_url: str, make_engine: Make) -> None:
+    workdir: Path, s3_url: str, make_engine: Make
+) -> None:
     sparse_file(workdir / "scratch.img", 8 * MIB, {0: b"x" * 4096})
     engine = make_engine(workdir, s3_url, bandwidth_limit=2 * MIB)  # about 4 s to send
     passing = threading.Thread(target=engine.sync)
     passing.start()
     try:
+
         def uploading() -> dict | None:
             files = engine.pending_list()["files"]
             return files[0] if files and files[0]["state"] == "uploading" else None
@@ -90,7 +97,8 @@ def test_a_sparse_file_going_to_an_object_store_is_shown_with_both_sizes(
 
 
 def test_a_file_over_max_file_size_is_named_with_the_reason_not_left_waiting(
-        workdir: Path, make_engine: Make) -> None:
+    workdir: Path, make_engine: Make
+) -> None:
     write(workdir, "small.txt", "fits")
     write(workdir, "huge.bin", os.urandom(2 * MIB))
     engine = make_engine(workdir, max_file_size=MIB)
@@ -106,9 +114,12 @@ def test_a_file_over_max_file_size_is_named_with_the_reason_not_left_waiting(
 
 
 def test_an_emergency_persist_never_starts_a_file_it_cannot_finish_in_time(
-        workdir: Path, make_engine: Make, store_dir: Path) -> None:
+    workdir: Path, make_engine: Make, store_dir: Path
+) -> None:
     write(workdir, "notes.md", "small things first")
-    sparse_file(workdir / "big.img", 50 * GIB, {0: b"y"})  # by its size, far more than 2 s of copying
+    sparse_file(
+        workdir / "big.img", 50 * GIB, {0: b"y"}
+    )  # by its size, far more than 2 s of copying
     engine = make_engine(workdir)
     engine.urgent, engine.urgent_until = True, time.monotonic() + 2.0
     report = engine.sync()
@@ -120,7 +131,8 @@ def test_an_emergency_persist_never_starts_a_file_it_cannot_finish_in_time(
 
 
 def test_an_emergency_persist_stops_a_file_under_way_when_its_time_is_up(
-        workdir: Path, make_engine: Make, store_dir: Path) -> None:
+    workdir: Path, make_engine: Make, store_dir: Path
+) -> None:
     write(workdir, "model.bin", os.urandom(8 * MIB))
     engine = make_engine(workdir, bandwidth_limit=MIB)  # 8 s to send; the time left is 1.5 s
     engine.urgent, engine.urgent_until = True, time.monotonic() + 1.5
@@ -130,4 +142,6 @@ def test_an_emergency_persist_stops_a_file_under_way_when_its_time_is_up(
     assert report.left_behind and "cut off" in report.left_behind[0]
     folder = store_dir / "ws" / "files"
     assert not (folder / "model.bin").exists()
-    assert not [p for p in store_dir.rglob("*") if PART_SUFFIX in p.name]  # no part file left behind
+    assert not [
+        p for p in store_dir.rglob("*") if PART_SUFFIX in p.name
+    ]  # no part file left behind

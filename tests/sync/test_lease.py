@@ -11,17 +11,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import fsspec
 import pytest
 
+from jupyter_gpu_ws.store.fsspec_store import FsspecBackend
+from jupyter_gpu_ws.store.lease import LEASE_NAME
 from jupyter_gpu_ws.sync import LeaseHeldError, LocalBackend, SyncEngine
 from jupyter_gpu_ws.sync.errors import LeaseLostError, StoreUnavailableError
-from jupyter_gpu_ws.store.lease import LEASE_NAME
-from jupyter_gpu_ws.store.fsspec_store import FsspecBackend
 from tests.sync.conftest import S3_BUCKET, tree_files, write
 
 Make = Callable[..., SyncEngine]
@@ -42,11 +43,14 @@ def second_workdir(tmp_path: Path, name: str = "other") -> Path:
     return path
 
 
-def test_a_second_runtime_stays_read_only_while_the_holder_renews(workdir: Path, tmp_path: Path,
-                                                                   make_engine: Make) -> None:
+def test_a_second_runtime_stays_read_only_while_the_holder_renews(
+    workdir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     first = make_engine(workdir, lease_ttl=0.6)
     second = make_engine(second_workdir(tmp_path), state="state2", lease_ttl=0.6)
-    assert second.read_only and "Another runtime is writing this workspace" in (second.read_only_reason or "")
+    assert second.read_only and "Another runtime is writing this workspace" in (
+        second.read_only_reason or ""
+    )
     time.sleep(1.5)  # well past the lifetime: only the holder's own thread kept it alive
     assert second.read_only and second.status()["state"] == "read-only"
     with pytest.raises(LeaseHeldError):
@@ -57,8 +61,9 @@ def test_a_second_runtime_stays_read_only_while_the_holder_renews(workdir: Path,
     assert status["lease"]["holder"] == first.lease.holder and status["takeover_at"] > time.time()
 
 
-def test_a_successor_takes_over_by_itself_once_the_holder_stops_renewing(workdir: Path, tmp_path: Path,
-                                                                        make_engine: Make) -> None:
+def test_a_successor_takes_over_by_itself_once_the_holder_stops_renewing(
+    workdir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     ttl = 1.0
     first = make_engine(workdir, lease_ttl=ttl)
     other = second_workdir(tmp_path)
@@ -81,7 +86,8 @@ def test_a_successor_takes_over_by_itself_once_the_holder_stops_renewing(workdir
 
 
 def test_a_pass_longer_than_the_lease_keeps_it_and_the_other_runtime_never_writes(
-        workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make) -> None:
+    workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make
+) -> None:
     ttl = 0.8
     big = b"from the holder " * (2**20 // 16)  # 1 MiB at 300 KiB/s: about three lifetimes
     write(workdir, "shared.bin", big)
@@ -100,7 +106,9 @@ def test_a_pass_longer_than_the_lease_keeps_it_and_the_other_runtime_never_write
     assert first.status()["state"] == "idle" and first.writable
 
 
-def test_two_runtimes_starting_together_on_a_slow_store_exactly_one_wins(tmp_path: Path, store_dir: Path) -> None:
+def test_two_runtimes_starting_together_on_a_slow_store_exactly_one_wins(
+    tmp_path: Path, store_dir: Path
+) -> None:
     """Read, write, wait, read back is no lock: with 80 ms per request, two runtimes 65 ms apart
     both used to win. A compare-and-swap lets exactly one, every time."""
     from jupyter_gpu_ws.sync import SyncSettings
@@ -123,17 +131,30 @@ def test_two_runtimes_starting_together_on_a_slow_store_exactly_one_wins(tmp_pat
         for name in ("a", "b"):
             folder = tmp_path / f"{round_}-{name}"
             folder.mkdir()
-            engines.append(SyncEngine(SyncSettings(workdir=str(folder), store_url=str(store), workspace="ws",
-                                                   state_dir=str(tmp_path / f"state-{round_}-{name}"),
-                                                   host=f"host-{name}"), backend=Slow(str(store))))
-        threads = [threading.Thread(target=engines[0].open),
-                   threading.Thread(target=lambda: (time.sleep(0.065), engines[1].open()))]
+            engines.append(
+                SyncEngine(
+                    SyncSettings(
+                        workdir=str(folder),
+                        store_url=str(store),
+                        workspace="ws",
+                        state_dir=str(tmp_path / f"state-{round_}-{name}"),
+                        host=f"host-{name}",
+                    ),
+                    backend=Slow(str(store)),
+                )
+            )
+        threads = [
+            threading.Thread(target=engines[0].open),
+            threading.Thread(target=lambda: (time.sleep(0.065), engines[1].open())),
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         try:
-            assert sorted(engine.read_only for engine in engines) == [False, True], f"round {round_}"
+            assert sorted(engine.read_only for engine in engines) == [False, True], (
+                f"round {round_}"
+            )
         finally:
             for engine in engines:
                 engine.close()
@@ -147,9 +168,17 @@ def test_two_runtimes_starting_together_on_s3_exactly_one_wins(tmp_path: Path, s
         for name in ("a", "b"):
             folder = tmp_path / f"{round_}-{name}"
             folder.mkdir()
-            engines.append(SyncEngine(SyncSettings(workdir=str(folder), store_url=f"{s3_url}-{round_}",
-                                                   workspace="ws", state_dir=str(tmp_path / f"s-{round_}-{name}"),
-                                                   host=f"host-{name}")))
+            engines.append(
+                SyncEngine(
+                    SyncSettings(
+                        workdir=str(folder),
+                        store_url=f"{s3_url}-{round_}",
+                        workspace="ws",
+                        state_dir=str(tmp_path / f"s-{round_}-{name}"),
+                        host=f"host-{name}",
+                    )
+                )
+            )
         start = threading.Barrier(2)
         threads = [threading.Thread(target=lambda e=e: (start.wait(), e.open())) for e in engines]
         for thread in threads:
@@ -157,14 +186,18 @@ def test_two_runtimes_starting_together_on_s3_exactly_one_wins(tmp_path: Path, s
         for thread in threads:
             thread.join()
         try:
-            assert sorted(engine.read_only for engine in engines) == [False, True], f"round {round_}"
+            assert sorted(engine.read_only for engine in engines) == [False, True], (
+                f"round {round_}"
+            )
             assert engines[0].status()["lease_exclusive"] is True
         finally:
             for engine in engines:
                 engine.close()
 
 
-def test_writes_stop_when_the_lease_cannot_be_renewed(workdir: Path, store_dir: Path, make_engine: Make) -> None:
+def test_writes_stop_when_the_lease_cannot_be_renewed(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     class LeaseWritesFail(LocalBackend):
         failing = False
 
@@ -190,7 +223,8 @@ def test_writes_stop_when_the_lease_cannot_be_renewed(workdir: Path, store_dir: 
 
 
 def test_an_explicit_take_over_of_a_live_holder_writes_only_once_its_time_is_up(
-        workdir: Path, tmp_path: Path, make_engine: Make) -> None:
+    workdir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     ttl = 1.0
     first = make_engine(workdir, lease_ttl=ttl)
     other = second_workdir(tmp_path)
@@ -205,8 +239,9 @@ def test_an_explicit_take_over_of_a_live_holder_writes_only_once_its_time_is_up(
     assert second.sync().uploaded == ["c.txt"]
 
 
-def test_an_unreadable_lease_is_an_error_and_take_over_replaces_it(workdir: Path, store_dir: Path,
-                                                                   make_engine: Make) -> None:
+def test_an_unreadable_lease_is_an_error_and_take_over_replaces_it(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     lease = store_dir / "ws" / ".gpuws" / LEASE_NAME
     lease.parent.mkdir(parents=True)
     lease.write_text('{"holder": "x", "host": ')  # truncated
@@ -219,8 +254,9 @@ def test_an_unreadable_lease_is_an_error_and_take_over_replaces_it(workdir: Path
     assert engine.lease.current().holder == engine.lease.holder
 
 
-def test_a_store_without_compare_and_swap_says_its_lease_is_advisory(workdir: Path, tmp_path: Path,
-                                                                    make_engine: Make) -> None:
+def test_a_store_without_compare_and_swap_says_its_lease_is_advisory(
+    workdir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     backend = FsspecBackend(fsspec.filesystem("file"), str(tmp_path / "plain-store"))
     engine = make_engine(workdir, backend=backend)
     status = engine.status()
@@ -228,8 +264,9 @@ def test_a_store_without_compare_and_swap_says_its_lease_is_advisory(workdir: Pa
     assert "cannot stop a runtime elsewhere from writing" in status["lease_note"]
 
 
-def test_the_s3_store_proves_its_conditional_writes(workdir: Path, s3_url: str, s3_env: Any,
-                                                    make_engine: Make) -> None:
+def test_the_s3_store_proves_its_conditional_writes(
+    workdir: Path, s3_url: str, s3_env: Any, make_engine: Make
+) -> None:
     engine = make_engine(workdir, s3_url)
     assert engine.status()["lease_exclusive"] is True and engine.status()["lease_note"] is None
     keys = [o["Key"] for o in s3_env.client().list_objects_v2(Bucket=S3_BUCKET).get("Contents", [])]
@@ -238,27 +275,51 @@ def test_the_s3_store_proves_its_conditional_writes(workdir: Path, s3_url: str, 
 
 # -- numbers from the store are checked, not trusted --------------------------------------------
 
+
 def foreign_lease(store_dir: Path, **fields: Any) -> Path:
     """A lease file as another (or a hostile) runtime left it in the store."""
     now = time.time()
-    value = {"holder": "f" * 32, "host": "elsewhere", "pid": 4242, "user": "someone", "acquired": now,
-             "heartbeat": now, "expires": now + 20, "ttl": 20.0, **fields}
+    value = {
+        "holder": "f" * 32,
+        "host": "elsewhere",
+        "pid": 4242,
+        "user": "someone",
+        "acquired": now,
+        "heartbeat": now,
+        "expires": now + 20,
+        "ttl": 20.0,
+        **fields,
+    }
     path = store_dir / "ws" / ".gpuws" / LEASE_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value))  # allow_nan: Python writes NaN and Infinity as a hostile file may
+    path.write_text(
+        json.dumps(value)
+    )  # allow_nan: Python writes NaN and Infinity as a hostile file may
     return path
 
 
-@pytest.mark.parametrize("fields", [
-    {"expires": datetime(2100, 1, 1, tzinfo=timezone.utc).timestamp()},
-    {"expires": float("inf")},
-    {"heartbeat": float("nan")},
-    {"ttl": 2.3e9, "expires": time.time() + 2.3e9},
-    {"ttl": -5.0},
-    {"pid": "1; rm -rf /"},
-], ids=["expires-2100", "expires-infinity", "heartbeat-nan", "ttl-absurd", "ttl-negative", "pid-text"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"expires": datetime(2100, 1, 1, tzinfo=timezone.utc).timestamp()},
+        {"expires": float("inf")},
+        {"heartbeat": float("nan")},
+        {"ttl": 2.3e9, "expires": time.time() + 2.3e9},
+        {"ttl": -5.0},
+        {"pid": "1; rm -rf /"},
+    ],
+    ids=[
+        "expires-2100",
+        "expires-infinity",
+        "heartbeat-nan",
+        "ttl-absurd",
+        "ttl-negative",
+        "pid-text",
+    ],
+)
 def test_a_lease_with_absurd_numbers_is_corrupt_and_take_over_replaces_it_at_once(
-        fields: dict[str, Any], workdir: Path, store_dir: Path, make_engine: Make) -> None:
+    fields: dict[str, Any], workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     foreign_lease(store_dir, **fields)
     engine = make_engine(workdir)
     status = engine.status()
@@ -274,23 +335,35 @@ def test_a_lease_with_absurd_numbers_is_corrupt_and_take_over_replaces_it_at_onc
 
 
 def test_a_corrupt_lease_that_nobody_changes_is_replaced_by_itself(
-        workdir: Path, store_dir: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    workdir: Path, store_dir: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jupyter_gpu_ws.store import lease as lease_module
 
     monkeypatch.setattr(lease_module, "MAX_TTL", 2.0)  # instead of an hour
     foreign_lease(store_dir, expires=float("inf"))
     engine = make_engine(workdir, lease_ttl=0.4)
     assert engine.read_only and "corrupt" in (engine.read_only_reason or "")
-    wait_until(lambda: "replaced by itself" in (engine.status()["lease_error"] or ""), 1.0, "the panel saying so")
-    wait_until(lambda: engine.writable, 5.0, "the corrupt lease replaced once unchanged for its bound")
+    wait_until(
+        lambda: "replaced by itself" in (engine.status()["lease_error"] or ""),
+        1.0,
+        "the panel saying so",
+    )
+    wait_until(
+        lambda: engine.writable, 5.0, "the corrupt lease replaced once unchanged for its bound"
+    )
     write(workdir, "b.txt", "after the heal")
     assert engine.sync().uploaded == ["b.txt"]
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_a_lease_is_judged_on_this_machines_clock_whatever_times_it_states(
-        where: str, workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make,
-        request: pytest.FixtureRequest) -> None:
+    where: str,
+    workdir: Path,
+    tmp_path: Path,
+    store_dir: Path,
+    make_engine: Make,
+    request: pytest.FixtureRequest,
+) -> None:
     """A lease whose stated expiry is long past (its writer's clock runs minutes behind) is not
     free while its record keeps changing; once it stops changing, it is free after its ttl as
     measured here, however far in the future its stated expiry is. On a local folder and on S3."""
@@ -302,17 +375,29 @@ def test_a_lease_is_judged_on_this_machines_clock_whatever_times_it_states(
     holder.lease.clock = lambda: time.time() - 120  # its clock runs two minutes behind
     holder.keeper.wake()
     other = second_workdir(tmp_path)
-    newcomer = SyncEngine(SyncSettings(workdir=str(other), store_url=url, workspace="ws",
-                                       state_dir=str(tmp_path / "state2"), lease_ttl=ttl, host="fast-clock"),
-                          clock=lambda: time.time() + 120)  # two minutes ahead
+    newcomer = SyncEngine(
+        SyncSettings(
+            workdir=str(other),
+            store_url=url,
+            workspace="ws",
+            state_dir=str(tmp_path / "state2"),
+            lease_ttl=ttl,
+            host="fast-clock",
+        ),
+        clock=lambda: time.time() + 120,
+    )  # two minutes ahead
     newcomer.open()
     try:
         time.sleep(4 * ttl)
-        assert newcomer.read_only and not newcomer.lease.held, "the newcomer took a live runtime's lease"
+        assert newcomer.read_only and not newcomer.lease.held, (
+            "the newcomer took a live runtime's lease"
+        )
         assert holder.writable and not holder.read_only
         assert newcomer.status()["takeover_at"] is not None
         holder.keeper.stop()  # the holder dies: its record stops changing
-        holder.lease.clock = lambda: time.time() + 10**6  # a stated expiry far in the future is ignored
+        holder.lease.clock = lambda: (
+            time.time() + 10**6
+        )  # a stated expiry far in the future is ignored
         stopped = time.monotonic()
         wait_until(lambda: newcomer.writable, 5 * ttl, "the newcomer taking over")
         assert time.monotonic() - stopped <= ttl + (0.6 if where == "local" else 1.5)
@@ -320,7 +405,9 @@ def test_a_lease_is_judged_on_this_machines_clock_whatever_times_it_states(
         newcomer.close()
 
 
-def test_a_holder_whose_clock_stands_still_still_renews(workdir: Path, tmp_path: Path, make_engine: Make) -> None:
+def test_a_holder_whose_clock_stands_still_still_renews(
+    workdir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     """Each renewal counts up, so the record changes even when every time it states is the same."""
     ttl = 0.6
     holder = make_engine(workdir, lease_ttl=ttl)
@@ -346,25 +433,41 @@ CHILD = Path(__file__).with_name("lease_child.py")
 def faketime() -> str:
     path = shutil.which("faketime")
     if path is None:
-        pytest.fail("faketime is not installed (scripts/test.sh installs Debian's package)", pytrace=False)
+        pytest.fail(
+            "faketime is not installed (scripts/test.sh installs Debian's package)", pytrace=False
+        )
     return path
 
 
 @pytest.mark.parametrize("skew", ["+2m", "-2m"])
 def test_a_newcomer_whose_clock_is_minutes_off_never_takes_a_live_runtimes_lease(
-        skew: str, workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make) -> None:
+    skew: str, workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make
+) -> None:
     ttl = 1.0
     holder = make_engine(workdir, lease_ttl=ttl)
     other = second_workdir(tmp_path)
     write(other, "mine.txt", "the newcomer's file")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    fields = {"workdir": str(other), "store_url": str(store_dir), "workspace": "ws",
-              "state_dir": str(tmp_path / "state2"), "lease_ttl": ttl, "host": "skewed"}
-    child = subprocess.run([faketime(), "-f", skew, sys.executable, str(CHILD), json.dumps(fields), str(5 * ttl)],
-                           env=env, capture_output=True, text=True, timeout=60)
+    fields = {
+        "workdir": str(other),
+        "store_url": str(store_dir),
+        "workspace": "ws",
+        "state_dir": str(tmp_path / "state2"),
+        "lease_ttl": ttl,
+        "host": "skewed",
+    }
+    child = subprocess.run(
+        [faketime(), "-f", skew, sys.executable, str(CHILD), json.dumps(fields), str(5 * ttl)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert child.returncode == 0, child.stderr
     said = child.stdout.split()
-    assert said[0] == "clock-offset" and abs(abs(float(said[1])) - 120) < 5, child.stdout  # faketime took
+    assert said[0] == "clock-offset" and abs(abs(float(said[1])) - 120) < 5, (
+        child.stdout
+    )  # faketime took
     assert said[-1] == "read-only", child.stdout
     assert holder.writable and not holder.read_only
     assert "mine.txt" not in tree_files(store_dir / "ws" / "files")
@@ -374,22 +477,40 @@ def test_a_newcomer_whose_clock_is_minutes_off_never_takes_a_live_runtimes_lease
 
 @pytest.mark.parametrize("skew", ["+2m", "-2m"])
 def test_a_dead_runtime_whose_clock_was_minutes_off_is_taken_over_after_its_ttl(
-        skew: str, workdir: Path, tmp_path: Path, store_dir: Path) -> None:
+    skew: str, workdir: Path, tmp_path: Path, store_dir: Path
+) -> None:
     from jupyter_gpu_ws.sync import SyncSettings
 
     ttl = 1.0
     other = second_workdir(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    fields = {"workdir": str(other), "store_url": str(store_dir), "workspace": "ws",
-              "state_dir": str(tmp_path / "state2"), "lease_ttl": ttl, "host": "skewed"}
-    child = subprocess.Popen([faketime(), "-f", skew, sys.executable, str(CHILD), json.dumps(fields), "60"],
-                             env=env, stdout=subprocess.PIPE, text=True)
+    fields = {
+        "workdir": str(other),
+        "store_url": str(store_dir),
+        "workspace": "ws",
+        "state_dir": str(tmp_path / "state2"),
+        "lease_ttl": ttl,
+        "host": "skewed",
+    }
+    child = subprocess.Popen(
+        [faketime(), "-f", skew, sys.executable, str(CHILD), json.dumps(fields), "60"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None
         assert child.stdout.readline().startswith("clock-offset")
         assert child.stdout.readline().strip() == "writable"  # it holds the lease
-        engine = SyncEngine(SyncSettings(workdir=str(workdir), store_url=str(store_dir), workspace="ws",
-                                         state_dir=str(tmp_path / "state"), lease_ttl=ttl))
+        engine = SyncEngine(
+            SyncSettings(
+                workdir=str(workdir),
+                store_url=str(store_dir),
+                workspace="ws",
+                state_dir=str(tmp_path / "state"),
+                lease_ttl=ttl,
+            )
+        )
         engine.open()
         try:
             assert engine.read_only

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpu_ws.sync import LocalBackend
 from jupyter_gpu_ws.store.backend import CHUNK, PART_SUFFIX
+from jupyter_gpu_ws.store.errors import StoreUnavailableError
+from jupyter_gpu_ws.sync import LocalBackend
 
 
 def made(folder: Path) -> str:
@@ -29,8 +30,9 @@ def test_put_copies_the_bytes_and_reports_progress_per_chunk(tmp_path: Path) -> 
     assert sum(seen) == len(data) and max(seen) <= CHUNK
 
 
-def test_put_falls_back_to_read_write_where_the_kernel_copy_is_refused(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_put_falls_back_to_read_write_where_the_kernel_copy_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def refuse(*args: object) -> int:
         raise OSError(errno.EXDEV, "cross-device")
 
@@ -43,8 +45,9 @@ def test_put_falls_back_to_read_write_where_the_kernel_copy_is_refused(tmp_path:
     assert not [p for p in (tmp_path / "store").rglob("*") if PART_SUFFIX in p.name]
 
 
-def test_put_makes_the_folder_again_if_it_vanished_from_the_store(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_put_makes_the_folder_again_if_it_vanished_from_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jupyter_gpu_ws.store import local
 
     monkeypatch.setattr(local, "FOLDER_TRUST_SECONDS", 3600.0)  # the folder is still taken on trust
@@ -54,13 +57,14 @@ def test_put_makes_the_folder_again_if_it_vanished_from_the_store(tmp_path: Path
     backend.put(str(source), "ws/files/sub/a.txt")
     (tmp_path / "store/ws/files/sub/a.txt").unlink()
     (tmp_path / "store/ws/files/sub").rmdir()
-    with pytest.raises(Exception):
+    with pytest.raises(StoreUnavailableError):
         backend.put(str(source), "ws/files/sub/a.txt")  # the first try finds the folder gone
     assert backend.put(str(source), "ws/files/sub/a.txt") == 3
 
 
-def test_flush_fsyncs_a_few_files_and_syncs_the_file_system_after_many(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flush_fsyncs_a_few_files_and_syncs_the_file_system_after_many(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jupyter_gpu_ws.store import local as store
 
     syncfs_calls: list[str] = []
@@ -86,7 +90,9 @@ def test_flush_fsyncs_a_few_files_and_syncs_the_file_system_after_many(tmp_path:
     assert syncfs_calls == [backend.root]
 
 
-def test_flush_does_nothing_when_not_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flush_does_nothing_when_not_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jupyter_gpu_ws.store import local as store
 
     calls: list[object] = []
@@ -102,7 +108,8 @@ def test_flush_does_nothing_when_not_durable(tmp_path: Path, monkeypatch: pytest
 
 @pytest.mark.parametrize("flush_soon", [True, False])
 def test_a_large_file_heads_for_the_disk_while_copied_only_when_a_flush_follows(
-        flush_soon: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    flush_soon: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jupyter_gpu_ws.store import local as store
 
     started: list[tuple[int, int]] = []
@@ -120,6 +127,7 @@ def test_a_large_file_heads_for_the_disk_while_copied_only_when_a_flush_follows(
 
 # -- a store written by someone else: symbolic links and special files -------------------------
 
+
 def outside_folder(tmp_path: Path) -> Path:
     """A folder beside the store that the store's links point into, holding one file."""
     outside = tmp_path / "outside"
@@ -129,8 +137,13 @@ def outside_folder(tmp_path: Path) -> Path:
 
 
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
-    return {p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else b"", p.lstat().st_mode)
-            for p in sorted(folder.rglob("*"))}
+    return {
+        p.relative_to(folder).as_posix(): (
+            p.read_bytes() if p.is_file() else b"",
+            p.lstat().st_mode,
+        )
+        for p in sorted(folder.rglob("*"))
+    }
 
 
 def test_put_through_a_folder_link_in_the_store_writes_nothing_outside(tmp_path: Path) -> None:
@@ -151,7 +164,9 @@ def test_put_through_a_folder_link_in_the_store_writes_nothing_outside(tmp_path:
     assert "symbolic link" in backend.skipped["ws/files/data"]
 
 
-def test_versions_moves_and_writes_through_a_folder_link_write_nothing_outside(tmp_path: Path) -> None:
+def test_versions_moves_and_writes_through_a_folder_link_write_nothing_outside(
+    tmp_path: Path,
+) -> None:
     from jupyter_gpu_ws.sync.errors import UnsafeStoreEntryError
 
     outside = outside_folder(tmp_path)
@@ -203,7 +218,10 @@ def test_listing_yields_regular_files_only_and_reports_the_rest(tmp_path: Path) 
     (files / "linked").symlink_to(outside)
     os.mkfifo(files / "pipe")
     backend = LocalBackend(made(tmp_path / "store"))
-    assert sorted(f.key for f in backend.list("ws/files")) == ["ws/files/plain.txt", "ws/files/sub/deep.txt"]
+    assert sorted(f.key for f in backend.list("ws/files")) == [
+        "ws/files/plain.txt",
+        "ws/files/sub/deep.txt",
+    ]
     assert set(backend.skipped) == {"ws/files/secret", "ws/files/linked", "ws/files/pipe"}
     assert "symbolic link" in backend.skipped["ws/files/secret"]
     assert "FIFO" in backend.skipped["ws/files/pipe"]
@@ -213,7 +231,8 @@ def test_listing_yields_regular_files_only_and_reports_the_rest(tmp_path: Path) 
 
 
 def test_a_special_entry_is_warned_about_once_and_forgotten_once_it_is_gone(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     files = tmp_path / "store/ws/files"
     files.mkdir(parents=True)
     os.mkfifo(files / "pipe")
@@ -276,8 +295,9 @@ def test_the_store_root_itself_may_be_a_link(tmp_path: Path) -> None:
     assert backend.skipped == {}
 
 
-def test_keeping_a_version_of_a_link_copies_nothing_from_outside(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keeping_a_version_of_a_link_copies_nothing_from_outside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jupyter_gpu_ws.sync.errors import UnsafeStoreEntryError
 
     outside = outside_folder(tmp_path)
@@ -285,7 +305,9 @@ def test_keeping_a_version_of_a_link_copies_nothing_from_outside(tmp_path: Path,
     files.mkdir(parents=True)
     (files / "secret").symlink_to(outside / "a.txt")
     backend = LocalBackend(made(tmp_path / "store"))
-    monkeypatch.setattr(os, "link", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EPERM, "no links")))
+    monkeypatch.setattr(
+        os, "link", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EPERM, "no links"))
+    )
     with pytest.raises(UnsafeStoreEntryError, match="symbolic link"):
         backend.copy("ws/files/secret", "ws/.gpuws/versions/secret/v1")
     assert not [p for p in (tmp_path / "store/ws").rglob("*") if p.is_file() and not p.is_symlink()]

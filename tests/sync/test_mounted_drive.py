@@ -29,13 +29,22 @@ def files_of(workdir: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def on_drive(tmp_path: Path, workdir: Path, mounted_drive: MountedDrive) -> Iterator[tuple[SyncEngine, SyncService]]:
+def on_drive(
+    tmp_path: Path, workdir: Path, mounted_drive: MountedDrive
+) -> Iterator[tuple[SyncEngine, SyncService]]:
     """An engine whose store is a folder on the drive, with the service that keeps it in sync."""
     for i in range(FILES):
         write(workdir, f"notes/{i}.txt", f"note {i}\n" * 20)
-    engine = SyncEngine(SyncSettings(workdir=str(workdir), store_url=os.path.join(mounted_drive.mountpoint, "gpuws"),
-                                     workspace="ws", state_dir=str(tmp_path / "state"), retry_backoff=0.05,
-                                     create_store=True))
+    engine = SyncEngine(
+        SyncSettings(
+            workdir=str(workdir),
+            store_url=os.path.join(mounted_drive.mountpoint, "gpuws"),
+            workspace="ws",
+            state_dir=str(tmp_path / "state"),
+            retry_backoff=0.05,
+            create_store=True,
+        )
+    )
     engine.open()
     service = SyncService(engine, debounce=0.05, rescan_interval=3600)
     try:
@@ -57,8 +66,10 @@ def settled(engine: SyncEngine) -> bool:
 
 # -- the test drive itself --------------------------------------------------------------------
 
+
 def test_the_test_drive_passes_files_through_counts_operations_and_fails_as_told(
-        mounted_drive: MountedDrive) -> None:
+    mounted_drive: MountedDrive,
+) -> None:
     mnt = Path(mounted_drive.mountpoint)
     (mnt / "a.txt").write_text("hello")
     assert (Path(mounted_drive.backing) / "a.txt").read_text() == "hello"
@@ -80,48 +91,68 @@ def test_the_test_drive_passes_files_through_counts_operations_and_fails_as_told
 
 # -- faults mid-pass ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fault", ["disconnect", "full"])
 def test_a_drive_that_fails_shows_in_the_status_keeps_files_pending_and_heals_by_itself(
-        fault: str, workdir: Path, mounted_drive: MountedDrive, on_drive: tuple[SyncEngine, SyncService]) -> None:
+    fault: str, workdir: Path, mounted_drive: MountedDrive, on_drive: tuple[SyncEngine, SyncService]
+) -> None:
     engine, service = on_drive
     service.start()
-    eventually(lambda: stored(mounted_drive) == files_of(workdir) and settled(engine), 30, "the first files on the drive")
+    eventually(
+        lambda: stored(mounted_drive) == files_of(workdir) and settled(engine),
+        30,
+        "the first files on the drive",
+    )
     mine = files_of(workdir)
     mounted_drive.fault(fault)
     for i in range(5):
         write(workdir, f"new/{i}.txt", f"written while the drive fails {i}\n")
-    status = eventually(lambda: (s := engine.status())["state"] == "error" and s, 10, "the error in the status")
+    status = eventually(
+        lambda: (s := engine.status())["state"] == "error" and s, 10, "the error in the status"
+    )
     reason = status["last_error"] or ""
     assert mounted_drive.mountpoint in reason and "drive" in reason
     assert ("free space" if fault == "full" else "mounted") in reason  # what to do
+
     # Each file not written is pending and says why: the drive's error, or waiting for the drive.
     def each_says_why() -> bool:
         listing = engine.pending_list()
         return listing["total"] >= 5 and all(
-            mounted_drive.mountpoint in (item["error"] or item["note"] or "") for item in listing["files"])
+            mounted_drive.mountpoint in (item["error"] or item["note"] or "")
+            for item in listing["files"]
+        )
+
     try:
         eventually(each_says_why, 10, "every pending file with the drive's reason")
     except AssertionError:
         raise AssertionError(engine.pending_list()["files"]) from None
-    assert files_of(workdir) == {**mine, **{f"new/{i}.txt": f"written while the drive fails {i}\n".encode()
-                                            for i in range(5)}}
+    assert files_of(workdir) == {
+        **mine,
+        **{f"new/{i}.txt": f"written while the drive fails {i}\n".encode() for i in range(5)},
+    }
     mounted_drive.heal()
     eventually(lambda: settled(engine), 30, "every pending file on the drive, with no click")
     assert stored(mounted_drive) == files_of(workdir)
 
 
 def test_a_first_pass_that_the_drive_fails_is_tried_again_in_full_once_it_answers(
-        workdir: Path, mounted_drive: MountedDrive, on_drive: tuple[SyncEngine, SyncService]) -> None:
+    workdir: Path, mounted_drive: MountedDrive, on_drive: tuple[SyncEngine, SyncService]
+) -> None:
     engine, service = on_drive
     mounted_drive.fault("disconnect")
     service.start()  # its first pass, over everything, fails
     eventually(lambda: engine.status()["state"] == "error", 10, "the error in the status")
     mounted_drive.heal()
-    eventually(lambda: stored(mounted_drive) == files_of(workdir), 30, "every file on the drive, with no click")
+    eventually(
+        lambda: stored(mounted_drive) == files_of(workdir),
+        30,
+        "every file on the drive, with no click",
+    )
 
 
 def test_a_drive_that_stalls_mid_pass_shows_in_the_status_while_the_pass_waits_and_heals(
-        workdir: Path, mounted_drive: MountedDrive, on_drive: tuple[SyncEngine, SyncService]) -> None:
+    workdir: Path, mounted_drive: MountedDrive, on_drive: tuple[SyncEngine, SyncService]
+) -> None:
     engine, service = on_drive
     engine.sync()
     mounted_drive.fault("stall")
@@ -129,7 +160,9 @@ def test_a_drive_that_stalls_mid_pass_shows_in_the_status_while_the_pass_waits_a
         write(workdir, f"new/{i}.txt", f"written while the drive stalls {i}\n")
     passing = threading.Thread(target=lambda: engine.sync(), daemon=True)
     passing.start()
-    status = eventually(lambda: (s := engine.status())["state"] == "error" and s, 10, "the stall in the status")
+    status = eventually(
+        lambda: (s := engine.status())["state"] == "error" and s, 10, "the stall in the status"
+    )
     assert passing.is_alive()  # the status answered while the pass waits on the drive
     reason = status["last_error"] or ""
     assert mounted_drive.mountpoint in reason and "not answered" in reason and "mounted" in reason
@@ -167,14 +200,22 @@ def drive_store(mounted_drive: MountedDrive) -> str:
 
 
 def engine_for(tmp_path: Path, workdir: Path, store: str, state: str) -> SyncEngine:
-    engine = SyncEngine(SyncSettings(workdir=str(workdir), store_url=store, workspace="ws",
-                                     state_dir=str(tmp_path / state), retry_backoff=0.05))
+    engine = SyncEngine(
+        SyncSettings(
+            workdir=str(workdir),
+            store_url=store,
+            workspace="ws",
+            state_dir=str(tmp_path / state),
+            retry_backoff=0.05,
+        )
+    )
     engine.open()
     return engine
 
 
 def test_a_first_pass_to_a_mounted_drive_costs_a_few_operations_per_file_and_no_listing_per_file(
-        tmp_path: Path, workdir: Path, mounted_drive: MountedDrive, drive_store: str) -> None:
+    tmp_path: Path, workdir: Path, mounted_drive: MountedDrive, drive_store: str
+) -> None:
     folders = write_tree(workdir, MANY)
     engine = engine_for(tmp_path, workdir, drive_store, "state")
     try:
@@ -184,13 +225,16 @@ def test_a_first_pass_to_a_mounted_drive_costs_a_few_operations_per_file_and_no_
     finally:
         engine.close()
     assert stored(mounted_drive) == files_of(workdir)
-    assert counts.get("create", 0) <= MANY + 10 and counts.get("write", 0) <= MANY + 10  # each file written once
+    assert (
+        counts.get("create", 0) <= MANY + 10 and counts.get("write", 0) <= MANY + 10
+    )  # each file written once
     assert counts.get("readdir", 0) <= folders + 5  # never a listing per file
     assert per_file(counts, METADATA, MANY) <= 6, counts
 
 
 def test_a_pass_with_nothing_changed_asks_the_mounted_drive_nothing_per_file(
-        tmp_path: Path, workdir: Path, mounted_drive: MountedDrive, drive_store: str) -> None:
+    tmp_path: Path, workdir: Path, mounted_drive: MountedDrive, drive_store: str
+) -> None:
     write_tree(workdir, MANY)
     engine = engine_for(tmp_path, workdir, drive_store, "state")
     try:
@@ -205,7 +249,8 @@ def test_a_pass_with_nothing_changed_asks_the_mounted_drive_nothing_per_file(
 
 
 def test_a_restore_from_a_mounted_drive_opens_each_file_once_and_lists_each_folder_once(
-        tmp_path: Path, workdir: Path, mounted_drive: MountedDrive, drive_store: str) -> None:
+    tmp_path: Path, workdir: Path, mounted_drive: MountedDrive, drive_store: str
+) -> None:
     folders = write_tree(workdir, MANY)
     engine = engine_for(tmp_path, workdir, drive_store, "state")
     try:
@@ -223,5 +268,7 @@ def test_a_restore_from_a_mounted_drive_opens_each_file_once_and_lists_each_fold
         engine.close()
     assert not report.errors and files_of(fresh) == files_of(workdir)
     assert counts.get("open", 0) <= MANY + 10  # each file opened once (and a few records)
-    assert counts.get("readdir", 0) <= folders + 10  # each folder listed once, never a listing per file
+    assert (
+        counts.get("readdir", 0) <= folders + 10
+    )  # each folder listed once, never a listing per file
     assert per_file(counts, METADATA, MANY) <= 4, counts

@@ -10,32 +10,39 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpu_ws.store.backend import PreconditionFailed, SourceChangedError
-from jupyter_gpu_ws.sync.errors import StoreConfigError, StoreUnavailableError
-from jupyter_gpu_ws.store.objectstore import PART, ObjectStoreBackend, open_object_store
 from jupyter_gpu_ws.store import open_backend
+from jupyter_gpu_ws.store.backend import PreconditionFailed, SourceChangedError
+from jupyter_gpu_ws.store.objectstore import PART, ObjectStoreBackend, open_object_store
+from jupyter_gpu_ws.sync.errors import StoreConfigError, StoreUnavailableError
 from tests.sync.conftest import S3_BUCKET
 from tests.sync.s3server import S3Server, closed_port
 
 
 def keys(server: S3Server, prefix: str) -> dict[str, dict[str, Any]]:
     listed = server.client().list_objects_v2(Bucket=S3_BUCKET, Prefix=prefix).get("Contents", [])
-    return {o["Key"][len(prefix):]: o for o in listed}
+    return {o["Key"][len(prefix) :]: o for o in listed}
 
 
 def test_the_three_clouds_open_through_obstore(s3_url: str) -> None:
     assert isinstance(open_backend(s3_url), ObjectStoreBackend)
     assert isinstance(open_backend("gs://some-bucket/prefix", {"anon": True}), ObjectStoreBackend)
-    assert isinstance(open_backend("az://container/prefix", {"account_name": "acct", "anon": True}),
-                      ObjectStoreBackend)
+    assert isinstance(
+        open_backend("az://container/prefix", {"account_name": "acct", "anon": True}),
+        ObjectStoreBackend,
+    )
 
 
-@pytest.mark.parametrize("options, named", [
-    ({"use_listings_cache": False}, "use_listings_cache"),
-    ({"client_kwargs": {"verify_ssl": False}}, "client_kwargs.verify_ssl"),
-    ({"config_kwargs": {"retries": {"max_attempts": 0}}}, "max_attempts"),
-])
-def test_an_option_nobody_knows_is_refused_by_name(s3_url: str, options: dict[str, Any], named: str) -> None:
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"use_listings_cache": False}, "use_listings_cache"),
+        ({"client_kwargs": {"verify_ssl": False}}, "client_kwargs.verify_ssl"),
+        ({"config_kwargs": {"retries": {"max_attempts": 0}}}, "max_attempts"),
+    ],
+)
+def test_an_option_nobody_knows_is_refused_by_name(
+    s3_url: str, options: dict[str, Any], named: str
+) -> None:
     with pytest.raises(StoreConfigError, match=named):
         open_backend(s3_url, options)
 
@@ -44,17 +51,28 @@ def test_an_fsspec_only_option_is_refused_in_one_line_that_names_it(s3_url: str)
     with pytest.raises(StoreConfigError) as err:
         open_backend(s3_url, {"skip_instance_cache": True})
     text = str(err.value)
-    assert text.startswith("The store option 'skip_instance_cache' is not one this store takes") and "\n" not in text
+    assert (
+        text.startswith("The store option 'skip_instance_cache' is not one this store takes")
+        and "\n" not in text
+    )
     assert "storage_options" in text
 
 
-def test_the_fsspec_names_users_write_take_effect(s3_env: S3Server, s3_url: str, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fsspec_names_users_write_take_effect(
+    s3_env: S3Server, s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Nothing in the environment: the options alone reach the server.
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(name)
-    backend = open_backend(s3_url, {"endpoint_url": s3_env.endpoint, "key": s3_env.access_key,
-                                    "secret": s3_env.secret_key, "client_kwargs": {"region_name": "us-east-1"}})
+    backend = open_backend(
+        s3_url,
+        {
+            "endpoint_url": s3_env.endpoint,
+            "key": s3_env.access_key,
+            "secret": s3_env.secret_key,
+            "client_kwargs": {"region_name": "us-east-1"},
+        },
+    )
     backend.write_bytes("ws/.gpuws/hello.json", b"{}")
     assert backend.read_bytes("ws/.gpuws/hello.json") == b"{}"
 
@@ -64,11 +82,14 @@ def test_a_proxy_in_the_options_is_used_not_bypassed(s3_env: S3Server, s3_url: s
     backend = open_backend(s3_url, {"proxy": proxy, "max_retries": 0})
     with pytest.raises(StoreUnavailableError, match="Could not connect"):
         backend.read_bytes("ws/.gpuws/lease.json")  # through the proxy, which is not there
-    assert open_backend(s3_url).read_bytes("ws/.gpuws/lease.json") is None  # without it: the store answers
+    assert (
+        open_backend(s3_url).read_bytes("ws/.gpuws/lease.json") is None
+    )  # without it: the store answers
 
 
 def test_a_large_file_goes_as_a_multipart_upload_whose_etag_is_recomputed_here(
-        s3_env: S3Server, s3_url: str, tmp_path: Path) -> None:
+    s3_env: S3Server, s3_url: str, tmp_path: Path
+) -> None:
     data = os.urandom(PART + PART // 2)
     local = tmp_path / "weights.bin"
     local.write_bytes(data)
@@ -83,7 +104,8 @@ def test_a_large_file_goes_as_a_multipart_upload_whose_etag_is_recomputed_here(
 
 
 def test_a_file_that_changes_during_its_multipart_upload_never_becomes_visible(
-        s3_env: S3Server, s3_url: str, tmp_path: Path) -> None:
+    s3_env: S3Server, s3_url: str, tmp_path: Path
+) -> None:
     local = tmp_path / "growing.bin"
     local.write_bytes(os.urandom(2 * PART + 10))
     backend = open_backend(s3_url)
@@ -97,7 +119,9 @@ def test_a_file_that_changes_during_its_multipart_upload_never_becomes_visible(
         backend.put(str(local), "ws/files/growing.bin", check=changed)
     prefix = s3_url.split(f"{S3_BUCKET}/", 1)[1] + "/"
     assert "ws/files/growing.bin" not in keys(s3_env, prefix)
-    uploads = s3_env.client().list_multipart_uploads(Bucket=S3_BUCKET, Prefix=prefix).get("Uploads", [])
+    uploads = (
+        s3_env.client().list_multipart_uploads(Bucket=S3_BUCKET, Prefix=prefix).get("Uploads", [])
+    )
     assert uploads == []  # aborted, not left to the lifecycle rule
 
 

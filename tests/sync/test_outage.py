@@ -8,8 +8,9 @@ import hashlib
 import os
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -51,31 +52,51 @@ def stored(server: S3Server, prefix: str) -> dict[str, str]:
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=prefix):
         for item in page.get("Contents", []):
             body = client.get_object(Bucket=S3_BUCKET, Key=item["Key"])["Body"].read()
-            out[item["Key"][len(prefix):]] = hashlib.sha256(body).hexdigest()
+            out[item["Key"][len(prefix) :]] = hashlib.sha256(body).hexdigest()
     return out
 
 
 def local(workdir: Path) -> dict[str, str]:
-    return {p.relative_to(workdir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in workdir.rglob("*") if p.is_file()}
+    return {
+        p.relative_to(workdir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in workdir.rglob("*")
+        if p.is_file()
+    }
 
 
-def test_a_store_outage_shows_at_once_and_heals_by_itself(own_s3: S3Server, workdir: Path, tmp_path: Path) -> None:
+def test_a_store_outage_shows_at_once_and_heals_by_itself(
+    own_s3: S3Server, workdir: Path, tmp_path: Path
+) -> None:
     prefix = f"outage-{uuid.uuid4().hex[:8]}"
-    engine = SyncEngine(SyncSettings(str(workdir), f"s3://{S3_BUCKET}/{prefix}", "ws", str(tmp_path / "state"),
-                                     bandwidth_limit=8 * 2**20))
+    engine = SyncEngine(
+        SyncSettings(
+            str(workdir),
+            f"s3://{S3_BUCKET}/{prefix}",
+            "ws",
+            str(tmp_path / "state"),
+            bandwidth_limit=8 * 2**20,
+        )
+    )
     engine.open()
     service = SyncService(engine, debounce=0.05, rescan_interval=3600)
     service.start()
     try:
         for i in range(10):
             write(workdir, f"before/{i}.txt", f"file {i}\n" * 50)
-        wait_until(lambda: engine.pending() == (0, 0) and engine.last_sync, 60, "the first files in the store")
+        wait_until(
+            lambda: engine.pending() == (0, 0) and engine.last_sync,
+            60,
+            "the first files in the store",
+        )
 
         # A large file starts going (a multipart upload at 8 MiB/s), and the store goes down
         # under it; then more work piles up.
         write(workdir, "model.bin", os.urandom(40 * 2**20))
-        wait_until(lambda: (engine.status()["progress"] or {}).get("bytes_done", 0) > 0, 30, "the large upload")
+        wait_until(
+            lambda: (engine.status()["progress"] or {}).get("bytes_done", 0) > 0,
+            30,
+            "the large upload",
+        )
         own_s3.stop()
         down = time.monotonic()
         for i in range(25):
@@ -83,21 +104,28 @@ def test_a_store_outage_shows_at_once_and_heals_by_itself(own_s3: S3Server, work
         seen = wait_until(lambda: engine.status()["state"] == "error", 10, "the error state")
         status = engine.status()
         assert "store" in (status["last_error"] or "").lower() or status["store_down"]
-        print(f"error shown {time.monotonic() - down:.1f} s after the store went down (waited {seen:.1f} s)")
+        print(
+            f"error shown {time.monotonic() - down:.1f} s after the store went down (waited {seen:.1f} s)"
+        )
         # Everything written meanwhile waits, counted (the files of a folder the watcher saw
         # appear as one path included).
         try:
             wait_until(lambda: engine.pending()[0] == 26, 10, "the pending count")
         except AssertionError:
             listing = engine.pending_list(100)
-            raise AssertionError(f"pending {listing['total']}: {sorted(f['path'] for f in listing['files'])}") from None
+            raise AssertionError(
+                f"pending {listing['total']}: {sorted(f['path'] for f in listing['files'])}"
+            ) from None
         time.sleep(3)  # an outage of some seconds: passes tried meanwhile fail fast
         assert engine.pending()[0] == 26 and engine.status()["state"] == "error"
 
         own_s3.start()  # the same ports, the same data
         back = time.monotonic()
-        wait_until(lambda: engine.pending() == (0, 0) and engine.status()["state"] == "idle", 60,
-                   "every pending file in the store, with no click")
+        wait_until(
+            lambda: engine.pending() == (0, 0) and engine.status()["state"] == "idle",
+            60,
+            "every pending file in the store, with no click",
+        )
         print(f"converged {time.monotonic() - back:.1f} s after the store came back")
     finally:
         service.stop()

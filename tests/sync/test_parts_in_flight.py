@@ -4,7 +4,7 @@ clock: where it settles when throughput grows until a cap, is flat from the star
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from jupyter_gpu_ws.sync.parts_in_flight import PartsInFlight
 
@@ -12,8 +12,12 @@ MB = 1_000_000
 TICK = 0.05  # simulated seconds between two chunks received
 
 
-def run(controller: PartsInFlight, rate: Callable[[int], float], seconds: float = 120.0,
-        saturated: Callable[[float], bool] = lambda t: True) -> list[int]:
+def run(
+    controller: PartsInFlight,
+    rate: Callable[[int], float],
+    seconds: float = 120.0,
+    saturated: Callable[[float], bool] = lambda t: True,
+) -> list[int]:
     """Feed the controller what `rate(limit)` (bytes per second) delivers, tick by tick; the
     limits it chose, one per tick."""
     limits, now = [], 0.0
@@ -46,7 +50,9 @@ def test_flat_throughput_from_the_start_stays_where_it_started() -> None:
     controller = PartsInFlight(start=8, most=64)
     run(controller, lambda limit: 300 * MB)  # a link already full with 8 parts (or a bandwidth cap)
     assert controller.settled and controller.limit == 8
-    assert max(level for level, _ in controller.history) == 16  # one step up was tried, and given back
+    assert (
+        max(level for level, _ in controller.history) == 16
+    )  # one step up was tried, and given back
 
 
 def test_a_small_gain_is_not_growth() -> None:

@@ -7,13 +7,14 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from jupyter_gpu_ws.sync import LocalBackend, Progress, SyncEngine
 from jupyter_gpu_ws.store.local import _raise_os_error
+from jupyter_gpu_ws.sync import LocalBackend, Progress, SyncEngine
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.conftest import eventually, tree_files, write
 
@@ -42,17 +43,24 @@ def test_checkpoint_rotation_leaves_nothing_pending(workdir: Path, make_engine: 
             time.sleep(0.05)
         eventually(lambda: engine.pending() == (0, 0) and engine.state == "idle")
         mirrored = tree_files(Path(engine.backend.root) / "ws" / "files")  # type: ignore[attr-defined]
-        assert sorted({p.split("/")[3] for p in mirrored if p.startswith(".gpuws/checkpoints/")}) == [
-            f"ckpt-{s:09d}-20261201T000000Z" for s in (5, 6, 7)]
-        assert not [p for p in mirrored if ".tmp-ckpt-" in p]  # in-flight folders are never uploaded
+        assert sorted(
+            {p.split("/")[3] for p in mirrored if p.startswith(".gpuws/checkpoints/")}
+        ) == [f"ckpt-{s:09d}-20261201T000000Z" for s in (5, 6, 7)]
+        assert not [
+            p for p in mirrored if ".tmp-ckpt-" in p
+        ]  # in-flight folders are never uploaded
         # A retention's deletions leave no versions: only newer checkpoints replaced them.
         assert engine.status()["versions_count"] in (0, None)
-        assert not list((Path(engine.backend.root) / "ws" / ".gpuws").glob("versions/.gpuws/**/*.bin"))  # type: ignore[attr-defined]
+        assert not list(
+            (Path(engine.backend.root) / "ws" / ".gpuws").glob("versions/.gpuws/**/*.bin")
+        )  # type: ignore[attr-defined]
     finally:
         service.stop()
 
 
-def test_a_file_that_vanishes_before_it_is_synced_is_no_longer_pending(workdir: Path, make_engine: Make) -> None:
+def test_a_file_that_vanishes_before_it_is_synced_is_no_longer_pending(
+    workdir: Path, make_engine: Make
+) -> None:
     engine = make_engine(workdir)
     write(workdir, "scratch.tmp", "x" * 100)
     engine.mark_dirty(["scratch.tmp"])
@@ -72,8 +80,9 @@ class FullAfter(LocalBackend):
         return super().put(local, key, *args, **kwargs)
 
 
-def test_files_of_a_failed_pass_stay_pending_with_the_reason(workdir: Path, store_dir: Path,
-                                                            make_engine: Make) -> None:
+def test_files_of_a_failed_pass_stay_pending_with_the_reason(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     backend = FullAfter(str(store_dir))
     engine = make_engine(workdir, backend=backend)
     for i in range(103):
@@ -92,8 +101,9 @@ def test_files_of_a_failed_pass_stay_pending_with_the_reason(workdir: Path, stor
     assert engine.sync().ok and engine.pending() == (0, 0)
 
 
-def test_once_the_full_store_has_room_again_every_pending_file_goes_by_itself(workdir: Path, store_dir: Path,
-                                                                              make_engine: Make) -> None:
+def test_once_the_full_store_has_room_again_every_pending_file_goes_by_itself(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     # No click, no rescan (an hour away): the service tries the failed pass again by itself.
     backend = FullAfter(str(store_dir))
     backend.full = True
@@ -105,7 +115,9 @@ def test_once_the_full_store_has_room_again_every_pending_file_goes_by_itself(wo
             write(workdir, f"data/{i:02d}.csv", "1,2,3\n" * (i + 1))
         eventually(lambda: engine.status()["state"] == "error" and engine.pending()[0] == 20, 30)
         assert "full" in (engine.status()["last_error"] or "")
-        time.sleep(1.0)  # every write seen and its pass failed: nothing of the watcher's left to run
+        time.sleep(
+            1.0
+        )  # every write seen and its pass failed: nothing of the watcher's left to run
         assert engine.pending()[0] == 20
         backend.full = False  # space freed on the store
         eventually(lambda: engine.pending() == (0, 0) and engine.status()["state"] == "idle", 60)
@@ -114,8 +126,9 @@ def test_once_the_full_store_has_room_again_every_pending_file_goes_by_itself(wo
     assert tree_files(store_dir / "ws" / "files") == tree_files(workdir)
 
 
-def test_a_persist_that_waits_for_a_running_pass_shows_and_counts_its_work(workdir: Path, store_dir: Path,
-                                                                          make_engine: Make) -> None:
+def test_a_persist_that_waits_for_a_running_pass_shows_and_counts_its_work(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     size = 24 * 2**20  # three chunks of the local copy, each counted as it lands
     write(workdir, "big.bin", os.urandom(size))
     engine = make_engine(workdir, bandwidth_limit=8 * 2**20)  # the background pass takes ~2 s
@@ -124,7 +137,9 @@ def test_a_persist_that_waits_for_a_running_pass_shows_and_counts_its_work(workd
     eventually(lambda: engine.status()["progress"] is not None)
     persist = Progress()
     seen: list[dict[str, Any]] = []
-    persisting = threading.Thread(target=lambda: seen.append({"report": engine.sync(progress=persist)}))
+    persisting = threading.Thread(
+        target=lambda: seen.append({"report": engine.sync(progress=persist)})
+    )
     persisting.start()
     eventually(lambda: persist.snapshot()["speed"])
     during = persist.snapshot()
@@ -133,12 +148,15 @@ def test_a_persist_that_waits_for_a_running_pass_shows_and_counts_its_work(workd
     background.join(30)
     persisting.join(30)
     report = seen[0]["report"]
-    assert report.uploaded == ["big.bin"] and report.bytes_uploaded == size  # counted, not "0 files"
+    assert (
+        report.uploaded == ["big.bin"] and report.bytes_uploaded == size
+    )  # counted, not "0 files"
     assert persist.snapshot()["bytes_done"] == size
 
 
-def test_an_unreadable_file_is_listed_and_the_rest_syncs(workdir: Path, store_dir: Path, make_engine: Make,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreadable_file_is_listed_and_the_rest_syncs(
+    workdir: Path, store_dir: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write(workdir, "ok.txt", "fine")
     secret = write(workdir, "locked.txt", "unreadable")
     engine = make_engine(workdir)
@@ -157,7 +175,9 @@ def test_an_unreadable_file_is_listed_and_the_rest_syncs(workdir: Path, store_di
     assert report.ok and report.uploaded == ["ok.txt"]  # not an error of the store
     assert report.problems == ["locked.txt: cannot be read: Permission denied"]
     status = engine.status()
-    assert status["state"] == "idle" and status["problem_files"] == 1 and status["pending_files"] == 0
+    assert (
+        status["state"] == "idle" and status["problem_files"] == 1 and status["pending_files"] == 0
+    )
     [problem] = engine.pending_list()["problems"]
     assert problem["path"] == "locked.txt" and "Permission denied" in problem["reason"]
     opened.clear()
@@ -168,7 +188,9 @@ def test_an_unreadable_file_is_listed_and_the_rest_syncs(workdir: Path, store_di
     assert engine.sync().uploaded == ["locked.txt"] and engine.status()["problem_files"] == 0
 
 
-def test_a_name_as_long_as_the_file_system_allows_syncs(workdir: Path, store_dir: Path, make_engine: Make) -> None:
+def test_a_name_as_long_as_the_file_system_allows_syncs(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     name = "n" * 250 + ".txt"  # 254 bytes: the temporary name must not be longer
     write(workdir, name, "long name")
     engine = make_engine(workdir)
@@ -177,7 +199,9 @@ def test_a_name_as_long_as_the_file_system_allows_syncs(workdir: Path, store_dir
     assert (store_dir / "ws" / "files" / name).read_text() == "long name"
 
 
-def test_an_unreadable_folder_is_listed(workdir: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreadable_folder_is_listed(
+    workdir: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write(workdir, "private/a.txt", "a")
     write(workdir, "b.txt", "b")
     real_scandir = os.scandir
@@ -203,7 +227,9 @@ def test_a_folder_that_appears_counts_its_files_at_once(workdir: Path, make_engi
     assert engine.pending() == (3, 30)
 
 
-def test_the_files_a_failing_pass_planned_stay_pending(workdir: Path, store_dir: Path, make_engine: Make) -> None:
+def test_the_files_a_failing_pass_planned_stay_pending(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     backend = FullAfter(str(store_dir))
     engine = make_engine(workdir, backend=backend)
     for i in range(3):
@@ -212,4 +238,6 @@ def test_the_files_a_failing_pass_planned_stay_pending(workdir: Path, store_dir:
     engine.sync(["unpacked"])  # planned from the folder, failed: all three are still to go
     assert engine.pending() == (3, 30)
     states = {f["path"]: f["state"] for f in engine.pending_list()["files"]}
-    assert set(states) == {f"unpacked/part{i}.csv" for i in range(3)} and "failing" in states.values()
+    assert (
+        set(states) == {f"unpacked/part{i}.csv" for i in range(3)} and "failing" in states.values()
+    )

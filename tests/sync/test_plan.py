@@ -37,8 +37,14 @@ def test_checkpoint_data_goes_before_any_manifest_and_large_files_lead_the_rest(
     ]
     phases = [[f.path for f in phase] for phase in upload_phases(files, urgent=False)]
     assert phases == [
-        [f"{RUN}/ckpt-000000020-20261204T021000Z/model.pt", f"{RUN}/ckpt-000000010-20261204T020000Z/model.pt"],  # newest first
-        [f"{RUN}/ckpt-000000020-20261204T021000Z/manifest.json", f"{RUN}/ckpt-000000010-20261204T020000Z/manifest.json"],
+        [
+            f"{RUN}/ckpt-000000020-20261204T021000Z/model.pt",
+            f"{RUN}/ckpt-000000010-20261204T020000Z/model.pt",
+        ],  # newest first
+        [
+            f"{RUN}/ckpt-000000020-20261204T021000Z/manifest.json",
+            f"{RUN}/ckpt-000000010-20261204T020000Z/manifest.json",
+        ],
         ["data.bin", "notes.md"],
     ]
 
@@ -67,7 +73,11 @@ def test_an_emergency_leaves_behind_only_what_cannot_end_in_time() -> None:
     assert left_behind(small, 101.0, 100.0, 0, remote=True) is None
     assert left_behind(big, 200.0, 100.0, 100 << 20, remote=True) is None  # 10 s needed, 100 s left
     why = left_behind(big, 110.0, 100.0, 0, remote=True)  # no speed measured: the remote guess
-    assert why is not None and f"{(1 << 30) / URGENT_GUESS_REMOTE:.0f} s" in why and "10 s were left" in why
+    assert (
+        why is not None
+        and f"{(1 << 30) / URGENT_GUESS_REMOTE:.0f} s" in why
+        and "10 s were left" in why
+    )
     assert left_behind(small, 99.0, 100.0, 0, remote=True) is not None  # the time is up even for it
 
 
@@ -76,7 +86,9 @@ def planner(tmp_path: Path) -> Planner:
     workdir = tmp_path / "work"
     workdir.mkdir()
     index = SyncIndex(str(tmp_path / "state" / "index.sqlite3"))
-    return Planner(str(workdir), IgnoreRules(str(workdir)), index, PendingSet(str(workdir), index.get))
+    return Planner(
+        str(workdir), IgnoreRules(str(workdir)), index, PendingSet(str(workdir), index.get)
+    )
 
 
 def test_the_deletion_guard_counts_everything_but_retired_checkpoints(planner: Planner) -> None:
@@ -97,12 +109,20 @@ def test_the_deletion_guard_counts_everything_but_retired_checkpoints(planner: P
         planner.guard_deletions(retired, 20, 0.5)
 
 
-def test_limits_leave_out_files_too_large_and_refuse_what_exceeds_the_quota(planner: Planner) -> None:
+def test_limits_leave_out_files_too_large_and_refuse_what_exceeds_the_quota(
+    planner: Planner,
+) -> None:
     planner.index.put_many([Record("old.bin", 400, 1, None, 0.0)])
-    changed = [LocalFile("huge.bin", 5_000, 1), LocalFile("a.bin", 300, 1), LocalFile("b.bin", 500, 1),
-               LocalFile("old.bin", 450, 2)]
+    changed = [
+        LocalFile("huge.bin", 5_000, 1),
+        LocalFile("a.bin", 300, 1),
+        LocalFile("b.bin", 500, 1),
+        LocalFile("old.bin", 450, 2),
+    ]
     report = PassReport()
-    allowed, warning = planner.apply_limits(changed, report, max_file_size=1_000, quota=1_300, used=400)
+    allowed, warning = planner.apply_limits(
+        changed, report, max_file_size=1_000, quota=1_300, used=400
+    )
     # old.bin replaces its 400 bytes (+50), a.bin fits (+300): 750; b.bin would make 1,250 ≤ 1,300.
     assert sorted(f.path for f in allowed) == ["a.bin", "b.bin", "old.bin"]
     assert report.skipped == ["huge.bin"] and "larger than max_file_size" in report.problems[0]
@@ -110,22 +130,32 @@ def test_limits_leave_out_files_too_large_and_refuse_what_exceeds_the_quota(plan
     allowed, _ = planner.apply_limits(changed, PassReport(), None, quota=1_000, used=400)
     assert "huge.bin" not in {f.path for f in allowed}
     refused = PassReport()
-    allowed, _ = planner.apply_limits([LocalFile("c.bin", 700, 1)], refused, None, quota=1_000, used=400)
+    allowed, _ = planner.apply_limits(
+        [LocalFile("c.bin", 700, 1)], refused, None, quota=1_000, used=400
+    )
     assert allowed == [] and refused.errors[0].startswith("Quota exceeded: c.bin")
 
 
-def test_a_folder_event_stands_for_its_files_and_a_vanished_folder_for_its_records(planner: Planner) -> None:
+def test_a_folder_event_stands_for_its_files_and_a_vanished_folder_for_its_records(
+    planner: Planner,
+) -> None:
     folder = Path(planner.workdir, "runs")
     folder.mkdir()
     (folder / "a.txt").write_text("a")
     (folder / "b.txt").write_text("b")
     changed, deleted, unchanged, _ = planner.plan(["runs"])
-    assert sorted(f.path for f in changed) == ["runs/a.txt", "runs/b.txt"] and deleted == [] and unchanged == 0
+    assert (
+        sorted(f.path for f in changed) == ["runs/a.txt", "runs/b.txt"]
+        and deleted == []
+        and unchanged == 0
+    )
     planner.index.put_many([Record(f.path, f.size, f.mtime_ns, None, 0.0) for f in changed])
     for name in ("a.txt", "b.txt"):
         os.unlink(folder / name)
     folder.rmdir()
-    (Path(planner.workdir) / "keep.txt").write_text("k")  # not empty: no guard against an emptied folder
+    (Path(planner.workdir) / "keep.txt").write_text(
+        "k"
+    )  # not empty: no guard against an emptied folder
     changed, deleted, _, total = planner.plan(["runs"])
     assert changed == [] and sorted(deleted) == ["runs/a.txt", "runs/b.txt"] and total == 2
 

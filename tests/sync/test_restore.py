@@ -15,11 +15,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 
+from jupyter_gpu_ws import diskio
+from jupyter_gpu_ws.store.backend import PART_SUFFIX
+from jupyter_gpu_ws.store.objectstore import ObjectStoreBackend
 from jupyter_gpu_ws.sync import (
     CancelledError,
     LocalBackend,
@@ -29,11 +33,8 @@ from jupyter_gpu_ws.sync import (
     SyncError,
     SyncSettings,
 )
-from jupyter_gpu_ws.store.backend import PART_SUFFIX
-from jupyter_gpu_ws.sync.landing import unnamed_files_work
-from jupyter_gpu_ws.store.objectstore import ObjectStoreBackend
-from jupyter_gpu_ws import diskio
 from jupyter_gpu_ws.sync import restore as restore_module
+from jupyter_gpu_ws.sync.landing import unnamed_files_work
 from jupyter_gpu_ws.sync.parts_in_flight import PartsInFlight
 from tests.sync.conftest import S3_BUCKET, tree_files, write
 from tests.sync.s3server import S3Server, closed_port
@@ -59,8 +60,14 @@ class WatchedBackend(LocalBackend):
     """The local backend, reporting each read as it starts and, where asked, holding it until
     released; counts how many reads run at once."""
 
-    def __init__(self, root: str, hold: Callable[[str], bool] = lambda key: False, pause: float = 0.0,
-                 on_read: Callable[[str], None] | None = None, round_trips: bool = False) -> None:
+    def __init__(
+        self,
+        root: str,
+        hold: Callable[[str], bool] = lambda key: False,
+        pause: float = 0.0,
+        on_read: Callable[[str], None] | None = None,
+        round_trips: bool = False,
+    ) -> None:
         super().__init__(root)
         self.hold = hold
         self.released = threading.Event()
@@ -74,8 +81,15 @@ class WatchedBackend(LocalBackend):
         self.most_active = 0
         self.failures: list[BaseException] = []
 
-    def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
-                  progress: Callable[[int], None] | None = None, etag: str | None = None) -> int:
+    def read_into(
+        self,
+        key: str,
+        fd: int,
+        offset: int = 0,
+        length: int | None = None,
+        progress: Callable[[int], None] | None = None,
+        etag: str | None = None,
+    ) -> int:
         with self.lock:
             self.reads.append(key)
             self.active += 1
@@ -139,7 +153,9 @@ def synced(workdir: Path, make_engine: Make) -> Path:
     return workdir
 
 
-def fresh_engine(tmp_path: Path, make_engine: Make, backend: LocalBackend, **options: Any) -> tuple[SyncEngine, Path]:
+def fresh_engine(
+    tmp_path: Path, make_engine: Make, backend: LocalBackend, **options: Any
+) -> tuple[SyncEngine, Path]:
     fresh = tmp_path / "fresh"
     fresh.mkdir(exist_ok=True)
     return make_engine(fresh, state="state-fresh", backend=backend, **options), fresh
@@ -149,7 +165,8 @@ def fresh_engine(tmp_path: Path, make_engine: Make, backend: LocalBackend, **opt
 
 
 def test_the_newest_checkpoint_comes_first_its_manifest_after_its_data_then_code_then_large_data(
-        synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
+    synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     fresh = tmp_path / "fresh"
 
     def here(rel: str) -> bool:
@@ -158,13 +175,17 @@ def test_the_newest_checkpoint_comes_first_its_manifest_after_its_data_then_code
     def check(key: str) -> None:
         rel = rel_of(key)
         if rel == f"{NEW}/manifest.json":
-            assert all(here(f"{NEW}/{name}") for name in CHECKPOINT_FILES), "the manifest before its data"
+            assert all(here(f"{NEW}/{name}") for name in CHECKPOINT_FILES), (
+                "the manifest before its data"
+            )
         if rel in CODE:
             assert here(f"{NEW}/manifest.json"), f"{rel} before the newest checkpoint was complete"
         if rel in DATA or rel.startswith(OLD) or rel.startswith(UNFINISHED):
             assert all(here(code) for code in CODE), f"{rel} before the notebooks and code"
         if rel == f"{OLD}/manifest.json":
-            assert all(here(f"{OLD}/{name}") for name in CHECKPOINT_FILES), "an old manifest before its data"
+            assert all(here(f"{OLD}/{name}") for name in CHECKPOINT_FILES), (
+                "an old manifest before its data"
+            )
 
     backend = WatchedBackend(str(store_dir), on_read=check)
     engine, fresh = fresh_engine(tmp_path, make_engine, backend, concurrency=4)
@@ -172,11 +193,14 @@ def test_the_newest_checkpoint_comes_first_its_manifest_after_its_data_then_code
     assert not report.errors and not backend.failures, backend.failures
     assert tree_files(fresh) == tree_files(synced)
     assert rel_of(backend.reads[0]).startswith(NEW)  # the newest checkpoint's data is read first
-    assert engine.restoring.describe()["runs"] == {RUN: {"checkpoint": NEW, "local": True, "error": None}}
+    assert engine.restoring.describe()["runs"] == {
+        RUN: {"checkpoint": NEW, "local": True, "error": None}
+    }
 
 
 def test_one_at_a_time_the_order_is_checkpoint_data_largest_first_its_manifest_code_then_the_rest_smallest_first(
-        synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
+    synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     backend = WatchedBackend(str(store_dir))
     engine, fresh = fresh_engine(tmp_path, make_engine, backend, concurrency=1)
     assert not engine.restore().errors
@@ -188,15 +212,21 @@ def test_one_at_a_time_the_order_is_checkpoint_data_largest_first_its_manifest_c
     assert order[4:8] == sorted(CODE, key=lambda rel: (sizes[rel], rel))
     rest = order[8:]
     assert [sizes[rel] for rel in rest if not rel.endswith("manifest.json")] == sorted(
-        sizes[rel] for rel in rest if not rel.endswith("manifest.json"))
+        sizes[rel] for rel in rest if not rel.endswith("manifest.json")
+    )
     assert rest[-1] == "data/big.bin"
-    assert rest.index(f"{OLD}/manifest.json") > max(rest.index(f"{OLD}/{name}") for name in CHECKPOINT_FILES)
+    assert rest.index(f"{OLD}/manifest.json") > max(
+        rest.index(f"{OLD}/{name}") for name in CHECKPOINT_FILES
+    )
     assert tree_files(fresh) == tree_files(synced)
 
 
 def test_a_checkpoint_whose_data_cannot_be_restored_stays_without_its_manifest(
-        synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
-    (store_dir / "ws" / "files" / NEW / "state.pt").unlink()  # gone from the store after the listing
+    synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
+    (
+        store_dir / "ws" / "files" / NEW / "state.pt"
+    ).unlink()  # gone from the store after the listing
     listed: dict[str, Any] = {}
 
     class Forgetful(WatchedBackend):
@@ -204,6 +234,7 @@ def test_a_checkpoint_whose_data_cannot_be_restored_stays_without_its_manifest(
             items = listed.setdefault(prefix, list(super().list(prefix)))
             if prefix.endswith("/files"):
                 from jupyter_gpu_ws.store.backend import RemoteFile
+
                 yield RemoteFile(key_of(f"{NEW}/state.pt"), 12, None)
             yield from items
 
@@ -221,7 +252,8 @@ def test_a_checkpoint_whose_data_cannot_be_restored_stays_without_its_manifest(
 
 
 def test_downloads_run_concurrency_at_once_from_a_local_folder(
-        workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     for i in range(40):
         write(workdir, f"files/f{i:02d}.txt", f"file {i}")
     assert make_engine(workdir).sync().ok
@@ -234,7 +266,8 @@ def test_downloads_run_concurrency_at_once_from_a_local_folder(
 
 
 def test_a_store_with_round_trips_keeps_many_small_requests_in_flight(
-        workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     for i in range(80):
         write(workdir, f"files/f{i:02d}.txt", f"file {i}")
     assert make_engine(workdir).sync().ok
@@ -242,27 +275,34 @@ def test_a_store_with_round_trips_keeps_many_small_requests_in_flight(
     engine, fresh = fresh_engine(tmp_path, make_engine, backend, concurrency=2)
     report = engine.restore()
     assert len(report.restored) == 80
-    assert backend.most_active > 2 * 4  # well beyond `concurrency`: latency, not bandwidth, sets the pace
+    assert (
+        backend.most_active > 2 * 4
+    )  # well beyond `concurrency`: latency, not bandwidth, sets the pace
     assert tree_files(fresh) == tree_files(workdir)
 
 
 def test_a_local_store_on_a_network_file_system_is_read_with_many_requests_in_flight(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from jupyter_gpu_ws.store import local
 
     store = tmp_path / "mnt" / "share" / "store"
     mountinfo = tmp_path / "mountinfo"  # Linux's format: the mount point is the fifth field
     mountinfo.write_text(
         "22 1 252:1 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
-        f"90 22 0:50 / {tmp_path / 'mnt' / 'share'} rw,relatime shared:40 - nfs4 server:/export rw\n")
+        f"90 22 0:50 / {tmp_path / 'mnt' / 'share'} rw,relatime shared:40 - nfs4 server:/export rw\n"
+    )
     monkeypatch.setattr(local, "MOUNTINFO", str(mountinfo))
     assert LocalBackend(str(store)).round_trips
-    assert not LocalBackend(str(tmp_path / "mnt" / "sharewhat")).round_trips  # a sibling, on the local disk
+    assert not LocalBackend(
+        str(tmp_path / "mnt" / "sharewhat")
+    ).round_trips  # a sibling, on the local disk
     assert not LocalBackend(str(tmp_path / "elsewhere")).round_trips
 
 
 def test_a_large_file_comes_in_parallel_ranged_parts_byte_exact(
-        workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     data = random.Random(5).randbytes(PARTS_FROM + 3 * PART_SIZE + 12345)
     write(workdir, "models/weights.bin", data)
     assert make_engine(workdir).sync().ok
@@ -306,10 +346,18 @@ class Overlaps:
 
 
 def test_the_parts_of_a_large_file_come_at_once_and_are_written_in_turn(
-        workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    workdir: Path,
+    store_dir: Path,
+    tmp_path: Path,
+    make_engine: Make,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # ext4 lets one write into a file at a time and has the others spin on a CPU meanwhile: the
     # parts' threads take turns in user space, where a waiting thread sleeps (diskio.take_turns).
-    data = {f"models/{name}.bin": random.Random(name).randbytes(PARTS_FROM + 2 * PART_SIZE + 99) for name in "ab"}
+    data = {
+        f"models/{name}.bin": random.Random(name).randbytes(PARTS_FROM + 2 * PART_SIZE + 99)
+        for name in "ab"
+    }
     for rel, body in data.items():
         write(workdir, rel, body)
     assert make_engine(workdir).sync().ok
@@ -350,10 +398,17 @@ def count_fetches(backend: ObjectStoreBackend) -> dict[str, int]:
 
 
 def test_through_s3_small_files_and_a_large_one_in_ranged_parts_arrive_byte_exact(
-        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make
+) -> None:
     big = random.Random(6).randbytes(PARTS_FROM + PART_SIZE // 2 + 7)
     write(workdir, "models/weights.bin", big)
-    names = ["plain.txt", "with space/and+plus.txt", "q?mark#hash.txt", "ünïcødé/日本語.txt", "pct%41.txt"]
+    names = [
+        "plain.txt",
+        "with space/and+plus.txt",
+        "q?mark#hash.txt",
+        "ünïcødé/日本語.txt",
+        "pct%41.txt",
+    ]
     for i, name in enumerate(names):
         write(workdir, name, f"small file {i}\n" * (i + 1))
     assert make_engine(workdir, store_url=s3_url).sync().ok
@@ -367,12 +422,20 @@ def test_through_s3_small_files_and_a_large_one_in_ranged_parts_arrive_byte_exac
     assert not report.errors and not report.conflicts
     assert tree_files(fresh) == tree_files(workdir)
     parts = -(-len(big) // PART_SIZE)
-    assert fetched == {"ranges": parts, "whole": len(names)}  # the large file in ranged parts, the rest whole
+    assert fetched == {
+        "ranges": parts,
+        "whole": len(names),
+    }  # the large file in ranged parts, the rest whole
 
 
 def test_through_s3_the_parts_of_a_large_file_are_written_in_turn(
-        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    workdir: Path,
+    tmp_path: Path,
+    s3_url: str,
+    s3_env: S3Server,
+    make_engine: Make,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     big = random.Random(7).randbytes(PARTS_FROM + 2 * PART_SIZE + 3)
     write(workdir, "models/weights.bin", big)
     assert make_engine(workdir, store_url=s3_url).sync().ok
@@ -393,8 +456,13 @@ def test_through_s3_the_parts_of_a_large_file_are_written_in_turn(
 
 
 def test_through_s3_parts_in_flight_grow_past_the_concurrency_and_the_file_arrives_byte_exact(
-        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    workdir: Path,
+    tmp_path: Path,
+    s3_url: str,
+    s3_env: S3Server,
+    make_engine: Make,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Parts of 1 MiB, so that a file of 24 parts stays small; each fetch lingers, so that parts
     # overlap; the controller is the real one, told that every level is growth (gain -1), so it
     # climbs whatever this machine's speed: the gate must let the extra parts in, at their offsets.
@@ -418,12 +486,15 @@ def test_through_s3_parts_in_flight_grow_past_the_concurrency_and_the_file_arriv
     report = engine.restore()
     assert report.restored == ["models/weights.bin"] and not report.errors
     assert (fresh / "models" / "weights.bin").read_bytes() == big
-    assert made[0].limit > 2 and made[0].most == 16  # grew from the concurrency, bounded by the workers
+    assert (
+        made[0].limit > 2 and made[0].most == 16
+    )  # grew from the concurrency, bounded by the workers
     assert fetches.most_same > 2  # more parts at once than the concurrency
 
 
 def test_through_s3_many_small_files_come_many_at_once_from_one_thread_in_order_and_a_gone_one_is_skipped(
-        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make
+) -> None:
     shards = [f"{NEW}/shard-{i:02d}.pt" for i in range(40)]
     for rel in shards:
         write(workdir, rel, os.urandom(random.Random(rel).randrange(0, 9000)))
@@ -445,10 +516,16 @@ def test_through_s3_many_small_files_come_many_at_once_from_one_thread_in_order_
     problems: list[str] = []
     prefix = s3_url.split(f"s3://{S3_BUCKET}/", 1)[1]
 
-    def watched(items: list[tuple[str, Any, Any]], landed: Callable[[Any, bytes], None], in_flight: int,
-                stop: Any = None) -> Any:
+    def watched(
+        items: list[tuple[str, Any, Any]],
+        landed: Callable[[Any, bytes], None],
+        in_flight: int,
+        stop: Any = None,
+    ) -> Any:
         if not calls:  # deleted by another runtime after the listing
-            s3_env.client().delete_object(Bucket=S3_BUCKET, Key=f"{prefix}/ws/files/data/part007.bin")
+            s3_env.client().delete_object(
+                Bucket=S3_BUCKET, Key=f"{prefix}/ws/files/data/part007.bin"
+            )
         with lock:
             calls.append(len(items))
             active[0] += 1
@@ -456,7 +533,9 @@ def test_through_s3_many_small_files_come_many_at_once_from_one_thread_in_order_
 
         def check(token: Any, body: bytes) -> None:
             rel = token.rel
-            if rel == f"{NEW}/manifest.json" and not all((fresh / shard).is_file() for shard in shards):
+            if rel == f"{NEW}/manifest.json" and not all(
+                (fresh / shard).is_file() for shard in shards
+            ):
                 problems.append("the manifest landed before its folder was complete")
             if rel in code and not (fresh / NEW / "manifest.json").is_file():
                 problems.append(f"{rel} before the newest checkpoint was complete")
@@ -474,12 +553,17 @@ def test_through_s3_many_small_files_come_many_at_once_from_one_thread_in_order_
     expected = {rel: data for rel, data in tree_files(workdir).items() if rel != "data/part007.bin"}
     assert tree_files(fresh) == expected  # every file whole; the deleted one skipped, not an error
     assert max(calls) > 1 and sum(calls) >= len(expected) - 1  # small files went many at a time
-    assert active[1] <= restore_module.MANY_LOOPS  # a few threads, each with many requests in flight
-    assert engine.restoring.describe()["runs"] == {RUN: {"checkpoint": NEW, "local": True, "error": None}}
+    assert (
+        active[1] <= restore_module.MANY_LOOPS
+    )  # a few threads, each with many requests in flight
+    assert engine.restoring.describe()["runs"] == {
+        RUN: {"checkpoint": NEW, "local": True, "error": None}
+    }
 
 
 def test_through_s3_a_restore_of_many_small_files_holds_few_files_open(
-        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make
+) -> None:
     import resource
 
     names = [f"d{i % 20}/f{i:04d}.txt" for i in range(2000)]
@@ -502,8 +586,13 @@ def test_through_s3_a_restore_of_many_small_files_holds_few_files_open(
 
 
 def test_through_s3_what_many_at_once_gives_back_goes_the_ordinary_way_on_every_worker(
-        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    workdir: Path,
+    tmp_path: Path,
+    s3_url: str,
+    s3_env: S3Server,
+    make_engine: Make,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     names = [f"f{i:03d}.txt" for i in range(100)]
     for name in names:
         write(workdir, name, name.encode())
@@ -544,35 +633,51 @@ def test_through_s3_what_many_at_once_gives_back_goes_the_ordinary_way_on_every_
 
 
 def test_a_large_object_replaced_in_s3_during_the_restore_is_not_stitched_together(
-        workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make) -> None:
+    workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make
+) -> None:
     first = random.Random(1).randbytes(PARTS_FROM + 5)
     write(workdir, "models/weights.bin", first)
     assert make_engine(workdir, store_url=s3_url).sync().ok
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    engine = make_engine(fresh, store_url=s3_url, state="state2", concurrency=1)  # one part after the other
+    engine = make_engine(
+        fresh, store_url=s3_url, state="state2", concurrency=1
+    )  # one part after the other
     backend = engine.backend
     assert isinstance(backend, ObjectStoreBackend)
     original = backend.read_into
     replaced = threading.Event()
 
-    def replace_after_the_first_part(key: str, fd: int, offset: int = 0, length: int | None = None,
-                                     progress: Any = None, etag: str | None = None) -> int:
+    def replace_after_the_first_part(
+        key: str,
+        fd: int,
+        offset: int = 0,
+        length: int | None = None,
+        progress: Any = None,
+        etag: str | None = None,
+    ) -> int:
         n = original(key, fd, offset, length, progress, etag)
         if not replaced.is_set():
             replaced.set()  # another runtime writes a new version meanwhile
             prefix = s3_url.split(f"s3://{S3_BUCKET}/", 1)[1]
-            s3_env.client().put_object(Bucket=S3_BUCKET, Key=f"{prefix}/ws/files/models/weights.bin",
-                                       Body=random.Random(2).randbytes(PARTS_FROM + 5))
+            s3_env.client().put_object(
+                Bucket=S3_BUCKET,
+                Key=f"{prefix}/ws/files/models/weights.bin",
+                Body=random.Random(2).randbytes(PARTS_FROM + 5),
+            )
         return n
 
     backend.read_into = replace_after_the_first_part  # type: ignore[method-assign]
     report = engine.restore()
     assert not (fresh / "models" / "weights.bin").exists()  # parts of two versions never land
     assert report.errors and "changed in the store" in report.errors[0]
-    report = make_engine(fresh, store_url=s3_url, state="state3").restore()  # the next restore gets it
+    report = make_engine(
+        fresh, store_url=s3_url, state="state3"
+    ).restore()  # the next restore gets it
     assert not report.errors
-    assert (fresh / "models" / "weights.bin").read_bytes() == random.Random(2).randbytes(PARTS_FROM + 5)
+    assert (fresh / "models" / "weights.bin").read_bytes() == random.Random(2).randbytes(
+        PARTS_FROM + 5
+    )
 
 
 # -- every file whole -----------------------------------------------------------------------------
@@ -581,10 +686,18 @@ def test_a_large_object_replaced_in_s3_during_the_restore_is_not_stitched_togeth
 def run_child(settings: dict[str, Any], kill_after: float | None) -> tuple[bool, float, str]:
     """One restore in a child process; with `kill_after`, SIGKILL that many seconds into it.
     (killed, seconds from the start of the restore to the end of the process, output)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.Popen([sys.executable, str(CHILD), json.dumps(settings), str(PART_SIZE)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONWARNINGS": "ignore",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), json.dumps(settings), str(PART_SIZE)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
@@ -603,8 +716,13 @@ def run_child(settings: dict[str, Any], kill_after: float | None) -> tuple[bool,
 
 
 def child_settings(work: Path, store: Path, state: Path) -> dict[str, Any]:
-    return {"workdir": str(work), "store_url": str(store), "workspace": "ws", "state_dir": str(state),
-            "durable": False}
+    return {
+        "workdir": str(work),
+        "store_url": str(store),
+        "workspace": "ws",
+        "state_dir": str(state),
+        "durable": False,
+    }
 
 
 KILL_POINTS = 6
@@ -630,7 +748,9 @@ def kill_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, flo
     for n in range(2):
         target = root / f"measure{n}"
         target.mkdir()
-        killed, took, output = run_child(child_settings(target, store, root / f"measure-state{n}"), None)
+        killed, took, output = run_child(
+            child_settings(target, store, root / f"measure-state{n}"), None
+        )
         assert not killed and output.startswith("done"), output
         seconds.append(took)
         shutil.rmtree(target)
@@ -639,7 +759,8 @@ def kill_tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, flo
 
 @pytest.mark.parametrize("point", range(KILL_POINTS))
 def test_a_restore_killed_at_any_moment_leaves_no_partial_file_under_its_name(
-        point: int, kill_tree: tuple[Path, Path, float], tmp_path: Path) -> None:
+    point: int, kill_tree: tuple[Path, Path, float], tmp_path: Path
+) -> None:
     source, store, seconds = kill_tree
     delay = seconds * (point + random.Random(point).random()) / KILL_POINTS
     for attempt in range(5):  # a restore that ended before its signal: again, killed earlier
@@ -653,7 +774,9 @@ def test_a_restore_killed_at_any_moment_leaves_no_partial_file_under_its_name(
     unnamed = unnamed_files_work(str(work))
     for rel, data in tree_files(work).items():
         if PART_SUFFIX in rel:
-            assert not unnamed, f"an unnamed file was expected, and a temporary name was left: {rel}"
+            assert not unnamed, (
+                f"an unnamed file was expected, and a temporary name was left: {rel}"
+            )
             continue
         assert data == (source / rel).read_bytes(), f"{rel} is under its name but not whole"
     if (work / NEW / "manifest.json").exists():  # a checkpoint that looks complete is complete
@@ -668,7 +791,12 @@ def test_a_restore_killed_at_any_moment_leaves_no_partial_file_under_its_name(
 
 
 def test_without_unnamed_files_a_hidden_temporary_name_is_linked_into_place_and_removed(
-        synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: Path,
+    store_dir: Path,
+    tmp_path: Path,
+    make_engine: Make,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from jupyter_gpu_ws.sync import landing
 
     monkeypatch.setattr(landing, "O_TMPFILE", 0)  # as on NFS or an older overlay mount
@@ -682,7 +810,9 @@ def test_without_unnamed_files_a_hidden_temporary_name_is_linked_into_place_and_
 
     monkeypatch.setattr(landing.os, "open", watching_open)
     fresh = tmp_path / "fresh"
-    write(fresh, "train.ipynb", "local edits")  # differs from the store's: kept, the store's beside it
+    write(
+        fresh, "train.ipynb", "local edits"
+    )  # differs from the store's: kept, the store's beside it
     engine = make_engine(fresh, state="state-fresh", backend=LocalBackend(str(store_dir)))
     report = engine.restore()
     assert not report.errors and len(created) == len(tree_files(synced))  # every file came this way
@@ -697,7 +827,8 @@ def test_without_unnamed_files_a_hidden_temporary_name_is_linked_into_place_and_
 
 
 def test_cancel_stops_the_restore_and_leaves_only_whole_files(
-        workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     for i in range(30):
         write(workdir, f"files/f{i:02d}.bin", os.urandom(100_000))
     assert make_engine(workdir).sync().ok
@@ -710,8 +841,9 @@ def test_cancel_stops_the_restore_and_leaves_only_whole_files(
         if reads == 5:
             cancel.set()
 
-    engine, fresh = fresh_engine(tmp_path, make_engine, WatchedBackend(str(store_dir), on_read=count),
-                                 concurrency=1)
+    engine, fresh = fresh_engine(
+        tmp_path, make_engine, WatchedBackend(str(store_dir), on_read=count), concurrency=1
+    )
     with pytest.raises(CancelledError):
         engine.restore(cancel=cancel)
     restored = tree_files(fresh)
@@ -723,7 +855,8 @@ def test_cancel_stops_the_restore_and_leaves_only_whole_files(
 
 
 def test_fetch_checkpoint_waits_for_a_running_restore_and_returns_the_newest_complete_checkpoint(
-        synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
+    synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     backend = WatchedBackend(str(store_dir), hold=lambda key: key == key_of(f"{NEW}/tensors.bin"))
     engine, fresh = fresh_engine(tmp_path, make_engine, backend)
     restoring = threading.Thread(target=engine.restore)
@@ -734,7 +867,9 @@ def test_fetch_checkpoint_waits_for_a_running_restore_and_returns_the_newest_com
             assert time.monotonic() < deadline
             time.sleep(0.01)
         answer: list[Any] = []
-        asking = threading.Thread(target=lambda: answer.append(engine.fetch_checkpoint(RUN, timeout=20)))
+        asking = threading.Thread(
+            target=lambda: answer.append(engine.fetch_checkpoint(RUN, timeout=20))
+        )
         asking.start()
         asking.join(0.5)
         assert asking.is_alive() and not answer  # waiting: the newest checkpoint is not here yet
@@ -742,8 +877,10 @@ def test_fetch_checkpoint_waits_for_a_running_restore_and_returns_the_newest_com
         asking.join(20)
         assert answer == [NEW]
         assert (fresh / NEW / "manifest.json").is_file()
-        assert all((fresh / NEW / name).read_bytes() == (synced / NEW / name).read_bytes()
-                   for name in (*CHECKPOINT_FILES, "manifest.json"))
+        assert all(
+            (fresh / NEW / name).read_bytes() == (synced / NEW / name).read_bytes()
+            for name in (*CHECKPOINT_FILES, "manifest.json")
+        )
     finally:
         backend.released.set()
         restoring.join(30)
@@ -751,11 +888,14 @@ def test_fetch_checkpoint_waits_for_a_running_restore_and_returns_the_newest_com
 
 
 def test_fetch_checkpoint_without_a_restore_fetches_only_the_newest_complete_checkpoint(
-        synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
+    synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     backend = WatchedBackend(str(store_dir))
     engine, fresh = fresh_engine(tmp_path, make_engine, backend)
     assert engine.fetch_checkpoint(f"/{RUN}/") == NEW
-    assert sorted(tree_files(fresh)) == sorted(f"{NEW}/{name}" for name in (*CHECKPOINT_FILES, "manifest.json"))
+    assert sorted(tree_files(fresh)) == sorted(
+        f"{NEW}/{name}" for name in (*CHECKPOINT_FILES, "manifest.json")
+    )
     assert backend.reads[-1] == key_of(f"{NEW}/manifest.json")  # the manifest last
     # Complete here now: asked again, nothing more is read.
     reads = len(backend.reads)
@@ -769,8 +909,11 @@ def test_fetch_checkpoint_without_a_restore_fetches_only_the_newest_complete_che
 
 
 def test_fetch_checkpoint_is_none_for_a_run_without_a_complete_checkpoint(
-        workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
-    checkpoint(workdir, ".gpuws/checkpoints/other/ckpt-000000001-20261130T100000Z", b"t", manifest=False)
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
+    checkpoint(
+        workdir, ".gpuws/checkpoints/other/ckpt-000000001-20261130T100000Z", b"t", manifest=False
+    )
     checkpoint(workdir, NEW, b"t")
     assert make_engine(workdir).sync().ok
     backend = WatchedBackend(str(store_dir))
@@ -783,7 +926,8 @@ def test_fetch_checkpoint_is_none_for_a_run_without_a_complete_checkpoint(
 
 
 def test_fetch_checkpoint_times_out_with_a_clear_error(
-        synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
+    synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     backend = WatchedBackend(str(store_dir), hold=lambda key: key == key_of(f"{NEW}/tensors.bin"))
     engine, _ = fresh_engine(tmp_path, make_engine, backend)
     restoring = threading.Thread(target=engine.restore)
@@ -801,11 +945,19 @@ def test_fetch_checkpoint_times_out_with_a_clear_error(
         restoring.join(30)
 
 
-def test_fetch_checkpoint_raises_when_the_store_cannot_be_reached(tmp_path: Path, s3_env: S3Server) -> None:
+def test_fetch_checkpoint_raises_when_the_store_cannot_be_reached(
+    tmp_path: Path, s3_env: S3Server
+) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    settings = SyncSettings(str(work), f"s3://{S3_BUCKET}/nowhere", "ws", str(tmp_path / "state"),
-                            storage_options={"endpoint_url": f"http://127.0.0.1:{closed_port()}"}, retry_backoff=0.01)
+    settings = SyncSettings(
+        str(work),
+        f"s3://{S3_BUCKET}/nowhere",
+        "ws",
+        str(tmp_path / "state"),
+        storage_options={"endpoint_url": f"http://127.0.0.1:{closed_port()}"},
+        retry_backoff=0.01,
+    )
     engine = SyncEngine(settings)
     try:
         with pytest.raises(StoreUnavailableError):
@@ -816,7 +968,8 @@ def test_fetch_checkpoint_raises_when_the_store_cannot_be_reached(tmp_path: Path
 
 
 def test_fetch_checkpoint_needs_no_lease_and_goes_on_while_a_pass_runs(
-        synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make) -> None:
+    synced: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
     # The fresh engine is read-only (the first one holds the lease) and a pass of the first
     # engine holds its own pass lock meanwhile: neither stops a fetch.
     engine, fresh = fresh_engine(tmp_path, make_engine, WatchedBackend(str(store_dir)))

@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from jupyter_gpu_ws.sync import SyncEngine
-from jupyter_gpu_ws.sync import inotify
+from jupyter_gpu_ws.sync import SyncEngine, inotify
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.conftest import tree_files, write
 from tests.sync.test_flush import GatedBackend
@@ -30,7 +29,9 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
 def service(workdir: Path, make_engine: Callable[..., SyncEngine], request: pytest.FixtureRequest):
     """The service with each watcher: inotify on Linux ("auto"), and the portable watchfiles."""
     write(workdir, "existing.txt", "old")
-    svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600, watcher=request.param)
+    svc = SyncService(
+        make_engine(workdir), debounce=0.02, rescan_interval=3600, watcher=request.param
+    )
     svc.start()
     yield svc
     svc.stop()
@@ -45,7 +46,9 @@ def test_start_mirrors_what_is_there(service: SyncService, store_dir: Path) -> N
     eventually(lambda: files(store_dir).get("existing.txt") == b"old")
 
 
-def test_a_written_file_reaches_the_store_by_itself(service: SyncService, workdir: Path, store_dir: Path) -> None:
+def test_a_written_file_reaches_the_store_by_itself(
+    service: SyncService, workdir: Path, store_dir: Path
+) -> None:
     eventually(lambda: "existing.txt" in files(store_dir))
     write(workdir, "notebooks/new.ipynb", "{}")
     eventually(lambda: files(store_dir).get("notebooks/new.ipynb") == b"{}")
@@ -62,8 +65,9 @@ def test_a_renamed_folder_is_followed(service: SyncService, workdir: Path, store
 
 
 @pytest.mark.parametrize("watcher", ["auto", "watchfiles"])
-def test_a_folder_no_longer_ignored_is_watched(workdir: Path, store_dir: Path, watcher: str,
-                                               make_engine: Callable[..., SyncEngine]) -> None:
+def test_a_folder_no_longer_ignored_is_watched(
+    workdir: Path, store_dir: Path, watcher: str, make_engine: Callable[..., SyncEngine]
+) -> None:
     write(workdir, ".gpuwsignore", "scratch/\n")
     write(workdir, "scratch/a.txt", "a")
     svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600, watcher=watcher)
@@ -73,15 +77,20 @@ def test_a_folder_no_longer_ignored_is_watched(workdir: Path, store_dir: Path, w
         assert "scratch/a.txt" not in files(store_dir)
         write(workdir, ".gpuwsignore", "# nothing ignored now\n")
         eventually(lambda: files(store_dir).get(".gpuwsignore") == b"# nothing ignored now\n")
-        write(workdir, "scratch/a.txt", "written after")  # seen by the watcher: no rescan for an hour
+        write(
+            workdir, "scratch/a.txt", "written after"
+        )  # seen by the watcher: no rescan for an hour
         eventually(lambda: files(store_dir).get("scratch/a.txt") == b"written after")
     finally:
         svc.stop()
 
 
 def test_the_first_pass_waits_for_the_watch_so_no_early_write_is_missed(
-        workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    workdir: Path,
+    store_dir: Path,
+    make_engine: Callable[..., SyncEngine],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     setup = inotify.TreeWatcher.__init__
 
     def slow_setup(self: inotify.TreeWatcher, *args: object, **kwargs: object) -> None:
@@ -100,9 +109,12 @@ def test_the_first_pass_waits_for_the_watch_so_no_early_write_is_missed(
 
 
 @pytest.mark.skipif(not inotify.available(), reason="inotify is Linux only")
-def test_a_watch_queue_that_overflowed_brings_a_full_rescan(workdir: Path, store_dir: Path,
-                                                            make_engine: Callable[..., SyncEngine],
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_watch_queue_that_overflowed_brings_a_full_rescan(
+    workdir: Path,
+    store_dir: Path,
+    make_engine: Callable[..., SyncEngine],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from tests.sync.test_inotify import overflowing_file_count
 
     busy = threading.Event()
@@ -134,7 +146,8 @@ def test_flush_carries_everything_now(service: SyncService, workdir: Path, store
 
 
 def test_the_watchers_passes_flush_in_the_background_and_persist_waits_for_the_flush(
-        workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]) -> None:
+    workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]
+) -> None:
     backend = GatedBackend(str(store_dir))
     engine = make_engine(workdir, backend=backend)
     svc = SyncService(engine, debounce=0.02, rescan_interval=3600)
@@ -151,7 +164,9 @@ def test_the_watchers_passes_flush_in_the_background_and_persist_waits_for_the_f
         persisted = threading.Thread(target=svc.flush)  # Persist now
         persisted.start()
         time.sleep(0.3)
-        assert persisted.is_alive() and files(store_dir).get("b.txt") == b"b"  # waiting for the disk
+        assert (
+            persisted.is_alive() and files(store_dir).get("b.txt") == b"b"
+        )  # waiting for the disk
         backend.gate.set()
         persisted.join(10)
         assert not persisted.is_alive()
@@ -161,7 +176,9 @@ def test_the_watchers_passes_flush_in_the_background_and_persist_waits_for_the_f
         svc.stop()
 
 
-def test_a_clean_stop_loses_nothing(workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]) -> None:
+def test_a_clean_stop_loses_nothing(
+    workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]
+) -> None:
     svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
     svc.start()
     eventually(lambda: svc.passes >= 1)
@@ -182,14 +199,16 @@ def slow_settle(workdir: Path, make_engine: Callable[..., SyncEngine]):
     svc.stop()
 
 
-def test_a_small_change_after_a_quiet_spell_goes_at_once(slow_settle: SyncService, workdir: Path,
-                                                        store_dir: Path) -> None:
+def test_a_small_change_after_a_quiet_spell_goes_at_once(
+    slow_settle: SyncService, workdir: Path, store_dir: Path
+) -> None:
     write(workdir, "train.py", "print('edited')")
     eventually(lambda: files(store_dir).get("train.py") == b"print('edited')", timeout=20)
 
 
-def test_a_large_write_waits_for_the_settle_delay(slow_settle: SyncService, workdir: Path,
-                                                  store_dir: Path) -> None:
+def test_a_large_write_waits_for_the_settle_delay(
+    slow_settle: SyncService, workdir: Path, store_dir: Path
+) -> None:
     # Written elsewhere and moved in, so the watcher's first report already sees 5 MiB (a file
     # reported while still small goes at once; its upload is checked and retried if it grew).
     staged = workdir.parent / "weights.staged"
@@ -200,9 +219,12 @@ def test_a_large_write_waits_for_the_settle_delay(slow_settle: SyncService, work
     assert "weights.bin" in slow_settle.engine.take_dirty()  # noticed, held back
 
 
-@pytest.mark.skipif(not inotify.available(), reason="only inotify tells an open file from a closed one")
-def test_a_file_still_open_for_writing_waits_for_the_settle_delay(slow_settle: SyncService, workdir: Path,
-                                                                  store_dir: Path) -> None:
+@pytest.mark.skipif(
+    not inotify.available(), reason="only inotify tells an open file from a closed one"
+)
+def test_a_file_still_open_for_writing_waits_for_the_settle_delay(
+    slow_settle: SyncService, workdir: Path, store_dir: Path
+) -> None:
     with open(workdir / "train.log", "w") as log:
         log.write("epoch 1\n")
         log.flush()  # small, after a quiet spell, but its writer has not closed it
@@ -213,7 +235,11 @@ def test_a_file_still_open_for_writing_waits_for_the_settle_delay(slow_settle: S
 
 @pytest.mark.skipif(not inotify.available(), reason="inotify's limit on watches")
 def test_folders_beyond_the_watch_limit_are_reported_and_left_to_the_rescan(
-        workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine], monkeypatch: pytest.MonkeyPatch) -> None:
+    workdir: Path,
+    store_dir: Path,
+    make_engine: Callable[..., SyncEngine],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     add = inotify.TreeWatcher._add
 
     def limited(self: inotify.TreeWatcher, rel: str, path: str) -> bool:
@@ -240,7 +266,8 @@ def test_folders_beyond_the_watch_limit_are_reported_and_left_to_the_rescan(
 
 
 def test_a_vanished_work_directory_stops_the_watch_with_its_reason(
-        workdir: Path, make_engine: Callable[..., SyncEngine]) -> None:
+    workdir: Path, make_engine: Callable[..., SyncEngine]
+) -> None:
     write(workdir, "a.txt", "a")
     svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
     svc.start()

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,7 @@ def running(workdir: Path, make_engine: Make) -> Any:
 
 def grow(path: Path, chunks: int, every: float, size: int = 256 * 1024) -> threading.Thread:
     """A writer that keeps the file open and appends to it, as a download or a log does."""
+
     def run() -> None:
         with open(path, "wb") as f:
             for _ in range(chunks):
@@ -55,7 +57,8 @@ def grow(path: Path, chunks: int, every: float, size: int = 256 * 1024) -> threa
 
 
 def test_a_file_being_written_is_stored_once_whole_and_pending_meanwhile(
-        running: Any, workdir: Path, store_dir: Path) -> None:
+    running: Any, workdir: Path, store_dir: Path
+) -> None:
     service = running(settle_interval=1.0)
     path = workdir / "download.bin"
     writer = grow(path, chunks=20, every=0.15)
@@ -65,9 +68,15 @@ def test_a_file_being_written_is_stored_once_whole_and_pending_meanwhile(
         seen.append((status["pending_files"], "download.bin" in stored(store_dir)))
         time.sleep(0.05)
     writer.join()
-    assert seen and all(pending >= 1 for pending, _ in seen[3:]), seen  # never "saved" while written
+    assert seen and all(pending >= 1 for pending, _ in seen[3:]), (
+        seen
+    )  # never "saved" while written
     assert not any(there for _, there in seen), "a truncated copy reached the store"
-    eventually(lambda: stored(store_dir).get("download.bin") == path.read_bytes(), 15, "the whole file stored")
+    eventually(
+        lambda: stored(store_dir).get("download.bin") == path.read_bytes(),
+        15,
+        "the whole file stored",
+    )
     assert service.engine.versions("download.bin") == []  # one copy, no truncated versions
     eventually(lambda: service.engine.status()["pending_files"] == 0, 10, "nothing pending")
 
@@ -90,37 +99,54 @@ def test_the_pending_list_says_a_file_is_still_being_written(running: Any, workd
 
 
 def test_a_file_written_and_closed_goes_at_once_whatever_the_settle_interval(
-        running: Any, workdir: Path, store_dir: Path) -> None:
+    running: Any, workdir: Path, store_dir: Path
+) -> None:
     running(settle_interval=3600.0)
     write(workdir, "notebook.ipynb", "{}")
-    eventually(lambda: stored(store_dir).get("notebook.ipynb") == b"{}", 10, "the closed file stored")
+    eventually(
+        lambda: stored(store_dir).get("notebook.ipynb") == b"{}", 10, "the closed file stored"
+    )
 
 
 def test_a_file_kept_open_but_left_unchanged_goes_after_the_settle_interval(
-        running: Any, workdir: Path, store_dir: Path) -> None:
+    running: Any, workdir: Path, store_dir: Path
+) -> None:
     running(settle_interval=1.0)
     with open(workdir / "train.log", "w") as f:
         f.write("epoch 1\n")
         f.flush()  # open, and quiet from now on
-        eventually(lambda: stored(store_dir).get("train.log") == b"epoch 1\n", 10, "the quiet open file stored")
+        eventually(
+            lambda: stored(store_dir).get("train.log") == b"epoch 1\n",
+            10,
+            "the quiet open file stored",
+        )
 
 
 def test_a_persist_takes_a_file_being_written_and_that_partial_copy_is_never_a_version(
-        running: Any, workdir: Path, store_dir: Path) -> None:
+    running: Any, workdir: Path, store_dir: Path
+) -> None:
     service = running(settle_interval=1.0)
     path = workdir / "growing.bin"
     with open(path, "wb") as f:
         f.write(b"first half ")
         f.flush()
-        eventually(lambda: "growing.bin" in service.engine.settling._open, 5, "the watcher seeing it open")
+        eventually(
+            lambda: "growing.bin" in service.engine.settling._open, 5, "the watcher seeing it open"
+        )
         service.flush()  # Persist now: everything on disk reaches the store, as it is
         assert stored(store_dir)["growing.bin"] == b"first half "
         f.write(b"second half")
-    eventually(lambda: stored(store_dir).get("growing.bin") == b"first half second half", 10, "the whole file")
+    eventually(
+        lambda: stored(store_dir).get("growing.bin") == b"first half second half",
+        10,
+        "the whole file",
+    )
     assert service.engine.versions("growing.bin") == []
 
 
-def test_versions_of_a_file_are_kept_at_most_once_per_settle_interval(workdir: Path, make_engine: Make) -> None:
+def test_versions_of_a_file_are_kept_at_most_once_per_settle_interval(
+    workdir: Path, make_engine: Make
+) -> None:
     engine = make_engine(workdir, settle_interval=60.0)
     for n in range(6):
         write(workdir, "config.yaml", f"version {n}\n" * (n + 1))
@@ -128,8 +154,9 @@ def test_versions_of_a_file_are_kept_at_most_once_per_settle_interval(workdir: P
     assert len(engine.versions("config.yaml")) == 1
 
 
-def test_the_sync_loop_lives_on_after_an_unforeseen_error(running: Any, workdir: Path, store_dir: Path,
-                                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_the_sync_loop_lives_on_after_an_unforeseen_error(
+    running: Any, workdir: Path, store_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     service = running()
     engine = service.engine
     real = engine.take_dirty
@@ -147,4 +174,6 @@ def test_the_sync_loop_lives_on_after_an_unforeseen_error(running: Any, workdir:
     assert "an error nobody foresaw" in (engine.status()["last_error"] or "")
     assert "Traceback" in caplog.text or any(r.exc_info for r in caplog.records)
     write(workdir, "second.txt", "2")
-    eventually(lambda: {"first.txt", "second.txt"} <= set(stored(store_dir)), 30, "both files stored")
+    eventually(
+        lambda: {"first.txt", "second.txt"} <= set(stored(store_dir)), 30, "both files stored"
+    )

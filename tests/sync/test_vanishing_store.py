@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
+from jupyter_gpu_ws.store import check_store_url, open_backend
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from jupyter_gpu_ws.sync.errors import StoreConfigError, StoreMissingError
 from jupyter_gpu_ws.sync.index import SyncIndex
 from jupyter_gpu_ws.sync.service import SyncService
-from jupyter_gpu_ws.store import check_store_url, open_backend
 from tests.sync.conftest import eventually, tree_files, write
 
 Make = Callable[..., SyncEngine]
@@ -35,24 +36,38 @@ def mount(tmp_path: Path) -> Path:
     return path
 
 
-def engine_on(tmp_path: Path, workdir: Path, store: Path, state: str = "state", **options: Any) -> SyncEngine:
-    engine = SyncEngine(SyncSettings(workdir=str(workdir), store_url=str(store), workspace="ws",
-                                     state_dir=str(tmp_path / state), retry_backoff=0.01, **options))
+def engine_on(
+    tmp_path: Path, workdir: Path, store: Path, state: str = "state", **options: Any
+) -> SyncEngine:
+    engine = SyncEngine(
+        SyncSettings(
+            workdir=str(workdir),
+            store_url=str(store),
+            workspace="ws",
+            state_dir=str(tmp_path / state),
+            retry_backoff=0.01,
+            **options,
+        )
+    )
     engine.open()
     return engine
 
 
 # -- never made by accident -----------------------------------------------------------------------
 
+
 def test_a_store_folder_in_an_empty_mount_point_is_unavailable_and_nothing_is_made(
-        tmp_path: Path, workdir: Path, mount: Path) -> None:
+    tmp_path: Path, workdir: Path, mount: Path
+) -> None:
     store = mount / "MyDrive" / "gpuws"
     write(workdir, "a.txt", "mine")
     engine = engine_on(tmp_path, workdir, store, lease_ttl=0.4)
     try:
         status = engine.status()
         assert status["state"] == "error" and status["store_missing"] is True
-        assert "does not exist" in status["store_down"] and "unmounted drive" in status["store_down"]
+        assert (
+            "does not exist" in status["store_down"] and "unmounted drive" in status["store_down"]
+        )
         time.sleep(1.0)  # the lease's thread keeps trying: it still makes nothing
         assert list(mount.iterdir()) == []
         # The drive is mounted (its folder is there): the engine writes by itself.
@@ -64,7 +79,9 @@ def test_a_store_folder_in_an_empty_mount_point_is_unavailable_and_nothing_is_ma
         engine.close()
 
 
-def test_a_new_store_folder_is_made_where_its_parent_holds_other_things(tmp_path: Path, workdir: Path) -> None:
+def test_a_new_store_folder_is_made_where_its_parent_holds_other_things(
+    tmp_path: Path, workdir: Path
+) -> None:
     home = tmp_path / "home"
     write(home, "notes.txt", "a real folder")
     write(workdir, "a.txt", "mine")
@@ -75,7 +92,9 @@ def test_a_new_store_folder_is_made_where_its_parent_holds_other_things(tmp_path
         engine.close()
 
 
-def test_create_store_makes_it_even_in_an_empty_folder(tmp_path: Path, workdir: Path, mount: Path) -> None:
+def test_create_store_makes_it_even_in_an_empty_folder(
+    tmp_path: Path, workdir: Path, mount: Path
+) -> None:
     engine = engine_on(tmp_path, workdir, mount / "store", create_store=True)
     try:
         assert engine.writable and (mount / "store").is_dir()
@@ -84,7 +103,8 @@ def test_create_store_makes_it_even_in_an_empty_folder(tmp_path: Path, workdir: 
 
 
 def test_a_store_this_machine_synced_to_is_never_made_again_even_with_create_store(
-        tmp_path: Path, workdir: Path) -> None:
+    tmp_path: Path, workdir: Path
+) -> None:
     store = tmp_path / "store"
     write(workdir, "a.txt", "mine")
     first = engine_on(tmp_path, workdir, store)
@@ -107,9 +127,11 @@ def test_a_store_this_machine_synced_to_is_never_made_again_even_with_create_sto
 
 # -- a drive that drops while the runtime writes --------------------------------------------------
 
+
 @pytest.mark.parametrize("what", ["store-folder", "workspace-folder"])
 def test_a_store_that_vanishes_during_writes_gets_every_file_once_it_is_back(
-        what: str, tmp_path: Path, workdir: Path, mount: Path) -> None:
+    what: str, tmp_path: Path, workdir: Path, mount: Path
+) -> None:
     """The store folder (a drive mounted at its parent) or the workspace's folder (a drive
     mounted at the store folder itself: the mount point stays, empty) goes away while files are
     written; nothing is made in its place, the status says so within seconds, and once it is back
@@ -126,25 +148,35 @@ def test_a_store_that_vanishes_during_writes_gets_every_file_once_it_is_back(
         away = tmp_path / "away"
         gone.rename(away)  # the drive drops
         write(workdir, "during.txt", "written while the store was away")
-        status = eventually(lambda: (s := engine.status())["store_missing"] and s, 10, "the status saying so")
+        status = eventually(
+            lambda: (s := engine.status())["store_missing"] and s, 10, "the status saying so"
+        )
         assert status["state"] == "error" and "missing" in status["store_down"]
         assert status["pending_files"] >= 1
         time.sleep(1.5)
         # Nothing was made where the store was: no empty store taking the files.
         assert not (store / "ws").exists() if what == "workspace-folder" else not store.exists()
         away.rename(gone)  # the drive is back
-        eventually(lambda: stored(store).get("during.txt") == b"written while the store was away", 30,
-                   "the file written meanwhile reaching the store")
+        eventually(
+            lambda: stored(store).get("during.txt") == b"written while the store was away",
+            30,
+            "the file written meanwhile reaching the store",
+        )
         write(workdir, "after.txt", "after")
         eventually(lambda: "after.txt" in stored(store), 15, "the sync going on")
-        eventually(lambda: not engine.status()["store_missing"] and engine.status()["pending_files"] == 0, 10,
-                   "the status healed")
+        eventually(
+            lambda: not engine.status()["store_missing"] and engine.status()["pending_files"] == 0,
+            10,
+            "the status healed",
+        )
     finally:
         service.stop()
         engine.close()
 
 
-def test_a_store_that_comes_back_older_is_given_what_it_lacks(tmp_path: Path, workdir: Path) -> None:
+def test_a_store_that_comes_back_older_is_given_what_it_lacks(
+    tmp_path: Path, workdir: Path
+) -> None:
     """The drive comes back with an older copy of the store (a stale mount, a restored backup):
     the record says those files are synced, the store says otherwise, and the store is right."""
     store = tmp_path / "store"
@@ -177,7 +209,8 @@ def test_a_store_that_comes_back_older_is_given_what_it_lacks(tmp_path: Path, wo
 
 
 def test_files_the_store_lost_behind_the_runtimes_back_go_again_after_a_take_over(
-        tmp_path: Path, workdir: Path, make_engine: Make, store_dir: Path) -> None:
+    tmp_path: Path, workdir: Path, make_engine: Make, store_dir: Path
+) -> None:
     write(workdir, "a.txt", "a")
     write(workdir, "b.txt", "b")
     engine = make_engine(workdir)
@@ -190,7 +223,8 @@ def test_files_the_store_lost_behind_the_runtimes_back_go_again_after_a_take_ove
 
 
 def test_the_s3_store_that_lost_files_is_given_them_at_the_next_start(
-        tmp_path: Path, workdir: Path, s3_url: str, s3_env: Any, make_engine: Make) -> None:
+    tmp_path: Path, workdir: Path, s3_url: str, s3_env: Any, make_engine: Make
+) -> None:
     from tests.sync.conftest import S3_BUCKET
 
     write(workdir, "a.txt", "a")
@@ -206,6 +240,7 @@ def test_the_s3_store_that_lost_files_is_given_them_at_the_next_start(
 
 
 # -- the counts are the store's -------------------------------------------------------------------
+
 
 def test_the_counts_follow_what_another_process_recorded(tmp_path: Path) -> None:
     """Two servers on one state folder share one record: each sees the other's changes."""
@@ -224,7 +259,8 @@ def test_the_counts_follow_what_another_process_recorded(tmp_path: Path) -> None
 
 
 def test_a_second_server_on_one_state_folder_counts_the_store_after_the_first_stops(
-        tmp_path: Path, workdir: Path, store_dir: Path, make_engine: Make) -> None:
+    tmp_path: Path, workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "a.txt", "a")
     write(workdir, "b.txt", "b")
     first = make_engine(workdir, lease_ttl=0.6)
@@ -244,17 +280,25 @@ def test_a_second_server_on_one_state_folder_counts_the_store_after_the_first_st
 
 # -- store URLs are checked -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("url, better", [
-    ("s3:/bucket", "s3://bucket"), ("s3:bucket", "s3://bucket"), ("file:/tmp/x", "file:///tmp/x"),
-    ("gs:bucket/prefix", "gs://bucket/prefix"), ("file://tmp/x", "file:///tmp/x"),
-])
+
+@pytest.mark.parametrize(
+    "url, better",
+    [
+        ("s3:/bucket", "s3://bucket"),
+        ("s3:bucket", "s3://bucket"),
+        ("file:/tmp/x", "file:///tmp/x"),
+        ("gs:bucket/prefix", "gs://bucket/prefix"),
+        ("file://tmp/x", "file:///tmp/x"),
+    ],
+)
 def test_a_mistyped_store_url_is_refused_with_the_corrected_form(url: str, better: str) -> None:
     with pytest.raises(StoreConfigError, match=f"did you mean '{better}'"):
         check_store_url(url)
 
 
-def test_a_relative_store_path_is_refused_and_nothing_is_made(tmp_path: Path, workdir: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_relative_store_path_is_refused_and_nothing_is_made(
+    tmp_path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(workdir)
     with pytest.raises(StoreConfigError, match="relative path"):
         open_backend("my-store")
@@ -262,7 +306,9 @@ def test_a_relative_store_path_is_refused_and_nothing_is_made(tmp_path: Path, wo
     assert check_store_url("~/gpuws") == "~/gpuws"  # the home folder is absolute enough
 
 
-def test_a_store_inside_the_work_directory_or_holding_it_is_refused(tmp_path: Path, workdir: Path) -> None:
+def test_a_store_inside_the_work_directory_or_holding_it_is_refused(
+    tmp_path: Path, workdir: Path
+) -> None:
     write(workdir, "a.txt", "a")
     with pytest.raises(StoreConfigError, match="inside the work directory"):
         engine_on(tmp_path, workdir, workdir / "store")
@@ -272,12 +318,19 @@ def test_a_store_inside_the_work_directory_or_holding_it_is_refused(tmp_path: Pa
 
 
 def test_the_state_folder_inside_the_work_directory_is_left_out_of_the_mirror(
-        tmp_path: Path, workdir: Path, store_dir: Path) -> None:
+    tmp_path: Path, workdir: Path, store_dir: Path
+) -> None:
     """A server started in the home folder keeps its record in ~/.local/share/…: never mirrored
     (every pass would change it, and send it again)."""
     write(workdir, "a.txt", "a")
-    engine = SyncEngine(SyncSettings(workdir=str(workdir), store_url=str(store_dir), workspace="ws",
-                                     state_dir=str(workdir / ".local" / "share" / "gpuws" / "state")))
+    engine = SyncEngine(
+        SyncSettings(
+            workdir=str(workdir),
+            store_url=str(store_dir),
+            workspace="ws",
+            state_dir=str(workdir / ".local" / "share" / "gpuws" / "state"),
+        )
+    )
     engine.open()
     try:
         assert engine.sync().uploaded == ["a.txt"]

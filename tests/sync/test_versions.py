@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from jupyter_gpu_ws.sync import SyncEngine
 from jupyter_gpu_ws.store import version_stamp
+from jupyter_gpu_ws.sync import SyncEngine
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.conftest import write
 
@@ -26,7 +26,8 @@ def versions_under(store_dir: Path) -> dict[str, list[bytes]]:
 
 
 def test_a_store_copy_differing_from_an_unrecorded_local_file_is_kept_as_a_version(
-        workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make) -> None:
+    workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make
+) -> None:
     """A new machine, a lost record, `jupyter gpuws sync` on another folder: the store's copy
     (perhaps the newer work) is never overwritten without a version."""
     write(workdir, "notes.md", "the store's newer text")
@@ -41,8 +42,9 @@ def test_a_store_copy_differing_from_an_unrecorded_local_file_is_kept_as_a_versi
     assert versions_under(store_dir) == {"notes.md": [b"the store's newer text"]}
 
 
-def test_an_unrecorded_file_the_store_already_holds_is_not_sent_again(workdir: Path, tmp_path: Path,
-                                                                    store_dir: Path, make_engine: Make) -> None:
+def test_an_unrecorded_file_the_store_already_holds_is_not_sent_again(
+    workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "same.bin", b"same bytes" * 1000)
     first = make_engine(workdir)
     first.sync()
@@ -56,8 +58,9 @@ def test_an_unrecorded_file_the_store_already_holds_is_not_sent_again(workdir: P
     assert stored.stat().st_mtime_ns == before and versions_under(store_dir) == {}
 
 
-def test_the_whole_store_is_pruned_by_count_and_age_and_counted(workdir: Path, store_dir: Path,
-                                                               make_engine: Make) -> None:
+def test_the_whole_store_is_pruned_by_count_and_age_and_counted(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     engine = make_engine(workdir, keep_versions=2, version_max_age=3600)
     base = store_dir / "ws" / ".gpuws" / "versions"
     # Versions of paths no pass will touch again: a deleted folder's files, old and many.
@@ -81,12 +84,17 @@ def test_the_quota_counts_the_versions(workdir: Path, store_dir: Path, make_engi
     engine.prune_versions()  # counts them
     write(workdir, "more.bin", os.urandom(3_000))
     report = engine.sync()
-    assert not report.ok and "Quota exceeded" in report.errors[0] and "versions included" in report.errors[0]
+    assert (
+        not report.ok
+        and "Quota exceeded" in report.errors[0]
+        and "versions included" in report.errors[0]
+    )
     assert engine.pending()[0] == 1
 
 
-def test_a_tracked_run_with_retention_leaves_bounded_versions(workdir: Path, store_dir: Path,
-                                                             make_engine: Make) -> None:
+def test_a_tracked_run_with_retention_leaves_bounded_versions(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     """300 steps of a real tracked model, a checkpoint every step, the last 3 kept, the sync
     following as a server's does: versions stay within keep_versions per path, and no version
     is kept of a checkpoint that the retention replaced."""
@@ -101,8 +109,14 @@ def test_a_tracked_run_with_retention_leaves_bounded_versions(workdir: Path, sto
         model = torch.nn.Linear(64, 64)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         tracker = Tracker()
-        tracker.track("train", model=model, optimizer=opt, every_steps=1, keep_last=3,
-                      root=str(workdir / ".gpuws" / "checkpoints"))
+        tracker.track(
+            "train",
+            model=model,
+            optimizer=opt,
+            every_steps=1,
+            keep_last=3,
+            root=str(workdir / ".gpuws" / "checkpoints"),
+        )
         for step in range(1, 301):
             opt.zero_grad()
             model(torch.randn(8, 64)).sum().backward()
@@ -112,24 +126,31 @@ def test_a_tracked_run_with_retention_leaves_bounded_versions(workdir: Path, sto
             if step % 50 == 0:
                 write(workdir, "log.txt", f"step {step}")  # a file overwritten now and then
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (engine.pending() != (0, 0) or engine.state != "idle"):
+        while time.monotonic() < deadline and (
+            engine.pending() != (0, 0) or engine.state != "idle"
+        ):
             time.sleep(0.1)
         assert engine.pending() == (0, 0)
         engine.prune_versions()
     finally:
         service.stop()
     versions = versions_under(store_dir)
-    assert not [p for p in versions if p.startswith(".gpuws/checkpoints/")]  # none of retired checkpoints
+    assert not [
+        p for p in versions if p.startswith(".gpuws/checkpoints/")
+    ]  # none of retired checkpoints
     assert all(len(kept) <= 3 for kept in versions.values())
-    mirrored = sorted(p.name for p in (store_dir / "ws/files/.gpuws/checkpoints/train").iterdir())  # no empty folders
+    mirrored = sorted(
+        p.name for p in (store_dir / "ws/files/.gpuws/checkpoints/train").iterdir()
+    )  # no empty folders
     assert len(mirrored) == 3 and mirrored[-1].startswith("ckpt-000000300-")
     status = engine.status()
     assert status["versions_bytes"] == sum(len(b) for kept in versions.values() for b in kept)
     assert status["versions_bytes"] < 1000  # a few log.txt versions, not 300 checkpoints
 
 
-def test_a_user_deleting_a_whole_run_keeps_its_checkpoints_as_versions(workdir: Path, store_dir: Path,
-                                                                      make_engine: Make) -> None:
+def test_a_user_deleting_a_whole_run_keeps_its_checkpoints_as_versions(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     folder = workdir / ".gpuws/checkpoints/run/ckpt-000000001-20261201T000000Z"
     write(folder, "tensors.bin", b"weights")
     write(folder, "manifest.json", b"{}")
@@ -140,11 +161,14 @@ def test_a_user_deleting_a_whole_run_keeps_its_checkpoints_as_versions(workdir: 
 
     shutil.rmtree(workdir / ".gpuws/checkpoints/run")  # no newer checkpoint: this is not retention
     assert engine.sync().ok
-    assert versions_under(store_dir)[".gpuws/checkpoints/run/ckpt-000000001-20261201T000000Z/tensors.bin"] == [b"weights"]
+    assert versions_under(store_dir)[
+        ".gpuws/checkpoints/run/ckpt-000000001-20261201T000000Z/tensors.bin"
+    ] == [b"weights"]
 
 
-def test_many_retired_checkpoints_in_one_pass_do_not_trip_the_deletion_guard(workdir: Path, store_dir: Path,
-                                                                            make_engine: Make) -> None:
+def test_many_retired_checkpoints_in_one_pass_do_not_trip_the_deletion_guard(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
     import shutil
 
     run = workdir / ".gpuws/checkpoints/run"
@@ -158,4 +182,5 @@ def test_many_retired_checkpoints_in_one_pass_do_not_trip_the_deletion_guard(wor
     report = engine.sync()
     assert report.ok and len(report.deleted) == 16
     assert [p.name for p in (store_dir / "ws/files/.gpuws/checkpoints/run").iterdir()] == [
-        "ckpt-000000005-20261201T000000Z"]
+        "ckpt-000000005-20261201T000000Z"
+    ]

@@ -5,16 +5,12 @@ and last write."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from jupyter_gpu_ws.sync.errors import StoreMissingError
-
 from jupyter_gpu_ws.defaults import derive_workspace_name, legacy_workspace_name
-from jupyter_gpu_ws.sync import LocalBackend, SyncEngine
-from jupyter_gpu_ws.sync.errors import WorkspaceNotFoundError
 from jupyter_gpu_ws.store.workspaces import (
     list_workspaces,
     remember_choice,
@@ -22,6 +18,8 @@ from jupyter_gpu_ws.store.workspaces import (
     require_workspace,
     resolve_workspace,
 )
+from jupyter_gpu_ws.sync import LocalBackend, SyncEngine
+from jupyter_gpu_ws.sync.errors import StoreMissingError, WorkspaceNotFoundError
 from tests.sync.conftest import write
 
 Make = Callable[..., SyncEngine]
@@ -31,10 +29,14 @@ def test_the_default_name_is_the_same_wherever_the_folder_sits(tmp_path: Path) -
     here, there = tmp_path / "a" / "project", tmp_path / "mnt" / "other" / "project"
     assert derive_workspace_name(str(here)) == derive_workspace_name(str(there))
     assert derive_workspace_name(str(here)).endswith("-project")
-    assert legacy_workspace_name(str(here)) != legacy_workspace_name(str(there))  # what it used to do
+    assert legacy_workspace_name(str(here)) != legacy_workspace_name(
+        str(there)
+    )  # what it used to do
 
 
-def test_a_workspace_an_earlier_version_named_keeps_being_used(tmp_path: Path, store_dir: Path) -> None:
+def test_a_workspace_an_earlier_version_named_keeps_being_used(
+    tmp_path: Path, store_dir: Path
+) -> None:
     workdir = str(tmp_path / "project")
     backend = LocalBackend(str(store_dir))
     legacy = legacy_workspace_name(workdir)
@@ -47,8 +49,9 @@ def test_a_workspace_an_earlier_version_named_keeps_being_used(tmp_path: Path, s
     assert resolve_workspace(backend, default, legacy) == (default, None)
 
 
-def test_the_store_lists_its_workspaces_with_size_and_last_write(workdir: Path, tmp_path: Path, store_dir: Path,
-                                                                 make_engine: Make) -> None:
+def test_the_store_lists_its_workspaces_with_size_and_last_write(
+    workdir: Path, tmp_path: Path, store_dir: Path, make_engine: Make
+) -> None:
     write(workdir, "a.txt", "x" * 100)
     write(workdir, "b/c.txt", "y" * 50)
     engine = make_engine(workdir, workspace="alice-project")
@@ -73,7 +76,9 @@ def test_a_missing_workspace_is_an_error_naming_those_that_exist(store_dir: Path
     with pytest.raises(WorkspaceNotFoundError, match="holds no workspace yet"):
         require_workspace(backend, "mine")
     write(store_dir / "root-project" / "files", "a.txt", "a")
-    with pytest.raises(WorkspaceNotFoundError, match=r"No workspace 'mine' in .*; it holds: root-project"):
+    with pytest.raises(
+        WorkspaceNotFoundError, match=r"No workspace 'mine' in .*; it holds: root-project"
+    ):
         require_workspace(backend, "mine")
     require_workspace(backend, "root-project")
 
@@ -83,4 +88,7 @@ def test_a_chosen_workspace_is_remembered_for_the_folder(tmp_path: Path) -> None
     assert remembered_choice(state, "/content") is None
     remember_choice(state, "/content", "root-project")
     remember_choice(state, "/other", "x")
-    assert remembered_choice(state, "/content") == "root-project" and remembered_choice(state, "/other") == "x"
+    assert (
+        remembered_choice(state, "/content") == "root-project"
+        and remembered_choice(state, "/other") == "x"
+    )

@@ -48,16 +48,29 @@ def test_a_run_past_the_deadline_says_by_how_much_and_the_step_the_persist_will_
 
 
 def test_after_the_automatic_persist_its_checkpoint_is_what_it_holds() -> None:
-    v = forecast(step=999, total=50_000, rate=10.0, now=NOW, deadline=deadline(300, lead=600), checkpoint_step=990)
+    v = forecast(
+        step=999,
+        total=50_000,
+        rate=10.0,
+        now=NOW,
+        deadline=deadline(300, lead=600),
+        checkpoint_step=990,
+    )
     assert v["state"] == "short" and v["persist_step"] == 990
 
 
-@pytest.mark.parametrize(("step", "total", "rate", "dl", "state"), [
-    (10, None, 5.0, 3600, "no-total"), (4999, 5000, 5.0, 3600, "done"), (10, 5000, None, 3600, "unknown"),
-    (10, 5000, 5.0, None, "no-deadline"),
-])
-def test_what_cannot_be_judged_says_why(step: int, total: int | None, rate: float | None, dl: float | None,
-                                        state: str) -> None:
+@pytest.mark.parametrize(
+    ("step", "total", "rate", "dl", "state"),
+    [
+        (10, None, 5.0, 3600, "no-total"),
+        (4999, 5000, 5.0, 3600, "done"),
+        (10, 5000, None, 3600, "unknown"),
+        (10, 5000, 5.0, None, "no-deadline"),
+    ],
+)
+def test_what_cannot_be_judged_says_why(
+    step: int, total: int | None, rate: float | None, dl: float | None, state: str
+) -> None:
     v = forecast(step, total, rate, NOW, None if dl is None else deadline(dl))
     assert v["state"] == state and v["message"]
 
@@ -73,9 +86,13 @@ def test_a_long_series_halves_itself_and_keeps_its_shape() -> None:
     points = history.points("loss")
     assert 50 <= len(points) <= 101
     assert points[0][0] < 200 and points[-1][0] == 9_999
-    gaps = [b[0] - a[0] for a, b in zip(points, points[1:-1])]  # the last one is still filling
+    gaps = [
+        b[0] - a[0] for a, b in zip(points, points[1:-1], strict=False)
+    ]  # the last one is still filling
     assert max(gaps) <= 2 * min(gaps)  # evenly spread: old steps are not squeezed into a few points
-    assert all(a[2] >= b[2] for a, b in zip(points, points[1:]))  # still falling everywhere
+    assert all(
+        a[2] >= b[2] for a, b in zip(points, points[1:], strict=False)
+    )  # still falling everywhere
 
 
 def test_a_sparkline_overview_spans_the_whole_run_not_its_last_points() -> None:
@@ -86,7 +103,9 @@ def test_a_sparkline_overview_spans_the_whole_run_not_its_last_points() -> None:
     steps = [p[0] for p in overview]
     assert len(overview) == 60 and steps[0] == 0 and steps[-1] == 199
     assert steps == sorted(set(steps))  # every point once, in order
-    assert max(b - a for a, b in zip(steps, steps[1:])) <= 4  # evenly spread, not a tail
+    assert (
+        max(b - a for a, b in zip(steps, steps[1:], strict=False)) <= 4
+    )  # evenly spread, not a tail
     assert history.overview("loss", 500) == history.points("loss")  # short enough: all of it
 
 
@@ -105,11 +124,19 @@ def test_a_non_finite_value_is_a_gap_in_the_curve() -> None:
     assert history.points("loss") == [[1, NOW, None]]
 
 
-@pytest.mark.parametrize("bad", [
-    None, [], {"format": 2, "series": {}}, {"format": 1, "series": {"loss": [[1, 2]]}},
-    {"format": 1, "series": {"loss": [["1", 2.0, 3.0]]}}, {"format": 1, "series": {"loss": [[1, float("nan"), 3.0]]}},
-    {"format": 1, "series": {"\x00": []}}, {"format": 1, "series": {"loss": [[True, 2.0, 3.0]]}},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        None,
+        [],
+        {"format": 2, "series": {}},
+        {"format": 1, "series": {"loss": [[1, 2]]}},
+        {"format": 1, "series": {"loss": [["1", 2.0, 3.0]]}},
+        {"format": 1, "series": {"loss": [[1, float("nan"), 3.0]]}},
+        {"format": 1, "series": {"\x00": []}},
+        {"format": 1, "series": {"loss": [[True, 2.0, 3.0]]}},
+    ],
+)
 def test_a_history_from_the_store_is_checked_point_by_point(bad: object) -> None:
     with pytest.raises(HistoryError):
         History.from_dict(bad)

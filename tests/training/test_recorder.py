@@ -42,14 +42,26 @@ def _unregister(recorder: Any) -> None:
     recorder_module._recorders.discard(recorder)
 
 
-def test_tensors_and_numbers_are_read_later_into_the_curve_and_the_stream(tracker: Tracker, tmp_path: Path) -> None:
+def test_tensors_and_numbers_are_read_later_into_the_curve_and_the_stream(
+    tracker: Tracker, tmp_path: Path
+) -> None:
     for i in range(10):
         tracker.step(i, torch.tensor(float(i)), {"lr": 0.5, "acc": torch.tensor([0.0, 1.0])})
     assert tracker.training.history.points("loss") == []  # nothing read on the loop's thread
     tracker.training.flush()
     [run, start, progress] = records(tracker.training.stream)
-    assert run == {"type": "run", "run": "run", "total": 100, "time": run["time"], "tensorboard": None}
-    assert (start["type"], start["step"], start["history"]["series"]) == ("resumed", -1, {})  # a new segment
+    assert run == {
+        "type": "run",
+        "run": "run",
+        "total": 100,
+        "time": run["time"],
+        "tensorboard": None,
+    }
+    assert (start["type"], start["step"], start["history"]["series"]) == (
+        "resumed",
+        -1,
+        {},
+    )  # a new segment
     assert progress["step"] == 9 and progress["steps"] == 10
     assert progress["values"]["loss"] == {"mean": 4.5, "min": 0.0, "max": 9.0, "last": 9.0, "n": 10}
     assert progress["values"]["acc"]["mean"] == 0.5  # a tensor of several values: its mean
@@ -60,12 +72,15 @@ def test_a_value_that_is_not_a_number_is_named_once_and_left_out(tracker: Tracke
     tracker.step(0, 1.0, {"note": "hello"})
     tracker.step(1, 1.0, {"note": "again"})
     tracker.training.flush()
-    assert tracker.training.warnings == ["gpuws: 'note' is a str, not a number or tensor: not recorded"]
+    assert tracker.training.warnings == [
+        "gpuws: 'note' is a str, not a number or tensor: not recorded"
+    ]
     assert "note" not in tracker.training.history.series
 
 
-def test_plain_values_are_read_while_torch_is_still_being_imported(tracker: Tracker,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plain_values_are_read_while_torch_is_still_being_imported(
+    tracker: Tracker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # After a restart, a step() before track() (which imports torch) meets a torch module that
     # another thread is importing: it has no Tensor yet.
     monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
@@ -79,7 +94,9 @@ def test_a_loop_faster_than_the_reader_is_sampled_but_counted_exactly(tracker: T
     for i in range(5000):
         tracker.step(i, torch.tensor(1.0))
     tracker.training.flush()
-    progress = [r for r in records(tracker.training.stream) if r["type"] == "progress"]  # the reader may look mid-loop
+    progress = [
+        r for r in records(tracker.training.stream) if r["type"] == "progress"
+    ]  # the reader may look mid-loop
     assert sum(r["steps"] for r in progress) == 5000 and progress[-1]["step"] == 4999
     read = [r["values"]["loss"]["n"] for r in progress]
     assert max(read) <= recorder_module.MAX_READ + 1 and sum(read) < 5000
@@ -91,12 +108,24 @@ def test_a_checkpoint_taken_while_the_loss_was_not_finite_is_suspect(tracker: Tr
         tracker.step(i, torch.tensor(value))
     tracker.training.flush()
     assert [tracker.training.suspect_at(s) for s in range(6)] == [
-        None, None, {"since": 2, "value": "nan"}, {"since": 2, "value": "nan"}, None, None]
+        None,
+        None,
+        {"since": 2, "value": "nan"},
+        {"since": 2, "value": "nan"},
+        None,
+        None,
+    ]
 
 
-def test_a_loop_run_again_from_an_earlier_step_continues_the_curve_from_there(tracker: Tracker) -> None:
-    watch = TrainingWatch(WatchSettings(policy=AnomalyPolicy()), streams=lambda: {"k": tracker.training.stream},
-                          kernel_busy=lambda k: True, deadline=lambda: None)
+def test_a_loop_run_again_from_an_earlier_step_continues_the_curve_from_there(
+    tracker: Tracker,
+) -> None:
+    watch = TrainingWatch(
+        WatchSettings(policy=AnomalyPolicy()),
+        streams=lambda: {"k": tracker.training.stream},
+        kernel_busy=lambda k: True,
+        deadline=lambda: None,
+    )
     for i in range(20):
         tracker.step(i, float(i))
         if i % 5 == 4:
@@ -109,13 +138,19 @@ def test_a_loop_run_again_from_an_earlier_step_continues_the_curve_from_there(tr
     steps = [p[0] for p in tracker.training.history.points("loss")]
     assert steps == sorted(steps) and max(steps) == 14
     # Two segments: the first step's, and the loop's from step 10.
-    assert [r["step"] for r in records(tracker.training.stream) if r["type"] == "resumed"] == [-1, 9]
+    assert [r["step"] for r in records(tracker.training.stream) if r["type"] == "resumed"] == [
+        -1,
+        9,
+    ]
     on_server = watch.history("run")["runs"]["run"]["series"]["loss"]
-    assert [p[0] for p in on_server] == steps and on_server[-1][2] == 100.0  # the same curve, not doubled back
+    assert [p[0] for p in on_server] == steps and on_server[-1][
+        2
+    ] == 100.0  # the same curve, not doubled back
 
 
-def test_a_checkpoint_holds_the_curve_up_to_its_step_and_a_resume_brings_it_back(tracker: Tracker,
-                                                                                  tmp_path: Path) -> None:
+def test_a_checkpoint_holds_the_curve_up_to_its_step_and_a_resume_brings_it_back(
+    tracker: Tracker, tmp_path: Path
+) -> None:
     for i in range(30):
         tracker.step(i, float(30 - i))
         if i % 10 == 9:
@@ -124,7 +159,11 @@ def test_a_checkpoint_holds_the_curve_up_to_its_step_and_a_resume_brings_it_back
             tracker.checkpoint(wait=True)
     [(path, manifest)] = complete_checkpoints(tracker.run_path)
     metrics = json.loads((path / "metrics.json").read_text())
-    assert manifest["health"] == "healthy" and manifest["total_steps"] == 100 and "metrics.json" in manifest["files"]
+    assert (
+        manifest["health"] == "healthy"
+        and manifest["total_steps"] == 100
+        and "metrics.json" in manifest["files"]
+    )
     assert max(p[0] for p in metrics["history"]["series"]["loss"]) == 19
 
     fresh = Tracker()
@@ -139,10 +178,15 @@ def test_a_checkpoint_holds_the_curve_up_to_its_step_and_a_resume_brings_it_back
 
 
 def test_a_stream_grown_too_long_is_replaced_by_a_snapshot_the_server_reads_whole(
-        tracker: Tracker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tracker: Tracker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(protocol, "TRAINING_STREAM_MAX", 2000)
-    watch = TrainingWatch(WatchSettings(policy=AnomalyPolicy()), streams=lambda: {"k": tracker.training.stream},
-                          kernel_busy=lambda k: True, deadline=lambda: None)
+    watch = TrainingWatch(
+        WatchSettings(policy=AnomalyPolicy()),
+        streams=lambda: {"k": tracker.training.stream},
+        kernel_busy=lambda k: True,
+        deadline=lambda: None,
+    )
     for i in range(60):
         tracker.step(i, float(i))
         tracker.training.flush()
@@ -176,14 +220,20 @@ def train_and_watch(tracker: Tracker, watch: TrainingWatch, losses: list[float])
 
 # Falls to 1e-6; its last two steps are read with the rerun's first five (one record of mixed runs before).
 FIRST_RUN = [5.0 * (1e-6 / 5.0) ** (i / 201) for i in range(202)]
-RERUN = [5.0 * 0.99 ** i for i in range(200)]  # from 5.0 again, falling steadily
+RERUN = [5.0 * 0.99**i for i in range(200)]  # from 5.0 again, falling steadily
 
 
 @pytest.mark.parametrize("rerun_in", ["a new kernel", "the same kernel"])
-def test_restart_and_run_all_is_a_new_segment_judged_on_its_own(tmp_path: Path, rerun_in: str) -> None:
+def test_restart_and_run_all_is_a_new_segment_judged_on_its_own(
+    tmp_path: Path, rerun_in: str
+) -> None:
     streams = {"k1": tmp_path / "k1.training.jsonl"}
-    watch = TrainingWatch(WatchSettings(policy=AnomalyPolicy()), streams=lambda: dict(streams),
-                          kernel_busy=lambda k: True, deadline=lambda: None)
+    watch = TrainingWatch(
+        WatchSettings(policy=AnomalyPolicy()),
+        streams=lambda: dict(streams),
+        kernel_busy=lambda k: True,
+        deadline=lambda: None,
+    )
     first = a_kernel(tmp_path, "k1")
     train_and_watch(first, watch, FIRST_RUN)
     if rerun_in == "a new kernel":
@@ -199,17 +249,25 @@ def test_restart_and_run_all_is_a_new_segment_judged_on_its_own(tmp_path: Path, 
     [run] = state["runs"]
     assert run["step"] == 199 and run["live"]
     curve = watch.history("train.ipynb")["runs"]["train.ipynb"]["series"]["loss"]
-    assert [p[0] for p in curve] == list(range(4, 200, 5))  # the rerun's points alone, from its start
+    assert [p[0] for p in curve] == list(
+        range(4, 200, 5)
+    )  # the rerun's points alone, from its start
     assert curve[0][2] == pytest.approx(sum(RERUN[:5]) / 5)
 
 
 def test_a_loss_that_rises_within_the_rerun_is_still_divergence(tmp_path: Path) -> None:
     streams = {"k1": tmp_path / "k1.training.jsonl"}
-    watch = TrainingWatch(WatchSettings(policy=AnomalyPolicy()), streams=lambda: dict(streams),
-                          kernel_busy=lambda k: True, deadline=lambda: None)
+    watch = TrainingWatch(
+        WatchSettings(policy=AnomalyPolicy()),
+        streams=lambda: dict(streams),
+        kernel_busy=lambda k: True,
+        deadline=lambda: None,
+    )
     tracker = a_kernel(tmp_path, "k1")
     train_and_watch(tracker, watch, FIRST_RUN)
-    train_and_watch(tracker, watch, [5.0 * 0.95 ** i for i in range(100)] + [0.03 * 1.1 ** i for i in range(60)])
+    train_and_watch(
+        tracker, watch, [5.0 * 0.95**i for i in range(100)] + [0.03 * 1.1**i for i in range(60)]
+    )
     [divergence] = [a for a in watch.state()["anomalies"] if a["kind"] == "divergence"]
     assert divergence["kind"] == "divergence" and divergence["run"] == "train.ipynb"
     assert "times its best (0.0" in divergence["message"]  # its best in this segment, not 1e-06

@@ -63,7 +63,9 @@ def gpuws_config(gpuws_config: dict[str, Any]) -> dict[str, Any]:
     return {**gpuws_config, "sync_enabled": False, "max_runtime": "10h"}
 
 
-async def test_a_tracked_loop_with_loss_tensors_reports_pace_eta_and_verdict(jp_fetch: Any, gpuws_app: Any) -> None:
+async def test_a_tracked_loop_with_loss_tensors_reports_pace_eta_and_verdict(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     async with Notebook(jp_fetch, gpuws_app, "pace.ipynb") as nb:
         await nb.run(SETUP.format(options="total_steps=5000"))
         cell = nb.client.execute("train(0, 5000, delay=0.02)")
@@ -84,7 +86,9 @@ async def test_a_tracked_loop_with_loss_tensors_reports_pace_eta_and_verdict(jp_
         assert "before the runtime ends" in verdict["message"]
         # The loss tensors were read in the background: the values the loop computed.
         assert {"loss", "lr"} <= set(run["scalars"]) and run["values"]["lr"] == pytest.approx(0.01)
-        assert len(run["sparkline"]) >= 3 and all(v is not None and v >= 0 for _, v in run["sparkline"])
+        assert len(run["sparkline"]) >= 3 and all(
+            v is not None and v >= 0 for _, v in run["sparkline"]
+        )
         await stop_cell(jp_fetch, nb, cell)
         losses = json.loads(await nb.run("import json; print(json.dumps(losses))"))
         last = run["values"]["loss"]
@@ -108,7 +112,8 @@ class TestDeadline:
         return config
 
     async def test_a_deadline_closer_than_the_eta_turns_the_verdict_and_raises_the_notice(
-            self, jp_fetch: Any, gpuws_app: Any, deadline_file: Path) -> None:
+        self, jp_fetch: Any, gpuws_app: Any, deadline_file: Path
+    ) -> None:
         async with Notebook(jp_fetch, gpuws_app, "long.ipynb") as nb:
             await nb.run(SETUP.format(options="total_steps=100000"))
             cell = nb.client.execute("train(0, 100000, delay=0.01)")
@@ -117,6 +122,7 @@ class TestDeadline:
                 async def check() -> Any:
                     run = run_of(await training(jp_fetch), "long.ipynb")
                     return run if run and (run["verdict"] or {}).get("state") == state else None
+
                 return check
 
             run = await wait_for(verdict("no-deadline"), timeout=60, interval=0.5)
@@ -127,7 +133,9 @@ class TestDeadline:
             run = await wait_for(verdict("short"), timeout=30, interval=0.5)
             v = run["verdict"]
             assert v["source"] == "deadline_file" and v["short_by"] > 0
-            assert v["short_by"] == pytest.approx(run["eta"] - (v["deadline"] - time.time()), abs=30)
+            assert v["short_by"] == pytest.approx(
+                run["eta"] - (v["deadline"] - time.time()), abs=30
+            )
             assert run["step"] < v["persist_step"] < v["steps_by_deadline"] < 100000
             assert f"about step {v['persist_step']:,}" in v["message"]
             state = await training(jp_fetch)
@@ -136,7 +144,11 @@ class TestDeadline:
             assert "short" in notice["message"] and "gpuws.resume()" in notice["advice"]
             # One episode: the same notice (id) on the next look, its figures moving.
             await asyncio.sleep(1.5)
-            again = [a for a in (await training(jp_fetch))["anomalies"] if a["kind"] == "eta-past-deadline"]
+            again = [
+                a
+                for a in (await training(jp_fetch))["anomalies"]
+                if a["kind"] == "eta-past-deadline"
+            ]
             assert [a["id"] for a in again] == [notice["id"]]
 
             deadline_file.write_text(str(time.time() + 10 * 3600))  # moved: now it finishes
@@ -146,7 +158,8 @@ class TestDeadline:
 
 
 async def test_a_nan_loss_raises_the_alert_and_resume_goes_back_to_the_last_healthy_checkpoint(
-        jp_fetch: Any, gpuws_app: Any, jp_root_dir: Path) -> None:
+    jp_fetch: Any, gpuws_app: Any, jp_root_dir: Path
+) -> None:
     async with Notebook(jp_fetch, gpuws_app, "nan.ipynb") as nb:
         await nb.run(SETUP.format(options="every_steps=5, keep_last=2"))
         await nb.run("train(0, 31, delay=0.05, nan_at=12)\ngpuws.checkpoint(wait=True)")
@@ -168,7 +181,9 @@ async def test_a_nan_loss_raises_the_alert_and_resume_goes_back_to_the_last_heal
         assert all(health == "suspect" for step, health in kept if step >= 12)
         said = await nb.run("print(gpuws.resume())")
         assert said.strip().splitlines()[-1] == str(healthy[0] + 1)
-        assert f"newest healthy checkpoint, at step {healthy[0]}" in said and "nan at step 12" in said
+        assert (
+            f"newest healthy checkpoint, at step {healthy[0]}" in said and "nan at step 12" in said
+        )
         assert await nb.run("print(torch.isfinite(model.weight).all().item())") == "True\n"
 
 
@@ -177,8 +192,9 @@ class TestStall:
     def gpuws_config(self, gpuws_config: dict[str, Any]) -> dict[str, Any]:
         return {**gpuws_config, "training_stall_seconds": 2.0}
 
-    async def test_a_loop_that_stops_stepping_mid_run_raises_the_stall_alert(self, jp_fetch: Any,
-                                                                            gpuws_app: Any) -> None:
+    async def test_a_loop_that_stops_stepping_mid_run_raises_the_stall_alert(
+        self, jp_fetch: Any, gpuws_app: Any
+    ) -> None:
         async with Notebook(jp_fetch, gpuws_app, "stall.ipynb") as nb:
             await nb.run(SETUP.format(options="total_steps=1000"))
             cell = nb.client.execute("train(0, 1000, delay=0.01, pause_at=150, pause=600)")
@@ -201,7 +217,9 @@ class TestStall:
             await wait_for(over, timeout=20, interval=0.5)
 
 
-async def test_a_run_whose_kernel_died_mid_cell_is_stopped_not_running(jp_fetch: Any, gpuws_app: Any) -> None:
+async def test_a_run_whose_kernel_died_mid_cell_is_stopped_not_running(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     # Out of memory, a crash, kill -9: the kernel stays listed, its last status "busy", until
     # the restarter brings a fresh process under the same id, which trains nothing.
     async with Notebook(jp_fetch, gpuws_app, "died.ipynb") as nb:
@@ -223,10 +241,14 @@ async def test_a_run_whose_kernel_died_mid_cell_is_stopped_not_running(jp_fetch:
             assert run is not None and run["state"] == "stopped", run
 
 
-async def test_a_resumed_run_shows_its_curve_continuous_across_a_new_kernel(jp_fetch: Any, gpuws_app: Any) -> None:
+async def test_a_resumed_run_shows_its_curve_continuous_across_a_new_kernel(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     async with Notebook(jp_fetch, gpuws_app, "curve.ipynb") as nb:
         await nb.run(SETUP.format(options="total_steps=60"))
-        await nb.run("train(0, 30, delay=0.02)\ngpuws.checkpoint(wait=True)\ntrain(30, 40, delay=0.02)")
+        await nb.run(
+            "train(0, 30, delay=0.02)\ngpuws.checkpoint(wait=True)\ntrain(30, 40, delay=0.02)"
+        )
         os.kill(nb.pid, signal.SIGKILL)  # the runtime is gone: steps 30-39 are lost
 
     async def from_checkpoint() -> Any:  # what a new machine shows before anything runs
@@ -235,14 +257,17 @@ async def test_a_resumed_run_shows_its_curve_continuous_across_a_new_kernel(jp_f
 
     run = await wait_for(from_checkpoint, timeout=30, interval=0.5)
     assert run["state"] == "stopped" and run["checkpoint"]["step"] == 29
-    history = json.loads((await jp_fetch("gpuws", "api", "training", "history",
-                                         params={"run": "curve.ipynb"})).body)
+    history = json.loads(
+        (await jp_fetch("gpuws", "api", "training", "history", params={"run": "curve.ipynb"})).body
+    )
     before = [p[0] for p in history["runs"]["curve.ipynb"]["series"]["loss"]]
     assert before and max(before) <= 29 and min(before) < 10
 
     async with Notebook(jp_fetch, gpuws_app, "curve.ipynb") as nb:
         await nb.run(SETUP.format(options="total_steps=60"))
-        assert (await nb.run("start = gpuws.resume(); print(start)")).strip().splitlines()[-1] == "30"
+        assert (await nb.run("start = gpuws.resume(); print(start)")).strip().splitlines()[
+            -1
+        ] == "30"
         await nb.run("train(start, 60, delay=0.02)")
 
         async def continued() -> Any:
@@ -253,18 +278,23 @@ async def test_a_resumed_run_shows_its_curve_continuous_across_a_new_kernel(jp_f
         assert run["state"] == "done" and (run["verdict"] or {}).get("state") == "done"
         history = json.loads((await jp_fetch("gpuws", "api", "training", "history")).body)
         steps = [p[0] for p in history["runs"]["curve.ipynb"]["series"]["loss"]]
-        assert steps == sorted(steps) and len(steps) == len(set(steps))  # one curve, never doubling back
+        assert steps == sorted(steps) and len(steps) == len(
+            set(steps)
+        )  # one curve, never doubling back
         assert min(steps) < 10 and max(steps) == 59 and any(25 <= s <= 29 for s in steps)
         assert any(30 <= s <= 40 for s in steps)
 
 
-async def test_tensorboard_event_files_hold_the_loops_values(jp_fetch: Any, gpuws_app: Any,
-                                                             jp_root_dir: Path) -> None:
+async def test_tensorboard_event_files_hold_the_loops_values(
+    jp_fetch: Any, gpuws_app: Any, jp_root_dir: Path
+) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     async with Notebook(jp_fetch, gpuws_app, "tb.ipynb") as nb:
         await nb.run(SETUP.format(options="total_steps=40, tensorboard=True"))
-        await nb.run("train(0, 40)\ngpuws.log(val_acc=0.75)\ngpuws.checkpoint(wait=True)")  # a checkpoint flushes them
+        await nb.run(
+            "train(0, 40)\ngpuws.log(val_acc=0.75)\ngpuws.checkpoint(wait=True)"
+        )  # a checkpoint flushes them
         losses = json.loads(await nb.run("import json; print(json.dumps(losses))"))
 
     folder = jp_root_dir / ".gpuws" / "checkpoints" / "tb.ipynb" / "tensorboard"
@@ -277,27 +307,40 @@ async def test_tensorboard_event_files_hold_the_loops_values(jp_fetch: Any, gpuw
     assert [(e.step, e.value) for e in events.Scalars("val_acc")] == [(39, pytest.approx(0.75))]
 
 
-async def test_a_wandb_run_keeps_its_id_across_a_resume(jp_fetch: Any, gpuws_app: Any, jp_root_dir: Path,
-                                                         tmp_path: Path) -> None:
+async def test_a_wandb_run_keeps_its_id_across_a_resume(
+    jp_fetch: Any, gpuws_app: Any, jp_root_dir: Path, tmp_path: Path
+) -> None:
     pytest.importorskip("wandb")
     offline = f"import os; os.environ.update(WANDB_MODE='offline', WANDB_DIR={str(tmp_path)!r}, WANDB_SILENT='true')\n"
     async with Notebook(jp_fetch, gpuws_app, "wb.ipynb") as nb:
         await nb.run(offline + SETUP.format(options=""))
-        first = (await nb.run("import wandb\nrun = wandb.init(project='gpuws-test')\ntrain(0, 10)\n"
-                              "gpuws.checkpoint(wait=True)\nprint(run.id)")).strip().splitlines()[-1]
+        first = (
+            (
+                await nb.run(
+                    "import wandb\nrun = wandb.init(project='gpuws-test')\ntrain(0, 10)\n"
+                    "gpuws.checkpoint(wait=True)\nprint(run.id)"
+                )
+            )
+            .strip()
+            .splitlines()[-1]
+        )
         os.kill(nb.pid, signal.SIGKILL)
 
     [(_, manifest)] = complete_checkpoints(jp_root_dir / ".gpuws" / "checkpoints" / "wb.ipynb")
     assert manifest["wandb"]["run_id"] == first and manifest["wandb"]["project"] == "gpuws-test"
     async with Notebook(jp_fetch, gpuws_app, "wb.ipynb") as nb:
         await nb.run(offline + SETUP.format(options=""))
-        said = await nb.run("start = gpuws.resume()\nimport wandb\nrun = wandb.init(project='gpuws-test')\n"
-                            "print(run.id)\nwandb.finish()")
+        said = await nb.run(
+            "start = gpuws.resume()\nimport wandb\nrun = wandb.init(project='gpuws-test')\n"
+            "print(run.id)\nwandb.finish()"
+        )
         assert said.strip().splitlines()[-1] == first  # one W&B run, continued, not split in two
         assert f"W&B run {first} continues" in said
 
 
-async def test_gpuws_status_shows_each_run_with_its_step_eta_and_verdict(jp_fetch: Any, gpuws_app: Any) -> None:
+async def test_gpuws_status_shows_each_run_with_its_step_eta_and_verdict(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     async with Notebook(jp_fetch, gpuws_app, "status.ipynb") as nb:
         await nb.run(SETUP.format(options="total_steps=5000"))
         cell = nb.client.execute("train(0, 5000, delay=0.02)")
@@ -312,7 +355,11 @@ async def test_gpuws_status_shows_each_run_with_its_step_eta_and_verdict(jp_fetc
         said = shown["text/plain"]
         assert "training run" in said  # after the GPU, sync and checkpoint tables
         assert "status.ipynb" in shown["text/html"]
-        [line] = [line for line in said.splitlines() if line.strip().startswith("status.ipynb") and "/5,000" in line]
+        [line] = [
+            line
+            for line in said.splitlines()
+            if line.strip().startswith("status.ipynb") and "/5,000" in line
+        ]
         assert "paused" in line and "before the runtime ends" in line
         assert " h " in line or " min" in line  # the ETA in words
 
@@ -327,8 +374,9 @@ for i in range({steps}):
 """
 
 
-async def test_restart_and_run_all_raises_no_alarm_against_the_earlier_runs_best(jp_fetch: Any,
-                                                                               gpuws_app: Any) -> None:
+async def test_restart_and_run_all_raises_no_alarm_against_the_earlier_runs_best(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
     seen: list[dict[str, Any]] = []
 
     async def reached(step: int) -> Any:
@@ -340,18 +388,27 @@ async def test_restart_and_run_all_raises_no_alarm_against_the_earlier_runs_best
     async with Notebook(jp_fetch, gpuws_app, "restart.ipynb") as nb:  # the first run: down to 1e-6
         await nb.run(RESTART_AND_RUN_ALL.format(steps=200, loss="5.0 * (1e-6 / 5.0) ** (i / 199)"))
         await wait_for(lambda: reached(199), timeout=30, interval=0.2)
-    async with Notebook(jp_fetch, gpuws_app, "restart.ipynb") as nb:  # Restart and Run All: from 5.0 again
+    async with Notebook(
+        jp_fetch, gpuws_app, "restart.ipynb"
+    ) as nb:  # Restart and Run All: from 5.0 again
         rerun = RESTART_AND_RUN_ALL.format(steps=300, loss="5.0 * 0.99 ** i")
         cell = nb.client.execute(rerun)
         run = await wait_for(lambda: reached(299), timeout=60, interval=0.2)
         await collect(nb.client, cell)
         assert seen == [] and run["anomalies"] == []
-        history = json.loads((await jp_fetch("gpuws", "api", "training", "history",
-                                             params={"run": "restart.ipynb"})).body)
+        history = json.loads(
+            (
+                await jp_fetch(
+                    "gpuws", "api", "training", "history", params={"run": "restart.ipynb"}
+                )
+            ).body
+        )
         curve = history["runs"]["restart.ipynb"]["series"]["loss"]
         # The rerun's curve alone, from its own start: none of the first run's points (down to 1e-6) left.
         assert curve[0][0] <= 30 and curve[0][2] > 3.5 and min(p[2] for p in curve) > 0.2
         assert [p[0] for p in curve] == sorted({p[0] for p in curve})
-        await nb.run(rerun.replace("%load_ext jupyter_gpu_ws", ""))  # the loop's cell run again, same kernel
+        await nb.run(
+            rerun.replace("%load_ext jupyter_gpu_ws", "")
+        )  # the loop's cell run again, same kernel
         run = await wait_for(lambda: reached(299), timeout=60, interval=0.2)
     assert seen == [] and run["anomalies"] == []

@@ -29,8 +29,11 @@ def stored_checkpoints(store: Path, workspace: str) -> dict[int, Path]:
     folder = store / workspace / "files" / ".gpuws" / "checkpoints" / "dist-run"
     if not folder.is_dir():
         return {}
-    return {int(p.name.split("-")[1]): p for p in sorted(folder.iterdir())
-            if p.name.startswith("ckpt-") and (p / "manifest.json").is_file()}
+    return {
+        int(p.name.split("-")[1]): p
+        for p in sorted(folder.iterdir())
+        if p.name.startswith("ckpt-") and (p / "manifest.json").is_file()
+    }
 
 
 def job_of(server: Any, job_id: str) -> dict[str, Any]:
@@ -38,7 +41,8 @@ def job_of(server: Any, job_id: str) -> dict[str, Any]:
 
 
 def test_a_torchrun_job_on_two_gpus_relaunches_on_the_one_gpu_the_successor_has_from_its_resharded_checkpoint(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if shutil.which("unshare") is None:
         pytest.fail("`unshare` (util-linux) is needed to run servers as other hosts", pytrace=False)
     monkeypatch.setenv("GPUWS_JOB_KEY", "the-same-user-on-both-machines")
@@ -46,25 +50,67 @@ def test_a_torchrun_job_on_two_gpus_relaunches_on_the_one_gpu_the_successor_has_
     store = tmp_path / "store"
     two = write_spec(tmp_path / "two-gpus.json", gpu_spec())
     one = write_spec(tmp_path / "one-gpu.json", gpu_spec(gpus=gpu_spec()["gpus"][:1]))
-    config = {"store_url": str(store), "workspace": "", "sync_debounce": 0.05, "lease_ttl": LEASE_TTL,
-              "checkpoint_timeout": 10.0, "sample_interval": 0.2}
+    config = {
+        "store_url": str(store),
+        "workspace": "",
+        "sync_debounce": 0.05,
+        "lease_ttl": LEASE_TTL,
+        "checkpoint_timeout": 10.0,
+        "sample_interval": 0.2,
+    }
     # Paths relative to the job's folder: the successor's work directory is elsewhere. The local
     # address: the servers' host names (machine-a, machine-b) resolve nowhere, and the rendezvous
     # would wait on them.
-    command = ["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "--monitor-interval=0.2", "--local-addr=127.0.0.1", "dist_run.py", "--parallel", "ddp", "--steps", str(STEPS),
-               "--every", "5", "--sleep", "0.25", "--root", ".gpuws/checkpoints", "--out", "out"]
+    command = [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--monitor-interval=0.2",
+        "--local-addr=127.0.0.1",
+        "dist_run.py",
+        "--parallel",
+        "ddp",
+        "--steps",
+        str(STEPS),
+        "--every",
+        "5",
+        "--sleep",
+        "0.25",
+        "--root",
+        ".gpuws/checkpoints",
+        "--out",
+        "out",
+    ]
 
     first_root = tmp_path / "machine-a" / "home" / "project"
-    with server_process(tmp_path / "a", tmp_path / "runtime-a", {**config, "nvml_test_double": str(two)},
-                        root=first_root, hostname="machine-a") as a:
-        workspace = until(lambda: a.api("/gpuws/api/sync").get("workspace"), 60, "the first server's engine")
-        until(lambda: a.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the first server's sync")
-        until(lambda: len(a.api("/gpuws/api/metrics")["gpus"]) == 2, 60, "the first server's 2 GPUs")
+    with server_process(
+        tmp_path / "a",
+        tmp_path / "runtime-a",
+        {**config, "nvml_test_double": str(two)},
+        root=first_root,
+        hostname="machine-a",
+    ) as a:
+        workspace = until(
+            lambda: a.api("/gpuws/api/sync").get("workspace"), 60, "the first server's engine"
+        )
+        until(
+            lambda: a.api("/gpuws/api/sync")["state"] not in ("starting",),
+            60,
+            "the first server's sync",
+        )
+        until(
+            lambda: len(a.api("/gpuws/api/metrics")["gpus"]) == 2, 60, "the first server's 2 GPUs"
+        )
         shutil.copy(SCRIPT, first_root / "dist_run.py")
         job = a.api("/gpuws/api/jobs", "POST", {"command": command, "name": "ddp", "gpus": 2})
-        until(lambda: max(stored_checkpoints(store, workspace), default=0) >= 10, 180,
-              "a checkpoint of the 2 ranks in the store")
+        until(
+            lambda: max(stored_checkpoints(store, workspace), default=0) >= 10,
+            180,
+            "a checkpoint of the 2 ranks in the store",
+        )
         on_two = job_of(a, job["id"])
         assert on_two["state"] == "running" and on_two["attempts"][0]["runs_on"] is None, on_two
         kill_everything(a)
@@ -74,23 +120,40 @@ def test_a_torchrun_job_on_two_gpus_relaunches_on_the_one_gpu_the_successor_has_
     assert manifest["world_size"] == 2, manifest
 
     second_root = tmp_path / "machine-b" / "srv" / "work" / "project"
-    with server_process(tmp_path / "b", tmp_path / "runtime-b", {**config, "nvml_test_double": str(one)},
-                        root=second_root, hostname="machine-b") as b:
-        relaunched = until(lambda: (j := job_of(b, job["id"]))["attempts"][-1]["host"] == "machine-b" and j,
-                           180, "the job relaunched on the successor")
+    with server_process(
+        tmp_path / "b",
+        tmp_path / "runtime-b",
+        {**config, "nvml_test_double": str(one)},
+        root=second_root,
+        hostname="machine-b",
+    ) as b:
+        relaunched = until(
+            lambda: (j := job_of(b, job["id"]))["attempts"][-1]["host"] == "machine-b" and j,
+            180,
+            "the job relaunched on the successor",
+        )
         assert relaunched["attempts"][-1]["runs_on"] == (
             "relaunched on 1 GPU of the 2 asked: "
-            "python -m torch.distributed.run --standalone --nproc-per-node 1"), relaunched
+            "python -m torch.distributed.run --standalone --nproc-per-node 1"
+        ), relaunched
         assert relaunched["command"] == command  # the record keeps what the user asked
-        finished = until(lambda: (j := job_of(b, job["id"]))["state"] in ("finished", "failed") and j,
-                         300, "the relaunched job's end")
+        finished = until(
+            lambda: (j := job_of(b, job["id"]))["state"] in ("finished", "failed") and j,
+            300,
+            "the relaunched job's end",
+        )
         assert finished["state"] == "finished", finished
         log = b.api(f"/gpuws/api/jobs/{job['id']}/log?lines=2000")["lines"]
         # The log goes on from the first runtime's lines: the relaunch's start is the one process.
         resumed = log.index(f"rank 0 of 1 starts at step {saved + 1}")
         assert any("rank 1 of 2 starts at step 0" in line for line in log[:resumed]), log
-        assert not any(" starts at step " in line for line in log[resumed + 1:]), log
+        assert not any(" starts at step " in line for line in log[resumed + 1 :]), log
     # The one rank ran every step after the checkpoint to the end.
-    steps = [json.loads(line)["step"] for line in (second_root / "out" / "losses-0.jsonl").read_text().splitlines()]
-    assert steps[-(STEPS - saved - 1):] == list(range(saved + 1, STEPS)), steps[-5:]
-    assert (second_root / "out" / "final-0.pt").is_file() and not (second_root / "out" / "final-1.pt").exists()
+    steps = [
+        json.loads(line)["step"]
+        for line in (second_root / "out" / "losses-0.jsonl").read_text().splitlines()
+    ]
+    assert steps[-(STEPS - saved - 1) :] == list(range(saved + 1, STEPS)), steps[-5:]
+    assert (second_root / "out" / "final-0.pt").is_file() and not (
+        second_root / "out" / "final-1.pt"
+    ).exists()

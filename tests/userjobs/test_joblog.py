@@ -12,7 +12,9 @@ from jupyter_gpu_ws.userjobs.joblog import LINE_LIMIT, JobLog
 
 
 def _job(code: str, **kwargs: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)  # type: ignore[call-overload, no-any-return]
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs
+    )  # type: ignore[call-overload, no-any-return]
 
 
 def _run(log: JobLog, code: str) -> int:
@@ -58,13 +60,17 @@ def test_the_tail_is_the_newest_lines_of_a_job_that_printed_without_pause(tmp_pa
     tail = log.tail(5)
     printed = int(tail[-1].split()[1])
     assert printed >= 1000  # the pipe was drained to its end: the job's last line is there
-    assert tail[:-1] == [f"line {i} of a job that prints as fast as it can" for i in range(printed - 4, printed)]
+    assert tail[:-1] == [
+        f"line {i} of a job that prints as fast as it can" for i in range(printed - 4, printed)
+    ]
 
 
 def test_the_tail_reaches_across_a_rotation_into_the_older_file(tmp_path: Path) -> None:
     log = JobLog(tmp_path / "job.log", max_bytes=100, keep=2)
     _run(log, "for i in range(25): print(f'line {i:02d}')")  # 8 bytes a line: 12 to a file
-    assert (tmp_path / "job.log").read_text() == "line 24\n"  # the newest file holds what came after the last rotation
+    assert (
+        tmp_path / "job.log"
+    ).read_text() == "line 24\n"  # the newest file holds what came after the last rotation
     assert log.tail(6) == [f"line {i:02d}" for i in range(19, 25)]
     assert log.tail(100) == [f"line {i:02d}" for i in range(25)]
 
@@ -77,8 +83,10 @@ def test_bytes_that_are_not_utf8_come_back_replaced(tmp_path: Path) -> None:
 
 def test_a_line_without_its_newline_is_in_the_tail_while_the_job_runs(tmp_path: Path) -> None:
     log = JobLog(tmp_path / "job.log")
-    job = _job("import sys; print('epoch 1'); sys.stdout.write('step 40/100'); sys.stdout.flush(); sys.stdin.read()",
-               stdin=subprocess.PIPE)
+    job = _job(
+        "import sys; print('epoch 1'); sys.stdout.write('step 40/100'); sys.stdout.flush(); sys.stdin.read()",
+        stdin=subprocess.PIPE,
+    )
     assert job.stdout is not None and job.stdin is not None
     log.follow(job.stdout)
     try:
@@ -113,11 +121,21 @@ def test_the_tail_of_a_log_nothing_was_written_to_is_empty(tmp_path: Path) -> No
 
 def test_stdout_and_stderr_followed_apart_both_reach_the_log_in_whole_lines(tmp_path: Path) -> None:
     log = JobLog(tmp_path / "job.log")
-    job = subprocess.Popen([sys.executable, "-u", "-c", (  # -u: one write a line, as a job that flushes
-        "import sys\n"
-        "for i in range(20000):\n"
-        "    sys.stdout.write(f'out {i}\\n'); sys.stderr.write(f'err {i}\\n')\n"
-        "print('out end'); print('err end', file=sys.stderr)\n")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-u",
+            "-c",
+            (  # -u: one write a line, as a job that flushes
+                "import sys\n"
+                "for i in range(20000):\n"
+                "    sys.stdout.write(f'out {i}\\n'); sys.stderr.write(f'err {i}\\n')\n"
+                "print('out end'); print('err end', file=sys.stderr)\n"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert job.stdout is not None and job.stderr is not None
     log.follow(job.stdout)
     log.follow(job.stderr)
@@ -125,17 +143,29 @@ def test_stdout_and_stderr_followed_apart_both_reach_the_log_in_whole_lines(tmp_
     log.close()
     lines = log.tail(100_000)
     expected = {f"{stream} {i}" for stream in ("out", "err") for i in [*range(20000), "end"]}
-    assert len(lines) == len(expected) and set(lines) == expected  # none lost, none mixed with another
+    assert (
+        len(lines) == len(expected) and set(lines) == expected
+    )  # none lost, none mixed with another
 
 
 def test_a_line_left_open_on_stdout_is_not_mixed_with_a_line_on_stderr(tmp_path: Path) -> None:
     log = JobLog(tmp_path / "job.log")
-    job = subprocess.Popen([sys.executable, "-u", "-c", (
-        "import sys\n"
-        "sys.stdout.write('epoch 1: 50%'); sys.stdin.readline()\n"
-        "sys.stderr.write('warning: slow\\n'); sys.stdin.readline()\n"
-        "sys.stdout.write(' 100%\\n')\n")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-u",
+            "-c",
+            (
+                "import sys\n"
+                "sys.stdout.write('epoch 1: 50%'); sys.stdin.readline()\n"
+                "sys.stderr.write('warning: slow\\n'); sys.stdin.readline()\n"
+                "sys.stdout.write(' 100%\\n')\n"
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert job.stdin is not None and job.stdout is not None and job.stderr is not None
     log.follow(job.stdout)
     log.follow(job.stderr)

@@ -34,27 +34,42 @@ KEY = "this-users-job-key"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("jobs-api")
-    with job_key(KEY), server_process(folder / "a", folder / "runtime",
-                                        {"sync_debounce": 0.05, "job_stop_grace": 2.0}) as server:
+    with (
+        job_key(KEY),
+        server_process(
+            folder / "a", folder / "runtime", {"sync_debounce": 0.05, "job_stop_grace": 2.0}
+        ) as server,
+    ):
         until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
         for name, text in (("fail.py", FAILING), ("broken.py", BROKEN), ("flood.py", FLOOD)):
             write(server.root, name, text)
         (server.root / "sub").mkdir()
         (server.root / "out").symlink_to(folder)
         (server.root / "bad.ipynb").write_text("{not json")
-        write_notebook(server.root / "sub" / "hello.ipynb", ["x = 6 * 7", "print('the answer is', x)"])
+        write_notebook(
+            server.root / "sub" / "hello.ipynb", ["x = 6 * 7", "print('the answer is', x)"]
+        )
         yield server
 
 
 def write_notebook(path: Path, cells: list[str]) -> None:
     import nbformat
 
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
+    nbformat.write(
+        nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path
+    )
 
 
 def ended(server: ServerProcess, job_id: str, timeout: float = 120) -> dict[str, Any]:
-    return until(lambda: (j := server.api(f"/gpuws/api/jobs/{job_id}"))["state"] in ("finished", "failed", "stopped")
-                 and j, timeout, f"job {job_id}'s end")
+    return until(
+        lambda: (
+            (j := server.api(f"/gpuws/api/jobs/{job_id}"))["state"]
+            in ("finished", "failed", "stopped")
+            and j
+        ),
+        timeout,
+        f"job {job_id}'s end",
+    )
 
 
 def error_of(server: ServerProcess, path: str, method: str, body: Any) -> tuple[int, str]:
@@ -65,12 +80,17 @@ def error_of(server: ServerProcess, path: str, method: str, body: Any) -> tuple[
     raise AssertionError(f"{method} {path} {body!r} was accepted")
 
 
-def test_a_failing_job_is_retried_then_reported_failed_with_each_attempts_reason(server: ServerProcess) -> None:
+def test_a_failing_job_is_retried_then_reported_failed_with_each_attempts_reason(
+    server: ServerProcess,
+) -> None:
     job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "fail.py"], "retries": 2})
     done = ended(server, job["id"])
     assert done["state"] == "failed"
     assert [a["number"] for a in done["attempts"]] == [1, 2, 3]
-    assert all(a["returncode"] == 3 and "exit code 3" in a["reason"] and a["retryable"] for a in done["attempts"])
+    assert all(
+        a["returncode"] == 3 and "exit code 3" in a["reason"] and a["retryable"]
+        for a in done["attempts"]
+    )
     assert done["reason"].startswith("attempt 3 of 3: ") and "exit code 3" in done["reason"]
     assert "about to fail" in done["log_tail"]
 
@@ -80,16 +100,29 @@ def test_restarting_a_failed_job_runs_it_again_with_all_its_retries(server: Serv
     assert len(ended(server, job["id"])["attempts"]) == 2
     restarted = server.api(f"/gpuws/api/jobs/{job['id']}/restart", "POST", {})
     assert restarted["state"] == "running"
-    done = until(lambda: len((j := server.api(f"/gpuws/api/jobs/{job['id']}"))["attempts"]) == 4
-                 and j["state"] == "failed" and j, 120, "the restarted job's two attempts")
+    done = until(
+        lambda: (
+            len((j := server.api(f"/gpuws/api/jobs/{job['id']}"))["attempts"]) == 4
+            and j["state"] == "failed"
+            and j
+        ),
+        120,
+        "the restarted job's two attempts",
+    )
     assert done["reason"].startswith("attempt 2 of 2: ")
 
 
-def test_a_notebook_job_runs_headless_and_writes_its_outputs_into_a_copy_beside_it(server: ServerProcess) -> None:
+def test_a_notebook_job_runs_headless_and_writes_its_outputs_into_a_copy_beside_it(
+    server: ServerProcess,
+) -> None:
     import nbformat
 
     job = server.api("/gpuws/api/jobs", "POST", {"notebook": "sub/hello.ipynb"})
-    assert job["kind"] == "notebook" and job["output"] == "sub/hello.job.ipynb" and job["name"] == "hello"
+    assert (
+        job["kind"] == "notebook"
+        and job["output"] == "sub/hello.job.ipynb"
+        and job["name"] == "hello"
+    )
     assert ended(server, job["id"])["state"] == "finished"
     copy = nbformat.read(server.root / "sub" / "hello.job.ipynb", as_version=4)
     assert copy.cells[1].outputs[0]["text"] == "the answer is 42\n"
@@ -103,13 +136,20 @@ def nan_job(server: ServerProcess, folder: str, retries: int, once: bool) -> dic
     """A training job whose loss becomes NaN at step NAN_AT (in every attempt, or the first only),
     with a checkpoint every 5 steps and steps slow enough that the NaN is seen long before its end."""
     (server.root / folder).mkdir()
-    write(server.root / folder, f"{folder}.py", TRAIN)  # its own run: a run's checkpoints go by its script's name
-    command = ["python", f"{folder}.py", "200", "0.1", "5", str(NAN_AT)] + (["nan-seen"] if once else [])
-    return server.api("/gpuws/api/jobs", "POST", {"command": command, "retries": retries, "cwd": folder})
+    write(
+        server.root / folder, f"{folder}.py", TRAIN
+    )  # its own run: a run's checkpoints go by its script's name
+    command = ["python", f"{folder}.py", "200", "0.1", "5", str(NAN_AT)] + (
+        ["nan-seen"] if once else []
+    )
+    return server.api(
+        "/gpuws/api/jobs", "POST", {"command": command, "retries": retries, "cwd": folder}
+    )
 
 
 def test_a_loss_the_training_view_flags_not_finite_ends_the_attempt_which_resumes_from_a_healthy_checkpoint(
-        server: ServerProcess) -> None:
+    server: ServerProcess,
+) -> None:
     job = nan_job(server, "nan-once", retries=2, once=True)
     done = ended(server, job["id"], 300)
     assert done["state"] == "finished", done["reason"]
@@ -118,16 +158,23 @@ def test_a_loss_the_training_view_flags_not_finite_ends_the_attempt_which_resume
     # Stopped by the server, not run to its end (the step last seen may lag the loop's own).
     assert first["step"] < 150 and second["returncode"] == 0
     resumed = [int(line.split()[1]) for line in done["log_tail"] if line.startswith("resumed ")]
-    assert resumed and 0 < resumed[-1] <= NAN_AT  # the newest healthy checkpoint, none taken after the NaN
+    assert (
+        resumed and 0 < resumed[-1] <= NAN_AT
+    )  # the newest healthy checkpoint, none taken after the NaN
     steps = losses(server.root / "nan-once" / "losses.txt")
-    assert sorted(steps) == list(range(200)) and all(math.isfinite(float.fromhex(v)) for v in steps.values())
+    assert sorted(steps) == list(range(200)) and all(
+        math.isfinite(float.fromhex(v)) for v in steps.values()
+    )
 
 
 def test_a_job_whose_loss_is_not_finite_with_no_retries_is_reported_failed_with_the_step(
-        server: ServerProcess) -> None:
+    server: ServerProcess,
+) -> None:
     job = nan_job(server, "nan-always", retries=0, once=False)
     done = ended(server, job["id"], 300)
-    assert done["state"] == "failed" and done["reason"] == f"the loss was not finite at step {NAN_AT}"
+    assert (
+        done["state"] == "failed" and done["reason"] == f"the loss was not finite at step {NAN_AT}"
+    )
     [attempt] = done["attempts"]
     assert attempt["step"] < 150  # stopped at the NaN, not let run on
 
@@ -140,30 +187,50 @@ def test_a_syntax_error_is_not_retried_and_says_so(server: ServerProcess) -> Non
     assert "SyntaxError" in done["reason"] and "not retried" in done["reason"]
 
 
-@pytest.mark.parametrize(("body", "words"), [
-    ({"command": ["no-such-program-anywhere", "x"]}, "command not found"),
-    ({"command": ["./nothing.sh"]}, "no such program"),
-    ({"command": []}, "non-empty list"),
-    ({"notebook": "bad.ipynb"}, "not valid JSON"),
-    ({"notebook": "missing.ipynb"}, "does not exist"),
-    ({"command": ["python", "fail.py"], "cwd": "../elsewhere"}, "inside the work directory"),
-    ({"command": ["python", "fail.py"], "cwd": "/tmp"}, "inside the work directory"),
-    ({"command": ["python", "fail.py"], "cwd": "out"}, "outside the work directory"),
-    ({"command": ["python", "fail.py"], "retries": -1}, "retries"),
-    ({"command": ["python", "fail.py"], "notebook": "bad.ipynb"}, "or"),
-    ({"command": ["python", "fail.py"], "shell": True}, "Unknown key"),
-], ids=["unknown-program", "missing-script", "empty", "notebook-not-json", "notebook-missing", "dot-dot",
-        "absolute-cwd", "link-out", "negative-retries", "both", "unknown-key"])
-def test_bad_input_to_post_is_a_400_with_a_message_and_starts_nothing(server: ServerProcess, body: dict[str, Any],
-                                                                     words: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"command": ["no-such-program-anywhere", "x"]}, "command not found"),
+        ({"command": ["./nothing.sh"]}, "no such program"),
+        ({"command": []}, "non-empty list"),
+        ({"notebook": "bad.ipynb"}, "not valid JSON"),
+        ({"notebook": "missing.ipynb"}, "does not exist"),
+        ({"command": ["python", "fail.py"], "cwd": "../elsewhere"}, "inside the work directory"),
+        ({"command": ["python", "fail.py"], "cwd": "/tmp"}, "inside the work directory"),
+        ({"command": ["python", "fail.py"], "cwd": "out"}, "outside the work directory"),
+        ({"command": ["python", "fail.py"], "retries": -1}, "retries"),
+        ({"command": ["python", "fail.py"], "notebook": "bad.ipynb"}, "or"),
+        ({"command": ["python", "fail.py"], "shell": True}, "Unknown key"),
+    ],
+    ids=[
+        "unknown-program",
+        "missing-script",
+        "empty",
+        "notebook-not-json",
+        "notebook-missing",
+        "dot-dot",
+        "absolute-cwd",
+        "link-out",
+        "negative-retries",
+        "both",
+        "unknown-key",
+    ],
+)
+def test_bad_input_to_post_is_a_400_with_a_message_and_starts_nothing(
+    server: ServerProcess, body: dict[str, Any], words: str
+) -> None:
     before = len(server.api("/gpuws/api/jobs")["jobs"])
     status, message = error_of(server, "/gpuws/api/jobs", "POST", body)
     assert status == 400 and words in message, message
     assert len(server.api("/gpuws/api/jobs")["jobs"]) == before
 
 
-def test_a_job_flooding_its_output_leaves_the_server_answering_and_its_log_bounded(server: ServerProcess) -> None:
-    job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "../flood.py"], "cwd": "sub"})
+def test_a_job_flooding_its_output_leaves_the_server_answering_and_its_log_bounded(
+    server: ServerProcess,
+) -> None:
+    job = server.api(
+        "/gpuws/api/jobs", "POST", {"command": ["python", "../flood.py"], "cwd": "sub"}
+    )
     folder = server.root / ".gpuws" / "jobs" / job["id"]
     until(lambda: (folder / "log.2").exists(), 120, "the log rotated twice")
     for _ in range(5):  # the server answers while the flood goes on
@@ -176,11 +243,15 @@ def test_a_job_flooding_its_output_leaves_the_server_answering_and_its_log_bound
     sizes = {p.name: p.stat().st_size for p in folder.iterdir()}
     assert set(sizes) <= {"log", "log.1", "log.2"}, sizes
     assert all(size <= 8 * 2**20 + 100_001 for size in sizes.values()), sizes
-    lines = server.api(f"/gpuws/api/jobs/{job['id']}/log?lines=3")["lines"]  # the last one cut by the stop
+    lines = server.api(f"/gpuws/api/jobs/{job['id']}/log?lines=3")[
+        "lines"
+    ]  # the last one cut by the stop
     assert len(lines) == 3 and lines[:2] == ["x" * 100] * 2 and set(lines[2]) == {"x"}
 
 
-def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_and_kept_as_stopped(server: ServerProcess) -> None:
+def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_and_kept_as_stopped(
+    server: ServerProcess,
+) -> None:
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
     job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "-c", stubborn]})
     until(lambda: "up" in server.api(f"/gpuws/api/jobs/{job['id']}/log")["lines"], 60, "the job up")
@@ -189,7 +260,9 @@ def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_and_kept_as_stoppe
     assert stopped["state"] == "stopped" and stopped["attempts"][-1]["returncode"] == -9
 
 
-def test_deleting_a_job_that_has_ended_forgets_it_here_and_in_the_store(server: ServerProcess) -> None:
+def test_deleting_a_job_that_has_ended_forgets_it_here_and_in_the_store(
+    server: ServerProcess,
+) -> None:
     job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "broken.py"]})
     ended(server, job["id"])
     record = server.store / "test-ws" / ".gpuws" / "jobs" / f"{job['id']}.json"
@@ -202,10 +275,25 @@ def test_deleting_a_job_that_has_ended_forgets_it_here_and_in_the_store(server: 
 # -- records from the store ------------------------------------------------------------------------
 
 
-def planted(job_id: str, command: list[str], key: str | None, workspace: str = "test-ws",
-            changes: dict[str, Any] | None = None, cwd: str = "") -> dict[str, Any]:
-    record = JobRecord(id=job_id, name="planted", kind="command", command=command, workspace=workspace,
-                       state="interrupted", created=time.time(), updated=time.time(), cwd=cwd)
+def planted(
+    job_id: str,
+    command: list[str],
+    key: str | None,
+    workspace: str = "test-ws",
+    changes: dict[str, Any] | None = None,
+    cwd: str = "",
+) -> dict[str, Any]:
+    record = JobRecord(
+        id=job_id,
+        name="planted",
+        kind="command",
+        command=command,
+        workspace=workspace,
+        state="interrupted",
+        created=time.time(),
+        updated=time.time(),
+        cwd=cwd,
+    )
     if key is not None:
         trust.sign(record, key.encode())
     data = record.to_json()
@@ -214,7 +302,8 @@ def planted(job_id: str, command: list[str], key: str | None, workspace: str = "
 
 
 def test_records_from_the_store_run_only_when_this_key_signed_them_for_this_workspace(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(trust.KEY_ENV, KEY)
     store = tmp_path / "store"
     jobs = store / "test-ws" / ".gpuws" / "jobs"
@@ -224,20 +313,38 @@ def test_records_from_the_store_run_only_when_this_key_signed_them_for_this_work
         "j-000000000001": planted("j-000000000001", touch, KEY),  # ours: relaunched
         "j-000000000002": planted("j-000000000002", touch, None),  # unsigned
         "j-000000000003": planted("j-000000000003", touch, "someone-elses-key"),
-        "j-000000000004": planted("j-000000000004", ["sh", "-c", "echo pwned"], KEY,
-                                  changes={"command": ["python", "-c", "open('ran-j-000000000004', 'w')"]}),  # changed
+        "j-000000000004": planted(
+            "j-000000000004",
+            ["sh", "-c", "echo pwned"],
+            KEY,
+            changes={"command": ["python", "-c", "open('ran-j-000000000004', 'w')"]},
+        ),  # changed
         "j-000000000005": planted("j-000000000005", touch, KEY, workspace="another-ws"),
     }
-    held = JobRecord(id="j-000000000006", name="held", kind="command", command=touch, workspace="test-ws",
-                     state="interrupted", held=True, created=time.time(), updated=time.time())
+    held = JobRecord(
+        id="j-000000000006",
+        name="held",
+        kind="command",
+        command=touch,
+        workspace="test-ws",
+        state="interrupted",
+        held=True,
+        created=time.time(),
+        updated=time.time(),
+    )
     trust.sign(held, KEY.encode())
     records["j-000000000006"] = held.to_json()
     for job_id, data in records.items():
         (jobs / f"{job_id}.json").write_text(json.dumps(data))
     (jobs / "j-00000000000f.json").write_text("{corrupt")
     with server_process(tmp_path / "a", tmp_path / "runtime", {"store_url": str(store)}) as server:
-        ours = until(lambda: (j := server.api("/gpuws/api/jobs/j-000000000001"))["state"] == "finished" and j,
-                     120, "our interrupted job relaunched and finished")
+        ours = until(
+            lambda: (
+                (j := server.api("/gpuws/api/jobs/j-000000000001"))["state"] == "finished" and j
+            ),
+            120,
+            "our interrupted job relaunched and finished",
+        )
         assert (server.root / "ran-j-000000000001").exists() and ours["needs_approval"] is False
         listing = {j["id"]: j for j in server.api("/gpuws/api/jobs")["jobs"]}
         reasons = {
@@ -247,22 +354,35 @@ def test_records_from_the_store_run_only_when_this_key_signed_them_for_this_work
             "j-000000000005": "another workspace",
         }
         for job_id, words in reasons.items():
-            assert job_id in listing, (job_id, sorted(listing), server.api("/gpuws/api/jobs")["error"])
+            assert job_id in listing, (
+                job_id,
+                sorted(listing),
+                server.api("/gpuws/api/jobs")["error"],
+            )
             job = listing[job_id]
             assert job["needs_approval"] is True and job["state"] == "interrupted", job
             assert words in job["relaunch"], job
-        assert listing["j-000000000006"]["state"] == "held" and "held" in listing["j-000000000006"]["relaunch"]
+        assert (
+            listing["j-000000000006"]["state"] == "held"
+            and "held" in listing["j-000000000006"]["relaunch"]
+        )
         assert "j-00000000000f" not in listing
         assert sorted(p.name for p in server.root.glob("ran-*")) == ["ran-j-000000000001"]
         # The user's approval: restart runs it, signed with this key from now on.
         server.api("/gpuws/api/jobs/j-000000000002/restart", "POST", {})
-        until(lambda: server.api("/gpuws/api/jobs/j-000000000002")["state"] == "finished", 120, "the approved job")
+        until(
+            lambda: server.api("/gpuws/api/jobs/j-000000000002")["state"] == "finished",
+            120,
+            "the approved job",
+        )
         assert (server.root / "ran-j-000000000002").exists()
         stored = json.loads((jobs / "j-000000000002.json").read_text())
         assert stored["state"] == "finished" and stored["signature"]
         # Released from hold, a job waits for a relaunch by the next runtime, or a restart here.
         released = server.api("/gpuws/api/jobs/j-000000000006/hold", "POST", {"hold": False})
-        assert released["state"] == "interrupted" and not (server.root / "ran-j-000000000006").exists()
+        assert (
+            released["state"] == "interrupted" and not (server.root / "ran-j-000000000006").exists()
+        )
 
 
 def store_with(folder: Path, job_id: str, command: list[str], cwd: str = "") -> Path:
@@ -274,66 +394,120 @@ def store_with(folder: Path, job_id: str, command: list[str], cwd: str = "") -> 
 
 
 def test_with_relaunching_off_an_interrupted_job_waits_for_a_restart_and_says_so(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(trust.KEY_ENV, KEY)
     store = store_with(tmp_path, "j-0000000000aa", ["python", "-c", "open('ran', 'w')"])
-    with server_process(tmp_path / "a", tmp_path / "runtime", {"store_url": str(store), "relaunch_jobs": False}) as s:
-        listing = until(lambda: (j := s.api("/gpuws/api/jobs"))["jobs"] and j, 60, "the store's record listed")
+    with server_process(
+        tmp_path / "a", tmp_path / "runtime", {"store_url": str(store), "relaunch_jobs": False}
+    ) as s:
+        listing = until(
+            lambda: (j := s.api("/gpuws/api/jobs"))["jobs"] and j, 60, "the store's record listed"
+        )
         assert listing["relaunch"] == {"enabled": False, "pending": []}
         [job] = listing["jobs"]
         assert job["state"] == "interrupted" and "relaunching is off" in job["relaunch"]
         assert not (s.root / "ran").exists()
         s.api("/gpuws/api/jobs/j-0000000000aa/restart", "POST", {})
-        until(lambda: s.api("/gpuws/api/jobs/j-0000000000aa")["state"] == "finished", 60, "the restarted job")
+        until(
+            lambda: s.api("/gpuws/api/jobs/j-0000000000aa")["state"] == "finished",
+            60,
+            "the restarted job",
+        )
         assert (s.root / "ran").exists()
 
 
 def test_a_relaunch_whose_folder_now_leads_outside_the_work_directory_fails_and_runs_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(trust.KEY_ENV, KEY)
     store = store_with(tmp_path, "j-0000000000cc", ["python", "-c", "open('ran', 'w')"], cwd="sub")
     outside, root = tmp_path / "outside", tmp_path / "a" / "root"
     outside.mkdir()
     root.mkdir(parents=True)
     (root / "sub").symlink_to(outside)
-    with server_process(tmp_path / "a", tmp_path / "runtime", {"store_url": str(store)}, root=root) as server:
-        failed = until(lambda: (j := server.api("/gpuws/api/jobs/j-0000000000cc"))["state"] == "failed" and j,
-                       60, "the relaunch refused")
+    with server_process(
+        tmp_path / "a", tmp_path / "runtime", {"store_url": str(store)}, root=root
+    ) as server:
+        failed = until(
+            lambda: (j := server.api("/gpuws/api/jobs/j-0000000000cc"))["state"] == "failed" and j,
+            60,
+            "the relaunch refused",
+        )
         assert "leads outside the work directory" in failed["reason"]
     assert list(outside.iterdir()) == []
 
 
 def test_of_two_runtimes_on_one_store_only_the_lease_holder_relaunches_a_job(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(trust.KEY_ENV, KEY)
-    store = store_with(tmp_path, "j-0000000000bb", ["python", "-c", "import time; open('started', 'w'); time.sleep(600)"])
+    store = store_with(
+        tmp_path,
+        "j-0000000000bb",
+        ["python", "-c", "import time; open('started', 'w'); time.sleep(600)"],
+    )
     config = {"store_url": str(store), "lease_ttl": 5.0}
     with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
         until(lambda: (a.root / "started").exists(), 60, "the first runtime's relaunch")
         with server_process(tmp_path / "b", tmp_path / "runtime-b", config) as b:
-            listed = until(lambda: (j := b.api("/gpuws/api/jobs"))["jobs"] and j, 60, "the record in the second")
+            listed = until(
+                lambda: (j := b.api("/gpuws/api/jobs"))["jobs"] and j,
+                60,
+                "the record in the second",
+            )
             assert not b.api("/gpuws/api/sync")["lease_held"]
             [job] = listed["jobs"]
-            assert job["state"] == "relaunched" and listed["relaunch"]["pending"] == []  # the first one runs it
+            assert (
+                job["state"] == "relaunched" and listed["relaunch"]["pending"] == []
+            )  # the first one runs it
             assert not (b.root / "started").exists()
             kill_everything(a)
             # The first runtime is gone: once its lease has run out, the second relaunches the job.
-            until(lambda: (b.root / "started").exists(), 60, "the second runtime's relaunch after the first died")
+            until(
+                lambda: (b.root / "started").exists(),
+                60,
+                "the second runtime's relaunch after the first died",
+            )
             assert b.api("/gpuws/api/jobs/j-0000000000bb")["state"] == "relaunched"
-            b.api("/gpuws/api/jobs/j-0000000000bb", "DELETE")  # its own session: the server's kill would miss it
+            b.api(
+                "/gpuws/api/jobs/j-0000000000bb", "DELETE"
+            )  # its own session: the server's kill would miss it
 
 
-def test_a_jobs_process_ends_when_its_server_is_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_jobs_process_ends_when_its_server_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import psutil
 
     monkeypatch.setenv(trust.KEY_ENV, KEY)
     with server_process(tmp_path / "a", tmp_path / "runtime", {}) as server:
         until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
-        job = server.api("/gpuws/api/jobs", "POST", {"command": [
-            "python", "-c", "import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(600)"]})
-        pid = int(until(lambda: (server.root / "pid").exists() and (server.root / "pid").read_text(), 60, "the job"))
+        job = server.api(
+            "/gpuws/api/jobs",
+            "POST",
+            {
+                "command": [
+                    "python",
+                    "-c",
+                    "import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(600)",
+                ]
+            },
+        )
+        pid = int(
+            until(
+                lambda: (server.root / "pid").exists() and (server.root / "pid").read_text(),
+                60,
+                "the job",
+            )
+        )
         assert job["state"] == "running" and psutil.pid_exists(pid)
         server.proc.kill()  # the server alone: the job runs in a session of its own
         server.proc.wait()
-        until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30,
-              "the job's end with its server")
+        until(
+            lambda: (
+                not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            ),
+            30,
+            "the job's end with its server",
+        )

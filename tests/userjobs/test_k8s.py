@@ -17,7 +17,14 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient, V1Job
 
-from jupyter_gpu_ws.userjobs.k8s import DNS_LABEL, STATE_DIR, WORKDIR, ManifestError, export_k8s, job_manifest
+from jupyter_gpu_ws.userjobs.k8s import (
+    DNS_LABEL,
+    STATE_DIR,
+    WORKDIR,
+    ManifestError,
+    export_k8s,
+    job_manifest,
+)
 
 STORE = "s3://bucket/me"
 COMMAND = ["python", "train.py", "--lr", "0.1"]
@@ -33,12 +40,23 @@ def read_back(text: str) -> V1Job:
 
 def run_args(**options: Any) -> Namespace:
     """The run command's options, as `jupyter gpuws run` parses and resolves them."""
-    defaults = {"name": None, "retries": 2, "gpus": 4, "cwd": "", "store": STORE, "workspace": "me-work",
-                "image": "registry.example/train:1", "secret": "store-credentials", "export": "k8s"}
+    defaults = {
+        "name": None,
+        "retries": 2,
+        "gpus": 4,
+        "cwd": "",
+        "store": STORE,
+        "workspace": "me-work",
+        "image": "registry.example/train:1",
+        "secret": "store-credentials",
+        "export": "k8s",
+    }
     return Namespace(**{**defaults, **options})
 
 
-def test_the_manifest_read_back_by_the_kubernetes_client_has_the_command_gpus_retries_and_restore() -> None:
+def test_the_manifest_read_back_by_the_kubernetes_client_has_the_command_gpus_retries_and_restore() -> (
+    None
+):
     job = read_back(export_k8s(COMMAND, run_args()))
     assert job.api_version == "batch/v1" and job.kind == "Job" and job.metadata.name == "train"
     assert job.spec.backoff_limit == 2
@@ -46,10 +64,18 @@ def test_the_manifest_read_back_by_the_kubernetes_client_has_the_command_gpus_re
     assert pod.restart_policy == "OnFailure"
     [restore] = pod.init_containers
     assert restore.command[:3] == ["jupyter", "gpuws", "restore"]
-    assert restore.command[3:] == ["--workdir", WORKDIR, "--state-dir", STATE_DIR, "--store", STORE,
-                                   "--workspace", "me-work"]
+    assert restore.command[3:] == [
+        "--workdir",
+        WORKDIR,
+        "--state-dir",
+        STATE_DIR,
+        "--store",
+        STORE,
+        "--workspace",
+        "me-work",
+    ]
     [main] = pod.containers
-    assert main.command[-len(COMMAND):] == COMMAND and main.image == "registry.example/train:1"
+    assert main.command[-len(COMMAND) :] == COMMAND and main.image == "registry.example/train:1"
     assert int(main.resources.limits["nvidia.com/gpu"]) == 4
     assert {e.name: e.value for e in main.env}["GPUWS_WORKDIR"] == WORKDIR
     for container in (restore, main):  # the credentials by the Secret's name, never their values
@@ -73,31 +99,42 @@ def test_an_encrypted_workspace_is_restored_and_synced_with_the_secrets_passphra
 
 
 def test_a_notebook_job_run_by_this_machines_interpreter_runs_the_images_python() -> None:
-    argv = [sys.executable, "-m", "jupyter_gpu_ws.userjobs.notebook", "experiments/Train Model.ipynb"]
+    argv = [
+        sys.executable,
+        "-m",
+        "jupyter_gpu_ws.userjobs.notebook",
+        "experiments/Train Model.ipynb",
+    ]
     job = read_back(export_k8s(argv, run_args()))
     assert job.metadata.name == "train-model"
     assert job.spec.template.spec.containers[0].command[-4:] == ["python", *argv[1:]]
 
 
-@pytest.mark.parametrize("name, label", [
-    ("Train_ResNet 50!", "train-resnet-50"),
-    ("-x-", "x"),
-    ("a" * 70 + "-b", "a" * 63),
-])
+@pytest.mark.parametrize(
+    "name, label",
+    [
+        ("Train_ResNet 50!", "train-resnet-50"),
+        ("-x-", "x"),
+        ("a" * 70 + "-b", "a" * 63),
+    ],
+)
 def test_a_name_that_is_not_a_dns_label_is_normalised(name: str, label: str) -> None:
     job = read_back(export_k8s(COMMAND, run_args(name=name)))
     assert job.metadata.name == label and DNS_LABEL.match(label)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"name": "___"}, "has no letter or digit"),
-    ({"store": "/home/me/store"}, "is a folder on this machine"),
-    ({"store": "file:///home/me/store"}, "is a folder on this machine"),
-    ({"image": None}, "Name the image the job runs in with --image"),
-    ({"gpus": -1}, "GPUs must be a whole number"),
-    ({"secret": "Store Credentials"}, "Not a Kubernetes Secret name"),
-    ({"cwd": "../elsewhere"}, "is not inside the work directory"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"name": "___"}, "has no letter or digit"),
+        ({"store": "/home/me/store"}, "is a folder on this machine"),
+        ({"store": "file:///home/me/store"}, "is a folder on this machine"),
+        ({"image": None}, "Name the image the job runs in with --image"),
+        ({"gpus": -1}, "GPUs must be a whole number"),
+        ({"secret": "Store Credentials"}, "Not a Kubernetes Secret name"),
+        ({"cwd": "../elsewhere"}, "is not inside the work directory"),
+    ],
+)
 def test_bad_input_is_refused_in_one_line(change: dict[str, Any], message: str) -> None:
     with pytest.raises(ManifestError, match=message) as caught:
         export_k8s(COMMAND, run_args(**change))
@@ -107,14 +144,23 @@ def test_bad_input_is_refused_in_one_line(change: dict[str, Any], message: str) 
 # The containers' own commands, run on this machine: the same words, with the pod's paths moved
 # into a temporary folder and the store a local one.
 def gpuws_env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "GPUWS_STORE": str(tmp_path / "store"), "GPUWS_WORKSPACE": "ws",
-            "GPUWS_WORKDIR": str(tmp_path / "pod-work"), "GPUWS_STATE_DIR": str(tmp_path / "pod-state"),
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-            "JUPYTER_DATA_DIR": str(tmp_path / "data")}
+    return {
+        **os.environ,
+        "GPUWS_STORE": str(tmp_path / "store"),
+        "GPUWS_WORKSPACE": "ws",
+        "GPUWS_WORKDIR": str(tmp_path / "pod-work"),
+        "GPUWS_STATE_DIR": str(tmp_path / "pod-state"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+    }
 
 
 def here(words: list[str], tmp_path: Path) -> list[str]:
-    moved = {WORKDIR: str(tmp_path / "pod-work"), STATE_DIR: str(tmp_path / "pod-state"), STORE: str(tmp_path / "store")}
+    moved = {
+        WORKDIR: str(tmp_path / "pod-work"),
+        STATE_DIR: str(tmp_path / "pod-state"),
+        STORE: str(tmp_path / "store"),
+    }
     return [moved.get(word, word) for word in words]
 
 
@@ -128,39 +174,86 @@ def pod(tmp_path: Path) -> dict[str, Any]:
     (runtime / "checkpoint.txt").write_text("step 10")
     (tmp_path / "store").mkdir()
     env = gpuws_env(tmp_path)
-    seeded = subprocess.run(["jupyter", "gpuws", "sync", "--once", "--workdir", runtime, "--store", tmp_path / "store",
-                             "--workspace", "ws", "--state-dir", tmp_path / "runtime-state"],
-                            env=env, capture_output=True, text=True, timeout=120)
+    seeded = subprocess.run(
+        [
+            "jupyter",
+            "gpuws",
+            "sync",
+            "--once",
+            "--workdir",
+            runtime,
+            "--store",
+            tmp_path / "store",
+            "--workspace",
+            "ws",
+            "--state-dir",
+            tmp_path / "runtime-state",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert seeded.returncode == 0, seeded.stderr
-    manifest = job_manifest(["placeholder"], name="train", store_url=STORE, workspace="ws", image="i:1")
+    manifest = job_manifest(
+        ["placeholder"], name="train", store_url=STORE, workspace="ws", image="i:1"
+    )
     spec = manifest["spec"]["template"]["spec"]
-    restored = subprocess.run(here(spec["initContainers"][0]["command"], tmp_path), env=env, capture_output=True,
-                              text=True, timeout=120)
+    restored = subprocess.run(
+        here(spec["initContainers"][0]["command"], tmp_path),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert restored.returncode == 0, restored.stderr
     assert (tmp_path / "pod-work" / "checkpoint.txt").read_text() == "step 10"
-    return {"env": env, "wrapper": spec["containers"][0]["command"][:4], "work": tmp_path / "pod-work",
-            "store": tmp_path / "store" / "ws" / "files"}
+    return {
+        "env": env,
+        "wrapper": spec["containers"][0]["command"][:4],
+        "work": tmp_path / "pod-work",
+        "store": tmp_path / "store" / "ws" / "files",
+    }
 
 
-def test_a_failing_job_exits_with_its_status_and_its_newest_checkpoint_reaches_the_store(pod: dict[str, Any]) -> None:
+def test_a_failing_job_exits_with_its_status_and_its_newest_checkpoint_reaches_the_store(
+    pod: dict[str, Any],
+) -> None:
     step = "from pathlib import Path; Path('checkpoint.txt').write_text('step 20'); raise SystemExit(3)"
-    done = subprocess.run([*pod["wrapper"], sys.executable, "-c", step], cwd=pod["work"], env=pod["env"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*pod["wrapper"], sys.executable, "-c", step],
+        cwd=pod["work"],
+        env=pod["env"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 3, done.stderr
     assert (pod["store"] / "checkpoint.txt").read_text() == "step 20"
 
 
 def test_a_sigterm_reaches_the_job_which_checkpoints_and_is_synced_before_the_container_ends(
-        pod: dict[str, Any]) -> None:
-    job = ("import signal, sys, time\nfrom pathlib import Path\n"
-           "def stop(*_):\n    Path('checkpoint.txt').write_text('step 42')\n    sys.exit(0)\n"
-           "signal.signal(signal.SIGTERM, stop)\nPath('started').write_text('')\ntime.sleep(300)\n")
-    container = subprocess.Popen([*pod["wrapper"], sys.executable, "-c", job], cwd=pod["work"], env=pod["env"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pod: dict[str, Any],
+) -> None:
+    job = (
+        "import signal, sys, time\nfrom pathlib import Path\n"
+        "def stop(*_):\n    Path('checkpoint.txt').write_text('step 42')\n    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\nPath('started').write_text('')\ntime.sleep(300)\n"
+    )
+    container = subprocess.Popen(
+        [*pod["wrapper"], sys.executable, "-c", job],
+        cwd=pod["work"],
+        env=pod["env"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         while not (pod["work"] / "started").exists() and container.poll() is None:
             time.sleep(0.1)
-        container.send_signal(signal.SIGTERM)  # what the kubelet sends the container's first process
+        container.send_signal(
+            signal.SIGTERM
+        )  # what the kubelet sends the container's first process
         _, stderr = container.communicate(timeout=300)
     finally:
         container.kill()
@@ -172,17 +265,41 @@ def test_run_with_export_k8s_prints_the_job_and_runs_nothing(tmp_path: Path) -> 
     """The command line: `jupyter gpuws run … --export k8s` prints a Job the client reads back,
     with the command after `--`; without a store and no server to ask, one line and exit 2."""
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
-    base = [sys.executable, "-m", "jupyter_gpu_ws.cli", "run", "--export", "k8s", "--image", "registry.example/t:1",
-            "--name", "train", "--retries", "2", "--gpus", "1"]
-    done = subprocess.run([*base, "--store", STORE, "--workspace", "me", "--", *COMMAND], capture_output=True,
-                          text=True, env=env, cwd=tmp_path, check=False)
+    base = [
+        sys.executable,
+        "-m",
+        "jupyter_gpu_ws.cli",
+        "run",
+        "--export",
+        "k8s",
+        "--image",
+        "registry.example/t:1",
+        "--name",
+        "train",
+        "--retries",
+        "2",
+        "--gpus",
+        "1",
+    ]
+    done = subprocess.run(
+        [*base, "--store", STORE, "--workspace", "me", "--", *COMMAND],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     job = read_back(done.stdout)
     main = job.spec.template.spec.containers[0]
-    assert main.command[-len(COMMAND):] == COMMAND
+    assert main.command[-len(COMMAND) :] == COMMAND
     assert job.spec.backoff_limit == 2 and main.resources.limits["nvidia.com/gpu"] == "1"
     assert [p.name for p in tmp_path.iterdir()] == []  # nothing run, nothing written here
-    refused = subprocess.run([*base, "--", *COMMAND], capture_output=True, text=True, env=env, cwd=tmp_path,
-                             check=False)
+    refused = subprocess.run(
+        [*base, "--", *COMMAND], capture_output=True, text=True, env=env, cwd=tmp_path, check=False
+    )
     assert refused.returncode == 2 and refused.stdout == ""
-    assert len(refused.stderr.strip().splitlines()) == 1 and "--store URL --workspace NAME" in refused.stderr
+    assert (
+        len(refused.stderr.strip().splitlines()) == 1
+        and "--store URL --workspace NAME" in refused.stderr
+    )

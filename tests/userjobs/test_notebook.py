@@ -22,21 +22,36 @@ RUNNER = [sys.executable, "-m", "jupyter_gpu_ws.userjobs.notebook"]
 
 def _notebook(path: Path, *sources: str) -> Path:
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [nbformat.v4.new_markdown_cell("# Training")] + [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_markdown_cell("# Training")] + [
+        nbformat.v4.new_code_cell(s) for s in sources
+    ]
     nbformat.write(nb, path)
     return path
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*RUNNER, *args], check=False, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*RUNNER, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _start(notebook: Path) -> subprocess.Popen[bytes]:
     """The runner in the background, its output in files (a pipe nobody reads would fill and
     hold it up)."""
-    with open(notebook.with_suffix(".out"), "wb") as out, open(notebook.with_suffix(".err"), "wb") as err:
+    with (
+        open(notebook.with_suffix(".out"), "wb") as out,
+        open(notebook.with_suffix(".err"), "wb") as err,
+    ):
         return subprocess.Popen([*RUNNER, str(notebook)], stdout=out, stderr=err)
 
 
@@ -102,12 +117,21 @@ def test_a_failing_cell_exits_1_with_its_error_last_on_stderr(tmp_path: Path) ->
     assert not (tmp_path / "train.job.ipynb").exists()
 
 
-@pytest.mark.parametrize(("content", "says"), [
-    (None, "train.ipynb: no such notebook"),
-    ("{ not json", "train.ipynb is not valid JSON"),
-    ('{"nbformat": 3, "nbformat_minor": 0, "worksheets": [], "metadata": {}}', "train.ipynb is not a version 4 notebook (nbformat 3)"),
-    ('{"nbformat": 4, "nbformat_minor": 5, "cells": "none"}', "train.ipynb is not a valid notebook"),
-])
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "train.ipynb: no such notebook"),
+        ("{ not json", "train.ipynb is not valid JSON"),
+        (
+            '{"nbformat": 3, "nbformat_minor": 0, "worksheets": [], "metadata": {}}',
+            "train.ipynb is not a version 4 notebook (nbformat 3)",
+        ),
+        (
+            '{"nbformat": 4, "nbformat_minor": 5, "cells": "none"}',
+            "train.ipynb is not a valid notebook",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, content: str | None, says: str) -> None:
     source = tmp_path / "train.ipynb"
     if content is not None:
@@ -133,7 +157,9 @@ def test_a_kernel_that_is_not_here_is_bad_input(tmp_path: Path) -> None:
     source = _notebook(tmp_path / "train.ipynb", "print(1)")
     result = _run(str(source), "--kernel", "no-such-kernel-for-gpuws")
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [f"no kernel named 'no-such-kernel-for-gpuws' here (--kernel NAME picks another) — {CANNOT_CHANGE}"]
+    assert result.stderr.splitlines() == [
+        f"no kernel named 'no-such-kernel-for-gpuws' here (--kernel NAME picks another) — {CANNOT_CHANGE}"
+    ]
     assert not (tmp_path / "train.job.ipynb").exists()
 
 
@@ -154,12 +180,18 @@ def test_sigterm_interrupts_the_cell_writes_the_copy_and_exits_143(tmp_path: Pat
     finally:
         job.kill()
     assert job.returncode == 143
-    assert (tmp_path / "train.err").read_text().rstrip("\n").splitlines()[-1] == "stopped by SIGTERM"
+    assert (tmp_path / "train.err").read_text().rstrip("\n").splitlines()[
+        -1
+    ] == "stopped by SIGTERM"
     _, interrupted, never = _outputs(copy)
     assert "saving at step" in _text(interrupted)  # the cell was interrupted, not killed
     assert never == []
     kernel = int((tmp_path / "kernel.pid").read_text())
-    _until(lambda: not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE)
+    _until(
+        lambda: (
+            not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE
+        )
+    )
 
 
 def test_a_kill_9_mid_run_leaves_a_copy_nbformat_validates_and_no_kernel(tmp_path: Path) -> None:
@@ -182,4 +214,8 @@ def test_a_kill_9_mid_run_leaves_a_copy_nbformat_validates_and_no_kernel(tmp_pat
     assert _text(nb.cells[1].outputs) == "x" * 100_000 + "\n"
     # The kernel notices its parent is gone and ends: no orphan goes on training.
     kernel = int((tmp_path / "kernel.pid").read_text())
-    _until(lambda: not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE)
+    _until(
+        lambda: (
+            not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE
+        )
+    )

@@ -31,32 +31,67 @@ def snapshot_venv(base_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     shutil.copytree(base_venv, venv, symlinks=True)
     projects = [make_project(folder / name, name, version) for name, version in PACKAGES]
     # Built by this Python (it has setuptools and wheel; the bare venv may lack wheel), offline.
-    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", folder / "wheels",
-        *projects)
-    run(python_of(venv), "-m", "pip", "install", "-q", "--no-index", *sorted((folder / "wheels").glob("*.whl")))
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        folder / "wheels",
+        *projects,
+    )
+    run(
+        python_of(venv),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-index",
+        *sorted((folder / "wheels").glob("*.whl")),
+    )
     return venv
 
 
 @pytest.fixture
-def successor(base_venv: Path, snapshot_venv: Path, tmp_path: Path,  # noqa: F811
-              monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, str]]:
+def successor(
+    base_venv: Path,  # noqa: F811 - the fixture imported above
+    snapshot_venv: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[Path, str]]:
     """A store whose workspace has the snapshot (its wheels kept) and one interrupted job that
     imports both packages; and the successor's Python: the bare venv, without them."""
     monkeypatch.setenv(trust.KEY_ENV, KEY)
     shutil.copytree(base_venv, tmp_path / "venv", symlinks=True)
     python = python_of(tmp_path / "venv")
-    store = store_with(tmp_path, "j-0000000000ee", [python, "-c", "import localpkg, otherpkg; open('ran', 'w')"])
-    save_snapshot(Store(open_backend(str(store)), "test-ws"), capture(python_of(snapshot_venv)), keep_all_wheels=True)
+    store = store_with(
+        tmp_path, "j-0000000000ee", [python, "-c", "import localpkg, otherpkg; open('ran', 'w')"]
+    )
+    save_snapshot(
+        Store(open_backend(str(store)), "test-ws"),
+        capture(python_of(snapshot_venv)),
+        keep_all_wheels=True,
+    )
     yield store, python
 
 
 def relaunched(server: Any) -> dict[str, Any]:
-    return until(lambda: (j := server.api("/gpuws/api/jobs/j-0000000000ee"))["state"] in ("finished", "failed")
-                 and j, 300, "the relaunched job's end")
+    return until(
+        lambda: (
+            (j := server.api("/gpuws/api/jobs/j-0000000000ee"))["state"] in ("finished", "failed")
+            and j
+        ),
+        300,
+        "the relaunched job's end",
+    )
 
 
 def test_where_allowed_the_relaunch_waits_for_the_restore_of_the_snapshots_difference(
-        successor: tuple[Path, str], tmp_path: Path) -> None:
+    successor: tuple[Path, str], tmp_path: Path
+) -> None:
     store, python = successor
     config = {"store_url": str(store), "env_python": python, "relaunch_restores_environment": True}
     with server_process(tmp_path / "a", tmp_path / "runtime", config) as server:
@@ -64,18 +99,24 @@ def test_where_allowed_the_relaunch_waits_for_the_restore_of_the_snapshots_diffe
         # It imports both packages: run before the restore had ended, it would have failed.
         assert job["state"] == "finished", job["reason"]
         assert (server.root / "ran").exists()
-        assert job["relaunch"].startswith("relaunched after restoring the snapshot's difference (2 packages")
+        assert job["relaunch"].startswith(
+            "relaunched after restoring the snapshot's difference (2 packages"
+        )
         assert {name: versions(python).get(name) for name, _ in PACKAGES} == dict(PACKAGES)
         assert server.api("/gpuws/api/env")["state"] == "matches"
 
 
 def test_where_not_allowed_the_job_relaunches_on_this_environment_and_says_it_differs(
-        successor: tuple[Path, str], tmp_path: Path) -> None:
+    successor: tuple[Path, str], tmp_path: Path
+) -> None:
     store, python = successor
     config = {"store_url": str(store), "env_python": python}
     with server_process(tmp_path / "a", tmp_path / "runtime", config) as server:
         job = relaunched(server)
-        assert job["relaunch"] == "relaunched on this environment, which differs from the snapshot: 2 packages"
+        assert (
+            job["relaunch"]
+            == "relaunched on this environment, which differs from the snapshot: 2 packages"
+        )
         # Relaunched all the same, on the packages there are: the import fails, and says why.
         assert job["state"] == "failed" and "ModuleNotFoundError" in job["reason"]
         assert not set(versions(python)) & {name for name, _ in PACKAGES}

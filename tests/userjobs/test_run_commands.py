@@ -17,15 +17,30 @@ from tests.test_successor import kernel_client, run
 from tests.userjobs.jobfiles import FAILING, job_key, write
 
 OK = "print('the job ran', flush=True)\n"
-NOTEBOOK = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {}, "outputs": [],
-                       "source": "print('from the notebook')"}],
-            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+NOTEBOOK = {
+    "cells": [
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "id": "c1",
+            "metadata": {},
+            "outputs": [],
+            "source": "print('from the notebook')",
+        }
+    ],
+    "metadata": {},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("jobs-cli")
-    with job_key("the-cli-tests-key"), server_process(folder / "a", folder / "runtime", {"sync_debounce": 0.05}) as server:
+    with (
+        job_key("the-cli-tests-key"),
+        server_process(folder / "a", folder / "runtime", {"sync_debounce": 0.05}) as server,
+    ):
         until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
         (server.root / "sub").mkdir()
         write(server.root / "sub", "ok.py", OK)
@@ -35,18 +50,40 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def cli(runtime: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "jupyter_gpu_ws.cli", *args], capture_output=True, text=True, check=False,
-                          cwd=cwd, timeout=120, env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime)})
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_gpu_ws.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        timeout=120,
+        env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime)},
+    )
 
 
 def ended(server: ServerProcess, job_id: str) -> dict[str, Any]:
-    return until(lambda: (j := server.api(f"/gpuws/api/jobs/{job_id}"))["state"] in ("finished", "failed") and j,
-                 120, f"job {job_id}'s end")
+    return until(
+        lambda: (
+            (j := server.api(f"/gpuws/api/jobs/{job_id}"))["state"] in ("finished", "failed") and j
+        ),
+        120,
+        f"job {job_id}'s end",
+    )
 
 
 def test_jupyter_gpuws_run_starts_the_command_in_the_folder_it_is_run_from_and_prints_the_job_id(
-        server: ServerProcess) -> None:
-    done = cli(server.runtime, "run", "--name", "from-cli", "--", "python", "ok.py", cwd=server.root / "sub")
+    server: ServerProcess,
+) -> None:
+    done = cli(
+        server.runtime,
+        "run",
+        "--name",
+        "from-cli",
+        "--",
+        "python",
+        "ok.py",
+        cwd=server.root / "sub",
+    )
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.strip()
     assert "jupyter gpuws jobs" in done.stderr
@@ -57,7 +94,9 @@ def test_jupyter_gpuws_run_starts_the_command_in_the_folder_it_is_run_from_and_p
     assert listing.returncode == 0 and f"from-cli ({job_id}): finished" in listing.stdout
 
 
-def test_jupyter_gpuws_run_of_a_notebook_runs_it_from_the_folder_it_is_in(server: ServerProcess) -> None:
+def test_jupyter_gpuws_run_of_a_notebook_runs_it_from_the_folder_it_is_in(
+    server: ServerProcess,
+) -> None:
     done = cli(server.runtime, "run", "nb.ipynb", cwd=server.root / "sub")
     assert done.returncode == 0, done.stderr
     job = ended(server, done.stdout.strip())
@@ -65,11 +104,15 @@ def test_jupyter_gpuws_run_of_a_notebook_runs_it_from_the_folder_it_is_in(server
     assert "from the notebook" in (server.root / "sub" / "nb.job.ipynb").read_text()
 
 
-def test_jupyter_gpuws_run_of_a_missing_program_is_one_line_and_exit_2(server: ServerProcess) -> None:
+def test_jupyter_gpuws_run_of_a_missing_program_is_one_line_and_exit_2(
+    server: ServerProcess,
+) -> None:
     done = cli(server.runtime, "run", "--", "no-such-program-anywhere")
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == ("jupyter gpuws: error: 400: no-such-program-anywhere: command not found on this "
-                                   "server's PATH")
+    assert done.stderr.strip() == (
+        "jupyter gpuws: error: 400: no-such-program-anywhere: command not found on this "
+        "server's PATH"
+    )
 
 
 def test_jupyter_gpuws_run_without_a_server_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -79,11 +122,27 @@ def test_jupyter_gpuws_run_without_a_server_is_one_line_and_exit_2(tmp_path: Pat
 
 
 def test_status_in_a_terminal_lists_the_jobs_the_store_records(server: ServerProcess) -> None:
-    job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "fail.py"], "name": "for-status"})
+    job = server.api(
+        "/gpuws/api/jobs", "POST", {"command": ["python", "fail.py"], "name": "for-status"}
+    )
     ended(server, job["id"])
-    until(lambda: (server.store / "test-ws" / ".gpuws" / "jobs" / f"{job['id']}.json").exists(), 30, "the record")
-    done = cli(server.runtime, "status", "--workdir", str(server.root), "--store", str(server.store),
-               "--workspace", "test-ws", "--state-dir", str(server.state))
+    until(
+        lambda: (server.store / "test-ws" / ".gpuws" / "jobs" / f"{job['id']}.json").exists(),
+        30,
+        "the record",
+    )
+    done = cli(
+        server.runtime,
+        "status",
+        "--workdir",
+        str(server.root),
+        "--store",
+        str(server.store),
+        "--workspace",
+        "test-ws",
+        "--state-dir",
+        str(server.state),
+    )
     assert done.returncode == 0, done.stderr
     assert f"for-status ({job['id']}): failed · exit code 3" in done.stdout
 
@@ -107,7 +166,9 @@ def displayed(client: Any, code: str, timeout: float = 120) -> str:
 def test_the_magic_runs_a_job_and_lists_it_in_its_status(server: ServerProcess) -> None:
     client = kernel_client(server, "sub/start.ipynb")
     try:
-        printed = run(client, "%load_ext jupyter_gpu_ws\n%gpuws run --name from-magic -- python ok.py")
+        printed = run(
+            client, "%load_ext jupyter_gpu_ws\n%gpuws run --name from-magic -- python ok.py"
+        )
         assert printed.startswith("started from-magic as job j-"), printed
         job_id = printed.split("as job ")[1].split()[0]
         assert ended(server, job_id)["state"] == "finished"

@@ -22,14 +22,25 @@ class App(SimpleNamespace):
         return SimpleNamespace(service=None)  # the restore at start not over: nothing to do yet
 
 
-def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(tmp_path: Path) -> None:
-    app = App(workdir=str(tmp_path), workspace="ws", checkpoints=SimpleNamespace(server_id="r-1"),
-              relaunch_jobs=True, job_stop_grace=5.0)
+def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(
+    tmp_path: Path,
+) -> None:
+    app = App(
+        workdir=str(tmp_path),
+        workspace="ws",
+        checkpoints=SimpleNamespace(server_id="r-1"),
+        relaunch_jobs=True,
+        job_stop_grace=5.0,
+    )
     service = JobService(app, env={})
     app.broken = "the state folder is gone"
     service.check()
     error = service.manager.list()["error"]
-    assert error is not None and "the state folder is gone" in error and "background check failed" in error
+    assert (
+        error is not None
+        and "the state folder is gone" in error
+        and "background check failed" in error
+    )
     app.broken = None
     service.check()
     assert service.manager.list()["error"] is None
@@ -38,8 +49,14 @@ def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(t
 def test_the_jobs_listing_of_the_cli_and_the_magic_says_the_lists_error() -> None:
     from jupyter_gpu_ws.userjobs.commands import listing_lines
 
-    lines = listing_lines({"jobs": [], "relaunch": {"enabled": True, "pending": []},
-                           "error": "job records not read from the store: the store does not answer"})
+    lines = listing_lines(
+        {
+            "jobs": [],
+            "relaunch": {"enabled": True, "pending": []},
+            "error": "job records not read from the store: the store does not answer",
+        }
+    )
     assert lines[-1] == "Problem: job records not read from the store: the store does not answer"
-    assert listing_lines({"jobs": [], "relaunch": {"enabled": True, "pending": []}, "error": None})[-1].startswith(
-        "No jobs")
+    assert listing_lines({"jobs": [], "relaunch": {"enabled": True, "pending": []}, "error": None})[
+        -1
+    ].startswith("No jobs")

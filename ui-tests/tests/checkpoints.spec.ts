@@ -30,11 +30,16 @@ test('lists a training notebook, and Checkpoint now updates it', async ({ page }
   await expect(card).toContainText('tracks model, optimizer');
   await expect(card.getByTestId('gpuws-checkpoint-last')).toHaveText('no checkpoint yet');
   await card.getByTestId('gpuws-checkpoint-now').click();
-  await expect(card.getByTestId('gpuws-checkpoint-last')).toContainText(/^step 4 · \d+ s ago · [\d.]+ KiB/, {
-    timeout: 20000
-  });
+  await expect(card.getByTestId('gpuws-checkpoint-last')).toContainText(
+    /^step 4 · \d+ s ago · [\d.]+ KiB/,
+    {
+      timeout: 20000
+    }
+  );
   // The sync carries it to the store: the section says so once it has.
-  await expect(card.getByTestId('gpuws-checkpoint-last')).toContainText('in the store', { timeout: 30000 });
+  await expect(card.getByTestId('gpuws-checkpoint-last')).toContainText('in the store', {
+    timeout: 30000
+  });
   await expect(card.getByTestId('gpuws-checkpoint-now')).toBeEnabled();
   await page.notebook.close(true);
 });

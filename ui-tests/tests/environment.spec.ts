@@ -19,7 +19,10 @@ function sitePackages(): string {
 
 test.describe('Environment', () => {
   test.afterAll(() => {
-    fs.rmSync(path.join(sitePackages(), 'demo_pkg-1.0.dist-info'), { recursive: true, force: true });
+    fs.rmSync(path.join(sitePackages(), 'demo_pkg-1.0.dist-info'), {
+      recursive: true,
+      force: true
+    });
   });
 
   test('Snapshot now, then a change shows as a difference', async ({ page }) => {
@@ -36,7 +39,10 @@ test.describe('Environment', () => {
     // What `pip install demo-pkg==1.0` leaves behind, written directly.
     const info = path.join(sitePackages(), 'demo_pkg-1.0.dist-info');
     fs.mkdirSync(info, { recursive: true });
-    fs.writeFileSync(path.join(info, 'METADATA'), 'Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n');
+    fs.writeFileSync(
+      path.join(info, 'METADATA'),
+      'Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n'
+    );
     fs.writeFileSync(path.join(info, 'INSTALLER'), 'pip\n');
     await page.reload();
     await page.evaluate(async () => {

@@ -55,7 +55,10 @@ const MODEL = [
 
 /** The text of a cell's outputs in the open notebook. */
 function output(page: IJupyterLabPageFixture, cell: number): Locator {
-  return page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell').nth(cell).locator('.jp-OutputArea');
+  return page
+    .locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')
+    .nth(cell)
+    .locator('.jp-OutputArea');
 }
 
 /** No error or warning notification has shown, and no run has an open anomaly (soft: the walk
@@ -84,7 +87,9 @@ test.afterEach(async ({ page }) => {
   await shutDownKernels(page, ['plain.ipynb', 'model.ipynb']);
 });
 
-test('the README first hour: snippet, tracked loops, Persist now, Restart and Run All, resume', async ({ page }) => {
+test('the README first hour: snippet, tracked loops, Persist now, Restart and Run All, resume', async ({
+  page
+}) => {
   test.setTimeout(300000);
   await page.evaluate(async () => {
     await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
@@ -107,9 +112,12 @@ test('the README first hour: snippet, tracked loops, Persist now, Restart and Ru
   await page.notebook.leaveCellEditingMode(2);
   await page.notebook.run();
   await expect(output(page, 5)).toContainText('at step 100');
-  await expect(card(page, 'plain.ipynb').getByTestId('gpuws-training-progress')).toContainText('step 100/200', {
-    timeout: 20000
-  });
+  await expect(card(page, 'plain.ipynb').getByTestId('gpuws-training-progress')).toContainText(
+    'step 100/200',
+    {
+      timeout: 20000
+    }
+  );
   // The status bar shows the run that needs the user most, a run of this notebook while it is the only one.
   await expect(page.getByTestId('gpuws-status-training')).toContainText('step 100/200');
   await expect(output(page, 6)).toContainText(/plain\.ipynb\D*100\/200/);
@@ -119,9 +127,12 @@ test('the README first hour: snippet, tracked loops, Persist now, Restart and Ru
   await openNotebook(page, 'model.ipynb');
   await page.notebook.run();
   await expect(output(page, 3)).toContainText('at step 100');
-  await expect(card(page, 'model.ipynb').getByTestId('gpuws-training-progress')).toContainText('step 100/200', {
-    timeout: 20000
-  });
+  await expect(card(page, 'model.ipynb').getByTestId('gpuws-training-progress')).toContainText(
+    'step 100/200',
+    {
+      timeout: 20000
+    }
+  );
   await expect(output(page, 4)).toContainText(/model\.ipynb\D*100\/200/);
   await nothingAlarming(page);
 
@@ -134,7 +145,9 @@ test('the README first hour: snippet, tracked loops, Persist now, Restart and Ru
   await expect(page.getByTestId('gpuws-status-sync')).toHaveText(/^synced /);
   await page.notebook.runCell(4);
   await expect(output(page, 4)).toContainText(/Sync\W+synced /);
-  await expect(output(page, 4)).toContainText(/model\.ipynb\s*model, optimizer\s*99\s*[\d.]+ [KMG]?i?B.*?in the store/); // checkpoint: last step
+  await expect(output(page, 4)).toContainText(
+    /model\.ipynb\s*model, optimizer\s*99\s*[\d.]+ [KMG]?i?B.*?in the store/
+  ); // checkpoint: last step
   await nothingAlarming(page);
 
   // Restart and Run All: resume() continues from the checkpoint, the loops finish, no alarm
@@ -148,10 +161,14 @@ test('the README first hour: snippet, tracked loops, Persist now, Restart and Ru
     await expect.soft(output(page, loopOutput - 2)).toContainText('100'); // resume() says where it continues
     await expect(output(page, status)).toContainText(/done\s*200\/200/, { timeout: 30000 });
     const run = card(page, name);
-    await expect(run.getByTestId('gpuws-training-verdict')).toContainText('All 200 steps done', { timeout: 20000 });
+    await expect(run.getByTestId('gpuws-training-verdict')).toContainText('All 200 steps done', {
+      timeout: 20000
+    });
     await expect(run.getByTestId('gpuws-training-progress')).not.toContainText('ETA');
     // The status bar speaks of runs still going, never of a finished one.
-    await expect(page.getByTestId('gpuws-status-training').filter({ hasText: '200/200' })).toHaveCount(0);
+    await expect(
+      page.getByTestId('gpuws-status-training').filter({ hasText: '200/200' })
+    ).toHaveCount(0);
     await nothingAlarming(page);
   }
   await expect(output(page, 4)).not.toContainText('ETA 0');

@@ -8,8 +8,7 @@ import * as os from 'os';
 import * as path from 'path';
 
 const PANEL = '#jp-gpuws-panel';
-const GPUS_FILE =
-  process.env.GPUWS_UI_GPUS_FILE || path.join(os.tmpdir(), 'gpuws-ui-gpus.json');
+const GPUS_FILE = process.env.GPUWS_UI_GPUS_FILE || path.join(os.tmpdir(), 'gpuws-ui-gpus.json');
 const ORIGINAL = fs.readFileSync(path.join(__dirname, '..', 'fake-gpus.json'), 'utf-8');
 
 function writeGpus(change: (spec: any) => void): void {
@@ -34,7 +33,10 @@ test.describe('GPU Workspace panel with GPUs', () => {
     const first = cards.nth(0);
     await expect(first).toContainText('GPU 0');
     await expect(first).toContainText('A100-SXM4-40GB');
-    await expect(first.locator('.jp-gpuws-card-title')).toHaveAttribute('title', /NVIDIA A100-SXM4-40GB/);
+    await expect(first.locator('.jp-gpuws-card-title')).toHaveAttribute(
+      'title',
+      /NVIDIA A100-SXM4-40GB/
+    );
     await expect(first.getByTestId('gpuws-gpu-memory')).toContainText('15.0/40 GiB');
     await expect(first.getByTestId('gpuws-gpu-util')).toContainText(/\d+ %/);
     await expect(first).toContainText('63 °C · 287 / 400 W · 1410 MHz');
@@ -44,7 +46,9 @@ test.describe('GPU Workspace panel with GPUs', () => {
     );
     await expect(cards.nth(1)).toContainText('MIG 0: 1.0/9.5 GiB');
     await expect(page.locator(PANEL).getByTestId('gpuws-no-gpu')).toHaveCount(0);
-    await expect(page.getByTestId('gpuws-status')).toHaveText(/^GPU 0 \d+ % · 15\.0\/40 GiB \(busiest of 2\)$/);
+    await expect(page.getByTestId('gpuws-status')).toHaveText(
+      /^GPU 0 \d+ % · 15\.0\/40 GiB \(busiest of 2\)$/
+    );
   });
 
   test('names the notebook whose kernel holds GPU memory', async ({ page, request }) => {
@@ -88,8 +92,10 @@ test.describe('GPU Workspace panel with GPUs', () => {
   });
 });
 
-test.describe('A store on the work directory\'s own disk', () => {
-  test('is never called "all saved": the panel says where it is and what to set', async ({ page }) => {
+test.describe("A store on the work directory's own disk", () => {
+  test('is never called "all saved": the panel says where it is and what to set', async ({
+    page
+  }) => {
     await page.evaluate(async () => {
       await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
     });

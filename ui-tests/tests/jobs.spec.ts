@@ -52,7 +52,10 @@ function job(fields: { [name: string]: unknown }): { [name: string]: unknown } {
   };
 }
 
-const LOG = Array.from({ length: 8 }, (_, i) => `step ${4000 + 20 * i} loss ${(0.5 - i / 100).toFixed(3)}`);
+const LOG = Array.from(
+  { length: 8 },
+  (_, i) => `step ${4000 + 20 * i} loss ${(0.5 - i / 100).toFixed(3)}`
+);
 
 /** One job in each state the section shows. */
 const JOBS = [
@@ -67,7 +70,19 @@ const JOBS = [
     eta_seconds: 812,
     verdict: 'finishes before the deadline',
     log_tail: LOG,
-    attempts: [{ number: 1, started: NOW - 600, ended: null, host: 'gpu-1', returncode: null, reason: null, retryable: null, step: null, runs_on: null }]
+    attempts: [
+      {
+        number: 1,
+        started: NOW - 600,
+        ended: null,
+        host: 'gpu-1',
+        returncode: null,
+        reason: null,
+        retryable: null,
+        step: null,
+        runs_on: null
+      }
+    ]
   }),
   job({ id: 'j-queue', name: 'eval', state: 'queued', command: ['python', 'eval.py'] }),
   job({
@@ -81,7 +96,14 @@ const JOBS = [
     total_steps: 10000,
     relaunch: 'relaunches when this runtime has restored its checkpoint'
   }),
-  job({ id: 'j-rel', name: 'pretrain', state: 'relaunched', command: ['python', 'pretrain.py'], step: 300, total_steps: 1000 }),
+  job({
+    id: 'j-rel',
+    name: 'pretrain',
+    state: 'relaunched',
+    command: ['python', 'pretrain.py'],
+    step: 300,
+    total_steps: 1000
+  }),
   job({
     id: 'j-retry',
     name: 'big-model',
@@ -100,9 +122,28 @@ const JOBS = [
     state: 'finished',
     log_tail: ['done']
   }),
-  job({ id: 'j-fail', name: 'broken', state: 'failed', command: ['python', 'broken.py'], reason: 'SyntaxError in broken.py line 4 (not retried: it cannot change)' }),
-  job({ id: 'j-stop', name: 'probe', state: 'stopped', command: ['python', 'probe.py'], reason: 'stopped by you at step 80' }),
-  job({ id: 'j-held', name: 'long-run', state: 'held', command: ['python', 'long.py'], step: 9000, total_steps: 20000 }),
+  job({
+    id: 'j-fail',
+    name: 'broken',
+    state: 'failed',
+    command: ['python', 'broken.py'],
+    reason: 'SyntaxError in broken.py line 4 (not retried: it cannot change)'
+  }),
+  job({
+    id: 'j-stop',
+    name: 'probe',
+    state: 'stopped',
+    command: ['python', 'probe.py'],
+    reason: 'stopped by you at step 80'
+  }),
+  job({
+    id: 'j-held',
+    name: 'long-run',
+    state: 'held',
+    command: ['python', 'long.py'],
+    step: 9000,
+    total_steps: 20000
+  }),
   job({
     id: 'j-app',
     name: 'someone-else',
@@ -143,22 +184,37 @@ async function serveJobs(
     }
     const failure = fail[`${method} ${rest}`];
     if (failure) {
-      await route.fulfill({ status: failure.status, contentType: 'application/json', body: JSON.stringify({ message: failure.message }) });
+      await route.fulfill({
+        status: failure.status,
+        contentType: 'application/json',
+        body: JSON.stringify({ message: failure.message })
+      });
     } else if (method === 'GET' && rest === '') {
       await route.fulfill({ json: listing });
     } else if (method === 'GET' && rest.endsWith('/log')) {
-      await route.fulfill({ json: { lines: Array.from({ length: 40 }, (_, i) => `line ${i + 1} of the whole log`) } });
+      await route.fulfill({
+        json: { lines: Array.from({ length: 40 }, (_, i) => `line ${i + 1} of the whole log`) }
+      });
     } else if (method === 'DELETE') {
       await route.fulfill({ status: 204, body: '' });
     } else if (method === 'POST' && rest === '') {
       const name = path.basename(body.notebook ?? 'job');
       await route.fulfill({
         status: 201,
-        json: job({ id: 'j-new', name, kind: 'notebook', notebook: body.notebook, output: name.replace(/\.ipynb$/, '.job.ipynb'), state: 'queued' })
+        json: job({
+          id: 'j-new',
+          name,
+          kind: 'notebook',
+          notebook: body.notebook,
+          output: name.replace(/\.ipynb$/, '.job.ipynb'),
+          state: 'queued'
+        })
       });
     } else {
       const id = rest.split('/')[1];
-      await route.fulfill({ json: (listing.jobs as Array<{ id: string }>).find(j => j.id === id) ?? job({ id }) });
+      await route.fulfill({
+        json: (listing.jobs as Array<{ id: string }>).find(j => j.id === id) ?? job({ id })
+      });
     }
   });
 }
@@ -176,7 +232,9 @@ function row(page: IJupyterLabPageFixture, id: string) {
   return page.locator(PANEL).locator(`[data-testid="gpuws-job"][data-job="${id}"]`);
 }
 
-test('every state of a job renders with its words, colour, progress, log and buttons', async ({ page }) => {
+test('every state of a job renders with its words, colour, progress, log and buttons', async ({
+  page
+}) => {
   const calls: ICall[] = [];
   await serveJobs(page, { jobs: JOBS, relaunch: { enabled: true, pending: ['j-int'] } }, calls);
   await openPanel(page);
@@ -202,7 +260,9 @@ test('every state of a job renders with its words, colour, progress, log and but
     await expect(state, id).toHaveClass(new RegExp(tone));
     const shown = await row(page, id)
       .locator('.jp-gpuws-job-actions button.jp-gpuws-button')
-      .evaluateAll(nodes => nodes.map(n => (n.getAttribute('data-testid') ?? '').replace('gpuws-job-', '')));
+      .evaluateAll(nodes =>
+        nodes.map(n => (n.getAttribute('data-testid') ?? '').replace('gpuws-job-', ''))
+      );
     expect(shown, id).toEqual(buttons);
   }
 
@@ -212,24 +272,35 @@ test('every state of a job renders with its words, colour, progress, log and but
   await expect(running.getByTestId('gpuws-job-progress')).toContainText('ETA 14 min');
   await expect(running.getByTestId('gpuws-job-verdict')).toHaveText('finishes before the deadline');
   await expect(running.getByTestId('gpuws-job-log')).toHaveText(LOG.slice(-5).join('\n'));
-  await expect(running.getByTestId('gpuws-job-log')).toHaveCSS('font-family', /mono|Mono|Menlo|Consolas|Courier/);
+  await expect(running.getByTestId('gpuws-job-log')).toHaveCSS(
+    'font-family',
+    /mono|Mono|Menlo|Consolas|Courier/
+  );
   // The log folds away, and back.
   await running.getByTestId('gpuws-job-log-toggle').click();
   await expect(running.getByTestId('gpuws-job-log')).toHaveCount(0);
-  await expect(running.getByTestId('gpuws-job-log-toggle')).toHaveText('Show the last 5 lines of the log');
+  await expect(running.getByTestId('gpuws-job-log-toggle')).toHaveText(
+    'Show the last 5 lines of the log'
+  );
   await running.getByTestId('gpuws-job-log-toggle').click();
   await expect(running.getByTestId('gpuws-job-log')).toBeVisible();
 
   // Reasons, in the user's words.
-  await expect(row(page, 'j-retry').getByTestId('gpuws-job-reason')).toHaveText('attempt 2 of 3: CUDA out of memory at step 4,120');
-  await expect(row(page, 'j-fail').getByTestId('gpuws-job-reason')).toContainText('SyntaxError in broken.py line 4');
+  await expect(row(page, 'j-retry').getByTestId('gpuws-job-reason')).toHaveText(
+    'attempt 2 of 3: CUDA out of memory at step 4,120'
+  );
+  await expect(row(page, 'j-fail').getByTestId('gpuws-job-reason')).toContainText(
+    'SyntaxError in broken.py line 4'
+  );
   // Before the relaunch: what will be relaunched, from where, and Hold.
   await expect(row(page, 'j-int').getByTestId('gpuws-job-relaunch')).toContainText(
     'finetune.py will be relaunched from step 4,120 once the restore ends'
   );
   await expect(row(page, 'j-int').getByTestId('gpuws-job-hold')).toBeVisible();
   // A held job shows its step, and no ETA.
-  await expect(row(page, 'j-held').getByTestId('gpuws-job-progress')).toHaveText(/^step 9,000\/20,000$/);
+  await expect(row(page, 'j-held').getByTestId('gpuws-job-progress')).toHaveText(
+    /^step 9,000\/20,000$/
+  );
 
   // Jobs under way come right below Training (or first, with no run tracked), before the GPUs'.
   const order = await page
@@ -289,7 +360,9 @@ test('each button calls its endpoint with its method', async ({ page }) => {
   await row(page, 'j-run').getByTestId('gpuws-job-full-log').click();
   const dialog = page.locator('.jp-Dialog');
   await expect(dialog).toContainText('Log of train');
-  await expect(dialog.getByTestId('gpuws-job-full-log-text')).toContainText('line 40 of the whole log');
+  await expect(dialog.getByTestId('gpuws-job-full-log-text')).toContainText(
+    'line 40 of the whole log'
+  );
   expect(calls).toEqual([{ method: 'GET', path: '/j-run/log?lines=5000', body: null }]);
   await dialog.getByRole('button', { name: 'Close' }).click();
   await expect(dialog).toHaveCount(0);
@@ -298,10 +371,17 @@ test('each button calls its endpoint with its method', async ({ page }) => {
 test("an API error shows in the section with the server's message", async ({ page }) => {
   const calls: ICall[] = [];
   const failures: { [key: string]: { status: number; message: string } } = {
-    'POST /j-fin/restart': { status: 409, message: 'sweep.ipynb has no checkpoint to restart from' },
+    'POST /j-fin/restart': {
+      status: 409,
+      message: 'sweep.ipynb has no checkpoint to restart from'
+    },
     'GET /j-run/log': { status: 500, message: 'the log cannot be opened: permission denied' }
   };
-  const listing: { jobs: unknown[]; relaunch: { enabled: boolean; pending: string[] }; error?: string } = {
+  const listing: {
+    jobs: unknown[];
+    relaunch: { enabled: boolean; pending: string[] };
+    error?: string;
+  } = {
     jobs: JOBS,
     relaunch: { enabled: true, pending: ['j-int'] }
   };
@@ -309,8 +389,12 @@ test("an API error shows in the section with the server's message", async ({ pag
   await openPanel(page);
   await expect(row(page, 'j-fin')).toBeVisible({ timeout: 20000 });
   // The store the records live in, failing: the list says why.
-  listing.error = 'the jobs cannot be recorded in the store: it is read-only here (another runtime writes it)';
-  await expect(page.locator(PANEL).getByTestId('gpuws-jobs-store-error')).toHaveText(listing.error, { timeout: 20000 });
+  listing.error =
+    'the jobs cannot be recorded in the store: it is read-only here (another runtime writes it)';
+  await expect(page.locator(PANEL).getByTestId('gpuws-jobs-store-error')).toHaveText(
+    listing.error,
+    { timeout: 20000 }
+  );
   await row(page, 'j-fin').getByTestId('gpuws-job-restart').click();
   await expect(page.locator(PANEL).getByTestId('gpuws-jobs-action-error')).toHaveText(
     'Cannot restart sweep.ipynb: sweep.ipynb has no checkpoint to restart from'
@@ -324,13 +408,19 @@ test("an API error shows in the section with the server's message", async ({ pag
   await dialog.getByRole('button', { name: 'Close' }).click();
   // The list itself failing: its reason shows, the jobs last seen stay.
   failures['GET '] = { status: 503, message: 'the store cannot be read: connection refused' };
-  await expect(page.locator(PANEL).getByTestId('gpuws-jobs-error')).toHaveText('the store cannot be read: connection refused', {
-    timeout: 20000
-  });
+  await expect(page.locator(PANEL).getByTestId('gpuws-jobs-error')).toHaveText(
+    'the store cannot be read: connection refused',
+    {
+      timeout: 20000
+    }
+  );
   await expect(row(page, 'j-run')).toBeVisible();
 });
 
-test('"Run as job" in the file browser and the palette posts the notebook and names the job', async ({ page, tmpPath }) => {
+test('"Run as job" in the file browser and the palette posts the notebook and names the job', async ({
+  page,
+  tmpPath
+}) => {
   const calls: ICall[] = [];
   await serveJobs(page, { jobs: [], relaunch: { enabled: true, pending: [] } }, calls);
   const file = 'run-as-job-check.ipynb';
@@ -353,7 +443,10 @@ test('"Run as job" in the file browser and the palette posts the notebook and na
   // The palette's "Run notebook as job", for the notebook in front.
   calls.length = 0;
   await page.evaluate(async path => {
-    await (window as any).jupyterapp.commands.execute('docmanager:open', { path, factory: 'Notebook' });
+    await (window as any).jupyterapp.commands.execute('docmanager:open', {
+      path,
+      factory: 'Notebook'
+    });
   }, name);
   await expect.poll(() => page.notebook.isOpen(file), { timeout: 30000 }).toBe(true);
   await page.notebook.activate(file);
@@ -375,7 +468,9 @@ test('the Jobs section in the light and dark themes', async ({ page }) => {
   // Not the test's folder name (the Launcher's heading).
   await page.addStyleTag({ content: '.jp-Launcher-cwd { visibility: hidden; }' });
   // The sections above it folded, so the picture is the Jobs section's.
-  for (const id of await panel.locator('section[data-section]').evaluateAll(nodes => nodes.map(n => n.getAttribute('data-section')))) {
+  for (const id of await panel
+    .locator('section[data-section]')
+    .evaluateAll(nodes => nodes.map(n => n.getAttribute('data-section')))) {
     const fold = panel.getByTestId(`gpuws-fold-${id}`);
     if (id !== 'jobs' && (await fold.getAttribute('aria-expanded')) === 'true') {
       await fold.click();
@@ -393,7 +488,15 @@ test('the Jobs section in the light and dark themes', async ({ page }) => {
     await page.screenshot({ path: picturePath(`panel-jobs-${theme}.png`) });
   }
   await page.theme.setLightTheme();
-  for (const id of ['gpus', 'runtime', 'sync', 'checkpoints', 'training', 'environment', 'system']) {
+  for (const id of [
+    'gpus',
+    'runtime',
+    'sync',
+    'checkpoints',
+    'training',
+    'environment',
+    'system'
+  ]) {
     const fold = panel.getByTestId(`gpuws-fold-${id}`);
     if ((await fold.count()) && (await fold.getAttribute('aria-expanded')) === 'false') {
       await fold.click();
@@ -401,18 +504,29 @@ test('the Jobs section in the light and dark themes', async ({ page }) => {
   }
 });
 
-test('a notebook run as a job on the real server shows running, then finished', async ({ page, tmpPath }) => {
+test('a notebook run as a job on the real server shows running, then finished', async ({
+  page,
+  tmpPath
+}) => {
   const file = 'job-real-run.ipynb';
   // Long enough to be seen running between two of the panel's looks (every 3 s).
-  await writeNotebook(page, `${tmpPath}/${file}`, ['import time\nfor i in range(10): print(f"tick {i}", flush=True); time.sleep(1)']);
+  await writeNotebook(page, `${tmpPath}/${file}`, [
+    'import time\nfor i in range(10): print(f"tick {i}", flush=True); time.sleep(1)'
+  ]);
   await page.filebrowser.refresh();
   await page.locator('.jp-DirListing-item', { hasText: file }).click({ button: 'right' });
-  const posted = page.waitForResponse(r => r.url().includes('/gpuws/api/jobs') && r.request().method() === 'POST');
+  const posted = page.waitForResponse(
+    r => r.url().includes('/gpuws/api/jobs') && r.request().method() === 'POST'
+  );
   await page.locator('.lm-Menu').getByText('Run as job', { exact: true }).click();
   const answer = await posted;
   expect(answer.status(), await answer.text()).toBe(201);
   const created = await answer.json();
-  await page.locator('.Toastify__toast').filter({ hasText: `Job "${created.name}" started` }).getByText('Show in GPU Workspace').click();
+  await page
+    .locator('.Toastify__toast')
+    .filter({ hasText: `Job "${created.name}" started` })
+    .getByText('Show in GPU Workspace')
+    .click();
   const jobRow = row(page, created.id);
   await expect(jobRow.getByTestId('gpuws-job-state')).toHaveText('running', { timeout: 30000 });
   await expect(jobRow.getByTestId('gpuws-job-stop')).toBeVisible();

@@ -25,12 +25,16 @@ test.describe('GPU Workspace panel without a GPU', () => {
     expect(response.ok()).toBeTruthy();
     const metrics = await response.json();
     const totalGiB = (metrics.system.memory_total / 2 ** 30).toFixed(1);
-    await expect(panel.getByTestId('gpuws-memory')).toContainText(`/${totalGiB.replace(/\.0$/, '')} GiB`);
+    await expect(panel.getByTestId('gpuws-memory')).toContainText(
+      `/${totalGiB.replace(/\.0$/, '')} GiB`
+    );
     await expect(panel.getByTestId('gpuws-cpu')).toContainText(
       `CPU (${metrics.system.cpu_count} cores)`
     );
     await expect(panel.getByTestId('gpuws-cpu')).toContainText(/\d+ %/);
-    await expect(panel.getByTestId('gpuws-disk-workdir')).toContainText(/Disk \(work dir\)\s*[\d.]+\/[\d.]+ GiB/);
+    await expect(panel.getByTestId('gpuws-disk-workdir')).toContainText(
+      /Disk \(work dir\)\s*[\d.]+\/[\d.]+ GiB/
+    );
 
     // Live: the memory meter's value is re-rendered from new samples.
     const meter = panel.getByTestId('gpuws-memory').locator('[role=meter]');
@@ -41,7 +45,9 @@ test.describe('GPU Workspace panel without a GPU', () => {
     await page.keyboard.press('Control+Shift+C');
     const palette = page.locator('#command-palette');
     await palette.locator('.lm-CommandPalette-input').fill('GPU Workspace');
-    await palette.locator('.lm-CommandPalette-item', { hasText: 'Open GPU Workspace panel' }).click();
+    await palette
+      .locator('.lm-CommandPalette-item', { hasText: 'Open GPU Workspace panel' })
+      .click();
     await expect(page.locator(PANEL)).toBeVisible();
   });
 
@@ -68,6 +74,9 @@ test.describe('GPU Workspace panel without a GPU', () => {
     await page.reload();
     await page.waitForSelector('#jupyterlab-splash', { state: 'detached' });
     await expect(page.locator(PANEL)).toBeVisible();
-    await expect(page.locator(PANEL).getByTestId('gpuws-connection')).toHaveAttribute('data-state', 'live');
+    await expect(page.locator(PANEL).getByTestId('gpuws-connection')).toHaveAttribute(
+      'data-state',
+      'live'
+    );
   });
 });

@@ -37,7 +37,10 @@ function installFake(version: string): void {
   }
   const info = path.join(sitePackages(), `arrow_pkg-${version}.dist-info`);
   fs.mkdirSync(info, { recursive: true });
-  fs.writeFileSync(path.join(info, 'METADATA'), `Metadata-Version: 2.1\nName: arrow-pkg\nVersion: ${version}\n`);
+  fs.writeFileSync(
+    path.join(info, 'METADATA'),
+    `Metadata-Version: 2.1\nName: arrow-pkg\nVersion: ${version}\n`
+  );
   fs.writeFileSync(path.join(info, 'INSTALLER'), 'pip\n');
 }
 
@@ -59,18 +62,28 @@ async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
 
 /** The contrast ratio (WCAG) of an element's text, or an SVG's fill, against the background
  * it is drawn on (the first ancestor with an opaque enough background). */
-async function contrast(page: IJupyterLabPageFixture, selector: string, property: 'color' | 'fill'): Promise<number> {
+async function contrast(
+  page: IJupyterLabPageFixture,
+  selector: string,
+  property: 'color' | 'fill'
+): Promise<number> {
   return page.evaluate(
     ([selector, property]) => {
       const parse = (text: string): number[] => {
         const numbers = (text.match(/[\d.]+(e-?\d+)?/g) ?? []).map(Number);
         if (text.startsWith('color(')) {
           // color(srgb r g b / a), channels 0–1
-          return [numbers[0] * 255, numbers[1] * 255, numbers[2] * 255, numbers.length > 3 ? numbers[3] : 1];
+          return [
+            numbers[0] * 255,
+            numbers[1] * 255,
+            numbers[2] * 255,
+            numbers.length > 3 ? numbers[3] : 1
+          ];
         }
         return [numbers[0], numbers[1], numbers[2], numbers.length > 3 ? numbers[3] : 1];
       };
-      const over = (top: number[], under: number[]) => [0, 1, 2].map(k => top[k] * top[3] + under[k] * (1 - top[3]));
+      const over = (top: number[], under: number[]) =>
+        [0, 1, 2].map(k => top[k] * top[3] + under[k] * (1 - top[3]));
       const luminance = (rgb: number[]) => {
         const [r, g, b] = rgb.map(v => {
           const c = v / 255;
@@ -101,7 +114,9 @@ test.describe('Without a GPU', () => {
   });
 
   test.afterAll(() => {
-    for (const old of fs.readdirSync(sitePackages()).filter(name => name.startsWith('arrow_pkg-'))) {
+    for (const old of fs
+      .readdirSync(sitePackages())
+      .filter(name => name.startsWith('arrow_pkg-'))) {
       fs.rmSync(path.join(sitePackages(), old), { recursive: true, force: true });
     }
   });
@@ -127,26 +142,38 @@ test.describe('Without a GPU', () => {
 
     // The Environment: a snapshot with arrow-pkg 65.5.0, then an upgrade to 84.2.1 here.
     const env = panel.getByLabel('Environment');
-    await expect(env.getByTestId('gpuws-env-summary')).not.toContainText('Reading', { timeout: 30000 });
+    await expect(env.getByTestId('gpuws-env-summary')).not.toContainText('Reading', {
+      timeout: 30000
+    });
     await env.getByTestId('gpuws-env-snapshot').click();
     // The click's own snapshot must end before the upgrade below: a snapshot an earlier test
     // took already reads "Matches", and one still running would take in 84.2.1 (seen in CI).
     await expect(
       page.locator('.Toastify__toast', {
-        hasText: /Environment snapshot \S+ kept in the store|The environment has not changed since the last snapshot/
+        hasText:
+          /Environment snapshot \S+ kept in the store|The environment has not changed since the last snapshot/
       })
     ).toBeVisible({ timeout: 120000 });
-    await expect(env.getByTestId('gpuws-env-summary')).toContainText('Matches the snapshot of', { timeout: 60000 });
+    await expect(env.getByTestId('gpuws-env-summary')).toContainText('Matches the snapshot of', {
+      timeout: 60000
+    });
     installFake('84.2.1'); // the server sees site-packages change, the panel asks again by itself
-    await expect(env.getByTestId('gpuws-env-summary')).toContainText('Differs from the snapshot of', { timeout: 60000 });
+    await expect(env.getByTestId('gpuws-env-summary')).toContainText(
+      'Differs from the snapshot of',
+      { timeout: 60000 }
+    );
     const change = env.getByTestId('gpuws-env-diff').locator('li').filter({ hasText: 'arrow-pkg' });
     await expect(change).toHaveText('~ arrow-pkg 65.5.0 → 84.2.1');
     await expect(change).toHaveAttribute('title', '65.5.0 in the snapshot, 84.2.1 here');
 
     // The finished run's card: done, no "ETA 0 s", a sparkline over all 200 steps.
     // A card is titled with its notebook; the run's name is the title's tooltip.
-    const run = panel.getByTestId('gpuws-training-run').filter({ has: page.locator('[title="finish-newer"]') });
-    await expect(run.getByTestId('gpuws-training-verdict')).toHaveText('All 200 steps done', { timeout: 30000 });
+    const run = panel
+      .getByTestId('gpuws-training-run')
+      .filter({ has: page.locator('[title="finish-newer"]') });
+    await expect(run.getByTestId('gpuws-training-verdict')).toHaveText('All 200 steps done', {
+      timeout: 30000
+    });
     await expect(run.getByTestId('gpuws-training-progress')).toContainText('step 200/200');
     await expect(run.getByTestId('gpuws-training-progress')).not.toContainText('ETA');
     const spark = (await run.locator('svg.jp-gpuws-sparkline').getAttribute('aria-label')) ?? '';
@@ -167,7 +194,9 @@ test.describe('Without a GPU', () => {
     expect(pickerBox.width).toBeLessThan(dashboardBox.width / 3);
     const metrics = await (await page.request.get('/gpuws/api/metrics')).json();
     expect(metrics.gpus).toEqual([]);
-    await expect(dashboard.getByTestId('gpuws-dashboard-no-gpu')).toHaveText(`No GPU found. ${metrics.gpu_error}.`);
+    await expect(dashboard.getByTestId('gpuws-dashboard-no-gpu')).toHaveText(
+      `No GPU found. ${metrics.gpu_error}.`
+    );
 
     for (const theme of THEMES) {
       await test.step(`the ${theme} theme`, () => setTheme(page, theme));
@@ -184,7 +213,9 @@ test.describe('Without a GPU', () => {
       // The folded Environment header says its word whole at the panel's usual width.
       await openPanel(page);
       await panel.getByTestId('gpuws-fold-environment').click();
-      const summary = panel.locator('[data-section="environment"]').getByTestId('gpuws-section-summary');
+      const summary = panel
+        .locator('[data-section="environment"]')
+        .getByTestId('gpuws-section-summary');
       await expect(summary).toHaveText('differs');
       expect(await summary.evaluate(el => el.scrollWidth <= el.clientWidth)).toBeTruthy();
       await page.screenshot({ path: test.info().outputPath(`panel-finished-run-${theme}.png`) });
@@ -205,15 +236,24 @@ test.describe("A store on this machine's own disk", () => {
     await expect(warning).toBeVisible({ timeout: 30000 });
     const item = page.getByTestId('gpuws-status-item');
     await expect(item).toHaveClass(/jp-gpuws-status-warning/);
-    await expect(item).toHaveAttribute('title', /^Orange because:\n• Sync: The store is a folder on this machine's own disk/);
+    await expect(item).toHaveAttribute(
+      'title',
+      /^Orange because:\n• Sync: The store is a folder on this machine's own disk/
+    );
     for (const theme of THEMES) {
       await setTheme(page, theme);
       await openPanel(page);
       await warning.scrollIntoViewIfNeeded();
       // WCAG AA for text; 3:1 for an icon.
-      expect(await contrast(page, '[data-testid="gpuws-local-store"]', 'color')).toBeGreaterThanOrEqual(4.5);
-      expect(await contrast(page, '.jp-gpuws-status-icon .jp-icon3', 'fill')).toBeGreaterThanOrEqual(3);
-      expect(await contrast(page, '[data-testid="gpuws-status-sync"]', 'color')).toBeGreaterThanOrEqual(3);
+      expect(
+        await contrast(page, '[data-testid="gpuws-local-store"]', 'color')
+      ).toBeGreaterThanOrEqual(4.5);
+      expect(
+        await contrast(page, '.jp-gpuws-status-icon .jp-icon3', 'fill')
+      ).toBeGreaterThanOrEqual(3);
+      expect(
+        await contrast(page, '[data-testid="gpuws-status-sync"]', 'color')
+      ).toBeGreaterThanOrEqual(3);
       await page.screenshot({ path: test.info().outputPath(`panel-local-store-${theme}.png`) });
     }
     await setTheme(page, 'light');

@@ -27,7 +27,9 @@ const DOCS_IMAGES = path.join(__dirname, '..', '..', 'docs', 'images');
 
 /** Where a picture goes: docs/images/ on request, else beside the test's results. */
 function picturePath(name: string): string {
-  return process.env.GPUWS_SCREENSHOTS ? path.join(DOCS_IMAGES, name) : test.info().outputPath(name);
+  return process.env.GPUWS_SCREENSHOTS
+    ? path.join(DOCS_IMAGES, name)
+    : test.info().outputPath(name);
 }
 
 test.use({ viewport: { width: 1280, height: 800 }, autoGoto: true });
@@ -42,7 +44,11 @@ async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
   });
   await expect(page.locator(PANEL)).toBeVisible();
   await page.sidebar.setWidth(250, 'left');
-  await expect(page.locator(PANEL).getByTestId('gpuws-connection')).toHaveAttribute('data-state', 'live', { timeout: 20000 });
+  await expect(page.locator(PANEL).getByTestId('gpuws-connection')).toHaveAttribute(
+    'data-state',
+    'live',
+    { timeout: 20000 }
+  );
 }
 
 async function setTheme(page: IJupyterLabPageFixture, theme: Theme): Promise<void> {
@@ -59,7 +65,9 @@ async function shutDownKernels(page: IJupyterLabPageFixture): Promise<void> {
   for (const kernel of kernels) {
     await page.request.delete(`/api/kernels/${kernel.id}`);
   }
-  await expect(page.locator(PANEL).getByTestId('gpuws-checkpoints-empty')).toBeVisible({ timeout: 20000 });
+  await expect(page.locator(PANEL).getByTestId('gpuws-checkpoints-empty')).toBeVisible({
+    timeout: 20000
+  });
 }
 
 /** Elements of the panel whose content spills out of their own box (scrollWidth > clientWidth,
@@ -84,7 +92,12 @@ async function layoutProblems(page: IJupyterLabPageFixture): Promise<string[]> {
         continue;
       }
       const clipped = style.overflowX !== 'visible' && style.textOverflow === 'ellipsis';
-      if (el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0 && !clipped && style.overflowX === 'visible') {
+      if (
+        el.scrollWidth > el.clientWidth + 1 &&
+        el.clientWidth > 0 &&
+        !clipped &&
+        style.overflowX === 'visible'
+      ) {
         problems.push(`${name(el)} overflows: ${el.scrollWidth} > ${el.clientWidth}`);
       }
       const box = el.getBoundingClientRect();
@@ -112,7 +125,9 @@ async function layoutProblems(page: IJupyterLabPageFixture): Promise<string[]> {
     }
     // Bars that hold one line: a second line means something wrapped.
     for (const el of Array.from(
-      panel.querySelectorAll('.jp-gpuws-header-bar, .jp-gpuws-header-status, .jp-gpuws-section-header, .jp-gpuws-empty, .jp-gpuws-bar-label')
+      panel.querySelectorAll(
+        '.jp-gpuws-header-bar, .jp-gpuws-header-status, .jp-gpuws-section-header, .jp-gpuws-empty, .jp-gpuws-bar-label'
+      )
     )) {
       const height = (el as HTMLElement).getBoundingClientRect().height;
       if (height > 32) {
@@ -124,7 +139,11 @@ async function layoutProblems(page: IJupyterLabPageFixture): Promise<string[]> {
 }
 
 /** In both themes: nothing overflows; the panel's picture kept as panel-<state>-<theme>.png. */
-async function checkBothThemes(page: IJupyterLabPageFixture, state: string, ready: () => Promise<void>): Promise<void> {
+async function checkBothThemes(
+  page: IJupyterLabPageFixture,
+  state: string,
+  ready: () => Promise<void>
+): Promise<void> {
   for (const theme of ['light', 'dark'] as Theme[]) {
     await setTheme(page, theme);
     await ready();
@@ -165,7 +184,10 @@ function sitePackages(): string {
 function addPackage(name: string, version: string): string {
   const info = path.join(sitePackages(), `${name.replace(/-/g, '_')}-${version}.dist-info`);
   fs.mkdirSync(info, { recursive: true });
-  fs.writeFileSync(path.join(info, 'METADATA'), `Metadata-Version: 2.1\nName: ${name}\nVersion: ${version}\n`);
+  fs.writeFileSync(
+    path.join(info, 'METADATA'),
+    `Metadata-Version: 2.1\nName: ${name}\nVersion: ${version}\n`
+  );
   fs.writeFileSync(path.join(info, 'INSTALLER'), 'pip\n');
   return info;
 }
@@ -197,17 +219,26 @@ test.describe('The panel without a GPU (port 8892)', () => {
     const panel = page.locator(PANEL);
     // The environment as a snapshot has just seen it, whatever earlier tests left.
     const env = panel.getByLabel('Environment');
-    await expect(env.getByTestId('gpuws-env-summary')).not.toContainText('Reading', { timeout: 60000 });
+    await expect(env.getByTestId('gpuws-env-summary')).not.toContainText('Reading', {
+      timeout: 60000
+    });
     await env.getByTestId('gpuws-env-snapshot').click();
-    await expect(env.getByTestId('gpuws-env-summary')).toContainText('Matches the snapshot of', { timeout: 60000 });
+    await expect(env.getByTestId('gpuws-env-summary')).toContainText('Matches the snapshot of', {
+      timeout: 60000
+    });
     // No GPU: its section comes after the others, right above the system's figures.
-    const order = await panel.locator('section[data-section]').evaluateAll(nodes => nodes.map(n => n.getAttribute('data-section')));
+    const order = await panel
+      .locator('section[data-section]')
+      .evaluateAll(nodes => nodes.map(n => n.getAttribute('data-section')));
     expect(order.slice(-2)).toEqual(['gpus', 'system']);
     await expect(panel.getByTestId('gpuws-header-time')).toHaveText('no known end');
     // This server's store is encrypted, and its Sync section says with what.
     await expect(panel.getByTestId('gpuws-sync-encrypted')).toHaveText('encrypted (AES-256-GCM)');
     await checkBothThemes(page, 'no-gpu', async () => {
-      await expect(panel.getByTestId('gpuws-sync-summary')).toContainText(/All saved|Nothing synced/, { timeout: 20000 });
+      await expect(panel.getByTestId('gpuws-sync-summary')).toContainText(
+        /All saved|Nothing synced/,
+        { timeout: 20000 }
+      );
     });
   });
 
@@ -216,7 +247,9 @@ test.describe('The panel without a GPU (port 8892)', () => {
     try {
       await openPanel(page);
       const panel = page.locator(PANEL);
-      await expect(panel.getByTestId('gpuws-header-time')).toHaveText(/^(40|39) min left$/, { timeout: 20000 });
+      await expect(panel.getByTestId('gpuws-header-time')).toHaveText(/^(40|39) min left$/, {
+        timeout: 20000
+      });
       await expect(panel.getByTestId('gpuws-countdown')).toContainText(/^(40|39):\d\d left/);
       await expect(panel.getByLabel('Runtime')).toContainText('deadline file');
       await expect(page.getByTestId('gpuws-status-runtime')).toHaveText(/^(40|39) min left$/);
@@ -226,7 +259,9 @@ test.describe('The panel without a GPU (port 8892)', () => {
     } finally {
       fs.rmSync(DEADLINE_FILE, { force: true });
     }
-    await expect(page.locator(PANEL).getByTestId('gpuws-header-time')).toHaveText('no known end', { timeout: 20000 });
+    await expect(page.locator(PANEL).getByTestId('gpuws-header-time')).toHaveText('no known end', {
+      timeout: 20000
+    });
   });
 
   test('an environment restore under way', async ({ page }) => {
@@ -236,19 +271,29 @@ test.describe('The panel without a GPU (port 8892)', () => {
       await openPanel(page);
       const env = page.locator(PANEL).getByLabel('Environment');
       // The package seen first (it differs from the earlier snapshot), so the new snapshot has it.
-      await expect(env.getByTestId('gpuws-env-summary')).toContainText('Differs from the snapshot of', { timeout: 60000 });
+      await expect(env.getByTestId('gpuws-env-summary')).toContainText(
+        'Differs from the snapshot of',
+        { timeout: 60000 }
+      );
       await env.getByTestId('gpuws-env-snapshot').click();
-      await expect(env.getByTestId('gpuws-env-summary')).toContainText('Matches the snapshot of', { timeout: 60000 });
+      await expect(env.getByTestId('gpuws-env-summary')).toContainText('Matches the snapshot of', {
+        timeout: 60000
+      });
       fs.rmSync(info, { recursive: true, force: true }); // gone, as on a fresh machine
       await page.reload();
       await openPanel(page);
-      await expect(env.getByTestId('gpuws-env-summary')).toContainText('Differs from the snapshot of', { timeout: 60000 });
+      await expect(env.getByTestId('gpuws-env-summary')).toContainText(
+        'Differs from the snapshot of',
+        { timeout: 60000 }
+      );
       const restore = env.getByTestId('gpuws-env-restore');
       await expect(restore).toBeEnabled();
       await restore.click();
       await page.locator('.jp-Dialog').getByRole('button', { name: 'Restore' }).click();
       // The installer waits for the index: the restore stays under way.
-      await expect(env.getByTestId('gpuws-env-progress')).toContainText('0 of 1 package', { timeout: 30000 });
+      await expect(env.getByTestId('gpuws-env-progress')).toContainText('0 of 1 package', {
+        timeout: 30000
+      });
       await expect(env.getByTestId('gpuws-env-restore')).toHaveAttribute('aria-disabled', 'true');
       await expect(env.getByTestId('gpuws-env-restore')).toHaveAttribute('title', /running/);
       await checkBothThemes(page, 'env-restore', async () => {
@@ -257,10 +302,9 @@ test.describe('The panel without a GPU (port 8892)', () => {
     } finally {
       await index.close();
     }
-    await expect(page.locator(PANEL).getByLabel('Environment').getByTestId('gpuws-env-error')).toContainText(
-      'Restore failed',
-      { timeout: 120000 }
-    );
+    await expect(
+      page.locator(PANEL).getByLabel('Environment').getByTestId('gpuws-env-error')
+    ).toContainText('Restore failed', { timeout: 120000 });
   });
 
   test('a persist under way', async ({ page }) => {
@@ -289,11 +333,15 @@ test.describe('The panel without a GPU (port 8892)', () => {
     }
   });
 
-  test("the header's ⋯ menu: its actions, why one is greyed out, and each one runs", async ({ page }) => {
+  test("the header's ⋯ menu: its actions, why one is greyed out, and each one runs", async ({
+    page
+  }) => {
     await openPanel(page);
     const panel = page.locator(PANEL);
     await expect(panel.getByTestId('gpuws-persist')).toBeEnabled({ timeout: 20000 });
-    await expect(panel.getByLabel('Environment').getByTestId('gpuws-env-summary')).not.toContainText('Reading', {
+    await expect(
+      panel.getByLabel('Environment').getByTestId('gpuws-env-summary')
+    ).not.toContainText('Reading', {
       timeout: 60000
     });
     await panel.getByTestId('gpuws-more').click();
@@ -310,9 +358,14 @@ test.describe('The panel without a GPU (port 8892)', () => {
     const takeOver = items.filter({ hasText: 'Take over' });
     await expect(takeOver).toHaveAttribute('aria-disabled', 'true');
     await expect(takeOver).toHaveAttribute('title', /Nothing to take over/);
-    await expect(items.filter({ hasText: 'Snapshot now' })).toHaveAttribute('title', /keep the environment/);
+    await expect(items.filter({ hasText: 'Snapshot now' })).toHaveAttribute(
+      'title',
+      /keep the environment/
+    );
     // Snapshot now from the menu takes a snapshot.
-    const snapshot = page.waitForRequest(r => r.url().includes('/gpuws/api/env/snapshots') && r.method() === 'POST');
+    const snapshot = page.waitForRequest(
+      r => r.url().includes('/gpuws/api/env/snapshots') && r.method() === 'POST'
+    );
     await items.filter({ hasText: 'Snapshot now' }).click();
     await snapshot;
     await expect(menu).toBeHidden();
@@ -328,7 +381,9 @@ test.describe('The panel without a GPU (port 8892)', () => {
     await dialog.getByRole('button', { name: 'Cancel' }).click();
     await expect(dialog).toHaveCount(0);
     // The header's Persist button persists, and says so while it runs.
-    const persist = page.waitForRequest(r => r.url().includes('/gpuws/api/persist') && r.method() === 'POST');
+    const persist = page.waitForRequest(
+      r => r.url().includes('/gpuws/api/persist') && r.method() === 'POST'
+    );
     await panel.getByTestId('gpuws-persist').click();
     await persist;
     await expect(panel.getByTestId('gpuws-persist-result')).toBeVisible({ timeout: 60000 });
@@ -338,7 +393,9 @@ test.describe('The panel without a GPU (port 8892)', () => {
     await openPanel(page);
     const fold = page.locator(PANEL).getByTestId('gpuws-fold-checkpoints');
     await expect(fold).toHaveAttribute('aria-expanded', 'true');
-    const saved = page.waitForRequest(request => request.url().includes('/api/workspaces') && request.method() === 'PUT');
+    const saved = page.waitForRequest(
+      request => request.url().includes('/api/workspaces') && request.method() === 'PUT'
+    );
     await fold.click();
     await expect(fold).toHaveAttribute('aria-expanded', 'false');
     await expect(page.locator(PANEL).locator('#jp-gpuws-section-checkpoints')).toHaveCount(0);
@@ -363,11 +420,15 @@ test.describe('The panel with two simulated GPUs (port 8889)', () => {
     await shutDownKernels(page);
     const panel = page.locator(PANEL);
     // GPUs first, right below the header.
-    const order = await panel.locator('section[data-section]').evaluateAll(nodes => nodes.map(n => n.getAttribute('data-section')));
+    const order = await panel
+      .locator('section[data-section]')
+      .evaluateAll(nodes => nodes.map(n => n.getAttribute('data-section')));
     expect(order[0]).toEqual('gpus');
     await expect(panel.getByTestId('gpuws-gpu-card')).toHaveCount(2);
     // The status bar labels its figures and, the two GPUs being far apart, shows the busiest.
-    await expect(page.getByTestId('gpuws-status')).toHaveText(/^GPU 0 \d+ % · 15\.0\/40 GiB \(busiest of 2\)$/);
+    await expect(page.getByTestId('gpuws-status')).toHaveText(
+      /^GPU 0 \d+ % · 15\.0\/40 GiB \(busiest of 2\)$/
+    );
     await page.waitForTimeout(3000); // a few samples in the sparklines
     await checkBothThemes(page, 'gpus', async () => {
       await expect(panel.getByTestId('gpuws-gpu-card')).toHaveCount(2);
@@ -376,7 +437,9 @@ test.describe('The panel with two simulated GPUs (port 8889)', () => {
     // (they come back with each sample over the threshold), and neither the test's folder name
     // (the Launcher's heading) nor this server's unreachable preemption watch (Runtime folded,
     // as a user would fold it; unfolded again after).
-    await page.addStyleTag({ content: '.Toastify { display: none !important; } .jp-Launcher-cwd { visibility: hidden; }' });
+    await page.addStyleTag({
+      content: '.Toastify { display: none !important; } .jp-Launcher-cwd { visibility: hidden; }'
+    });
     const runtime = panel.getByTestId('gpuws-fold-runtime');
     await runtime.click();
     await expect(runtime).toHaveAttribute('aria-expanded', 'false');

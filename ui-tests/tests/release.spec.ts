@@ -29,7 +29,9 @@ async function serverAnswers(): Promise<boolean> {
   }
 }
 
-test('Persist and release uploads pending work, shows the released view and stops the server', async ({ page }) => {
+test('Persist and release uploads pending work, shows the released view and stops the server', async ({
+  page
+}) => {
   await page.evaluate(async () => {
     await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
   });
@@ -47,19 +49,25 @@ test('Persist and release uploads pending work, shows the released view and stop
 
   // Persist and release is in the header's ⋯ menu.
   await panel.getByTestId('gpuws-more').click();
-  const release = page.locator('.jp-gpuws-menu .lm-Menu-item').filter({ hasText: 'Persist and release' });
+  const release = page
+    .locator('.jp-gpuws-menu .lm-Menu-item')
+    .filter({ hasText: 'Persist and release' });
   await expect(release).not.toHaveAttribute('aria-disabled', 'true');
   await release.click();
   const dialog = page.locator('.jp-Dialog');
   await expect(dialog).toContainText('Persist and release this runtime?');
   await dialog.getByRole('button', { name: 'Persist and release' }).click();
 
-  await expect(panel.getByTestId('gpuws-released')).toContainText('This runtime was released', { timeout: 30000 });
+  await expect(panel.getByTestId('gpuws-released')).toContainText('This runtime was released', {
+    timeout: 30000
+  });
   await expect(panel.getByTestId('gpuws-more')).toHaveCount(0);
   // The status bar's last words: nothing pending any more, and the runtime released.
   await expect(page.getByTestId('gpuws-status-sync')).toHaveText('all synced');
   await expect(page.getByTestId('gpuws-status-runtime')).toHaveText('released');
-  await expect(page.locator('.Toastify__toast', { hasText: 'Released: everything was persisted' })).toHaveCount(1);
+  await expect(
+    page.locator('.Toastify__toast', { hasText: 'Released: everything was persisted' })
+  ).toHaveCount(1);
   expect(fs.readFileSync(path.join(STORE, 'files', 'results.bin')).equals(bytes)).toBe(true);
   // The release's persist also snapshots the environment.
   expect(fs.existsSync(path.join(STORE, '.gpuws', 'env', 'latest.json'))).toBe(true);

@@ -10,7 +10,10 @@ const PANEL = '#jp-gpuws-panel';
 test.use({ baseURL: 'http://localhost:8889', autoGoto: true });
 
 function seconds(text: string): number {
-  const parts = text.replace(/[^0-9:]/g, '').split(':').map(Number);
+  const parts = text
+    .replace(/[^0-9:]/g, '')
+    .split(':')
+    .map(Number);
   return parts.reduce((total, part) => total * 60 + part, 0);
 }
 
@@ -24,9 +27,13 @@ test.describe('Runtime', () => {
     const first = seconds((await countdown.textContent()) ?? '');
     expect(first).toBeGreaterThan(60);
     expect(first).toBeLessThanOrEqual(25 * 60);
-    await expect.poll(async () => seconds((await countdown.textContent()) ?? ''), { timeout: 5000 }).toBeLessThan(first);
+    await expect
+      .poll(async () => seconds((await countdown.textContent()) ?? ''), { timeout: 5000 })
+      .toBeLessThan(first);
     await expect(page.locator(PANEL).getByLabel('Runtime')).toContainText('runtime limit');
-    await expect(page.locator(PANEL).getByTestId('gpuws-next-persist')).toContainText(/Automatic persist in \d+ min/);
+    await expect(page.locator(PANEL).getByTestId('gpuws-next-persist')).toContainText(
+      /Automatic persist in \d+ min/
+    );
     await expect(page.getByTestId('gpuws-status-runtime')).toContainText(/\d+ min left/);
   });
 
@@ -35,14 +42,21 @@ test.describe('Runtime', () => {
       await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
     });
     const runtime = page.locator(PANEL).getByLabel('Runtime');
-    await expect(runtime.getByTestId('gpuws-preemption-watch')).toHaveText('Watching for GCP preemption notices');
-    await expect(runtime.getByTestId('gpuws-preemption-error')).toContainText('Cannot read GCP preemption notices: ', {
-      timeout: 15000
-    });
+    await expect(runtime.getByTestId('gpuws-preemption-watch')).toHaveText(
+      'Watching for GCP preemption notices'
+    );
+    await expect(runtime.getByTestId('gpuws-preemption-error')).toContainText(
+      'Cannot read GCP preemption notices: ',
+      {
+        timeout: 15000
+      }
+    );
   });
 
   test('a warning notification offers Persist now', async ({ page }) => {
-    const toast = page.locator('.Toastify__toast', { hasText: /This runtime ends in about \d+ minutes/ });
+    const toast = page.locator('.Toastify__toast', {
+      hasText: /This runtime ends in about \d+ minutes/
+    });
     await expect(toast).toHaveCount(1, { timeout: 15000 });
     await expect(toast.getByRole('button', { name: 'Persist now' })).toBeVisible();
   });

@@ -48,7 +48,9 @@ test.describe('Sync', () => {
     const progress = page.locator(PANEL).getByTestId('gpuws-persist-progress');
     await expect(progress).toBeVisible();
     await expect(progress).toContainText(/MiB of 160 MiB/);
-    await expect(page.locator('.Toastify__toast', { hasText: 'All saved: 1 file uploaded (160 MiB)' })).toHaveCount(1, {
+    await expect(
+      page.locator('.Toastify__toast', { hasText: 'All saved: 1 file uploaded (160 MiB)' })
+    ).toHaveCount(1, {
       timeout: 30000
     });
     await expect(page.locator(PANEL).getByTestId('gpuws-sync-summary')).toContainText('All saved');
@@ -61,17 +63,24 @@ test.describe('Sync', () => {
     await page.notebook.createNew(name);
     await page.notebook.setCell(0, 'code', "print('edited in the browser, never saved')");
     await page.notebook.runCell(0);
-    const dirtyTab = page.locator('.lm-DockPanel-tabBar .lm-TabBar-tab.jp-mod-dirty', { hasText: name });
+    const dirtyTab = page.locator('.lm-DockPanel-tabBar .lm-TabBar-tab.jp-mod-dirty', {
+      hasText: name
+    });
     await expect(dirtyTab).toHaveCount(1);
     const stored = path.join(STORE, tmpPath, name); // galata works in a folder of its own
-    expect(fs.existsSync(stored) ? fs.readFileSync(stored, 'utf-8') : '').not.toContain('never saved');
+    expect(fs.existsSync(stored) ? fs.readFileSync(stored, 'utf-8') : '').not.toContain(
+      'never saved'
+    );
 
     await openPanel(page);
     const button = page.locator(PANEL).getByTestId('gpuws-persist');
     await expect(button).toBeEnabled({ timeout: 20000 });
     await button.click();
-    const summary = /All saved: 1 document saved, (1 file uploaded|the store was already up to date)/;
-    await expect(page.locator('.Toastify__toast', { hasText: summary })).toHaveCount(1, { timeout: 30000 });
+    const summary =
+      /All saved: 1 document saved, (1 file uploaded|the store was already up to date)/;
+    await expect(page.locator('.Toastify__toast', { hasText: summary })).toHaveCount(1, {
+      timeout: 30000
+    });
 
     await expect(dirtyTab).toHaveCount(0);
     // The store's copy has the edit and its output (nbformat may keep text as a list of lines).
@@ -85,7 +94,9 @@ test.describe('Sync', () => {
     await expect(result).toHaveText(
       /^Last persist \d+ s ago: All saved: 1 document saved, (1 file uploaded \([\d.]+ (B|KiB)\)|the store was already up to date)\.$/
     );
-    await page.locator(PANEL).screenshot({ path: test.info().outputPath('panel-after-persist.png') });
+    await page
+      .locator(PANEL)
+      .screenshot({ path: test.info().outputPath('panel-after-persist.png') });
     await page.notebook.close(true);
   });
 });
@@ -128,7 +139,9 @@ test.describe('Sync, another runtime took the lease', () => {
     fs.renameSync(`${lease}.ui-test`, lease);
 
     const readOnly = page.locator(PANEL).getByTestId('gpuws-read-only');
-    await expect(readOnly).toContainText('ana@spot-vm-2 (pid 4242) writes this workspace.', { timeout: 15000 });
+    await expect(readOnly).toContainText('ana@spot-vm-2 (pid 4242) writes this workspace.', {
+      timeout: 15000
+    });
     await expect(page.getByTestId('gpuws-status-sync')).toHaveText('read-only');
     await expect(summary).toContainText('Read-only: ana@spot-vm-2 writes; taking over in');
     const left = async (): Promise<number> => {
@@ -141,7 +154,10 @@ test.describe('Sync, another runtime took the lease', () => {
     expect(first).toBeLessThanOrEqual(20);
     await page.locator(PANEL).screenshot({ path: test.info().outputPath('read-only.png') });
     // A file written meanwhile waits: nothing is written to the store without the lease.
-    fs.writeFileSync(path.join(ROOT, 'while-read-only.txt'), 'written while another runtime held the lease\n');
+    fs.writeFileSync(
+      path.join(ROOT, 'while-read-only.txt'),
+      'written while another runtime held the lease\n'
+    );
     await page.waitForTimeout(2500);
     expect(await left()).toBeLessThan(first); // a live countdown
     expect(fs.existsSync(path.join(STORE, 'while-read-only.txt'))).toBe(false);
@@ -172,13 +188,17 @@ test.describe('Sync, a store that vanishes', () => {
       await expect(summary).toContainText('Store unavailable', { timeout: 20000 });
       await expect(page.getByTestId('gpuws-status-sync')).toHaveText('store down');
       await expect(page.locator(PANEL).getByTestId('gpuws-sync-error')).toContainText('is missing');
-      await page.locator(PANEL).screenshot({ path: test.info().outputPath('store-unavailable.png') });
+      await page
+        .locator(PANEL)
+        .screenshot({ path: test.info().outputPath('store-unavailable.png') });
       expect(fs.existsSync(folder)).toBe(false); // nothing made in its place
     } finally {
       fs.renameSync(away, folder); // the drive is back
     }
     await expect(summary).toContainText('All saved', { timeout: 40000 });
-    expect(fs.readFileSync(path.join(STORE, 'while-away.txt'), 'utf8')).toBe('written while the drive was away\n');
+    expect(fs.readFileSync(path.join(STORE, 'while-away.txt'), 'utf8')).toBe(
+      'written while the drive was away\n'
+    );
   });
 });
 
@@ -203,13 +223,20 @@ test.describe('Sync, a cancelled persist', () => {
       void (window as any).jupyterapp.commands.execute('notebook:run-cell');
     });
     await openPanel(page);
-    await expect(page.locator(PANEL).getByTestId('gpuws-checkpoint-kernel')).toHaveCount(1, { timeout: 20000 });
+    await expect(page.locator(PANEL).getByTestId('gpuws-checkpoint-kernel')).toHaveCount(1, {
+      timeout: 20000
+    });
     await page.locator(PANEL).getByTestId('gpuws-persist').click();
-    await expect(page.locator(PANEL).getByTestId('gpuws-persist-progress')).toBeVisible({ timeout: 10000 });
-    // Cancelled while it waits for the checkpoint, not while the page saves its documents first.
-    await expect(page.locator(PANEL).getByTestId('gpuws-persist-activity')).toContainText('Checkpointing 1 kernel', {
+    await expect(page.locator(PANEL).getByTestId('gpuws-persist-progress')).toBeVisible({
       timeout: 10000
     });
+    // Cancelled while it waits for the checkpoint, not while the page saves its documents first.
+    await expect(page.locator(PANEL).getByTestId('gpuws-persist-activity')).toContainText(
+      'Checkpointing 1 kernel',
+      {
+        timeout: 10000
+      }
+    );
 
     const cancel = page.locator(PANEL).getByTestId('gpuws-persist-cancel');
     await cancel.click();
@@ -219,15 +246,20 @@ test.describe('Sync, a cancelled persist', () => {
     );
     await expect(page.getByTestId('gpuws-status-sync')).toHaveText('cancelling');
     // Not "All saved" while the checkpoint the persist waits for is still to come.
-    await expect(page.locator(PANEL).getByTestId('gpuws-sync-summary')).toHaveText('Cancelling the persist…');
+    await expect(page.locator(PANEL).getByTestId('gpuws-sync-summary')).toHaveText(
+      'Cancelling the persist…'
+    );
     await expect(cancel).toHaveAttribute('aria-disabled', 'true');
     await expect(page.locator(PANEL).getByTestId('gpuws-persist-progress')).toHaveCount(0);
     await page.locator(PANEL).screenshot({ path: test.info().outputPath('cancelling.png') });
 
     // The loop's next step saves the checkpoint; then the persist stops, its sync skipped.
-    await expect(page.locator('.Toastify__toast', { hasText: 'Persist cancelled' })).toHaveCount(1, {
-      timeout: 30000
-    });
+    await expect(page.locator('.Toastify__toast', { hasText: 'Persist cancelled' })).toHaveCount(
+      1,
+      {
+        timeout: 30000
+      }
+    );
     await expect(cancelling).toHaveCount(0);
     await expect(cancel).toHaveCount(0);
     await expect(page.getByTestId('gpuws-status-sync')).not.toHaveText('cancelling');

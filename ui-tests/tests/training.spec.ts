@@ -15,7 +15,9 @@ function picturePath(name: string): string {
 
 test.use({ viewport: { width: 1280, height: 800 } });
 
-test('a tracked loop shows at the top of the panel, and its curve in the dashboard', async ({ page }) => {
+test('a tracked loop shows at the top of the panel, and its curve in the dashboard', async ({
+  page
+}) => {
   // Other tests (and earlier tries) leave tracked runs of Untitled notebooks behind: this run is
   // told apart by a total of its own.
   const total = 100000 + Math.floor(Math.random() * 800000);
@@ -43,10 +45,16 @@ test('a tracked loop shows at the top of the panel, and its curve in the dashboa
   const panel = page.locator(PANEL);
   const run = panel.getByTestId('gpuws-training-run').filter({ hasText: `/${totalText}` });
   await expect(run).toHaveCount(1, { timeout: 30000 });
-  await expect(run.getByTestId('gpuws-training-progress')).toContainText(new RegExp(`step [\\d,]+/${totalText}`), { timeout: 30000 });
-  await expect(run.getByTestId('gpuws-training-verdict')).toContainText(/ETA |Finishes|Does not finish/, {
-    timeout: 30000
-  });
+  await expect(run.getByTestId('gpuws-training-progress')).toContainText(
+    new RegExp(`step [\\d,]+/${totalText}`),
+    { timeout: 30000 }
+  );
+  await expect(run.getByTestId('gpuws-training-verdict')).toContainText(
+    /ETA |Finishes|Does not finish/,
+    {
+      timeout: 30000
+    }
+  );
   // The Training section comes first while a run is tracked.
   const first = panel.locator('[data-section]').first();
   await expect(first).toHaveAttribute('data-section', 'training');
@@ -54,7 +62,10 @@ test('a tracked loop shows at the top of the panel, and its curve in the dashboa
   // The status bar carries a run, on the same line as its neighbours (JupyterLab's text item).
   const item = page.getByTestId('gpuws-status-training');
   await expect(item).toHaveText(/^step [\d,]+(\/[\d,]+)?/, { timeout: 30000 });
-  const [own, neighbour] = [await item.boundingBox(), await page.getByTestId('gpuws-status').boundingBox()];
+  const [own, neighbour] = [
+    await item.boundingBox(),
+    await page.getByTestId('gpuws-status').boundingBox()
+  ];
   expect(own && neighbour).toBeTruthy();
   expect(Math.abs(own!.y - neighbour!.y)).toBeLessThanOrEqual(1);
   expect(Math.abs(own!.height - neighbour!.height)).toBeLessThanOrEqual(1);
@@ -64,7 +75,9 @@ test('a tracked loop shows at the top of the panel, and its curve in the dashboa
   await panel.getByTestId('gpuws-open-dashboard').click();
   const dashboard = page.locator('#jp-gpuws-training-dashboard');
   await expect(dashboard.getByTestId('gpuws-dashboard')).toBeVisible({ timeout: 20000 });
-  await expect(dashboard.getByTestId('gpuws-chart-loss').locator('canvas').first()).toBeVisible({ timeout: 20000 });
+  await expect(dashboard.getByTestId('gpuws-chart-loss').locator('canvas').first()).toBeVisible({
+    timeout: 20000
+  });
   await page.screenshot({ path: picturePath('dashboard-training.png') });
 
   // A NaN loss: one notification, with what to do and a way to the curves.

@@ -13,7 +13,7 @@ const ROOT = path.join(os.tmpdir(), 'gpuws-ui-fresh-root');
 
 test.use({ baseURL: 'http://localhost:8891', autoGoto: true });
 
-test('a new workspace shows the store\'s others, and one can be used', async ({ page }) => {
+test("a new workspace shows the store's others, and one can be used", async ({ page }) => {
   await page.evaluate(async () => {
     await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
   });
@@ -28,8 +28,14 @@ test('a new workspace shows the store\'s others, and one can be used', async ({ 
   await expect
     .poll(() => fs.existsSync(path.join(ROOT, 'notes-from-yesterday.md')), { timeout: 30000 })
     .toBe(true);
-  await expect(page.locator(PANEL).getByTestId('gpuws-sync-summary')).toContainText(/All saved|Nothing synced/, {
-    timeout: 30000
-  });
-  await expect(page.locator(PANEL).locator('.jp-gpuws-store')).toHaveAttribute('title', /someone-project$/);
+  await expect(page.locator(PANEL).getByTestId('gpuws-sync-summary')).toContainText(
+    /All saved|Nothing synced/,
+    {
+      timeout: 30000
+    }
+  );
+  await expect(page.locator(PANEL).locator('.jp-gpuws-store')).toHaveAttribute(
+    'title',
+    /someone-project$/
+  );
 });

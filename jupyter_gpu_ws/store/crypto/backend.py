@@ -20,8 +20,8 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -72,27 +72,37 @@ def protect(backend: Backend, workspace: str, encryption: Encryption | None) -> 
         if marker is not None:
             raise StoreConfigError(
                 f"The workspace {workspace!r} in the store is encrypted ({marker.cipher}): turn encryption on "
-                "(c.GpuWorkspace.encrypt = True, or --encrypt) and give its passphrase (GPUWS_PASSPHRASE)")
+                "(c.GpuWorkspace.encrypt = True, or --encrypt) and give its passphrase (GPUWS_PASSPHRASE)"
+            )
         return backend
     if marker is None:
         if _holds_files(backend, workspace):
             raise StoreConfigError(
                 f"The workspace {workspace!r} in the store holds unencrypted files: an encrypted runtime will "
-                "not mix with them. Use a new workspace name, or turn encryption off for this one")
+                "not mix with them. Use a new workspace name, or turn encryption off for this one"
+            )
         master = keys.create(backend, workspace, encryption.passphrase, bool(encryption.names))
         log.info("Sync: the workspace %s is now encrypted (%s)", workspace, CIPHER)
     else:
         if marker.format != keys.FORMAT or marker.cipher != CIPHER:
-            raise StoreConfigError(f"The workspace {workspace!r} is encrypted in format {marker.format} "
-                                   f"({marker.cipher}), which this version cannot read")
+            raise StoreConfigError(
+                f"The workspace {workspace!r} is encrypted in format {marker.format} "
+                f"({marker.cipher}), which this version cannot read"
+            )
         master, _ = keys.unlock(backend, workspace, encryption.passphrase)
         keys.check_marker(backend, workspace, master)
         if encryption.names is not None and marker.names != encryption.names:
             raise StoreConfigError(
                 f"The workspace {workspace!r} was encrypted with names {'encrypted' if marker.names else 'plain'}: "
-                f"set encrypt_names = {marker.names} to use it")
-    return EncryptedBackend(backend, workspace, master, marker.names if marker else bool(encryption.names),
-                            encryption.scratch)
+                f"set encrypt_names = {marker.names} to use it"
+            )
+    return EncryptedBackend(
+        backend,
+        workspace,
+        master,
+        marker.names if marker else bool(encryption.names),
+        encryption.scratch,
+    )
 
 
 def _holds_files(backend: Backend, workspace: str) -> bool:
@@ -106,8 +116,14 @@ class EncryptedBackend:
     """The Backend interface over another backend, with every object of one workspace
     encrypted (see the module's doc). Keys outside the workspace pass through unchanged."""
 
-    def __init__(self, inner: Backend, workspace: str, master: bytes, names: bool = False,
-                 scratch: str | None = None) -> None:
+    def __init__(
+        self,
+        inner: Backend,
+        workspace: str,
+        master: bytes,
+        names: bool = False,
+        scratch: str | None = None,
+    ) -> None:
         self.inner = inner
         self.workspace = workspace
         self._master = master
@@ -116,7 +132,9 @@ class EncryptedBackend:
         self.description = inner.description
         self.supports_rename = inner.supports_rename
         self.round_trips = getattr(inner, "round_trips", True)
-        name_key = HKDF(algorithm=hashes.SHA256(), length=64, salt=None, info=b"gpuws names AES-SIV v1").derive(master)
+        name_key = HKDF(
+            algorithm=hashes.SHA256(), length=64, salt=None, info=b"gpuws names AES-SIV v1"
+        ).derive(master)
         self._siv = AESSIV(name_key)
         # Stored key → (stored size, ETag) as last listed: a read needs the size to find the last
         # segment, and the restore reads what it has just listed.
@@ -169,17 +187,17 @@ class EncryptedBackend:
         ws = self.workspace + "/"
         if not key.startswith(ws):
             return key, None
-        rest = key[len(ws):]
+        rest = key[len(ws) :]
         if rest.startswith("files/"):
-            rel = rest[len("files/"):]
+            rel = rest[len("files/") :]
             return ws + "files/" + self._seal_path(rel), b"file:" + rel.encode()
         versions = ".gpuws/versions/"
         if rest.startswith(versions):
             # Kept versions are server-side copies of files/<rel>: bound to the same path.
-            rel, _, stamp = rest[len(versions):].rpartition("/")
+            rel, _, stamp = rest[len(versions) :].rpartition("/")
             return f"{ws}{versions}{self._seal_path(rel)}/{stamp}", b"file:" + rel.encode()
         if rest.startswith(".gpuws/"):
-            name = rest[len(".gpuws/"):]
+            name = rest[len(".gpuws/") :]
             if name in PLAIN_STATE or name.startswith(keys.KEYS + "/"):
                 return key, None
             return key, b"state:" + name.encode()
@@ -190,10 +208,10 @@ class EncryptedBackend:
         ws = self.workspace + "/"
         if not self.names or not prefix.startswith(ws):
             return prefix
-        rest = prefix[len(ws):]
+        rest = prefix[len(ws) :]
         for head in ("files/", ".gpuws/versions/"):
             if rest.startswith(head):
-                return ws + head + self._seal_path(rest[len(head):])
+                return ws + head + self._seal_path(rest[len(head) :])
         return prefix
 
     def _unmap(self, stored: str) -> str | None:
@@ -201,13 +219,13 @@ class EncryptedBackend:
         ws = self.workspace + "/"
         if not self.names or not stored.startswith(ws):
             return stored
-        rest = stored[len(ws):]
+        rest = stored[len(ws) :]
         if rest.startswith("files/"):
-            rel = self._open_path(rest[len("files/"):])
+            rel = self._open_path(rest[len("files/") :])
             return None if rel is None else ws + "files/" + rel
         versions = ".gpuws/versions/"
         if rest.startswith(versions):
-            sealed, _, stamp = rest[len(versions):].rpartition("/")
+            sealed, _, stamp = rest[len(versions) :].rpartition("/")
             rel = self._open_path(sealed)
             return None if rel is None else f"{ws}{versions}{rel}/{stamp}"
         return stored
@@ -225,13 +243,21 @@ class EncryptedBackend:
             self._sizes.pop(stored, None)
 
     def _integrity(self, key: str, why: str) -> IntegrityError:
-        return IntegrityError(f"{_shown(key, self.workspace)} in the store failed authentication ({why}): it was "
-                              "tampered with, cut short, or written with another key. Nothing of it was written")
+        return IntegrityError(
+            f"{_shown(key, self.workspace)} in the store failed authentication ({why}): it was "
+            "tampered with, cut short, or written with another key. Nothing of it was written"
+        )
 
     # -- writing -----------------------------------------------------------------------------
 
-    def put(self, local: str, key: str, progress: Callable[[int], None] | None = None,
-            check: Callable[[], bool] | None = None, flush_soon: bool = False) -> int:
+    def put(
+        self,
+        local: str,
+        key: str,
+        progress: Callable[[int], None] | None = None,
+        check: Callable[[], bool] | None = None,
+        flush_soon: bool = False,
+    ) -> int:
         """Encrypt the file straight into the store's temporary name where the inner backend
         takes an encoder (a local folder); otherwise into an unnamed scratch file, which the
         inner backend then sends as it sends any file (atomic, multipart, checked by `check`)."""
@@ -240,7 +266,10 @@ class EncryptedBackend:
             return self.inner.put(local, key, progress, check, flush_soon)
         put_encoded = getattr(self.inner, "put_encoded", None)
         if put_encoded is not None:
-            def encode(src: int, dst: int, size: int, written: Callable[[int, int], None] | None) -> int:
+
+            def encode(
+                src: int, dst: int, size: int, written: Callable[[int, int], None] | None
+            ) -> int:
                 return fmt.encrypt_file(self._master, binding, src, dst, size, progress, written)
 
             self._forget(stored)
@@ -258,7 +287,9 @@ class EncryptedBackend:
                 size = os.fstat(src).st_size
                 read = fmt.encrypt_file(self._master, binding, src, scratch, size)
             except OSError as err:
-                if err.errno in DISK_FULL:  # making or writing the copy: reading the file never says so
+                if (
+                    err.errno in DISK_FULL
+                ):  # making or writing the copy: reading the file never says so
                     raise self._disk_full(key) from err
                 raise
             finally:
@@ -285,8 +316,10 @@ class EncryptedBackend:
 
     def _disk_full(self, key: str) -> LocalDiskFullError:
         where = self.scratch or tempfile.gettempdir()
-        return LocalDiskFullError(f"This machine's disk is full: no room in {where} for the encrypted copy of "
-                                  f"{_shown(key, self.workspace)} to send")
+        return LocalDiskFullError(
+            f"This machine's disk is full: no room in {where} for the encrypted copy of "
+            f"{_shown(key, self.workspace)} to send"
+        )
 
     def write_bytes(self, key: str, data: bytes) -> None:
         stored, binding = self._map(key)
@@ -347,7 +380,10 @@ class EncryptedBackend:
         for f in self.inner.list(self._map_prefix(prefix)):
             key = self._unmap(f.key)
             if key is None:
-                log.warning("Sync: %s in the store is not a name sealed with this workspace's key; skipped", f.key)
+                log.warning(
+                    "Sync: %s in the store is not a name sealed with this workspace's key; skipped",
+                    f.key,
+                )
                 continue
             if self._map(key)[1] is None:
                 yield RemoteFile(key, f.size, f.mtime, f.etag)
@@ -369,14 +405,21 @@ class EncryptedBackend:
             self._sizes[stored] = (found.size, found.etag)
         return found.size, found.etag
 
-    def read_into(self, key: str, fd: int, offset: int = 0, length: int | None = None,
-                  progress: Callable[[int], None] | None = None, etag: str | None = None) -> int:
+    def read_into(
+        self,
+        key: str,
+        fd: int,
+        offset: int = 0,
+        length: int | None = None,
+        progress: Callable[[int], None] | None = None,
+        etag: str | None = None,
+    ) -> int:
         """Fetch the whole segments that hold the wanted bytes, a window at a time, decrypt and
         authenticate each, and write its plain bytes at their offsets in `fd`."""
         stored, binding = self._map(key)
         if binding is None:
             return self.inner.read_into(key, fd, offset, length, progress, etag)
-        inner_etag = etag[len(ETAG_MARK):] if etag and etag.startswith(ETAG_MARK) else etag
+        inner_etag = etag[len(ETAG_MARK) :] if etag and etag.startswith(ETAG_MARK) else etag
         stored_size, _ = self._stored_size(stored, inner_etag, key)
         plain = fmt.plain_size(stored_size)
         if plain is None:
@@ -404,7 +447,7 @@ class EncryptedBackend:
             data = memoryview(self._fetch(stored, start, end - start, inner_etag, key))
             at = 0
             for n in range(number, upto):
-                piece = data[at:at + size + fmt.TAG]
+                piece = data[at : at + size + fmt.TAG]
                 at += len(piece)
                 try:
                     clear = decryptor.segment(n, bytes(piece), n == count - 1)
@@ -413,7 +456,7 @@ class EncryptedBackend:
                 lo = max(offset, n * size)
                 hi = min(offset + length, n * size + len(clear))
                 if hi > lo:
-                    pwrite_all(fd, memoryview(clear)[lo - n * size:hi - n * size], lo)
+                    pwrite_all(fd, memoryview(clear)[lo - n * size : hi - n * size], lo)
                     written += hi - lo
                     if progress:
                         progress(hi - lo)
@@ -500,7 +543,7 @@ def _shown(key: str, workspace: str) -> str:
     """The key as the user knows it: the file's path under files/ (as names.shown writes it),
     else the key."""
     prefix = f"{workspace}/files/"
-    return shown(decode(key[len(prefix):])) if key.startswith(prefix) else key
+    return shown(decode(key[len(prefix) :])) if key.startswith(prefix) else key
 
 
 def _scratch_file(folder: str | None) -> int:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -68,12 +68,14 @@ class Header:
         shift = data[5]
         if not 10 <= shift <= 26:
             raise FormatError("the header names an impossible segment size")
-        return cls(data[6:6 + SALT], data[6 + SALT:HEADER], shift)
+        return cls(data[6 : 6 + SALT], data[6 + SALT : HEADER], shift)
 
 
 def object_key(master: bytes, salt: bytes, binding: bytes) -> AESGCM:
     """The object's own AES-256-GCM key: HKDF-SHA256 of the master key, bound to the object."""
-    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=FORMAT_INFO + binding).derive(master)
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=FORMAT_INFO + binding).derive(
+        master
+    )
     return AESGCM(key)
 
 
@@ -103,7 +105,9 @@ def plain_size(stored: int, segment: int = SEGMENT) -> int | None:
     return body - (full + 1) * TAG
 
 
-def segment_span(offset: int, length: int, plain: int, segment: int = SEGMENT) -> tuple[int, int, int, int]:
+def segment_span(
+    offset: int, length: int, plain: int, segment: int = SEGMENT
+) -> tuple[int, int, int, int]:
     """For the bytes offset..offset+length-1 of a file of `plain` bytes: the first and past-last
     segment numbers and the stored byte range [start, end) that holds them."""
     last = max(1, -(-plain // segment))  # number of segments
@@ -124,7 +128,9 @@ class Encryptor:
         self._number = 0
 
     def segment(self, plain: bytes | memoryview, last: bool) -> bytes:
-        out = self._aead.encrypt(_nonce(self.header.prefix, self._number, last), plain, self._header)
+        out = self._aead.encrypt(
+            _nonce(self.header.prefix, self._number, last), plain, self._header
+        )
         self._number += 1
         return out
 
@@ -144,9 +150,16 @@ class Decryptor:
             raise FormatError(f"segment {number} does not authenticate") from None
 
 
-def encrypt_file(master: bytes, binding: bytes, src: int, dst: int, size: int,
-                 progress: Callable[[int], None] | None = None,
-                 written: Callable[[int, int], None] | None = None, header: Header | None = None) -> int:
+def encrypt_file(
+    master: bytes,
+    binding: bytes,
+    src: int,
+    dst: int,
+    size: int,
+    progress: Callable[[int], None] | None = None,
+    written: Callable[[int, int], None] | None = None,
+    header: Header | None = None,
+) -> int:
     """Encrypt the `size` bytes of the open file `src` into the open file `dst` (both from offset
     0, by positional reads and writes): the stored object, in one pass, one segment in memory.
     The last segment is the one that ends at `size`. Returns how many bytes of `src` were read:
@@ -187,14 +200,17 @@ def encrypt_file(master: bytes, binding: bytes, src: int, dst: int, size: int,
     return done
 
 
-def encrypt_bytes(master: bytes, binding: bytes, data: bytes, header: Header | None = None) -> bytes:
+def encrypt_bytes(
+    master: bytes, binding: bytes, data: bytes, header: Header | None = None
+) -> bytes:
     """The stored bytes of a small object: the header, then each segment."""
     enc = Encryptor(master, binding, header)
     size = enc.header.segment
     view = memoryview(data)
     count = max(1, -(-len(data) // size))
     return enc.header.encode() + b"".join(
-        enc.segment(view[n * size:(n + 1) * size], n == count - 1) for n in range(count))
+        enc.segment(view[n * size : (n + 1) * size], n == count - 1) for n in range(count)
+    )
 
 
 def decrypt_bytes(master: bytes, binding: bytes, stored: bytes) -> bytes:

@@ -66,7 +66,9 @@ def read_passphrase(key_file: str | None = None, env: str = "GPUWS_PASSPHRASE") 
             with open(os.path.expanduser(key_file), encoding="utf-8") as f:
                 text = f.readline().rstrip("\r\n")
         except OSError as err:
-            raise StoreConfigError(f"Cannot read the key file {key_file}: {err.strerror or err}") from None
+            raise StoreConfigError(
+                f"Cannot read the key file {key_file}: {err.strerror or err}"
+            ) from None
         if not text:
             raise StoreConfigError(f"The key file {key_file} is empty")
         return text
@@ -97,7 +99,9 @@ def read_marker(backend: Backend, workspace: str) -> Marker | None:
         fields = json.loads(data)
         return Marker(bool(fields["names"]), int(fields["format"]), str(fields["cipher"]))
     except (ValueError, KeyError, TypeError):
-        raise StoreConfigError(f"The encryption marker of the workspace {workspace!r} is damaged") from None
+        raise StoreConfigError(
+            f"The encryption marker of the workspace {workspace!r} is damaged"
+        ) from None
 
 
 def check_marker(backend: Backend, workspace: str, master: bytes) -> None:
@@ -106,8 +110,10 @@ def check_marker(backend: Backend, workspace: str, master: bytes) -> None:
     fields = json.loads(data)
     mac = fields.pop("mac", "")
     if not hmac.compare_digest(str(mac), _marker_mac(master, fields)):
-        raise StoreConfigError(f"The encryption marker of the workspace {workspace!r} was changed by "
-                               "someone without its key: refusing to use it")
+        raise StoreConfigError(
+            f"The encryption marker of the workspace {workspace!r} was changed by "
+            "someone without its key: refusing to use it"
+        )
 
 
 def _kek(passphrase: str, salt: bytes, n: int, r: int, p: int) -> bytes:
@@ -117,10 +123,22 @@ def _kek(passphrase: str, salt: bytes, n: int, r: int, p: int) -> bytes:
 def _key_file(master: bytes, passphrase: str, key_id: str) -> bytes:
     salt, nonce = os.urandom(16), os.urandom(12)
     wrapped = AESGCM(_kek(passphrase, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P)).encrypt(
-        nonce, master, _WRAP_INFO + key_id.encode())
-    return json.dumps({"id": key_id, "created": time.time(), "kdf": "scrypt", "n": SCRYPT_N, "r": SCRYPT_R,
-                       "p": SCRYPT_P, "salt": _b64(salt), "nonce": _b64(nonce), "wrapped": _b64(wrapped)},
-                      indent=1).encode()
+        nonce, master, _WRAP_INFO + key_id.encode()
+    )
+    return json.dumps(
+        {
+            "id": key_id,
+            "created": time.time(),
+            "kdf": "scrypt",
+            "n": SCRYPT_N,
+            "r": SCRYPT_R,
+            "p": SCRYPT_P,
+            "salt": _b64(salt),
+            "nonce": _b64(nonce),
+            "wrapped": _b64(wrapped),
+        },
+        indent=1,
+    ).encode()
 
 
 def create(backend: Backend, workspace: str, passphrase: str, names: bool) -> bytes:
@@ -129,8 +147,13 @@ def create(backend: Backend, workspace: str, passphrase: str, names: bool) -> by
     _require(passphrase)
     master = os.urandom(32)
     add(backend, workspace, master, passphrase)
-    fields = {"encrypted": True, "format": FORMAT, "cipher": CIPHER, "names": names,
-              "keys": f".gpuws/{KEYS}/"}
+    fields = {
+        "encrypted": True,
+        "format": FORMAT,
+        "cipher": CIPHER,
+        "names": names,
+        "keys": f".gpuws/{KEYS}/",
+    }
     fields["mac"] = _marker_mac(master, fields)
     backend.write_bytes(_marker_key(workspace), json.dumps(fields, indent=1).encode())
     return master
@@ -143,8 +166,11 @@ def _require(passphrase: str) -> None:
 
 def key_ids(backend: Backend, workspace: str) -> list[str]:
     prefix = _keys_prefix(workspace) + "/"
-    return sorted(f.key[len(prefix):-len(".json")] for f in backend.list(prefix.rstrip("/"))
-                  if f.key.endswith(".json"))
+    return sorted(
+        f.key[len(prefix) : -len(".json")]
+        for f in backend.list(prefix.rstrip("/"))
+        if f.key.endswith(".json")
+    )
 
 
 def unlock(backend: Backend, workspace: str, passphrase: str) -> tuple[bytes, str]:
@@ -153,7 +179,9 @@ def unlock(backend: Backend, workspace: str, passphrase: str) -> tuple[bytes, st
     _require(passphrase)
     ids = key_ids(backend, workspace)
     if not ids:
-        raise WrongKeyError(f"The workspace {workspace!r} is encrypted but has no key files in the store")
+        raise WrongKeyError(
+            f"The workspace {workspace!r} is encrypted but has no key files in the store"
+        )
     for key_id in ids:
         data = backend.read_bytes(f"{_keys_prefix(workspace)}/{key_id}.json")
         if data is None:
@@ -162,22 +190,33 @@ def unlock(backend: Backend, workspace: str, passphrase: str) -> tuple[bytes, st
             fields = json.loads(data)
             if fields.get("kdf") != "scrypt":
                 continue
-            kek = _kek(passphrase, _unb64(fields["salt"]), int(fields["n"]), int(fields["r"]), int(fields["p"]))
-            master = AESGCM(kek).decrypt(_unb64(fields["nonce"]), _unb64(fields["wrapped"]),
-                                         _WRAP_INFO + key_id.encode())
+            kek = _kek(
+                passphrase,
+                _unb64(fields["salt"]),
+                int(fields["n"]),
+                int(fields["r"]),
+                int(fields["p"]),
+            )
+            master = AESGCM(kek).decrypt(
+                _unb64(fields["nonce"]), _unb64(fields["wrapped"]), _WRAP_INFO + key_id.encode()
+            )
         except (InvalidTag, ValueError, KeyError, TypeError):
             continue
         if len(master) == 32:
             return master, key_id
-    raise WrongKeyError(f"Wrong passphrase: it opens none of the {len(ids)} key file(s) of the encrypted "
-                    f"workspace {workspace!r}. Nothing was read or changed.")
+    raise WrongKeyError(
+        f"Wrong passphrase: it opens none of the {len(ids)} key file(s) of the encrypted "
+        f"workspace {workspace!r}. Nothing was read or changed."
+    )
 
 
 def add(backend: Backend, workspace: str, master: bytes, passphrase: str) -> str:
     """A new key file for `passphrase`; returns its id."""
     _require(passphrase)
     key_id = uuid.uuid4().hex[:16]
-    backend.write_bytes(f"{_keys_prefix(workspace)}/{key_id}.json", _key_file(master, passphrase, key_id))
+    backend.write_bytes(
+        f"{_keys_prefix(workspace)}/{key_id}.json", _key_file(master, passphrase, key_id)
+    )
     return key_id
 
 
@@ -185,9 +224,13 @@ def remove(backend: Backend, workspace: str, key_id: str) -> None:
     """Delete one key file; never the last (the data would become unreadable for good)."""
     ids = key_ids(backend, workspace)
     if key_id not in ids:
-        raise StoreConfigError(f"No key file {key_id!r} in the workspace {workspace!r} (there are: {', '.join(ids)})")
+        raise StoreConfigError(
+            f"No key file {key_id!r} in the workspace {workspace!r} (there are: {', '.join(ids)})"
+        )
     if len(ids) == 1:
-        raise StoreConfigError("Refusing to remove the last key file: nothing could read the workspace again")
+        raise StoreConfigError(
+            "Refusing to remove the last key file: nothing could read the workspace again"
+        )
     backend.delete(f"{_keys_prefix(workspace)}/{key_id}.json")
 
 
