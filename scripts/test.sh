@@ -45,6 +45,7 @@ rm -rf "$REPORTS" && mkdir -p "$REPORTS"
 status=0
 step "Toolchain: ruff (lint and format)"
 ruff check . && ruff format --check . || status=1
+jlpm run api:check || status=1
 
 step "Python tests (pytest: real Jupyter Server, real kernels)"
 python -m pytest -v --junitxml="$REPORTS/pytest.xml" tests || status=1
