@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Mapping
+import re
 from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
@@ -14,7 +14,7 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.base.websocket import WebSocketMixin
 from tornado import web, websocket
 
-from . import strictjson
+from . import apischema, strictjson
 from .checkpoints.coordinator import CheckpointRequestError
 from .documents import ERROR
 from .envsnap import (
@@ -43,13 +43,65 @@ if TYPE_CHECKING:
 AUTH_RESOURCE = "gpuws"
 
 
-class GpuWorkspaceHandler(APIHandler):
+class ApiRequest(JupyterHandler):
+    """A request to a route of the API's description (openapi.yaml): its parameters and body,
+    as that description allows them, or a 4xx that names what is wrong."""
+
+    def initialize(self, app: GpuWorkspaceApp, route: str) -> None:
+        self.app = app
+        self.route = route  # the description's path, e.g. /gpuws/api/persist/{id}
+
+    def params(self) -> dict[str, Any]:
+        """The operation's query and path parameters, typed and checked (apischema.py)."""
+        names = re.findall(r"\{(\w+)\}", self.route)
+        path = dict(zip(names, self.path_args, strict=False))
+        try:
+            return apischema.validate_parameters(
+                self.route, self.request.method or "GET", self.request.query_arguments, path
+            )
+        except apischema.RequestError as err:
+            raise web.HTTPError(err.status, str(err)) from None
+
+    def body(self) -> Any:
+        """The request's JSON body (`{}` when there is none) as the operation's schema allows."""
+        try:
+            return apischema.validate_body(
+                self.route, self.request.method or "POST", self.json_body({})
+            )
+        except apischema.RequestError as err:
+            raise web.HTTPError(err.status, str(err)) from None
+
+    def json_body(self, empty: Any) -> Any:
+        """The request's JSON body (`empty` when there is none); anything that is not JSON text in
+        UTF-8 (RFC 8259) is a 400 that says why.
+
+        NaN, Infinity and numbers too large for a float are refused: they are not JSON, and no
+        value this API takes can be one. Nesting too deep for the parser is refused too, rather
+        than let its RecursionError become a 500.
+        """
+        body = self.request.body
+        if not body.strip():
+            return empty
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise web.HTTPError(
+                400, f"The request body is not UTF-8 text: {err.reason} at byte {err.start}"
+            ) from None
+        try:
+            return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        except RecursionError:
+            raise web.HTTPError(
+                400, "The request body is not valid JSON: it is nested too deeply"
+            ) from None
+        except ValueError as err:
+            raise web.HTTPError(400, f"The request body is not valid JSON: {err}") from None
+
+
+class GpuWorkspaceHandler(ApiRequest, APIHandler):
     """Shared rules: every API is authenticated, authorised on `gpuws`, and answers strict JSON."""
 
     auth_resource = AUTH_RESOURCE
-
-    def initialize(self, app: GpuWorkspaceApp) -> None:
-        self.app = app
 
     def write(self, chunk: str | bytes | dict[str, Any] | list[Any]) -> None:
         """Every answer's value goes out as strict JSON (strictjson.py): no NaN or Infinity, no
@@ -85,86 +137,6 @@ class GpuWorkspaceHandler(APIHandler):
             self.set_header("Allow", ", ".join(own))
         super().write_error(status_code, **kwargs)
 
-    def query_params(self, allowed: set[str]) -> dict[str, str]:
-        """The known query parameters as single values; a repeated one is a 400.
-
-        Others are ignored: `token` and cache-busting parameters are legitimate.
-        """
-        params: dict[str, str] = {}
-        for name, values in self.request.query_arguments.items():
-            if name not in allowed:
-                continue
-            if len(values) != 1:
-                raise web.HTTPError(400, f"Parameter {name!r} was given more than once")
-            params[name] = values[0].decode("utf-8", "replace")
-        return params
-
-    def json_body(self, empty: Any) -> Any:
-        """The request's JSON body (`empty` when there is none); anything that is not JSON text in
-        UTF-8 (RFC 8259) is a 400 that says why.
-
-        NaN, Infinity and numbers too large for a float are refused: they are not JSON, and no
-        value this API takes can be one. Nesting too deep for the parser is refused too, rather
-        than let its RecursionError become a 500.
-        """
-        body = self.request.body
-        if not body.strip():
-            return empty
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise web.HTTPError(
-                400, f"The request body is not UTF-8 text: {err.reason} at byte {err.start}"
-            ) from None
-        try:
-            return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
-        except RecursionError:
-            raise web.HTTPError(
-                400, "The request body is not valid JSON: it is nested too deeply"
-            ) from None
-        except ValueError as err:
-            raise web.HTTPError(400, f"The request body is not valid JSON: {err}") from None
-
-    def json_object(self, fields: Mapping[str, str | tuple[str, ...]]) -> dict[str, Any]:
-        """The request's body as a JSON object with no keys but `fields`, each value of the JSON
-        type (or one of the types) given there; no body reads as `{}`. Anything else is a 400
-        that names what is wrong."""
-        body = self.json_body({})
-        if not isinstance(body, dict):
-            raise web.HTTPError(
-                400, f"The request body must be a JSON object, not {json_type(body)}"
-            )
-        unknown = [name for name in body if name not in fields]
-        if unknown:
-            expected = f"expected only {', '.join(fields)}" if fields else "this request takes none"
-            raise web.HTTPError(
-                400,
-                f"Unknown {'key' if len(unknown) == 1 else 'keys'} in the request body: "
-                f"{', '.join(_quoted(name) for name in unknown[:5])}"
-                f"{' …' if len(unknown) > 5 else ''} ({expected})",
-            )
-        for name, types in fields.items():
-            allowed = (types,) if isinstance(types, str) else types
-            if name in body and json_type(body[name]) not in allowed:
-                raise web.HTTPError(
-                    400,
-                    f"{_quoted(name)} must be {' or '.join(allowed)}, not {json_type(body[name])}",
-                )
-        return body
-
-
-def json_type(value: Any) -> str:
-    """A parsed JSON value's type in JSON's own words, for checks and messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):  # before the numbers: a bool is an int in Python
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
@@ -174,25 +146,6 @@ def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         raise ValueError(f"{text[:40]} is too large a number")
-    return value
-
-
-def _quoted(name: str) -> str:
-    """A key from the request for a message: quoted, and cut short, since it may be huge."""
-    return json.dumps(name if len(name) <= 40 else name[:40] + "…")
-
-
-def parse_time(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise web.HTTPError(
-            400, f"{name!r} must be a time in seconds since the epoch, not {text!r}"
-        ) from None
-    if not math.isfinite(value) or value < 0:
-        raise web.HTTPError(
-            400, f"{name!r} must be a finite, non-negative number of seconds, not {text!r}"
-        )
     return value
 
 
@@ -229,7 +182,7 @@ class MetricsHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        params = self.query_params({"since"})
+        params = self.params()
         sampler = self.app.sampler
         if sampler.latest_json is None:  # the first tick has not run yet
             await asyncio.get_running_loop().run_in_executor(None, sampler.sample_once)
@@ -238,8 +191,7 @@ class MetricsHandler(GpuWorkspaceHandler):
         if "since" not in params:
             self.finish(sampler.latest_json)  # strict JSON already (the sampler's)
             return
-        since = parse_time("since", params["since"])
-        history = sampler.history(since)
+        history = sampler.history(params["since"])
         body = dict(sampler.latest or {})
         body["history"] = history
         body["history_seconds"] = sampler.history_capacity * sampler.interval
@@ -261,7 +213,7 @@ class PersistHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        self.json_object({})
+        self.body()
         try:
             job = self.app.runtime.persist("user")
         except SyncError as err:
@@ -288,7 +240,7 @@ class ReleaseHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_object({"force": "boolean"})
+        body = self.body()
         try:
             job = self.app.runtime.persist_and_release(force=body.get("force", False))
         except SyncError as err:
@@ -317,7 +269,7 @@ class EnvSnapshotsHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        self.json_object({})
+        self.body()
         try:
             job = self.app.environment.start_snapshot()
         except (SyncError, EnvError) as err:
@@ -332,15 +284,10 @@ class EnvRestoreHandler(GpuWorkspaceHandler):
     a job with progress; `result.sources` lists what it fetches and builds from VCS or URL
     sources, which only `allow_sources` permits (else a 409 naming them)."""
 
-    FLAGS = ("offline", "uninstall", "allow_sources")
-
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        # A null snapshot, like none, means the latest.
-        body = self.json_object(
-            {"snapshot": ("string", "null"), **{flag: "boolean" for flag in self.FLAGS}}
-        )
+        body = self.body()  # a null snapshot, like none, means the latest
         try:
             job = await run_blocking(
                 self.app.environment.start_restore,
@@ -361,7 +308,7 @@ class RestoreHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        self.json_object({})
+        self.body()
         try:
             service = self.app.sync.require()
         except SyncError as err:
@@ -392,14 +339,9 @@ class UseWorkspaceHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_object({"name": "string"})
-        name = body.get("name")
-        if not name:
-            raise web.HTTPError(
-                400, 'Send {"name": "<workspace>"}, one of GET /gpuws/api/sync/workspaces'
-            )
-        if "/" in name or name in (".", "..") or len(name) > 255:
-            raise web.HTTPError(400, f"Not a workspace name: {name[:80]!r}")
+        name = self.body()["name"]
+        if name in (".", ".."):
+            raise web.HTTPError(400, f"Not a workspace name: {name!r}")
         try:
             listing = await run_blocking(self.app.use_workspace, name)
         except SyncError as err:
@@ -410,15 +352,17 @@ class UseWorkspaceHandler(GpuWorkspaceHandler):
 class JobHandler(GpuWorkspaceHandler):
     """`GET` a job's state and progress; `DELETE` cancels it (what is done stays done)."""
 
-    def initialize(self, app: GpuWorkspaceApp, kind: str = "persist") -> None:  # type: ignore[override]
-        super().initialize(app)
+    def initialize(self, app: GpuWorkspaceApp, route: str, kind: str = "persist") -> None:  # type: ignore[override]
+        super().initialize(app, route)
         self.kind = kind
 
     def _job(self, job_id: str) -> Any:
+        self.params()
         job = self.app.jobs.get(job_id)
         if job is None or job.kind != self.kind:
             raise web.HTTPError(
-                404, f"No {self.kind} job {_quoted(job_id)} (jobs are kept while the server runs)"
+                404,
+                f"No {self.kind} job {apischema.quoted(job_id)} (jobs are kept while the server runs)",
             )
         return job
 
@@ -430,7 +374,7 @@ class JobHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def delete(self, job_id: str) -> None:
-        self.json_object({})
+        self.body()
         job = self._job(job_id)
         self.app.jobs.cancel(job.id)
         self.set_status(202)
@@ -445,9 +389,7 @@ class LeaseHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_object({"take_over": "boolean"})
-        if body.get("take_over") is not True:
-            raise web.HTTPError(400, 'Send {"take_over": true} to take over the workspace lease')
+        self.body()  # {"take_over": true}, nothing else
         try:
             await run_blocking(self.app.sync.take_over)
         except SyncError as err:
@@ -462,15 +404,7 @@ class PendingHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        params = self.query_params({"limit"})
-        try:
-            limit = int(params.get("limit", "200"))
-        except ValueError:
-            raise web.HTTPError(
-                400, f"'limit' must be a whole number, not {params['limit']!r}"
-            ) from None
-        if not 0 <= limit <= 10000:
-            raise web.HTTPError(400, "'limit' must be between 0 and 10000")
+        limit = self.params()["limit"]
         engine = self.app.sync.engine
         if engine is None:
             self.finish({"files": [], "total": 0, "problems": [], "problems_total": 0})
@@ -498,23 +432,15 @@ class CheckpointsHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_object({"kernel_id": "string", "run_id": "string", "all": "boolean"})
+        body = self.body()  # one of {"kernel_id": …}, {"run_id": …}, {"all": true}
         coordinator = self.app.checkpoints
-        if len(body) > 1:
-            raise web.HTTPError(
-                400, 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}, not several'
-            )
         try:
-            if body.get("all") is True:
+            if "all" in body:
                 results = await coordinator.request_all()
-            elif body.get("kernel_id"):
+            elif "kernel_id" in body:
                 results = [await coordinator.request(body["kernel_id"])]
-            elif body.get("run_id"):
-                results = [await coordinator.request_run(body["run_id"])]
             else:
-                raise web.HTTPError(
-                    400, 'Send {"kernel_id": "<id>"}, {"run_id": "<id>"} or {"all": true}'
-                )
+                results = [await coordinator.request_run(body["run_id"])]
         except CheckpointRequestError as err:
             raise web.HTTPError(err.status, str(err)) from err
         self.set_status(202)
@@ -529,18 +455,11 @@ class CheckpointFetchHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_object({"run": "string", "timeout": "number"})
-        run = body.get("run") or ""
-        parts = run.split("/")
-        if (
-            len(parts) != 3
-            or "/".join(parts[:2]) != ".gpuws/checkpoints"
-            or parts[2] in ("", ".", "..")
-        ):
+        body = self.body()
+        run = body["run"]
+        if run.rsplit("/", 1)[-1] in (".", ".."):  # the pattern lets them through
             raise web.HTTPError(400, '"run" is a run folder: ".gpuws/checkpoints/<run>"')
         timeout = float(body.get("timeout", 600))
-        if not 1 <= timeout <= 24 * 3600:
-            raise web.HTTPError(400, '"timeout" is between 1 and 86400 seconds')
         if self.app.sync.state == "disabled":
             raise web.HTTPError(409, "The sync is turned off: there is no store to resume from")
         job = start_checkpoint_fetch(self.app.jobs, self.app.sync, run, timeout)
@@ -568,14 +487,11 @@ class TrainingHistoryHandler(GpuWorkspaceHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        params = self.query_params({"run"})
-        run = params.get("run")
-        if run is not None and not 0 < len(run) <= 1000:
-            raise web.HTTPError(400, "'run' is a run's name (1 to 1000 characters)")
+        run = self.params().get("run")
         history = await run_blocking(self.app.training.history, run)
         if history is None:
             raise web.HTTPError(
-                404, f"No run {_quoted(run or '')}: GET /gpuws/api/training lists them"
+                404, f"No run {apischema.quoted(run or '')}: GET /gpuws/api/training lists them"
             )
         self.set_header("Cache-Control", "no-store")
         self.finish(history)
@@ -597,24 +513,26 @@ async def run_blocking(function: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
 
-class MetricsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
-    """`/gpuws/api/metrics/stream`: a websocket that receives every sample as it is taken.
+class GpuWorkspaceSocket(WebSocketMixin, websocket.WebSocketHandler, ApiRequest):
+    """The shared rules of this API's websockets: authenticated, authorised on `gpuws` for
+    `action`, their parameters as the description says, before the upgrade.
 
     Built as Jupyter Server builds its kernel websocket: the mixin answers a request without
-    credentials with 403 (not the login page), checks the origin and keeps the socket alive.
+    credentials with 403 (not the login page), checks the origin and pings, so a page that
+    vanished without closing (a laptop asleep, a dropped network) is dropped.
     """
 
     auth_resource = AUTH_RESOURCE
-
-    def initialize(self, app: GpuWorkspaceApp) -> None:
-        self.app = app
+    action = "read"
+    refusal = "Not authorised"
 
     async def pre_get(self) -> None:
         authorized_user = await ensure_async(
-            self.authorizer.is_authorized(self, self.current_user, "read", AUTH_RESOURCE)
+            self.authorizer.is_authorized(self, self.current_user, self.action, AUTH_RESOURCE)
         )
         if not authorized_user:
-            raise web.HTTPError(403, "Not authorised to read GPU workspace metrics")
+            raise web.HTTPError(403, self.refusal)
+        self.query_values = self.params()
 
     @ws_authenticated
     async def get(self, *args: Any, **kwargs: Any) -> None:
@@ -622,6 +540,12 @@ class MetricsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHa
         result = super().get(*args, **kwargs)
         if result is not None:
             await result
+
+
+class MetricsStreamHandler(GpuWorkspaceSocket):
+    """`/gpuws/api/metrics/stream`: a websocket that receives every sample as it is taken."""
+
+    refusal = "Not authorised to read GPU workspace metrics"
 
     def open(self, *args: Any, **kwargs: Any) -> None:
         super().open(*args, **kwargs)
@@ -646,39 +570,18 @@ class MetricsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHa
 MAX_PAGE_NAME = 200
 
 
-class DocumentsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHandler):
+class DocumentsStreamHandler(GpuWorkspaceSocket):
     """`/gpuws/api/documents/stream`: a websocket every JupyterLab and Notebook page keeps open,
-    on which the server asks it to save its open documents before a persist.
+    on which the server asks it to save its open documents before a persist (so no persist
+    waits for a page that vanished: the pings drop it)."""
 
-    Built as Jupyter Server builds its kernel websocket: the mixin answers a request without
-    credentials with 403, checks the origin, and pings, so a page that vanished without closing
-    (a laptop asleep, a dropped network) is dropped and no persist waits for it.
-    """
-
-    auth_resource = AUTH_RESOURCE
-
-    def initialize(self, app: GpuWorkspaceApp) -> None:
-        self.app = app
-        self.name = "a browser page"
-
-    async def pre_get(self) -> None:
-        # Answers become part of a persist's result: writing, not reading.
-        authorized_user = await ensure_async(
-            self.authorizer.is_authorized(self, self.current_user, "write", AUTH_RESOURCE)
-        )
-        if not authorized_user:
-            raise web.HTTPError(403, "Not authorised to take part in GPU workspace persists")
-
-    @ws_authenticated
-    async def get(self, *args: Any, **kwargs: Any) -> None:
-        await self.pre_get()
-        result = super().get(*args, **kwargs)
-        if result is not None:
-            await result
+    action = "write"  # answers become part of a persist's result
+    refusal = "Not authorised to take part in GPU workspace persists"
+    name = "a browser page"
 
     def open(self, *args: Any, **kwargs: Any) -> None:
         super().open(*args, **kwargs)
-        page = self.get_query_argument("page", "")
+        page = self.query_values.get("page", "")
         page = "".join(ch for ch in page if ch.isprintable())[:MAX_PAGE_NAME].strip()
         if page:
             self.name = page
@@ -699,38 +602,40 @@ class DocumentsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, Jupyter
         self.app.pages.disconnect(self)
 
 
+def api_route(
+    route: str, handler: type, app: GpuWorkspaceApp, **options: Any
+) -> tuple[str, type, dict[str, Any]]:
+    """A route of the API's description (`/gpuws/api/jobs/{id}`) as Tornado's pattern, its
+    handler told which route it serves (what its requests are checked against). Any last
+    segment reaches the handler, so an id that is not one gets this API's JSON 404 rather than
+    the server's page for unknown addresses."""
+    return (re.sub(r"\{\w+\}", "([^/]+)", route), handler, {"app": app, "route": route, **options})
+
+
 def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
-    kwargs = {"app": app}
-    # Any last segment reaches the job handler, so an id that is not one gets this API's JSON 404
-    # rather than the server's page for unknown addresses.
-    job_id = r"([^/]+)"
     return [
-        (r"/gpuws/api/metrics", MetricsHandler, kwargs),
-        (r"/gpuws/api/metrics/stream", MetricsStreamHandler, kwargs),
-        (r"/gpuws/api/documents/stream", DocumentsStreamHandler, kwargs),
-        (r"/gpuws/api/sync", SyncHandler, kwargs),
-        (r"/gpuws/api/sync/lease", LeaseHandler, kwargs),
-        (r"/gpuws/api/sync/pending", PendingHandler, kwargs),
-        (r"/gpuws/api/sync/workspaces", WorkspacesHandler, kwargs),
-        (r"/gpuws/api/sync/workspaces/use", UseWorkspaceHandler, kwargs),
-        (r"/gpuws/api/sync/restore", RestoreHandler, kwargs),
-        (rf"/gpuws/api/sync/restore/{job_id}", JobHandler, {"app": app, "kind": "restore"}),
-        (r"/gpuws/api/checkpoints", CheckpointsHandler, kwargs),
-        (r"/gpuws/api/checkpoints/fetch", CheckpointFetchHandler, kwargs),
-        (
-            rf"/gpuws/api/checkpoints/fetch/{job_id}",
-            JobHandler,
-            {"app": app, "kind": "checkpoint-fetch"},
-        ),
-        (r"/gpuws/api/persist", PersistHandler, kwargs),
-        (r"/gpuws/api/training", TrainingHandler, kwargs),
-        (r"/gpuws/api/training/history", TrainingHistoryHandler, kwargs),
-        (r"/gpuws/api/runtime", RuntimeHandler, kwargs),
-        (r"/gpuws/api/env", EnvHandler, kwargs),
-        (r"/gpuws/api/env/snapshots", EnvSnapshotsHandler, kwargs),
-        (rf"/gpuws/api/env/snapshots/{job_id}", JobHandler, {"app": app, "kind": "env-snapshot"}),
-        (r"/gpuws/api/env/restore", EnvRestoreHandler, kwargs),
-        (rf"/gpuws/api/env/restore/{job_id}", JobHandler, {"app": app, "kind": "env-restore"}),
-        (r"/gpuws/api/runtime/release", ReleaseHandler, kwargs),
-        (rf"/gpuws/api/persist/{job_id}", JobHandler, {"app": app, "kind": "persist"}),
+        api_route("/gpuws/api/metrics", MetricsHandler, app),
+        api_route("/gpuws/api/metrics/stream", MetricsStreamHandler, app),
+        api_route("/gpuws/api/documents/stream", DocumentsStreamHandler, app),
+        api_route("/gpuws/api/sync", SyncHandler, app),
+        api_route("/gpuws/api/sync/lease", LeaseHandler, app),
+        api_route("/gpuws/api/sync/pending", PendingHandler, app),
+        api_route("/gpuws/api/sync/workspaces", WorkspacesHandler, app),
+        api_route("/gpuws/api/sync/workspaces/use", UseWorkspaceHandler, app),
+        api_route("/gpuws/api/sync/restore", RestoreHandler, app),
+        api_route("/gpuws/api/sync/restore/{id}", JobHandler, app, kind="restore"),
+        api_route("/gpuws/api/checkpoints", CheckpointsHandler, app),
+        api_route("/gpuws/api/checkpoints/fetch", CheckpointFetchHandler, app),
+        api_route("/gpuws/api/checkpoints/fetch/{id}", JobHandler, app, kind="checkpoint-fetch"),
+        api_route("/gpuws/api/persist", PersistHandler, app),
+        api_route("/gpuws/api/training", TrainingHandler, app),
+        api_route("/gpuws/api/training/history", TrainingHistoryHandler, app),
+        api_route("/gpuws/api/runtime", RuntimeHandler, app),
+        api_route("/gpuws/api/env", EnvHandler, app),
+        api_route("/gpuws/api/env/snapshots", EnvSnapshotsHandler, app),
+        api_route("/gpuws/api/env/snapshots/{id}", JobHandler, app, kind="env-snapshot"),
+        api_route("/gpuws/api/env/restore", EnvRestoreHandler, app),
+        api_route("/gpuws/api/env/restore/{id}", JobHandler, app, kind="env-restore"),
+        api_route("/gpuws/api/runtime/release", ReleaseHandler, app),
+        api_route("/gpuws/api/persist/{id}", JobHandler, app, kind="persist"),
     ]

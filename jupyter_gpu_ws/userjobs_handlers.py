@@ -8,15 +8,13 @@ from typing import TYPE_CHECKING, Any
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from .handlers import GpuWorkspaceHandler
+from .handlers import GpuWorkspaceHandler, api_route
 from .userjobs.manager import JobInputError, JobNotFound
 from .userjobs.trust import JobKeyError
 
 if TYPE_CHECKING:
     from .app import GpuWorkspaceApp
     from .userjobs.manager import JobManager
-
-MAX_LOG_LINES = 10000
 
 
 class _JobsHandler(GpuWorkspaceHandler):
@@ -49,16 +47,7 @@ class JobsHandler(_JobsHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        body = self.json_object(
-            {
-                "command": "array",
-                "notebook": "string",
-                "name": "string",
-                "retries": "number",
-                "gpus": ("number", "null"),
-                "cwd": "string",
-            }
-        )
+        body = self.body()
         if ("command" in body) == ("notebook" in body):
             raise web.HTTPError(
                 400, 'Send {"command": ["python", "train.py", …]} or {"notebook": "path.ipynb"}'
@@ -83,12 +72,14 @@ class JobHandler(_JobsHandler):
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
+        self.params()
         self.finish(await self.blocking(lambda: self.manager.describe(self.manager.get(job_id))))
 
     @web.authenticated
     @authorized
     async def delete(self, job_id: str) -> None:
-        self.json_object({})
+        self.params()
+        self.body()
         await self.blocking(self.manager.stop, job_id)
         self.set_status(204)
         self.finish()
@@ -100,15 +91,7 @@ class JobLogHandler(_JobsHandler):
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
-        params = self.query_params({"lines"})
-        try:
-            lines = int(params.get("lines", "100"))
-        except ValueError:
-            raise web.HTTPError(
-                400, f"'lines' must be a whole number, not {params['lines']!r}"
-            ) from None
-        if not 0 <= lines <= MAX_LOG_LINES:
-            raise web.HTTPError(400, f"'lines' must be between 0 and {MAX_LOG_LINES}")
+        lines = self.params()["lines"]
         self.finish({"lines": await self.blocking(self.manager.tail, job_id, lines)})
 
 
@@ -119,7 +102,8 @@ class JobRestartHandler(_JobsHandler):
     @web.authenticated
     @authorized
     async def post(self, job_id: str) -> None:
-        self.json_object({})
+        self.params()
+        self.body()
         await self.blocking(self.manager.restart, job_id)
         self.finish(await self.blocking(lambda: self.manager.describe(self.manager.get(job_id))))
 
@@ -130,20 +114,17 @@ class JobHoldHandler(_JobsHandler):
     @web.authenticated
     @authorized
     async def post(self, job_id: str) -> None:
-        body = self.json_object({"hold": "boolean"})
-        if "hold" not in body:
-            raise web.HTTPError(400, 'Send {"hold": true} or {"hold": false}')
+        self.params()
+        body = self.body()
         await self.blocking(self.manager.hold, job_id, body["hold"])
         self.finish(await self.blocking(lambda: self.manager.describe(self.manager.get(job_id))))
 
 
 def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
-    kwargs = {"app": app}
-    job_id = r"([^/]+)"
     return [
-        (r"/gpuws/api/jobs", JobsHandler, kwargs),
-        (rf"/gpuws/api/jobs/{job_id}", JobHandler, kwargs),
-        (rf"/gpuws/api/jobs/{job_id}/log", JobLogHandler, kwargs),
-        (rf"/gpuws/api/jobs/{job_id}/restart", JobRestartHandler, kwargs),
-        (rf"/gpuws/api/jobs/{job_id}/hold", JobHoldHandler, kwargs),
+        api_route("/gpuws/api/jobs", JobsHandler, app),
+        api_route("/gpuws/api/jobs/{id}", JobHandler, app),
+        api_route("/gpuws/api/jobs/{id}/log", JobLogHandler, app),
+        api_route("/gpuws/api/jobs/{id}/restart", JobRestartHandler, app),
+        api_route("/gpuws/api/jobs/{id}/hold", JobHoldHandler, app),
     ]

@@ -107,7 +107,8 @@ async def test_persist_takes_a_snapshot_too(jp_fetch: Any, store_dir: Path) -> N
         ('{"allow_sources": 1}', 400),
         ('{"other": 1}', 400),
         ("[]", 400),
-        ('{"snapshot": "../../x"}', 404),
+        ('{"snapshot": "../../x"}', 400),  # not a snapshot id (the description's pattern)
+        ('{"snapshot": "20200101T000000.000000Z-0123456789ab"}', 404),
         ("{}", 404),
     ],
 )
