@@ -352,7 +352,7 @@ class UseWorkspaceHandler(GpuWorkspaceHandler):
 class JobHandler(GpuWorkspaceHandler):
     """`GET` a job's state and progress; `DELETE` cancels it (what is done stays done)."""
 
-    def initialize(self, app: GpuWorkspaceApp, route: str, kind: str = "persist") -> None:  # type: ignore[override]
+    def initialize(self, app: GpuWorkspaceApp, route: str, kind: str = "persist") -> None:
         super().initialize(app, route)
         self.kind = kind
 
