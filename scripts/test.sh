@@ -43,8 +43,9 @@ step "Browser test dependencies (Galata)"
 
 rm -rf "$REPORTS" && mkdir -p "$REPORTS"
 status=0
-step "Toolchain: ruff (lint and format)"
+step "Toolchain: ruff (lint and format), mypy (the cores' types), the generated API types up to date"
 ruff check . && ruff format --check . || status=1
+mypy || status=1
 jlpm run api:check || status=1
 
 step "Python tests (pytest: real Jupyter Server, real kernels)"

@@ -73,7 +73,7 @@ class Agent:
         get_comm_manager().register_target(protocol.TARGET, self._on_open)
         self.publish()
         self._handled: str | None = None
-        if self.file is not None:
+        if self.file is not None and self.kernel_id:
             self.request_file = protocol.request_file(self.file.parent, self.kernel_id)
             threading.Thread(target=self._watch_requests, name="gpuws-agent", daemon=True).start()
 
@@ -250,8 +250,10 @@ def watch_requests(
 ) -> None:
     """Check a request file ten times a second (one stat, no Python work otherwise) and call
     `on_request` with each new request id the server writes there (and `tick` each time)."""
+    if stop is None:
+        stop = threading.Event()  # never set: watched as long as the process lives
     last_mtime = None
-    while not (stop.wait(0.1) if stop is not None else time.sleep(0.1)):
+    while not stop.wait(0.1):
         if tick is not None:
             tick()
         try:

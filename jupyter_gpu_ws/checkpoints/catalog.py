@@ -4,6 +4,7 @@ loads on the 2 GPUs here"). Read from the manifests alone, so it costs a few sma
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ SHOWN = 5  # checkpoints listed per run, newest first
 
 def distributed_runs(
     root: Path,
-    extra_runs: list[tuple[str, str]] = (),
+    extra_runs: Iterable[tuple[str, str]] = (),
     gpus: list[dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """By run folder: the runs under `root` (and the (root, run) pairs of live runs kept

@@ -5,6 +5,7 @@ involved."""
 from __future__ import annotations
 
 import asyncio
+import builtins  # the class defines a method `list`: its annotations say builtins.list
 import json
 import logging
 import os
@@ -218,7 +219,7 @@ class CheckpointCoordinator:
             out.append(state)
         return out
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> builtins.list[dict[str, Any]]:
         """The distributed runs, each with the server's request still in progress."""
         out = []
         for run_id, run in sorted(
@@ -332,7 +333,7 @@ class CheckpointCoordinator:
             record.update(state="accepted", message="Rank 0 has not picked up the request yet")
         return dict(record)
 
-    async def request_all(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+    async def request_all(self, timeout: float = 10.0) -> builtins.list[dict[str, Any]]:
         """Every kernel that tracks something, and every distributed run."""
         kernels = self.tracking()
         runs = [run_id for run_id, run in self.run_states().items() if run["leader_registered"]]
@@ -350,7 +351,9 @@ class CheckpointCoordinator:
                 out.append(result)
         return out
 
-    async def wait_done(self, request_ids: list[str], timeout: float) -> list[str]:
+    async def wait_done(
+        self, request_ids: builtins.list[str], timeout: float
+    ) -> builtins.list[str]:
         """Wait until each request has ended: its checkpoint complete, or failed as its kernel
         reports (the record then says why, at once: nobody waits out the timeout for what has
         already failed), or its kernel gone. Returns those still not ended."""
@@ -365,8 +368,10 @@ class CheckpointCoordinator:
             }
             for rid in list(waiting):
                 record = self.requests[rid]
-                ident = record.get("kernel_id") or record.get("run_id")
-                state = states.get(ident) if "kernel_id" in record else runs.get(ident)
+                if "kernel_id" in record:
+                    state = states.get(record["kernel_id"])
+                else:
+                    state = runs.get(record["run_id"])
                 if state is None:
                     record.update(
                         state="error", message="it stopped before its checkpoint was complete"

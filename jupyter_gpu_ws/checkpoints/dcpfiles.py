@@ -191,7 +191,7 @@ def _safe_reader(path: Path, manifest: dict[str, Any]) -> Any:
 def _weights_only_bytes(base: type) -> type:
     """A DCP load planner whose non-tensor values load with `weights_only=True`."""
 
-    class Planner(base):  # type: ignore[misc, valid-type]
+    class Planner(base):
         def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
             import torch
             from torch.distributed.checkpoint._traverse import set_element

@@ -317,7 +317,7 @@ class DistributedTracker(Tracker):
         self._write_done.clear()
         self._set_phase("writing")
         self._writer = threading.Thread(
-            target=self._write,
+            target=self._write_dcp,
             args=(future, tmp, own, step, pending, stall),
             name="gpuws-checkpoint",
             daemon=True,
@@ -343,14 +343,14 @@ class DistributedTracker(Tracker):
                     use_non_blocking_copy=self.cuda,
                 )
             )
-            stager.close = lambda: None
+            stager.close = lambda: None  # type: ignore[method-assign]  # kept open: see above
             inner = getattr(stager, "_state_dict_stager", None)
             if inner is not None:
                 inner.close = lambda: None
             self._stager = stager
         return self._stager
 
-    def _write(
+    def _write_dcp(
         self,
         future: Any,
         tmp: Path,
@@ -394,7 +394,10 @@ class DistributedTracker(Tracker):
         try:
             reports: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
             dist.gather_object(report, reports, dst=0, group=self.group)
-            result = [self._commit(tmp, step, reports or [], pending) if self.rank == 0 else None]
+            # Every rank's holds rank 0's outcome once broadcast
+            result: list[Any] = [
+                self._commit(tmp, step, reports or [], pending) if self.rank == 0 else None
+            ]
             dist.broadcast_object_list(result, src=0, group=self.group)
             outcome = result[0]
         except Exception as err:
@@ -522,10 +525,10 @@ class DistributedTracker(Tracker):
             if self.rank == 0
             else None
         )
-        for path, problem in sorted(
+        for path, reason in sorted(
             unusable, reverse=True
         ):  # rank 0's alone: the others list nothing
-            warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=2)
+            warnings.warn(f"gpuws: skipping checkpoint {path.name}: {reason}", stacklevel=2)
         chosen = None
         healthy, suspect = healthy_first(
             [(Path(folder), manifest) for folder, manifest in candidates]
@@ -749,7 +752,7 @@ def describe_mesh(objects: dict[str, Any], world_size: int) -> dict[str, Any]:
                     "shape": list(mesh.mesh.shape),
                     "dim_names": list(mesh.mesh_dim_names or []),
                     "device_type": mesh.device_type,
-                    "placements": [str(p) for p in param.placements],
+                    "placements": [str(p) for p in getattr(param, "placements", ())],
                 }
             break
         if isinstance(obj, torch.nn.parallel.DistributedDataParallel):

@@ -425,7 +425,7 @@ def verify(path: Path, manifest: dict[str, Any], names: list[str] | None = None)
     """None if every file (or each of `names`) is there, a regular file with its size and
     checksum; else what is wrong. Every name the manifest lists is checked as a name first, so a
     manifest naming a file outside its folder is refused whatever share of it is read."""
-    files = manifest.get("files")
+    files: Any = manifest.get("files")  # the manifest's, as read: _listing_problem checks it
     problem = _listing_problem(files)
     if problem is not None:
         return problem

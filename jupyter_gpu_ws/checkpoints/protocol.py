@@ -58,7 +58,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import psutil
 
@@ -97,7 +97,7 @@ def agents_root(runtime_dir: str | Path) -> Path:
     return Path(runtime_dir) / AGENTS_DIR
 
 
-def valid_server_id(value: str | None) -> bool:
+def valid_server_id(value: str | None) -> TypeGuard[str]:
     return value is not None and _SERVER_ID.fullmatch(value) is not None
 
 

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeGuard, cast, overload
 
 from ..diskio import start_writeback
 from ..training.recorder import Recorder, continue_wandb
@@ -474,7 +474,7 @@ class Tracker:
             print(f"gpuws: no checkpoint of {self.run} {where}: starting from 0", flush=True)
             return 0
         path, manifest, state, rng = found
-        if state is None:
+        if state is None or rng is None:  # both None together
             # Saved by a distributed run (torchrun) through DCP: loaded whole into this process.
             from .distributed import load_in_one_process
 
@@ -604,9 +604,7 @@ def write_tensors(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], st
             if isinstance(value, torch.Tensor):
                 _require_numpy()
                 flat = value.contiguous().reshape(-1)
-                data = (
-                    memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
-                )
+                data = flat.view(torch.uint8).numpy().data if flat.numel() else memoryview(b"")
                 entry = {
                     TENSOR: True,
                     "dtype": str(value.dtype).replace("torch.", ""),
@@ -636,6 +634,15 @@ def _require_numpy() -> None:
         )
 
 
+# Without `distributed` a checkpoint found has its state and RNG states (only DCP's have none).
+@overload
+def newest_checkpoint(
+    run_path: Path, stacklevel: int = 2, distributed: Literal[False] = False
+) -> tuple[Path, dict[str, Any], dict[str, Any], dict[str, Any]] | None: ...
+@overload
+def newest_checkpoint(
+    run_path: Path, stacklevel: int = 2, distributed: bool = False
+) -> tuple[Path, dict[str, Any], dict[str, Any] | None, dict[str, Any] | None] | None: ...
 def newest_checkpoint(
     run_path: Path,
     stacklevel: int = 2,
@@ -652,8 +659,8 @@ def newest_checkpoint(
     """
     unusable: list[tuple[Path, str]] = []
     healthy, suspect = healthy_first(complete_checkpoints(run_path, unusable))
-    for path, problem in sorted(unusable, reverse=True):
-        warnings.warn(f"gpuws: skipping checkpoint {path.name}: {problem}", stacklevel=stacklevel)
+    for path, reason in sorted(unusable, reverse=True):
+        warnings.warn(f"gpuws: skipping checkpoint {path.name}: {reason}", stacklevel=stacklevel)
     for path, manifest in healthy + suspect:
         problem = verify(path, manifest)
         if problem:
@@ -808,7 +815,7 @@ def _tensor_entry(
     return dtype, list(shape), offset, nbytes
 
 
-def _count(value: Any) -> bool:
+def _count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -855,7 +862,10 @@ def capture_rng(torch: Any | None) -> dict[str, Any]:
     try:
         import numpy as np
 
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        # numpy's stubs type get_state() as legacy=False's dict; the default is this tuple
+        kind, keys, pos, has_gauss, gauss = cast(
+            "tuple[str, np.ndarray, int, int, float]", np.random.get_state()
+        )
         keys = keys.astype("int64")
         state["numpy"] = {
             "kind": kind,

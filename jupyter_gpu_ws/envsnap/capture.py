@@ -139,7 +139,9 @@ def read_machine(nvml: Any = None) -> dict[str, Any] | None:
     """The NVIDIA driver and each GPU's name and compute capability; None where NVML does not work."""
     try:
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         nvml.nvmlInit()
     except Exception:  # no library, no driver, no permission: a machine without usable GPUs
         return None

@@ -59,7 +59,7 @@ def find_uv() -> str | None:
     if found:
         return found
     try:
-        from uv import find_uv_bin  # type: ignore[import-not-found]
+        from uv import find_uv_bin
 
         return find_uv_bin()
     except (ImportError, FileNotFoundError):

@@ -219,7 +219,8 @@ def split_by_wheel(
     packages: list[dict[str, Any]], kept: list[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(those with a wheel among `kept`, the rest)."""
-    from_store, others = [], []
+    from_store: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
     for package in packages:
         (from_store if find_wheels(kept, package["name"], package["version"]) else others).append(
             package

@@ -80,9 +80,11 @@ def save_snapshot(
     under way, in words.
     """
     latest = _usable_latest(store)
-    new = not latest or latest.get("hash") != snapshot["hash"]
-    if not new and not keep_all_wheels:
-        return SaveResult(latest["id"], new=False)
+    # The stored snapshot with the same content, if there is one: nothing new to keep then.
+    same = latest if latest and latest.get("hash") == snapshot["hash"] else None
+    new = same is None
+    if same is not None and not keep_all_wheels:
+        return SaveResult(same["id"], new=False)
     kept = stored_wheels(store)
     wanted = [
         p
@@ -98,8 +100,8 @@ def save_snapshot(
         index_options(snapshot),
         doing,
     )
-    if not new:
-        return SaveResult(latest["id"], new=False, wheels_added=added)
+    if same is not None:
+        return SaveResult(same["id"], new=False, wheels_added=added)
     kept = sorted(set(kept) | set(added))
     snapshot = dict(snapshot)
     snapshot["id"] = snapshot_id(snapshot)

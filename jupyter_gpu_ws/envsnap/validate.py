@@ -111,7 +111,9 @@ def check_origin(origin: Any) -> str:
 def _check_package(index: int, package: Any, seen: set[str]) -> None:
     if not isinstance(package, dict):
         raise UnsafeSnapshotError(f"package #{index + 1} is not a record")
-    name, version = package.get("name"), package.get("version")
+    # Whatever the file holds (Any): the checks below establish what they are.
+    name: Any = package.get("name")
+    version: Any = package.get("version")
     label = f"package #{index + 1} {safe_text(name)}"
     if reason := check_name(name):
         raise UnsafeSnapshotError(f"{label}: {reason}")

@@ -85,7 +85,9 @@ class NvmlReader:
 
     def __init__(self, nvml: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
         if nvml is None:
-            import pynvml as nvml  # nvidia-ml-py
+            import pynvml  # nvidia-ml-py
+
+            nvml = pynvml
         self.nvml = nvml
         self._clock = clock
         self._initialized = False

@@ -182,7 +182,7 @@ class SystemReader:
         limited_cpu = cg.cpu_limit is not None and cg.cpu_limit < host_cpus
         limited_mem = cg.memory_limit is not None and cg.memory_limit < vm.total
 
-        cpu_count = cg.cpu_limit if limited_cpu else host_cpus
+        cpu_count = cg.cpu_limit if limited_cpu and cg.cpu_limit is not None else host_cpus
         if limited_cpu and cg.cpu_usage_seconds is not None:
             cpu_percent = self._cgroup_cpu_percent(cg.cpu_usage_seconds, cpu_count)
         else:

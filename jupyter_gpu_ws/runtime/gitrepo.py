@@ -259,7 +259,7 @@ class GitVersioning:
         the list. A tracked file deleted from disk is removed from the repository. Files whose
         attributes select one of `filters` (the drivers the config defines) are left out.
         """
-        root = os.path.realpath(repo.working_tree_dir)
+        root = os.path.realpath(repo.working_dir)
         scope = os.path.relpath(self.workdir, root)
         out = repo.git.status(
             "--porcelain=v1",

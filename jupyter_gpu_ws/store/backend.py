@@ -6,6 +6,7 @@ complete or not at all. Keys are '/'-separated and relative to the backend's roo
 
 from __future__ import annotations
 
+import builtins  # the class defines a method `list`: its annotations say builtins.list
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -37,11 +38,19 @@ class Backend(Protocol):
 
     description: str
     supports_rename: bool
-    # Whether each request waits for a network round trip: a restore then keeps many small
-    # requests in flight at once (a local folder answers at disk speed: a few suffice).
-    round_trips: bool
-    # Whether a write becomes durable only at flush() (a local folder), not once it completes.
-    flushes: bool
+
+    # Read-only here, so that a backend may answer either with a plain attribute or a property.
+    @property
+    def round_trips(self) -> bool:
+        """Whether each request waits for a network round trip: a restore then keeps many small
+        requests in flight at once (a local folder answers at disk speed: a few suffice)."""
+        ...
+
+    @property
+    def flushes(self) -> bool:
+        """Whether a write becomes durable only at flush() (a local folder), not once it
+        completes."""
+        ...
 
     def put(
         self,
@@ -82,7 +91,7 @@ class Backend(Protocol):
     def delete(self, key: str) -> None: ...
     def list(self, prefix: str) -> Iterator[RemoteFile]: ...
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         """The names of the folders (common prefixes) right under `prefix` ('' for the root)."""
         ...
 

@@ -8,6 +8,7 @@ is advisory here (the status says so), except in memory://, held by one process.
 
 from __future__ import annotations
 
+import builtins  # the class defines a method `list`: its annotations say builtins.list
 import errno
 import hashlib
 import logging
@@ -267,7 +268,7 @@ class FsspecBackend(NoFolders):
                 path[len(self.root) + 1 :], int(info["size"]), _mtime(info), _etag(info)
             )
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         base = self._path(prefix) if prefix else self.root
         try:
             self.fs.invalidate_cache(base)

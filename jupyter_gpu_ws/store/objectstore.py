@@ -18,6 +18,7 @@ own nor one of the fsspec-style names below is refused, naming it.
 from __future__ import annotations
 
 import asyncio
+import builtins  # the class defines a method `list`: its annotations say builtins.list
 import hashlib
 import logging
 import os
@@ -26,7 +27,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import obstore
 from obstore import exceptions as obx
@@ -43,6 +44,9 @@ from .backend import (
     md5_of,
 )
 from .errors import LocalFileError, StoreConfigError, StoreUnavailableError, SyncError
+
+if TYPE_CHECKING:
+    from obstore import GetOptions  # a type only: obstore does not export it at run time
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +77,7 @@ _CLOUD = {
 }
 
 # fsspec-style names (what s3fs, gcsfs and adlfs users write) and what obstore calls them.
-_ALIASES = {
+_ALIASES: dict[str, dict[str, str | None]] = {
     "s3": {
         "endpoint_url": "endpoint",
         "key": "access_key_id",
@@ -140,8 +144,10 @@ def open_object_store(
     try:
         store = from_url(
             standard,
-            config=config or None,
-            client_options=client,
+            # obstore types each cloud's settings apart (S3Config, GCSConfig, AzureConfig,
+            # ClientConfig): these were built from storage_options for the cloud the URL names
+            config=cast(Any, config or None),
+            client_options=cast(Any, client),
             retry_config={"max_retries": retries, "retry_timeout": timedelta(seconds=10)},
         )
     except obx.UnknownConfigurationKeyError as err:
@@ -337,7 +343,7 @@ class ObjectStoreBackend(NoFolders):
         except obx.BaseError as err:
             raise _error(err, prefix or "the store") from None
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         listed = self._call(
             prefix or "the store",
             obstore.list_with_delimiter,
@@ -371,7 +377,7 @@ class ObjectStoreBackend(NoFolders):
         """The object (or `length` bytes of it from `offset`) written at the same offsets of
         `fd`; with `etag`, only from that version of the object (ChangedInStoreError else).
         A whole object whose ETag is an MD5 is checked against the bytes received."""
-        options: dict[str, Any] = {}
+        options: GetOptions = {}
         if length is not None:
             options["range"] = (offset, offset + length)
         if etag:
@@ -410,11 +416,11 @@ class ObjectStoreBackend(NoFolders):
 
     def read_many(
         self,
-        items: list[tuple[str, str | None, Any]],
+        items: builtins.list[tuple[str, str | None, Any]],
         landed: Callable[[Any, bytes], None],
         in_flight: int,
         stop: Callable[[], bool] | None = None,
-    ) -> list[Any]:
+    ) -> builtins.list[Any]:
         """Whole small objects (key, ETag from the listing, the caller's token), `in_flight` at
         once from this thread: `landed(token, body)` for each that came whole and checked; the
         tokens of the others (an error, a changed object, a stop) are returned."""
@@ -422,11 +428,11 @@ class ObjectStoreBackend(NoFolders):
 
     async def _read_many(
         self,
-        items: list[tuple[str, str | None, Any]],
+        items: builtins.list[tuple[str, str | None, Any]],
         landed: Callable[[Any, bytes], None],
         in_flight: int,
         stop: Callable[[], bool] | None,
-    ) -> list[Any]:
+    ) -> builtins.list[Any]:
         limit = asyncio.Semaphore(in_flight)
         left: list[Any] = []
 
@@ -435,7 +441,7 @@ class ObjectStoreBackend(NoFolders):
                 if stop is not None and stop():
                     left.append(token)
                     return
-                options = (
+                options: GetOptions | None = (
                     {"if_match": etag if etag.startswith('"') else f'"{etag}"'} if etag else None
                 )
                 try:

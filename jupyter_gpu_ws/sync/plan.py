@@ -111,13 +111,13 @@ class Planner:
         else:
             total_records = self.index.count_and_bytes()[0]
             for rel in sorted(self._expand(paths)):
-                f = stat_path(self.workdir, rel, self.rules)
+                found = stat_path(self.workdir, rel, self.rules)
                 record = self.index.get(rel)
-                if f is not None:
-                    if _same(f, record):
+                if found is not None:
+                    if _same(found, record):
                         unchanged += 1
                     else:
-                        changed.append(f)
+                        changed.append(found)
                 elif record is not None and not os.path.lexists(self.abs(rel)):
                     deleted.append(rel)
         return changed, deleted, unchanged, total_records

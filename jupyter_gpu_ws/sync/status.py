@@ -107,15 +107,12 @@ def stored_summary(workdir: str, index: SyncIndex, versions_bytes: int | None) -
         run_dirs = []
     for run in run_dirs:
         try:
-            folders = sorted(
-                (
-                    e.name
-                    for e in os.scandir(os.path.join(root, run))
-                    if folder_order(e.name) is not None
-                ),
-                key=folder_order,
-                reverse=True,
-            )
+            orders = {
+                e.name: order
+                for e in os.scandir(os.path.join(root, run))
+                if (order := folder_order(e.name)) is not None
+            }
+            folders = sorted(orders, key=orders.__getitem__, reverse=True)
         except OSError:
             continue
         for folder in folders:

@@ -7,7 +7,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from .progress import duration
 
@@ -118,12 +118,14 @@ class RunAnomalies:
         """One progress record from the kernel (protocol.PROGRESS)."""
         bad = (record.get("nonfinite") or {}).get("loss")
         ongoing = record.get("loss_bad")
-        if isinstance(bad, dict) or isinstance(ongoing, dict):
-            first = (
-                ongoing
-                if isinstance(ongoing, dict)
-                else {"since": bad.get("step"), "value": bad.get("value")}
-            )
+        first = (
+            ongoing
+            if isinstance(ongoing, dict)
+            else {"since": bad.get("step"), "value": bad.get("value")}
+            if isinstance(bad, dict)
+            else None
+        )
+        if first is not None:
             if self._bad is None:
                 self._bad = first
             self._bad_seen = now
@@ -286,7 +288,7 @@ class RunAnomalies:
             episode.message = message  # figures move; the episode (and its id) stays
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

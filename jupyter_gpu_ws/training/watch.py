@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..checkpoints import protocol
 from ..checkpoints.coordinator import process_ended
@@ -103,7 +103,7 @@ class TrainingWatch:
         self._kernel_run: dict[str, str] = {}  # kernel id → the run it reported last
         self._scanned = -math.inf
         self._lock = threading.RLock()
-        self._gpu_points: dict[int, deque[list[float]]] = {}
+        self._gpu_points: dict[int, deque[list[float | None]]] = {}
         self._gpu_names: dict[int, str] = {}
         self._bucket: dict[
             int, list[float]
@@ -575,9 +575,9 @@ def _processes(gpu: dict[str, Any]) -> list[dict[str, Any]]:
     return procs
 
 
-def _whole(value: Any, minimum: int) -> bool:
+def _whole(value: Any, minimum: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and minimum <= value < 2**62
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

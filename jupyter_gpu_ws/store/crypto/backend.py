@@ -15,6 +15,7 @@ raises IntegrityError, naming the file, and the caller discards what it wrote.
 from __future__ import annotations
 
 import base64
+import builtins  # the class defines a method `list`: its annotations say builtins.list
 import errno
 import logging
 import os
@@ -390,7 +391,7 @@ class EncryptedBackend:
             else:
                 yield self._plain_file(f, key)
 
-    def folders(self, prefix: str) -> list[str]:
+    def folders(self, prefix: str) -> builtins.list[str]:
         return self.inner.folders(prefix)
 
     def _stored_size(self, stored: str, etag: str | None, key: str) -> tuple[int, str | None]:
