@@ -37,7 +37,7 @@ from .sync.errors import (
 )
 
 if TYPE_CHECKING:
-    from .app import GpuWorkspaceApp
+    from .services import Services
 
 # The permission name an authorizer sees for every jupyter_gpu_ws API.
 AUTH_RESOURCE = "gpuws"
@@ -48,7 +48,7 @@ class GpuWorkspaceHandler(APIHandler):
 
     auth_resource = AUTH_RESOURCE
 
-    def initialize(self, app: GpuWorkspaceApp) -> None:
+    def initialize(self, app: Services) -> None:
         self.app = app
 
     def write(self, chunk: str | bytes | dict[str, Any] | list[Any]) -> None:
@@ -410,7 +410,7 @@ class UseWorkspaceHandler(GpuWorkspaceHandler):
 class JobHandler(GpuWorkspaceHandler):
     """`GET` a job's state and progress; `DELETE` cancels it (what is done stays done)."""
 
-    def initialize(self, app: GpuWorkspaceApp, kind: str = "persist") -> None:  # type: ignore[override]
+    def initialize(self, app: Services, kind: str = "persist") -> None:  # type: ignore[override]
         super().initialize(app)
         self.kind = kind
 
@@ -581,7 +581,7 @@ class TrainingHistoryHandler(GpuWorkspaceHandler):
         self.finish(history)
 
 
-async def sync_status(app: GpuWorkspaceApp) -> dict[str, Any]:
+async def sync_status(app: Services) -> dict[str, Any]:
     """The answer of `GET /gpuws/api/sync`, also sent after a lease take-over."""
     status = await run_blocking(app.sync.status)
     # Where this server syncs from and to: `jupyter gpuws` run inside its work directory follows it.
@@ -606,7 +606,7 @@ class MetricsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, JupyterHa
 
     auth_resource = AUTH_RESOURCE
 
-    def initialize(self, app: GpuWorkspaceApp) -> None:
+    def initialize(self, app: Services) -> None:
         self.app = app
 
     async def pre_get(self) -> None:
@@ -657,7 +657,7 @@ class DocumentsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, Jupyter
 
     auth_resource = AUTH_RESOURCE
 
-    def initialize(self, app: GpuWorkspaceApp) -> None:
+    def initialize(self, app: Services) -> None:
         self.app = app
         self.name = "a browser page"
 
@@ -699,7 +699,7 @@ class DocumentsStreamHandler(WebSocketMixin, websocket.WebSocketHandler, Jupyter
         self.app.pages.disconnect(self)
 
 
-def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
+def handlers(app: Services) -> list[tuple[str, type, dict[str, Any]]]:
     kwargs = {"app": app}
     # Any last segment reaches the job handler, so an id that is not one gets this API's JSON 404
     # rather than the server's page for unknown addresses.

@@ -13,7 +13,7 @@ from .userjobs.manager import JobInputError, JobNotFound
 from .userjobs.trust import JobKeyError
 
 if TYPE_CHECKING:
-    from .app import GpuWorkspaceApp
+    from .services import Services
     from .userjobs.manager import JobManager
 
 MAX_LOG_LINES = 10000
@@ -137,7 +137,7 @@ class JobHoldHandler(_JobsHandler):
         self.finish(await self.blocking(lambda: self.manager.describe(self.manager.get(job_id))))
 
 
-def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
+def handlers(app: Services) -> list[tuple[str, type, dict[str, Any]]]:
     kwargs = {"app": app}
     job_id = r"([^/]+)"
     return [
