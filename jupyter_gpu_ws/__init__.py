@@ -29,7 +29,7 @@ def track(name: str | None = None, **objects: Any) -> Any:
     Under torch.distributed (torchrun), every rank calls the same functions: state goes through
     torch.distributed.checkpoint, and a checkpoint resumes on any number of ranks.
     """
-    from .checkpoints.tracker import tracker_to_track
+    from .checkpoints.distributed import tracker_to_track
 
     return tracker_to_track().track(name, **objects)
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jupyter_core.utils import ensure_async
 from jupyter_server.extension.application import ExtensionApp
@@ -29,14 +30,16 @@ from .defaults import (
     local_store_path,
 )
 from .documents import BrowserPages
-from .environment import EnvironmentSupervisor
+from .environment import EnvironmentSettings, EnvironmentSupervisor
+from .handlers import handlers as api_handlers
 from .jobs import JobRunner
-from .lifecycle import RuntimeSupervisor
+from .lifecycle import LifecycleSettings, RuntimeSupervisor
 from .monitor import AlertPolicy, AlertTracker, KernelRef, NvmlReader, Sampler, SystemReader
 from .monitor.attribution import KernelReport, reports_from_registration
 from .monitor.own_use import TEST_DOUBLE_ENV
 from .runtime import parse_deadline, parse_duration
 from .runtime.hub import check_store_template, expand_store_url, template_base
+from .store import Store, open_backend
 from .store.crypto import Encryption
 from .store.crypto.keys import read_passphrase
 from .store.presence import holds_things
@@ -46,6 +49,13 @@ from .sync.supervisor import SyncSupervisor
 from .training.anomalies import AnomalyPolicy
 from .training.progress import DeadlineView
 from .training.watch import TrainingWatch, WatchSettings
+from .userjobs.service import JobService
+from .userjobs_handlers import handlers as job_handlers
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Settings = TypeVar("Settings", bound="DataclassInstance")
 
 
 class GpuWorkspace(Configurable):
@@ -606,8 +616,31 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             self.sync.start()
         else:
             self.sync.state = "disabled"
-        self.environment = EnvironmentSupervisor(self)
-        self.runtime = RuntimeSupervisor(self)
+        self.environment = EnvironmentSupervisor(
+            self.plain_settings(EnvironmentSettings), self.serverapp, self.sync, self.jobs, self.log
+        )
+        self.userjobs = JobService(
+            self,
+            {
+                "GPUWS_WORKDIR": self.workdir,
+                SERVER_ID_ENV: self.checkpoints.server_id,
+                RUNTIME_DIR_ENV: self.serverapp.runtime_dir,
+                SERVER_PID_ENV: str(os.getpid()),
+            },
+        )
+        self.runtime = RuntimeSupervisor(
+            self.plain_settings(LifecycleSettings),
+            server=self.serverapp,
+            sync=self.sync,
+            checkpoints=self.checkpoints,
+            sampler=self.sampler,
+            jobs=self.jobs,
+            pages=self.pages,
+            environment=self.environment,
+            userjobs=self.userjobs,
+            run_async=self.run_async,
+            log=self.log,
+        )
         self.runtime.start()
         self.training = TrainingWatch(
             WatchSettings(
@@ -625,17 +658,6 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             checkpoints_root=Path(self.workdir) / ".gpuws" / "checkpoints",
         )
         self.sampler.subscribe(self.training.on_sample)
-        from .userjobs.service import JobService
-
-        self.userjobs = JobService(
-            self,
-            {
-                "GPUWS_WORKDIR": self.workdir,
-                SERVER_ID_ENV: self.checkpoints.server_id,
-                RUNTIME_DIR_ENV: self.serverapp.runtime_dir,
-                SERVER_PID_ENV: str(os.getpid()),
-            },
-        )
         self.userjobs.start()
         self._training_ticking = False
         self._training_poll = PeriodicCallback(self._training_tick, 1000)
@@ -704,11 +726,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         return NvmlReader()
 
     def initialize_handlers(self) -> None:
-        from .handlers import handlers
-
-        self.handlers.extend(handlers(self))
-        from .userjobs_handlers import handlers as job_handlers
-
+        self.handlers.extend(api_handlers(self))
         self.handlers.extend(job_handlers(self))
 
     async def kernel_notebooks(self) -> dict[str, str]:
@@ -790,8 +808,6 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
 
     def use_workspace(self, name: str) -> dict[str, Any]:
         """Switch to another existing workspace of the store (blocking)."""
-        from .store import Store
-
         backend = self._store_backend()
         try:
             Store(backend, name)  # a valid name
@@ -803,8 +819,6 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         return self.workspaces()
 
     def _store_backend(self) -> Any:
-        from .store import open_backend
-
         return open_backend(self.store_url, dict(self.storage_options))
 
     def run_async(self, coroutine: Any, timeout: float | None = None) -> Any:
@@ -855,6 +869,15 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
     @property
     def io_loop(self) -> Any:
         return self.serverapp.io_loop
+
+    def plain_settings(self, cls: type[Settings]) -> Settings:
+        """A supervisor's frozen settings: each field the value of the trait of its name (a
+        list as a tuple), read now, so the supervisor never reads the app."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            value = getattr(self, f.name)
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+        return cls(**values)
 
     def sync_settings(self) -> SyncSettings:
         return SyncSettings(

@@ -10,6 +10,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .checkpoints import protocol
+
 # The server exports its process id to the kernels it starts (app.py), so a kernel finds its
 # own server even when several run on the machine.
 SERVER_PID_ENV = "GPUWS_SERVER_PID"
@@ -26,17 +28,14 @@ class ServerUnreachable(Exception):
 def find_server() -> tuple[str, str]:
     """The Jupyter Server that started this kernel (or the shell of this process: a `torchrun`
     rank launched from a Jupyter terminal): its URL and token, from its runtime file."""
-    from .checkpoints.agent import kernel_identity
-
-    _, runtime = kernel_identity()
+    _, runtime = protocol.kernel_identity()
     server_pid = os.environ.get(SERVER_PID_ENV)
     if runtime is None:
         if not server_pid:
             raise ServerUnreachable("This Python does not run in a Jupyter kernel")
-        from .checkpoints.process_agent import runtime_folder
-
         # Not a kernel: only the server that exported its pid to this process's environment.
-        runtime, candidates = runtime_folder(), [runtime_folder() / f"jpserver-{server_pid}.json"]
+        folder = protocol.runtime_folder()
+        runtime, candidates = folder, [folder / f"jpserver-{server_pid}.json"]
     else:
         candidates = [runtime / f"jpserver-{pid}.json" for pid in (server_pid, os.getppid()) if pid]
         others = list(runtime.glob("jpserver-*.json"))

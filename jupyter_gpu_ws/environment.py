@@ -3,12 +3,14 @@ snapshot in the store, noticed when it changes, snapshots and restores run as jo
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .envsnap import (
@@ -25,12 +27,14 @@ from .envsnap import (
     restore_sources,
     save_snapshot,
 )
-from .jobs import Job, Step
+from .jobs import Job, JobRunner, Step
 from .sync.errors import SyncError
+from .sync.supervisor import SyncSupervisor
 from .vocabulary import WORDS
 
 if TYPE_CHECKING:
-    from .app import GpuWorkspaceApp
+    from jupyter_server.serverapp import ServerApp
+
     from .store import Store
 
 # The installer's last lines kept for the panel.
@@ -42,14 +46,33 @@ WATCH_EVERY = 10.0
 SNAPSHOT_LIST_TTL = 60.0
 
 
+@dataclass(frozen=True)
+class EnvironmentSettings:
+    """Plain values from the app's traits (the same names), read once at the server's start."""
+
+    env_python: str
+    nvml_test_double: str
+    env_keep_all_wheels: bool
+
+
 class EnvironmentSupervisor:
     """Captures the kernels' environment in the background and compares it with the store's
     latest snapshot; a change to its site-packages (a `pip install` in a cell) makes it look
     again and, until a new snapshot is taken, says the snapshot is stale."""
 
-    def __init__(self, app: GpuWorkspaceApp) -> None:
-        self.app = app
-        self.log = app.log
+    def __init__(
+        self,
+        settings: EnvironmentSettings,
+        server: ServerApp,
+        sync: SyncSupervisor,
+        jobs: JobRunner,
+        log: logging.Logger | logging.LoggerAdapter,
+    ) -> None:
+        self.settings = settings
+        self.server = server  # its default kernel's interpreter is the default Python
+        self.sync = sync
+        self.jobs = jobs
+        self.log = log
         self.current: dict[str, Any] | None = None
         self.captured: float | None = None
         self.compared: dict[str, Any] | None = None  # the latest snapshot's id, diff and verdicts
@@ -65,11 +88,11 @@ class EnvironmentSupervisor:
 
     def python(self) -> str:
         """`env_python`, else the default kernel's interpreter, else the server's own."""
-        if self.app.env_python:
-            return self.app.env_python
+        if self.settings.env_python:
+            return self.settings.env_python
         try:
-            ksm = self.app.serverapp.kernel_spec_manager
-            argv = ksm.get_kernel_spec(self.app.serverapp.kernel_manager.default_kernel_name).argv
+            ksm = self.server.kernel_spec_manager
+            argv = ksm.get_kernel_spec(self.server.kernel_manager.default_kernel_name).argv
             candidate = argv[0] if argv else ""
             if candidate in ("python", "python3", "{python}"):
                 return sys.executable
@@ -82,14 +105,14 @@ class EnvironmentSupervisor:
     def nvml(self) -> Any:
         """Where the machine's GPUs are read: the NVML test double when one is configured (as
         the monitor does), else the real binding (None)."""
-        if self.app.nvml_test_double:
+        if self.settings.nvml_test_double:
             from .monitor.fake_nvml import FakeNvml
 
-            return FakeNvml(self.app.nvml_test_double)
+            return FakeNvml(self.settings.nvml_test_double)
         return None
 
     def store(self) -> Store:
-        service = self.app.sync.require()
+        service = self.sync.require()
         return service.engine.store
 
     # -- watching ---------------------------------------------------------------------------
@@ -235,8 +258,8 @@ class EnvironmentSupervisor:
             "sources": compared.get("sources", []),
             "snapshots": self.snapshots(),
             "error": self.error or compared.get("error"),
-            "snapshot_job": _summary(self.app.jobs.latest("env-snapshot")),
-            "restore_job": _summary(self.app.jobs.latest("env-restore")),
+            "snapshot_job": _summary(self.jobs.latest("env-snapshot")),
+            "restore_job": _summary(self.jobs.latest("env-restore")),
         }
 
     # -- jobs ---------------------------------------------------------------------------------
@@ -256,7 +279,7 @@ class EnvironmentSupervisor:
                 self.store(),
                 snapshot,
                 self.python(),
-                self.app.env_keep_all_wheels,
+                self.settings.env_keep_all_wheels,
                 log=lambda line: _log(job, line),
                 doing=doing,
             )
@@ -282,7 +305,7 @@ class EnvironmentSupervisor:
 
     def start_snapshot(self) -> Job:
         self.store()  # a clear SyncError now, not a failed job later
-        return self.app.jobs.start("env-snapshot", [("snapshot", self.snapshot_step())])
+        return self.jobs.start("env-snapshot", [("snapshot", self.snapshot_step())])
 
     def start_restore(
         self, snapshot_id: str | None, offline: bool, uninstall: bool, allow_sources: bool = False
@@ -320,7 +343,7 @@ class EnvironmentSupervisor:
                 job.errors.append(f"{failure['name']}: {failure['message']}")
             self.refresh()
 
-        return self.app.jobs.start(
+        return self.jobs.start(
             "env-restore",
             [("restore", run)],
             result={"snapshot": snapshot["id"], "sources": sources},

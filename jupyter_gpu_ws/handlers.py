@@ -37,7 +37,7 @@ from .sync.errors import (
 )
 
 if TYPE_CHECKING:
-    from .app import GpuWorkspaceApp
+    from .services import Services
 
 # The permission name an authorizer sees for every jupyter_gpu_ws API.
 AUTH_RESOURCE = "gpuws"
@@ -47,7 +47,7 @@ class ApiRequest(JupyterHandler):
     """A request to a route of the API's description (openapi.yaml): its parameters and body,
     as that description allows them, or a 4xx that names what is wrong."""
 
-    def initialize(self, app: GpuWorkspaceApp, route: str) -> None:
+    def initialize(self, app: Services, route: str) -> None:
         self.app = app
         self.route = route  # the description's path, e.g. /gpuws/api/persist/{id}
 
@@ -352,7 +352,7 @@ class UseWorkspaceHandler(GpuWorkspaceHandler):
 class JobHandler(GpuWorkspaceHandler):
     """`GET` a job's state and progress; `DELETE` cancels it (what is done stays done)."""
 
-    def initialize(self, app: GpuWorkspaceApp, route: str, kind: str = "persist") -> None:
+    def initialize(self, app: Services, route: str, kind: str = "persist") -> None:
         super().initialize(app, route)
         self.kind = kind
 
@@ -497,7 +497,7 @@ class TrainingHistoryHandler(GpuWorkspaceHandler):
         self.finish(history)
 
 
-async def sync_status(app: GpuWorkspaceApp) -> dict[str, Any]:
+async def sync_status(app: Services) -> dict[str, Any]:
     """The answer of `GET /gpuws/api/sync`, also sent after a lease take-over."""
     status = await run_blocking(app.sync.status)
     # Where this server syncs from and to: `jupyter gpuws` run inside its work directory follows it.
@@ -603,7 +603,7 @@ class DocumentsStreamHandler(GpuWorkspaceSocket):
 
 
 def api_route(
-    route: str, handler: type, app: GpuWorkspaceApp, **options: Any
+    route: str, handler: type, app: Services, **options: Any
 ) -> tuple[str, type, dict[str, Any]]:
     """A route of the API's description (`/gpuws/api/jobs/{id}`) as Tornado's pattern, its
     handler told which route it serves (what its requests are checked against). Any last
@@ -612,7 +612,7 @@ def api_route(
     return (re.sub(r"\{\w+\}", "([^/]+)", route), handler, {"app": app, "route": route, **options})
 
 
-def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
+def handlers(app: Services) -> list[tuple[str, type, dict[str, Any]]]:
     return [
         api_route("/gpuws/api/metrics", MetricsHandler, app),
         api_route("/gpuws/api/metrics/stream", MetricsStreamHandler, app),

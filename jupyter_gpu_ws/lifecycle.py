@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tornado.ioloop import PeriodicCallback
 
-from .jobs import Job, Step
+from .checkpoints.coordinator import CheckpointCoordinator
+from .documents import BrowserPages
+from .environment import EnvironmentSupervisor
+from .jobs import Job, JobRunner, Step
+from .monitor import Sampler
 from .persist import start_persist
 from .runtime import (
     HubLimits,
@@ -31,10 +37,12 @@ from .runtime import (
 from .runtime.deadline import HUB_IDLE_CULL
 from .runtime.hub import HubClient, HubError, HubView, Platform
 from .sync.errors import LeaseHeldError, SyncError
+from .sync.supervisor import SyncSupervisor
+from .userjobs.service import JobService
 from .vocabulary import deadline_source
 
 if TYPE_CHECKING:
-    from .app import GpuWorkspaceApp
+    from jupyter_server.serverapp import ServerApp
 
 # Notices kept for the browser (each shown once per browser, by id).
 KEEP_NOTICES = 20
@@ -58,31 +66,89 @@ def _epoch(value: Any) -> float:
     return value.timestamp() if hasattr(value, "timestamp") else float(value or 0)
 
 
+@dataclass(frozen=True)
+class LifecycleSettings:
+    """Plain values from the app's traits (the same names), read once at the server's start."""
+
+    workdir: str
+    state_dir: str
+    max_runtime: str
+    deadline: str
+    persist_lead_time: float
+    warning_lead_times: tuple[float, ...]
+    grace_period: float
+    termination_grace_period: float | None
+    checkpoint_timeout: float
+    document_save_timeout: float
+    env_snapshot_on_persist: bool
+    gpu_idle_percent: float
+    hub_max_age: str
+    hub_cull_timeout: str
+    hub_cull_warning: float
+    hub_keep_alive: bool
+    hub_poll_interval: float
+    preemption_clouds: tuple[str, ...]
+    preemption_poll_interval: float
+    aws_metadata_url: str
+    gcp_metadata_url: str
+    azure_metadata_url: str
+    git_versioning: bool
+    git_init: bool
+    git_include: tuple[str, ...]
+    git_max_file_size: int
+    git_remote: str
+    git_branch: str
+
+
 class RuntimeSupervisor:
     """Owns the RuntimeClock, the preemption watcher and the Git versioning for the server."""
 
-    def __init__(self, app: GpuWorkspaceApp) -> None:
-        self.app = app
-        self.log = app.log
-        settings = RuntimeSettings.from_config(
-            app.max_runtime or None,
-            app.deadline or None,
-            app.persist_lead_time,
-            app.warning_lead_times,
+    def __init__(
+        self,
+        settings: LifecycleSettings,
+        *,
+        server: ServerApp,
+        sync: SyncSupervisor,
+        checkpoints: CheckpointCoordinator,
+        sampler: Sampler,
+        jobs: JobRunner,
+        pages: BrowserPages,
+        environment: EnvironmentSupervisor,
+        userjobs: JobService,
+        run_async: Callable[..., Any],
+        log: logging.Logger | logging.LoggerAdapter,
+    ) -> None:
+        self.settings = settings
+        # Jupyter Server itself: its activity and kernels (the idle deadline), its loop, its stop.
+        self.server = server
+        self.sync = sync
+        self.checkpoints = checkpoints
+        self.sampler = sampler
+        self.jobs = jobs
+        self.pages = pages
+        self.environment = environment
+        self.userjobs = userjobs
+        self.run_async = run_async
+        self.log = log
+        clock_settings = RuntimeSettings.from_config(
+            settings.max_runtime or None,
+            settings.deadline or None,
+            settings.persist_lead_time,
+            settings.warning_lead_times,
         )
-        settings.cull_warning_lead = app.hub_cull_warning
-        self.clock = RuntimeClock(settings)
+        clock_settings.cull_warning_lead = settings.hub_cull_warning
+        self.clock = RuntimeClock(clock_settings)
         self.platform = Platform.detect()
         self.hub = HubClient(self.platform.hub) if self.platform.hub else None
         self.hub_view: HubView | None = None
-        self.hub_max_age = parse_duration(app.hub_max_age) if app.hub_max_age else None
+        self.hub_max_age = parse_duration(settings.hub_max_age) if settings.hub_max_age else None
         self.hub_cull_timeout = (
-            parse_duration(app.hub_cull_timeout) if app.hub_cull_timeout else None
+            parse_duration(settings.hub_cull_timeout) if settings.hub_cull_timeout else None
         )
         self._hub_read = 0.0
         self._hub_reading = False
         self.keep_alive: dict[str, Any] = {
-            "enabled": bool(app.hub_keep_alive and self.hub),
+            "enabled": bool(settings.hub_keep_alive and self.hub),
             "active": False,
             "reason": None,
             "last_sent": None,
@@ -106,33 +172,33 @@ class RuntimeSupervisor:
         self._previous_sigterm: Any = None
         self.watcher = PreemptionWatcher(
             make_checks(
-                "aws" in app.preemption_clouds,
-                "gcp" in app.preemption_clouds,
-                "azure" in app.preemption_clouds,
-                app.aws_metadata_url or None,
-                app.gcp_metadata_url or None,
-                app.azure_metadata_url or None,
+                "aws" in settings.preemption_clouds,
+                "gcp" in settings.preemption_clouds,
+                "azure" in settings.preemption_clouds,
+                settings.aws_metadata_url or None,
+                settings.gcp_metadata_url or None,
+                settings.azure_metadata_url or None,
             ),
             self._on_preemption,
-            interval=app.preemption_poll_interval,
+            interval=settings.preemption_poll_interval,
         )
 
     def _make_git(self) -> Any:
-        if not self.app.git_versioning:
+        if not self.settings.git_versioning:
             return None
-        from .runtime.gitrepo import GitSettings, GitVersioning
+        from .runtime.gitrepo import DEFAULT_INCLUDE, GitSettings, GitVersioning
 
-        app = self.app
+        config = self.settings
         return GitVersioning(
             GitSettings(
-                workdir=app.workdir,
-                init=app.git_init,
-                max_file_size=app.git_max_file_size,
-                remote=app.git_remote or None,
-                branch=app.git_branch or None,
-                **({"include": tuple(app.git_include)} if app.git_include else {}),
+                workdir=config.workdir,
+                init=config.git_init,
+                max_file_size=config.git_max_file_size,
+                remote=config.git_remote or None,
+                branch=config.git_branch or None,
+                include=config.git_include or DEFAULT_INCLUDE,
             ),
-            restore_lock=app.sync.restore_lock,
+            restore_lock=self.sync.restore_lock,
         )
 
     # -- start and stop ----------------------------------------------------------------------
@@ -142,7 +208,7 @@ class RuntimeSupervisor:
         self._ticker.start()
         self.watcher.start()
         # After the server has installed its own signal handlers: ours runs first, then theirs.
-        self.app.io_loop.add_callback(self._install_sigterm)
+        self.server.io_loop.add_callback(self._install_sigterm)
 
     def stop(self) -> None:
         if self._ticker is not None:
@@ -175,14 +241,14 @@ class RuntimeSupervisor:
             )
         if (
             self.hub is not None
-            and now - self._hub_read >= self.app.hub_poll_interval
+            and now - self._hub_read >= self.settings.hub_poll_interval
             and not self._hub_reading
         ):
             self._hub_read = now
             asyncio.ensure_future(self._read_hub())
         if self.keep_alive["enabled"]:
             await self._keep_alive()
-        if not self._previous_read and self.app.sync.service is not None:
+        if not self._previous_read and self.sync.service is not None:
             self._previous_read = True
             asyncio.ensure_future(self._read_previous_emergency())
         for event in self.clock.poll():
@@ -220,7 +286,7 @@ class RuntimeSupervisor:
             )
         activity, activity_from = view.last_activity, f"the hub, {view.activity_of}'s"
         if activity is None:
-            activity = _epoch(self.app.serverapp.web_app.last_activity())
+            activity = _epoch(self.server.web_app.last_activity())
             activity_from = "this server's own: the token cannot read the hub's"
         if self._activity_sent is not None and self._activity_sent > activity:
             activity, activity_from = self._activity_sent, "the keep-alive's report to the hub"
@@ -262,24 +328,24 @@ class RuntimeSupervisor:
         """Why this server is busy though nobody clicks: a tracked run stepping, or a notebook's
         GPU working. None when neither holds."""
         now = time.time()
-        for kernel_id, state in self.app.checkpoints.agent_states().items():
+        for kernel_id, state in self.checkpoints.agent_states().items():
             stepped = state.get("stepped_at")
             # The step moves only while the loop runs: no need to know which cell runs it (an
             # agent loaded by the training cell itself never saw that cell start).
             if isinstance(stepped, (int, float)) and now - stepped < STEPPING_WINDOW:
                 return f"the tracked run {state.get('run') or kernel_id} is stepping"
-        latest = self.app.sampler.latest or {}
+        latest = self.sampler.latest or {}
         for gpu in latest.get("gpus", []):
             holders = [p for p in gpu["processes"] if p.get("kernel_id")]
             util = gpu.get("utilization")
-            if holders and util is not None and util >= self.app.gpu_idle_percent:
+            if holders and util is not None and util >= self.settings.gpu_idle_percent:
                 return f"GPU {gpu['index']} is {util}% busy for {holders[0].get('notebook') or holders[0]['kernel_id']}"
         return None
 
     # -- the grace under Kubernetes ----------------------------------------------------------
 
     async def _read_previous_emergency(self) -> None:
-        service = self.app.sync.service
+        service = self.sync.service
         if service is None:
             return
         try:
@@ -299,7 +365,7 @@ class RuntimeSupervisor:
             return float(self.emergency["seconds"]), "this runtime's emergency persist"
         if self.previous_emergency is not None:
             return float(self.previous_emergency["seconds"]), "the last runtime's emergency persist"
-        last = self.app.jobs.latest("persist")
+        last = self.jobs.latest("persist")
         if last is not None and last.state == "done" and last.finished:
             return round(last.finished - last.started, 3), "the last persist"
         return None, None
@@ -307,8 +373,7 @@ class RuntimeSupervisor:
     def grace(self) -> dict[str, Any]:
         """The grace this server gets before it is killed, where it is known, and whether the
         emergency persist fits in it."""
-        app = self.app
-        seconds = app.termination_grace_period
+        seconds = self.settings.termination_grace_period
         source = None
         if seconds is not None:
             source = (
@@ -341,15 +406,15 @@ class RuntimeSupervisor:
 
     def emergency_budget(self) -> float:
         """The emergency persist's budget: `grace_period`, inside the platform's grace if known."""
-        grace = self.app.termination_grace_period
+        grace = self.settings.termination_grace_period
         return (
-            min(self.app.grace_period, max(1.0, grace - EXIT_MARGIN))
+            min(self.settings.grace_period, max(1.0, grace - EXIT_MARGIN))
             if grace
-            else self.app.grace_period
+            else self.settings.grace_period
         )
 
     def _idle_inputs(self) -> IdleInputs | None:
-        server = self.app.serverapp
+        server = self.server
         try:
             km = server.kernel_manager
             kernels = []
@@ -419,7 +484,7 @@ class RuntimeSupervisor:
         that checkpoint, so the next runtime relaunches them from it."""
         while job.state == "running":
             await asyncio.sleep(0.5)
-        stopped = await self.app.userjobs.interrupt_async(checkpoint=job.state != "done")
+        stopped = await self.userjobs.interrupt_async(checkpoint=job.state != "done")
         if stopped:
             self._notice(
                 "info",
@@ -449,8 +514,8 @@ class RuntimeSupervisor:
         """Start the persist pipeline (or join the one running): the browsers' open documents,
         checkpoints, environment, Git, sync. A SyncError says why it cannot run (no sync, a
         read-only runtime)."""
-        app = self.app
-        service = app.sync.require()
+        config = self.settings
+        service = self.sync.require()
         refusal = service.engine.why_not_writable()
         if refusal is not None:
             raise LeaseHeldError(refusal)
@@ -461,21 +526,21 @@ class RuntimeSupervisor:
             git = git_step(self.git)
         # An emergency has no seconds to spare for reading the environment.
         environment = None
-        if app.env_snapshot_on_persist and trigger in ORDINARY:
-            environment = _tolerant(app.environment.snapshot_step())
+        if config.env_snapshot_on_persist and trigger in ORDINARY:
+            environment = _tolerant(self.environment.snapshot_step())
         job = start_persist(
-            app.jobs,
+            self.jobs,
             service,
-            app.checkpoints,
-            app.run_async,
-            checkpoint_timeout if checkpoint_timeout is not None else app.checkpoint_timeout,
+            self.checkpoints,
+            self.run_async,
+            checkpoint_timeout if checkpoint_timeout is not None else config.checkpoint_timeout,
             git=git,
             environment=environment,
             trigger=trigger,
-            pages=app.pages,
+            pages=self.pages,
             key=None if trigger in ORDINARY else "emergency",
             documents_timeout=(
-                documents_timeout if documents_timeout is not None else app.document_save_timeout
+                documents_timeout if documents_timeout is not None else config.document_save_timeout
             ),
         )
         self._git_checked = 0.0  # the sidebar shows the new commit soon after
@@ -499,13 +564,15 @@ class RuntimeSupervisor:
     def _on_preemption(self, notice: PreemptionNotice) -> None:
         # On the watcher's thread: the clock learns the new deadline, the loop runs the persist.
         self.clock.record_preemption(notice.cloud, notice.detail, notice.noticed, notice.deadline)
-        self.app.io_loop.add_callback(self.emergency_persist, f"preemption:{notice.cloud}", False)
+        self.server.io_loop.add_callback(
+            self.emergency_persist, f"preemption:{notice.cloud}", False
+        )
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         if self.emergency is not None and self.emergency.get("exiting"):
             self._stop_server()  # a second SIGTERM: stop now
             return
-        self.app.io_loop.asyncio_loop.call_soon_threadsafe(
+        self.server.io_loop.asyncio_loop.call_soon_threadsafe(
             lambda: asyncio.ensure_future(self.emergency_persist("SIGTERM", True))
         )
 
@@ -525,7 +592,7 @@ class RuntimeSupervisor:
             "error",
             f"{deadline_source(reason)}: this runtime is going away. Persisting everything now.",
         )
-        service = self.app.sync.service
+        service = self.sync.service
         if service is not None:
             service.engine.urgent = True
             # No file is started that cannot end by then, and one under way stops there.
@@ -534,7 +601,7 @@ class RuntimeSupervisor:
         # checkpoint, the browsers' documents): one that has not reached its sync yet is stopped
         # before its next step. This one runs beside it on the grace's own timeouts (its sync
         # joins a pass already running); another emergency's persist is joined.
-        ordinary = self.app.jobs.latest("persist")
+        ordinary = self.jobs.latest("persist")
         if (
             ordinary is not None
             and ordinary.state == "running"
@@ -546,9 +613,9 @@ class RuntimeSupervisor:
             ordinary = None
         job = self._persist(
             reason,
-            checkpoint_timeout=max(1.0, min(self.app.checkpoint_timeout, grace * 0.3)),
+            checkpoint_timeout=max(1.0, min(self.settings.checkpoint_timeout, grace * 0.3)),
             documents_timeout=min(
-                self.app.document_save_timeout, EMERGENCY_DOCUMENTS_TIMEOUT, grace * 0.1
+                self.settings.document_save_timeout, EMERGENCY_DOCUMENTS_TIMEOUT, grace * 0.1
             ),
         )
         if ordinary is not None:
@@ -560,7 +627,7 @@ class RuntimeSupervisor:
                 job.cancel_event.set()  # out of time: what is done is done
         # The jobs' runs were asked with the kernels (the persist's checkpoint step): they stop now,
         # recorded interrupted in the store, for the next runtime to relaunch.
-        await self.app.userjobs.interrupt_async(max(1.0, grace - (time.monotonic() - started) - 2))
+        await self.userjobs.interrupt_async(max(1.0, grace - (time.monotonic() - started) - 2))
         report = await asyncio.get_running_loop().run_in_executor(
             None, self._emergency_report, reason, job, time.monotonic() - started
         )
@@ -575,7 +642,7 @@ class RuntimeSupervisor:
         return report
 
     def _emergency_report(self, reason: str, job: Job | None, seconds: float) -> dict[str, Any]:
-        service = self.app.sync.service
+        service = self.sync.service
         errors = list(job.errors) if job is not None else ["the sync is not running"]
         pending: list[str] = []
         if service is not None:
@@ -610,14 +677,16 @@ class RuntimeSupervisor:
         """Next to the sync record, and in the store, where the next runtime finds it."""
         text = json.dumps(report, indent=1, default=str)
         try:
-            os.makedirs(self.app.state_dir, exist_ok=True)
+            os.makedirs(self.settings.state_dir, exist_ok=True)
             with open(
-                os.path.join(self.app.state_dir, "emergency-report.json"), "w", encoding="utf-8"
+                os.path.join(self.settings.state_dir, "emergency-report.json"),
+                "w",
+                encoding="utf-8",
             ) as f:
                 f.write(text)
         except OSError as err:
             self.log.error("GPU workspace: cannot write the emergency report: %s", err)
-        service = self.app.sync.service
+        service = self.sync.service
         if service is not None:
             try:
                 service.engine.write_state("emergency-report.json", json.loads(text))
@@ -628,7 +697,7 @@ class RuntimeSupervisor:
 
     def _stop_server(self) -> None:
         self.log.warning("GPU workspace: stopping the server")
-        self.app.serverapp.stop()
+        self.server.stop()
 
     # -- persist and release -----------------------------------------------------------------
 
@@ -637,7 +706,7 @@ class RuntimeSupervisor:
         leaves the server running (with the reason) unless `force`."""
         job = self.persist("release")
         self.release = {"job_id": job.id, "state": "persisting", "force": force, "error": None}
-        self.app.io_loop.add_callback(self._release_when_done, job, force)
+        self.server.io_loop.add_callback(self._release_when_done, job, force)
         return job
 
     async def _release_when_done(self, job: Job, force: bool) -> None:
@@ -646,7 +715,7 @@ class RuntimeSupervisor:
                 await asyncio.sleep(0.1)
             # Stopped for an emergency persist (though maybe still in its step): the release
             # follows that one instead.
-            successor = self.app.jobs.get(job.result.get("superseded_by") or "")
+            successor = self.jobs.get(job.result.get("superseded_by") or "")
             if successor is None:
                 break
             job = successor
@@ -674,7 +743,7 @@ class RuntimeSupervisor:
         )
         state["emergency"] = {k: v for k, v in (self.emergency or {}).items() if k != "job"} or None
         state["release"] = self.release
-        state["grace_period"] = self.app.grace_period
+        state["grace_period"] = self.settings.grace_period
         hub = self.platform.hub
         state["platform"] = {
             "jupyterhub": None

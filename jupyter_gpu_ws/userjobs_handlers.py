@@ -13,7 +13,7 @@ from .userjobs.manager import JobInputError, JobNotFound
 from .userjobs.trust import JobKeyError
 
 if TYPE_CHECKING:
-    from .app import GpuWorkspaceApp
+    from .services import Services
     from .userjobs.manager import JobManager
 
 
@@ -120,7 +120,7 @@ class JobHoldHandler(_JobsHandler):
         self.finish(await self.blocking(lambda: self.manager.describe(self.manager.get(job_id))))
 
 
-def handlers(app: GpuWorkspaceApp) -> list[tuple[str, type, dict[str, Any]]]:
+def handlers(app: Services) -> list[tuple[str, type, dict[str, Any]]]:
     return [
         api_route("/gpuws/api/jobs", JobsHandler, app),
         api_route("/gpuws/api/jobs/{id}", JobHandler, app),

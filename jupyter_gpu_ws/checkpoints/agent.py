@@ -8,8 +8,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ..monitor.own_use import OwnGpuUseReader
@@ -23,23 +21,11 @@ log = logging.getLogger(__name__)
 OBSERVE_EVERY = 2.0
 
 
-def kernel_identity() -> tuple[str | None, Path | None]:
-    """This kernel's id and the runtime folder it shares with its server."""
-    try:
-        from ipykernel.connect import get_connection_file
-
-        path = Path(get_connection_file())
-    except Exception:
-        return None, None
-    name = path.stem
-    return (name[len("kernel-") :] if name.startswith("kernel-") else name), path.parent
-
-
 class Agent:
     def __init__(self, ip: Any, tracker: Tracker | None = None) -> None:
         self.ip = ip
         self._tracker = tracker
-        self.kernel_id, runtime = kernel_identity()
+        self.kernel_id, runtime = protocol.kernel_identity()
         # The server that started this kernel exported its identity: register in its folder,
         # where no other server of this user removes us. Without one, at the top, as before.
         server_id = os.environ.get(protocol.SERVER_ID_ENV)
@@ -96,7 +82,7 @@ class Agent:
                 next_observation = time.monotonic() + OBSERVE_EVERY
                 self.observe()
 
-        watch_requests(self.request_file, self._on_request_id, tick=tick)
+        protocol.watch_requests(self.request_file, self._on_request_id, tick=tick)
 
     def _on_request_id(self, request_id: str) -> None:
         if request_id != self._handled:
@@ -240,35 +226,6 @@ class Agent:
                 os.replace(tmp, self.file)
             except OSError as err:
                 log.debug("gpuws agent: cannot write %s: %s", self.file, err)
-
-
-def watch_requests(
-    path: Path,
-    on_request: Callable[[str], None],
-    stop: threading.Event | None = None,
-    tick: Callable[[], None] | None = None,
-) -> None:
-    """Check a request file ten times a second (one stat, no Python work otherwise) and call
-    `on_request` with each new request id the server writes there (and `tick` each time)."""
-    if stop is None:
-        stop = threading.Event()  # never set: watched as long as the process lives
-    last_mtime = None
-    while not stop.wait(0.1):
-        if tick is not None:
-            tick()
-        try:
-            mtime = os.stat(path).st_mtime_ns
-        except OSError:
-            continue
-        if mtime == last_mtime:
-            continue
-        last_mtime = mtime
-        try:
-            request_id = json.loads(path.read_text()).get("request_id")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(request_id, str) and request_id:
-            on_request(request_id)
 
 
 _agent: Agent | None = None

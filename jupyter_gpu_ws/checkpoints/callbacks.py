@@ -69,17 +69,14 @@ from pathlib import Path
 from typing import Any
 
 from ..training.recorder import continue_wandb
-from .files import CheckpointError, info_of, run_dir
+from .files import CheckpointError, default_run_name, info_of, run_dir
+from .formats import _tuples, capture_rng, restore_rng
 from .fromstore import bring_newest
 from .tracker import (
     Tracker,
-    _tuples,
-    capture_rng,
-    default_run_name,
     default_tracker,
     newest_checkpoint,
     read_metrics,
-    restore_rng,
 )
 
 __all__ = [

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..diskio import replace_whole
 from .files import CheckpointError, CheckpointFolder, name_problem, open_file
+from .formats import read_checkpoint, restore_rng, restore_value
 
 KIND = "dcp"
 METADATA = ".metadata"
@@ -355,8 +356,6 @@ def _read_state(
             state, storage_reader=_safe_reader(path, manifest), planner=planner, no_dist=True
         )
         return state
-    from .tracker import read_checkpoint
-
     state, _ = read_checkpoint(path, manifest)
     return {k: v for k, v in state.items() if k in names}  # plain values are not model state
 
@@ -386,3 +385,36 @@ def export(
     to.parent.mkdir(parents=True, exist_ok=True)
     replace_whole(to, lambda f: torch.save(state, f))
     return state
+
+
+def load_whole(
+    objects: dict[str, Any], restored: dict[str, Any], path: Path, manifest: dict[str, Any]
+) -> None:
+    """A checkpoint of a distributed run resumed by one process without torch.distributed (a
+    notebook on the single GPU of a free tier): DCP loads the whole state here, and rank 0's RNG
+    states and plain values come back."""
+    import torch
+
+    load(objects, owners(objects), path, manifest, None)
+    own = read_rank_file(path, manifest, 0)
+    restore_rng(torch, own["rng"])
+    restore_values(objects, restored, own.get("values", {}), path)
+    saved_on = int(manifest.get("world_size", 1))
+    if saved_on > 1:
+        print(
+            f"gpuws: checkpoint {path.name} was saved on {saved_on} ranks: loaded whole into this process, "
+            "with rank 0's random states",
+            flush=True,
+        )
+
+
+def restore_values(
+    objects: dict[str, Any], restored: dict[str, Any], values: dict[str, Any], path: Path
+) -> None:
+    """The tracked plain values from a rank's file (DCP holds only the stateful objects)."""
+    for name, obj in objects.items():
+        if not is_plain(obj):
+            continue
+        if name not in values:
+            raise CheckpointError(f"Checkpoint {path.name} has no state for {name!r}")
+        restore_value(objects, restored, name, values[name])

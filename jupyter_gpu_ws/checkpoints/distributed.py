@@ -37,7 +37,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from . import dcpfiles
+from . import dcpfiles, protocol
 from .agreement import AgreementError, StepAgreement
 from .files import (
     TMP_PREFIX,
@@ -47,21 +47,24 @@ from .files import (
     checksum,
     commit,
     complete_checkpoints,
+    default_run_name,
     fsync_file,
     info_of,
     verify,
 )
+from .formats import capture_rng, restore_rng
 from .fromstore import NONE, bring_newest
+from .process_agent import start_for
 from .tracker import (
     METRICS,
     Pending,
     Tracker,
-    capture_rng,
-    default_run_name,
+    current_tracker,
+    default_tracker,
     healthy_first,
-    restore_rng,
     say_health,
     unreadable,
+    use_tracker,
 )
 
 log = logging.getLogger(__name__)
@@ -186,8 +189,6 @@ class DistributedTracker(Tracker):
         )
         self._install_sigterm()
         atexit.register(self._at_exit)
-        from .process_agent import start_for
-
         self.agent = start_for(self)
 
     # -- the safe point --------------------------------------------------------------------------
@@ -615,7 +616,7 @@ class DistributedTracker(Tracker):
                 "values are rank 0's",
                 flush=True,
             )
-        restore_values(self, own.get("values", {}), path)
+        dcpfiles.restore_values(self.objects, self.restored, own.get("values", {}), path)
 
     # -- reporting -------------------------------------------------------------------------------
 
@@ -639,11 +640,9 @@ class DistributedTracker(Tracker):
 
     def _install_sigterm(self) -> None:
         """Save on SIGTERM, in a process of our own only (a kernel's signals are Jupyter's)."""
-        from .agent import kernel_identity
-
         if (
             threading.current_thread() is not threading.main_thread()
-            or kernel_identity()[0] is not None
+            or protocol.kernel_identity()[0] is not None
         ):
             return
         self._sigterm = threading.Event()
@@ -700,40 +699,24 @@ class DistributedTracker(Tracker):
             self.agent.close()
 
 
-def load_in_one_process(tracker: Tracker, path: Path, manifest: dict[str, Any]) -> None:
-    """A checkpoint of a distributed run resumed by one process without torch.distributed (a
-    notebook on the single GPU of a free tier): DCP loads the whole state here, and rank 0's RNG
-    states and plain values come back."""
-    import torch
-
-    dcpfiles.load(tracker.objects, dcpfiles.owners(tracker.objects), path, manifest, None)
-    own = dcpfiles.read_rank_file(path, manifest, 0)
-    restore_rng(torch, own["rng"])
-    restore_values(tracker, own.get("values", {}), path)
-    saved_on = int(manifest.get("world_size", 1))
-    if saved_on > 1:
-        print(
-            f"gpuws: checkpoint {path.name} was saved on {saved_on} ranks: loaded whole into this process, "
-            "with rank 0's random states",
-            flush=True,
-        )
-
-
-def restore_values(tracker: Tracker, values: dict[str, Any], path: Path) -> None:
-    """Plain values back into the tracked containers in place (others into `tracker.restored`)."""
-    for name, obj in tracker.objects.items():
-        if not dcpfiles.is_plain(obj):
-            continue
-        if name not in values:
-            raise CheckpointError(f"Checkpoint {path.name} has no state for {name!r}")
-        value = values[name]
-        if isinstance(obj, dict):
-            obj.clear()
-            obj.update(value)
-        elif isinstance(obj, list):
-            obj[:] = value
-        else:
-            tracker.restored[name] = value
+def tracker_to_track() -> Tracker:
+    """The tracker `gpuws.track()` uses: once torch.distributed runs in this process, one that
+    saves through torch.distributed.checkpoint on every rank (DistributedTracker), taking over what
+    the plain one knew (the agent's hook, what it tracked)."""
+    previous = current_tracker()
+    if running() and not isinstance(previous, DistributedTracker):
+        tracker = DistributedTracker()
+        if previous is not None:
+            tracker.on_change = previous.on_change
+            tracker.objects.update(previous.objects)
+            tracker.run, tracker.root, tracker.policy = (
+                previous.run,
+                previous.root,
+                previous.policy,
+            )
+            tracker.training = previous.training  # the run's total, curves and stream so far
+        use_tracker(tracker)
+    return default_tracker()
 
 
 def describe_mesh(objects: dict[str, Any], world_size: int) -> dict[str, Any]:

@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,18 @@ def run_dir(root: str | os.PathLike[str], run: str) -> Path:
     """A run's folder: the run name (a notebook path) made into one safe folder name."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", run.replace("/", "--")).strip("-") or "default"
     return Path(root) / safe
+
+
+def default_run_name() -> str:
+    """The notebook's path (Jupyter Server tells the kernel), else the script's name."""
+    name = os.environ.get("JPY_SESSION_NAME")
+    if name:
+        workdir = os.environ.get("GPUWS_WORKDIR")
+        if workdir and os.path.isabs(name) and name.startswith(workdir.rstrip("/") + "/"):
+            name = name[len(workdir.rstrip("/")) + 1 :]
+        return name
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    return os.path.basename(main) if main else "default"
 
 
 def checksum(path: Path) -> str:

@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+from ..client import ServerUnreachable, call
 from .files import CheckpointError
 
 HERE = "here"  # the store's newest checkpoint of the run is complete here now
@@ -20,8 +21,6 @@ SERVER_GRACE = 30.0
 def bring_newest(run_path: Path, run: str, timeout: float) -> str:
     """HERE, NONE or NO_SERVER; CheckpointError when the store cannot be read or the wait
     timed out (then the caller must not start from 0)."""
-    from ..client import ServerUnreachable, call
-
     workdir = os.environ.get("GPUWS_WORKDIR")
     if not workdir:
         return NO_SERVER

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from . import protocol
-from .agent import watch_requests
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +42,7 @@ class ProcessAgent:
         tracker.on_change = self.publish
         self.publish()
         threading.Thread(
-            target=watch_requests,
+            target=protocol.watch_requests,
             args=(self.request_file, self._on_request, self._stop),
             name="gpuws-process-agent",
             daemon=True,
@@ -87,31 +86,18 @@ class ProcessAgent:
             self.request_file.unlink(missing_ok=True)
 
 
-def runtime_folder() -> Path:
-    """The runtime folder of the server this process came from (exported by the server; else
-    Jupyter's default, which is the server's unless configured otherwise)."""
-    exported = os.environ.get(protocol.RUNTIME_DIR_ENV)
-    if exported:
-        return Path(exported)
-    from jupyter_core.paths import jupyter_runtime_dir
-
-    return Path(jupyter_runtime_dir())
-
-
 def start_for(tracker: Any) -> ProcessAgent | None:
     """Register this rank with the server it came from; None when there is none to tell (no
     server identity in the environment, the server gone) or a kernel's agent does it already."""
-    from .agent import kernel_identity
-
     server_id = os.environ.get(protocol.SERVER_ID_ENV)
     if (
         not protocol.valid_server_id(server_id)
         or tracker.run_id is None
-        or kernel_identity()[0] is not None
+        or protocol.kernel_identity()[0] is not None
     ):
         return None
     assert server_id is not None
-    folder = protocol.registrations_folder(runtime_folder(), server_id)
+    folder = protocol.registrations_folder(protocol.runtime_folder(), server_id)
     if not (folder / protocol.SERVER_FILE).is_file():
         return None
     name = protocol.process_name(tracker.run_id, tracker.rank)
@@ -132,7 +118,7 @@ def start_for_job(tracker: Any) -> ProcessAgent | None:
     if not protocol.valid_server_id(server_id):
         return None
     assert server_id is not None
-    folder = protocol.registrations_folder(runtime_folder(), server_id)
+    folder = protocol.registrations_folder(protocol.runtime_folder(), server_id)
     if not (folder / protocol.SERVER_FILE).is_file():
         return None
     tracker.run_id, tracker.rank = match.group(1), 0

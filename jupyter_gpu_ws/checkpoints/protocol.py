@@ -54,9 +54,12 @@ shows it). The agent still answers the comm target `TARGET` (`{"type": "checkpoi
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import socket
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -176,3 +179,55 @@ def process_identity() -> dict[str, Any]:
     except psutil.Error:
         started = None
     return {"pid": pid, "process_started": started, "process_space": process_space()}
+
+
+def kernel_identity() -> tuple[str | None, Path | None]:
+    """This kernel's id and the runtime folder it shares with its server."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        path = Path(get_connection_file())
+    except Exception:
+        return None, None
+    name = path.stem
+    return (name[len("kernel-") :] if name.startswith("kernel-") else name), path.parent
+
+
+def runtime_folder() -> Path:
+    """The runtime folder of the server this process came from (exported by the server; else
+    Jupyter's default, which is the server's unless configured otherwise)."""
+    exported = os.environ.get(RUNTIME_DIR_ENV)
+    if exported:
+        return Path(exported)
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir())
+
+
+def watch_requests(
+    path: Path,
+    on_request: Callable[[str], None],
+    stop: threading.Event | None = None,
+    tick: Callable[[], None] | None = None,
+) -> None:
+    """Check a request file ten times a second (one stat, no Python work otherwise) and call
+    `on_request` with each new request id the server writes there (and `tick` each time)."""
+    if stop is None:
+        stop = threading.Event()  # never set: watched as long as the process lives
+    last_mtime = None
+    while not stop.wait(0.1):
+        if tick is not None:
+            tick()
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            continue
+        if mtime == last_mtime:
+            continue
+        last_mtime = mtime
+        try:
+            request_id = json.loads(path.read_text()).get("request_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(request_id, str) and request_id:
+            on_request(request_id)

@@ -7,24 +7,81 @@ Read-only: nothing here writes to the store or changes the engine.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..checkpoints.files import MANIFEST, folder_order
+from ..store import Store
 from ..store.backend import Backend
-from ..store.lease import lease_status
+from ..store.lease import Lease, LeaseKeeper, lease_status
+from ..store.versions import Versions
 from .errors import StoreMissingError
+from .ignore import IgnoreRules
 from .index import SyncIndex
+from .pending import PendingSet
+from .plan import PassReport
+from .progress import Progress
 from .restore import CHECKPOINTS_PREFIX
 from .scan import local_path
-
-if TYPE_CHECKING:
-    from .engine import SyncEngine
+from .stall import StallWatch
 
 # The status names at most this many entries of the store that are skipped (and counts them all).
 SHOWN_SKIPPED = 100
 
 
-def engine_status(engine: SyncEngine) -> dict[str, Any]:
+class StatusSettings(Protocol):
+    @property
+    def quota_bytes(self) -> int | None: ...
+
+
+class EngineView(Protocol):
+    """What the status reads of the engine (engine.py's SyncEngine); a protocol, so that this
+    module does not import the engine that imports it."""
+
+    @property
+    def settings(self) -> StatusSettings: ...
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def index(self) -> SyncIndex: ...
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def keeper(self) -> LeaseKeeper: ...
+    @property
+    def kept_versions(self) -> Versions: ...
+    @property
+    def pending_set(self) -> PendingSet: ...
+    @property
+    def rules(self) -> IgnoreRules: ...
+    @property
+    def stall_watch(self) -> StallWatch: ...
+    @property
+    def running(self) -> tuple[Progress, PassReport] | None: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def last_sync(self) -> float | None: ...
+    @property
+    def last_error(self) -> str | None: ...
+    @property
+    def quota_warning(self) -> str | None: ...
+    @property
+    def read_only(self) -> bool: ...
+    @property
+    def read_only_reason(self) -> str | None: ...
+    @property
+    def lease_corrupt(self) -> bool: ...
+    @property
+    def store_down(self) -> str | None: ...
+    @property
+    def store_missing(self) -> str | None: ...
+
+    def same_disk(self) -> bool: ...
+
+
+def engine_status(engine: EngineView) -> dict[str, Any]:
     """The engine's state in one dictionary (GET /gpuws/api/sync, `jupyter gpuws status`)."""
     files, size = engine.pending_set.totals()
     count, used = engine.index.count_and_bytes()

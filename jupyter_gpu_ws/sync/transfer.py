@@ -15,11 +15,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..checkpoints.files import MANIFEST
-from ..store.backend import RemoteFile, SourceChangedError
+from ..store import Store
+from ..store.backend import Backend, RemoteFile, SourceChangedError
 from ..store.hashing import file_hash
+from ..store.lease import Lease
+from ..store.versions import Versions
 from .errors import (
     CancelledError,
     LeaseHeldError,
@@ -31,12 +34,11 @@ from .errors import (
     SyncError,
 )
 from .index import Record
-from .plan import URGENT_SMALL, PassReport, left_behind, size_text, upload_phases
-from .progress import Progress
+from .pending import PendingSet
+from .plan import URGENT_SMALL, PassReport, Planner, left_behind, size_text, upload_phases
+from .progress import Progress, RateLimiter
 from .scan import LocalFile
-
-if TYPE_CHECKING:
-    from .engine import SyncEngine
+from .settle import Settling
 
 # Files from this size go one to a worker; smaller ones SMALL_BATCH to a worker (few hand-offs).
 LARGE_FILE = 1 << 20
@@ -45,10 +47,66 @@ SMALL_BATCH = 64
 REPORTS_AS_IT_GOES = 64 << 20
 
 
+class TransferSettings(Protocol):
+    """The settings a transfer reads (engine.py's SyncSettings)."""
+
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def retry_backoff(self) -> float: ...
+    @property
+    def store_down_after(self) -> float: ...
+
+
+class EngineParts(Protocol):
+    """What a transfer reads of the engine (engine.py's SyncEngine), and the store's health it
+    keeps there; a protocol, so that this module does not import the engine that imports it."""
+
+    failing_since: float | None
+    store_down: str | None
+    state: str
+    last_error: str | None
+
+    @property
+    def settings(self) -> TransferSettings: ...
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def kept_versions(self) -> Versions: ...
+    @property
+    def pending_set(self) -> PendingSet: ...
+    @property
+    def planner(self) -> Planner: ...
+    @property
+    def settling(self) -> Settling: ...
+    @property
+    def limiter(self) -> RateLimiter | None: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def partial(self) -> set[str]: ...
+    @property
+    def resend(self) -> set[str]: ...
+    @property
+    def urgent(self) -> bool: ...
+    @property
+    def urgent_until(self) -> float | None: ...
+
+    def abs(self, rel: str) -> str: ...
+    def note_missing(self, why: str) -> None: ...
+    def note_partial(self, rel: str, partial: bool) -> None: ...
+
+
 class PassTransfer:
     def __init__(
         self,
-        engine: SyncEngine,
+        engine: EngineParts,
         progress: Progress,
         cancel: threading.Event | None,
         report: PassReport,

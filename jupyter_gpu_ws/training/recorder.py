@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoints import protocol
+from ..checkpoints.files import default_run_name
 from .history import History, HistoryError, valid_name
 
 log = logging.getLogger(__name__)
@@ -370,8 +371,6 @@ class Recorder:
     @property
     def run_name(self) -> str:
         if self.run is None:
-            from ..checkpoints.tracker import default_run_name
-
             self.run = default_run_name()
         return self.run
 

@@ -125,7 +125,7 @@ def test_a_checkpoint_of_torch_state_read_without_torch_says_to_install_it(tmp_p
         import warnings
         from pathlib import Path
         from jupyter_gpu_ws.checkpoints.files import CheckpointError, complete_checkpoints
-        from jupyter_gpu_ws.checkpoints.tracker import read_checkpoint
+        from jupyter_gpu_ws.checkpoints.formats import read_checkpoint
 
         [(path, manifest)] = complete_checkpoints(Path("ckpts/model"))
         try:

@@ -3,6 +3,7 @@ latest snapshot, a change noticed, a snapshot and an offline restore as jobs, an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -39,6 +40,12 @@ def gpuws_config(
         "env_snapshot_on_persist": True,
         "env_keep_all_wheels": True,
     }
+
+
+def set_environment(gpuws_app: Any, **values: Any) -> None:
+    """Settings the server started with, changed before the environment is first looked at."""
+    supervisor = gpuws_app.environment
+    supervisor.settings = dataclasses.replace(supervisor.settings, **values)
 
 
 async def env_state(jp_fetch: Any, *states: str) -> dict[str, Any]:
@@ -168,7 +175,7 @@ async def test_the_first_install_into_an_empty_environment_is_noticed(
 ) -> None:
     venv = tmp_path / "empty-env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    gpuws_app.env_python = str(venv / "bin" / "python")
+    set_environment(gpuws_app, env_python=str(venv / "bin" / "python"))
     await sync_running(jp_fetch)
     state = await env_state(jp_fetch, "no-snapshot")
     assert state["current"]["packages"] == 0
@@ -194,7 +201,7 @@ async def test_the_machine_is_read_where_the_monitor_reads_it(
 
     spec = gpu_spec()
     spec["gpus"][0]["compute_capability"] = [9, 0]
-    gpuws_app.nvml_test_double = str(write_spec(tmp_path / "h100.json", spec))
+    set_environment(gpuws_app, nvml_test_double=str(write_spec(tmp_path / "h100.json", spec)))
     await sync_running(jp_fetch)
     state = await env_state(jp_fetch, "no-snapshot")
     machine = state["current"]["machine"]

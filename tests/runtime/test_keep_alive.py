@@ -38,11 +38,9 @@ def _supervisor(
     )
     sampler.sample_once()
     supervisor = RuntimeSupervisor.__new__(RuntimeSupervisor)  # only what _busy_reason reads
-    supervisor.app = SimpleNamespace(
-        sampler=sampler,
-        gpu_idle_percent=idle_percent,  # type: ignore[assignment]
-        checkpoints=SimpleNamespace(agent_states=lambda: agents or {}),
-    )
+    supervisor.sampler = sampler
+    supervisor.settings = SimpleNamespace(gpu_idle_percent=idle_percent)  # type: ignore[assignment]
+    supervisor.checkpoints = SimpleNamespace(agent_states=lambda: agents or {})  # type: ignore[assignment]
     return supervisor
 
 
