@@ -13,6 +13,7 @@ step and whether the loss was finite, and `resume()` prefers the newest healthy 
 
 from __future__ import annotations
 
+import atexit
 import copy
 import errno
 import json
@@ -56,6 +57,11 @@ METRICS = "metrics.json"
 # A checkpoint's metrics file is read only up to this size: it comes from the store.
 MAX_METRICS_BYTES = 32 * 2**20
 _monotonic = time.monotonic
+
+# The checkpoint writers started in this process, joined at its exit (_finish_writes).
+_writers: list[threading.Thread] = []
+# How long a script's exit waits for a checkpoint still being written.
+EXIT_WAIT = 120.0
 
 
 def default_root() -> str:
@@ -333,6 +339,7 @@ class Tracker:
             daemon=True,
         )
         self._writer.start()
+        _writers[:] = [t for t in _writers if t.is_alive()] + [self._writer]
 
     def _stage(self, prefix: str, value: Any) -> Any:
         """A copy whose tensors live in reused CPU buffers: the loop may go on at once."""
@@ -734,3 +741,13 @@ def progress(
 ) -> Tracker:
     """The run's total number of steps (for its ETA), its name, TensorBoard event files."""
     return default_tracker().progress(total, name, tensorboard)
+
+
+@atexit.register
+def _finish_writes() -> None:
+    """A script that ends while a checkpoint is being written waits for it (up to EXIT_WAIT):
+    the checkpoint lands whole, and no writer is caught inside torch while the interpreter
+    tears down, which aborts the process ("terminate called without an active exception")."""
+    deadline = time.monotonic() + EXIT_WAIT
+    for writer in list(_writers):
+        writer.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -13,6 +13,7 @@ appends a progress record to the kernel's training stream for the server (protoc
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
@@ -546,6 +547,7 @@ def _text(value: float) -> str:
 _recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 _reader: threading.Thread | None = None
 _reader_lock = threading.Lock()
+_stopping = threading.Event()
 
 
 def _register(recorder: Recorder) -> None:
@@ -559,8 +561,7 @@ def _register(recorder: Recorder) -> None:
 
 def _read_forever() -> None:
     failing: set[int] = set()
-    while True:
-        time.sleep(READ_EVERY)
+    while not _stopping.wait(READ_EVERY):
         for recorder in list(_recorders):
             try:
                 recorder.drain()
@@ -569,3 +570,14 @@ def _read_forever() -> None:
                 if id(recorder) not in failing:
                     failing.add(id(recorder))
                     log.exception("gpuws: reading the training scalars failed")
+
+
+@atexit.register
+def _stop_reading() -> None:
+    """At the interpreter's exit the thread stops between two looks: caught inside torch while
+    the interpreter tears down, it would abort the user's script ("terminate called without an
+    active exception", exit status 134)."""
+    _stopping.set()
+    reader = _reader
+    if reader is not None and reader.is_alive():
+        reader.join(timeout=5)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -294,3 +296,27 @@ def test_a_request_met_stays_answered_after_a_later_save_replaces_the_last(root:
     state = tracker.describe()
     assert state["last"]["request_id"] is None
     assert answered(state, "req-1") and not answered(state, "req-2")
+
+
+def test_a_script_that_ends_while_a_checkpoint_is_written_waits_for_it_and_exits_cleanly(
+    tmp_path: Path,
+) -> None:
+    """The writer thread is joined at the interpreter's exit: the checkpoint lands whole and the
+    process ends with status 0, never "terminate called without an active exception" (134)."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "import jupyter_gpu_ws as gpuws\n"
+        "model = torch.nn.Linear(2048, 4096)  # 32 MiB of weights: written after the script ends\n"
+        "gpuws.track('big', model=model, root='ckpts')\n"
+        "gpuws.checkpoint()  # not waited for\n"
+    )
+    for _ in range(3):
+        shutil.rmtree(tmp_path / "ckpts", ignore_errors=True)
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        assert "terminate called" not in done.stderr
+        [(_, manifest)] = complete_checkpoints(tmp_path / "ckpts" / "big")
+        assert manifest["step"] == 0
