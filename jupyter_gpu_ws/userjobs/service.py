@@ -10,14 +10,40 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..checkpoints.coordinator import CheckpointRequestError
 from ..store.errors import SyncError
 from .manager import Job, JobManager, JobSettings
 from .record import RECORDS, stored_records
 
+if TYPE_CHECKING:
+    from ..checkpoints.coordinator import CheckpointCoordinator
+    from ..monitor.sampler import Sampler
+    from ..sync.supervisor import SyncSupervisor
+    from ..training.watch import TrainingWatch
+
 log = logging.getLogger(__name__)
+
+
+class JobHost(Protocol):
+    """What the service reads of the running extension (app.py's GpuWorkspaceApp), read live
+    rather than copied once: the workspace can change while the server runs (use_workspace),
+    and the training view is made after the service."""
+
+    workdir: str
+    workspace: str
+    relaunch_jobs: bool
+    job_stop_grace: float
+    relaunch_restores_environment: bool
+    checkpoint_timeout: float
+    sync: SyncSupervisor
+    checkpoints: CheckpointCoordinator
+    sampler: Sampler
+    training: TrainingWatch
+
+    def run_async(self, coroutine: Any, timeout: float | None = None) -> Any: ...
+
 
 TICK = 1.0
 # While another runtime writes the workspace, its records are read again this often.
@@ -31,7 +57,7 @@ ENV_RESTORE_WAIT = 1800.0
 class StoreRecords:
     """`<workspace>/.gpuws/jobs/<id>.json`, written fenced by the lease like every write."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: JobHost) -> None:
         self.app = app
 
     def _engine(self) -> Any:
@@ -62,7 +88,7 @@ class JobService:
     """The app's `userjobs`: the manager, and a thread that reads the store's records once the
     restore is done, writes what could not be written, and relaunches."""
 
-    def __init__(self, app: Any, env: dict[str, str]) -> None:
+    def __init__(self, app: JobHost, env: dict[str, str]) -> None:
         self.app = app
         settings = JobSettings(
             workdir=Path(app.workdir),
