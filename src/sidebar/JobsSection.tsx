@@ -3,18 +3,15 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { ReactWidget } from '@jupyterlab/ui-components';
 
 import { IUserJob, jobLog } from '../api';
+import { JobAction, jobActions, JobsModel, LOG_LINES } from '../jobs/model';
 import {
-  JobAction,
-  jobActions,
   jobEtaText,
-  JobsModel,
   jobStateWord,
   jobStepText,
   jobTone,
   jobWhat,
-  LOG_LINES,
   relaunchText
-} from '../jobs';
+} from '../jobs/words';
 import { Bar } from './Bar';
 
 /**
