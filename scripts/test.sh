@@ -43,10 +43,12 @@ step "Browser test dependencies (Galata)"
 
 rm -rf "$REPORTS" && mkdir -p "$REPORTS"
 status=0
-step "Toolchain: ruff (lint and format), mypy (the cores' types), the generated API types up to date"
+step "Toolchain: ruff (lint and format), mypy (the cores' types), the generated API types up to date; eslint, stylelint, prettier; Jest"
 ruff check . && ruff format --check . || status=1
 mypy || status=1
 jlpm run api:check || status=1
+jlpm run lint:check || status=1
+jlpm test || status=1
 
 step "Python tests (pytest: real Jupyter Server, real kernels)"
 python -m pytest -v --junitxml="$REPORTS/pytest.xml" tests || status=1

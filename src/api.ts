@@ -38,7 +38,7 @@ export async function requestAPI<T>(endPoint: string, init: RequestInit = {}): P
     throw new ServerConnection.NetworkError(error as TypeError);
   }
   const text = await response.text();
-  let data: any = text;
+  let data: unknown = text;
   if (text.length > 0) {
     try {
       data = JSON.parse(text);
@@ -47,7 +47,9 @@ export async function requestAPI<T>(endPoint: string, init: RequestInit = {}): P
     }
   }
   if (!response.ok) {
-    const message = (data && data.message) || response.statusText || String(data);
+    const said =
+      typeof data === 'object' && data !== null ? (data as { message?: unknown }).message : null;
+    const message = (typeof said === 'string' && said) || response.statusText || String(data);
     throw new ApiError(response.status, message);
   }
   return data as T;

@@ -6,6 +6,7 @@ import { IDocumentManager } from '@jupyterlab/docmanager';
 import { DocumentRegistry } from '@jupyterlab/docregistry';
 import { Contents } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
+import { Widget } from '@lumino/widgets';
 
 import {
   documentsStreamUrl,
@@ -54,14 +55,14 @@ export class DocumentSaver implements IDisposable {
       this._backoff = 1000;
     };
     socket.onmessage = event => {
-      let message: any;
+      let message: { type?: string; message?: string };
       try {
         message = JSON.parse(event.data);
       } catch {
         return; // not for this version of the page
       }
       if (message.type === 'save-documents') {
-        void this._answer(socket, message as ISaveDocumentsRequest);
+        void this._answer(socket, message as unknown as ISaveDocumentsRequest);
       } else if (message.type === 'error') {
         console.error('jupyter_gpu_ws: the server did not understand an answer:', message.message);
       }
@@ -135,7 +136,7 @@ function dirtyContexts(
 ): DocumentRegistry.Context[] {
   const found = new Set<DocumentRegistry.Context>();
   for (const area of DOCUMENT_AREAS) {
-    let widgets: IterableIterator<any>;
+    let widgets: IterableIterator<Widget>;
     try {
       widgets = app.shell.widgets(area);
     } catch {

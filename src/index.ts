@@ -10,31 +10,29 @@ import { CommandRegistry } from '@lumino/commands';
 import { VirtualElement } from '@lumino/virtualdom';
 import { Menu } from '@lumino/widgets';
 
-import {
-  IAction,
-  persistAction,
-  releaseAction,
-  restoreEnvironmentAction,
-  snapshotAction,
-  takeOverAction
-} from './actions';
-import { AlertNotifier } from './alerts';
+import { IAction } from './action';
+import { CheckpointsModel } from './checkpoints/model';
+import { TrainingDashboard } from './dashboard/Dashboard';
 import { DocumentSaver } from './documents';
+import { restore, restoreEnvironmentAction, snapshot, snapshotAction } from './environment/actions';
+import { EnvironmentModel } from './environment/model';
 import { gpuIcon, persistIcon, snapshotIcon } from './icons';
-import { MetricsModel } from './metrics';
+import { runNotebook } from './jobs/actions';
+import { JobsModel } from './jobs/model';
+import { MetricsModel } from './metrics/model';
+import { AlertNotifier } from './metrics/notices';
+import { release, releaseAction } from './runtime/actions';
+import { RuntimeModel } from './runtime/model';
+import { RuntimeNotifier } from './runtime/notices';
 import { GpuWorkspacePanel } from './sidebar/Panel';
 import { SectionMemory } from './sidebar/Section';
-import { GpuStatusItem } from './statusbar';
-import { SyncModel } from './sync';
-import { CheckpointsModel } from './checkpoints';
-import { EnvironmentModel } from './environment';
-import { RuntimeModel } from './runtime';
-import { TrainingDashboard, TrainingHistoryModel } from './dashboard/Dashboard';
-import { TrainingModel, TrainingNotifier } from './training';
-import { TrainingStatusItem } from './trainingStatus';
-import { WORDS } from './vocabulary';
 import { jobsSection, trainingSection } from './sidebar/sections';
-import { JobsModel } from './jobs';
+import { GpuStatusItem, TrainingStatusItem } from './statusbar';
+import { persist, persistAction, takeOver, takeOverAction } from './sync/actions';
+import { SyncModel } from './sync/model';
+import { TrainingHistoryModel, TrainingModel } from './training/model';
+import { TrainingNotifier } from './training/notices';
+import { WORDS } from './vocabulary';
 
 const PLUGIN_ID = 'jupyter_gpu_ws:plugin';
 
@@ -118,6 +116,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const sync = new SyncModel();
     const checkpoints = new CheckpointsModel();
     const runtime = new RuntimeModel(sync);
+    new RuntimeNotifier(runtime, () => void persist(sync));
     const environment = new EnvironmentModel(app.serviceManager);
     const actions = WORDS.actions;
     const { commands } = app;
@@ -127,7 +126,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       actionCommand(
         actions.persist,
         () => persistAction(sync),
-        () => sync.persist(),
+        () => persist(sync),
         persistIcon
       )
     );
@@ -136,7 +135,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       actionCommand(
         `${actions.release}…`,
         () => releaseAction(runtime),
-        () => runtime.release()
+        () => release(runtime)
       )
     );
     commands.addCommand(
@@ -144,7 +143,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       actionCommand(
         actions.snapshot,
         () => snapshotAction(environment),
-        () => environment.snapshot(),
+        () => snapshot(environment),
         snapshotIcon
       )
     );
@@ -153,7 +152,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       actionCommand(
         `${actions.restore_environment}…`,
         () => restoreEnvironmentAction(environment),
-        () => environment.restore(),
+        () => restore(environment),
         historyIcon
       )
     );
@@ -162,7 +161,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       actionCommand(
         `${actions.take_over}…`,
         () => takeOverAction(sync),
-        () => sync.takeOver()
+        () => takeOver(sync)
       )
     );
     commands.addCommand(CommandIDs.settings, {
@@ -277,7 +276,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       isVisible: () => selectedNotebooks().length > 0,
       execute: async () => {
         for (const path of selectedNotebooks()) {
-          await jobs.runNotebook(path, openPanel);
+          await runNotebook(jobs, path, openPanel);
         }
       }
     });
@@ -316,7 +315,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
             return;
           }
         }
-        await jobs.runNotebook(context.path, openPanel);
+        await runNotebook(jobs, context.path, openPanel);
       }
     });
     palette?.addItem({ command: CommandIDs.runNotebookAsJob, category: 'GPU Workspace' });

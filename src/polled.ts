@@ -1,11 +1,19 @@
 // The shape every panel model shares: a server state polled with back-off (paused while the
-// page is hidden), a `changed` signal, and disposal.
+// page is hidden), the last look's failure until a later one succeeds, a `changed` signal,
+// jobs of the server followed to their end, and disposal.
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { IDisposable } from '@lumino/disposable';
 
+import { IJob } from './api';
+
+/** Wait `ms` milliseconds. */
+export function sleep(ms: number): Promise<void> {
+  return new Promise(resolve => setTimeout(resolve, ms));
+}
+
 export abstract class PolledModel implements IDisposable {
-  /** The last refresh's failure, for the panel to show. */
+  /** The last look's failure, for the panel to show; cleared by the next look that succeeds. */
   error: string | null = null;
 
   constructor(interval: number, max = 30000) {
@@ -16,8 +24,20 @@ export abstract class PolledModel implements IDisposable {
     });
   }
 
-  /** Ask the server again (the poll calls it); emit `changed` when done. */
-  abstract refresh(): Promise<void>;
+  /** Ask the server again (the poll calls it): the new state, or the reason it could not be
+   * had; then `changed`. */
+  async refresh(): Promise<void> {
+    try {
+      await this.load();
+      this.error = null;
+    } catch (error) {
+      this.error = (error as Error).message;
+    }
+    this._changed.emit();
+  }
+
+  /** Read the server's state into the model; throws when it cannot. */
+  protected abstract load(): Promise<void>;
 
   get changed(): ISignal<this, void> {
     return this._changed;
@@ -33,6 +53,26 @@ export abstract class PolledModel implements IDisposable {
       this._poll.dispose();
       Signal.clearData(this);
     }
+  }
+
+  /** Follow a job of the server to its end: look again every `every` ms while it runs and this
+   * model lives, each answer handed to `seen`; a look that fails ends it as failed, with why. */
+  protected async follow(
+    job: IJob,
+    every: number,
+    look: (job: IJob) => Promise<IJob>,
+    seen: (job: IJob) => void
+  ): Promise<IJob> {
+    while (job.state === 'running' && !this.isDisposed) {
+      await sleep(every);
+      try {
+        job = await look(job);
+      } catch (error) {
+        job = { ...job, state: 'failed', errors: [(error as Error).message] };
+      }
+      seen(job);
+    }
+    return job;
   }
 
   protected _changed = new Signal<this, void>(this);

@@ -1,87 +1,29 @@
-// The status-bar item: the GPUs (labelled, the busiest one when they differ), the sync and the
-// time left, built from JupyterLab's own status-bar parts so it sits level with its neighbours,
-// and coloured as a whole while something needs the user, its tooltip saying what.
+// The status-bar items: the GPUs (labelled, the busiest one when they differ), the sync and the
+// time left in one item, and the live training run in another; built from JupyterLab's own
+// status-bar parts so they sit level with their neighbours, and coloured while something needs
+// the user, the tooltip saying what.
 import React from 'react';
-import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import { ReactWidget } from '@jupyterlab/ui-components';
 import { GroupItem, TextItem } from '@jupyterlab/statusbar';
 
-import { IGpu, ISample } from './api';
-import { percent } from './format';
 import { gpuIcon } from './icons';
-import { MetricsModel } from './metrics';
-import { RuntimeModel, runtimeWord } from './runtime';
-import { Level, SyncModel, syncWord } from './sync';
-import { percentText, usage } from './vocabulary';
+import { MetricsModel } from './metrics/model';
+import { gpuSummary } from './metrics/words';
+import { RuntimeModel } from './runtime/model';
+import { runtimeWord } from './runtime/words';
+import { SyncModel } from './sync/model';
+import { syncWord } from './sync/words';
+import { TrainingModel } from './training/model';
+import { trainingWord } from './training/words';
+import { attention } from './attention';
+import { Watch } from './watch';
 
-export { syncWord };
-
-/** GPUs whose utilisation or memory differ by this many points read as different. */
-const DIFFERENT = 20;
-
-function memoryShare(gpu: IGpu): number {
-  return percent(gpu.memory_used, gpu.memory_total) ?? 0;
-}
-
-/** How hard a GPU works: its utilisation or its memory use, whichever is higher. */
-function load(gpu: IGpu): number {
-  return Math.max(gpu.utilization ?? 0, memoryShare(gpu));
-}
-
-/** What the status bar says about the GPUs: "GPU 47 % · 39.9/80 GiB"; with several that
- * differ, the busiest: "GPU 0 97 % · 38.9/40 GiB (busiest of 2)". */
-export function gpuSummary(sample: ISample | null): { text: string; title: string; level: Level } {
-  if (!sample) {
-    return { text: 'GPU …', title: 'Waiting for the first sample', level: 'none' };
-  }
-  const gpus = sample.gpus;
-  const alerts = sample.alerts.map(alert => alert.message);
-  const level: Level = gpus.some(g => memoryShare(g) >= 95)
-    ? 'error'
-    : alerts.length
-      ? 'warning'
-      : 'none';
-  if (gpus.length === 0) {
-    return {
-      text: 'No GPU',
-      title: [sample.gpu_error ?? 'No GPU found', ...alerts].join('\n'),
-      level
-    };
-  }
-  const lines = gpus.map(
-    g =>
-      `GPU ${g.index} ${g.name}: ${percentText(g.utilization)} · ${usage(g.memory_used, g.memory_total)}`
-  );
-  const title = [...lines, ...alerts].join('\n');
-  if (gpus.length === 1) {
-    const g = gpus[0];
-    return {
-      text: `GPU ${percentText(g.utilization)} · ${usage(g.memory_used, g.memory_total)}`,
-      title,
-      level
-    };
-  }
-  const utils = gpus.map(g => g.utilization ?? 0);
-  const shares = gpus.map(memoryShare);
-  const spread = (values: number[]) => Math.max(...values) - Math.min(...values);
-  if (spread(utils) < DIFFERENT && spread(shares) < DIFFERENT) {
-    const used = gpus.reduce((sum, g) => sum + (g.memory_used ?? 0), 0);
-    const total = gpus.reduce((sum, g) => sum + (g.memory_total ?? 0), 0);
-    const mean = utils.reduce((a, b) => a + b, 0) / utils.length;
-    return {
-      text: `${gpus.length} GPUs ${percentText(mean)} · ${usage(used, total)}`,
-      title,
-      level
-    };
-  }
-  const busiest = gpus.reduce((a, b) => (load(b) > load(a) ? b : a));
-  return {
-    text: `GPU ${busiest.index} ${percentText(busiest.utilization)} · ${usage(busiest.memory_used, busiest.memory_total)} (busiest of ${gpus.length})`,
-    title,
-    level
-  };
-}
-
-const RANK: { [level: string]: number } = { none: 0, ok: 0, pending: 0, warning: 1, error: 2 };
+/** How each part of the item is drawn: the GPUs always, the others only when they say something. */
+const PARTS: { name: string; testId: string; className?: string; always?: boolean }[] = [
+  { name: 'GPU', testId: 'gpuws-status', always: true },
+  { name: 'Sync', testId: 'gpuws-status-sync', className: 'jp-gpuws-status-part' },
+  { name: 'Runtime', testId: 'gpuws-status-runtime', className: 'jp-gpuws-status-part' }
+];
 
 /** The status-bar item; a click (or Enter) opens the panel. */
 export class GpuStatusItem extends ReactWidget {
@@ -98,25 +40,20 @@ export class GpuStatusItem extends ReactWidget {
 
   render(): JSX.Element {
     return (
-      <UseSignal signal={this._model.changed}>
-        {() => (
-          <UseSignal signal={this._sync.changed}>
-            {() => <UseSignal signal={this._runtime.changed}>{() => this._item()}</UseSignal>}
-          </UseSignal>
-        )}
-      </UseSignal>
+      <Watch signals={[this._model.changed, this._sync.changed, this._runtime.changed]}>
+        {() => this._item()}
+      </Watch>
     );
   }
 
   private _item(): JSX.Element {
-    const gpu = gpuSummary(this._model.latest);
-    const sync = syncWord(this._sync);
-    const runtime = runtimeWord(this._runtime);
-    const { level, title } = attention([
-      { name: 'GPU', ...gpu },
-      { name: 'Sync', ...sync },
-      { name: 'Runtime', ...runtime }
-    ]);
+    const words = [
+      gpuSummary(this._model.latest),
+      syncWord(this._sync),
+      runtimeWord(this._runtime)
+    ];
+    const parts = PARTS.map((part, k) => ({ ...part, ...words[k] }));
+    const { level, title } = attention(parts);
     const open = (event: React.KeyboardEvent) => {
       if (event.key === 'Enter' || event.key === ' ') {
         this._onClick();
@@ -137,59 +74,50 @@ export class GpuStatusItem extends ReactWidget {
         data-testid="gpuws-status-item"
       >
         <gpuIcon.react tag="span" className="jp-gpuws-status-icon" />
-        <TextItem source={gpu.text} data-testid="gpuws-status" />
-        {sync.text ? (
-          <TextItem
-            source={sync.text}
-            className="jp-gpuws-status-part"
-            data-testid="gpuws-status-sync"
-          />
-        ) : null}
-        {runtime.text ? (
-          <TextItem
-            source={runtime.text}
-            className="jp-gpuws-status-part"
-            data-testid="gpuws-status-runtime"
-          />
-        ) : null}
+        {parts.map(part =>
+          part.always || part.text ? (
+            <TextItem
+              key={part.name}
+              source={part.text}
+              className={part.className}
+              data-testid={part.testId}
+            />
+          ) : null
+        )}
       </GroupItem>
     );
   }
 }
 
-/** A part of the status-bar item: its words, their explanation and how urgent it is. */
-export interface IStatusPart {
-  name: string;
-  text: string;
-  title: string;
-  level: Level;
-}
-
-/** The status-bar item's colour and tooltip. It is coloured only while a part needs the user
- * (warning: orange, error: red): an alert, a sync fault, a store on this machine's own disk,
- * another runtime writing, 10 minutes or less left. The tooltip says first why it is coloured,
- * every reason, then what each part says in full. */
-export function attention(parts: IStatusPart[]): {
-  level: 'calm' | 'warning' | 'error';
-  title: string;
-} {
-  const urgent = parts.filter(p => RANK[p.level] > 0);
-  const level = urgent.some(p => p.level === 'error')
-    ? 'error'
-    : urgent.length
-      ? 'warning'
-      : 'calm';
-  const details = parts.filter(p => p.title).map(p => `${p.name}: ${p.title}`);
-  if (level === 'calm') {
-    return { level, title: details.join('\n') };
+/** The status bar's training item: "step 1,200/5,000 · ETA 2 h 10 min"; a click opens the dashboard. */
+export class TrainingStatusItem extends ReactWidget {
+  constructor(
+    private _model: TrainingModel,
+    private _onClick: () => void
+  ) {
+    super();
+    this.addClass('jp-gpuws-status');
   }
-  const colour = level === 'error' ? 'Red' : 'Orange';
-  const reasons = urgent.map(p => `• ${p.name}: ${p.title || p.text}`);
-  const others = parts
-    .filter(p => RANK[p.level] === 0 && p.title)
-    .map(p => `${p.name}: ${p.title}`);
-  return {
-    level,
-    title: [`${colour} because:`, ...reasons, ...(others.length ? ['', ...others] : [])].join('\n')
-  };
+
+  render(): JSX.Element {
+    return (
+      <Watch signals={[this._model.changed]}>
+        {() => {
+          const { text, title, level } = trainingWord(this._model);
+          // JupyterLab's own text item: the same font, height and baseline as its neighbours.
+          return text ? (
+            <TextItem
+              source={text}
+              title={title}
+              className={`jp-gpuws-status-item jp-gpuws-status-training jp-gpuws-status-${level}`}
+              data-testid="gpuws-status-training"
+              onClick={this._onClick}
+            />
+          ) : (
+            <span />
+          );
+        }}
+      </Watch>
+    );
+  }
 }

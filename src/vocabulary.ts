@@ -7,6 +7,16 @@ export { WORDS };
 
 const UNITS = WORDS.units;
 
+/** How much a few words need the user: the tone they are shown in. */
+export type Level = 'ok' | 'pending' | 'warning' | 'error' | 'none';
+
+/** A few words for the status bar or a header, their explanation (the tooltip) and their tone. */
+export interface IWord {
+  text: string;
+  title: string;
+  level: Level;
+}
+
 /** The project's documentation page `page` (e.g. 'checkpoints.md'). */
 export function docsUrl(page: string): string {
   return WORDS.docs + page;
@@ -56,6 +66,16 @@ export function percentText(value: number | null | undefined): string {
   return value === null || value === undefined
     ? '—'
     : fill(UNITS.percent, { value: value.toFixed(0) });
+}
+
+/** A whole number as people read it: "1,200". */
+export function wholeNumber(value: number): string {
+  return Math.round(value).toLocaleString('en-US');
+}
+
+/** A step of a run, of its total where known: "step 1,200/5,000", "step 40". */
+export function stepOf(step: number, total: number | null | undefined): string {
+  return total ? `step ${wholeNumber(step)}/${wholeNumber(total)}` : `step ${wholeNumber(step)}`;
 }
 
 /** "1 file", "2 files", "1 conflict copy", "1,204 wheels". */
@@ -122,4 +142,18 @@ export function timeLeft(seconds: number): string {
 export function deadlineSource(source: string | null | undefined): string {
   const sources = WORDS.deadline_sources as { [source: string]: string };
   return source ? (sources[source] ?? source) : '';
+}
+
+/** `used` as a share of `total` in per cent, or null when either is unknown (or the total 0). */
+export function percent(used: number | null, total: number | null): number | null {
+  if (used === null || total === null || total <= 0) {
+    return null;
+  }
+  return (100 * used) / total;
+}
+
+/** The file name of a path, which is what users recognise: "train.ipynb". */
+export function shortPath(path: string): string {
+  const parts = path.split('/');
+  return parts[parts.length - 1] || path;
 }

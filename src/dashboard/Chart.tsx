@@ -3,6 +3,8 @@
 import React, { useEffect, useRef } from 'react';
 import uPlot from 'uplot';
 
+import { wholeNumber } from '../vocabulary';
+
 export interface IChartSeries {
   label: string;
   /** A JupyterLab CSS variable for the line's colour, e.g. '--jp-brand-color1'. */
@@ -30,11 +32,6 @@ export interface IChartProps {
 function cssColour(name: string, fallback: string): string {
   const value = getComputedStyle(document.body).getPropertyValue(name).trim();
   return value || fallback;
-}
-
-/** A step as people read it: "1,200". */
-function count(value: number): string {
-  return Math.round(value).toLocaleString('en-US');
 }
 
 /** An epoch time as the clock on the wall: "14:05:09". */
@@ -98,7 +95,10 @@ export function Chart(props: IChartProps): JSX.Element {
         }
       ],
       series: [
-        { label: props.time ? 'time' : 'step', value: legendValue(props.time ? timeOfDay : count) },
+        {
+          label: props.time ? 'time' : 'step',
+          value: legendValue(props.time ? timeOfDay : wholeNumber)
+        },
         ...props.series.map(s => ({
           label: s.label,
           stroke: cssColour(s.colour, '#1976d2'),

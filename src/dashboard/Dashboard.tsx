@@ -2,15 +2,16 @@
 // utilisation and memory over time beside them. The curves come from the server (kept there and
 // in the run's checkpoints), so a reload, or a new machine resuming the run, shows them whole.
 import React, { useMemo } from 'react';
-import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import { ReactWidget } from '@jupyterlab/ui-components';
 import uPlot from 'uplot';
 
-import { ISample, ITrainingHistory, ITrainingRun, requestAPI } from '../api';
-import { formatDuration, shortPath } from '../format';
-import { MetricsModel } from '../metrics';
+import { ISample, ITrainingHistory, ITrainingRun } from '../api';
+import { MetricsModel } from '../metrics/model';
 import { NoGpu } from '../sidebar/GpuSection';
-import { PolledModel } from '../polled';
-import { TrainingModel, etaText, runLevel, stepText } from '../training';
+import { TrainingHistoryModel, TrainingModel } from '../training/model';
+import { etaText, runLevel, stepText } from '../training/words';
+import { duration, shortPath } from '../vocabulary';
+import { Watch } from '../watch';
 import { Chart } from './Chart';
 
 const LOG_KEY = 'jupyter_gpu_ws:dashboard-log';
@@ -20,25 +21,6 @@ const COLOURS = [
   '--jp-success-color1',
   '--jp-info-color1'
 ];
-
-/** The curves, asked for every few seconds while the dashboard is open. */
-export class TrainingHistoryModel extends PolledModel {
-  history: ITrainingHistory | null = null;
-
-  constructor() {
-    super(5000, 60000);
-  }
-
-  async refresh(): Promise<void> {
-    try {
-      this.history = await requestAPI<ITrainingHistory>('training/history');
-      this.error = null;
-    } catch (error) {
-      this.error = (error as Error).message;
-    }
-    this._changed.emit();
-  }
-}
 
 export class TrainingDashboard extends ReactWidget {
   constructor(
@@ -69,13 +51,9 @@ export class TrainingDashboard extends ReactWidget {
   render(): JSX.Element {
     // Drawn anew when the runs, their curves or the GPU samples (for why there is no GPU) change.
     return (
-      <UseSignal signal={this.training.changed}>
-        {() => (
-          <UseSignal signal={this.curves.changed}>
-            {() => <UseSignal signal={this.metrics.changed}>{() => this._view()}</UseSignal>}
-          </UseSignal>
-        )}
-      </UseSignal>
+      <Watch signals={[this.training.changed, this.curves.changed, this.metrics.changed]}>
+        {() => this._view()}
+      </Watch>
     );
   }
 
@@ -193,7 +171,7 @@ function RunSummary(props: { run: ITrainingRun }): JSX.Element {
   const { run } = props;
   const rate = run.rate ? `${run.rate.toPrecision(3)} steps/s` : null;
   const eta = etaText(run);
-  const elapsed = run.elapsed !== null ? `${formatDuration(run.elapsed)} trained` : null;
+  const elapsed = run.elapsed !== null ? `${duration(run.elapsed)} trained` : null;
   return (
     <div className="jp-gpuws-dashboard-summary" data-testid="gpuws-dashboard-summary">
       <span>{[stepText(run), rate, elapsed, eta].filter(Boolean).join(' · ')}</span>

@@ -1,4 +1,7 @@
+// The panel's gauges: one labelled bar, and the busy-and-memory pair of a GPU and the system.
 import React from 'react';
+
+import { percent, percentText, usage } from '../vocabulary';
 
 /**
  * A labelled horizontal gauge. A capacity gauge (memory, disk) turns amber then red as it
@@ -39,5 +42,36 @@ export function Bar(props: {
         />
       </div>
     </div>
+  );
+}
+
+/** How busy a device is beside how full its memory is, the pair a GPU card and the System
+ * section both draw: "Utilisation 47 %" over "Memory 39.9/80 GiB". */
+export function BusyAndMemory(props: {
+  /** The busy gauge's label: "Utilisation", "CPU (8 cores)". */
+  label: string;
+  busy: number | null;
+  used: number | null;
+  total: number | null;
+  /** The test ids of the two gauges, busy then memory. */
+  testIds: [string, string];
+}): JSX.Element {
+  const { used, total } = props;
+  return (
+    <>
+      <Bar
+        label={props.label}
+        value={props.busy}
+        text={percentText(props.busy)}
+        testId={props.testIds[0]}
+      />
+      <Bar
+        label="Memory"
+        value={percent(used, total)}
+        text={usage(used, total)}
+        capacity
+        testId={props.testIds[1]}
+      />
+    </>
   );
 }

@@ -1,12 +1,10 @@
 import React from 'react';
 
 import { ICheckpointKernel, IDistributedRun } from '../api';
-import { CheckpointsModel } from '../checkpoints';
-import { formatBytes, shortPath } from '../format';
-import { formatAge } from '../sync';
-import { checkpointAction } from '../actions';
+import { checkpointAction, checkpointNow } from '../checkpoints/actions';
+import { CheckpointsModel } from '../checkpoints/model';
 import { checkpointIcon } from '../icons';
-import { WORDS } from '../vocabulary';
+import { count, shortPath, size, span, WORDS } from '../vocabulary';
 import { EmptyState } from './EmptyState';
 import { ActionButton } from './Section';
 
@@ -62,7 +60,7 @@ function KernelCard(props: { kernel: ICheckpointKernel; model: CheckpointsModel 
         <ActionButton
           action={checkpointAction(kernel, model)}
           icon={checkpointIcon}
-          onClick={() => void model.checkpointNow(kernel.kernel_id)}
+          onClick={() => void checkpointNow(model, { kernel_id: kernel.kernel_id })}
           testId="gpuws-checkpoint-now"
         />
       </div>
@@ -72,14 +70,8 @@ function KernelCard(props: { kernel: ICheckpointKernel; model: CheckpointsModel 
       <div className="jp-gpuws-checkpoint-last" data-testid="gpuws-checkpoint-last">
         {last ? (
           <>
-            step {last.step} · {formatAge(now - last.time)} ago · {formatBytes(last.bytes)} ·{' '}
-            {last.synced === true ? (
-              <span className="jp-gpuws-ok">{WORDS.checkpoint.in_store}</span>
-            ) : last.synced === false ? (
-              <span className="jp-gpuws-pending">{WORDS.checkpoint.not_in_store}</span>
-            ) : (
-              <span>{WORDS.checkpoint.local_only}</span>
-            )}
+            step {last.step} · {span(now - last.time)} ago · {size(last.bytes)} ·{' '}
+            <StoreState synced={last.synced} />
           </>
         ) : (
           WORDS.checkpoint.none
@@ -97,6 +89,19 @@ function KernelCard(props: { kernel: ICheckpointKernel; model: CheckpointsModel 
   );
 }
 
+/** Whether a checkpoint is in the store yet, coloured: in the store, not yet, or local only (no
+ * store to carry it). */
+function StoreState(props: { synced: boolean | null | undefined }): JSX.Element {
+  const words = WORDS.checkpoint;
+  return props.synced === true ? (
+    <span className="jp-gpuws-ok">{words.in_store}</span>
+  ) : props.synced === false ? (
+    <span className="jp-gpuws-pending">{words.not_in_store}</span>
+  ) : (
+    <span>{words.local_only}</span>
+  );
+}
+
 const PARALLELISM: { [kind: string]: string } = { sharded: 'sharded', replicated: 'replicated' };
 
 /** A distributed run as one run: its ranks and their part of the checkpoint, the checkpoints
@@ -111,9 +116,9 @@ function RunCard(props: { run: IDistributedRun; model: CheckpointsModel }): JSX.
   const spread = run.mesh?.parallelism
     ? (PARALLELISM[run.mesh.parallelism] ?? run.mesh.parallelism)
     : null;
-  const size = run.world_size ?? ranks.length;
+  const worldSize = run.world_size ?? ranks.length;
   const how = run.live
-    ? `torchrun · ${size} rank${size === 1 ? '' : 's'}${spread ? ` · ${spread}` : ''}`
+    ? `torchrun · ${count(worldSize, 'rank')}${spread ? ` · ${spread}` : ''}`
     : 'not running';
   return (
     <div className="jp-gpuws-card" data-testid="gpuws-checkpoint-run">
@@ -133,19 +138,12 @@ function RunCard(props: { run: IDistributedRun; model: CheckpointsModel }): JSX.
       <div className="jp-gpuws-checkpoint-last" data-testid="gpuws-checkpoint-last">
         {newest ? (
           <>
-            step {newest.step} · {formatAge(now - newest.time)} ago · {formatBytes(newest.bytes)} on{' '}
-            {newest.world_size} rank{newest.world_size === 1 ? '' : 's'} (
-            {newest.bytes_per_rank.map(formatBytes).join(' + ')}) ·{' '}
-            {newest.synced === true ? (
-              <span className="jp-gpuws-ok">in the store</span>
-            ) : newest.synced === false ? (
-              <span className="jp-gpuws-pending">not in the store yet</span>
-            ) : (
-              <span>local only</span>
-            )}
+            step {newest.step} · {span(now - newest.time)} ago · {size(newest.bytes)} on{' '}
+            {count(newest.world_size, 'rank')} ({newest.bytes_per_rank.map(size).join(' + ')}) ·{' '}
+            <StoreState synced={newest.synced} />
           </>
         ) : (
-          'no checkpoint yet'
+          WORDS.checkpoint.none
         )}
       </div>
       {run.resumable && (
@@ -162,7 +160,7 @@ function RunCard(props: { run: IDistributedRun; model: CheckpointsModel }): JSX.
           className="jp-mod-styled jp-gpuws-button"
           data-testid="gpuws-checkpoint-run-now"
           disabled={busy}
-          onClick={() => void model.checkpointRun(runId)}
+          onClick={() => void checkpointNow(model, { run_id: runId })}
         >
           {busy ? 'Checkpointing…' : 'Checkpoint now'}
         </button>

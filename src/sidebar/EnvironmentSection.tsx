@@ -1,8 +1,7 @@
 import React from 'react';
 
-import { EnvironmentModel } from '../environment';
-import { count } from '../vocabulary';
-import { percent } from '../format';
+import { EnvironmentModel } from '../environment/model';
+import { count, percent } from '../vocabulary';
 import { Bar } from './Bar';
 
 function when(epoch: number): string {

@@ -1,10 +1,9 @@
 import React from 'react';
 
 import { IGpu, IGpuProcess, ISample } from '../api';
-import { formatBytes, formatPercent, formatSpan, percent, shortPath } from '../format';
-import { Bar } from './Bar';
+import { count, percent, shortPath, size, span, usage } from '../vocabulary';
+import { BusyAndMemory } from './Bar';
 import { Sparkline } from './Sparkline';
-import { usage } from '../vocabulary';
 
 /** One card per GPU, or a plain statement of why there are none. */
 export function GpuSection(props: {
@@ -63,7 +62,6 @@ function GpuCard(props: {
   now: number;
 }): JSX.Element {
   const { gpu } = props;
-  const memory = percent(gpu.memory_used, gpu.memory_total);
   const util: Array<[number, number]> = [];
   const mem: Array<[number, number]> = [];
   for (const sample of props.history) {
@@ -80,7 +78,7 @@ function GpuCard(props: {
   }
   // Until the window has filled, span what there is rather than a mostly empty chart.
   const oldest = props.history.length ? props.history[0].time : props.now;
-  const span = Math.max(Math.min(props.seconds, props.now - oldest), 1);
+  const reach = Math.max(Math.min(props.seconds, props.now - oldest), 1);
   const details = [
     gpu.temperature !== null ? `${gpu.temperature} °C` : null,
     gpu.power_draw !== null
@@ -95,23 +93,17 @@ function GpuCard(props: {
         <span className="jp-gpuws-gpu-index">GPU {gpu.index}</span>{' '}
         <span className="jp-gpuws-gpu-name">{gpu.name.replace(/^NVIDIA /, '')}</span>
       </div>
-      <Bar
+      <BusyAndMemory
         label="Utilisation"
-        value={gpu.utilization}
-        text={formatPercent(gpu.utilization)}
-        testId="gpuws-gpu-util"
-      />
-      <Bar
-        label="Memory"
-        value={memory}
-        text={usage(gpu.memory_used, gpu.memory_total)}
-        capacity
-        testId="gpuws-gpu-memory"
+        busy={gpu.utilization}
+        used={gpu.memory_used}
+        total={gpu.memory_total}
+        testIds={['gpuws-gpu-util', 'gpuws-gpu-memory']}
       />
       {details.length > 0 && <div className="jp-gpuws-details">{details.join(' · ')}</div>}
       <Sparkline
-        title={`GPU ${gpu.index} utilisation and memory, last ${formatSpan(span)}`}
-        seconds={span}
+        title={`GPU ${gpu.index} utilisation and memory, last ${span(reach)}`}
+        seconds={reach}
         now={props.now}
         series={[
           { name: 'util', className: 'jp-gpuws-line-util', points: util },
@@ -121,7 +113,7 @@ function GpuCard(props: {
       <div className="jp-gpuws-legend">
         <span className="jp-gpuws-key-util">utilisation</span>
         <span className="jp-gpuws-key-mem">memory</span>
-        <span className="jp-gpuws-subtle">last {formatSpan(span)}</span>
+        <span className="jp-gpuws-subtle">last {span(reach)}</span>
       </div>
       {gpu.mig.length > 0 && (
         <ul className="jp-gpuws-mig">
@@ -182,7 +174,7 @@ function ProcessList(props: { processes: IGpuProcess[] }): JSX.Element {
                   className="jp-gpuws-process-mem"
                   title={figure ? `The kernel's own report: ${figure}` : undefined}
                 >
-                  {formatBytes(p.memory_used)}
+                  {size(p.memory_used)}
                   {figure && <span className="jp-gpuws-subtle"> ({figure})</span>}
                 </span>
               </li>
@@ -196,8 +188,8 @@ function ProcessList(props: { processes: IGpuProcess[] }): JSX.Element {
           data-testid="gpuws-gpu-hidden-processes"
           title={`PIDs as the host numbers them: ${hidden.map(p => p.pid).join(', ')}`}
         >
-          {hidden.length} process{hidden.length === 1 ? '' : 'es'} not visible from this container
-          {hiddenBytes > 0 ? ` (${formatBytes(hiddenBytes)})` : ''}
+          {count(hidden.length, 'process')} not visible from this container
+          {hiddenBytes > 0 ? ` (${size(hiddenBytes)})` : ''}
           {shown.some(p => (p.memory_source ?? '').startsWith('kernel:'))
             ? ', the kernels above among them.'
             : '.'}

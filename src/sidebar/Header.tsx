@@ -4,11 +4,13 @@
 import React from 'react';
 import { ellipsesIcon, ToolbarButtonComponent } from '@jupyterlab/ui-components';
 
-import { persistAction } from '../actions';
 import { persistIcon } from '../icons';
-import { ConnectionState, MetricsModel } from '../metrics';
-import { RuntimeModel, runtimeWord } from '../runtime';
-import { SyncModel, syncWord } from '../sync';
+import { ConnectionState, MetricsModel } from '../metrics/model';
+import { RuntimeModel } from '../runtime/model';
+import { runtimeWord } from '../runtime/words';
+import { persist, persistAction } from '../sync/actions';
+import { SyncModel } from '../sync/model';
+import { syncWord } from '../sync/words';
 import { WORDS } from '../vocabulary';
 import { ActionButton } from './Section';
 
@@ -46,7 +48,7 @@ export function PanelHeader(props: {
           <ActionButton
             action={persistAction(sync)}
             icon={persistIcon}
-            onClick={() => void sync.persist()}
+            onClick={() => void persist(sync)}
             testId="gpuws-persist"
           />
           <ToolbarButtonComponent

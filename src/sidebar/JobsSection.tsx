@@ -1,20 +1,16 @@
 import React from 'react';
-import { Dialog, showDialog } from '@jupyterlab/apputils';
-import { ReactWidget } from '@jupyterlab/ui-components';
 
-import { IUserJob, jobLog } from '../api';
+import { IUserJob } from '../api';
+import { showFullLog } from '../jobs/actions';
+import { JobAction, jobActions, JobsModel, LOG_LINES } from '../jobs/model';
 import {
-  JobAction,
-  jobActions,
   jobEtaText,
-  JobsModel,
   jobStateWord,
   jobStepText,
   jobTone,
   jobWhat,
-  LOG_LINES,
   relaunchText
-} from '../jobs';
+} from '../jobs/words';
 import { Bar } from './Bar';
 
 /**
@@ -159,50 +155,5 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
         </button>
       </div>
     </div>
-  );
-}
-
-/** As many lines as the server keeps of a job's output, read once when opened. */
-const FULL_LOG_LINES = 5000;
-
-/** The job's whole kept log in a dialog, read-only, scrolled to its end; or why it cannot be read. */
-async function showFullLog(job: IUserJob): Promise<void> {
-  let lines: string[];
-  let error: string | null = null;
-  try {
-    lines = await jobLog(job.id, FULL_LOG_LINES);
-  } catch (reason) {
-    lines = [];
-    error = `The log cannot be read: ${(reason as Error).message}`;
-  }
-  const body = ReactWidget.create(<FullLog lines={lines} error={error} />);
-  body.addClass('jp-gpuws-job-log-dialog');
-  await showDialog({
-    title: `Log of ${job.name}`,
-    body,
-    buttons: [Dialog.okButton({ label: 'Close' })]
-  });
-}
-
-function FullLog(props: { lines: string[]; error: string | null }): JSX.Element {
-  const end = React.useRef<HTMLPreElement>(null);
-  React.useEffect(() => {
-    end.current?.scrollTo(0, end.current.scrollHeight);
-  }, []);
-  if (props.error) {
-    return (
-      <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-job-full-log-error">
-        {props.error}
-      </div>
-    );
-  }
-  return (
-    <pre
-      ref={end}
-      className="jp-gpuws-job-log jp-gpuws-job-log-full"
-      data-testid="gpuws-job-full-log-text"
-    >
-      {props.lines.length ? props.lines.join('\n') : '(no output yet)'}
-    </pre>
   );
 }

@@ -5,48 +5,12 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { Menu } from '@lumino/widgets';
 
 import { gpuIcon } from '../icons';
+import { Watch } from '../watch';
 import { PanelHeader } from './Header';
 import { IPanelModels, IPanelOptions, defaultSections } from './sections';
 import { CollapsibleSection, IPanelSection, rankOf, SectionMemory } from './Section';
 
 export { IPanelModels, IPanelOptions };
-
-/** Draws its children again whenever one of `signals` emits. */
-class Watch extends React.Component<{
-  signals: ISignal<any, any>[];
-  children: () => React.ReactNode;
-}> {
-  componentDidMount(): void {
-    this._connect(this.props.signals);
-  }
-
-  componentDidUpdate(previous: { signals: ISignal<any, any>[] }): void {
-    if (previous.signals !== this.props.signals) {
-      this._disconnect(previous.signals);
-      this._connect(this.props.signals);
-    }
-  }
-
-  componentWillUnmount(): void {
-    this._disconnect(this.props.signals);
-  }
-
-  render(): React.ReactNode {
-    return this.props.children();
-  }
-
-  private _connect(signals: ISignal<any, any>[]): void {
-    signals.forEach(signal => signal.connect(this._redraw, this));
-  }
-
-  private _disconnect(signals: ISignal<any, any>[]): void {
-    signals.forEach(signal => signal.disconnect(this._redraw, this));
-  }
-
-  private _redraw(): void {
-    this.forceUpdate();
-  }
-}
 
 /** The "GPU Workspace" sidebar: a sticky header (time left, sync, Persist now, ⋯), then one
  * foldable section per capability, in rank order. */
@@ -116,8 +80,8 @@ export class GpuWorkspacePanel extends ReactWidget {
     );
   }
 
-  private _signals(): ISignal<any, any>[] {
-    const all = new Set<ISignal<any, any>>([this._sectionsChanged, this._memory.changed]);
+  private _signals(): ISignal<unknown, unknown>[] {
+    const all = new Set<ISignal<unknown, unknown>>([this._sectionsChanged, this._memory.changed]);
     this._sections.forEach(section => section.changed.forEach(signal => all.add(signal)));
     if (this._signalCache.length !== all.size || this._signalCache.some(s => !all.has(s))) {
       this._signalCache = [...all];
@@ -149,7 +113,7 @@ export class GpuWorkspacePanel extends ReactWidget {
 
   private _sections: IPanelSection[];
   private _sectionsChanged = new Signal<this, void>(this);
-  private _signalCache: ISignal<any, any>[] = [];
+  private _signalCache: ISignal<unknown, unknown>[] = [];
 }
 
 function Released(): JSX.Element {

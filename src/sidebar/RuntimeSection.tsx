@@ -1,16 +1,9 @@
 import React from 'react';
 
 import { IGitStatus, IPlatform, IRuntimeState } from '../api';
-import { formatClock, formatDuration } from '../format';
-import { RuntimeModel } from '../runtime';
-import { formatAge } from '../sync';
+import { RuntimeModel } from '../runtime/model';
+import { clock, count, deadlineSource, duration, span } from '../vocabulary';
 import { Bar } from './Bar';
-import { deadlineSource } from '../vocabulary';
-
-/** A deadline source in the user's words, from the shared vocabulary (vocabulary.json). */
-export function sourceLabel(source: string | null): string {
-  return deadlineSource(source);
-}
 
 /** Runtime: the countdown and what ends it, a bar of time used, idle time, the next automatic
  * persist, emergencies, a release in progress (Persist and release is in the header's ⋯ menu). */
@@ -30,14 +23,14 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
               data-testid="gpuws-countdown"
               title={`Ends ${new Date(state.deadline * 1000).toLocaleString()}`}
             >
-              {formatClock(left)} <span className="jp-gpuws-subtle">left</span>
+              {clock(left)} <span className="jp-gpuws-subtle">left</span>
             </div>
             {state.source && (
               <span
                 className="jp-gpuws-subtle jp-gpuws-ellipsis"
                 title="What ends the runtime first"
               >
-                {sourceLabel(state.source)}
+                {deadlineSource(state.source)}
               </span>
             )}
           </div>
@@ -47,7 +40,7 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
               100,
               (100 * (now - state.start)) / Math.max(1, state.deadline - state.start)
             )}
-            text={`${formatDuration(now - state.start)} of ${formatDuration(state.deadline - state.start)}`}
+            text={`${duration(now - state.start)} of ${duration(state.deadline - state.start)}`}
             capacity
             testId="gpuws-runtime-bar"
           />
@@ -56,7 +49,7 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
               {state.auto_persist
                 ? `Automatic persist ${state.auto_persist.state === 'running' ? 'running' : state.auto_persist.state}`
                 : state.next_persist > now
-                  ? `Automatic persist in ${formatDuration(state.next_persist - now)}`
+                  ? `Automatic persist in ${duration(state.next_persist - now)}`
                   : 'Automatic persist due'}
             </div>
           )}
@@ -64,22 +57,20 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
       ) : (
         state && (
           <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-countdown">
-            No known end: running for {formatDuration(now - state.start)}
+            No known end: running for {duration(now - state.start)}
           </div>
         )
       )}
       {state?.idle_seconds !== null && state?.idle_seconds !== undefined && (
         <div className="jp-gpuws-line jp-gpuws-subtle">
-          Idle for {formatDuration(state.idle_seconds)}
-          {state.idle_deadline
-            ? `; idle shutdown in ${formatDuration(state.idle_deadline - now)}`
-            : ''}
+          Idle for {duration(state.idle_seconds)}
+          {state.idle_deadline ? `; idle shutdown in ${duration(state.idle_deadline - now)}` : ''}
         </div>
       )}
       {state?.platform && <PlatformLines platform={state.platform} state={state} now={now} />}
       {state?.emergency && (
         <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-emergency">
-          {sourceLabel(state.emergency.reason)}: emergency persist {state.emergency.state}
+          {deadlineSource(state.emergency.reason)}: emergency persist {state.emergency.state}
           {state.emergency.pending_count
             ? `, ${state.emergency.pending_count} files not persisted`
             : ''}
@@ -89,7 +80,7 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
         <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-preemption-watch">
           Watching for{' '}
           {state.preemption_watch.watching
-            .map(cloud => sourceLabel(`preemption:${cloud}`))
+            .map(cloud => deadlineSource(`preemption:${cloud}`))
             .join(', ')}{' '}
           notices
         </div>
@@ -100,7 +91,7 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
           className="jp-gpuws-message jp-gpuws-warning"
           data-testid="gpuws-preemption-error"
         >
-          Cannot read {sourceLabel(`preemption:${cloud}`)} notices: {error}. A notice would go
+          Cannot read {deadlineSource(`preemption:${cloud}`)} notices: {error}. A notice would go
           unseen; SIGTERM still triggers the emergency persist.
         </div>
       ))}
@@ -141,7 +132,7 @@ function PlatformLines(props: {
           {hubSources.map(s => (
             <span key={s.source} title={s.detail ?? undefined}>
               {' · '}
-              {sourceLabel(s.source)} in {formatDuration(Math.max(0, s.at - now))}
+              {deadlineSource(s.source)} in {duration(Math.max(0, s.at - now))}
             </span>
           ))}
         </div>
@@ -193,14 +184,14 @@ export function GitSection(props: { git: IGitStatus }): JSX.Element {
           className="jp-gpuws-line jp-gpuws-subtle"
           title="Their attributes name a filter driver (git-lfs, say); filters never run for automatic commits, so commit these yourself"
         >
-          {git.filtered} file{git.filtered === 1 ? '' : 's'} with a filter driver left out
+          {count(git.filtered, 'file')} with a filter driver left out
         </div>
       ) : null}
       {git.waiting && <div className="jp-gpuws-line jp-gpuws-subtle">{git.waiting}</div>}
       {git.last_commit && (
         <div className="jp-gpuws-line jp-gpuws-subtle" title={git.last_commit.message}>
           {git.last_commit.sha.slice(0, 7)} {git.last_commit.message.split('\n')[0]} (
-          {formatAge(now - git.last_commit.time)} ago)
+          {span(now - git.last_commit.time)} ago)
         </div>
       )}
       {git.last_error && <div className="jp-gpuws-message jp-gpuws-error">{git.last_error}</div>}

@@ -7,7 +7,7 @@ import { caretDownIcon, LabIcon, ToolbarButtonComponent } from '@jupyterlab/ui-c
 import { ISignal, Signal } from '@lumino/signaling';
 import { ReadonlyJSONValue } from '@lumino/coreutils';
 
-import { IAction } from '../actions';
+import { IAction } from '../action';
 import { SectionBoundary } from './SectionBoundary';
 
 export interface IPanelSection {
@@ -19,7 +19,7 @@ export interface IPanelSection {
    * below the header when there are GPUs, near the end when there are none). */
   rank: number | (() => number);
   /** The signals after which the section draws again. */
-  changed: ISignal<any, any>[];
+  changed: ISignal<unknown, unknown>[];
   /** Whether the section shows now (Git only with Git versioning on); shown when absent. */
   visible?: () => boolean;
   /** A few words beside the folded title, so a folded section still says how it is. */

@@ -1,15 +1,10 @@
 import React from 'react';
 
-import { formatBytes, formatDuration, percent, shortPath } from '../format';
 import { IJob, IPendingList, ISyncStatus, IWorkspaces } from '../api';
-import {
-  formatAge,
-  LOCAL_STORE_ADVICE,
-  persistResult,
-  progressText,
-  SyncModel,
-  syncSummary
-} from '../sync';
+import { takeOver, useWorkspace } from '../sync/actions';
+import { SyncModel } from '../sync/model';
+import { LOCAL_STORE_ADVICE, persistResult, progressText, syncSummary } from '../sync/words';
+import { count, duration, percent, shortPath, size, span } from '../vocabulary';
 import { Bar } from './Bar';
 
 /** Sync: state, what is pending (and why) or when all was saved, faults with their reasons,
@@ -60,10 +55,10 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
         (status.problem_files ?? 0) > 0 &&
         status.pending_files === 0 && (
           <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-sync-problems">
-            {plural(status.problem_files ?? 0, 'file')} cannot be synced: see the list.
+            {count(status.problem_files ?? 0, 'file')} cannot be synced: see the list.
           </div>
         )}
-      {status && <Faults status={status} now={now} onTakeOver={() => void model.takeOver()} />}
+      {status && <Faults status={status} now={now} onTakeOver={() => void takeOver(model)} />}
       {status?.store_same_disk && (status.state === 'idle' || status.state === 'syncing') && (
         <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-local-store">
           {LOCAL_STORE_ADVICE}
@@ -81,7 +76,7 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
         <Bar
           label="Store quota"
           value={percent(storeUsage(status), status.quota_bytes)}
-          text={`${formatBytes(storeUsage(status))} / ${formatBytes(status.quota_bytes)}`}
+          text={`${size(storeUsage(status))} / ${size(status.quota_bytes)}`}
           capacity
           testId="gpuws-quota"
         />
@@ -91,11 +86,8 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
       )}
       {status && (status.synced_files ?? 0) > 0 && (
         <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-store-usage">
-          In the store: {plural(status.synced_files ?? 0, 'file')},{' '}
-          {formatBytes(status.store_bytes ?? 0)}
-          {status.versions_bytes
-            ? ` + ${formatBytes(status.versions_bytes)} of previous versions`
-            : ''}
+          In the store: {count(status.synced_files ?? 0, 'file')}, {size(status.store_bytes ?? 0)}
+          {status.versions_bytes ? ` + ${size(status.versions_bytes)} of previous versions` : ''}
         </div>
       )}
       {status?.watch && (status.watch.error || status.watch.limited) && (
@@ -103,7 +95,7 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           {status.watch.error
             ? `${status.watch.error}. Changes are found`
             : 'Some folders are not watched: the system allows no more (fs.inotify.max_user_watches). Changes in them are found'}{' '}
-          by the rescan every {formatDuration(status.watch.rescan_interval)}, or by Persist now.
+          by the rescan every {duration(status.watch.rescan_interval)}, or by Persist now.
         </div>
       )}
       {!running && status?.progress && (
@@ -149,7 +141,7 @@ function PersistResult(props: { job: IJob; now: number }): JSX.Element {
       : `jp-gpuws-message jp-gpuws-${result.level}`;
   return (
     <div className={look} data-testid="gpuws-persist-result">
-      Last persist {formatAge(now - (job.finished ?? now))} ago: {result.short}
+      Last persist {span(now - (job.finished ?? now))} ago: {result.short}
     </div>
   );
 }
@@ -187,7 +179,7 @@ function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => voi
             ? `${holder.user}@${holder.host} (pid ${holder.pid}) writes this workspace. `
             : ''}
           {status.takeover_at && status.takeover_at > now
-            ? `This runtime restores, reads, and takes over by itself once that runtime stops renewing its lease: ${formatDuration(holder?.ttl ?? 0)} after its last renewal, as this machine's clock measures it (in ${formatDuration(status.takeover_at - now)} if it renews no more).`
+            ? `This runtime restores, reads, and takes over by itself once that runtime stops renewing its lease: ${duration(holder?.ttl ?? 0)} after its last renewal, as this machine's clock measures it (in ${duration(status.takeover_at - now)} if it renews no more).`
             : status.read_only_reason}
           {takeOver}
         </div>
@@ -195,7 +187,7 @@ function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => voi
       {status.state === 'taking-over' && (
         <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-taking-over">
           Taken over: the previous runtime stops writing; this one writes in{' '}
-          {formatDuration(status.writes_start_in ?? 0)}, once its time is up.
+          {duration(status.writes_start_in ?? 0)}, once its time is up.
         </div>
       )}
       {status.lease_held && status.lease_exclusive === false && status.lease_note && (
@@ -219,7 +211,7 @@ function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => voi
       ))}
       {(status.store_skipped_count ?? 0) > 0 && (
         <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-store-skipped">
-          {plural(status.store_skipped_count ?? 0, 'entry', 'entries')} of the store{' '}
+          {count(status.store_skipped_count ?? 0, 'entry')} of the store{' '}
           {status.store_skipped_count === 1 ? 'is' : 'are'} skipped, never followed nor read:{' '}
           {Object.entries(status.store_skipped ?? {})
             .slice(0, 3)
@@ -247,7 +239,7 @@ function PendingList(props: { listing: IPendingList | null }): JSX.Element {
             <span className="jp-gpuws-pending-path">{shortPath(file.path)}</span>
             <span className="jp-gpuws-pending-state">
               {STATE_WORDS[file.state]}
-              {file.state !== 'deleting' && ` · ${formatBytes(file.size)}`}
+              {file.state !== 'deleting' && ` · ${size(file.size)}`}
             </span>
             {file.error && <div className="jp-gpuws-pending-error">{file.error}</div>}
             {!file.error && file.note && <div className="jp-gpuws-pending-note">{file.note}</div>}
@@ -258,7 +250,7 @@ function PendingList(props: { listing: IPendingList | null }): JSX.Element {
       {listing.problems_total > 0 && (
         <>
           <div className="jp-gpuws-line" data-testid="gpuws-problem-title">
-            {plural(listing.problems_total, 'file')} cannot be synced
+            {count(listing.problems_total, 'file')} cannot be synced
           </div>
           <ul className="jp-gpuws-pending-files">
             {listing.problems.map(problem => (
@@ -290,7 +282,7 @@ function WorkspaceChooser(props: {
   return (
     <div className="jp-gpuws-message jp-gpuws-info" data-testid="gpuws-workspace-chooser">
       This workspace, <b>{workspaces.current}</b>, is new. The store holds{' '}
-      {plural(others.length, 'other')}:
+      {count(others.length, 'other')}:
       <ul className="jp-gpuws-workspaces">
         {others.slice(0, 8).map(w => (
           <li key={w.name}>
@@ -298,14 +290,14 @@ function WorkspaceChooser(props: {
               {w.name}
             </span>
             <span className="jp-gpuws-subtle">
-              {plural(w.files, 'file')}
-              {w.more ? '+' : ''}, {formatBytes(w.bytes)}
-              {w.last_write ? `, written ${formatAge(now - w.last_write)} ago` : ''}
+              {count(w.files, 'file')}
+              {w.more ? '+' : ''}, {size(w.bytes)}
+              {w.last_write ? `, written ${span(now - w.last_write)} ago` : ''}
               {w.host ? ` on ${w.host}` : ''}
             </span>
             <button
               className="jp-mod-styled jp-gpuws-button"
-              onClick={() => void model.useWorkspace(w.name)}
+              onClick={() => void useWorkspace(model, w.name)}
             >
               Use
             </button>
@@ -330,11 +322,11 @@ function pendingLinkText(status: ISyncStatus | null): string {
   }
   const parts = [];
   if (status.pending_files) {
-    parts.push(`Show the ${plural(status.pending_files, 'pending file')}`);
+    parts.push(`Show the ${count(status.pending_files, 'pending file')}`);
   }
   if (status.problem_files) {
     parts.push(
-      `${status.pending_files ? '' : 'Show the '}${plural(status.problem_files, 'file')} that cannot be synced`
+      `${status.pending_files ? '' : 'Show the '}${count(status.problem_files, 'file')} that cannot be synced`
     );
   }
   return parts.join(' and ');
@@ -362,8 +354,4 @@ function progressShare(p: IJob['progress']): number | null {
   return p.bytes_total
     ? percent(p.bytes_done, p.bytes_total)
     : percent(p.files_done, p.files_total);
-}
-
-function plural(count: number, noun: string, nouns?: string): string {
-  return `${count.toLocaleString()} ${count === 1 ? noun : (nouns ?? `${noun}s`)}`;
 }

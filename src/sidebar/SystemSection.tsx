@@ -1,9 +1,8 @@
 import React from 'react';
 
 import { ISystem } from '../api';
-import { formatBytes, formatPercent, percent } from '../format';
-import { Bar } from './Bar';
-import { usage } from '../vocabulary';
+import { percent, size, usage } from '../vocabulary';
+import { Bar, BusyAndMemory } from './Bar';
 
 const DISK_LABELS: { [label: string]: string } = {
   workdir: 'Disk (work dir)',
@@ -14,7 +13,6 @@ const DISK_LABELS: { [label: string]: string } = {
 export function SystemSection(props: { system: ISystem }): JSX.Element {
   const { system } = props;
   const cores = Number.isInteger(system.cpu_count) ? system.cpu_count : system.cpu_count.toFixed(1);
-  const memory = percent(system.memory_used, system.memory_total);
   return (
     <>
       {system.limits === 'cgroup' && (
@@ -25,21 +23,15 @@ export function SystemSection(props: { system: ISystem }): JSX.Element {
           Within the container's limits
         </div>
       )}
-      <Bar
+      <BusyAndMemory
         label={`CPU (${cores} cores)`}
-        value={system.cpu_percent}
-        text={formatPercent(system.cpu_percent)}
-        testId="gpuws-cpu"
-      />
-      <Bar
-        label="Memory"
-        value={memory}
-        text={usage(system.memory_used, system.memory_total)}
-        capacity
-        testId="gpuws-memory"
+        busy={system.cpu_percent}
+        used={system.memory_used}
+        total={system.memory_total}
+        testIds={['gpuws-cpu', 'gpuws-memory']}
       />
       {system.disks.map(disk => (
-        <div key={disk.label} title={`${disk.path}: ${formatBytes(disk.total - disk.used)} free`}>
+        <div key={disk.label} title={`${disk.path}: ${size(disk.total - disk.used)} free`}>
           <Bar
             label={DISK_LABELS[disk.label] ?? disk.label}
             value={percent(disk.used, disk.total)}

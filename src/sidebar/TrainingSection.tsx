@@ -1,8 +1,9 @@
 import React from 'react';
 
 import { ITrainingRun } from '../api';
-import { shortPath } from '../format';
-import { TrainingModel, etaText, runLevel, stepText } from '../training';
+import { TrainingModel } from '../training/model';
+import { etaText, runLevel, stepText } from '../training/words';
+import { shortPath } from '../vocabulary';
 import { Bar } from './Bar';
 import { EmptyState } from './EmptyState';
 import { Sparkline } from './Sparkline';

@@ -3,15 +3,26 @@
 import React from 'react';
 import { historyIcon, launchIcon, stopIcon } from '@jupyterlab/ui-components';
 
-import { restoreEnvironmentAction, snapshotAction } from '../actions';
-import { CheckpointsModel } from '../checkpoints';
-import { EnvironmentModel } from '../environment';
+import { CheckpointsModel } from '../checkpoints/model';
+import {
+  restore,
+  restoreEnvironmentAction,
+  snapshot,
+  snapshotAction
+} from '../environment/actions';
+import { EnvironmentModel } from '../environment/model';
 import { snapshotIcon } from '../icons';
-import { MetricsModel } from '../metrics';
-import { RuntimeModel, runtimeWord } from '../runtime';
-import { gpuSummary } from '../statusbar';
-import { CANCELLING, SyncModel, syncWord } from '../sync';
-import { count, percentText, usage, WORDS } from '../vocabulary';
+import { jobActive, JobsModel } from '../jobs/model';
+import { jobsSummary } from '../jobs/words';
+import { MetricsModel } from '../metrics/model';
+import { gpuSummary, systemSummary } from '../metrics/words';
+import { RuntimeModel } from '../runtime/model';
+import { runtimeWord } from '../runtime/words';
+import { SyncModel } from '../sync/model';
+import { CANCELLING, syncWord } from '../sync/words';
+import { TrainingModel } from '../training/model';
+import { stepText } from '../training/words';
+import { count, WORDS } from '../vocabulary';
 import { CheckpointsSection } from './CheckpointsSection';
 import { EnvironmentSection } from './EnvironmentSection';
 import { GpuSection } from './GpuSection';
@@ -20,8 +31,6 @@ import { ActionButton, IPanelSection } from './Section';
 import { SyncSection } from './SyncSection';
 import { SystemSection } from './SystemSection';
 import { TrainingSection } from './TrainingSection';
-import { TrainingModel, stepText } from '../training';
-import { jobActive, JobsModel, jobsSummary } from '../jobs';
 import { JobsSection } from './JobsSection';
 
 export interface IPanelModels {
@@ -126,13 +135,13 @@ export function defaultSections(m: IPanelModels, options: () => IPanelOptions): 
           <ActionButton
             action={snapshotAction(m.environment)}
             icon={snapshotIcon}
-            onClick={() => void m.environment.snapshot()}
+            onClick={() => void snapshot(m.environment)}
             testId="gpuws-env-snapshot"
           />
           <ActionButton
             action={restoreEnvironmentAction(m.environment)}
             icon={historyIcon}
-            onClick={() => void m.environment.restore()}
+            onClick={() => void restore(m.environment)}
             testId="gpuws-env-restore"
           />
         </>
@@ -152,12 +161,7 @@ export function defaultSections(m: IPanelModels, options: () => IPanelOptions): 
       title: 'System',
       rank: RANKS.system,
       changed: [m.metrics.changed],
-      summary: () => {
-        const system = m.metrics.latest?.system;
-        return system
-          ? `CPU ${percentText(system.cpu_percent)} · ${usage(system.memory_used, system.memory_total)}`
-          : '';
-      },
+      summary: () => systemSummary(m.metrics.latest?.system),
       render: () => (m.metrics.latest ? <SystemSection system={m.metrics.latest.system} /> : null)
     }
   ];

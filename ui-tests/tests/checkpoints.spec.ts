@@ -22,7 +22,7 @@ test('lists a training notebook, and Checkpoint now updates it', async ({ page }
   );
   await page.notebook.run();
   await page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+    await window.jupyterapp.commands.execute('gpuws:open-panel');
   });
   const card = page.locator(PANEL).getByTestId('gpuws-checkpoint-kernel');
   await expect(card).toHaveCount(1, { timeout: 20000 });

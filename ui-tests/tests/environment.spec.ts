@@ -27,7 +27,7 @@ test.describe('Environment', () => {
 
   test('Snapshot now, then a change shows as a difference', async ({ page }) => {
     await page.evaluate(async () => {
-      await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+      await window.jupyterapp.commands.execute('gpuws:open-panel');
     });
     const section = page.locator(PANEL).getByLabel('Environment');
     const summary = section.getByTestId('gpuws-env-summary');
@@ -46,7 +46,7 @@ test.describe('Environment', () => {
     fs.writeFileSync(path.join(info, 'INSTALLER'), 'pip\n');
     await page.reload();
     await page.evaluate(async () => {
-      await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+      await window.jupyterapp.commands.execute('gpuws:open-panel');
     });
     await expect(summary).toContainText('Differs from the snapshot of', { timeout: 60000 });
     await expect(section.getByTestId('gpuws-env-diff')).toContainText('+ demo-pkg 1.0');

@@ -78,7 +78,7 @@ function card(page: IJupyterLabPageFixture, notebook: string): Locator {
 async function restartAndRunAll(page: IJupyterLabPageFixture, name: string): Promise<void> {
   await page.notebook.activate(name);
   void page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('notebook:restart-run-all');
+    await window.jupyterapp.commands.execute('notebook:restart-run-all');
   });
   await page.locator('.jp-Dialog .jp-mod-accept').click();
 }
@@ -92,7 +92,7 @@ test('the README first hour: snippet, tracked loops, Persist now, Restart and Ru
 }) => {
   test.setTimeout(300000);
   await page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+    await window.jupyterapp.commands.execute('gpuws:open-panel');
   });
   const panel = page.locator(PANEL);
 

@@ -11,8 +11,13 @@ const PANEL = '#jp-gpuws-panel';
 const GPUS_FILE = process.env.GPUWS_UI_GPUS_FILE || path.join(os.tmpdir(), 'gpuws-ui-gpus.json');
 const ORIGINAL = fs.readFileSync(path.join(__dirname, '..', 'fake-gpus.json'), 'utf-8');
 
-function writeGpus(change: (spec: any) => void): void {
-  const spec = JSON.parse(ORIGINAL);
+/** The NVML test double's GPUs, as fake-gpus.json gives them (the fields a test changes). */
+interface IFakeGpus {
+  gpus: Array<{ memory_used: number; [field: string]: unknown }>;
+}
+
+function writeGpus(change: (spec: IFakeGpus) => void): void {
+  const spec: IFakeGpus = JSON.parse(ORIGINAL);
   change(spec);
   fs.writeFileSync(GPUS_FILE + '.tmp', JSON.stringify(spec));
   fs.renameSync(GPUS_FILE + '.tmp', GPUS_FILE);
@@ -26,7 +31,7 @@ test.describe('GPU Workspace panel with GPUs', () => {
 
   test('shows one card per GPU with its figures', async ({ page }) => {
     await page.evaluate(async () => {
-      await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+      await window.jupyterapp.commands.execute('gpuws:open-panel');
     });
     const cards = page.locator(PANEL).getByTestId('gpuws-gpu-card');
     await expect(cards).toHaveCount(2);
@@ -67,10 +72,10 @@ test.describe('GPU Workspace panel with GPUs', () => {
     );
     await page.notebook.run();
     await page.evaluate(async () => {
-      await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+      await window.jupyterapp.commands.execute('gpuws:open-panel');
     });
     const sessions = await (await request.get('/api/sessions')).json();
-    const notebook: string = sessions.find((s: any) => s.type === 'notebook').path;
+    const notebook: string = sessions.find((s: { type: string }) => s.type === 'notebook').path;
     const name = notebook.split('/').pop() as string;
     expect(name).toMatch(/\.ipynb$/);
     const process = page.locator(PANEL).getByTestId('gpuws-gpu-process').first();
@@ -97,7 +102,7 @@ test.describe("A store on the work directory's own disk", () => {
     page
   }) => {
     await page.evaluate(async () => {
-      await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+      await window.jupyterapp.commands.execute('gpuws:open-panel');
     });
     const summary = page.locator(PANEL).getByTestId('gpuws-sync-summary');
     await expect(summary).toContainText("Copied to this machine's disk", { timeout: 30000 });

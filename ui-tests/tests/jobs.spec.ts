@@ -11,8 +11,8 @@ import type { Request, Route } from '@playwright/test';
 import * as path from 'path';
 
 import { writeNotebook } from './notebooks';
+import { openPanel, PANEL } from './panel';
 
-const PANEL = '#jp-gpuws-panel';
 const NOW = Math.round(Date.now() / 1000);
 
 /** Where a picture goes: docs/images/ with GPUWS_SCREENSHOTS=1, else beside the test's results. */
@@ -219,14 +219,6 @@ async function serveJobs(
   });
 }
 
-async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
-  await page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
-  });
-  await expect(page.locator(PANEL)).toBeVisible();
-  await page.sidebar.setWidth(250, 'left');
-}
-
 /** The section's row of the job `id`. */
 function row(page: IJupyterLabPageFixture, id: string) {
   return page.locator(PANEL).locator(`[data-testid="gpuws-job"][data-job="${id}"]`);
@@ -237,7 +229,7 @@ test('every state of a job renders with its words, colour, progress, log and but
 }) => {
   const calls: ICall[] = [];
   await serveJobs(page, { jobs: JOBS, relaunch: { enabled: true, pending: ['j-int'] } }, calls);
-  await openPanel(page);
+  await openPanel(page, 250);
   const section = page.locator(PANEL).locator('section[data-section="jobs"]');
   await expect(section.getByTestId('gpuws-job')).toHaveCount(JOBS.length, { timeout: 20000 });
 
@@ -322,7 +314,7 @@ test('every state of a job renders with its words, colour, progress, log and but
 test('the section is absent with no job, and appears with a pending relaunch', async ({ page }) => {
   const listing = { jobs: [] as unknown[], relaunch: { enabled: true, pending: [] as string[] } };
   await serveJobs(page, listing, []);
-  await openPanel(page);
+  await openPanel(page, 250);
   await page.waitForResponse(r => r.url().includes('/gpuws/api/jobs'), { timeout: 20000 });
   await expect(page.locator(PANEL).locator('section[data-section="jobs"]')).toHaveCount(0);
   listing.jobs = [JOBS[2]];
@@ -337,7 +329,7 @@ test('the section is absent with no job, and appears with a pending relaunch', a
 test('each button calls its endpoint with its method', async ({ page }) => {
   const calls: ICall[] = [];
   await serveJobs(page, { jobs: JOBS, relaunch: { enabled: true, pending: ['j-int'] } }, calls);
-  await openPanel(page);
+  await openPanel(page, 250);
   await expect(row(page, 'j-run')).toBeVisible({ timeout: 20000 });
   const clicks: Array<[string, string, ICall]> = [
     ['j-run', 'stop', { method: 'DELETE', path: '/j-run', body: null }],
@@ -386,7 +378,7 @@ test("an API error shows in the section with the server's message", async ({ pag
     relaunch: { enabled: true, pending: ['j-int'] }
   };
   await serveJobs(page, listing, calls, failures);
-  await openPanel(page);
+  await openPanel(page, 250);
   await expect(row(page, 'j-fin')).toBeVisible({ timeout: 20000 });
   // The store the records live in, failing: the list says why.
   listing.error =
@@ -443,7 +435,7 @@ test('"Run as job" in the file browser and the palette posts the notebook and na
   // The palette's "Run notebook as job", for the notebook in front.
   calls.length = 0;
   await page.evaluate(async path => {
-    await (window as any).jupyterapp.commands.execute('docmanager:open', {
+    await window.jupyterapp.commands.execute('docmanager:open', {
       path,
       factory: 'Notebook'
     });
@@ -451,7 +443,7 @@ test('"Run as job" in the file browser and the palette posts the notebook and na
   await expect.poll(() => page.notebook.isOpen(file), { timeout: 30000 }).toBe(true);
   await page.notebook.activate(file);
   await page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('gpuws:run-notebook-as-job');
+    await window.jupyterapp.commands.execute('gpuws:run-notebook-as-job');
   });
   await expect.poll(() => calls.length).toBe(1);
   expect(calls[0]).toEqual({ method: 'POST', path: '', body: { notebook: name } });
@@ -462,7 +454,7 @@ test('the Jobs section in the light and dark themes', async ({ page }) => {
   // The running job, one to relaunch and a retry: what a user comes back to.
   const shown = [JOBS[0], JOBS[2], JOBS[4]];
   await serveJobs(page, { jobs: shown, relaunch: { enabled: true, pending: ['j-int'] } }, []);
-  await openPanel(page);
+  await openPanel(page, 250);
   const panel = page.locator(PANEL);
   await expect(row(page, 'j-run')).toBeVisible({ timeout: 20000 });
   // Not the test's folder name (the Launcher's heading).

@@ -2,15 +2,7 @@
  * The GPU Workspace panel on this machine as it is: no GPU, live system figures.
  */
 import { expect, test } from '@jupyterlab/galata';
-
-const PANEL = '#jp-gpuws-panel';
-
-async function openPanel(page: any): Promise<void> {
-  await page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
-  });
-  await expect(page.locator(PANEL)).toBeVisible();
-}
+import { openPanel, PANEL } from './panel';
 
 test.describe('GPU Workspace panel without a GPU', () => {
   test('opens from the palette command and shows live system figures from the server', async ({

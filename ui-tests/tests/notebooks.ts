@@ -32,7 +32,7 @@ export async function writeNotebook(
 /** Open a notebook by its path and make it the current tab, its kernel started. */
 export async function openNotebook(page: IJupyterLabPageFixture, name: string): Promise<void> {
   await page.evaluate(async path => {
-    await (window as any).jupyterapp.commands.execute('docmanager:open', {
+    await window.jupyterapp.commands.execute('docmanager:open', {
       path,
       factory: 'Notebook'
     });

@@ -13,8 +13,8 @@ import * as os from 'os';
 import * as path from 'path';
 
 import { openNotebook, shutDownKernels, writeNotebook } from './notebooks';
+import { openPanel, PANEL } from './panel';
 
-const PANEL = '#jp-gpuws-panel';
 const DASHBOARD = '#jp-gpuws-training-dashboard';
 const THEMES = ['light', 'dark'] as const;
 // The plain server's own small environment (jupyter_server_test_config.py).
@@ -50,14 +50,6 @@ async function setTheme(page: IJupyterLabPageFixture, theme: 'light' | 'dark'): 
   } else {
     await page.theme.setLightTheme();
   }
-}
-
-async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
-  await page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
-  });
-  await expect(page.locator(PANEL)).toBeVisible();
-  await page.sidebar.setWidth(250, 'left');
 }
 
 /** The contrast ratio (WCAG) of an element's text, or an SVG's fill, against the background
@@ -137,7 +129,7 @@ test.describe('Without a GPU', () => {
       await openNotebook(page, 'finish.ipynb');
       await page.notebook.run();
     });
-    await openPanel(page);
+    await openPanel(page, 250);
     const panel = page.locator(PANEL);
 
     // The Environment: a snapshot with arrow-pkg 65.5.0, then an upgrade to 84.2.1 here.
@@ -201,7 +193,7 @@ test.describe('Without a GPU', () => {
     for (const theme of THEMES) {
       await test.step(`the ${theme} theme`, () => setTheme(page, theme));
       await page.evaluate(async () => {
-        await (window as any).jupyterapp.commands.execute('gpuws:open-training-dashboard');
+        await window.jupyterapp.commands.execute('gpuws:open-training-dashboard');
       });
       const legend = dashboard.getByTestId('gpuws-chart-loss').locator('.u-legend');
       await expect(legend).toBeVisible({ timeout: 20000 });
@@ -211,7 +203,7 @@ test.describe('Without a GPU', () => {
       await page.screenshot({ path: test.info().outputPath(`dashboard-no-gpu-${theme}.png`) });
 
       // The folded Environment header says its word whole at the panel's usual width.
-      await openPanel(page);
+      await openPanel(page, 250);
       await panel.getByTestId('gpuws-fold-environment').click();
       const summary = panel
         .locator('[data-section="environment"]')
@@ -231,7 +223,7 @@ test.describe("A store on this machine's own disk", () => {
   test('is warned of readably, and the status-bar item is orange with a visible icon and says why, in both themes', async ({
     page
   }) => {
-    await openPanel(page);
+    await openPanel(page, 250);
     const warning = page.locator(PANEL).getByTestId('gpuws-local-store');
     await expect(warning).toBeVisible({ timeout: 30000 });
     const item = page.getByTestId('gpuws-status-item');
@@ -242,7 +234,7 @@ test.describe("A store on this machine's own disk", () => {
     );
     for (const theme of THEMES) {
       await setTheme(page, theme);
-      await openPanel(page);
+      await openPanel(page, 250);
       await warning.scrollIntoViewIfNeeded();
       // WCAG AA for text; 3:1 for an icon.
       expect(

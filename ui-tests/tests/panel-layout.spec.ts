@@ -40,7 +40,7 @@ type Theme = 'light' | 'dark';
 
 async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
   await page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+    await window.jupyterapp.commands.execute('gpuws:open-panel');
   });
   await expect(page.locator(PANEL)).toBeVisible();
   await page.sidebar.setWidth(250, 'left');

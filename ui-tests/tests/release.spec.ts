@@ -33,7 +33,7 @@ test('Persist and release uploads pending work, shows the released view and stop
   page
 }) => {
   await page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+    await window.jupyterapp.commands.execute('gpuws:open-panel');
   });
   const panel = page.locator(PANEL);
   const summary = panel.getByTestId('gpuws-sync-summary');

@@ -20,7 +20,7 @@ function seconds(text: string): number {
 test.describe('Runtime', () => {
   test('the countdown shows and goes down', async ({ page }) => {
     await page.evaluate(async () => {
-      await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+      await window.jupyterapp.commands.execute('gpuws:open-panel');
     });
     const countdown = page.locator(PANEL).getByTestId('gpuws-countdown');
     await expect(countdown).toContainText(/\d+:\d\d left/);
@@ -39,7 +39,7 @@ test.describe('Runtime', () => {
 
   test('a preemption watch that cannot reach its metadata server says so', async ({ page }) => {
     await page.evaluate(async () => {
-      await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+      await window.jupyterapp.commands.execute('gpuws:open-panel');
     });
     const runtime = page.locator(PANEL).getByLabel('Runtime');
     await expect(runtime.getByTestId('gpuws-preemption-watch')).toHaveText(

@@ -6,19 +6,12 @@ import { expect, test } from '@jupyterlab/galata';
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
+import { openPanel, PANEL } from './panel';
 
-const PANEL = '#jp-gpuws-panel';
 const ROOT = path.join(os.tmpdir(), 'gpuws-ui-root');
 // The plain server's store is on another file system (see jupyter_server_test_config.py).
 const STORE_BASE = fs.existsSync('/dev/shm') ? '/dev/shm' : os.tmpdir();
 const STORE = path.join(STORE_BASE, 'gpuws-ui-store', 'ui-tests', 'files');
-
-async function openPanel(page: any): Promise<void> {
-  await page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
-  });
-  await expect(page.locator(PANEL)).toBeVisible();
-}
 
 test.describe('Sync', () => {
   test('shows a pending count after a file is written, then all saved', async ({ page }) => {
@@ -220,7 +213,7 @@ test.describe('Sync, a cancelled persist', () => {
       ].join('\n')
     );
     await page.evaluate(() => {
-      void (window as any).jupyterapp.commands.execute('notebook:run-cell');
+      void window.jupyterapp.commands.execute('notebook:run-cell');
     });
     await openPanel(page);
     await expect(page.locator(PANEL).getByTestId('gpuws-checkpoint-kernel')).toHaveCount(1, {

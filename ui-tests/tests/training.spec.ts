@@ -40,7 +40,7 @@ test('a tracked loop shows at the top of the panel, and its curve in the dashboa
   );
   await page.notebook.run();
   await page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+    await window.jupyterapp.commands.execute('gpuws:open-panel');
   });
   const panel = page.locator(PANEL);
   const run = panel.getByTestId('gpuws-training-run').filter({ hasText: `/${totalText}` });

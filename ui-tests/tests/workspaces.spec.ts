@@ -15,7 +15,7 @@ test.use({ baseURL: 'http://localhost:8891', autoGoto: true });
 
 test("a new workspace shows the store's others, and one can be used", async ({ page }) => {
   await page.evaluate(async () => {
-    await (window as any).jupyterapp.commands.execute('gpuws:open-panel');
+    await window.jupyterapp.commands.execute('gpuws:open-panel');
   });
   const chooser = page.locator(PANEL).getByTestId('gpuws-workspace-chooser');
   await expect(chooser).toBeVisible({ timeout: 30000 });

@@ -4,7 +4,7 @@ import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { IDisposable } from '@lumino/disposable';
 
-import { IMetricsWithHistory, ISample, metricsStreamUrl, requestAPI } from './api';
+import { IMetricsWithHistory, ISample, metricsStreamUrl, requestAPI } from '../api';
 
 /** 'polling': websockets fail here (a proxy that blocks them), so samples come by REST. */
 export type ConnectionState = 'connecting' | 'live' | 'reconnecting' | 'polling';

@@ -1,0 +1,113 @@
+// The user's jobs (polled): each one's state, reason, progress and log; what the panel can do
+// to one now (stop, restart, hold, approve), and a notebook started as a job.
+import { holdJob, IUserJob, IUserJobs, listJobs, restartJob, startJob, stopJob } from '../api';
+import { PolledModel } from '../polled';
+import { actionVerb } from './words';
+
+/** How many of a job's last log lines the panel shows. */
+export const LOG_LINES = 5;
+
+export type JobAction = 'stop' | 'restart' | 'hold' | 'release' | 'approve';
+
+export class JobsModel extends PolledModel {
+  state: IUserJobs | null = null;
+  /** The last action that failed, with the server's message, until the next action. */
+  actionError: string | null = null;
+  /** Jobs with a request of this page under way: their buttons wait for it. */
+  busy = new Set<string>();
+  /** Jobs whose log lines the user folded away. */
+  foldedLogs = new Set<string>();
+
+  constructor() {
+    super(3000, 30000);
+  }
+
+  get jobs(): IUserJob[] {
+    return this.state?.jobs ?? [];
+  }
+
+  /** Jobs the next runtime (or this one, once its restore ends) relaunches by itself. */
+  get pending(): string[] {
+    return this.state?.relaunch.pending ?? [];
+  }
+
+  protected async load(): Promise<void> {
+    this.state = await listJobs();
+  }
+
+  /** Ask the server to do `action` to a job; a refusal shows in the section with its reason. */
+  async act(job: IUserJob, action: JobAction): Promise<void> {
+    this.busy.add(job.id);
+    this.actionError = null;
+    this._changed.emit();
+    try {
+      switch (action) {
+        case 'stop':
+          await stopJob(job.id);
+          break;
+        case 'restart':
+        case 'approve':
+          // The server's approval of a record it cannot vouch for is a restart by the user.
+          await restartJob(job.id);
+          break;
+        case 'hold':
+        case 'release':
+          await holdJob(job.id, action === 'hold');
+          break;
+      }
+    } catch (error) {
+      this.actionError = `Cannot ${actionVerb(action)} ${job.name}: ${(error as Error).message}`;
+    } finally {
+      this.busy.delete(job.id);
+    }
+    await this.refresh();
+  }
+
+  toggleLog(id: string): void {
+    if (!this.foldedLogs.delete(id)) {
+      this.foldedLogs.add(id);
+    }
+    this._changed.emit();
+  }
+
+  /** Run a notebook of the work directory as a job; throws with the server's reason. */
+  async runNotebook(path: string): Promise<IUserJob> {
+    const job = await startJob({ notebook: path });
+    await this.refresh();
+    return job;
+  }
+}
+
+/** Whether the job is under way (or about to be): it belongs near the top of the panel. */
+export function jobActive(job: IUserJob, pending: string[]): boolean {
+  return (
+    ['queued', 'running', 'relaunched', 'retrying'].includes(job.state) ||
+    job.needs_approval ||
+    pending.includes(job.id)
+  );
+}
+
+/** The buttons a job offers now. */
+export function jobActions(job: IUserJob, pending: string[]): JobAction[] {
+  // A record this runtime cannot vouch for runs nothing until the user approves it: no Restart.
+  if (job.needs_approval) {
+    return ['approve'];
+  }
+  const actions: JobAction[] = [];
+  const due = pending.includes(job.id);
+  if (['queued', 'running', 'relaunched', 'retrying'].includes(job.state)) {
+    actions.push('stop');
+  }
+  if (job.state === 'held') {
+    actions.push('release');
+  } else if (job.state === 'interrupted' || due) {
+    actions.push('hold');
+  }
+  if (
+    ['finished', 'failed', 'stopped', 'held'].includes(job.state) ||
+    (job.state === 'interrupted' && !due)
+  ) {
+    actions.push('restart');
+  }
+  return actions;
+}

@@ -1,0 +1,87 @@
+// A job in the user's words: its state and tone, what it runs, its step and ETA, a relaunch
+// due, and the folded section's few words.
+import { IUserJob } from '../api';
+import { count, duration, shortPath, stepOf, wholeNumber } from '../vocabulary';
+import type { JobAction } from './model';
+
+const ACTION_VERBS: { [action in JobAction]: string } = {
+  stop: 'stop',
+  restart: 'restart',
+  hold: 'hold',
+  release: 'stop holding',
+  approve: 'approve'
+};
+
+/** What an action does, as a verb: "stop", "stop holding". */
+export function actionVerb(action: JobAction): string {
+  return ACTION_VERBS[action];
+}
+
+/** The job's state in a word or two: its state, or "needs approval" before a relaunch this runtime
+ * cannot vouch for. */
+export function jobStateWord(job: IUserJob): string {
+  return job.needs_approval ? 'needs approval' : job.state;
+}
+
+/** The colour of a job's state word: the panel's ok / pending / error / subtle styles. */
+export function jobTone(job: IUserJob): 'ok' | 'pending' | 'error' | 'none' {
+  if (job.needs_approval) {
+    return 'pending';
+  }
+  switch (job.state) {
+    case 'running':
+    case 'relaunched':
+    case 'finished':
+      return 'ok';
+    case 'interrupted':
+    case 'retrying':
+    case 'held':
+      return 'pending';
+    case 'failed':
+      return 'error';
+    default:
+      return 'none';
+  }
+}
+
+/** What the job runs, as the user recognises it: the notebook, or the command's script. */
+export function jobWhat(job: IUserJob): string {
+  if (job.notebook) {
+    return shortPath(job.notebook);
+  }
+  return job.command.find(part => /\.(py|sh|ipynb)$/.test(part)) ?? job.command.join(' ');
+}
+
+/** "step 4,120/10,000", or null before the job's run has a step. */
+export function jobStepText(job: IUserJob): string | null {
+  if (job.step === null) {
+    return null;
+  }
+  return stepOf(job.step, job.total_steps);
+}
+
+/** "ETA 13 min" while the job runs and its run has one. */
+export function jobEtaText(job: IUserJob): string | null {
+  const running = ['running', 'relaunched'].includes(job.state);
+  return running && job.eta_seconds !== null ? `ETA ${duration(job.eta_seconds)}` : null;
+}
+
+/** "train.py will be relaunched from step 4,120 once the restore ends", while a relaunch is due. */
+export function relaunchText(job: IUserJob): string {
+  const from = job.step !== null ? ` from step ${wholeNumber(job.step)}` : '';
+  return `${jobWhat(job)} will be relaunched${from} once the restore ends`;
+}
+
+/** The folded section's few words: "1 running · 1 failed", "1 to relaunch". */
+export function jobsSummary(jobs: IUserJob[], pending: string[]): string {
+  const words = new Map<string, number>();
+  for (const job of jobs) {
+    const word =
+      pending.includes(job.id) && job.state === 'interrupted' ? 'to relaunch' : jobStateWord(job);
+    words.set(word, (words.get(word) ?? 0) + 1);
+  }
+  if (words.size > 2) {
+    return count(jobs.length, 'job');
+  }
+  return [...words].map(([word, n]) => `${n} ${word}`).join(' · ');
+}

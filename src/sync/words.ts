@@ -1,0 +1,159 @@
+// The sync in the user's words: the summary line, a persist's progress and outcome, and the few
+// words with a tone that the status bar and the panel's header show.
+import { IJob, IPersistSummary, ISyncStatus } from '../api';
+import { ago, clock, count, fill, IWord, size, span, WORDS } from '../vocabulary';
+import { SyncModel } from './model';
+
+/** What a cancelled persist does until the step under way ends (a checkpoint, a browser's save). */
+export const CANCELLING = 'Cancelling: the persist stops once its current step ends';
+
+/** What to do when the store is a folder on the work directory's own disk (the words a
+ * persist's summary ends with there too). */
+export const LOCAL_STORE_ADVICE: string = WORDS.persist.local_advice;
+
+/** A finished persist's outcome: the server's summary (vocabulary.persist_summary), or, for a
+ * job that ended without one (the server went away), its state and errors. */
+export function persistResult(job: IJob): Pick<IPersistSummary, 'level' | 'text' | 'short'> {
+  const summary = job.result.summary;
+  if (summary) {
+    return summary;
+  }
+  const text = `Persist ${job.state}${job.errors.length ? `: ${job.errors.join('; ')}` : ''}.`;
+  return { level: job.state === 'done' ? 'warning' : 'error', text, short: text };
+}
+
+/** "all saved 12 s ago", "3 files, 120 MiB pending", … in the user's words. Never "all saved"
+ * unless nothing is pending, no pass runs and the store is somewhere that outlives this
+ * machine. */
+export function syncSummary(status: ISyncStatus | null, now: number): string {
+  if (!status) {
+    return 'Sync: …';
+  }
+  switch (status.state) {
+    case 'starting':
+      return status.restoring
+        ? 'Restoring from the store…'
+        : 'Starting: opening the store and restoring…';
+    case 'disabled':
+      return 'Sync is turned off';
+    case 'taking-over':
+      return `Taking over: writing starts in ${clock(status.writes_start_in ?? 0)}`;
+    case 'read-only': {
+      const who = status.lease ? `${status.lease.user}@${status.lease.host}` : 'another runtime';
+      if (status.takeover_at) {
+        const left = status.takeover_at - now;
+        return left > 0
+          ? `Read-only: ${who} writes; taking over in ${clock(left)} unless it renews`
+          : `Read-only: ${who} stopped; taking over…`;
+      }
+      return `Read-only: ${who} writes this workspace`;
+    }
+  }
+  const pending =
+    status.pending_files > 0
+      ? `${count(status.pending_files, 'file')}, ${size(status.pending_bytes)} pending`
+      : '';
+  if (status.store_down) {
+    return `${status.store_missing ? 'Store unavailable' : 'Store not answering'}${pending ? `: ${pending}` : ''}`;
+  }
+  if (pending) {
+    return pending;
+  }
+  if (status.state === 'error') {
+    return 'Sync error';
+  }
+  if (status.state === 'syncing' || status.progress) {
+    return 'Syncing…';
+  }
+  if (status.persist?.state === 'running') {
+    // Not "all saved" yet: the persist's checkpoints, snapshot and commit are still to come.
+    return status.persist.cancelling ? 'Cancelling the persist…' : 'Persisting…';
+  }
+  if (status.last_sync) {
+    return status.store_same_disk
+      ? `Copied to this machine's disk ${span(now - status.last_sync)} ago, not saved elsewhere`
+      : `All saved ${span(now - status.last_sync)} ago`;
+  }
+  return 'Nothing synced yet';
+}
+
+/** "12 of 40 files · 30 MiB of 120 MiB · 8.2 MiB/s · 0:11 left". */
+export function progressText(p: IJob['progress']): string {
+  const parts = [`${p.files_done} of ${count(p.files_total, 'file')}`];
+  if (p.bytes_total) {
+    parts.push(`${size(p.bytes_done)} of ${size(p.bytes_total)}`);
+  }
+  if (p.speed) {
+    parts.push(`${size(p.speed)}/s`);
+  }
+  if (p.eta !== null && p.eta !== undefined && p.speed) {
+    parts.push(`${clock(p.eta)} left`);
+  }
+  return parts.join(' · ');
+}
+
+/** The sync in a few words and a level, for the status bar and the panel's header: "synced
+ * 2 min ago" (never "saved": beside a notebook with unsaved changes that would read as if the
+ * notebook were saved), "3 pending", "store down". The same rule as `%gpuws status`. */
+export function syncWord(sync: SyncModel): IWord {
+  const words = WORDS.sync;
+  if (sync.released) {
+    return {
+      text: words.all_synced,
+      title: 'Everything was persisted before the release',
+      level: 'ok'
+    };
+  }
+  const status = sync.status;
+  if (!status) {
+    return { text: '', title: sync.error ?? '', level: 'none' };
+  }
+  const title =
+    status.last_error ?? status.read_only_reason ?? syncSummary(status, Date.now() / 1000);
+  const job = sync.currentPersist;
+  if (job?.state === 'running' && job.cancelling) {
+    return { text: words.cancelling, title: CANCELLING, level: 'pending' };
+  }
+  if (job?.state === 'running') {
+    const p = job.progress;
+    const share = p.bytes_total ? Math.floor((100 * p.bytes_done) / p.bytes_total) : null;
+    return {
+      text: share === null ? words.persisting : `${words.persisting} ${share} %`,
+      title,
+      level: 'pending'
+    };
+  }
+  if (status.state === 'error') {
+    return { text: status.store_down ? words.store_down : words.error, title, level: 'error' };
+  }
+  if (status.state === 'read-only' || status.state === 'taking-over') {
+    return { text: words[status.state], title, level: 'warning' };
+  }
+  if (status.pending_files > 0) {
+    return {
+      text: fill(words.pending, { count: status.pending_files.toLocaleString('en-US') }),
+      title,
+      level: 'pending'
+    };
+  }
+  if (status.store_same_disk && status.last_sync) {
+    // Not "synced": the store is on this machine's own disk and goes with it.
+    return { text: words.local_only, title: LOCAL_STORE_ADVICE, level: 'warning' };
+  }
+  if (status.last_sync && !status.progress) {
+    return {
+      text: fill(words.synced, { age: ago(Date.now() / 1000 - status.last_sync) }),
+      title,
+      level: 'ok'
+    };
+  }
+  if (status.progress || status.state === 'syncing') {
+    return { text: words.syncing, title, level: 'none' };
+  }
+  const known = words as { [state: string]: string };
+  return {
+    text: known[status.state] ?? (status.state === 'idle' ? words.never : status.state),
+    title,
+    level: 'none'
+  };
+}
