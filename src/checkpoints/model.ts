@@ -1,6 +1,13 @@
 // The kernels that track training state and the distributed runs, with their last checkpoints
 // (polled), and the checkpoint requests this page sent.
-import { ICheckpointKernel, ICheckpointRequest, IDistributedRun, requestAPI } from '../api';
+import {
+  ICheckpointKernel,
+  ICheckpointKernels,
+  ICheckpointRequest,
+  ICheckpointRequests,
+  IDistributedRun,
+  requestAPI
+} from '../api';
 import { PolledModel } from '../polled';
 
 /** What a checkpoint is asked of: a notebook's kernel, or every rank of a distributed run. */
@@ -17,9 +24,7 @@ export class CheckpointsModel extends PolledModel {
   }
 
   protected async load(): Promise<void> {
-    const data = await requestAPI<{ kernels: ICheckpointKernel[]; runs?: IDistributedRun[] }>(
-      'checkpoints'
-    );
+    const data = await requestAPI<ICheckpointKernels>('checkpoints');
     this.kernels = data.kernels;
     this.runs = data.runs ?? [];
     for (const kernel of this.kernels) {
@@ -41,7 +46,7 @@ export class CheckpointsModel extends PolledModel {
     this.requested.add(id);
     this._changed.emit();
     try {
-      const { requests } = await requestAPI<{ requests: ICheckpointRequest[] }>('checkpoints', {
+      const { requests } = await requestAPI<ICheckpointRequests>('checkpoints', {
         method: 'POST',
         body: JSON.stringify(target)
       });
