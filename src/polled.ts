@@ -17,8 +17,15 @@ export abstract class PolledModel implements IDisposable {
   error: string | null = null;
 
   constructor(interval: number, max = 30000) {
-    this._poll = new Poll({
-      factory: () => this.refresh(),
+    this.poll = new Poll({
+      // A failed look rejects, so the poll backs off (up to `max`) while the server cannot
+      // answer, and comes back to `interval` after the first look that succeeds.
+      factory: async () => {
+        await this.refresh();
+        if (this.error !== null) {
+          throw new Error(this.error);
+        }
+      },
       frequency: { interval, backoff: true, max },
       standby: 'when-hidden'
     });
@@ -50,7 +57,7 @@ export abstract class PolledModel implements IDisposable {
   dispose(): void {
     if (!this._disposed) {
       this._disposed = true;
-      this._poll.dispose();
+      this.poll.dispose();
       Signal.clearData(this);
     }
   }
@@ -77,5 +84,5 @@ export abstract class PolledModel implements IDisposable {
 
   protected _changed = new Signal<this, void>(this);
   private _disposed = false;
-  private _poll: Poll;
+  protected readonly poll: Poll;
 }
