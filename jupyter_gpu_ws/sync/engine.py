@@ -2,10 +2,11 @@
 
 A pass plans from the local record (no walk or listing when the changed paths are known),
 uploads in parallel and records what reached the store. Where the store's writes are not durable
-at once (a local folder), the records say so until a flush has made them durable: at the end of
-the pass (Persist now, the command line, a release) or just after it in the background (the
-watcher's passes). An unclean stop before that flush makes the next start send those files
-again. A reader of the store sees whole files only, either way.
+at once (a local folder), a pass that waits for the disk (Persist now, the command line, a
+release) records its files once the flush at its end has made them durable; the watcher's
+passes record them at once, listed as not yet durable until the flush that follows in the
+background. An unclean stop before that flush makes the next start send those files again. A
+reader of the store sees whole files only, either way.
 
 Nothing is overwritten or deleted without a version (versions.py), also where this runtime has
 no record of a path (a new machine, a lost record): the store's copy is compared first. Only the
