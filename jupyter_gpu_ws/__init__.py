@@ -13,8 +13,10 @@ except ImportError:  # a source checkout that was never built
     __version__ = "dev"
 
 
-# The kernel API: `import jupyter_gpu_ws as gpuws`. torch is imported on first `track`.
-from .checkpoints.tracker import log, progress, step  # noqa: E402,F401  (step: the hot path, a plain function)
+# The kernel API: `import jupyter_gpu_ws as gpuws`. torch is imported on first `track`; `step`,
+# `log` and `progress` (the tracker's module) on first use, then kept here as plain functions (step
+# is the hot path): the command line and the server, which import this package, never need them.
+_TRACKER_FUNCTIONS = ("step", "log", "progress")
 
 
 def track(name: str | None = None, **objects: Any) -> Any:
@@ -54,7 +56,14 @@ def resume(timeout: float = 600.0) -> int:
 
 
 def __getattr__(name: str) -> Any:
-    """`gpuws.LightningCallback` and `gpuws.TrainerCallback`, imported (with their framework) on use."""
+    """`gpuws.step`, `gpuws.log` and `gpuws.progress` (then kept as this module's own), and
+    `gpuws.LightningCallback` and `gpuws.TrainerCallback`, imported (with their framework) on use."""
+    if name in _TRACKER_FUNCTIONS:
+        from .checkpoints import tracker
+
+        function = getattr(tracker, name)
+        globals()[name] = function  # from now on a plain attribute: no call comes here again
+        return function
     if name == "LightningCallback":
         from .checkpoints.callbacks import lightning_callback_class
 

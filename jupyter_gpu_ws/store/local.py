@@ -328,10 +328,12 @@ class LocalBackend:
         otherwise the copy runs at memory speed and the disk gets it at the flush.
         """
 
-        def copy(src: int, dst: int, size: int, early: bool) -> int:
-            if sparse(os.fstat(src)):
-                return _copy_range_sparse(src, dst, 0, size, progress)  # holes stay holes
-            return _copy_fd(src, dst, progress, early)
+        def copy(src: int, dst: int, st: os.stat_result, early: bool) -> int:
+            if sparse(st):
+                return _copy_range_sparse(src, dst, 0, st.st_size, progress)  # holes stay holes
+            # The planned size exactly: a file that grows meanwhile changes its size and time,
+            # which `check` sees, so no call is spent looking for more past the end.
+            return _copy_fd(src, dst, progress, early, st.st_size)
 
         return self._put(local, key, copy, check, flush_soon)
 
@@ -348,9 +350,9 @@ class LocalBackend:
         returns how many bytes of the file it read, and calls `written(offset, length)` for each
         range it wrote."""
 
-        def copy(src: int, dst: int, size: int, early: bool) -> int:
+        def copy(src: int, dst: int, st: os.stat_result, early: bool) -> int:
             return encode(
-                src, dst, size, (lambda at, n: start_writeback(dst, at, n)) if early else None
+                src, dst, st.st_size, (lambda at, n: start_writeback(dst, at, n)) if early else None
             )
 
         return self._put(local, key, copy, check, flush_soon)
@@ -359,7 +361,7 @@ class LocalBackend:
         self,
         local: str,
         key: str,
-        copy: Callable[[int, int, int, bool], int],
+        copy: Callable[[int, int, os.stat_result, bool], int],
         check: Callable[[], bool] | None,
         flush_soon: bool,
     ) -> int:
@@ -374,11 +376,12 @@ class LocalBackend:
             try:
                 self._real_folder(parent, True, f"write {key}")
                 # Plain descriptors and a kernel-side copy: the fewest system calls per file.
-                size = os.fstat(src).st_size
+                st = os.fstat(src)
+                size = st.st_size
                 dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC, 0o666)
                 try:
                     early = flush_soon and self.durable and size >= EARLY_WRITEBACK
-                    stored = copy(src, dst, size, early)
+                    stored = copy(src, dst, st, early)
                 finally:
                     os.close(dst)
             finally:
@@ -837,15 +840,22 @@ _NO_KERNEL_COPY = {
 
 
 def _copy_fd(
-    src: int, dst: int, progress: Callable[[int], None] | None, early_writeback: bool = False
+    src: int,
+    dst: int,
+    progress: Callable[[int], None] | None,
+    early_writeback: bool = False,
+    size: int | None = None,
 ) -> int:
-    """Copy from the current offsets to the end of `src`: in the kernel (copy_file_range) where
-    it can, else through a buffer. Progress is reported per chunk of at most CHUNK bytes;
-    `early_writeback` starts writing each chunk to disk without waiting for it."""
+    """Copy from the current offsets to the end of `src` (with `size`: that many bytes, or fewer
+    where it ends first): in the kernel (copy_file_range) where it can, else through a buffer.
+    Progress is reported per chunk of at most CHUNK bytes; `early_writeback` starts writing each
+    chunk to disk without waiting for it."""
     total = 0
     kernel = hasattr(os, "copy_file_range")
     step = CHUNK if progress or early_writeback else 1 << 30
     while kernel:
+        if size is not None and total >= size:
+            return total
         try:
             n = os.copy_file_range(src, dst, step)
         except OSError as err:
@@ -859,7 +869,7 @@ def _copy_fd(
         total += n
         if progress:
             progress(n)
-    while True:
+    while size is None or total < size:
         chunk = os.read(src, CHUNK)
         if not chunk:
             return total
@@ -871,6 +881,7 @@ def _copy_fd(
         total += len(chunk)
         if progress:
             progress(len(chunk))
+    return total
 
 
 def _open_source(local: str) -> int:

@@ -2,10 +2,11 @@
 
 A pass plans from the local record (no walk or listing when the changed paths are known),
 uploads in parallel and records what reached the store. Where the store's writes are not durable
-at once (a local folder), the records say so until a flush has made them durable: at the end of
-the pass (Persist now, the command line, a release) or just after it in the background (the
-watcher's passes). An unclean stop before that flush makes the next start send those files
-again. A reader of the store sees whole files only, either way.
+at once (a local folder), a pass that waits for the disk (Persist now, the command line, a
+release) records its files once the flush at its end has made them durable; the watcher's
+passes record them at once, listed as not yet durable until the flush that follows in the
+background. An unclean stop before that flush makes the next start send those files again. A
+reader of the store sees whole files only, either way.
 
 Nothing is overwritten or deleted without a version (versions.py), also where this runtime has
 no record of a path (a new machine, a lost record): the store's copy is compared first. Only the
@@ -50,7 +51,7 @@ from .errors import (
     SyncError,
 )
 from .ignore import IgnoreRules
-from .index import SyncIndex
+from .index import Record, SyncIndex
 from .pending import PendingSet
 from .plan import PassReport, Planner, check_workdir, files_text, needs_listing
 from .progress import Progress, RateLimiter
@@ -600,7 +601,7 @@ class SyncEngine:
         else:
             self.pending_set.include(changed, deleted)
         changed = [f for f in changed if not self.pending_set.known_problem(f)]
-        known = {f.path: self.index.get(f.path) for f in changed}  # each record looked up once
+        known = self.index.get_many([f.path for f in changed])  # each record looked up once
         self.planner.guard_deletions(deleted, total_records, self.settings.max_delete_fraction)
         quota = self.settings.quota_bytes
         changed, self.quota_warning = self.planner.apply_limits(
@@ -619,9 +620,14 @@ class SyncEngine:
             listing = self.store.list_files()
         transfer = PassTransfer(self, progress, cancel, report, flush_soon)
         records_done = transfer.upload_all(changed, known, listing)
-        # Listed as not yet durable whether or not a flush has started on them meanwhile: only
-        # a flush that begins after this records them as durable.
-        self.index.put_many(records_done, unflushed=self.backend.flushes)
+        if flush_soon and self.backend.flushes:
+            # A pass that waits for the disk records its files once they are durable: the record
+            # never claims a file a power cut could take, and needs no unflushed list to undo.
+            self.flush(records_done)
+        else:
+            # Listed as not yet durable whether or not a flush has started on them meanwhile:
+            # only a flush that begins after this records them as durable.
+            self.index.put_many(records_done, unflushed=self.backend.flushes)
         for record in records_done:
             self.pending_set.done(record.path)
         if cancel is not None and cancel.is_set():
@@ -636,20 +642,24 @@ class SyncEngine:
         self.kept_versions.prune(overwritten | set(report.deleted))
         progress.set_phase("done")
 
-    def flush(self) -> None:
-        """Make everything written to the store durable, and the records say so. If the store
-        fails to, the records since the last flush are dropped and the files become pending."""
+    def flush(self, written: list[Record] | None = None) -> None:
+        """Make everything written to the store durable, and the records say so; `written`: the
+        records of files written but not recorded yet, recorded once they are durable. If the
+        store fails to flush, the records since the last flush are dropped (those of `written`
+        never made) and the files become pending."""
         upto = self.index.unflushed_mark()
         try:
             self.backend.flush()
         except SyncError as err:
-            lost = self.index.forget_unflushed(upto)
+            lost = self.index.forget_unflushed(upto) + [r.path for r in written or []]
             self.resend.update(lost)
             self.mark_dirty(lost)
             raise type(err)(
                 f"{err}: the last writes may not be durable, so {files_text(len(lost))} will be "
                 "sent again"
             ) from err
+        if written:
+            self.index.put_many(written)
         if upto:
             self.index.clear_unflushed(upto)
 

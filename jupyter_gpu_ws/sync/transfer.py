@@ -211,18 +211,12 @@ class PassTransfer:
 
     def _run_batches(self, files: list[LocalFile], run: Callable[[list[LocalFile]], None]) -> None:
         """Large files one to a worker, small ones SMALL_BATCH to a batch: few thread hand-offs."""
-        batches: list[list[LocalFile]] = []
-        small: list[LocalFile] = []
-        for f in files:
-            if f.size >= LARGE_FILE:
-                batches.append([f])
-            else:
-                small.append(f)
-                if len(small) == SMALL_BATCH:
-                    batches.append(small)
-                    small = []
-        if small:
-            batches.append(small)
+        batches: list[list[LocalFile]] = [[f] for f in files if f.size >= LARGE_FILE]
+        small = [f for f in files if f.size < LARGE_FILE]
+        if self.engine.urgent:  # in the order planned: smallest first
+            batches += [small[i : i + SMALL_BATCH] for i in range(0, len(small), SMALL_BATCH)]
+        else:
+            batches += batches_by_folder(small)
         if not batches:
             return
         workers = max(1, min(self.engine.settings.concurrency, len(batches)))
@@ -413,3 +407,22 @@ def _local_hash(path: str) -> str:
         return file_hash(path)
     except PermissionError as err:
         raise LocalFileError(f"cannot be read: {err.strerror}") from None
+
+
+def batches_by_folder(files: list[LocalFile]) -> list[list[LocalFile]]:
+    """Small files in batches of SMALL_BATCH from one folder each, the folders taking turns: the
+    batches that run at the same time write into different folders, where each new name would
+    otherwise wait for the others' (a file system adds one name to a folder at a time)."""
+    folders: dict[str, list[LocalFile]] = {}
+    for f in files:
+        folders.setdefault(f.path.rpartition("/")[0], []).append(f)
+    chunked = [
+        [batch[i : i + SMALL_BATCH] for i in range(0, len(batch), SMALL_BATCH)]
+        for batch in folders.values()
+    ]
+    return [
+        chunks[turn]
+        for turn in range(max((len(c) for c in chunked), default=0))
+        for chunks in chunked
+        if turn < len(chunks)
+    ]

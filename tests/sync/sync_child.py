@@ -2,6 +2,8 @@
 
 Usage: python sync_child.py '<SyncSettings fields as JSON>'
 (with "passphrase": the workspace is encrypted with it; see settings_from)
+(with "flush_log": a local-folder store that appends to that file, as each flush of the store
+ends, the keys it made durable: those written before the flush began; see FlushLog)
 Prints "syncing" once the engine holds the lease and the pass begins, "done" when it ended.
 """
 
@@ -23,10 +25,49 @@ def settings_from(fields: dict[str, Any]) -> Any:
     return SyncSettings(**fields, encryption=encryption)
 
 
+# How long FlushLog's disk takes to make a flush durable: long enough that a kill is likely to
+# land while a flush is under way, as on a slow disk.
+FLUSH_SECONDS = 1.0
+
+
+def flush_logged(root: str, log: str) -> Any:
+    """A local-folder store that says which keys each of its flushes made durable: what a power
+    cut at any moment would have kept, which a kill -9 alone cannot show."""
+    import threading
+    import time
+
+    from jupyter_gpu_ws.store.local import LocalBackend
+
+    class FlushLog(LocalBackend):
+        def __init__(self) -> None:
+            super().__init__(root)
+            self._keys: list[str] = []
+            self._keys_lock = threading.Lock()
+
+        def put(self, local: str, key: str, *args: Any, **kwargs: Any) -> int:
+            size = super().put(local, key, *args, **kwargs)
+            with self._keys_lock:
+                self._keys.append(key)
+            return size
+
+        def flush(self) -> None:
+            with self._keys_lock:
+                keys, self._keys = self._keys, []
+            super().flush()
+            time.sleep(FLUSH_SECONDS)  # the disk at work: nothing of this flush is durable yet
+            with open(log, "a", encoding="utf-8") as f:
+                f.write("".join(f"{key}\n" for key in keys))
+
+    return FlushLog()
+
+
 def main() -> int:
     from jupyter_gpu_ws.sync import SyncEngine
 
-    engine = SyncEngine(settings_from(json.loads(sys.argv[1])))
+    fields = json.loads(sys.argv[1])
+    log = fields.pop("flush_log", None)
+    backend = flush_logged(fields["store_url"], log) if log else None
+    engine = SyncEngine(settings_from(fields), backend=backend)
     engine.open()
     if engine.read_only:
         print(f"read-only: {engine.read_only_reason}", flush=True)

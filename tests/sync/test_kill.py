@@ -38,7 +38,10 @@ import pytest
 from jupyter_gpu_ws.store import open_backend
 from jupyter_gpu_ws.store.backend import PART_SUFFIX
 from jupyter_gpu_ws.store.crypto import Encryption, protect
+from jupyter_gpu_ws.store.local import LocalBackend
 from jupyter_gpu_ws.sync import SyncEngine
+from jupyter_gpu_ws.sync.engine import index_path
+from jupyter_gpu_ws.sync.index import SyncIndex
 from tests.sync.conftest import S3_BUCKET
 from tests.sync.s3server import S3Server
 from tests.sync.sync_child import settings_from
@@ -333,6 +336,54 @@ def test_kill_during_a_pass_of_large_files_leaves_only_complete_files(
     kill_first_pass_and_check(
         large_tree, large_tree_seconds, point, LARGE_POINTS, 2, scratch, encrypted
     )
+
+
+# -- what the record claims after a kill ---------------------------------------------------
+
+DURABLE_POINTS = 4  # kill points in a pass that waits for the disk
+
+
+def durable_settings(tree: Path, scratch: Path, n: int) -> dict[str, Any]:
+    """A pass as Persist now and the command line run it (it waits for the disk), on a store
+    that logs which keys each flush made durable (sync_child.flush_logged)."""
+    settings = child_settings(tree, str(scratch / f"store{n}"), scratch / f"state{n}")
+    return {**settings, "durable": True, "flush_log": str(scratch / f"flushed{n}.log")}
+
+
+@pytest.fixture(scope="module")
+def durable_pass_seconds(small_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> float:
+    scratch = tmp_path_factory.mktemp("measure-durable")
+    run = run_pass(durable_settings(small_tree, scratch, 0))
+    assert not run.killed and run.output.startswith("done"), run.output
+    return run.seconds
+
+
+@pytest.mark.parametrize("point", range(DURABLE_POINTS))
+def test_kill_during_a_first_pass_leaves_a_record_of_durable_whole_files_only(
+    point: int, small_tree: Path, durable_pass_seconds: float, scratch: Path
+) -> None:
+    settings = interrupted_pass(
+        lambda n: durable_settings(small_tree, scratch, n),
+        kill_delay(durable_pass_seconds, point, DURABLE_POINTS, 7),
+    )
+    store = Path(settings["store_url"])
+    log = Path(settings["flush_log"])  # none where the kill came before the first flush
+    durable = set(log.read_text(encoding="utf-8").split()) if log.exists() else set()
+    index = SyncIndex(
+        index_path(settings["state_dir"], str(small_tree), LocalBackend(str(store)), "ws")
+    )
+    try:
+        # What the record says is in the store, and an unclean stop does not make it forget.
+        claimed = set(index.all()) - set(index.unflushed_paths())
+    finally:
+        index.close()
+    filecmp.clear_cache()
+    for rel in claimed:
+        assert f"ws/files/{rel}" in durable, f"{rel} is recorded as synced but was never flushed"
+        assert filecmp.cmp(local_mirror(store) / rel, small_tree / rel, shallow=False), rel
+    assert_only_complete_files(local_mirror(store), small_tree)
+    finish({k: v for k, v in settings.items() if k != "flush_log"}).close()
+    assert_mirror_equals(local_mirror(store), small_tree)
 
 
 # -- a pass of changes and deletions -------------------------------------------------------
