@@ -17,6 +17,7 @@ they are back. Only `make()` creates them, on an explicit first use (store/prese
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -772,9 +773,15 @@ class LocalBackend:
                 if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
                     os.fsync(fd)
             except OSError as err:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
                 _raise_os_error(err, "flush", self.root)
-            finally:
+            try:
+                # A mounted drive answers the close too (FUSE's flush), and may fail it: a store
+                # error like any other, never an OSError that ends the flusher's thread.
                 os.close(fd)
+            except OSError as err:
+                _raise_os_error(err, "flush", self.root)
 
 
 # Folders listed at once on a mounted drive (see _walk).

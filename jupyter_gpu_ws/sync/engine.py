@@ -689,6 +689,9 @@ class SyncEngine:
                 self.state, self.last_error = "error", str(err)
                 self.pending_set.held(str(err))
                 log.warning("Sync: %s", err)
+            except Exception as err:  # noqa: BLE001 - the thread must live on to flush later
+                self.state, self.last_error = "error", f"the flush failed: {err}"
+                log.exception("Sync: the flush failed")
 
     def plan(
         self, paths: Iterable[str] | None = None
