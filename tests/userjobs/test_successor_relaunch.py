@@ -227,8 +227,15 @@ def test_the_deadlines_persist_stops_a_running_job_at_its_checkpoint_for_the_nex
         assert (
             a.api("/gpuws/api/jobs")["relaunch"]["pending"] == []
         )  # not this runtime's to relaunch
-        notices = [n["message"] for n in a.api("/gpuws/api/runtime")["notices"]]
-        assert any("1 job stopped at a checkpoint" in n for n in notices), notices
+        # The notice follows once every job has stopped (the record says so a moment before).
+        until(
+            lambda: any(
+                "1 job stopped at a checkpoint" in n["message"]
+                for n in a.api("/gpuws/api/runtime")["notices"]
+            ),
+            30,
+            "the notice of the stopped job",
+        )
         record = stored_record(shared_store, "test-ws", job["id"])
     assert (
         record["state"] == "interrupted"
