@@ -75,6 +75,19 @@ class Progress:
     def add_bytes(self, n: int) -> None:
         self._count(0, n, None)
 
+    def take_back(self, n: int) -> None:
+        """Bytes counted for a copy that was abandoned (its file changed mid-copy, or the store
+        failed it): they are sent again, and counted again then, never twice."""
+        self._count(0, -n, None)
+
+    def resize(self, delta: int) -> None:
+        """A planned file's size changed before it was sent again: the total follows it."""
+        with self._lock:
+            self.bytes_total += delta
+            followers = list(self._followers)
+        for follower in followers:
+            follower.resize(delta)
+
     def file_done(self, path: str) -> None:
         self._count(1, 0, path)
 

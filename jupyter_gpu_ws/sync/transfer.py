@@ -239,9 +239,14 @@ class PassTransfer:
         attempt = 0
         versioned = False
         before = (f.size, f.mtime_ns)
+        sent = [0]  # bytes the progress counted for this attempt's copy
         while True:
             if attempt:
+                self.progress.take_back(sent[0])
+                sent[0] = 0
                 st = os.stat(path)  # FileNotFoundError: deleted meanwhile, the caller skips it
+                if st.st_size != before[0]:
+                    self.progress.resize(st.st_size - before[0])
                 before = (st.st_size, st.st_mtime_ns)
             if record is not None and record.size == before[0] and record.hash is not None:
                 # Touched but maybe not changed: a hash settles it without an upload.
@@ -285,7 +290,7 @@ class PassTransfer:
                     else:
                         engine.kept_versions.keep(f.path)
                     versioned = True
-                per_chunk = self._per_chunk(before[0])
+                per_chunk = self._per_chunk(before[0], sent)
                 engine.backend.put(
                     path, key, per_chunk, check=unchanged, flush_soon=self.flush_soon
                 )
@@ -308,7 +313,7 @@ class PassTransfer:
                 attempt += 1
                 self._unavailable(f.path, err, attempt)
 
-    def _per_chunk(self, size: int) -> Callable[[int], None] | None:
+    def _per_chunk(self, size: int, sent: list[int]) -> Callable[[int], None] | None:
         """What the backend calls with each chunk's size as it sends a file: the bandwidth limit,
         the emergency persist's deadline (looked at between 1 MiB slices) and the progress
         within a large file; None where none of those applies (progress counts it at the end)."""
@@ -325,6 +330,7 @@ class PassTransfer:
                 if limiter is not None:
                     limiter.take(min(1 << 20, n - part))
             progress.add_bytes(n)
+            sent[0] += n
 
         return per_chunk
 

@@ -22,6 +22,7 @@ from jupyter_gpu_ws.sync import (
     SyncError,
     WorkdirError,
 )
+from jupyter_gpu_ws.sync.progress import Progress
 from tests.sync.conftest import same_trees, tree_files, write
 
 Make = Callable[..., SyncEngine]
@@ -609,3 +610,21 @@ def test_a_pass_that_fails_on_something_unforeseen_keeps_the_watchers_news(
     backend.broken = False
     # What the watcher had noticed comes with the next pass, not an hour later with the rescan.
     assert engine.sync(engine.take_dirty()).uploaded == ["a.txt"]
+
+
+def test_a_large_file_sent_again_after_changing_mid_copy_is_counted_once_in_the_progress(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
+    """The panel's "N MiB of M MiB" never runs past its total: the abandoned copy's bytes are
+    taken back and the total follows the file's new size (it read "599 MiB of 312 MiB")."""
+    big = workdir / "big.bin"
+    big.write_bytes(bytes(65 << 20))  # above the size whose progress is counted as it goes
+    backend = ChangingSource(str(store_dir), big)
+    engine = make_engine(workdir, backend=backend)
+    progress = Progress()
+    engine.sync(progress=progress)
+    assert backend.puts == 2
+    final = big.stat().st_size
+    seen = progress.snapshot()
+    assert (seen["bytes_done"], seen["bytes_total"]) == (final, final)
+    assert (mirror(store_dir) / "big.bin").stat().st_size == final
