@@ -379,7 +379,12 @@ def test_the_service_keeps_uploading_after_a_non_utf8_name_appears(
                 and os.path.exists(mirror + "/and‛FF/after.txt".encode())
             )
         )
-        eventually(lambda: service.engine.pending() == (0, 0))
+        # Nothing pending comes a moment before the pass ends (its records, its flush).
+        eventually(
+            lambda: (
+                service.engine.pending() == (0, 0) and service.engine.status()["state"] == "idle"
+            )
+        )
         saved(service.engine)
     finally:
         service.stop()
