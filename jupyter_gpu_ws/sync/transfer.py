@@ -303,6 +303,7 @@ class PassTransfer:
             except SourceChangedError:
                 attempt += 1  # it changed while we read it: read it again, never store it torn
                 if attempt > 20:
+                    self.progress.take_back(sent[0])  # not sent: its bytes are not counted
                     raise SyncError(
                         f"{f.path} keeps changing; it will be synced once it settles"
                     ) from None
