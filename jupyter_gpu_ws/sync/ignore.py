@@ -7,6 +7,11 @@ from pathlib import Path
 import pathspec
 
 IGNORE_FILE = ".gpuwsignore"
+# pathspec's pure-Python matcher, whatever else is installed: by default pathspec takes the
+# fastest back end it finds, and its RE2 one (google-re2, when some other package brought it)
+# raises on a name that is not UTF-8 (its surrogate escapes), which failed every pass of a work
+# directory holding one. RE2 matched 100,000 paths in 0.73 us each against 2.3 us here.
+BACKEND = "simple"
 
 # Caches, environments and build output: rebuilt, not restored.
 DEFAULT_EXCLUDES = [
@@ -36,7 +41,9 @@ class IgnoreRules:
         self.extra = list(extra or [])
         self._mtime: int | None = -1
         self.problems: list[str] = []
-        self._spec = pathspec.GitIgnoreSpec.from_lines(DEFAULT_EXCLUDES + self.extra)
+        self._spec = pathspec.GitIgnoreSpec.from_lines(
+            DEFAULT_EXCLUDES + self.extra, backend=BACKEND
+        )
         self.reload()
 
     def reload(self) -> None:
@@ -59,7 +66,7 @@ class IgnoreRules:
                 )
             for number, line in enumerate(own, 1):
                 try:
-                    pathspec.GitIgnoreSpec.from_lines([line])
+                    pathspec.GitIgnoreSpec.from_lines([line], backend=BACKEND)
                 except Exception as err:  # noqa: BLE001 - pathspec raises several kinds
                     problems.append(
                         f"{IGNORE_FILE} line {number} ({line.strip()!r}) is not a valid pattern "
@@ -67,7 +74,7 @@ class IgnoreRules:
                     )
                     continue
                 lines.append(line)
-        self._spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        self._spec = pathspec.GitIgnoreSpec.from_lines(lines, backend=BACKEND)
         self.problems = problems
         self._mtime = mtime
 
