@@ -600,7 +600,7 @@ class SyncEngine:
             self.pending_set.replace(changed, deleted)
         else:
             self.pending_set.include(changed, deleted)
-        changed = [f for f in changed if not self.pending_set.known_problem(f)]
+        changed = self.pending_set.without_known_problems(changed)
         known = self.index.get_many([f.path for f in changed])  # each record looked up once
         self.planner.guard_deletions(deleted, total_records, self.settings.max_delete_fraction)
         quota = self.settings.quota_bytes
@@ -628,8 +628,7 @@ class SyncEngine:
             # Listed as not yet durable whether or not a flush has started on them meanwhile:
             # only a flush that begins after this records them as durable.
             self.index.put_many(records_done, unflushed=self.backend.flushes)
-        for record in records_done:
-            self.pending_set.done(record.path)
+        self.pending_set.done_many(record.path for record in records_done)
         if cancel is not None and cancel.is_set():
             raise CancelledError(f"Cancelled after {len(records_done)} of {len(changed)} files")
         if report.stopped:
@@ -637,8 +636,7 @@ class SyncEngine:
 
         transfer.delete_all(deleted)
         self.index.delete_many([rel for rel in deleted if rel in report.deleted])
-        for rel in report.deleted:
-            self.pending_set.done(rel)
+        self.pending_set.done_many(report.deleted)
         self.kept_versions.prune(overwritten | set(report.deleted))
         progress.set_phase("done")
 

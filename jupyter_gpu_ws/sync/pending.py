@@ -88,21 +88,21 @@ class PendingSet:
 
     def replace(self, changed: Iterable[LocalFile], deleted: Iterable[str]) -> None:
         """After a full plan: exactly these differ (their states and errors are kept)."""
+        now = time.time()
         with self._lock:
             items: dict[str, PendingFile] = {}
             for f in changed:
-                if self._known(f):
+                if self.problems and self._known(f):
                     continue  # listed with its reason among the problems, not as waiting
                 old = self._items.get(f.path)
-                items[f.path] = (
-                    old if old is not None else PendingFile(f.path, f.size, since=time.time())
-                )
-                items[f.path].size = f.size
+                if old is None:
+                    items[f.path] = PendingFile(f.path, f.size, since=now)
+                else:
+                    items[f.path] = old
+                    old.size = f.size
             for rel in deleted:
                 old = self._items.get(rel)
-                items[rel] = (
-                    old if old is not None else PendingFile(rel, 0, "deleting", since=time.time())
-                )
+                items[rel] = old if old is not None else PendingFile(rel, 0, "deleting", since=now)
             self._items = items
 
     def _set(self, rel: str, size: int, state: str) -> None:
@@ -130,9 +130,13 @@ class PendingSet:
                 item.state, item.note = "uploading", note
 
     def done(self, rel: str) -> None:
+        self.done_many((rel,))
+
+    def done_many(self, rels: Iterable[str]) -> None:
         with self._lock:
-            self._items.pop(rel, None)
-            self.problems.pop(rel, None)
+            for rel in rels:
+                self._items.pop(rel, None)
+                self.problems.pop(rel, None)
 
     def failing(self, rel: str, size: int, error: str) -> None:
         with self._lock:
@@ -163,10 +167,13 @@ class PendingSet:
                 rel, reason, local.size if local else 0, local.mtime_ns if local else 0
             )
 
-    def known_problem(self, f: LocalFile) -> bool:
-        """A file that failed for a local reason and has not changed since: not tried again."""
+    def without_known_problems(self, files: list[LocalFile]) -> list[LocalFile]:
+        """`files` less those that failed for a local reason and have not changed since: they
+        are not tried again."""
         with self._lock:
-            return self._known(f)
+            if not self.problems:
+                return files
+            return [f for f in files if not self._known(f)]
 
     def _known(self, f: LocalFile) -> bool:
         known = self.problems.get(f.path)

@@ -88,8 +88,9 @@ class Progress:
         for follower in followers:
             follower.resize(delta)
 
-    def file_done(self, path: str) -> None:
-        self._count(1, 0, path)
+    def file_done(self, path: str, size: int = 0) -> None:
+        """A file is done; `size`: its bytes not counted yet (a small file's, all at once)."""
+        self._count(1, size, path)
 
     def _count(self, files: int, size: int, path: str | None) -> None:
         with self._lock:

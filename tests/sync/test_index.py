@@ -7,7 +7,13 @@ import random
 import sqlite3
 from pathlib import Path
 
-from jupyter_gpu_ws.sync.index import Record, SyncedFolder, SyncIndex, synced_folders
+from jupyter_gpu_ws.sync.index import (
+    RECOUNT_FROM,
+    Record,
+    SyncedFolder,
+    SyncIndex,
+    synced_folders,
+)
 
 
 def counted(db: Path) -> tuple[int, int]:
@@ -35,6 +41,30 @@ def test_totals_follow_every_put_replace_and_delete(tmp_path: Path) -> None:
     reopened = SyncIndex(str(db))
     assert reopened.count_and_bytes() == counted(db)
     reopened.close()
+
+
+def test_totals_stay_right_when_many_paths_change_at_once(tmp_path: Path) -> None:
+    # More than RECOUNT_FROM paths at once: the table is counted again when next asked instead
+    # of each path being looked up first.
+    db = tmp_path / "index.sqlite"
+    index = SyncIndex(str(db))
+    rng = random.Random(11)
+    paths = [f"d{i % 17}/f{i}.txt" for i in range(12_000)]
+    index.put_many(Record(p, rng.randrange(10_000), 1, None, 0.0) for p in paths[:500])
+    assert index.count_and_bytes() == counted(db)
+    statements: list[str] = []
+    index._db.set_trace_callback(statements.append)  # which queries the record makes
+    for size in (RECOUNT_FROM + 1, 5_000, 40, 8_000, 3, 2_500):
+        batch = rng.sample(paths, size)
+        recorded = counted(db)[0]
+        statements.clear()
+        index.put_many(Record(p, rng.randrange(10_000), 2, None, 0.0) for p in batch)
+        looked_up = any(q.startswith("SELECT path, size") for q in statements)
+        assert looked_up == (size <= max(RECOUNT_FROM, recorded // 8))  # many: no lookup per path
+        assert index.count_and_bytes() == counted(db)
+        index.delete_many(rng.sample(paths, size // 2 + 1))
+        assert index.count_and_bytes() == counted(db)
+    index.close()
 
 
 def test_a_flush_clears_only_what_was_recorded_before_it_began(tmp_path: Path) -> None:
