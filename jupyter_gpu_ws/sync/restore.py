@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..checkpoints.files import MANIFEST, folder_order
-from ..diskio import pwrite_all
+from ..diskio import pwrite_all, waits_on_disk
 from ..store.backend import PART_SUFFIX, Backend, RemoteFile, md5_of
 from ..store.hashing import fd_hash, file_hash
 from .errors import CancelledError, StoreUnavailableError, SyncError
@@ -425,6 +425,7 @@ class RestoreJob:
         self._many = False
         self._in_flight = 1
         self._loops = threading.Semaphore(MANY_LOOPS)
+        self._here = False  # whole files copied by the restore's own thread (see _hand_in)
         self._recorded = index.count_and_bytes()[0] > 0
 
     # -- running -------------------------------------------------------------------------------
@@ -468,6 +469,7 @@ class RestoreJob:
         self._many = (
             round_trips and self.limiter is None and reads_many is not None and reads_many()
         )
+        self._here = not round_trips
         if self._many:
             cap = MANY_BATCH
             self._in_flight = max(1, self.concurrency * MANY_IN_FLIGHT // MANY_LOOPS)
@@ -500,10 +502,10 @@ class RestoreJob:
                         continue
                     batch.append((download, 0))
                     if len(batch) == size:
-                        work.add(batch)
+                        self._hand_in(batch)
                         batch = []
                 if batch:
-                    work.add(batch)
+                    self._hand_in(batch)
                 work.wait()
                 self._flush_records()
         finally:
@@ -515,6 +517,20 @@ class RestoreJob:
             self.state.settle_rest(self.stop_reason or "the restore ended without it")
         self.progress.phase = "done"
         return self.report
+
+    def _hand_in(self, batch: list[tuple[_Download, int]]) -> None:
+        """A batch of whole files: to the workers, or on a local disk copied here and now, one
+        after the other, while the workers fetch the large files' parts, until the files are
+        seen to wait on the disk (diskio.waits_on_disk); then to the workers from there on."""
+        if self._here:
+            started = time.monotonic()
+            self._fetch_batch(batch)
+            nbytes = sum(d.remote.size for d, _ in batch)
+            if waits_on_disk(time.monotonic() - started, len(batch), nbytes):
+                self._here = False
+        else:
+            assert self._work is not None
+            self._work.add(batch)
 
     def _target(self, rel: str) -> str:
         if os.sep == "/":
@@ -724,8 +740,8 @@ class RestoreJob:
                 raise
 
     def _fetch_small(self, d: _Download) -> int:
-        """A small file: the same with its bytes counted once it is in (no callback per chunk,
-        and the cancel looked at before it starts: it is over in a moment)."""
+        """A small file: the same with its bytes counted once it is done (no callback per
+        chunk, and the cancel looked at before it starts: it is over in a moment)."""
         assert d.incoming is not None
         attempt = 0
         while True:
@@ -741,8 +757,7 @@ class RestoreJob:
                     raise StoreUnavailableError(f"{err} (after {attempt} attempts)") from err
                 time.sleep(min(self.retry_backoff * 2 ** (attempt - 1), 10.0))
                 continue
-            self._count(d, n)
-            return n
+            return n  # counted once the file is done (_part_done): one call, not two
 
     def _count(self, d: _Download, n: int) -> None:
         with d.lock:
@@ -770,10 +785,9 @@ class RestoreJob:
             finally:
                 if d.incoming is not None:
                     d.incoming.close()
-                self.progress.add_bytes(
-                    d.remote.size - d.counted
-                )  # the bar ends full, whatever happened
-                self.progress.file_done(d.rel)
+                # Its bytes not counted yet (a small file's, all of them): the bar ends full,
+                # whatever happened.
+                self.progress.file_done(d.rel, d.remote.size - d.counted)
             self._settled(d, ok)
 
     # -- a complete file -----------------------------------------------------------------------
@@ -795,9 +809,10 @@ class RestoreJob:
         fd = d.incoming.fd
         if d.written != d.remote.size:
             raise StoreUnavailableError(f"got {d.written} of {d.remote.size} bytes")
-        tag = md5_of(d.remote.etag)
-        if d.parts > 1 and tag is not None and _md5(fd, d.remote.size) != tag:
-            raise StoreUnavailableError("the bytes received do not match the store's checksum")
+        if d.parts > 1:
+            tag = md5_of(d.remote.etag)
+            if tag is not None and _md5(fd, d.remote.size) != tag:
+                raise StoreUnavailableError("the bytes received do not match the store's checksum")
         if d.remote.mtime:
             os.utime(fd, (d.remote.mtime, d.remote.mtime))
         st = os.fstat(fd)
@@ -882,8 +897,7 @@ class RestoreJob:
         if folder.failed is not None:
             with self._lock:
                 self.report.errors.append(f"{manifest.rel}: not restored, because {folder.failed}")
-        self.progress.add_bytes(manifest.remote.size)
-        self.progress.file_done(manifest.rel)
+        self.progress.file_done(manifest.rel, manifest.remote.size)
         if folder.run is not None and self.state is not None:
             self.state.settle(folder.run, reason)
 
@@ -925,7 +939,8 @@ def _unfit(rel: str) -> str | None:
     empty, `.` or `..` part would lead elsewhere (checked by parts: far cheaper per file than
     normalising the path), and no file name holds a NUL byte. Whatever else the file system
     here refuses (a name too long for it) fails when the file is written, as that file's error."""
-    if any(part in ("", ".", "..") for part in rel.split("/")):
+    framed = f"/{rel}/"
+    if "//" in framed or "/./" in framed or "/../" in framed:
         return "not restored: its name in the store is not a path inside the work directory"
     if "\0" in rel:
         return "not restored: its name in the store holds a NUL byte, which no file name can"

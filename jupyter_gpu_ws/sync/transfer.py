@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from ..checkpoints.files import MANIFEST
+from ..diskio import waits_on_disk
 from ..store import Store
 from ..store.backend import Backend, RemoteFile, SourceChangedError
 from ..store.hashing import file_hash
@@ -149,11 +150,13 @@ class PassTransfer:
                 into.append(entry)
                 failed_folders.add(f.path.rpartition("/")[0])  # no manifest without its data
 
+        manifest = "/" + MANIFEST
+
         def run(batch: list[LocalFile]) -> None:
             for f in batch:
                 if self._cancelled() or stop.is_set():
                     return
-                if f.path.endswith("/" + MANIFEST) and f.path.rpartition("/")[0] in failed_folders:
+                if f.path.endswith(manifest) and f.path.rpartition("/")[0] in failed_folders:
                     continue  # its data did not all reach the store: no manifest without it
                 with lock:
                     tried.add(f.path)
@@ -168,7 +171,7 @@ class PassTransfer:
                         continue
                 pending.uploading(f.path, self._holes_note(f))
                 try:
-                    record, sent = self.upload_one(f, known.get(f.path), in_store)
+                    record, sent, uncounted = self.upload_one(f, known.get(f.path), in_store)
                 except LocalFileError as err:
                     pending.problem(f.path, str(err), f)
                     with lock:
@@ -200,7 +203,7 @@ class PassTransfer:
                         report.bytes_uploaded += record.size
                     else:
                         report.unchanged += 1  # the store had these bytes already
-                progress.file_done(f.path)
+                progress.file_done(f.path, uncounted)
 
         for phase in upload_phases(files, engine.urgent):
             if stop.is_set() or self._cancelled():
@@ -223,16 +226,32 @@ class PassTransfer:
         if workers == 1:
             for batch in batches:
                 run(batch)
-        else:
-            with ThreadPoolExecutor(workers, thread_name_prefix="gpuws-sync") as pool:
-                list(pool.map(run, batches))
+            return
+        here: list[list[LocalFile]] = []
+        if not self.engine.backend.round_trips:
+            # Into a local disk, small files one after the other in this thread, as `cp -r`
+            # does, until they are seen to wait on the disk (diskio.waits_on_disk).
+            here = [batch for batch in batches if batch[0].size < LARGE_FILE]
+            batches = [batch for batch in batches if batch[0].size >= LARGE_FILE]
+        with ThreadPoolExecutor(workers, thread_name_prefix="gpuws-sync") as pool:
+            running = [pool.submit(run, batch) for batch in batches]
+            for n, batch in enumerate(here):
+                started = time.monotonic()
+                run(batch)
+                nbytes = sum(f.size for f in batch)
+                if waits_on_disk(time.monotonic() - started, len(batch), nbytes):
+                    running += [pool.submit(run, rest) for rest in here[n + 1 :]]
+                    break
+            for future in running:
+                future.result()
 
     def upload_one(
         self, f: LocalFile, record: Record | None, in_store: dict[str, RemoteFile] | None
-    ) -> tuple[Record, bool]:
+    ) -> tuple[Record, bool, int]:
         """`record`: the path's record before this pass. The scan's stat, taken just before, is
         the state the copy is checked against; after a change mid-copy the file is stat'ed again.
-        Returns the new record, and whether bytes were sent (not when the store had them already)."""
+        Returns the new record, whether bytes were sent (not when the store had them already),
+        and how many of them the progress has yet to count (a small file's, at its end)."""
         engine = self.engine
         path = engine.abs(f.path)
         key = engine.store.file_key(f.path)
@@ -252,7 +271,7 @@ class PassTransfer:
                 # Touched but maybe not changed: a hash settles it without an upload.
                 digest = _local_hash(path)
                 if digest == record.hash:
-                    return Record(f.path, before[0], before[1], digest, engine.clock()), False
+                    return Record(f.path, before[0], before[1], digest, engine.clock()), False, 0
 
             def unchanged(before: tuple[int, int] = before) -> bool:
                 engine.lease.fence()  # the last moment before the copy becomes visible
@@ -283,9 +302,11 @@ class PassTransfer:
                             if existing.size == before[0] and engine.backend.same_content(
                                 key, path, existing
                             ):
-                                return Record(
-                                    f.path, before[0], before[1], None, engine.clock()
-                                ), False
+                                return (
+                                    Record(f.path, before[0], before[1], None, engine.clock()),
+                                    False,
+                                    0,
+                                )
                             engine.kept_versions.keep(f.path, existing)
                     else:
                         engine.kept_versions.keep(f.path)
@@ -296,10 +317,12 @@ class PassTransfer:
                 )
                 engine.failing_since = None
                 engine.resend.discard(f.path)
-                engine.note_partial(f.path, engine.settling.partial(LocalFile(f.path, *before)))
-                if per_chunk is None:
-                    self.progress.add_bytes(before[0])
-                return Record(f.path, before[0], before[1], None, engine.clock()), True
+                same = before == (f.size, f.mtime_ns)
+                engine.note_partial(
+                    f.path, engine.settling.partial(f if same else LocalFile(f.path, *before))
+                )
+                uncounted = before[0] if per_chunk is None else 0
+                return Record(f.path, before[0], before[1], None, engine.clock()), True, uncounted
             except SourceChangedError:
                 attempt += 1  # it changed while we read it: read it again, never store it torn
                 if attempt > 20:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpu_ws import diskio
 from jupyter_gpu_ws.store.backend import PART_SUFFIX
 from jupyter_gpu_ws.sync import (
     DeletionGuardError,
@@ -359,6 +361,55 @@ def test_uploading_many_new_files_asks_the_store_once(
     write(workdir, "f00.txt", "changed")
     engine.sync(["f00.txt"])
     assert backend.listed == ["ws/.gpuws/versions/f00.txt"]  # an overwrite does prune its versions
+
+
+class ThreadsBackend(LocalBackend):
+    """Notes the thread of each put and how many run at once; `pause`: each put waits so long
+    first, as on a disk whose writes wait."""
+
+    def __init__(self, root: str, pause: float = 0.0) -> None:
+        super().__init__(root)
+        self.pause = pause
+        self.threads: set[int] = set()
+        self.lock = threading.Lock()
+        self.active = self.most_active = 0
+
+    def put(self, *args: Any, **kwargs: Any) -> int:
+        with self.lock:
+            self.threads.add(threading.get_ident())
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        try:
+            time.sleep(self.pause)
+            return super().put(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+@pytest.mark.parametrize("pause", [0.0, 0.02])
+def test_small_files_into_a_fast_local_disk_go_one_after_the_other_in_the_passs_thread(
+    workdir: Path, store_dir: Path, make_engine: Make, pause: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From the page cache a small file costs a few system calls: threads handing the GIL to
+    # each other at every one cost more than they bring (diskio.waits_on_disk). Files that
+    # wait on the disk go `concurrency` at once.
+    if not pause:  # a pass that a loaded machine slows must not count as a disk that waits
+        monkeypatch.setattr(diskio, "WAIT_PER_FILE", 10.0)
+    for i in range(120):
+        write(workdir, f"d{i % 6}/f{i:03d}.txt", str(i) * (i + 1))
+    backend = ThreadsBackend(str(store_dir), pause)
+    engine = make_engine(workdir, backend=backend, concurrency=4)
+    assert len(engine.sync().uploaded) == 120
+    if pause:
+        assert backend.most_active == 4
+    else:
+        assert backend.most_active == 1
+        assert backend.threads == {threading.get_ident()}
+    assert {
+        p.relative_to(store_dir / "ws" / "files").as_posix(): p.read_bytes()
+        for p in (store_dir / "ws" / "files").rglob("*.txt")
+    } == {f"d{i % 6}/f{i:03d}.txt": (str(i) * (i + 1)).encode() for i in range(120)}
 
 
 def test_a_lease_left_by_a_crashed_process_of_this_machine_is_taken_at_start(

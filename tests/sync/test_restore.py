@@ -265,6 +265,30 @@ def test_downloads_run_concurrency_at_once_from_a_local_folder(
     assert tree_files(fresh) == tree_files(workdir)
 
 
+def test_whole_files_from_a_fast_local_disk_are_copied_one_after_the_other_by_the_restores_thread(
+    workdir: Path,
+    store_dir: Path,
+    tmp_path: Path,
+    make_engine: Make,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # From the page cache a small file costs a few system calls: threads handing the GIL to
+    # each other at every one cost more than they bring (diskio.waits_on_disk). A disk whose
+    # files wait (the test above) gets `concurrency` at once instead.
+    monkeypatch.setattr(diskio, "WAIT_PER_FILE", 10.0)  # a loaded machine is not a slow disk
+    for i in range(200):
+        write(workdir, f"files/f{i:03d}.txt", f"file {i}" * (i + 1))
+    assert make_engine(workdir).sync().ok
+    threads: set[int] = set()
+    backend = WatchedBackend(str(store_dir), on_read=lambda key: threads.add(threading.get_ident()))
+    engine, fresh = fresh_engine(tmp_path, make_engine, backend, concurrency=4)
+    report = engine.restore()
+    assert len(report.restored) == 200 and not report.errors
+    assert backend.most_active == 1
+    assert threads == {threading.get_ident()}
+    assert tree_files(fresh) == tree_files(workdir)
+
+
 def test_a_store_with_round_trips_keeps_many_small_requests_in_flight(
     workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
 ) -> None:
