@@ -72,6 +72,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import python_floor  # noqa: E402
 from sync_bench import (  # noqa: E402
     GiB,
     MiB,
@@ -105,6 +106,7 @@ WORKSPACE = "bench"
 ENGINE = "engine `restore()`"
 ENGINE_FIXED = "engine `restore()`, 8 parts at once (fixed)"
 ENGINE_CHUNK8 = "engine `restore()`, reads in 8 MiB pieces"
+FLOOR = "a Python loop of the restore's system calls, nothing else (python_floor.py)"
 # ext4 without a journal (this machine's) does not hand out inodes freed less than 60 s ago
 # (RECENTCY_MIN in fs/ext4/ialloc.c; 5 s in kernels before 5.x) and looks at each of them every
 # time it makes a file: wait that long after removing many files, so the next row does not pay
@@ -353,8 +355,16 @@ Tool = tuple[
 
 
 def run_row(
-    label: str, tools: list[Tool], source: Path, scratch: Path, trials: int, nbytes: int, note: str
+    label: str,
+    tools: list[Tool],
+    source: Path,
+    scratch: Path,
+    trials: int,
+    nbytes: int,
+    note: str,
+    goal: float = 1.0,
 ) -> None:
+    """`goal`: the most the engine may take, as a multiple of the fastest other tool's time."""
     expected = tree_summary(source)
     many_files = expected[0] > 100
     times: dict[str, list[float]] = {name: [] for name, _ in tools}
@@ -394,10 +404,11 @@ def run_row(
             if isinstance(result, tuple):  # a tool that counts its own CPU (BEFORE)
                 took, cpu = result
             else:
-                here = name.startswith("engine") and name != CLI_RESTORE  # run in this process
+                # run in this process
+                here = (name.startswith("engine") and name != CLI_RESTORE) or name == FLOOR
                 took, cpu = result, cpu_spent(before, os.times(), here)
             cpus[name].append(cpu)
-            where = dst / "work" if name.startswith("engine") else dst
+            where = dst / "work" if name.startswith("engine") or name == FLOOR else dst
             got = tree_summary(where)
             if got != expected:
                 log(
@@ -422,7 +433,7 @@ def run_row(
     others = [
         (median(xs), name)
         for name, xs in times.items()
-        if not name.startswith("engine") and median(xs) == median(xs)
+        if not name.startswith("engine") and name != FLOOR and median(xs) == median(xs)
     ]
     rows = []
     for name, _ in tools:
@@ -449,11 +460,11 @@ def run_row(
     emit(table(headers, rows))
     if others:
         best, best_name = min(others)
-        verdict = "met" if engine <= best else "not met"
+        verdict = "met" if engine <= goal * best else "not met"
         emit()
         emit(
             f"Fastest other tool: {best_name}, {fmt_s(best)}; the engine took {ratio(engine, best)} of its "
-            f"time (goal at most 1.00x: {verdict})."
+            f"time (goal at most {goal:.2f}x: {verdict})."
         )
     emit()
     if parts.lines:
@@ -900,6 +911,10 @@ def part_local(sz: Sizes, tmp: Path, rows: list[str]) -> None:
                 ),
                 (CLI_RESTORE, lambda dst, store=store: cli_restore(str(store), dst)),
             ]
+            if name == "small":  # what Python itself costs for these files (python_floor.py)
+                tools.append(
+                    (FLOOR, lambda dst, mirror=mirror: python_floor.restore(mirror, dst / "work"))
+                )
             run_row(
                 f"From a local-folder store: {sets_label(name, sz)}",
                 tools,
@@ -909,6 +924,7 @@ def part_local(sz: Sizes, tmp: Path, rows: list[str]) -> None:
                 nbytes,
                 "a fresh empty destination each time; the store warm in the page cache; both return with "
                 "the files in the page cache (neither waits for the disk).",
+                goal=1.5 if name == "small" else 1.0,  # issue 33: many small files within 1.5x
             )
     finally:
         remove(root)

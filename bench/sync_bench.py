@@ -59,6 +59,9 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import python_floor  # noqa: E402
 
 from jupyter_gpu_ws.store.crypto import Encryption  # noqa: E402
 from jupyter_gpu_ws.store.hashing import file_hash  # noqa: E402
@@ -193,6 +196,7 @@ def engine_settings(workdir: Path, store: str, state: Path, **options: Any) -> S
 ENGINE_IN_STORE = "engine full pass (in the store; its flush follows)"
 ENGINE_DURABLE = "engine until durable (the same pass and its flush)"
 ENGINE_PERSIST = "engine full pass that waits for the disk (Persist now)"
+FLOOR = "a Python loop of the pass's system calls, nothing else (python_floor.py)"
 
 
 ENCRYPTED = ", encrypted (AES-256-GCM)"
@@ -824,6 +828,7 @@ def part_first_pass(sz: Sizes, tmp: Path) -> None:
                 "engine, Persist now",
                 lambda dst: run_engine_pass(src, str(dst / "store"), dst / "state", wait=True),
             ),
+            (FLOOR, lambda dst: python_floor.first_pass(src, dst / "store")),
         ]
         times: dict[str, list[float]] = {}
         cpus: dict[str, list[float]] = {}
@@ -834,15 +839,15 @@ def part_first_pass(sz: Sizes, tmp: Path) -> None:
                 count += 1
                 dst = root / f"dst{count}"
                 flush_disk()
-                engine = name.startswith("engine")
-                before = cpu_times(children=not engine)
+                here = name.startswith("engine") or name == FLOOR  # in this process
+                before = cpu_times(children=not here)
                 result = fn(dst)
-                cpu = cpu_times(children=not engine) - before
+                cpu = cpu_times(children=not here) - before
                 for key, value in result.items() if isinstance(result, dict) else [(name, result)]:
                     times.setdefault(key, []).append(value)
                     cpus.setdefault(key, []).append(cpu)
         rows_in = ["`rsync -a`", "`rclone sync`", "`cp -r`", ENGINE_IN_STORE, ENGINE_DURABLE]
-        rows_in.append(ENGINE_PERSIST)
+        rows_in += [ENGINE_PERSIST, FLOOR]
         fastest = min(median(times["`rsync -a`"]), median(times["`rclone sync`"]))
         emit(f"## 1f. First pass of {n_files:,} small files (80–120 B) into a local folder")
         emit()
