@@ -218,6 +218,29 @@ def engine_for(tmp_path: Path, workdir: Path, store: str, state: str) -> SyncEng
     return engine
 
 
+def synced_then_restored(
+    tmp_path: Path, workdir: Path, drive: MountedDrive, drive_store: str
+) -> dict[str, int]:
+    """`workdir` synced to the drive, then restored into a fresh folder: the operations that
+    reached the drive during the restore (checked to have brought every file)."""
+    engine = engine_for(tmp_path, workdir, drive_store, "state")
+    try:
+        engine.sync()
+    finally:
+        engine.close()
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    engine = engine_for(tmp_path, fresh, drive_store, "state-fresh")
+    try:
+        drive.reset_counts()
+        report = engine.restore()
+        counts = drive.counts()
+    finally:
+        engine.close()
+    assert not report.errors and files_of(fresh) == files_of(workdir)
+    return counts
+
+
 def test_a_first_pass_to_a_mounted_drive_costs_a_few_operations_per_file_and_no_listing_per_file(
     tmp_path: Path, workdir: Path, mounted_drive: MountedDrive, drive_store: str
 ) -> None:
@@ -257,21 +280,7 @@ def test_a_restore_from_a_mounted_drive_opens_each_file_once_and_lists_each_fold
     tmp_path: Path, workdir: Path, mounted_drive: MountedDrive, drive_store: str
 ) -> None:
     folders = write_tree(workdir, MANY)
-    engine = engine_for(tmp_path, workdir, drive_store, "state")
-    try:
-        engine.sync()
-    finally:
-        engine.close()
-    fresh = tmp_path / "fresh"
-    fresh.mkdir()
-    mounted_drive.reset_counts()
-    engine = engine_for(tmp_path, fresh, drive_store, "state-fresh")
-    try:
-        report = engine.restore()
-        counts = mounted_drive.counts()
-    finally:
-        engine.close()
-    assert not report.errors and files_of(fresh) == files_of(workdir)
+    counts = synced_then_restored(tmp_path, workdir, mounted_drive, drive_store)
     assert counts.get("open", 0) <= MANY + 10  # each file opened once (and a few records)
     assert (
         counts.get("readdir", 0) <= folders + 10
@@ -291,19 +300,5 @@ def test_a_restore_from_a_mounted_drive_reads_each_file_in_one_request_with_many
         (workdir / f"data/d{i % 10}/f{i:04d}.bin").write_bytes(
             rng.randbytes(rng.randrange(8, 64) << 10)
         )
-    engine = engine_for(tmp_path, workdir, drive_store, "state")
-    try:
-        engine.sync()
-    finally:
-        engine.close()
-    fresh = tmp_path / "fresh"
-    fresh.mkdir()
-    engine = engine_for(tmp_path, fresh, drive_store, "state-fresh")
-    try:
-        mounted_drive.reset_counts()
-        report = engine.restore()
-        counts = mounted_drive.counts()
-    finally:
-        engine.close()
-    assert not report.errors and files_of(fresh) == files_of(workdir)
+    counts = synced_then_restored(tmp_path, workdir, mounted_drive, drive_store)
     assert counts.get("read", 0) <= MANY + 10, counts  # one read a file (and a few records)
