@@ -43,7 +43,11 @@ describe('PolledModel', () => {
     await until(() => model.looks >= 3);
     expect(model.error).toBe('Service Unavailable');
     expect(model.phase).toBe('rejected');
-    // Each failed look waits longer than the one before (lumino's back-off), never the plain 20 ms.
+    // Failed looks wait longer and longer (lumino's back-off), past the plain 20 ms within a few
+    // looks. Its waits are drawn at random between the base and three times the last one, and
+    // the first after the poll's immediate start can be under 20 ms (19 failed once in CI): so
+    // wait for the growth, not for the third look's wait alone.
+    await until(() => model.interval > 20);
     expect(model.interval).toBeGreaterThan(20);
 
     model.down = false;
