@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import zmq
 
-pytest_plugins = ("pytest_jupyter.jupyter_server",)
+pytest_plugins = ("pytest_jupyter.jupyter_server", "tests.timing")
 
 
 def _collected_without_term(self: zmq.Context) -> None:
@@ -129,3 +129,22 @@ def gpuws_app(jp_serverapp: Any) -> Any:
     ].extension_points.values():
         return ext.app
     raise AssertionError("jupyter_gpu_ws is not loaded")
+
+
+def _printable(text: str) -> str:
+    """`text` with any lone surrogate (a file name that is not UTF-8, as Python decodes it)
+    written as its escape, so the report can be encoded."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Reports that pytest-xdist's workers can send: their captured output and failure text
+    encoded as UTF-8 (the tests of names that are not UTF-8 log such names)."""
+    report = yield
+    report.sections = [(title, _printable(content)) for title, content in report.sections]
+    if report.longrepr is not None:
+        text = str(report.longrepr)
+        if _printable(text) != text:
+            report.longrepr = _printable(text)
+    return report

@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
-
-
-async def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.1) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        value = await predicate()
-        if value:
-            return value
-        await asyncio.sleep(interval)
-    raise AssertionError("condition not met in time")
 
 
 async def run_in_kernel(client: Any, code: str, timeout: float = 120) -> str:
@@ -36,21 +24,25 @@ async def outputs(
     has ended.
 
     The end is its execute_reply, not an idle status: a subshell handling a comm while the
-    cell runs publishes busy/idle under the cell's parent header (an ipykernel quirk).
+    cell runs publishes busy/idle under the cell's parent header (an ipykernel quirk). Every
+    message the cell published is on IOPub before the kernel answers a request sent after the
+    reply: the idle status of a kernel_info request, which the main shell handles once the cell
+    is done, marks the end of the cell's output without waiting for a quiet second.
     """
-    import queue
-
     while True:
         reply = await client.get_shell_msg(timeout=timeout)
         if reply["parent_header"].get("msg_id") == msg_id:
             break
+    marker = client.kernel_info()
     out, displays, error = [], [], None
     while True:
-        try:
-            msg = await client.get_iopub_msg(timeout=1.0)
-        except queue.Empty:
-            break
-        if msg["parent_header"].get("msg_id") != msg_id:
+        msg = await client.get_iopub_msg(timeout=timeout)
+        parent = msg["parent_header"].get("msg_id")
+        if parent == marker:
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+            continue
+        if parent != msg_id:
             continue
         if msg["msg_type"] == "stream":
             out.append(msg["content"]["text"])

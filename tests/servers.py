@@ -9,13 +9,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.waiting import until
 
 TOKEN = "server-process-test-token"
 
@@ -36,19 +37,6 @@ def api(port: int, path: str, method: str = "GET", body: Any = None) -> Any:
     # Generous: POST /gpuws/api/checkpoints waits up to 10 s for the kernels to pick it up.
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read() or b"null")
-
-
-def until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not reached in {timeout:.0f} s")
 
 
 @dataclass

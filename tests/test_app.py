@@ -14,7 +14,7 @@ from traitlets.config import Config
 from jupyter_gpu_ws.app import GpuWorkspace, GpuWorkspaceApp
 from jupyter_gpu_ws.defaults import default_store_url, derive_workspace_name
 from tests.conftest import gpu_spec, write_spec
-from tests.kernels import wait_for
+from tests.waiting import async_until
 
 
 def test_store_url_comes_from_gpuws_store(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,7 +139,7 @@ async def test_gpu_process_of_a_kernel_child_is_shown_with_its_notebook(
             procs = {p["pid"]: p for p in data["gpus"][0]["processes"]}
             return procs if procs.get(child_pid, {}).get("kernel_id") else None
 
-        procs = await wait_for(mapped)
+        procs = await async_until(mapped)
         assert procs[child_pid]["kernel_id"] == kernel_id
         assert procs[child_pid]["notebook"] == "experiments/train.ipynb"
         assert procs[child_pid]["kernel_name"] == "python3"

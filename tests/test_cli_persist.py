@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import ServerProcess, server_process, until
+from tests.servers import ServerProcess, server_process
 from tests.sync.conftest import s3_env, s3_server, s3_url  # noqa: F401 - the SeaweedFS fixtures
 from tests.test_sync_api import mirror
+from tests.waiting import until
 
 
 def persist(runtime: Path, *args: str) -> subprocess.CompletedProcess:

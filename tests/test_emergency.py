@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.servers import ServerProcess, api, server_process, until
-from tests.test_sync_api import get, mirror, sync_running, wait_for
+from tests.servers import ServerProcess, api, server_process
+from tests.test_sync_api import get, mirror, sync_running
+from tests.waiting import async_until, until
 
 TRAINING = """\
 %load_ext jupyter_gpu_ws
@@ -298,7 +299,7 @@ async def test_a_preemption_notice_runs_the_emergency_persist(
         s = await get(jp_fetch, "runtime")
         return s if s["emergency"] and s["emergency"]["state"] == "done" else None
 
-    state = await wait_for(handled, timeout=20)
+    state = await async_until(handled, timeout=20)
     assert state["emergency"]["reason"] == "preemption:gcp"
     assert state["source"] == "preemption:gcp"  # the notice is now the deadline
     assert (mirror(store_dir) / "model.bin").stat().st_size == 5 * 2**20

@@ -26,7 +26,8 @@ import pytest
 import yaml
 
 from tests.conftest import gpu_spec, write_spec
-from tests.servers import free_port, until
+from tests.servers import free_port
+from tests.waiting import until
 
 SPEC = Path(__file__).resolve().parents[1] / "docs" / "openapi.yaml"
 TOKEN = "openapi-test-token"

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.kernels import wait_for
 from tests.servers import free_port
+from tests.waiting import async_until
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ async def test_under_kubespawner_an_unset_grace_is_warned_of(
     assert "delete_grace_period is 1 s" in platform["grace"]["warning"]
     assert platform["jupyterhub"]["user"] == "alice"
     # The hub cannot be reached: said, not fatal.
-    error = await wait_for(lambda: _hub_error(jp_fetch), timeout=30)
+    error = await async_until(lambda: _hub_error(jp_fetch), timeout=30)
     assert "cannot reach JupyterHub" in error
     sync = json.loads((await jp_fetch("gpuws", "api", "sync")).body)
     assert sync["store"].rstrip("/").endswith(f"{store_dir.name}/alice")  # the template, filled in
@@ -93,10 +93,10 @@ async def test_a_grace_shorter_than_the_measured_persist_is_warned_of(
     assert grace["budget"] == 1.0  # the emergency persist stays inside the pod's grace
     assert grace["warning"] is None  # nothing measured yet: nothing to compare
 
-    await wait_for(lambda: _sync_idle(jp_fetch), timeout=60)
+    await async_until(lambda: _sync_idle(jp_fetch), timeout=60)
     (jp_root_dir / "data.bin").write_bytes(b"\1" * 300_000)
     job = json.loads((await jp_fetch("gpuws", "api", "persist", method="POST", body="{}")).body)
-    await wait_for(lambda: _job_done(jp_fetch, job["id"]), timeout=60)
+    await async_until(lambda: _job_done(jp_fetch, job["id"]), timeout=60)
 
     grace = (await runtime(jp_fetch))["platform"]["grace"]
     assert grace["emergency_measured_by"] == "the last persist" and grace["emergency_seconds"] > 0.5

@@ -14,7 +14,8 @@ from tornado.httpclient import HTTPClientError
 from traitlets import TraitError
 
 from jupyter_gpu_ws.app import GpuWorkspace
-from tests.test_sync_api import finished, get, mirror, sync_running, wait_for
+from tests.test_sync_api import finished, get, mirror, sync_running
+from tests.waiting import async_until
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ async def test_a_warning_notice_comes_once_the_lead_time_is_crossed(jp_fetch: An
         notices = (await get(jp_fetch, "runtime"))["notices"]
         return [n for n in notices if n["level"] == "warning"]
 
-    warnings = await wait_for(warned, timeout=10)
+    warnings = await async_until(warned, timeout=10)
     # All three default lead times (30, 10, 2 min) are crossed at once: one warning, not three.
     assert len(warnings) == 1 and "about 1 minute" in warnings[0]["message"]
     # In the panel's words: the source as the Runtime section names it, not the setting's name.
@@ -60,7 +61,7 @@ async def test_the_runtime_persists_by_itself_before_the_deadline(
         job = (await get(jp_fetch, "runtime"))["auto_persist"]
         return job if job and job["state"] != "running" else None
 
-    job = await wait_for(persisted, timeout=45)
+    job = await async_until(persisted, timeout=45)
     state = await get(jp_fetch, "runtime")
     assert job["state"] == "done" and job["result"]["trigger"] == "auto"
     assert job["finished"] < state["deadline"]
@@ -111,7 +112,7 @@ class TestRelease:
         async def released() -> Any:
             return stopped or None
 
-        await wait_for(released, timeout=20)
+        await async_until(released, timeout=20)
         job = await get(jp_fetch, "persist", job_id)
         assert job["state"] == "done" and job["result"]["trigger"] == "release"
         assert (mirror(store_dir) / "last.py").read_text() == "x = 1"
@@ -134,7 +135,7 @@ class TestRelease:
             release = (await get(jp_fetch, "runtime"))["release"]
             return release if release and release["state"] == "kept" else None
 
-        release = await wait_for(kept, timeout=20)
+        release = await async_until(kept, timeout=20)
         assert "quota" in release["error"].lower()
         assert stopped == []
 

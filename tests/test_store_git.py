@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import jupyter_gpu_ws.lifecycle
-from tests.test_sync_api import finished, get, sync_running, wait_for
+from tests.test_sync_api import finished, get, sync_running
+from tests.waiting import async_until
 
 HOOKS = (
     "pre-commit",
@@ -102,7 +103,7 @@ async def test_a_restored_repository_runs_nothing_its_store_wrote(
         git = (await get(jp_fetch, "runtime"))["git"]
         return git if git and git.get("repository") and git.get("last_commit") else None
 
-    status = await wait_for(
+    status = await async_until(
         looked_at, timeout=60
     )  # the periodic status ran on the restored repository
     assert status["last_commit"]["message"] == "theirs" and status["filtered"] == 1
@@ -128,5 +129,5 @@ async def test_a_restored_repository_runs_nothing_its_store_wrote(
         git = (await get(jp_fetch, "runtime"))["git"]
         return git if git["last_commit"]["sha"] == job["result"]["git"]["sha"] else None
 
-    await wait_for(looked_again, timeout=30)
+    await async_until(looked_again, timeout=30)
     assert sorted(p.name for p in ran.iterdir()) == []

@@ -19,8 +19,9 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.servers import ServerProcess, server_process, until
+from tests.servers import ServerProcess, server_process
 from tests.sync.s3server import S3Server
+from tests.waiting import until
 
 ACCESS_KEY, SECRET_KEY, BUCKET = (
     "gpuws-successor-key",

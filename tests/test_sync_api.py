@@ -14,8 +14,8 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
-from tests.kernels import wait_for
 from tests.test_handlers import DenyGpuws
+from tests.waiting import async_until
 
 
 async def get(jp_fetch: Any, *path: str) -> dict[str, Any]:
@@ -29,7 +29,7 @@ async def finished(jp_fetch: Any, path: str, job_id: str, timeout: float = 300) 
         job = await get(jp_fetch, *path.split("/"), job_id)
         return job if job["state"] != "running" else None
 
-    return await wait_for(ended, timeout=timeout)
+    return await async_until(ended, timeout=timeout)
 
 
 async def sync_running(jp_fetch: Any) -> dict[str, Any]:
@@ -39,7 +39,7 @@ async def sync_running(jp_fetch: Any) -> dict[str, Any]:
             status if status["state"] in ("idle", "syncing") and status.get("last_sync") else None
         )
 
-    return await wait_for(running)
+    return await async_until(running)
 
 
 def mirror(store_dir: Path) -> Path:
@@ -62,7 +62,7 @@ async def test_sync_status_reports_state_and_pending_files(
         s = await get(jp_fetch, "sync")
         return s if s["synced_files"] >= 1 and s["pending_files"] == 0 else None
 
-    await wait_for(synced)
+    await async_until(synced)
 
 
 async def test_persist_runs_a_job_with_progress_until_all_is_saved(
@@ -151,7 +151,7 @@ class TestBrokenStore:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "error" else None
 
-        status = await wait_for(failed)
+        status = await async_until(failed)
         assert "Unknown storage protocol 'nosuchproto'" in status["last_error"]
         with pytest.raises(HTTPClientError) as err:
             await jp_fetch("gpuws", "api", "persist", method="POST", body="")
@@ -171,7 +171,7 @@ class TestMistypedStoreUrl:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "error" else None
 
-        status = await wait_for(failed, timeout=10)
+        status = await async_until(failed, timeout=10)
         assert "did you mean 's3://my-bucket/work'" in status["last_error"]
         assert not (jp_root_dir / "s3:").exists() and not list(jp_root_dir.glob("s3*"))
 
@@ -195,7 +195,7 @@ class TestStoreOnADriveThatIsNotMounted:
             s = await get(jp_fetch, "sync")
             return s if s.get("store_missing") else None
 
-        status = await wait_for(missing, timeout=10)
+        status = await async_until(missing, timeout=10)
         assert status["state"] == "error" and "unmounted drive" in status["store_down"]
         assert status["can_take_over"] is True
         with pytest.raises(HTTPClientError) as err:
@@ -212,7 +212,7 @@ class TestStoreOnADriveThatIsNotMounted:
                 else None
             )
 
-        await wait_for(saved, timeout=30)
+        await async_until(saved, timeout=30)
         assert (
             tmp_path / "drive" / "MyDrive" / "gpuws" / "test-ws" / "files" / "notes.md"
         ).read_text() == "mine"
@@ -237,7 +237,7 @@ class TestLeaseHeldElsewhere:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "read-only" and s["restore"] and not s["restoring"] else None
 
-        status = await wait_for(read_only)
+        status = await async_until(read_only)
         assert "Another runtime is writing this workspace" in status["read_only_reason"]
         # The holder saves a file after this server's restore on start: only Take over brings it.
         written = Path(other_runtime.workdir) / "from-the-holder.txt"
@@ -263,11 +263,11 @@ class TestLeaseHeldElsewhere:
             err.value.code == 409
             and "writing starts in" in json.loads(err.value.response.body)["message"]
         )
-        await wait_for(lambda: _true(other_runtime.read_only), timeout=15)  # the other one stops
+        await async_until(lambda: _true(other_runtime.read_only), timeout=15)  # the other one stops
         assert "took the workspace lease" in other_runtime.read_only_reason
         # Take over also restores: the holder's file is here, as it saved it.
         here = jp_root_dir / "from-the-holder.txt"
-        await wait_for(lambda: _true(here.exists()), timeout=30)
+        await async_until(lambda: _true(here.exists()), timeout=30)
         assert here.read_text() == "saved by the other runtime"
 
 
@@ -371,7 +371,7 @@ class TestWorkspaceChooser:
                 else None
             )
 
-        await wait_for(restored, timeout=60)
+        await async_until(restored, timeout=60)
         assert (jp_root_dir / "notes.md").read_text() == "yesterday's notes"
         assert gpuws_app.workspace == "someone-project"
 
@@ -429,7 +429,7 @@ class TestStartupFaults:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "error" else None
 
-        status = await wait_for(error)
+        status = await async_until(error)
         assert status["can_take_over"] and "unreadable" in status["read_only_reason"]
         response = await jp_fetch(
             "gpuws", "api", "sync", "lease", method="POST", body='{"take_over": true}'
@@ -459,7 +459,7 @@ class TestStartupFaults:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "error" and s["restoring"] else None
 
-        status = await wait_for(error_while_restoring)
+        status = await async_until(error_while_restoring)
         assert status["can_take_over"] and "take over to replace it" in status["read_only_reason"]
         # What the status offers works now, not only once the restore is over.
         response = await jp_fetch(
@@ -500,7 +500,7 @@ class TestStartupFaults:
             s = await get(jp_fetch, "sync")
             return s if s["state"] == "error" else None
 
-        status = await wait_for(error)
+        status = await async_until(error)
         assert "not-a-folder" in status["last_error"] or "Not a directory" in status["last_error"]
         with pytest.raises(HTTPClientError) as err:
             await jp_fetch("gpuws", "api", "persist", method="POST", body="")
@@ -557,7 +557,7 @@ class TestEncryptedStore:
             s = await get(jp_fetch, "sync")
             return s if s["synced_files"] >= 1 and s["pending_files"] == 0 else None
 
-        await wait_for(synced)
+        await async_until(synced)
         stored = Path(gpuws_app.store_url) / "test-ws" / "files" / "secret.py"
         assert stored.exists() and b"hidden" not in stored.read_bytes()
 
@@ -614,14 +614,14 @@ class TestAnswersStayJson:
             status = strict_json((await jp_fetch("gpuws", "api", "sync")).body)
             return status if ready(status) else None
 
-        status = await wait_for(lambda: status_when(lambda s: s["state"] == "error"))
+        status = await async_until(lambda: status_when(lambda s: s["state"] == "error"))
         assert (
             "corrupt" in status["read_only_reason"] and status["can_take_over"] is True
         )  # not trusted
         make_file(
             jp_root_dir, b"f-\xe9\n.txt", b"waiting"
         )  # seen by the watcher, held back by the lease
-        await wait_for(lambda: status_when(lambda s: s["pending_files"] == 1))
+        await async_until(lambda: status_when(lambda s: s["pending_files"] == 1))
         pending = strict_json((await jp_fetch("gpuws", "api", "sync", "pending")).body)
         assert [(f["path"], f["state"]) for f in pending["files"]] == [
             ("f-\\xe9\\n.txt", "waiting")
@@ -648,7 +648,7 @@ async def test_a_file_whose_name_is_not_utf8_reaches_the_store_and_the_answers_s
         )
         return status if response.code == 200 and done else None
 
-    status = await wait_for(settled)
+    status = await async_until(settled)
     assert status["state"] == "idle" and status["last_error"] is None
     with open(stored, "rb") as f:
         assert f.read() == b"written by a latin-1 program"

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import server_process, until
+from tests.servers import server_process
 from tests.sync.conftest import write
+from tests.waiting import until
 
 GPUWS = Path(sys.executable).with_name("jupyter-gpuws")
 

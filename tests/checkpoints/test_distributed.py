@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from jupyter_gpu_ws.checkpoints.files import complete_checkpoints
+from tests.waiting import until
 
-from .torchrun import Run, differences, load, losses, run, wait_until
+from .torchrun import Run, differences, load, losses, run
 
 
 def checkpoints(root: Path, name: str = "dist-run") -> list[tuple[Path, dict]]:
@@ -323,7 +324,7 @@ def test_on_sigterm_every_rank_saves_the_same_step_and_then_ends(tmp_path: Path)
         str(out),
         log=tmp_path / "log",
     ) as started:
-        wait_until(
+        until(
             lambda: len(losses(out, 0)) > 5 and len(losses(out, 1)) > 5, 120, "both ranks training"
         )
         started.signal(signal.SIGTERM)  # torchrun passes it on to every rank
@@ -355,7 +356,7 @@ def test_a_sigterm_after_the_last_step_ends_the_run_without_waiting_for_a_step(
         str(out),
         log=tmp_path / "log",
     ) as started:
-        wait_until(lambda: started.text().count("lingers") == 2, 120, "both ranks past their loop")
+        until(lambda: started.text().count("lingers") == 2, 120, "both ranks past their loop")
         started.signal(signal.SIGTERM)
         assert (
             started.wait(60) != 0

@@ -12,8 +12,8 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from jupyter_gpu_ws.checkpoints.files import read_manifest
-from tests.kernels import wait_for
 from tests.test_sync_api import finished, get, sync_running
+from tests.waiting import async_until
 
 from .torchrun import Run, losses
 
@@ -24,7 +24,7 @@ async def the_run(jp_fetch: Any, live: bool = True) -> dict[str, Any]:
         matching = [r for r in runs if r["live"] is live and r["run"] == "train.py"]
         return matching[0] if matching and (not live or len(matching[0]["ranks"]) == 2) else None
 
-    return await wait_for(found, timeout=120)
+    return await async_until(found, timeout=120)
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
@@ -60,7 +60,7 @@ async def test_a_torchrun_from_the_server_is_one_run_and_checkpoints_when_asked(
         async def training() -> bool:
             return len(losses(out, 0)) > 3
 
-        await wait_for(training, timeout=60)
+        await async_until(training, timeout=60)
 
         response = await jp_fetch(
             "gpuws", "api", "checkpoints", method="POST", body=json.dumps({"run_id": run["run_id"]})
@@ -73,7 +73,7 @@ async def test_a_torchrun_from_the_server_is_one_run_and_checkpoints_when_asked(
             now = await the_run(jp_fetch)
             return now if (now["last"] or {}).get("request_id") == request["request_id"] else None
 
-        run = await saved() or await wait_for(saved, timeout=60)
+        run = await saved() or await async_until(saved, timeout=60)
         manifest = read_manifest(Path(run["last"]["path"]))
         assert manifest is not None and manifest["request_id"] == request["request_id"]
         assert manifest["world_size"] == 2 and [r["rank"] for r in manifest["ranks"]] == [0, 1]
@@ -92,7 +92,7 @@ async def test_a_torchrun_from_the_server_is_one_run_and_checkpoints_when_asked(
             now = await the_run(jp_fetch)
             return now if {r["phase"] for r in now["ranks"]} == {"done"} else None
 
-        assert await ranks_done() or await wait_for(ranks_done, timeout=30)
+        assert await ranks_done() or await async_until(ranks_done, timeout=30)
 
         # Persist now asks the run too, and carries its checkpoint to the store.
         job = json.loads(

@@ -12,7 +12,8 @@ import pytest
 import torch
 from tornado.httpclient import HTTPClientError
 
-from tests.kernels import Notebook, collect, wait_for
+from tests.kernels import Notebook, collect
+from tests.waiting import async_until
 
 SETUP = """
 %load_ext jupyter_gpu_ws
@@ -99,7 +100,7 @@ async def test_checkpoint_requested_through_the_api_lands_while_the_cell_runs(
             kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
             return [k for k in kernels if k["kernel_id"] == nb.kernel_id and k["cell_running"]]
 
-        await wait_for(registered)
+        await async_until(registered)
         await __import__("asyncio").sleep(1.0)
         response = await jp_fetch(
             "gpuws",
@@ -123,7 +124,7 @@ async def test_checkpoint_requested_through_the_api_lands_while_the_cell_runs(
             last = mine.get("last") or {}
             return mine if last.get("request_id") == request["request_id"] else None
 
-        state = await wait_for(landed, timeout=20)
+        state = await async_until(landed, timeout=20)
         assert state["cell_running"] is True  # the cell has not ended
         if asked_at is not None:
             assert asked_at < state["last"]["step"] <= asked_at + 2
@@ -157,7 +158,7 @@ async def test_an_agent_loaded_by_the_training_cell_itself_leaves_the_save_to_th
                 None,
             )
 
-        state = await wait_for(stepping, timeout=60)
+        state = await async_until(stepping, timeout=60)
         assert state["cell_running"] is True
         response = await jp_fetch(
             "gpuws",
@@ -180,7 +181,7 @@ async def test_an_agent_loaded_by_the_training_cell_itself_leaves_the_save_to_th
                 else None
             )
 
-        assert (await wait_for(landed, timeout=20))["cell_running"] is True
+        assert (await async_until(landed, timeout=20))["cell_running"] is True
         await jp_fetch("api", "kernels", nb.kernel_id, "interrupt", method="POST", body="")
         try:
             await collect(nb.client, cell)
@@ -206,7 +207,7 @@ gpuws.track(model=model)
         async def writing() -> Any:
             return [p for p in run_dir.iterdir() if p.name.startswith(".tmp-ckpt-")]
 
-        await wait_for(writing, timeout=30, interval=0.005)
+        await async_until(writing, timeout=30, interval=0.005)
         os.kill(nb.pid, signal.SIGKILL)
 
     complete = sorted(p.name for p in run_dir.iterdir() if p.name.startswith("ckpt-"))

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from tests.kernels import Notebook, wait_for
+from tests.kernels import Notebook
+from tests.waiting import async_until
 
 SETUP = """
 %load_ext jupyter_gpu_ws
@@ -28,7 +29,17 @@ async def persist_finished(jp_fetch: Any, job: dict[str, Any], timeout: float) -
         current = json.loads((await jp_fetch("gpuws", "api", "persist", job["id"])).body)
         return current if current["state"] != "running" else None
 
-    return await wait_for(finished, timeout=timeout)
+    return await async_until(finished, timeout=timeout)
+
+
+async def server_knows_the_run(jp_fetch: Any, run: str) -> None:
+    """The server has read the run's steps (its training view lists it), as the status shows."""
+
+    async def listed() -> bool:
+        runs = json.loads((await jp_fetch("gpuws", "api", "training")).body)["runs"]
+        return any(r["run"] == run and r.get("done_steps") for r in runs)
+
+    await async_until(listed)
 
 
 async def test_gpuws_magic_checkpoints_resumes_and_reports(jp_fetch: Any, gpuws_app: Any) -> None:
@@ -55,6 +66,7 @@ async def test_gpuws_status_is_html_tables_in_the_panels_words_with_a_plain_text
     async with Notebook(jp_fetch, gpuws_app, "a&b <i>.ipynb") as nb:
         await nb.run(SETUP)
         await nb.run("%gpuws checkpoint")
+        await server_knows_the_run(jp_fetch, "a&b <i>.ipynb")
         [status] = await nb.display("%gpuws status")
     html, text = status["text/html"], status["text/plain"]
     # HTML tables (GPUs, checkpoints, the tracked run's training) coloured by JupyterLab's theme variables.

@@ -19,7 +19,8 @@ from jupyter_client.multikernelmanager import MultiKernelManager
 
 from jupyter_gpu_ws.checkpoints import protocol
 from jupyter_gpu_ws.checkpoints.coordinator import CheckpointCoordinator
-from tests.kernels import Notebook, wait_for
+from tests.kernels import Notebook
+from tests.waiting import async_until
 
 TRACKED = """
 %load_ext jupyter_gpu_ws
@@ -223,5 +224,5 @@ async def test_a_kernel_started_without_a_server_identity_is_found_by_the_server
                 if (k.get("last") or {}).get("request_id") == request["request_id"]
             ]
 
-        [kernel] = await wait_for(saved, timeout=30)
+        [kernel] = await async_until(saved, timeout=30)
         assert kernel["kernel_id"] == nb.kernel_id and kernel["last"]["step"] == 2

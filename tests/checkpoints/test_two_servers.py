@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from jupyter_gpu_ws.checkpoints import protocol
-from tests.servers import ServerProcess, server_process, until
+from tests.servers import ServerProcess, server_process
+from tests.waiting import until
 
 SETUP = """\
 %load_ext jupyter_gpu_ws

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -100,16 +99,6 @@ def run(
     if expect is not None:
         assert code == expect, f"torchrun exited with {code}:\n{text[-6000:]}"
     return text
-
-
-def wait_until(predicate: Any, timeout: float = 60, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not met within {timeout} s")
 
 
 def losses(out: Path, rank: int) -> dict[int, str]:

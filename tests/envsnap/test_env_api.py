@@ -18,7 +18,8 @@ from tornado.httpclient import HTTPClientError
 import jupyter_gpu_ws.environment
 from jupyter_gpu_ws.store import Store, open_backend
 from tests.envsnap.conftest import LOCAL, PINNED, FileServer, serve_wheel_of, versions
-from tests.test_sync_api import finished, get, sync_running, wait_for
+from tests.test_sync_api import finished, get, sync_running
+from tests.waiting import async_until
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ async def env_state(jp_fetch: Any, *states: str) -> dict[str, Any]:
         state = await get(jp_fetch, "env")
         return state if state["state"] in states else None
 
-    return await wait_for(reached, timeout=120)
+    return await async_until(reached, timeout=120)
 
 
 async def snapshot_now(jp_fetch: Any) -> dict[str, Any]:
@@ -190,7 +191,7 @@ async def test_the_first_install_into_an_empty_environment_is_noticed(
         state = await get(jp_fetch, "env")
         return state if state["current"]["packages"] == 1 else None
 
-    await wait_for(listed, timeout=30)
+    await async_until(listed, timeout=30)
 
 
 async def test_the_machine_is_read_where_the_monitor_reads_it(
@@ -297,7 +298,7 @@ class TestSnapshotsFromSomeoneElse:
             state = await get(jp_fetch, "env")
             return state if state["error"] else None
 
-        state = await wait_for(refused, timeout=120)
+        state = await async_until(refused, timeout=120)
         assert (
             "is refused" in state["error"]
             and "--index-url" in state["error"]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.kernels import wait_for
 from tests.test_sync_api import mirror, sync_running
+from tests.waiting import async_until
 
 # A build backend that holds its build until the test lets it go, then fails as a project whose
 # backend is not installed does ("No module named 'hatchling'").
@@ -88,7 +88,7 @@ async def test_the_files_reach_the_store_before_a_slow_wheel_build_ends_and_its_
             seen.append(current["activity"])
         return current if (project / "started").exists() else None
 
-    during = await wait_for(building, timeout=120, interval=0.05)
+    during = await async_until(building, timeout=120, interval=0.05)
     # The wheel is being built (and cannot end until released): the files are already in the store.
     assert during["state"] == "running" and not (project / "ended").exists()
     assert during["activity"] == "Snapshotting the environment: building a wheel of slowpkg"
@@ -107,7 +107,7 @@ async def test_the_files_reach_the_store_before_a_slow_wheel_build_ends_and_its_
         current = json.loads((await jp_fetch("gpuws", "api", "persist", job["id"])).body)
         return current if current["state"] != "running" else None
 
-    done = await wait_for(finished, timeout=180)
+    done = await async_until(finished, timeout=180)
     # The files are saved: the persist is done, and the snapshot's missing wheel is one line with
     # the cause and what to do, in the result the panel, the magic and the CLI show.
     assert done["state"] == "done", done["errors"]

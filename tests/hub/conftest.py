@@ -21,9 +21,10 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.servers import free_port, until
+from tests.servers import free_port
 from tests.sync.conftest import S3_BUCKET, s3_server  # noqa: F401 - the session's S3 server
 from tests.sync.s3server import S3Server
+from tests.waiting import until
 
 HERE = Path(__file__).parent
 CHP = HERE / "node_modules" / ".bin" / "configurable-http-proxy"

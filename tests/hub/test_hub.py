@@ -17,8 +17,8 @@ import pytest
 
 from jupyter_gpu_ws.runtime.hub import _epoch
 from tests.hub.conftest import Hub, Pod, running_hub
-from tests.servers import until
 from tests.sync.s3server import S3Server
+from tests.waiting import until
 
 TRAINING = """\
 %load_ext jupyter_gpu_ws

@@ -14,7 +14,8 @@ from jupyter_gpu_ws.monitor.fake_nvml import FakeNvml, FakeTorchCuda
 from jupyter_gpu_ws.monitor.kernels import KernelRef
 from jupyter_gpu_ws.monitor.own_use import NVML, TORCH_ALLOCATED, TORCH_RESERVED, OwnGpuUseReader
 from tests.conftest import GIB, write_spec
-from tests.servers import server_process, until
+from tests.servers import server_process
+from tests.waiting import until
 
 UUID = "GPU-5d1c2a3b-0000-4000-8000-00000000a100"
 HOST_PID = 4_000_123  # beyond any pid_max here: a PID that exists only on "the host"

@@ -23,7 +23,8 @@ from jupyter_gpu_ws.store.objectstore import PART
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.stores.conftest import BUCKET
-from tests.sync.conftest import eventually, tree_files, write
+from tests.sync.conftest import tree_files, write
+from tests.waiting import until
 
 
 @dataclass
@@ -196,9 +197,7 @@ def test_a_store_that_stops_answering_for_20_s_loses_nothing(
     service.start()
     away = False
     try:
-        eventually(
-            lambda: engine.pending() == (0, 0) and engine.last_sync, 30, "the first file stored"
-        )
+        until(lambda: engine.pending() == (0, 0) and engine.last_sync, 30, "the first file stored")
         store.server.stop()
         away = True
         for i in range(5):
@@ -206,7 +205,7 @@ def test_a_store_that_stops_answering_for_20_s_loses_nothing(
         # A server that goes silent on an open SFTP session is given up on after the session's
         # bounded wait (SESSION_TIMEOUT, 10 s), twice where a second request waited behind the
         # first: seen 10.1 s and 20.0 s here, so the 20 s this allowed failed once in CI.
-        eventually(
+        until(
             lambda: engine.status()["state"] == "error",
             2 * SESSION_TIMEOUT + 15,
             "the error shown",
@@ -215,7 +214,7 @@ def test_a_store_that_stops_answering_for_20_s_loses_nothing(
         time.sleep(20)
         store.server.start()
         away = False
-        eventually(
+        until(
             lambda: engine.pending() == (0, 0) and engine.status()["state"] == "idle",
             60,
             "every file in the store, with no click",

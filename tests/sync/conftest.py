@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import filecmp
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,17 +40,6 @@ def tree_files(root: Path) -> dict[str, bytes]:
             except FileNotFoundError:
                 continue
     return out
-
-
-def eventually(check: Callable[[], Any], timeout: float = 15.0, what: str = "the condition") -> Any:
-    """The first true value `check` gives within `timeout` seconds; AssertionError naming `what`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 def same_trees(a: Path, b: Path) -> bool:

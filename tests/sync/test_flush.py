@@ -18,6 +18,7 @@ import pytest
 
 from jupyter_gpu_ws.sync import LocalBackend, StoreUnavailableError, SyncEngine, SyncError
 from tests.sync.conftest import write
+from tests.waiting import until
 
 Make = Callable[..., SyncEngine]
 
@@ -54,13 +55,6 @@ def unflushed(engine: SyncEngine) -> int:
     return len(engine.index.unflushed_paths())
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_a_durable_pass_returns_only_after_the_flush(
     workdir: Path, store_dir: Path, make_engine: Make
 ) -> None:
@@ -90,10 +84,10 @@ def test_a_pass_that_does_not_wait_is_flushed_in_the_background(
         False,
         False,
     ]  # copied at memory speed; the disk gets it at the flush
-    wait_until(lambda: backend.flushed_in)
+    until(lambda: backend.flushed_in)
     assert backend.flushed_in == ["gpuws-flush"]
     backend.gate.set()
-    wait_until(lambda: unflushed(engine) == 0)
+    until(lambda: unflushed(engine) == 0)
     assert not backend.unflushed()
 
 
@@ -172,7 +166,7 @@ def test_a_failed_background_flush_shows_as_an_error_and_keeps_the_files_pending
     engine = make_engine(workdir, backend=backend, settle_interval=0)
     engine.sync(durable=False)
     backend.gate.set()
-    wait_until(lambda: engine.state == "error")
+    until(lambda: engine.state == "error")
     assert "may not be durable, so 1 file will be sent again" in (engine.last_error or "")
     assert engine.pending() == (1, 1) and engine.index.get("a.txt") is None
     assert engine.sync(engine.take_dirty()).uploaded == ["a.txt"]
@@ -216,4 +210,4 @@ def test_writes_a_running_flush_took_before_the_pass_recorded_them_stay_listed(
         assert engine.index.unflushed_paths() == ["b.txt"]  # yet it is not on disk: still listed
     finally:
         backend.gate.set()
-    wait_until(lambda: engine.index.unflushed_paths() == [])
+    until(lambda: engine.index.unflushed_paths() == [])

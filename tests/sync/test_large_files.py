@@ -12,7 +12,8 @@ from pathlib import Path
 
 from jupyter_gpu_ws.store.backend import PART_SUFFIX
 from jupyter_gpu_ws.sync import SyncEngine
-from tests.sync.conftest import eventually, write
+from tests.sync.conftest import write
+from tests.waiting import until
 
 Make = Callable[..., SyncEngine]
 GIB = 2**30
@@ -89,7 +90,7 @@ def test_a_sparse_file_going_to_an_object_store_is_shown_with_both_sizes(
             files = engine.pending_list()["files"]
             return files[0] if files and files[0]["state"] == "uploading" else None
 
-        item = eventually(uploading, 10, "the upload under way")
+        item = until(uploading, 10, "the upload under way")
         assert "sparse file: 8.0 MiB" in item["note"] and "on disk" in item["note"]
     finally:
         passing.join(60)

@@ -24,17 +24,9 @@ from jupyter_gpu_ws.store.lease import LEASE_NAME
 from jupyter_gpu_ws.sync import LeaseHeldError, LocalBackend, SyncEngine
 from jupyter_gpu_ws.sync.errors import LeaseLostError, StoreUnavailableError
 from tests.sync.conftest import S3_BUCKET, tree_files, write
+from tests.waiting import elapsed_until
 
 Make = Callable[..., SyncEngine]
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if predicate():
-            return time.monotonic() - started
-        time.sleep(0.02)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 def second_workdir(tmp_path: Path, name: str = "other") -> Path:
@@ -73,7 +65,7 @@ def test_a_successor_takes_over_by_itself_once_the_holder_stops_renewing(
     second.on_writable = lambda: writable.append(time.monotonic())
     first.keeper.stop()  # the holder is killed: nothing renews its lease any more
     stopped = time.monotonic()
-    wait_until(lambda: bool(writable), 3 * ttl, "the successor taking over")
+    elapsed_until(lambda: bool(writable), 3 * ttl, "the successor taking over")
     assert writable[0] - stopped <= ttl + 0.5  # within the lease's lifetime of the last renewal
     assert not second.read_only and second.writable
     write(other, "b.txt", "the successor writes")
@@ -209,7 +201,7 @@ def test_writes_stop_when_the_lease_cannot_be_renewed(
     backend = LeaseWritesFail(str(store_dir))
     engine = make_engine(workdir, backend=backend, lease_ttl=0.4)
     backend.failing = True
-    wait_until(lambda: not engine.lease.valid(), 2.0, "the lease running out")
+    elapsed_until(lambda: not engine.lease.valid(), 2.0, "the lease running out")
     write(workdir, "a.txt", "not to be written unfenced")
     with pytest.raises(LeaseLostError, match="could not be renewed"):
         engine.sync()
@@ -218,7 +210,7 @@ def test_writes_stop_when_the_lease_cannot_be_renewed(
     assert status["state"] == "error" and "could not be renewed" in status["last_error"]
     assert "the lease cannot be written" in status["lease_error"]  # the reason, for the panel
     backend.failing = False  # the store answers again, and nobody took the lease meanwhile
-    wait_until(lambda: engine.lease.valid(), 2.0, "the lease renewed")
+    elapsed_until(lambda: engine.lease.valid(), 2.0, "the lease renewed")
     assert engine.sync().uploaded == ["a.txt"]
 
 
@@ -232,9 +224,9 @@ def test_an_explicit_take_over_of_a_live_holder_writes_only_once_its_time_is_up(
     second.take_over()
     assert second.lease.held and not second.writable
     assert second.status()["state"] == "taking-over"
-    wait_until(lambda: first.read_only, 2 * ttl, "the old holder noticing")
+    elapsed_until(lambda: first.read_only, 2 * ttl, "the old holder noticing")
     assert "took the workspace lease" in (first.read_only_reason or "")
-    wait_until(lambda: second.writable, 2 * ttl, "the new holder writing")
+    elapsed_until(lambda: second.writable, 2 * ttl, "the new holder writing")
     write(other, "c.txt", "mine now")
     assert second.sync().uploaded == ["c.txt"]
 
@@ -343,12 +335,12 @@ def test_a_corrupt_lease_that_nobody_changes_is_replaced_by_itself(
     foreign_lease(store_dir, expires=float("inf"))
     engine = make_engine(workdir, lease_ttl=0.4)
     assert engine.read_only and "corrupt" in (engine.read_only_reason or "")
-    wait_until(
+    elapsed_until(
         lambda: "replaced by itself" in (engine.status()["lease_error"] or ""),
         1.0,
         "the panel saying so",
     )
-    wait_until(
+    elapsed_until(
         lambda: engine.writable, 5.0, "the corrupt lease replaced once unchanged for its bound"
     )
     write(workdir, "b.txt", "after the heal")
@@ -399,7 +391,7 @@ def test_a_lease_is_judged_on_this_machines_clock_whatever_times_it_states(
             time.time() + 10**6
         )  # a stated expiry far in the future is ignored
         stopped = time.monotonic()
-        wait_until(lambda: newcomer.writable, 5 * ttl, "the newcomer taking over")
+        elapsed_until(lambda: newcomer.writable, 5 * ttl, "the newcomer taking over")
         assert time.monotonic() - stopped <= ttl + (0.6 if where == "local" else 1.5)
     finally:
         newcomer.close()
@@ -517,7 +509,7 @@ def test_a_dead_runtime_whose_clock_was_minutes_off_is_taken_over_after_its_ttl(
             child.kill()
             child.wait(10)
             killed = time.monotonic()
-            wait_until(lambda: engine.writable, 10 * ttl, "the successor taking over")
+            elapsed_until(lambda: engine.writable, 10 * ttl, "the successor taking over")
             assert time.monotonic() - killed <= ttl + 1.0
         finally:
             engine.close()

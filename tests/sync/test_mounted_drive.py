@@ -20,7 +20,8 @@ from jupyter_gpu_ws.sync.service import SyncService
 from tests.fusefs import (
     MountedDrive,  # the `mounted_drive` fixture comes from tests/sync/conftest.py
 )
-from tests.sync.conftest import eventually, tree_files, write
+from tests.sync.conftest import tree_files, write
+from tests.waiting import until
 
 # A drive's fault is a store error: a thread of the engine that dies of it (the flusher did, on a
 # close that failed with ENOTCONN) would never flush again, so that fails these tests.
@@ -103,7 +104,7 @@ def test_a_drive_that_fails_shows_in_the_status_keeps_files_pending_and_heals_by
 ) -> None:
     engine, service = on_drive
     service.start()
-    eventually(
+    until(
         lambda: stored(mounted_drive) == files_of(workdir) and settled(engine),
         30,
         "the first files on the drive",
@@ -112,7 +113,7 @@ def test_a_drive_that_fails_shows_in_the_status_keeps_files_pending_and_heals_by
     mounted_drive.fault(fault)
     for i in range(5):
         write(workdir, f"new/{i}.txt", f"written while the drive fails {i}\n")
-    status = eventually(
+    status = until(
         lambda: (s := engine.status())["state"] == "error" and s, 10, "the error in the status"
     )
     reason = status["last_error"] or ""
@@ -128,7 +129,7 @@ def test_a_drive_that_fails_shows_in_the_status_keeps_files_pending_and_heals_by
         )
 
     try:
-        eventually(each_says_why, 10, "every pending file with the drive's reason")
+        until(each_says_why, 10, "every pending file with the drive's reason")
     except AssertionError:
         raise AssertionError(engine.pending_list()["files"]) from None
     assert files_of(workdir) == {
@@ -136,7 +137,7 @@ def test_a_drive_that_fails_shows_in_the_status_keeps_files_pending_and_heals_by
         **{f"new/{i}.txt": f"written while the drive fails {i}\n".encode() for i in range(5)},
     }
     mounted_drive.heal()
-    eventually(lambda: settled(engine), 30, "every pending file on the drive, with no click")
+    until(lambda: settled(engine), 30, "every pending file on the drive, with no click")
     assert stored(mounted_drive) == files_of(workdir)
 
 
@@ -146,9 +147,9 @@ def test_a_first_pass_that_the_drive_fails_is_tried_again_in_full_once_it_answer
     engine, service = on_drive
     mounted_drive.fault("disconnect")
     service.start()  # its first pass, over everything, fails
-    eventually(lambda: engine.status()["state"] == "error", 10, "the error in the status")
+    until(lambda: engine.status()["state"] == "error", 10, "the error in the status")
     mounted_drive.heal()
-    eventually(
+    until(
         lambda: stored(mounted_drive) == files_of(workdir),
         30,
         "every file on the drive, with no click",
@@ -165,7 +166,7 @@ def test_a_drive_that_stalls_mid_pass_shows_in_the_status_while_the_pass_waits_a
         write(workdir, f"new/{i}.txt", f"written while the drive stalls {i}\n")
     passing = threading.Thread(target=lambda: engine.sync(), daemon=True)
     passing.start()
-    status = eventually(
+    status = until(
         lambda: (s := engine.status())["state"] == "error" and s, 10, "the stall in the status"
     )
     assert passing.is_alive()  # the status answered while the pass waits on the drive
@@ -176,7 +177,7 @@ def test_a_drive_that_stalls_mid_pass_shows_in_the_status_while_the_pass_waits_a
     passing.join(30)
     assert not passing.is_alive()
     service.start()
-    eventually(lambda: settled(engine), 30, "every pending file on the drive, with no click")
+    until(lambda: settled(engine), 30, "every pending file on the drive, with no click")
     assert stored(mounted_drive) == files_of(workdir)
 
 

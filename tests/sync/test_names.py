@@ -25,7 +25,7 @@ from jupyter_gpu_ws.sync import SyncEngine
 from jupyter_gpu_ws.sync.index import Record, SyncIndex
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.test_s3 import bucket_keys
-from tests.sync.test_service import eventually
+from tests.waiting import until
 
 try:
     from hypothesis import given, settings, strategies
@@ -367,20 +367,20 @@ def test_the_service_keeps_uploading_after_a_non_utf8_name_appears(
     mirror = os.fsencode(store_dir / "ws" / "files")
     try:
         make_files(workdir, [b"first\xe9\n.txt"])
-        eventually(
+        until(
             lambda: os.path.exists(
                 mirror + b"/" + os.fsencode(encode(os.fsdecode(b"first\xe9\n.txt")))
             )
         )
         make_files(workdir, [b"written after.txt", b"and\xff/after.txt"])
-        eventually(
+        until(
             lambda: (
                 os.path.exists(mirror + b"/written after.txt")
                 and os.path.exists(mirror + "/and‛FF/after.txt".encode())
             )
         )
         # Nothing pending comes a moment before the pass ends (its records, its flush).
-        eventually(
+        until(
             lambda: (
                 service.engine.pending() == (0, 0) and service.engine.status()["state"] == "idle"
             )

@@ -8,9 +8,8 @@ import hashlib
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,6 +17,7 @@ from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.conftest import S3_ACCESS_KEY, S3_BUCKET, S3_SECRET_KEY, write
 from tests.sync.s3server import S3Server, S3ServerError
+from tests.waiting import elapsed_until
 
 
 @pytest.fixture
@@ -35,15 +35,6 @@ def own_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server
         monkeypatch.setenv(name, value)
     yield server
     server.stop()
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if predicate():
-            return time.monotonic() - started
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
 
 
 def stored(server: S3Server, prefix: str) -> dict[str, str]:
@@ -83,7 +74,7 @@ def test_a_store_outage_shows_at_once_and_heals_by_itself(
     try:
         for i in range(10):
             write(workdir, f"before/{i}.txt", f"file {i}\n" * 50)
-        wait_until(
+        elapsed_until(
             lambda: engine.pending() == (0, 0) and engine.last_sync,
             60,
             "the first files in the store",
@@ -92,7 +83,7 @@ def test_a_store_outage_shows_at_once_and_heals_by_itself(
         # A large file starts going (a multipart upload at 8 MiB/s), and the store goes down
         # under it; then more work piles up.
         write(workdir, "model.bin", os.urandom(40 * 2**20))
-        wait_until(
+        elapsed_until(
             lambda: (engine.status()["progress"] or {}).get("bytes_done", 0) > 0,
             30,
             "the large upload",
@@ -101,7 +92,7 @@ def test_a_store_outage_shows_at_once_and_heals_by_itself(
         down = time.monotonic()
         for i in range(25):
             write(workdir, f"during/{i}.txt", f"written during the outage {i}\n" * 30)
-        seen = wait_until(lambda: engine.status()["state"] == "error", 10, "the error state")
+        seen = elapsed_until(lambda: engine.status()["state"] == "error", 10, "the error state")
         status = engine.status()
         assert "store" in (status["last_error"] or "").lower() or status["store_down"]
         print(
@@ -110,7 +101,7 @@ def test_a_store_outage_shows_at_once_and_heals_by_itself(
         # Everything written meanwhile waits, counted (the files of a folder the watcher saw
         # appear as one path included).
         try:
-            wait_until(lambda: engine.pending()[0] == 26, 10, "the pending count")
+            elapsed_until(lambda: engine.pending()[0] == 26, 10, "the pending count")
         except AssertionError:
             listing = engine.pending_list(100)
             raise AssertionError(
@@ -121,7 +112,7 @@ def test_a_store_outage_shows_at_once_and_heals_by_itself(
 
         own_s3.start()  # the same ports, the same data
         back = time.monotonic()
-        wait_until(
+        elapsed_until(
             lambda: engine.pending() == (0, 0) and engine.status()["state"] == "idle",
             60,
             "every pending file in the store, with no click",

@@ -16,7 +16,8 @@ import pytest
 from jupyter_gpu_ws.store.local import _raise_os_error
 from jupyter_gpu_ws.sync import LocalBackend, Progress, SyncEngine
 from jupyter_gpu_ws.sync.service import SyncService
-from tests.sync.conftest import eventually, tree_files, write
+from tests.sync.conftest import tree_files, write
+from tests.waiting import until
 
 Make = Callable[..., SyncEngine]
 
@@ -41,7 +42,7 @@ def test_checkpoint_rotation_leaves_nothing_pending(workdir: Path, make_engine: 
             for old in sorted((workdir / ".gpuws/checkpoints/train").glob("ckpt-*"))[:-3]:
                 shutil.rmtree(old)  # retention, as the tracker applies it
             time.sleep(0.05)
-        eventually(lambda: engine.pending() == (0, 0) and engine.state == "idle")
+        until(lambda: engine.pending() == (0, 0) and engine.state == "idle")
         mirrored = tree_files(Path(engine.backend.root) / "ws" / "files")  # type: ignore[attr-defined]
         assert sorted(
             {p.split("/")[3] for p in mirrored if p.startswith(".gpuws/checkpoints/")}
@@ -113,14 +114,14 @@ def test_once_the_full_store_has_room_again_every_pending_file_goes_by_itself(
     try:
         for i in range(20):
             write(workdir, f"data/{i:02d}.csv", "1,2,3\n" * (i + 1))
-        eventually(lambda: engine.status()["state"] == "error" and engine.pending()[0] == 20, 30)
+        until(lambda: engine.status()["state"] == "error" and engine.pending()[0] == 20, 30)
         assert "full" in (engine.status()["last_error"] or "")
         time.sleep(
             1.0
         )  # every write seen and its pass failed: nothing of the watcher's left to run
         assert engine.pending()[0] == 20
         backend.full = False  # space freed on the store
-        eventually(lambda: engine.pending() == (0, 0) and engine.status()["state"] == "idle", 60)
+        until(lambda: engine.pending() == (0, 0) and engine.status()["state"] == "idle", 60)
     finally:
         service.stop()
     assert tree_files(store_dir / "ws" / "files") == tree_files(workdir)
@@ -134,14 +135,14 @@ def test_a_persist_that_waits_for_a_running_pass_shows_and_counts_its_work(
     engine = make_engine(workdir, bandwidth_limit=8 * 2**20)  # the background pass takes ~2 s
     background = threading.Thread(target=engine.sync)
     background.start()
-    eventually(lambda: engine.status()["progress"] is not None)
+    until(lambda: engine.status()["progress"] is not None)
     persist = Progress()
     seen: list[dict[str, Any]] = []
     persisting = threading.Thread(
         target=lambda: seen.append({"report": engine.sync(progress=persist)})
     )
     persisting.start()
-    eventually(lambda: persist.snapshot()["speed"])
+    until(lambda: persist.snapshot()["speed"])
     during = persist.snapshot()
     assert during["bytes_total"] == size and 0 < during["bytes_done"] < during["bytes_total"]
     assert during["speed"] and during["eta"] is not None  # the upload's own speed and time left

@@ -14,15 +14,7 @@ from jupyter_gpu_ws.sync import SyncEngine, inotify
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.conftest import tree_files, write
 from tests.sync.test_flush import GatedBackend
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError("not reached in time")
+from tests.waiting import until
 
 
 @pytest.fixture(params=["auto", "watchfiles"])
@@ -43,24 +35,24 @@ def files(store_dir: Path) -> dict[str, bytes]:
 
 
 def test_start_mirrors_what_is_there(service: SyncService, store_dir: Path) -> None:
-    eventually(lambda: files(store_dir).get("existing.txt") == b"old")
+    until(lambda: files(store_dir).get("existing.txt") == b"old")
 
 
 def test_a_written_file_reaches_the_store_by_itself(
     service: SyncService, workdir: Path, store_dir: Path
 ) -> None:
-    eventually(lambda: "existing.txt" in files(store_dir))
+    until(lambda: "existing.txt" in files(store_dir))
     write(workdir, "notebooks/new.ipynb", "{}")
-    eventually(lambda: files(store_dir).get("notebooks/new.ipynb") == b"{}")
-    eventually(lambda: service.engine.pending() == (0, 0))  # recorded just after
+    until(lambda: files(store_dir).get("notebooks/new.ipynb") == b"{}")
+    until(lambda: service.engine.pending() == (0, 0))  # recorded just after
 
 
 def test_a_renamed_folder_is_followed(service: SyncService, workdir: Path, store_dir: Path) -> None:
     write(workdir, "run1/a.txt", "a")
     write(workdir, "run1/b.txt", "b")
-    eventually(lambda: {"run1/a.txt", "run1/b.txt"} <= set(files(store_dir)))
+    until(lambda: {"run1/a.txt", "run1/b.txt"} <= set(files(store_dir)))
     (workdir / "run1").rename(workdir / "run2")
-    eventually(lambda: set(files(store_dir)) == {"existing.txt", "run2/a.txt", "run2/b.txt"})
+    until(lambda: set(files(store_dir)) == {"existing.txt", "run2/a.txt", "run2/b.txt"})
     assert service.engine.versions("run1/a.txt")
 
 
@@ -73,14 +65,14 @@ def test_a_folder_no_longer_ignored_is_watched(
     svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600, watcher=watcher)
     svc.start()
     try:
-        eventually(lambda: ".gpuwsignore" in files(store_dir))
+        until(lambda: ".gpuwsignore" in files(store_dir))
         assert "scratch/a.txt" not in files(store_dir)
         write(workdir, ".gpuwsignore", "# nothing ignored now\n")
-        eventually(lambda: files(store_dir).get(".gpuwsignore") == b"# nothing ignored now\n")
+        until(lambda: files(store_dir).get(".gpuwsignore") == b"# nothing ignored now\n")
         write(
             workdir, "scratch/a.txt", "written after"
         )  # seen by the watcher: no rescan for an hour
-        eventually(lambda: files(store_dir).get("scratch/a.txt") == b"written after")
+        until(lambda: files(store_dir).get("scratch/a.txt") == b"written after")
     finally:
         svc.stop()
 
@@ -103,7 +95,7 @@ def test_the_first_pass_waits_for_the_watch_so_no_early_write_is_missed(
     try:
         time.sleep(0.2)
         write(workdir, "early.txt", "before the watch was in place")  # and no rescan for an hour
-        eventually(lambda: files(store_dir).get("early.txt") == b"before the watch was in place")
+        until(lambda: files(store_dir).get("early.txt") == b"before the watch was in place")
     finally:
         svc.stop()
 
@@ -128,12 +120,12 @@ def test_a_watch_queue_that_overflowed_brings_a_full_rescan(
     svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
     svc.start()
     try:
-        eventually(lambda: svc.passes >= 1)
+        until(lambda: svc.passes >= 1)
         count = overflowing_file_count()
         for i in range(count):
             (workdir / f"f{i:05d}").touch()
         busy.set()  # the kernel kept only part of the events: the rest needs a full rescan
-        eventually(lambda: len(files(store_dir)) == count, timeout=60)
+        until(lambda: len(files(store_dir)) == count, timeout=60)
     finally:
         busy.set()
         svc.stop()
@@ -153,11 +145,11 @@ def test_the_watchers_passes_flush_in_the_background_and_persist_waits_for_the_f
     svc = SyncService(engine, debounce=0.02, rescan_interval=3600)
     svc.start()
     try:
-        eventually(lambda: svc.passes >= 1)
+        until(lambda: svc.passes >= 1)
         write(workdir, "a.txt", "a")
         # In the store and recorded while the disk has not confirmed it (the flush is held).
-        eventually(lambda: files(store_dir).get("a.txt") == b"a" and engine.pending() == (0, 0))
-        eventually(lambda: backend.flushed_in == ["gpuws-flush"])
+        until(lambda: files(store_dir).get("a.txt") == b"a" and engine.pending() == (0, 0))
+        until(lambda: backend.flushed_in == ["gpuws-flush"])
         assert engine.index.unflushed_paths() == ["a.txt"]
 
         write(workdir, "b.txt", "b")
@@ -181,7 +173,7 @@ def test_a_clean_stop_loses_nothing(
 ) -> None:
     svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
     svc.start()
-    eventually(lambda: svc.passes >= 1)
+    until(lambda: svc.passes >= 1)
     write(workdir, "last-second.txt", "saved")
     time.sleep(0.3)  # the watcher has seen it
     svc.stop()
@@ -203,7 +195,7 @@ def test_a_small_change_after_a_quiet_spell_goes_at_once(
     slow_settle: SyncService, workdir: Path, store_dir: Path
 ) -> None:
     write(workdir, "train.py", "print('edited')")
-    eventually(lambda: files(store_dir).get("train.py") == b"print('edited')", timeout=20)
+    until(lambda: files(store_dir).get("train.py") == b"print('edited')", timeout=20)
 
 
 def test_a_large_write_waits_for_the_settle_delay(
@@ -253,7 +245,7 @@ def test_folders_beyond_the_watch_limit_are_reported_and_left_to_the_rescan(
     svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
     svc.start()
     try:
-        eventually(lambda: "data/shard0/a.bin" in files(store_dir))
+        until(lambda: "data/shard0/a.bin" in files(store_dir))
         status = svc.watch_status()
         assert status["watcher"] == "inotify" and status["limited"] and status["error"] is None
         assert status["folders"] == 1  # the root; data/ and below are beyond the limit
@@ -272,11 +264,11 @@ def test_a_vanished_work_directory_stops_the_watch_with_its_reason(
     svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
     svc.start()
     try:
-        eventually(lambda: svc.passes >= 1)
+        until(lambda: svc.passes >= 1)
         assert svc.watch_status()["error"] is None
         moved = workdir.parent / "moved-away"
         workdir.rename(moved)
-        eventually(lambda: "File watching stopped" in (svc.watch_status()["error"] or ""))
+        until(lambda: "File watching stopped" in (svc.watch_status()["error"] or ""))
     finally:
         svc.final_pass = False
         svc.stop()

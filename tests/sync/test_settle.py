@@ -15,7 +15,8 @@ import pytest
 
 from jupyter_gpu_ws.sync import SyncEngine
 from jupyter_gpu_ws.sync.service import SyncService
-from tests.sync.conftest import eventually, tree_files, write
+from tests.sync.conftest import tree_files, write
+from tests.waiting import until
 
 Make = Callable[..., SyncEngine]
 
@@ -33,7 +34,7 @@ def running(workdir: Path, make_engine: Make) -> Any:
         service = SyncService(make_engine(workdir, **options), debounce=0.02, rescan_interval=3600)
         service.start()
         services.append(service)
-        eventually(lambda: service.passes >= 1, 10, "the first pass")
+        until(lambda: service.passes >= 1, 10, "the first pass")
         return service
 
     yield start
@@ -72,13 +73,13 @@ def test_a_file_being_written_is_stored_once_whole_and_pending_meanwhile(
         seen
     )  # never "saved" while written
     assert not any(there for _, there in seen), "a truncated copy reached the store"
-    eventually(
+    until(
         lambda: stored(store_dir).get("download.bin") == path.read_bytes(),
         15,
         "the whole file stored",
     )
     assert service.engine.versions("download.bin") == []  # one copy, no truncated versions
-    eventually(lambda: service.engine.status()["pending_files"] == 0, 10, "nothing pending")
+    until(lambda: service.engine.status()["pending_files"] == 0, 10, "nothing pending")
 
 
 def test_the_pending_list_says_a_file_is_still_being_written(running: Any, workdir: Path) -> None:
@@ -92,7 +93,7 @@ def test_the_pending_list_says_a_file_is_still_being_written(running: Any, workd
             files = service.engine.pending_list()["files"]
             return files and files[0]
 
-        item = eventually(listed, 10, "the file listed")
+        item = until(listed, 10, "the file listed")
         assert item["path"] == "log.txt" and item["state"] == "writing"
         assert "still being written" in item["note"]
         f.write("step 2\n")
@@ -103,9 +104,7 @@ def test_a_file_written_and_closed_goes_at_once_whatever_the_settle_interval(
 ) -> None:
     running(settle_interval=3600.0)
     write(workdir, "notebook.ipynb", "{}")
-    eventually(
-        lambda: stored(store_dir).get("notebook.ipynb") == b"{}", 10, "the closed file stored"
-    )
+    until(lambda: stored(store_dir).get("notebook.ipynb") == b"{}", 10, "the closed file stored")
 
 
 def test_a_file_kept_open_but_left_unchanged_goes_after_the_settle_interval(
@@ -115,7 +114,7 @@ def test_a_file_kept_open_but_left_unchanged_goes_after_the_settle_interval(
     with open(workdir / "train.log", "w") as f:
         f.write("epoch 1\n")
         f.flush()  # open, and quiet from now on
-        eventually(
+        until(
             lambda: stored(store_dir).get("train.log") == b"epoch 1\n",
             10,
             "the quiet open file stored",
@@ -130,13 +129,13 @@ def test_a_persist_takes_a_file_being_written_and_that_partial_copy_is_never_a_v
     with open(path, "wb") as f:
         f.write(b"first half ")
         f.flush()
-        eventually(
+        until(
             lambda: "growing.bin" in service.engine.settling._open, 5, "the watcher seeing it open"
         )
         service.flush()  # Persist now: everything on disk reaches the store, as it is
         assert stored(store_dir)["growing.bin"] == b"first half "
         f.write(b"second half")
-    eventually(
+    until(
         lambda: stored(store_dir).get("growing.bin") == b"first half second half",
         10,
         "the whole file",
@@ -170,10 +169,8 @@ def test_the_sync_loop_lives_on_after_an_unforeseen_error(
 
     engine.take_dirty = broken  # type: ignore[method-assign]
     write(workdir, "first.txt", "1")
-    eventually(lambda: failures, 10, "the failure")
+    until(lambda: failures, 10, "the failure")
     assert "an error nobody foresaw" in (engine.status()["last_error"] or "")
     assert "Traceback" in caplog.text or any(r.exc_info for r in caplog.records)
     write(workdir, "second.txt", "2")
-    eventually(
-        lambda: {"first.txt", "second.txt"} <= set(stored(store_dir)), 30, "both files stored"
-    )
+    until(lambda: {"first.txt", "second.txt"} <= set(stored(store_dir)), 30, "both files stored")

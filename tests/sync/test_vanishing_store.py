@@ -18,7 +18,8 @@ from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from jupyter_gpu_ws.sync.errors import StoreConfigError, StoreMissingError
 from jupyter_gpu_ws.sync.index import SyncIndex
 from jupyter_gpu_ws.sync.service import SyncService
-from tests.sync.conftest import eventually, tree_files, write
+from tests.sync.conftest import tree_files, write
+from tests.waiting import until
 
 Make = Callable[..., SyncEngine]
 
@@ -72,7 +73,7 @@ def test_a_store_folder_in_an_empty_mount_point_is_unavailable_and_nothing_is_ma
         assert list(mount.iterdir()) == []
         # The drive is mounted (its folder is there): the engine writes by itself.
         store.mkdir(parents=True)
-        eventually(lambda: engine.writable, 5, "the engine writing once the folder is there")
+        until(lambda: engine.writable, 5, "the engine writing once the folder is there")
         assert engine.sync().uploaded == ["a.txt"]
         assert engine.status()["store_missing"] is False
     finally:
@@ -143,12 +144,12 @@ def test_a_store_that_vanishes_during_writes_gets_every_file_once_it_is_back(
     service = SyncService(engine, debounce=0.02, rescan_interval=3600)
     service.start()
     try:
-        eventually(lambda: "before.txt" in stored(store), what="the first file")
+        until(lambda: "before.txt" in stored(store), what="the first file")
         gone = store if what == "store-folder" else store / "ws"
         away = tmp_path / "away"
         gone.rename(away)  # the drive drops
         write(workdir, "during.txt", "written while the store was away")
-        status = eventually(
+        status = until(
             lambda: (s := engine.status())["store_missing"] and s, 10, "the status saying so"
         )
         assert status["state"] == "error" and "missing" in status["store_down"]
@@ -157,14 +158,14 @@ def test_a_store_that_vanishes_during_writes_gets_every_file_once_it_is_back(
         # Nothing was made where the store was: no empty store taking the files.
         assert not (store / "ws").exists() if what == "workspace-folder" else not store.exists()
         away.rename(gone)  # the drive is back
-        eventually(
+        until(
             lambda: stored(store).get("during.txt") == b"written while the store was away",
             30,
             "the file written meanwhile reaching the store",
         )
         write(workdir, "after.txt", "after")
-        eventually(lambda: "after.txt" in stored(store), 15, "the sync going on")
-        eventually(
+        until(lambda: "after.txt" in stored(store), 15, "the sync going on")
+        until(
             lambda: not engine.status()["store_missing"] and engine.status()["pending_files"] == 0,
             10,
             "the status healed",
@@ -193,7 +194,7 @@ def test_a_store_that_comes_back_older_is_given_what_it_lacks(
     older.rename(store)  # the older copy is what the drive shows now, with the lease of that time
     engine = engine_on(tmp_path, workdir, store, lease_ttl=0.5)
     try:
-        eventually(lambda: engine.writable, 5, "the old lease out")
+        until(lambda: engine.writable, 5, "the old lease out")
         report = engine.sync()
         assert sorted(report.uploaded) == ["new.txt", "old.txt"]
         assert stored(store) == {"old.txt": b"changed", "new.txt": b"new"}
@@ -271,7 +272,7 @@ def test_a_second_server_on_one_state_folder_counts_the_store_after_the_first_st
         write(workdir, f"more/{i}.txt", str(i))
     first.sync()
     first.close()
-    eventually(lambda: second.writable, 5, "the second taking over")
+    until(lambda: second.writable, 5, "the second taking over")
     second.sync()
     status = second.status()
     assert status["synced_files"] == 22 == len(stored(store_dir))

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from jupyter_gpu_ws.checkpoints.files import complete_checkpoints
-from tests.kernels import Notebook, collect, wait_for
+from tests.kernels import Notebook, collect
+from tests.waiting import async_until
 
 SETUP = """
 %load_ext jupyter_gpu_ws
@@ -74,7 +75,7 @@ async def test_a_tracked_loop_with_loss_tensors_reports_pace_eta_and_verdict(
             run = run_of(await training(jp_fetch), "pace.ipynb")
             return run if run and run["rate"] and run["step"] >= 100 else None
 
-        run = await wait_for(measured, timeout=60, interval=0.5)
+        run = await async_until(measured, timeout=60, interval=0.5)
         assert run["live"] and run["state"] == "running" and run["notebook"] == "pace.ipynb"
         assert run["total"] == 5000 and run["done_steps"] == run["step"] + 1
         assert 5 < run["rate"] < 55  # one step every 20 ms and a little more
@@ -125,12 +126,12 @@ class TestDeadline:
 
                 return check
 
-            run = await wait_for(verdict("no-deadline"), timeout=60, interval=0.5)
+            run = await async_until(verdict("no-deadline"), timeout=60, interval=0.5)
             assert run["eta"] > 600  # 100,000 steps at ~100 a second
             assert not [a for a in run["anomalies"] if a["kind"] == "eta-past-deadline"]
 
             deadline_file.write_text(str(time.time() + 300))  # the platform says: 5 minutes left
-            run = await wait_for(verdict("short"), timeout=30, interval=0.5)
+            run = await async_until(verdict("short"), timeout=30, interval=0.5)
             v = run["verdict"]
             assert v["source"] == "deadline_file" and v["short_by"] > 0
             assert v["short_by"] == pytest.approx(
@@ -152,7 +153,7 @@ class TestDeadline:
             assert [a["id"] for a in again] == [notice["id"]]
 
             deadline_file.write_text(str(time.time() + 10 * 3600))  # moved: now it finishes
-            run = await wait_for(verdict("finishes"), timeout=30, interval=0.5)
+            run = await async_until(verdict("finishes"), timeout=30, interval=0.5)
             assert not [a for a in run["anomalies"] if a["kind"] == "eta-past-deadline"]
             await stop_cell(jp_fetch, nb, cell)
 
@@ -168,7 +169,7 @@ async def test_a_nan_loss_raises_the_alert_and_resume_goes_back_to_the_last_heal
             state = await training(jp_fetch)
             return [a for a in state["anomalies"] if a["kind"] == "nan-loss"]
 
-        [alert] = await wait_for(alerted, timeout=30, interval=0.3)
+        [alert] = await async_until(alerted, timeout=30, interval=0.3)
         assert alert["run"] == "nan.ipynb" and alert["level"] == "error" and alert["step"] == 12
         assert "nan at step 12" in alert["message"] and "gpuws.resume()" in alert["advice"]
 
@@ -203,7 +204,7 @@ class TestStall:
                 run = run_of(await training(jp_fetch), "stall.ipynb")
                 return run if run and run["state"] == "stalled" else None
 
-            run = await wait_for(stalled, timeout=60, interval=0.5)
+            run = await async_until(stalled, timeout=60, interval=0.5)
             [alert] = [a for a in run["anomalies"] if a["kind"] == "stall"]
             assert run["step"] == 150 and alert["step"] == 150
             assert "no step for" in alert["message"] and "busy" in alert["message"]
@@ -214,7 +215,7 @@ class TestStall:
                 run = run_of(await training(jp_fetch), "stall.ipynb")
                 return run if run and run["state"] == "paused" and not run["anomalies"] else None
 
-            await wait_for(over, timeout=20, interval=0.5)
+            await async_until(over, timeout=20, interval=0.5)
 
 
 async def test_a_run_whose_kernel_died_mid_cell_is_stopped_not_running(
@@ -230,10 +231,10 @@ async def test_a_run_whose_kernel_died_mid_cell_is_stopped_not_running(
             run = run_of(await training(jp_fetch), "died.ipynb")
             return run if run and run["state"] == wanted else None
 
-        before = await wait_for(lambda: state("running"), timeout=30, interval=0.3)
+        before = await async_until(lambda: state("running"), timeout=30, interval=0.3)
         assert before["live"]
         os.kill(nb.pid, signal.SIGKILL)
-        after = await wait_for(lambda: state("stopped"), timeout=15, interval=0.3)
+        after = await async_until(lambda: state("stopped"), timeout=15, interval=0.3)
         assert not after["live"] and after["rate"] is None
         for _ in range(12):  # and it stays stopped while the kernel is restarted, and after
             await asyncio.sleep(0.5)
@@ -255,7 +256,7 @@ async def test_a_resumed_run_shows_its_curve_continuous_across_a_new_kernel(
         run = run_of(await training(jp_fetch), "curve.ipynb")
         return run if run and not run["live"] and run["step"] == 29 else None
 
-    run = await wait_for(from_checkpoint, timeout=30, interval=0.5)
+    run = await async_until(from_checkpoint, timeout=30, interval=0.5)
     assert run["state"] == "stopped" and run["checkpoint"]["step"] == 29
     history = json.loads(
         (await jp_fetch("gpuws", "api", "training", "history", params={"run": "curve.ipynb"})).body
@@ -274,7 +275,7 @@ async def test_a_resumed_run_shows_its_curve_continuous_across_a_new_kernel(
             run = run_of(await training(jp_fetch), "curve.ipynb")
             return run if run and run["live"] and run["step"] == 59 else None
 
-        run = await wait_for(continued, timeout=30, interval=0.5)
+        run = await async_until(continued, timeout=30, interval=0.5)
         assert run["state"] == "done" and (run["verdict"] or {}).get("state") == "done"
         history = json.loads((await jp_fetch("gpuws", "api", "training", "history")).body)
         steps = [p[0] for p in history["runs"]["curve.ipynb"]["series"]["loss"]]
@@ -349,8 +350,13 @@ async def test_gpuws_status_shows_each_run_with_its_step_eta_and_verdict(
             run = run_of(await training(jp_fetch), "status.ipynb")
             return run if run and run["rate"] else None
 
-        await wait_for(measured, timeout=60, interval=0.5)
+        await async_until(measured, timeout=60, interval=0.5)
         await stop_cell(jp_fetch, nb, cell)
+
+        async def paused() -> Any:
+            return (run_of(await training(jp_fetch), "status.ipynb") or {}).get("state") == "paused"
+
+        await async_until(paused, what="the server has seen the loop pause")
         [shown] = await nb.display("%gpuws status")
         said = shown["text/plain"]
         assert "training run" in said  # after the GPU, sync and checkpoint tables
@@ -387,13 +393,13 @@ async def test_restart_and_run_all_raises_no_alarm_against_the_earlier_runs_best
 
     async with Notebook(jp_fetch, gpuws_app, "restart.ipynb") as nb:  # the first run: down to 1e-6
         await nb.run(RESTART_AND_RUN_ALL.format(steps=200, loss="5.0 * (1e-6 / 5.0) ** (i / 199)"))
-        await wait_for(lambda: reached(199), timeout=30, interval=0.2)
+        await async_until(lambda: reached(199), timeout=30, interval=0.2)
     async with Notebook(
         jp_fetch, gpuws_app, "restart.ipynb"
     ) as nb:  # Restart and Run All: from 5.0 again
         rerun = RESTART_AND_RUN_ALL.format(steps=300, loss="5.0 * 0.99 ** i")
         cell = nb.client.execute(rerun)
-        run = await wait_for(lambda: reached(299), timeout=60, interval=0.2)
+        run = await async_until(lambda: reached(299), timeout=60, interval=0.2)
         await collect(nb.client, cell)
         assert seen == [] and run["anomalies"] == []
         history = json.loads(
@@ -410,5 +416,5 @@ async def test_restart_and_run_all_raises_no_alarm_against_the_earlier_runs_best
         await nb.run(
             rerun.replace("%load_ext jupyter_gpu_ws", "")
         )  # the loop's cell run again, same kernel
-        run = await wait_for(lambda: reached(299), timeout=60, interval=0.2)
+        run = await async_until(lambda: reached(299), timeout=60, interval=0.2)
     assert seen == [] and run["anomalies"] == []

@@ -17,8 +17,9 @@ import pytest
 
 from tests.checkpoints.torchrun import SCRIPT
 from tests.conftest import gpu_spec, write_spec
-from tests.servers import server_process, until
+from tests.servers import server_process
 from tests.test_successor import kill_everything
+from tests.waiting import until
 
 STEPS = 80
 LEASE_TTL = 5.0

@@ -10,7 +10,7 @@ import pytest
 
 from jupyter_gpu_ws.userjobs.gpus import fit_to_gpus
 from jupyter_gpu_ws.userjobs.manager import JobManager, JobSettings
-from tests.servers import until
+from tests.waiting import until
 
 TORCHRUN = ["torchrun", "--nproc-per-node", "2", "train.py", "--nproc-per-node", "2"]
 

@@ -16,7 +16,7 @@ import pytest
 
 from jupyter_gpu_ws.userjobs import trust
 from jupyter_gpu_ws.userjobs.record import JobRecord
-from tests.servers import ServerProcess, server_process, until
+from tests.servers import ServerProcess, server_process
 from tests.test_successor import kill_everything
 from tests.userjobs.jobfiles import (
     BROKEN,
@@ -27,6 +27,7 @@ from tests.userjobs.jobfiles import (
     losses,
     write,
 )
+from tests.waiting import until
 
 KEY = "this-users-job-key"
 

@@ -17,8 +17,9 @@ from jupyter_gpu_ws.envsnap import capture, save_snapshot
 from jupyter_gpu_ws.store import Store, open_backend
 from jupyter_gpu_ws.userjobs import trust
 from tests.envsnap.conftest import base_venv, make_project, python_of, run, versions  # noqa: F401 - a fixture
-from tests.servers import server_process, until
+from tests.servers import server_process
 from tests.userjobs.test_jobs_api import KEY, store_with
+from tests.waiting import until
 
 PACKAGES = (("local-pkg", "0.3.1"), ("other-pkg", "2.0"))
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.servers import ServerProcess, server_process, until
+from tests.servers import ServerProcess, server_process
 from tests.test_successor import kernel_client, run
 from tests.userjobs.jobfiles import FAILING, job_key, write
+from tests.waiting import until
 
 OK = "print('the job ran', flush=True)\n"
 NOTEBOOK = {

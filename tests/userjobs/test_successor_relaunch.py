@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
-from tests.servers import ServerProcess, server_process, until
+from tests.servers import ServerProcess, server_process
 from tests.test_emergency import FakeMetadata
 from tests.test_successor import kill_everything
 from tests.userjobs.jobfiles import TRAIN, losses, write
+from tests.waiting import until
 
 STEPS = 60
 LEASE_TTL = 5.0

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.checkpoints.torchrun import SCRIPT
-from tests.servers import server_process, until
+from tests.servers import server_process
 from tests.userjobs.jobfiles import job_key
+from tests.waiting import until
 
 
 def test_a_torchrun_job_is_one_run_with_its_step_and_checkpoints_on_every_rank_before_it_stops(
