@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 
@@ -100,3 +101,23 @@ class Notebook:
             await self.jp_fetch("api", "sessions", self.session_id, method="DELETE")
         except Exception:
             pass  # the kernel may have been killed on purpose
+
+
+def connected_client(connection_file: Path, timeout: float = 120) -> Any:
+    """A blocking client of the kernel whose connection file this is, once the kernel answers
+    kernel_info and its IOPub reaches the client.
+
+    No heartbeat channel: on a loaded machine a kernel still importing misses its 1 s beat, and
+    jupyter_client's wait_for_ready then says "Kernel died before replying to kernel_info"; the
+    reply, within `timeout`, is what says it is ready."""
+    from jupyter_client import BlockingKernelClient
+
+    client = BlockingKernelClient(connection_file=str(connection_file))
+    client.load_connection_file()
+    client.start_channels(hb=False)
+    try:
+        client.wait_for_ready(timeout=timeout)
+    except BaseException:
+        client.stop_channels()
+        raise
+    return client

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.kernels import connected_client
 from tests.servers import ServerProcess, api, server_process
 from tests.test_sync_api import get, mirror, sync_running
 from tests.waiting import async_until, until
@@ -57,21 +58,14 @@ def server(tmp_path: Path, extra_config: dict[str, Any]) -> Iterator[ServerProce
 def tracking_kernel(server: ServerProcess, code: str, path: str = "train.ipynb") -> Iterator[None]:
     """A notebook's kernel on `server` running `code` (which tracks something), once its
     agent has registered what it tracks; the client lets go at the end."""
-    from jupyter_client import BlockingKernelClient
-
     session = api(
         server.port,
         "/api/sessions",
         "POST",
         {"path": path, "type": "notebook", "name": path, "kernel": {"name": "python3"}},
     )
-    client = BlockingKernelClient(
-        connection_file=str(server.runtime / f"kernel-{session['kernel']['id']}.json")
-    )
-    client.load_connection_file()
-    client.start_channels()
+    client = connected_client(server.runtime / f"kernel-{session['kernel']['id']}.json")
     try:
-        client.wait_for_ready(timeout=60)
         client.execute(code)
         until(
             lambda: any(

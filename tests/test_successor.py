@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.kernels import connected_client
 from tests.servers import ServerProcess, server_process
 from tests.sync.s3server import S3Server
 from tests.waiting import until
@@ -64,20 +65,12 @@ print("resumed", gpuws.resume(), flush=True)
 
 def kernel_client(server: ServerProcess, notebook: str) -> Any:
     """A notebook session, as JupyterLab opens one, and a client of its kernel."""
-    from jupyter_client import BlockingKernelClient
-
     session = server.api(
         "/api/sessions",
         "POST",
         {"path": notebook, "type": "notebook", "name": notebook, "kernel": {"name": "python3"}},
     )
-    client = BlockingKernelClient(
-        connection_file=str(server.runtime / f"kernel-{session['kernel']['id']}.json")
-    )
-    client.load_connection_file()
-    client.start_channels(hb=False)
-    client.wait_for_ready(timeout=60)
-    return client
+    return connected_client(server.runtime / f"kernel-{session['kernel']['id']}.json")
 
 
 def run(client: Any, code: str, timeout: float = 180) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpu_ws.checkpoints import protocol
+from tests.kernels import connected_client
 from tests.servers import ServerProcess, server_process
 from tests.waiting import until
 
@@ -42,8 +43,6 @@ def two_servers(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]
 
 def start_training(server: ServerProcess, stack: ExitStack) -> str:
     """A notebook session on `server`, tracking a model, running the training cell (until the end)."""
-    from jupyter_client import BlockingKernelClient
-
     session = server.api(
         "/api/sessions",
         "POST",
@@ -55,14 +54,9 @@ def start_training(server: ServerProcess, stack: ExitStack) -> str:
         },
     )
     kernel_id = session["kernel"]["id"]
-    client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{kernel_id}.json"))
-    client.load_connection_file()
-    # No heartbeat channel: on a loaded machine a kernel still importing misses its 1 s beat,
-    # and the client would call it dead; the kernel_info reply is what says it is ready.
-    client.start_channels(hb=False)
-    stack.callback(client.stop_channels)
     stack.callback(shut_down, server, kernel_id)
-    client.wait_for_ready(timeout=60)
+    client = connected_client(server.runtime / f"kernel-{kernel_id}.json")
+    stack.callback(client.stop_channels)
     setup = client.execute(SETUP)
     while (reply := client.get_shell_msg(timeout=120))["parent_header"].get("msg_id") != setup:
         pass

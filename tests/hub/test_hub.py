@@ -17,6 +17,7 @@ import pytest
 
 from jupyter_gpu_ws.runtime.hub import _epoch
 from tests.hub.conftest import Hub, Pod, running_hub
+from tests.kernels import connected_client
 from tests.sync.s3server import S3Server
 from tests.waiting import until
 
@@ -34,28 +35,12 @@ for i in range(10**9):
 
 
 def kernel_client(pod: Pod, notebook: str) -> Any:
-    from jupyter_client import BlockingKernelClient
-
     session = pod.api(
         "api/sessions",
         "POST",
         {"path": notebook, "type": "notebook", "name": notebook, "kernel": {"name": "python3"}},
     )
-    kernel_id = session["kernel"]["id"]
-    deadline = time.monotonic() + 120
-    while True:  # a kernel still importing misses heartbeats: "died" may mean "not yet"
-        client = BlockingKernelClient(connection_file=str(pod.runtime / f"kernel-{kernel_id}.json"))
-        client.load_connection_file()
-        client.start_channels()
-        try:
-            client.wait_for_ready(timeout=60)
-            break
-        except RuntimeError:
-            client.stop_channels()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-    return client
+    return connected_client(pod.runtime / f"kernel-{session['kernel']['id']}.json")
 
 
 def s3_files(s3: S3Server, prefix: str) -> set[str]:

@@ -14,6 +14,7 @@ from jupyter_gpu_ws.monitor.fake_nvml import FakeNvml, FakeTorchCuda
 from jupyter_gpu_ws.monitor.kernels import KernelRef
 from jupyter_gpu_ws.monitor.own_use import NVML, TORCH_ALLOCATED, TORCH_RESERVED, OwnGpuUseReader
 from tests.conftest import GIB, write_spec
+from tests.kernels import connected_client
 from tests.servers import server_process
 from tests.waiting import until
 
@@ -147,8 +148,6 @@ def _host_pid_of_kernel(server_pid: int, kernel_id: str) -> int:
 
 
 def test_in_a_pid_namespace_the_notebooks_memory_comes_from_its_agent(tmp_path: Path) -> None:
-    from jupyter_client import BlockingKernelClient
-
     gpus = tmp_path / "gpus.json"
     base = {
         "name": "NVIDIA A100-SXM4-40GB",
@@ -177,12 +176,9 @@ def test_in_a_pid_namespace_the_notebooks_memory_comes_from_its_agent(tmp_path: 
             },
         )
         kernel_id = session["kernel"]["id"]
-        client = BlockingKernelClient(connection_file=str(runtime / f"kernel-{kernel_id}.json"))
-        client.load_connection_file()
-        client.start_channels()
+        client = connected_client(runtime / f"kernel-{kernel_id}.json")
         outputs: list[dict[str, Any]] = []
         try:
-            client.wait_for_ready(timeout=60)
             reply = client.execute_interactive(
                 "%load_ext jupyter_gpu_ws\nimport os\nprint(os.getpid())",
                 timeout=60,

@@ -598,9 +598,13 @@ def test_through_s3_a_restore_of_many_small_files_holds_few_files_open(
     fresh.mkdir()
     engine = make_engine(fresh, store_url=s3_url, state="state2")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    # Room for the connections and a few files, far from a file per file of the batches
-    # waiting for their turn (2,000 here): a user's limit is often 1,024.
-    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 150, hard))
+    # Room for a connection per request the restore may have in flight at once (all of them
+    # new at its start, before any can be reused) and a few files, far from a file per file of
+    # the batches waiting for their turn (2,000 here): a user's limit is often 1,024. (150 in all
+    # was too few on a loaded machine, where fewer connections are reused: EMFILE.)
+    requests = engine.settings.concurrency * restore_module.MANY_IN_FLIGHT
+    room = len(os.listdir("/proc/self/fd")) + requests + 64
+    resource.setrlimit(resource.RLIMIT_NOFILE, (room, hard))
     try:
         report = engine.restore()
     finally:
