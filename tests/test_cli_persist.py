@@ -16,6 +16,8 @@ from tests.sync.conftest import s3_env, s3_server, s3_url  # noqa: F401 - the Se
 from tests.test_sync_api import mirror
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 def persist(runtime: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime))

@@ -21,6 +21,8 @@ from tests.servers import ServerProcess, api, server_process
 from tests.test_sync_api import get, mirror, sync_running
 from tests.waiting import async_until, until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 TRAINING = """\
 %load_ext jupyter_gpu_ws
 import time, torch, jupyter_gpu_ws as gpuws

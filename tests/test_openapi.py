@@ -29,6 +29,8 @@ from tests.conftest import gpu_spec, write_spec
 from tests.servers import free_port
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 SPEC = Path(__file__).resolve().parents[1] / "docs" / "openapi.yaml"
 TOKEN = "openapi-test-token"
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")

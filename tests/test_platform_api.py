@@ -13,6 +13,8 @@ import pytest
 from tests.servers import free_port
 from tests.waiting import async_until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 @pytest.fixture
 def platform_env() -> dict[str, str]:

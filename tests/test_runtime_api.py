@@ -17,6 +17,8 @@ from jupyter_gpu_ws.app import GpuWorkspace
 from tests.test_sync_api import finished, get, mirror, sync_running
 from tests.waiting import async_until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 @pytest.fixture
 def gpuws_config(gpuws_config: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ import jupyter_gpu_ws.lifecycle
 from tests.test_sync_api import finished, get, sync_running
 from tests.waiting import async_until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 HOOKS = (
     "pre-commit",
     "prepare-commit-msg",

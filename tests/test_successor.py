@@ -24,6 +24,8 @@ from tests.servers import ServerProcess, server_process
 from tests.sync.s3server import S3Server
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 ACCESS_KEY, SECRET_KEY, BUCKET = (
     "gpuws-successor-key",
     "gpuws-successor-secret-0123456789",

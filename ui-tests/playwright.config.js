@@ -13,7 +13,7 @@ const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 module.exports = {
   ...baseConfig,
   timeout: 90000,
-  retries: process.env.CI ? 1 : 0,
+  retries: 0,
   workers: 1,
   // The reviewed pictures the panel is compared with (toHaveScreenshot) live with the docs.
   snapshotPathTemplate: path.join(__dirname, '..', 'docs', 'images', 'compared', '{arg}{ext}'),

@@ -19,6 +19,8 @@ from tests.waiting import until
 
 from .torchrun import Run, differences, load, losses, run
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 def checkpoints(root: Path, name: str = "dist-run") -> list[tuple[Path, dict]]:
     return complete_checkpoints(root / name)

@@ -17,6 +17,8 @@ from tests.waiting import async_until
 
 from .torchrun import Run, losses
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 async def the_run(jp_fetch: Any, live: bool = True) -> dict[str, Any]:
     async def found() -> Any:

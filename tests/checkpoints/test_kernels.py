@@ -15,6 +15,8 @@ from tornado.httpclient import HTTPClientError
 from tests.kernels import Notebook, collect
 from tests.waiting import async_until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 SETUP = """
 %load_ext jupyter_gpu_ws
 import time, torch, jupyter_gpu_ws as gpuws

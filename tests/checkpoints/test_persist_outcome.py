@@ -16,6 +16,8 @@ from tests.checkpoints.test_magic_and_persist import SETUP, persist_finished
 from tests.kernels import Notebook
 from tests.sync.conftest import s3_env, s3_server, s3_url  # noqa: F401 - the SeaweedFS fixtures
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 BROKEN = """
 %load_ext jupyter_gpu_ws
 import jupyter_gpu_ws as gpuws

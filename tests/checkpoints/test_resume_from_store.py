@@ -11,6 +11,8 @@ import pytest
 from tests.kernels import Notebook
 from tests.servers import free_port
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 TRACK = """
 %load_ext jupyter_gpu_ws
 import torch, jupyter_gpu_ws as gpuws

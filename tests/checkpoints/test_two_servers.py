@@ -17,6 +17,8 @@ from tests.kernels import connected_client
 from tests.servers import ServerProcess, server_process
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 SETUP = """\
 %load_ext jupyter_gpu_ws
 import time, torch, jupyter_gpu_ws as gpuws

@@ -12,6 +12,8 @@ import pytest
 from jupyter_gpu_ws.envsnap import InterpreterError, capture, content_hash, read_machine
 from tests.envsnap.conftest import EDITABLE, LOCAL, PINNED, packages
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 @pytest.fixture(scope="module")
 def captured(source_venv: Path) -> dict[str, Any]:

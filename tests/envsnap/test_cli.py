@@ -11,7 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.envsnap.conftest import EDITABLE, LOCAL, PINNED, versions
+
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
 
 
 def gpuws_env(*args: str | Path) -> subprocess.CompletedProcess:

@@ -21,6 +21,8 @@ from tests.envsnap.conftest import LOCAL, PINNED, FileServer, serve_wheel_of, ve
 from tests.test_sync_api import finished, get, sync_running
 from tests.waiting import async_until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 @pytest.fixture
 def env_python(source_venv: Path, copy_venv: Callable[[Path, str], str]) -> str:

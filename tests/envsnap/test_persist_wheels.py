@@ -15,6 +15,8 @@ import pytest
 from tests.test_sync_api import mirror, sync_running
 from tests.waiting import async_until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 # A build backend that holds its build until the test lets it go, then fails as a project whose
 # backend is not installed does ("No module named 'hatchling'").
 BACKEND = """

@@ -22,6 +22,8 @@ from jupyter_gpu_ws.envsnap.lock import index_options
 from jupyter_gpu_ws.envsnap.wheels import stored_wheels, wheel_identity
 from tests.envsnap.conftest import EDITABLE, LOCAL, PINNED, packages, store_at
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 def with_version(snapshot: dict[str, Any], name: str, version: str) -> dict[str, Any]:
     changed = {

@@ -21,6 +21,8 @@ from tests.kernels import connected_client
 from tests.sync.s3server import S3Server
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 TRAINING = """\
 %load_ext jupyter_gpu_ws
 import time, torch, jupyter_gpu_ws as gpuws

@@ -26,6 +26,8 @@ from tests.stores.conftest import BUCKET
 from tests.sync.conftest import tree_files, write
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 @dataclass
 class StoreUnderTest:

@@ -26,6 +26,8 @@ from jupyter_gpu_ws.store.fsspec_store import SMALL_FILE
 from jupyter_gpu_ws.sync import FsspecBackend, StoreUnavailableError, SyncEngine
 from tests.sync.conftest import tree_files, write
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 Make = Callable[..., SyncEngine]
 
 

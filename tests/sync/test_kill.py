@@ -46,6 +46,8 @@ from tests.sync.conftest import S3_BUCKET
 from tests.sync.s3server import S3Server
 from tests.sync.sync_child import settings_from
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 REPO = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("sync_child.py")
 MiB = 2**20

@@ -10,10 +10,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from jupyter_gpu_ws.store.backend import PART_SUFFIX
 from jupyter_gpu_ws.sync import SyncEngine
 from tests.sync.conftest import write
 from tests.waiting import until
+
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
 
 Make = Callable[..., SyncEngine]
 GIB = 2**30

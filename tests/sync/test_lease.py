@@ -26,6 +26,8 @@ from jupyter_gpu_ws.sync.errors import LeaseLostError, StoreUnavailableError
 from tests.sync.conftest import S3_BUCKET, tree_files, write
 from tests.waiting import elapsed_until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 Make = Callable[..., SyncEngine]
 
 

@@ -25,7 +25,10 @@ from tests.waiting import until
 
 # A drive's fault is a store error: a thread of the engine that dies of it (the flusher did, on a
 # close that failed with ENOTCONN) would never flush again, so that fails these tests.
-pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning"),
+]
 
 FILES = 12
 

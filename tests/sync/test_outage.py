@@ -19,6 +19,8 @@ from tests.sync.conftest import S3_ACCESS_KEY, S3_BUCKET, S3_SECRET_KEY, write
 from tests.sync.s3server import S3Server, S3ServerError
 from tests.waiting import elapsed_until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 @pytest.fixture
 def own_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:

@@ -16,6 +16,8 @@ from tests.sync.conftest import tree_files, write
 from tests.sync.test_flush import GatedBackend
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 @pytest.fixture(params=["auto", "watchfiles"])
 def service(workdir: Path, make_engine: Callable[..., SyncEngine], request: pytest.FixtureRequest):

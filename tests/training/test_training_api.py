@@ -17,6 +17,8 @@ from jupyter_gpu_ws.checkpoints.files import complete_checkpoints
 from tests.kernels import Notebook, collect
 from tests.waiting import async_until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 SETUP = """
 %load_ext jupyter_gpu_ws
 import time, torch, jupyter_gpu_ws as gpuws

@@ -21,6 +21,8 @@ from tests.servers import server_process
 from tests.test_successor import kill_everything
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 STEPS = 80
 LEASE_TTL = 5.0
 

@@ -29,6 +29,8 @@ from tests.userjobs.jobfiles import (
 )
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 KEY = "this-users-job-key"
 
 

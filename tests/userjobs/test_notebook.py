@@ -17,6 +17,8 @@ import pytest
 from jupyter_gpu_ws.userjobs.failure import CANNOT_CHANGE
 from jupyter_gpu_ws.userjobs.notebook import output_path
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 RUNNER = [sys.executable, "-m", "jupyter_gpu_ws.userjobs.notebook"]
 
 

@@ -21,6 +21,8 @@ from tests.servers import server_process
 from tests.userjobs.test_jobs_api import KEY, store_with
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 PACKAGES = (("local-pkg", "0.3.1"), ("other-pkg", "2.0"))
 
 

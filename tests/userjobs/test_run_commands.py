@@ -17,6 +17,8 @@ from tests.test_successor import kernel_client, run
 from tests.userjobs.jobfiles import FAILING, job_key, write
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 OK = "print('the job ran', flush=True)\n"
 NOTEBOOK = {
     "cells": [

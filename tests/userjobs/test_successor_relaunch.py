@@ -25,6 +25,8 @@ from tests.test_successor import kill_everything
 from tests.userjobs.jobfiles import TRAIN, losses, write
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 STEPS = 60
 LEASE_TTL = 5.0
 

@@ -12,6 +12,8 @@ from tests.servers import server_process
 from tests.userjobs.jobfiles import job_key
 from tests.waiting import until
 
+pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
+
 
 def test_a_torchrun_job_is_one_run_with_its_step_and_checkpoints_on_every_rank_before_it_stops(
     tmp_path: Path,

@@ -92,7 +92,16 @@ test.describe('GPU Workspace panel with GPUs', () => {
       hasText: 'GPU 0 (NVIDIA A100-SXM4-40GB) memory is 98% full'
     });
     await expect(toast).toHaveCount(1, { timeout: 20000 });
-    await page.waitForTimeout(2000); // more samples of the same episode
+    // Four more samples of the same episode (the sampler's, which the page is sent as they come).
+    const since = Date.now() / 1000;
+    await expect
+      .poll(
+        async () =>
+          (await (await page.request.get(`/gpuws/api/metrics?since=${since}`)).json()).history
+            .length,
+        { timeout: 20000 }
+      )
+      .toBeGreaterThanOrEqual(4);
     await expect(toast).toHaveCount(1);
   });
 });

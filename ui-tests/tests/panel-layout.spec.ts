@@ -429,7 +429,19 @@ test.describe('The panel with two simulated GPUs (port 8889)', () => {
     await expect(page.getByTestId('gpuws-status')).toHaveText(
       /^GPU 0 \d+ % · 15\.0\/40 GiB \(busiest of 2\)$/
     );
-    await page.waitForTimeout(3000); // a few samples in the sparklines
+    // A few samples in the sparklines (six: three seconds of the server's samples).
+    await expect
+      .poll(
+        async () =>
+          (
+            (await panel.locator('.jp-gpuws-sparkline polyline').first().getAttribute('points')) ??
+            ''
+          )
+            .split(' ')
+            .filter(Boolean).length,
+        { timeout: 20000 }
+      )
+      .toBeGreaterThanOrEqual(6);
     await checkBothThemes(page, 'gpus', async () => {
       await expect(panel.getByTestId('gpuws-gpu-card')).toHaveCount(2);
     });

@@ -121,13 +121,13 @@ test.describe('Sync, another runtime took the lease', () => {
     await expect(summary).toContainText(/All saved|Nothing synced/, { timeout: 20000 });
     // A runtime on another machine takes the lease over (as the panel's Take over does), then
     // dies: its lease stays as it was, and is free once this runtime has seen it unchanged for
-    // its ttl (20 s), on this machine's clock.
+    // its ttl (30 s), on this machine's clock.
     const lease = path.join(STORE_BASE, 'gpuws-ui-store', 'ui-tests', '.gpuws', 'lease.json');
     const now = Date.now() / 1000;
-    const theirs = { holder: 'ui-test-other', host: 'spot-vm-2', pid: 4242, user: 'ana', ttl: 20 };
+    const theirs = { holder: 'ui-test-other', host: 'spot-vm-2', pid: 4242, user: 'ana', ttl: 30 };
     fs.writeFileSync(
       `${lease}.ui-test`,
-      JSON.stringify({ ...theirs, acquired: now, heartbeat: now, expires: now + 20 })
+      JSON.stringify({ ...theirs, acquired: now, heartbeat: now, expires: now + 30 })
     );
     fs.renameSync(`${lease}.ui-test`, lease);
 
@@ -144,15 +144,25 @@ test.describe('Sync, another runtime took the lease', () => {
     };
     const first = await left();
     expect(first).toBeGreaterThan(2);
-    expect(first).toBeLessThanOrEqual(20);
+    expect(first).toBeLessThanOrEqual(30);
     await page.locator(PANEL).screenshot({ path: test.info().outputPath('read-only.png') });
     // A file written meanwhile waits: nothing is written to the store without the lease.
     fs.writeFileSync(
       path.join(ROOT, 'while-read-only.txt'),
       'written while another runtime held the lease\n'
     );
-    await page.waitForTimeout(2500);
-    expect(await left()).toBeLessThan(first); // a live countdown
+    // The server has it pending, and the countdown is live: once it has gone down by more than
+    // the 4 s settle delay, a runtime that could write would have sent the file.
+    await expect
+      .poll(
+        async () =>
+          (await (await page.request.get('/gpuws/api/sync/pending')).json()).files.map(
+            (f: { path: string }) => f.path
+          ),
+        { timeout: 15000 }
+      )
+      .toContain('while-read-only.txt');
+    await expect.poll(left, { timeout: 15000 }).toBeLessThanOrEqual(first - 5);
     expect(fs.existsSync(path.join(STORE, 'while-read-only.txt'))).toBe(false);
 
     // Their lease runs out: this runtime takes over without a click and uploads what waited.
@@ -196,19 +206,21 @@ test.describe('Sync, a store that vanishes', () => {
 });
 
 test.describe('Sync, a cancelled persist', () => {
-  test('says "cancelling" while its step ends, then "cancelled"', async ({ page }) => {
+  test('says "cancelling" while its step ends, then "cancelled"', async ({ page, tmpPath }) => {
     await page.notebook.createNew();
-    // A training loop in a long step: the persist's checkpoint waits for its next step().
+    // A training loop in a long step: the persist's checkpoint waits for its next step(),
+    // which comes when the test writes this file (however long the steps below take).
+    const nextStep = path.join(ROOT, tmpPath, 'next-step');
     await page.notebook.setCell(
       0,
       'code',
       [
         '%load_ext jupyter_gpu_ws',
-        'import time, torch, jupyter_gpu_ws as gpuws',
+        'import os, time, torch, jupyter_gpu_ws as gpuws',
         'model = torch.nn.Linear(8, 2)',
         'gpuws.track(model=model)',
         'gpuws.step(0)',
-        'time.sleep(12)',
+        `while not os.path.exists(${JSON.stringify(nextStep)}): time.sleep(0.05)`,
         'gpuws.step(1)'
       ].join('\n')
     );
@@ -247,6 +259,7 @@ test.describe('Sync, a cancelled persist', () => {
     await page.locator(PANEL).screenshot({ path: test.info().outputPath('cancelling.png') });
 
     // The loop's next step saves the checkpoint; then the persist stops, its sync skipped.
+    fs.writeFileSync(nextStep, '');
     await expect(page.locator('.Toastify__toast', { hasText: 'Persist cancelled' })).toHaveCount(
       1,
       {
