@@ -3,8 +3,8 @@
 # Usage: bash scripts/test.sh        (CI runs exactly this through .ci/run)
 #
 # What waits on the network goes on beside what works the CPU: Debian's packages and the npm
-# test servers install while pip does, the toolchain's checks run while Galata's packages
-# install, and the Python tests (pytest-xdist, GPUWS_TEST_WORKERS processes, default 3) run
+# test servers install while pip does, the toolchain's checks and Galata's packages while the
+# frontend builds, and the Python tests (pytest-xdist, GPUWS_TEST_WORKERS processes, default 3) run
 # beside the browser tests. docs/testing.md has the figures behind these choices.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,14 +53,9 @@ step "Python environment in $VENV"
 # torch is pinned in the test extra (the CPU wheel); the frontend is built by the build hook.
 "$VENV/bin/python" -m pip install -q -e ".[test]"
 export PATH="$VENV/bin:$PATH"
-jupyter-builder develop . --overwrite >/dev/null
-jlpm build
-# Both halves installed and enabled (grep reads all the output: no SIGPIPE under pipefail).
-jupyter labextension list 2>&1 | grep "jupyter_gpu_ws.*enabled.*OK" >/dev/null
-jupyter server extension list 2>&1 | grep "jupyter_gpu_ws.*enabled" >/dev/null
 
 status=0
-step "In the background: the toolchain (ruff, mypy, the generated API types up to date; eslint, stylelint, prettier; Jest)"
+step "In the background: the toolchain (ruff, mypy, the generated API types up to date; eslint, stylelint, prettier; Jest), and the browser tests' packages (Galata)"
 (
   code=0
   ruff check . && ruff format --check . || code=1
@@ -71,12 +66,19 @@ step "In the background: the toolchain (ruff, mypy, the generated API types up t
   exit $code
 ) >"$REPORTS/toolchain.log" 2>&1 &
 toolchain=$!
+(cd ui-tests && jlpm install) >"$REPORTS/setup-galata.log" 2>&1 &
+galata_setup=$!
 
-step "Browser test dependencies (Galata)"
-(cd ui-tests && jlpm install)
+step "The frontend linked and built"
+jupyter-builder develop . --overwrite >/dev/null
+jlpm build
+# Both halves installed and enabled (grep reads all the output: no SIGPIPE under pipefail).
+jupyter labextension list 2>&1 | grep "jupyter_gpu_ws.*enabled.*OK" >/dev/null
+jupyter server extension list 2>&1 | grep "jupyter_gpu_ws.*enabled" >/dev/null
 
 step "Waiting for the background set-up"
 finish "Debian's packages and the npm test servers" $system_setup "$REPORTS/setup-system.log"
+finish "Browser tests' packages" $galata_setup "$REPORTS/setup-galata.log"
 export CHROMIUM_PATH=${CHROMIUM_PATH:-$(command -v chromium)}
 finish "Toolchain" $toolchain "$REPORTS/toolchain.log" || status=1
 

@@ -137,13 +137,17 @@ class LoopbackProcess:
             return "(no log)"
         return "\n".join(text[-lines:])
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds. A server started again on the same data
+        (a store that comes back) needs the whole grace to save what it holds; one whose data is
+        thrown away after can have little (SeaweedFS restarted on its data sometimes never ends
+        on SIGTERM: a test's teardown waited 15 s for it)."""
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return
         process.send_signal(signal.SIGTERM)
         try:
-            process.wait(15)
+            process.wait(grace)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)

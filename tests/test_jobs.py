@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from jupyter_gpu_ws.jobs import Job, JobRunner, Step
-
-
-def _until(check, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+from tests.waiting import until
 
 
 def test_a_job_asked_again_is_joined_but_a_cancelled_one_still_in_its_step_is_not() -> None:
@@ -34,10 +27,10 @@ def test_a_job_asked_again_is_joined_but_a_cancelled_one_still_in_its_step_is_no
     assert first.to_dict()["state"] == "running" and first.to_dict()["cancelling"] is True
     second = runner.start("persist", [("then", then)])
     assert second is not first  # a cancelled job starts no further step: a new one does the work
-    _until(lambda: second.state == "done")
+    until(lambda: second.state == "done")
     assert first.state == "running"  # still in its step
     release.set()
-    _until(lambda: first.state == "cancelled")
+    until(lambda: first.state == "cancelled")
     assert first.to_dict()["cancelling"] is False
     assert [s.state for s in first.steps] == ["done", "skipped"]
     assert ran == [f"{second.id}:then", f"{first.id}:stuck"]
@@ -56,4 +49,4 @@ def test_jobs_of_another_key_run_side_by_side() -> None:
     assert runner.start("persist", [("stuck", stuck)], key="emergency") is emergency
     assert runner.latest("persist") is emergency
     release.set()
-    _until(lambda: ordinary.state == emergency.state == "done")
+    until(lambda: ordinary.state == emergency.state == "done")

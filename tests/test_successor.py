@@ -202,7 +202,7 @@ def far_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     yield {"near": server.endpoint, "far": f"http://127.0.0.1:{far_port}"}
     proxy.kill()
     proxy.wait()
-    server.stop()
+    server.stop(grace=2)  # its data goes with the test
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,10 @@ class JobLog:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._open_line: object = None  # the stream whose last line is not ended yet, if any
+        # Streams whose open line was ended for them, when the other stream wrote: the newline
+        # that really ends it, which may come in a write of its own (print writes its end apart),
+        # is then already in the log.
+        self._ended_for: set[object] = set()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Appending: a retried attempt's output follows the one before it.
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -73,11 +77,17 @@ class JobLog:
 
     def _write(self, data: bytes, stream: object) -> None:
         with self._lock:
+            if stream in self._ended_for:
+                self._ended_for.discard(stream)
+                if data.startswith(b"\n"):
+                    data = data[1:]
             # stdout and stderr followed apart: a line one of them left open is ended before the
             # other writes, so their lines are never mixed into one.
             if data and self._open_line is not None and self._open_line is not stream:
+                self._ended_for.add(self._open_line)
                 data = b"\n" + data
-            self._open_line = None if data.endswith(b"\n") else stream
+            if data:
+                self._open_line = None if data.endswith(b"\n") else stream
             while data and self._fd is not None:
                 room = self.max_bytes - self._size
                 if len(data) <= room:

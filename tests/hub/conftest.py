@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -195,7 +194,3 @@ def _stop_hub(hub: Hub) -> None:
     if hub.proc.poll() is None:
         os.killpg(hub.proc.pid, signal.SIGKILL)
         hub.proc.wait()
-
-
-def wait(seconds: float) -> None:
-    time.sleep(seconds)

@@ -115,5 +115,5 @@ class AzuriteServer:
     def log_tail(self, lines: int = 30) -> str:
         return self._process.log_tail(lines)
 
-    def stop(self) -> None:
-        self._process.stop()
+    def stop(self, grace: float = 15.0) -> None:
+        self._process.stop(grace)

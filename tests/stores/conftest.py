@@ -47,7 +47,7 @@ FOREIGN_ENV = (
 
 
 class RunningServer(Protocol):
-    def stop(self) -> None: ...
+    def stop(self, grace: float = ...) -> None: ...
     def log_tail(self, lines: int = 30) -> str: ...
 
 
@@ -63,7 +63,7 @@ def _started(name: str, server: Server, start: Callable[[], None]) -> Server:
     try:
         start()
     except Exception as err:
-        server.stop()
+        server.stop(grace=2)
         pytest.fail(
             f"The {name} test server could not start: {err}\n{server.log_tail()}", pytrace=False
         )
@@ -99,7 +99,7 @@ def s3_https_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Serv
         server.create_bucket(BUCKET)
 
     yield _started("SeaweedFS S3 (HTTPS)", server, start)
-    server.stop()
+    server.stop(grace=2)  # its data goes with the session
 
 
 @pytest.fixture(scope="session")
@@ -107,7 +107,7 @@ def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite
     """Azurite's blob service with the container `BUCKET`."""
     server = AzuriteServer(tmp_path_factory.mktemp("azurite"), BUCKET)
     yield _started("Azurite", server, server.start)
-    server.stop()
+    server.stop(grace=2)  # its data goes with the session
 
 
 @pytest.fixture(scope="session")
@@ -115,7 +115,7 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSServer]:
     """fake-gcs-server with the bucket `BUCKET` (reads only, for obstore: see gcsserver.py)."""
     server = GCSServer(tmp_path_factory.mktemp("fake-gcs"), BUCKET)
     yield _started("fake-gcs-server", server, server.start)
-    server.stop()
+    server.stop(grace=2)  # its data goes with the session
 
 
 @pytest.fixture(scope="session")
@@ -123,7 +123,7 @@ def sftp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SFTPServer
     """An SFTP server whose root is a temp folder (`sftp_server.root`)."""
     server = SFTPServer(tmp_path_factory.mktemp("sftp"))
     yield _started("SFTP", server, server.start)
-    server.stop()
+    server.stop(grace=2)  # its data goes with the session
 
 
 def _use_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:

@@ -139,7 +139,8 @@ class SFTPServer:
             ) from failure[0]
         self.known_hosts.write_text(f"[{HOST}]:{self.port} ssh-ed25519 {self.host_key_base64}\n")
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 15.0) -> None:
+        """Closes the server and its sessions (in this process: `grace` is for the others)."""
         loop, thread, server = self._loop, self._thread, self._server
         self._loop = self._thread = self._server = None
         if loop is None or thread is None or not thread.is_alive():

@@ -109,7 +109,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
             pytrace=False,
         )
     yield server
-    server.stop()
+    server.stop(grace=2)  # its data goes with the session
 
 
 @pytest.fixture

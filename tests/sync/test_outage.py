@@ -36,7 +36,7 @@ def own_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server
     for name, value in server.env().items():
         monkeypatch.setenv(name, value)
     yield server
-    server.stop()
+    server.stop(grace=2)  # its data goes with the test
 
 
 def stored(server: S3Server, prefix: str) -> dict[str, str]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from jupyter_gpu_ws.userjobs.joblog import LINE_LIMIT, JobLog
+from tests.waiting import until
 
 
 def _job(code: str, **kwargs: object) -> subprocess.Popen[bytes]:
@@ -24,13 +24,6 @@ def _run(log: JobLog, code: str) -> int:
     returncode = job.wait(timeout=120)
     log.close()
     return returncode
-
-
-def _until(check, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 FLOOD = """
@@ -90,7 +83,7 @@ def test_a_line_without_its_newline_is_in_the_tail_while_the_job_runs(tmp_path: 
     assert job.stdout is not None and job.stdin is not None
     log.follow(job.stdout)
     try:
-        _until(lambda: log.tail(2) == ["epoch 1", "step 40/100"])
+        until(lambda: log.tail(2) == ["epoch 1", "step 40/100"])
     finally:
         job.stdin.close()
         job.wait(timeout=30)
@@ -170,10 +163,10 @@ def test_a_line_left_open_on_stdout_is_not_mixed_with_a_line_on_stderr(tmp_path:
     log.follow(job.stdout)
     log.follow(job.stderr)
     try:
-        _until(lambda: log.tail() == ["epoch 1: 50%"])
+        until(lambda: log.tail() == ["epoch 1: 50%"])
         job.stdin.write(b"\n")
         job.stdin.flush()
-        _until(lambda: log.tail() == ["epoch 1: 50%", "warning: slow"])
+        until(lambda: log.tail() == ["epoch 1: 50%", "warning: slow"])
         job.stdin.write(b"\n")
         job.stdin.flush()
         assert job.wait(timeout=60) == 0
@@ -181,3 +174,41 @@ def test_a_line_left_open_on_stdout_is_not_mixed_with_a_line_on_stderr(tmp_path:
         job.kill()
         log.close()
     assert log.tail() == ["epoch 1: 50%", "warning: slow", " 100%"]
+
+
+def test_the_newline_that_ends_a_line_already_ended_for_the_other_stream_adds_no_empty_line(
+    tmp_path: Path,
+) -> None:
+    """print() writes its text and its newline apart: stderr may write between the two."""
+    log = JobLog(tmp_path / "job.log")
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-u",
+            "-c",
+            (
+                "import sys\n"
+                "sys.stdout.write('out end'); sys.stdin.readline()\n"
+                "sys.stderr.write('err end\\n'); sys.stdin.readline()\n"
+                "sys.stdout.write('\\n'); sys.stdout.write('last\\n')\n"
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert job.stdin is not None and job.stdout is not None and job.stderr is not None
+    log.follow(job.stdout)
+    log.follow(job.stderr)
+    try:
+        until(lambda: log.tail() == ["out end"])
+        job.stdin.write(b"\n")
+        job.stdin.flush()
+        until(lambda: log.tail() == ["out end", "err end"])
+        job.stdin.write(b"\n")
+        job.stdin.flush()
+        assert job.wait(timeout=60) == 0
+    finally:
+        job.kill()
+        log.close()
+    assert log.tail() == ["out end", "err end", "last"]

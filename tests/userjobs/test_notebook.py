@@ -16,6 +16,7 @@ import pytest
 
 from jupyter_gpu_ws.userjobs.failure import CANNOT_CHANGE
 from jupyter_gpu_ws.userjobs.notebook import output_path
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
 
@@ -64,13 +65,6 @@ def _outputs(notebook: Path) -> list[list[dict[str, object]]]:
 
 def _text(outputs: list[dict[str, object]]) -> str:
     return "".join(str(o.get("text", "")) for o in outputs)
-
-
-def _until(check, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def _copy_has_output_of_first_cell(copy: Path) -> bool:
@@ -176,7 +170,7 @@ def test_sigterm_interrupts_the_cell_writes_the_copy_and_exits_143(tmp_path: Pat
     copy = tmp_path / "train.job.ipynb"
     job = _start(source)
     try:
-        _until(lambda: (tmp_path / "looping").exists())
+        until(lambda: (tmp_path / "looping").exists())
         job.send_signal(signal.SIGTERM)
         job.wait(timeout=120)
     finally:
@@ -189,7 +183,7 @@ def test_sigterm_interrupts_the_cell_writes_the_copy_and_exits_143(tmp_path: Pat
     assert "saving at step" in _text(interrupted)  # the cell was interrupted, not killed
     assert never == []
     kernel = int((tmp_path / "kernel.pid").read_text())
-    _until(
+    until(
         lambda: (
             not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE
         )
@@ -205,7 +199,7 @@ def test_a_kill_9_mid_run_leaves_a_copy_nbformat_validates_and_no_kernel(tmp_pat
     copy = tmp_path / "train.job.ipynb"
     job = _start(source)
     try:
-        _until(lambda: _copy_has_output_of_first_cell(copy))
+        until(lambda: _copy_has_output_of_first_cell(copy))
         time.sleep(0.5)
         job.kill()
         job.wait(timeout=60)
@@ -216,7 +210,7 @@ def test_a_kill_9_mid_run_leaves_a_copy_nbformat_validates_and_no_kernel(tmp_pat
     assert _text(nb.cells[1].outputs) == "x" * 100_000 + "\n"
     # The kernel notices its parent is gone and ends: no orphan goes on training.
     kernel = int((tmp_path / "kernel.pid").read_text())
-    _until(
+    until(
         lambda: (
             not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE
         )

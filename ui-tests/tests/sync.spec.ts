@@ -211,6 +211,7 @@ test.describe('Sync, a cancelled persist', () => {
     // A training loop in a long step: the persist's checkpoint waits for its next step(),
     // which comes when the test writes this file (however long the steps below take).
     const nextStep = path.join(ROOT, tmpPath, 'next-step');
+    const stepped = path.join(ROOT, tmpPath, 'stepped');
     await page.notebook.setCell(
       0,
       'code',
@@ -220,6 +221,7 @@ test.describe('Sync, a cancelled persist', () => {
         'model = torch.nn.Linear(8, 2)',
         'gpuws.track(model=model)',
         'gpuws.step(0)',
+        `open(${JSON.stringify(stepped)}, 'w').close()`,
         `while not os.path.exists(${JSON.stringify(nextStep)}): time.sleep(0.05)`,
         'gpuws.step(1)'
       ].join('\n')
@@ -231,6 +233,9 @@ test.describe('Sync, a cancelled persist', () => {
     await expect(page.locator(PANEL).getByTestId('gpuws-checkpoint-kernel')).toHaveCount(1, {
       timeout: 20000
     });
+    // Its first step is done: a persist that began before it would be served by that step, and
+    // would not wait (it failed so once, going from the documents straight to the environment).
+    await expect.poll(() => fs.existsSync(stepped), { timeout: 20000 }).toBe(true);
     await page.locator(PANEL).getByTestId('gpuws-persist').click();
     await expect(page.locator(PANEL).getByTestId('gpuws-persist-progress')).toBeVisible({
       timeout: 10000
