@@ -3,9 +3,9 @@
 # Usage: bash scripts/test.sh        (CI runs exactly this through .ci/run)
 #
 # What waits on the network goes on beside what works the CPU: Debian's packages and the npm
-# test servers install while pip does, the toolchain's checks and Galata's packages while the
-# frontend builds, and the Python tests (pytest-xdist, GPUWS_TEST_WORKERS processes, default 3) run
-# beside the browser tests. docs/testing.md has the figures behind these choices.
+# test servers install while pip does; the toolchain's checks, and Galata's packages then the
+# browser tests, run beside the Python tests (pytest-xdist, GPUWS_TEST_WORKERS processes,
+# default 3), which need neither. docs/testing.md has the figures behind these choices.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -55,7 +55,7 @@ step "Python environment in $VENV"
 export PATH="$VENV/bin:$PATH"
 
 status=0
-step "In the background: the toolchain (ruff, mypy, the generated API types up to date; eslint, stylelint, prettier; Jest), and the browser tests' packages (Galata)"
+step "In the background: the toolchain (ruff, mypy, the generated API types up to date; eslint, stylelint, prettier; Jest), its output after the Python tests"
 (
   code=0
   ruff check . && ruff format --check . || code=1
@@ -66,8 +66,6 @@ step "In the background: the toolchain (ruff, mypy, the generated API types up t
   exit $code
 ) >"$REPORTS/toolchain.log" 2>&1 &
 toolchain=$!
-(cd ui-tests && jlpm install) >"$REPORTS/setup-galata.log" 2>&1 &
-galata_setup=$!
 
 step "The frontend linked and built"
 jupyter-builder develop . --overwrite >/dev/null
@@ -76,21 +74,29 @@ jlpm build
 jupyter labextension list 2>&1 | grep "jupyter_gpu_ws.*enabled.*OK" >/dev/null
 jupyter server extension list 2>&1 | grep "jupyter_gpu_ws.*enabled" >/dev/null
 
-step "Waiting for the background set-up"
+step "Waiting for Debian's packages and the npm test servers"
 finish "Debian's packages and the npm test servers" $system_setup "$REPORTS/setup-system.log"
-finish "Browser tests' packages" $galata_setup "$REPORTS/setup-galata.log"
 export CHROMIUM_PATH=${CHROMIUM_PATH:-$(command -v chromium)}
-finish "Toolchain" $toolchain "$REPORTS/toolchain.log" || status=1
 
-step "Browser tests (Galata in Chromium) in the background, their output at the end"
-(cd ui-tests && CI=1 PLAYWRIGHT_JSON_OUTPUT_NAME="$REPORTS/playwright.json" \
-  jlpm playwright test --reporter=list,json) >"$REPORTS/galata.log" 2>&1 &
+step "In the background: the browser tests' packages, then the browser tests (Galata in Chromium), their output at the end"
+(
+  cd ui-tests
+  if ! jlpm install >"$REPORTS/setup-galata.log" 2>&1; then
+    echo "The browser tests' packages did not install:"
+    cat "$REPORTS/setup-galata.log"
+    exit 1
+  fi
+  CI=1 PLAYWRIGHT_JSON_OUTPUT_NAME="$REPORTS/playwright.json" jlpm playwright test --reporter=list,json
+) >"$REPORTS/galata.log" 2>&1 &
 galata=$!
 
 step "Python tests (pytest, $WORKERS processes: real Jupyter Servers, real kernels)"
 GPUWS_TEST_TIMINGS="$REPORTS/timings.jsonl" python -m pytest -v -n "$WORKERS" --dist worksteal \
   --junitxml="$REPORTS/pytest.xml" tests || status=1
 step "Python tests: done"
+
+step "The toolchain's results"
+finish "Toolchain" $toolchain "$REPORTS/toolchain.log" || status=1
 
 step "Browser tests' results (the servers' own lines are in $REPORTS/galata.log)"
 galata_code=0
