@@ -8,12 +8,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.sync.conftest import same_trees, write
+from tests.waiting import until
 
 
 def gpuws(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -281,9 +281,7 @@ def test_a_lease_conflict_is_said_once_even_where_logging_is_configured(
     )
     try:
         lease = tmp_path / "store" / "ws" / ".gpuws" / "lease.json"
-        deadline = time.monotonic() + 60
-        while not lease.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        until(lease.exists, 60, "the holder's lease")
         other = tmp_path / "other"
         other.mkdir()
         # Another program in the same process may have set logging up: the error is still said once.

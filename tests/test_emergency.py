@@ -81,6 +81,11 @@ def tracking_kernel(server: ServerProcess, code: str, path: str = "train.ipynb")
         client.stop_channels()
 
 
+def pending(port: int) -> set[str]:
+    """The files the server's sync has seen and not yet sent."""
+    return {f["path"] for f in api(port, "/gpuws/api/sync/pending")["files"]}
+
+
 def checkpoint_step_running(server: ServerProcess, job_id: str) -> None:
     until(
         lambda: (
@@ -107,7 +112,7 @@ def test_sigterm_persists_files_and_a_fresh_checkpoint_before_exit(server: Serve
         data = os.urandom(6 * 2**20)  # large: the watcher holds it for the (endless) settle delay
         (root / "results.bin").write_bytes(data)
         (root / "notes.md").write_text("last words")
-        time.sleep(1.0)  # the watcher has seen them; nothing is synced yet
+        until(lambda: "results.bin" in pending(port), 30, "results.bin pending")  # seen, not sent
         assert not (mirror(store) / "results.bin").exists()
 
         signalled = time.time()
@@ -155,7 +160,7 @@ class TestStuckPersist:
             (root / "results.bin").write_bytes(data)
             user = api(port, "/gpuws/api/persist", "POST", {})
             checkpoint_step_running(server, user["id"])
-            time.sleep(1.0)
+            until(lambda: "results.bin" in pending(port), 30, "results.bin pending")
             signalled = time.time()
             server.proc.send_signal(signal.SIGTERM)
             server.proc.wait(timeout=60)

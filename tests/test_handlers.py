@@ -13,6 +13,7 @@ from tornado.httpclient import HTTPClientError
 from tornado.websocket import WebSocketClosedError
 
 from jupyter_gpu_ws.handlers import AUTH_RESOURCE
+from tests.waiting import async_until
 
 
 class DenyGpuws(Authorizer):
@@ -48,10 +49,13 @@ async def test_metrics_report_every_gpu_and_the_system(jp_fetch: Any) -> None:
 
 
 async def test_metrics_history_holds_samples_after_since(jp_fetch: Any) -> None:
-    await asyncio.sleep(0.5)  # a few ticks at 0.1 s
-    everything = await get_json(jp_fetch, "gpuws", "api", "metrics", since="0")
+    async def three_samples() -> Any:  # a few ticks at 0.1 s
+        answer = await get_json(jp_fetch, "gpuws", "api", "metrics", since="0")
+        return answer if len(answer["history"]) >= 3 else None
+
+    everything = await async_until(three_samples, 10, "three samples in the history")
     times = [s["time"] for s in everything["history"]]
-    assert len(times) >= 3 and times == sorted(times)
+    assert times == sorted(times)
     later = await get_json(jp_fetch, "gpuws", "api", "metrics", since=str(times[1]))
     assert later["history"] and all(s["time"] > times[1] for s in later["history"])
     assert everything["history_seconds"] == pytest.approx(300, rel=0.01)
@@ -149,10 +153,6 @@ async def test_stream_clients_are_forgotten_when_they_close(
     await asyncio.wait_for(ws.read_message(), 5)
     assert len(gpuws_app.stream_clients) == 1
     ws.close()
-    for _ in range(50):
-        if not gpuws_app.stream_clients:
-            break
-        await asyncio.sleep(0.05)
-    assert not gpuws_app.stream_clients
+    await async_until(lambda: not gpuws_app.stream_clients, 5, "the closed client forgotten")
     with pytest.raises(WebSocketClosedError):
         await ws.write_message("x")

@@ -98,12 +98,17 @@ async def test_checkpoint_requested_through_the_api_lands_while_the_cell_runs(
         await nb.run(SETUP.format(seed=0, name=""))
         cell = nb.client.execute("train(0, 400, delay=0.1)")  # a blocking training cell, 40 s
 
-        async def registered() -> Any:
+        async def stepping() -> Any:  # the training cell runs, its loop has made steps
             kernels = json.loads((await jp_fetch("gpuws", "api", "checkpoints")).body)["kernels"]
-            return [k for k in kernels if k["kernel_id"] == nb.kernel_id and k["cell_running"]]
+            return [
+                k
+                for k in kernels
+                if k["kernel_id"] == nb.kernel_id
+                and k["cell_running"]
+                and (k.get("step") or 0) >= 1
+            ]
 
-        await async_until(registered)
-        await __import__("asyncio").sleep(1.0)
+        await async_until(stepping, timeout=60)
         response = await jp_fetch(
             "gpuws",
             "api",

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from jupyter_client.multikernelmanager import MultiKernelManager
 from jupyter_gpu_ws.checkpoints import protocol
 from jupyter_gpu_ws.checkpoints.coordinator import CheckpointCoordinator
 from tests.kernels import Notebook
-from tests.waiting import async_until
+from tests.waiting import async_until, until
 
 TRACKED = """
 %load_ext jupyter_gpu_ws
@@ -134,10 +133,7 @@ def test_a_registration_of_a_kernel_process_ended_but_not_yet_reaped_is_removed(
 ) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])  # ends; nobody waits for it yet
     try:
-        for _ in range(600):
-            if psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE:
-                break
-            time.sleep(0.05)
+        until(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE, 30, "a zombie")
         zombie = register(
             protocol.agents_root(runtime),
             "k-zombie",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -20,6 +19,7 @@ from jupyter_gpu_ws.runtime.preemption import (
     PreemptionWatcher,
     make_checks,
 )
+from tests.waiting import until
 
 INTERVAL = 0.2
 AWS_ACTION = {"action": "terminate", "time": "2027-01-15T08:02:00Z"}
@@ -194,12 +194,10 @@ def test_watcher_without_a_notice_never_calls_back(metadata):
     )
     watcher = PreemptionWatcher(checks, heard.append, interval=INTERVAL / 4)
     watcher.start()
-    for _ in range(600):  # until every cloud has been asked a few times
-        if _gets(meta) >= 9:
-            break
-        time.sleep(0.05)
-    watcher.stop(5)
-    assert _gets(meta) >= 9
+    try:
+        until(lambda: _gets(meta) >= 9, 30, "every cloud asked a few times")
+    finally:
+        watcher.stop(5)
     assert heard == [] and watcher.notice is None and watcher.errors == {}
 
 

@@ -38,6 +38,7 @@ from jupyter_gpu_ws.sync.landing import unnamed_files_work
 from jupyter_gpu_ws.sync.parts_in_flight import PartsInFlight
 from tests.sync.conftest import S3_BUCKET, tree_files, write
 from tests.sync.s3server import S3Server, closed_port
+from tests.waiting import until
 
 Make = Callable[..., SyncEngine]
 MiB = 2**20
@@ -890,10 +891,8 @@ def test_fetch_checkpoint_waits_for_a_running_restore_and_returns_the_newest_com
     restoring = threading.Thread(target=engine.restore)
     restoring.start()
     try:
-        deadline = time.monotonic() + 10
-        while key_of(f"{NEW}/tensors.bin") not in backend.reads:  # the restore is under way
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        # The restore is under way.
+        until(lambda: key_of(f"{NEW}/tensors.bin") in backend.reads, 10, interval=0.01)
         answer: list[Any] = []
         asking = threading.Thread(
             target=lambda: answer.append(engine.fetch_checkpoint(RUN, timeout=20))
@@ -961,8 +960,7 @@ def test_fetch_checkpoint_times_out_with_a_clear_error(
     restoring = threading.Thread(target=engine.restore)
     restoring.start()
     try:
-        while key_of(f"{NEW}/tensors.bin") not in backend.reads:
-            time.sleep(0.01)
+        until(lambda: key_of(f"{NEW}/tensors.bin") in backend.reads, 10, interval=0.01)
         with pytest.raises(SyncError, match="Timed out after 0.3 s"):
             engine.fetch_checkpoint(RUN, timeout=0.3)
         # It gave up while the restore was still held, and fetched nothing itself.

@@ -86,19 +86,23 @@ def test_the_first_pass_waits_for_the_watch_so_no_early_write_is_missed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     setup = inotify.TreeWatcher.__init__
+    setting_up, go_on = threading.Event(), threading.Event()
 
     def slow_setup(self: inotify.TreeWatcher, *args: object, **kwargs: object) -> None:
-        time.sleep(0.6)  # a large tree takes a while to watch
+        setting_up.set()
+        go_on.wait(30)  # a large tree takes a while to watch
         setup(self, *args, **kwargs)
 
     monkeypatch.setattr(inotify.TreeWatcher, "__init__", slow_setup)
     svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
     svc.start()
     try:
-        time.sleep(0.2)
+        assert setting_up.wait(30)
         write(workdir, "early.txt", "before the watch was in place")  # and no rescan for an hour
+        go_on.set()
         until(lambda: files(store_dir).get("early.txt") == b"before the watch was in place")
     finally:
+        go_on.set()
         svc.stop()
 
 
@@ -157,10 +161,10 @@ def test_the_watchers_passes_flush_in_the_background_and_persist_waits_for_the_f
         write(workdir, "b.txt", "b")
         persisted = threading.Thread(target=svc.flush)  # Persist now
         persisted.start()
-        time.sleep(0.3)
-        assert (
-            persisted.is_alive() and files(store_dir).get("b.txt") == b"b"
-        )  # waiting for the disk
+        # b.txt is in the store, and the persist waits for the disk to confirm it: it cannot end
+        # while the disk holds the writes.
+        until(lambda: files(store_dir).get("b.txt") == b"b")
+        assert persisted.is_alive()
         backend.gate.set()
         persisted.join(10)
         assert not persisted.is_alive()
@@ -176,8 +180,7 @@ def test_a_clean_stop_loses_nothing(
     svc = SyncService(make_engine(workdir), debounce=0.02, rescan_interval=3600)
     svc.start()
     until(lambda: svc.passes >= 1)
-    write(workdir, "last-second.txt", "saved")
-    time.sleep(0.3)  # the watcher has seen it
+    write(workdir, "last-second.txt", "saved")  # seen by the watcher or not: the stop's pass
     svc.stop()
     assert files(store_dir)["last-second.txt"] == b"saved"
 
@@ -187,7 +190,7 @@ def slow_settle(workdir: Path, make_engine: Callable[..., SyncEngine]):
     """A service whose settle delay is far longer than any test waits."""
     svc = SyncService(make_engine(workdir), debounce=60.0, rescan_interval=3600)
     svc.start(initial_pass=False)
-    time.sleep(0.3)  # the watcher is live
+    until(svc._watching.is_set, 30, "the watch in place")
     yield svc
     svc.final_pass = False
     svc.stop()

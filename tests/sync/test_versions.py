@@ -12,6 +12,7 @@ from jupyter_gpu_ws.store import version_stamp
 from jupyter_gpu_ws.sync import SyncEngine
 from jupyter_gpu_ws.sync.service import SyncService
 from tests.sync.conftest import write
+from tests.waiting import until
 
 Make = Callable[..., SyncEngine]
 
@@ -125,12 +126,7 @@ def test_a_tracked_run_with_retention_leaves_bounded_versions(
             tracker.wait()
             if step % 50 == 0:
                 write(workdir, "log.txt", f"step {step}")  # a file overwritten now and then
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (
-            engine.pending() != (0, 0) or engine.state != "idle"
-        ):
-            time.sleep(0.1)
-        assert engine.pending() == (0, 0)
+        until(lambda: engine.pending() == (0, 0) and engine.state == "idle", 60, "nothing pending")
         engine.prune_versions()
     finally:
         service.stop()

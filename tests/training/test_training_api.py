@@ -145,13 +145,17 @@ class TestDeadline:
             [notice] = [a for a in state["anomalies"] if a["kind"] == "eta-past-deadline"]
             assert notice["run"] == "long.ipynb" and notice["level"] == "warning"
             assert "short" in notice["message"] and "gpuws.resume()" in notice["advice"]
+
             # One episode: the same notice (id) on the next look, its figures moving.
-            await asyncio.sleep(1.5)
-            again = [
-                a
-                for a in (await training(jp_fetch))["anomalies"]
-                if a["kind"] == "eta-past-deadline"
-            ]
+            async def moved() -> Any:
+                found = [
+                    a
+                    for a in (await training(jp_fetch))["anomalies"]
+                    if a["kind"] == "eta-past-deadline"
+                ]
+                return found if [a["message"] for a in found] != [notice["message"]] else None
+
+            again = await async_until(moved, timeout=30, interval=0.5)
             assert [a["id"] for a in again] == [notice["id"]]
 
             deadline_file.write_text(str(time.time() + 10 * 3600))  # moved: now it finishes

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from argparse import Namespace
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from jupyter_gpu_ws.userjobs.k8s import (
     export_k8s,
     job_manifest,
 )
+from tests.waiting import until
 
 STORE = "s3://bucket/me"
 COMMAND = ["python", "train.py", "--lr", "0.1"]
@@ -249,8 +249,11 @@ def test_a_sigterm_reaches_the_job_which_checkpoints_and_is_synced_before_the_co
         text=True,
     )
     try:
-        while not (pod["work"] / "started").exists() and container.poll() is None:
-            time.sleep(0.1)
+        until(
+            lambda: (pod["work"] / "started").exists() or container.poll() is not None,
+            120,
+            "the job started in the container",
+        )
         container.send_signal(
             signal.SIGTERM
         )  # what the kubelet sends the container's first process

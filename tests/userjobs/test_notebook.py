@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nbformat
@@ -200,7 +199,8 @@ def test_a_kill_9_mid_run_leaves_a_copy_nbformat_validates_and_no_kernel(tmp_pat
     job = _start(source)
     try:
         until(lambda: _copy_has_output_of_first_cell(copy))
-        time.sleep(0.5)
+        # The second cell runs: its steps reach the runner's output (the copy has them at its end).
+        until(lambda: b"step " in source.with_suffix(".out").read_bytes(), 60, "the steps")
         job.kill()
         job.wait(timeout=60)
     finally:
