@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import urllib.error
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +227,65 @@ def test_bad_input_to_post_is_a_400_with_a_message_and_starts_nothing(
     before = len(server.api("/gpuws/api/jobs")["jobs"])
     status, message = error_of(server, "/gpuws/api/jobs", "POST", body)
     assert status == 400 and words in message, message
+    assert len(server.api("/gpuws/api/jobs")["jobs"]) == before
+
+
+# What a request names that is not a regular file: refused at once, by what it is. Each is made
+# in the work directory by the test (a FIFO, a link to a device, a socket), as a user could.
+NOT_FILES = [
+    ({"notebook": "fifo.ipynb"}, "notebook 'fifo.ipynb' is a named pipe (FIFO), not a file"),
+    ({"notebook": "socket.ipynb"}, "notebook 'socket.ipynb' is a socket, not a file"),
+    ({"notebook": "zero.ipynb"}, "notebook 'zero.ipynb' leads outside the work directory"),
+    ({"command": ["python", "fifo.py"]}, "script 'fifo.py' is a named pipe (FIFO), not a file"),
+    ({"command": ["python", "zero.py"]}, "script 'zero.py' is a device, not a file"),
+    ({"command": ["./fifo.py"]}, "program './fifo.py' is a named pipe (FIFO), not a program"),
+    ({"command": ["python", "fail.py"], "cwd": "fifo.py"}, "cwd 'fifo.py' is a named pipe (FIFO)"),
+]
+
+
+@pytest.fixture(scope="module")
+def not_files(server: ServerProcess) -> Iterator[None]:
+    import socket
+
+    os.mkfifo(server.root / "fifo.ipynb")
+    os.mkfifo(server.root / "fifo.py")
+    (server.root / "zero.ipynb").symlink_to("/dev/zero")
+    (server.root / "zero.py").symlink_to("/dev/zero")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(server.root / "socket.ipynb"))
+        yield
+    for name in ("fifo.ipynb", "fifo.py", "zero.ipynb", "zero.py", "socket.ipynb"):
+        (server.root / name).unlink()
+
+
+@pytest.mark.parametrize(("body", "words"), NOT_FILES, ids=lambda v: str(v)[:40])
+def test_what_a_request_names_that_is_not_a_file_is_a_400_at_once_and_the_server_keeps_answering(
+    server: ServerProcess, not_files: None, body: dict[str, Any], words: str
+) -> None:
+    def post() -> tuple[int, str, float]:
+        started = time.monotonic()
+        status, message = error_of(server, "/gpuws/api/jobs", "POST", body)
+        return status, message, time.monotonic() - started
+
+    def others() -> float:
+        started = time.monotonic()
+        assert server.api("/gpuws/api/sync")["state"]
+        assert "jobs" in server.api("/gpuws/api/jobs")
+        return time.monotonic() - started
+
+    before = len(server.api("/gpuws/api/jobs")["jobs"])
+    # More requests at once than the server's executor has threads (6 on 2 cores): a request
+    # that waited on the file would hold one each, and the other routes would wait behind them.
+    with ThreadPoolExecutor(12) as pool:
+        posts = [pool.submit(post) for _ in range(8)]
+        answered = [pool.submit(others) for _ in range(3)]
+        results = [f.result(timeout=60) for f in posts]
+        other_times = [f.result(timeout=60) for f in answered]
+    for status, message, took in results:
+        assert status == 400 and words in message, message
+        assert len(message.splitlines()) == 1
+        assert took < 1.0, f"the refusal took {took:.2f} s"  # a bound on a hang, not a speed
+    assert max(other_times) < 5.0, other_times
     assert len(server.api("/gpuws/api/jobs")["jobs"]) == before
 
 
