@@ -111,6 +111,10 @@ class Job:
     relaunched_on: str | None = (
         None  # the environment a relaunch ran it on, where that was worth saying
     )
+    # Its code's files changed since the record was signed (path, "changed" | "added" |
+    # "missing"), the first few, and how many more: what the user approves with it.
+    changed: list[tuple[str, str]] = field(default_factory=list)
+    changed_more: int = 0
 
 
 class JobManager:
@@ -800,8 +804,24 @@ class JobManager:
             else record.log_tail[-tail:],
             "relaunch": self.relaunch_words(job),
             "needs_approval": job.untrusted is not None,
+            "approval": self.approval(job),
             "created": record.created,
             "updated": record.updated,
+        }
+
+    def approval(self, job: Job) -> dict[str, Any] | None:
+        """What restarting a job that needs approval approves, as its record says (None for a job
+        that needs none): what runs, where, why it waits, and its code's changed files."""
+        if job.untrusted is None:
+            return None
+        record = job.record
+        return {
+            "reason": job.untrusted,
+            "command": list(record.command),
+            "cwd": record.cwd,
+            "notebook": record.notebook,
+            "changed": [{"path": path, "change": change} for path, change in job.changed],
+            "changed_more": job.changed_more,
         }
 
     def list(self) -> dict[str, Any]:

@@ -426,6 +426,13 @@ def test_records_from_the_store_run_only_when_this_key_signed_them_for_this_work
             job = listing[job_id]
             assert job["needs_approval"] is True and job["state"] == "interrupted", job
             assert words in job["relaunch"], job
+            # What approving it runs, as the store's record says, beside why it waits.
+            approval = job["approval"]
+            assert words in approval["reason"] and approval["reason"] in job["relaunch"], job
+            assert approval["command"] == records[job_id]["command"], job
+            assert (approval["cwd"], approval["notebook"]) == ("", None), job
+            assert (approval["changed"], approval["changed_more"]) == ([], 0), job
+        assert ours["approval"] is None and listing["j-000000000006"]["approval"] is None
         assert (
             listing["j-000000000006"]["state"] == "held"
             and "held" in listing["j-000000000006"]["relaunch"]
@@ -440,6 +447,7 @@ def test_records_from_the_store_run_only_when_this_key_signed_them_for_this_work
             "the approved job",
         )
         assert (server.root / "ran-j-000000000002").exists()
+        assert server.api("/gpuws/api/jobs/j-000000000002")["approval"] is None  # approved
         stored = json.loads((jobs / "j-000000000002.json").read_text())
         assert stored["state"] == "finished" and stored["signature"]
         # Released from hold, a job waits for a relaunch by the next runtime, or a restart here.
