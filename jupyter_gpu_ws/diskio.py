@@ -1,11 +1,12 @@
-"""Disk helpers shared by the store, the restore and the checkpoint writer: positional reads and
-writes that finish what they start, starting writeback while still writing, and writers of one
-file taking turns."""
+"""Disk helpers shared by the store, the restore, the checkpoint writer and the jobs: positional
+reads and writes that finish what they start, starting writeback while still writing, writers
+of one file taking turns, and a file's kind in words."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -107,3 +108,21 @@ def replace_whole(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this mode (st_mode) is, in words for a message: "a file", "a folder", "a
+    symbolic link", "a named pipe (FIFO)", "a device", "a socket"; else "not a regular file"."""
+    if stat.S_ISREG(mode):
+        return "a file"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"

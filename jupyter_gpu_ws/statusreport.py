@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .store.names import shown
 from .vocabulary import (
     WORDS,
     age,
@@ -232,8 +233,12 @@ def jobs_parts(jobs: dict[str, Any]) -> list[Part]:
             for t in (job.get("reason"), job.get("relaunch"), job.get("verdict") if live else None)
             if t
         )
-        rows.append([f"{job['name']} ({job['id']})", str(job["state"]), step, eta, why])
-    problem = [Line("Jobs", str(jobs["error"]), "error")] if jobs.get("error") else []
+        # A job's name and reasons may come from the store (anyone's who writes it): escaped
+        # for the terminal's text as for the HTML.
+        rows.append(
+            [shown(f"{job['name']} ({job['id']})"), str(job["state"]), step, eta, shown(why)]
+        )
+    problem = [Line("Jobs", shown(str(jobs["error"])), "error")] if jobs.get("error") else []
     return [Table("Jobs", ["job", "state", "step", "ETA", "why"], rows, {2, 3}), *problem]
 
 

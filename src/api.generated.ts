@@ -1539,6 +1539,29 @@ export interface components {
       /** @description what it ran on where not what was asked (relaunched on 1 GPU of the 2 asked: torchrun --nproc-per-node 1) */
       runs_on: string | null;
     };
+    UserJobChange: {
+      /** @description a file of the job's code, relative to the work directory */
+      path: string;
+      /**
+       * @description what became of it since the record was signed
+       * @enum {string}
+       */
+      change: 'changed' | 'added' | 'missing';
+    };
+    /** @description What the user approves by restarting a job that needs approval: as the store's record says it, which this runtime cannot vouch for (show it escaped) */
+    UserJobApproval: {
+      /** @description why it is not run without the user's say: not signed, signed with another key, started in another workspace, its code changed */
+      reason: string;
+      /** @description what runs */
+      command: string[];
+      /** @description its folder, relative to the work directory */
+      cwd: string;
+      notebook: string | null;
+      /** @description its code's files changed since the record was signed (the first few) */
+      changed: components['schemas']['UserJobChange'][];
+      /** @description how many more changed than are listed */
+      changed_more: number;
+    };
     /** @description A script or notebook the server runs as a job (docs/jobs.md) */
     UserJob: {
       id: string;
@@ -1578,6 +1601,8 @@ export interface components {
       relaunch: string | null;
       /** @description a record this machine's key did not sign for this workspace; runs only after a restart */
       needs_approval: boolean;
+      /** @description null unless the job needs approval; else what restarting it approves */
+      approval: components['schemas']['UserJobApproval'] | null;
       created: number;
       updated: number;
     };

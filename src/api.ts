@@ -133,6 +133,8 @@ export type IUserJobAttempt = Schemas['UserJobAttempt'];
 /** A script or a notebook the server runs as a job for the user (`jupyter gpuws run`, `%gpuws
  * run`, "Run as job"): not the server's own long work, which is IJob. */
 export type IUserJob = Schemas['UserJob'];
+/** What restarting a job that waits for approval runs, as the store's record says it. */
+export type IUserJobApproval = Schemas['UserJobApproval'];
 export type IUserJobs = Schemas['UserJobs'];
 /** What `POST /gpuws/api/jobs` takes: a command or a notebook (relative to the work directory). */
 export type UserJobRequest = Schemas['UserJobRequest'];

@@ -39,6 +39,8 @@ from typing import Any, BinaryIO
 
 import xxhash
 
+from ..diskio import file_kind
+
 MANIFEST = "manifest.json"
 FORMAT = 1
 _NAME = re.compile(r"^ckpt-(\d{9})-(\d{8}T\d{6}Z)(?:-\d+)?$")
@@ -219,16 +221,13 @@ def _kind_problem(name: str, st: os.stat_result) -> str | None:
     mode = st.st_mode
     if stat.S_ISREG(mode):
         return None
+    kind = file_kind(mode)
     if stat.S_ISLNK(mode):
-        return f"{name} is a symbolic link, never followed"
-    if stat.S_ISFIFO(mode):
-        return f"{name} is a named pipe (FIFO), never read"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return f"{name} is a device, never read"
-    if stat.S_ISSOCK(mode):
-        return f"{name} is a socket, never read"
+        return f"{name} is {kind}, never followed"
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return f"{name} is {kind}, never read"
     if stat.S_ISDIR(mode):
-        return f"{name} is a folder, not a file"
+        return f"{name} is {kind}, not a file"
     return f"{name} is not a plain file"
 
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import NoReturn
 
-from ..diskio import pwrite_all, start_writeback, turn
+from ..diskio import file_kind, pwrite_all, start_writeback, turn
 from .backend import CHUNK, PART_SUFFIX, PreconditionFailed, RemoteFile, SourceChangedError
 from .errors import (
     LocalFileError,
@@ -817,14 +817,11 @@ def _list_folder(folder: str, stat_files: bool) -> tuple[list[os.DirEntry[str]],
 
 
 def _why_skipped(mode: int) -> str:
+    kind = file_kind(mode)
     if stat.S_ISLNK(mode):
-        return "a symbolic link, which is never followed"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO), which is never read"
-    if stat.S_ISSOCK(mode):
-        return "a socket, which is never read"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device, which is never read"
+        return f"{kind}, which is never followed"
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return f"{kind}, which is never read"
     return "not a regular file"
 
 

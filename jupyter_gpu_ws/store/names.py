@@ -36,8 +36,13 @@ _DIGITS = "[89A-F][0-9A-F]|0[1-9A-F]|1[0-9A-F]|7F"
 _TO_KEY = re.compile(f"[{_ESCAPED}]|{ESCAPE}(?={ESCAPE}|[{_ESCAPED}]|{_DIGITS})")
 _FROM_KEY = re.compile(f"{ESCAPE}(?:{ESCAPE}|({_DIGITS}))")
 # What shown() writes as an escape: control characters (C0, DEL, C1), line and paragraph
-# separators, and surrogates (bytes that are not UTF-8, or text that never was a name).
-_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# separators, surrogates (bytes that are not UTF-8, or text that never was a name), and the
+# marks and overrides that change the direction text is shown in (U+061C, U+200E, U+200F,
+# U+202A-U+202E, U+2066-U+2069): a name with one can show as another name, or turn the text
+# after it around (a command shown as harmless that is not). src/shown.ts writes the same.
+_UNSHOWABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 # Errors of a store's file system that refuse one name, not the store: the file is the problem.
 _NAME_ERRNOS = {
@@ -95,7 +100,8 @@ def from_os(name: str) -> str:
 
 def shown(rel: str) -> str:
     """`rel` for people (API answers, logs, the command line): a byte that is not UTF-8 as
-    `\\xe9`, a control character as `\\n`, `\\t` or `\\x1b`, the rest as it is."""
+    `\\xe9`, a control character as `\\n`, `\\t` or `\\x1b`, a direction mark or override as
+    `\\u202e`, the rest as it is. Any text from outside (a job's name from the store) too."""
     if rel.isascii() and rel.isprintable():
         return rel
     return _UNSHOWABLE.sub(_show, rel)

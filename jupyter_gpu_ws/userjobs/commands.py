@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..store.names import shown
 from ..vocabulary import duration
 
 USAGE = "run [--name NAME] [--retries N] [--gpus K] -- COMMAND … | run NOTEBOOK.ipynb"
@@ -75,12 +76,15 @@ def run_request(args: argparse.Namespace, here: str, workdir: str | None) -> dic
 def started_lines(job: dict[str, Any], follow: str) -> list[str]:
     return [
         f"{job['id']}",
-        f"started {job['name']} as job {job['id']} ({job['state']}); follow it with {follow}",
+        shown(
+            f"started {job['name']} as job {job['id']} ({job['state']}); follow it with {follow}"
+        ),
     ]
 
 
 def job_line(job: dict[str, Any]) -> str:
-    """One job in a line: name, id, state, step (of total), ETA and the reason."""
+    """One job in a line: name, id, state, step (of total), ETA and the reason (as the server or
+    the store says them: escape it before it reaches a terminal)."""
     parts = [f"{job['name']} ({job['id']})", job["state"]]
     if job.get("step") is not None:
         parts.append(
@@ -95,14 +99,38 @@ def job_line(job: dict[str, Any]) -> str:
     return ": ".join(parts[:2]) + (" · " + " · ".join(parts[2:]) if parts[2:] else "")
 
 
-def listing_lines(listing: dict[str, Any]) -> list[str]:
-    jobs = listing.get("jobs") or []
-    lines = [job_line(job) for job in jobs] or [
-        "No jobs: jupyter gpuws run -- python train.py (or %gpuws run …) starts one."
+def approval_lines(approval: dict[str, Any]) -> list[str]:
+    """What approving a job runs (the API's `approval`), below its line: the command, its folder,
+    the notebook, and its code's files changed since the record was signed."""
+    lines = [
+        f"  runs: {shlex.join(approval['command'])}",
+        f"  in: {approval['cwd'] or '(the work directory)'}",
     ]
+    if approval.get("notebook"):
+        lines.append(f"  notebook: {approval['notebook']}")
+    changed, more = approval.get("changed") or [], approval.get("changed_more") or 0
+    if changed or more:
+        lines.append("  changed since it was signed:")
+        lines += [f"    {c['path']} ({c['change']})" for c in changed]
+        if more:
+            lines.append(f"    and {more:,} more")
+    return lines
+
+
+def listing_lines(listing: dict[str, Any]) -> list[str]:
+    """Each job in a line, and below one that waits for approval what approving it runs: every
+    text from the store escaped (a name is anyone's who writes the store: a terminal's escape
+    sequence in it would recolour or rewrite the screen, a direction override reorder it)."""
+    lines: list[str] = []
+    for job in listing.get("jobs") or []:
+        lines.append(job_line(job))
+        if job.get("approval"):
+            lines += approval_lines(job["approval"])
+    if not lines:
+        lines.append("No jobs: jupyter gpuws run -- python train.py (or %gpuws run …) starts one.")
     if listing.get("error"):  # the store's records, or the server's look at its jobs, failing
         lines.append(f"Problem: {listing['error']}")
-    return lines
+    return [shown(line) for line in lines]
 
 
 def magic_run(line: str, ask: Ask) -> list[str]:

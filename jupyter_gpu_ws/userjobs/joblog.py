@@ -5,10 +5,13 @@ rotated at a size, so a job that prints without pause keeps the disk bounded and
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
+
+from .files import READ_FLAGS
 
 # A line longer than this is cut: a progress bar redrawn with "\r" for hours, or a tensor printed
 # whole, would otherwise be one "line" as large as the log, and the tail would be that line.
@@ -137,10 +140,10 @@ class JobLog:
         with self._lock:
             files = []
             for candidate in [self.path] + [self._numbered(n) for n in range(1, self.keep + 1)]:
-                try:
-                    files.append(open(candidate, "rb"))  # noqa: SIM115 closed below
-                except FileNotFoundError:
+                file = _open_log(candidate)
+                if file is None:
                     break
+                files.append(file)
         found: list[bytes] = []
         try:
             for file in files:
@@ -167,6 +170,21 @@ class JobLog:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def _open_log(path: Path) -> IO[bytes] | None:
+    """One of the log's files for reading, or None where there is none: a request reads it, so
+    whatever else stands at its name (a link, a named pipe someone made there) is not opened or
+    waited on, and reads as no more log."""
+    try:
+        fd = os.open(path, READ_FLAGS)
+    except OSError:  # missing, or a link (O_NOFOLLOW)
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def _pieces(chunk: bytes) -> list[bytes]:

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import trust
+from ..diskio import file_kind
+from . import files, trust
 from .failure import classify, oom_kills
 from .gpus import Fitted, fit_to_gpus
 from .joblog import JobLog
@@ -109,6 +111,10 @@ class Job:
     relaunched_on: str | None = (
         None  # the environment a relaunch ran it on, where that was worth saying
     )
+    # Its code's files changed since the record was signed (path, "changed" | "added" |
+    # "missing"), the first few, and how many more: what the user approves with it.
+    changed: list[tuple[str, str]] = field(default_factory=list)
+    changed_more: int = 0
 
 
 class JobManager:
@@ -224,20 +230,34 @@ class JobManager:
         folder = (root / cwd).resolve()
         if folder != root and root not in folder.parents:
             raise JobInputError(f"cwd {cwd!r} leads outside the work directory (through a link)")
-        if not folder.is_dir():
+        mode = files.mode_of(folder)  # links resolved above: looked at, never opened
+        if mode is None:
             raise JobInputError(f"cwd {cwd!r} is not a folder of the work directory")
+        if not stat.S_ISDIR(mode):
+            raise JobInputError(f"cwd {cwd!r} is {file_kind(mode)}, not a folder")
         return folder
 
     def _check_command(self, command: list[str], folder: Path) -> None:
+        """The program exists (on the PATH, or as a path in the folder) and is a file; the script
+        it runs, where one is there by that name, is a file or a folder: never a FIFO, a device
+        or a socket (its job would wait on it for ever, or act on it). Only looked at, links
+        followed: nothing is opened, so nothing waits."""
         program = command[0]
         if "/" in program:
             path = folder / program
-            if not (path.is_file() and os.access(path, os.X_OK)):
+            mode = files.mode_of(path)
+            if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+                raise JobInputError(f"program {program!r} is {file_kind(mode)}, not a program")
+            if mode is None or not stat.S_ISREG(mode) or not os.access(path, os.X_OK):
                 raise JobInputError(
                     f"{program}: no such program in {folder} (or it is not executable)"
                 )
         elif shutil.which(program, path=os.environ.get("PATH")) is None:
             raise JobInputError(f"{program}: command not found on this server's PATH")
+        script = _script(command)
+        mode = None if script is None else files.mode_of(folder / script)
+        if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise JobInputError(f"script {script!r} is {file_kind(mode)}, not a file")
 
     def _check_notebook(self, notebook: str) -> tuple[str, str]:
         if not isinstance(notebook, str) or not notebook.endswith(".ipynb"):
@@ -253,7 +273,11 @@ class JobManager:
                 f"notebook {notebook!r} leads outside the work directory (through a link)"
             )
         try:
-            data = json.loads(path.read_bytes())
+            data = json.loads(
+                files.read_regular(path, f"notebook {notebook!r}", files.MAX_NOTEBOOK_BYTES)
+            )
+        except files.RefusedFile as err:
+            raise JobInputError(str(err)) from None
         except FileNotFoundError:
             raise JobInputError(f"notebook {notebook!r} does not exist") from None
         except OSError as err:
@@ -780,8 +804,24 @@ class JobManager:
             else record.log_tail[-tail:],
             "relaunch": self.relaunch_words(job),
             "needs_approval": job.untrusted is not None,
+            "approval": self.approval(job),
             "created": record.created,
             "updated": record.updated,
+        }
+
+    def approval(self, job: Job) -> dict[str, Any] | None:
+        """What restarting a job that needs approval approves, as its record says (None for a job
+        that needs none): what runs, where, why it waits, and its code's changed files."""
+        if job.untrusted is None:
+            return None
+        record = job.record
+        return {
+            "reason": job.untrusted,
+            "command": list(record.command),
+            "cwd": record.cwd,
+            "notebook": record.notebook,
+            "changed": [{"path": path, "change": change} for path, change in job.changed],
+            "changed_more": job.changed_more,
         }
 
     def list(self) -> dict[str, Any]:
@@ -808,12 +848,18 @@ def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
         pass
 
 
-def _label(command: list[str]) -> str:
-    """A job's default name: the script it runs (`python train.py` → train.py), else the program."""
+def _script(command: list[str]) -> str | None:
+    """The script a command runs, as far as its words say: its first argument that is not an
+    option and looks like a path (`python train.py`, `torchrun --nproc-per-node 2 train.py`)."""
     for arg in command[1:]:
         if not arg.startswith("-") and ("." in arg or "/" in arg):
-            return Path(arg).name[:200]
-    return Path(command[0]).name[:200]
+            return arg
+    return None
+
+
+def _label(command: list[str]) -> str:
+    """A job's default name: the script it runs (`python train.py` → train.py), else the program."""
+    return Path(_script(command) or command[0]).name[:200]
 
 
 def _step(step: int) -> str:

@@ -69,6 +69,8 @@ describe("a job's words", () => {
     expect(jobWhat(job())).toBe('train.py');
     expect(jobWhat(job({ notebook: 'work/nb/train.ipynb' }))).toBe('train.ipynb');
     expect(jobWhat(job({ command: ['sleep', '5'] }))).toBe('sleep 5');
+    // As the store has it, escaped: a right-to-left override shows no other name.
+    expect(jobWhat(job({ command: ['python', '\u202egnp.py'] }))).toBe('\\u202egnp.py');
   });
 
   it('reads its step and, while it runs, its ETA', () => {

@@ -1,12 +1,15 @@
 // "Run as job" for a notebook: the server runs it without this page; the notification names the
-// job and leads to the panel, or says why the server refused. And a job's whole log in a dialog.
+// job and leads to the panel, or says why the server refused. A job's whole log in a dialog.
+// And the approval of a record this runtime cannot vouch for: what it runs, asked first.
 import React from 'react';
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { ReactWidget } from '@jupyterlab/ui-components';
 
-import { IUserJob, jobLog } from '../api';
+import { IUserJob, IUserJobApproval, jobLog } from '../api';
+import { shown } from '../shown';
 import { shortPath } from '../vocabulary';
 import { JobsModel } from './model';
+import { changedLines, commandText, folderText } from './words';
 
 /** The job, or null when the server refused (the reason in a notification). */
 export async function runNotebook(
@@ -25,7 +28,7 @@ export async function runNotebook(
   }
   const outputs = job.output ? `, its outputs written into ${shortPath(job.output)}` : '';
   Notification.success(
-    `Job "${job.name}" started: it runs on the server, without this page${outputs}`,
+    `Job "${shown(job.name)}" started: it runs on the server, without this page${outputs}`,
     {
       autoClose: 8000,
       actions: [{ label: 'Show in GPU Workspace', callback: openPanel }]
@@ -50,7 +53,7 @@ export async function showFullLog(job: IUserJob): Promise<void> {
   const body = ReactWidget.create(<FullLog lines={lines} error={error} />);
   body.addClass('jp-gpuws-job-log-dialog');
   await showDialog({
-    title: `Log of ${job.name}`,
+    title: `Log of ${shown(job.name)}`,
     body,
     buttons: [Dialog.okButton({ label: 'Close' })]
   });
@@ -74,7 +77,78 @@ function FullLog(props: { lines: string[]; error: string | null }): JSX.Element 
       className="jp-gpuws-job-log jp-gpuws-job-log-full"
       data-testid="gpuws-job-full-log-text"
     >
-      {props.lines.length ? props.lines.join('\n') : '(no output yet)'}
+      {props.lines.length ? props.lines.map(shown).join('\n') : '(no output yet)'}
     </pre>
   );
+}
+
+/**
+ * What approving a job runs, as its record in the store says it: the command, its folder, the
+ * notebook, and its code's files changed since the record was signed; with `reason`, why this
+ * runtime asks. In the job's card, and in the dialog that Approve opens.
+ */
+export function ApprovalDetails(props: {
+  approval: IUserJobApproval;
+  reason?: boolean;
+}): JSX.Element {
+  const { approval } = props;
+  const changed = changedLines(approval);
+  return (
+    <div className="jp-gpuws-job-approval" data-testid="gpuws-job-approval">
+      {props.reason && (
+        <div className="jp-gpuws-line" data-testid="gpuws-job-approval-reason">
+          Why it asks: {shown(approval.reason)}
+        </div>
+      )}
+      <div className="jp-gpuws-line">Runs</div>
+      <pre className="jp-gpuws-job-command" data-testid="gpuws-job-approval-command">
+        {commandText(approval.command)}
+      </pre>
+      <div className="jp-gpuws-line" data-testid="gpuws-job-approval-cwd">
+        in {folderText(approval.cwd)}
+      </div>
+      {approval.notebook && (
+        <div className="jp-gpuws-line" data-testid="gpuws-job-approval-notebook">
+          notebook {shown(approval.notebook)}
+        </div>
+      )}
+      {changed.length > 0 && (
+        <div className="jp-gpuws-line" data-testid="gpuws-job-approval-changed">
+          Changed since it was signed:
+          <ul className="jp-gpuws-job-changed">
+            {changed.map(line => (
+              <li key={line}>{line}</li>
+            ))}
+          </ul>
+        </div>
+      )}
+    </div>
+  );
+}
+
+/**
+ * Approve a job that waits for approval: a dialog shows what it runs, where, why this runtime
+ * asks and what changed; only its OK restarts it (Cancel, Escape or Enter run nothing: Cancel is
+ * the default button). True when approved.
+ */
+export async function approveJob(jobs: JobsModel, job: IUserJob): Promise<boolean> {
+  if (!job.approval) {
+    return false;
+  }
+  const body = ReactWidget.create(<ApprovalDetails approval={job.approval} reason />);
+  body.addClass('jp-gpuws-job-approval-dialog');
+  const result = await showDialog({
+    title: `Run ${shown(job.name)}?`,
+    body,
+    buttons: [
+      Dialog.cancelButton(),
+      Dialog.okButton({ label: 'Approve and run', displayType: 'warn' })
+    ],
+    defaultButton: 0
+  });
+  if (!result.button.accept) {
+    return false;
+  }
+  await jobs.act(job, 'approve');
+  return true;
 }

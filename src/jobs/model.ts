@@ -2,6 +2,7 @@
 // to one now (stop, restart, hold, approve), and a notebook started as a job.
 import { holdJob, IUserJob, IUserJobs, listJobs, restartJob, startJob, stopJob } from '../api';
 import { PolledModel } from '../polled';
+import { shown } from '../shown';
 import { actionVerb } from './words';
 
 /** How many of a job's last log lines the panel shows. */
@@ -56,7 +57,7 @@ export class JobsModel extends PolledModel {
           break;
       }
     } catch (error) {
-      this.actionError = `Cannot ${actionVerb(action)} ${job.name}: ${(error as Error).message}`;
+      this.actionError = `Cannot ${actionVerb(action)} ${shown(job.name)}: ${(error as Error).message}`;
     } finally {
       this.busy.delete(job.id);
     }

@@ -1,6 +1,8 @@
 // A job in the user's words: its state and tone, what it runs, its step and ETA, a relaunch
-// due, and the folded section's few words.
-import { IUserJob } from '../api';
+// due, what approving it runs, and the folded section's few words. Every text of a job comes
+// from the store, which this runtime does not control: shown() escapes it.
+import { IUserJob, IUserJobApproval } from '../api';
+import { shown } from '../shown';
 import { count, duration, shortPath, stepOf, wholeNumber } from '../vocabulary';
 import type { JobAction } from './model';
 
@@ -47,9 +49,37 @@ export function jobTone(job: IUserJob): 'ok' | 'pending' | 'error' | 'none' {
 /** What the job runs, as the user recognises it: the notebook, or the command's script. */
 export function jobWhat(job: IUserJob): string {
   if (job.notebook) {
-    return shortPath(job.notebook);
+    return shown(shortPath(job.notebook));
   }
-  return job.command.find(part => /\.(py|sh|ipynb)$/.test(part)) ?? job.command.join(' ');
+  return shown(job.command.find(part => /\.(py|sh|ipynb)$/.test(part)) ?? commandText(job.command));
+}
+
+const QUOTE = "'\"'\"'"; // a quote inside single quotes: end them, a quoted quote, begin again
+
+/** A command as a shell would take it back, as Python's shlex.join writes it (an argument with
+ * a space or a quote in single quotes), escaped: `python train.py --note 'a b'`. */
+export function commandText(command: string[]): string {
+  return shown(
+    command
+      .map(part =>
+        part === '' ? "''" : /[^\w@%+=:,./-]/.test(part) ? `'${part.replace(/'/g, QUOTE)}'` : part
+      )
+      .join(' ')
+  );
+}
+
+/** The job's folder: "sub/dir", or "the work directory". */
+export function folderText(cwd: string): string {
+  return cwd ? shown(cwd) : 'the work directory';
+}
+
+/** Its code's changed files, each as "sub/train.py (changed)", and "and 3 more" after them. */
+export function changedLines(approval: IUserJobApproval): string[] {
+  const lines = approval.changed.map(c => `${shown(c.path)} (${c.change})`);
+  if (approval.changed_more > 0) {
+    lines.push(`and ${wholeNumber(approval.changed_more)} more`);
+  }
+  return lines;
 }
 
 /** "step 4,120/10,000", or null before the job's run has a step. */

@@ -1,9 +1,10 @@
 import React from 'react';
 
 import { IUserJob } from '../api';
-import { showFullLog } from '../jobs/actions';
+import { ApprovalDetails, approveJob, showFullLog } from '../jobs/actions';
 import { JobAction, jobActions, JobsModel, LOG_LINES } from '../jobs/model';
 import {
+  commandText,
   jobEtaText,
   jobStateWord,
   jobStepText,
@@ -11,12 +12,14 @@ import {
   jobWhat,
   relaunchText
 } from '../jobs/words';
+import { shown } from '../shown';
 import { Bar } from './Bar';
 
 /**
  * The panel's Jobs section: one row per job the server runs for the user (its name, its state as
  * a coloured word, why, step / total with ETA and the verdict, the last lines of its log) with
- * what can be done to it now; before a relaunch, what will be relaunched and Hold.
+ * what can be done to it now; before a relaunch, what will be relaunched and Hold; for a record
+ * that waits for approval, what approving it runs. A job's texts come from the store: escaped.
  */
 export function JobsSection(props: { model: JobsModel }): JSX.Element {
   const { model } = props;
@@ -59,8 +62,8 @@ const BUTTON_WORDS: { [action in JobAction]: [string, string] } = {
   hold: ['Hold', 'Do not relaunch this job by itself; it waits until you let it go'],
   release: ["Don't hold", 'Let the job be relaunched by itself again'],
   approve: [
-    'Approve',
-    'This runtime cannot vouch for this job (it was not recorded here by you): run it, from its newest checkpoint'
+    'Approve…',
+    'This runtime cannot vouch for this job (it was not recorded here by you): see what it runs, then run it from its newest checkpoint'
   ]
 };
 
@@ -78,8 +81,11 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
       data-job={job.id}
     >
       <div className="jp-gpuws-card-head">
-        <div className="jp-gpuws-card-title" title={job.notebook ?? job.command.join(' ')}>
-          {job.name}
+        <div
+          className="jp-gpuws-card-title"
+          title={job.notebook ? shown(job.notebook) : commandText(job.command)}
+        >
+          {shown(job.name)}
         </div>
         <span
           className={`jp-gpuws-job-state ${TONE_CLASSES[jobTone(job)]}`}
@@ -90,18 +96,19 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
       </div>
       {job.reason && (
         <div className="jp-gpuws-line" data-testid="gpuws-job-reason">
-          {job.reason}
+          {shown(job.reason)}
         </div>
       )}
+      {job.approval && <ApprovalDetails approval={job.approval} />}
       {due ? (
         <div className="jp-gpuws-message jp-gpuws-info" data-testid="gpuws-job-relaunch">
           {relaunchText(job)}
-          {job.relaunch && <div className="jp-gpuws-subtle">{job.relaunch}</div>}
+          {job.relaunch && <div className="jp-gpuws-subtle">{shown(job.relaunch)}</div>}
         </div>
       ) : (
         job.relaunch && (
           <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-job-relaunch-note">
-            {job.relaunch}
+            {shown(job.relaunch)}
           </div>
         )
       )}
@@ -110,7 +117,7 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
       )}
       {job.verdict && (
         <div className="jp-gpuws-verdict jp-gpuws-subtle" data-testid="gpuws-job-verdict">
-          {job.verdict}
+          {shown(job.verdict)}
         </div>
       )}
       {lines.length > 0 && (
@@ -127,7 +134,7 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
           </button>
           {logOpen && (
             <pre className="jp-gpuws-job-log" data-testid="gpuws-job-log">
-              {lines.join('\n')}
+              {lines.map(shown).join('\n')}
             </pre>
           )}
         </>
@@ -140,7 +147,9 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
             title={BUTTON_WORDS[action][1]}
             disabled={busy}
             data-testid={`gpuws-job-${action}`}
-            onClick={() => void model.act(job, action)}
+            onClick={() =>
+              void (action === 'approve' ? approveJob(model, job) : model.act(job, action))
+            }
           >
             {BUTTON_WORDS[action][0]}
           </button>

@@ -221,6 +221,12 @@ def test_shown_names_are_for_people_and_always_encodable() -> None:
     assert shown("line\nbreak\tand\x1bescape\x7f") == "line\\nbreak\\tand\\x1bescape\\x7f"
     assert shown("caf\u00e9 \u201b41.txt") == "caf\u00e9 \u201b41.txt"
     assert shown("\ud800") == "\\ud800"  # text that never was a name does not raise either
+    # Marks and overrides of the text's direction: "evil\u202egnp.py" would show as "evilyp.png".
+    assert shown("evil\u202egnp.py") == "evil\\u202egnp.py"
+    assert shown("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069") == (
+        "\\u061c\\u200e\\u200f\\u202a\\u202b\\u202c\\u202d\\u2066\\u2067\\u2068\\u2069"
+    )
+    assert shown("\x9b31m C1") == "\\x9b31m C1"
     for name in every_high_byte() + awkward_names():
         shown(os.fsdecode(name)).encode("utf-8")
 

@@ -3,6 +3,7 @@ newest lines, whatever bytes the job wrote."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -212,3 +213,16 @@ def test_the_newline_that_ends_a_line_already_ended_for_the_other_stream_adds_no
         job.kill()
         log.close()
     assert log.tail() == ["out end", "err end", "last"]
+
+
+def test_a_named_pipe_or_a_link_at_a_log_files_name_reads_as_no_more_log_at_once(
+    tmp_path: Path,
+) -> None:
+    log = JobLog(tmp_path / "log", max_bytes=40, keep=2)
+    _run(log, "print('a' * 30); print('b' * 30)")  # rotated once: log.1 holds the first line
+    (tmp_path / "log").unlink()
+    os.mkfifo(tmp_path / "log")  # a reader opening it without O_NONBLOCK would wait for a writer
+    assert log.tail(5) == []
+    (tmp_path / "log").unlink()
+    (tmp_path / "log").symlink_to(tmp_path / "log.1")
+    assert log.tail(5) == []

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import urllib.error
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +230,65 @@ def test_bad_input_to_post_is_a_400_with_a_message_and_starts_nothing(
     assert len(server.api("/gpuws/api/jobs")["jobs"]) == before
 
 
+# What a request names that is not a regular file: refused at once, by what it is. Each is made
+# in the work directory by the test (a FIFO, a link to a device, a socket), as a user could.
+NOT_FILES = [
+    ({"notebook": "fifo.ipynb"}, "notebook 'fifo.ipynb' is a named pipe (FIFO), not a file"),
+    ({"notebook": "socket.ipynb"}, "notebook 'socket.ipynb' is a socket, not a file"),
+    ({"notebook": "zero.ipynb"}, "notebook 'zero.ipynb' leads outside the work directory"),
+    ({"command": ["python", "fifo.py"]}, "script 'fifo.py' is a named pipe (FIFO), not a file"),
+    ({"command": ["python", "zero.py"]}, "script 'zero.py' is a device, not a file"),
+    ({"command": ["./fifo.py"]}, "program './fifo.py' is a named pipe (FIFO), not a program"),
+    ({"command": ["python", "fail.py"], "cwd": "fifo.py"}, "cwd 'fifo.py' is a named pipe (FIFO)"),
+]
+
+
+@pytest.fixture(scope="module")
+def not_files(server: ServerProcess) -> Iterator[None]:
+    import socket
+
+    os.mkfifo(server.root / "fifo.ipynb")
+    os.mkfifo(server.root / "fifo.py")
+    (server.root / "zero.ipynb").symlink_to("/dev/zero")
+    (server.root / "zero.py").symlink_to("/dev/zero")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(server.root / "socket.ipynb"))
+        yield
+    for name in ("fifo.ipynb", "fifo.py", "zero.ipynb", "zero.py", "socket.ipynb"):
+        (server.root / name).unlink()
+
+
+@pytest.mark.parametrize(("body", "words"), NOT_FILES, ids=lambda v: str(v)[:40])
+def test_what_a_request_names_that_is_not_a_file_is_a_400_at_once_and_the_server_keeps_answering(
+    server: ServerProcess, not_files: None, body: dict[str, Any], words: str
+) -> None:
+    def post() -> tuple[int, str, float]:
+        started = time.monotonic()
+        status, message = error_of(server, "/gpuws/api/jobs", "POST", body)
+        return status, message, time.monotonic() - started
+
+    def others() -> float:
+        started = time.monotonic()
+        assert server.api("/gpuws/api/sync")["state"]
+        assert "jobs" in server.api("/gpuws/api/jobs")
+        return time.monotonic() - started
+
+    before = len(server.api("/gpuws/api/jobs")["jobs"])
+    # More requests at once than the server's executor has threads (6 on 2 cores): a request
+    # that waited on the file would hold one each, and the other routes would wait behind them.
+    with ThreadPoolExecutor(12) as pool:
+        posts = [pool.submit(post) for _ in range(8)]
+        answered = [pool.submit(others) for _ in range(3)]
+        results = [f.result(timeout=60) for f in posts]
+        other_times = [f.result(timeout=60) for f in answered]
+    for status, message, took in results:
+        assert status == 400 and words in message, message
+        assert len(message.splitlines()) == 1
+        assert took < 1.0, f"the refusal took {took:.2f} s"  # a bound on a hang, not a speed
+    assert max(other_times) < 5.0, other_times
+    assert len(server.api("/gpuws/api/jobs")["jobs"]) == before
+
+
 def test_a_job_flooding_its_output_leaves_the_server_answering_and_its_log_bounded(
     server: ServerProcess,
 ) -> None:
@@ -365,6 +426,13 @@ def test_records_from_the_store_run_only_when_this_key_signed_them_for_this_work
             job = listing[job_id]
             assert job["needs_approval"] is True and job["state"] == "interrupted", job
             assert words in job["relaunch"], job
+            # What approving it runs, as the store's record says, beside why it waits.
+            approval = job["approval"]
+            assert words in approval["reason"] and approval["reason"] in job["relaunch"], job
+            assert approval["command"] == records[job_id]["command"], job
+            assert (approval["cwd"], approval["notebook"]) == ("", None), job
+            assert (approval["changed"], approval["changed_more"]) == ([], 0), job
+        assert ours["approval"] is None and listing["j-000000000006"]["approval"] is None
         assert (
             listing["j-000000000006"]["state"] == "held"
             and "held" in listing["j-000000000006"]["relaunch"]
@@ -379,6 +447,7 @@ def test_records_from_the_store_run_only_when_this_key_signed_them_for_this_work
             "the approved job",
         )
         assert (server.root / "ran-j-000000000002").exists()
+        assert server.api("/gpuws/api/jobs/j-000000000002")["approval"] is None  # approved
         stored = json.loads((jobs / "j-000000000002.json").read_text())
         assert stored["state"] == "finished" and stored["signature"]
         # Released from hold, a job waits for a relaunch by the next runtime, or a restart here.

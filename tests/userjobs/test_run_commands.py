@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from jupyter_gpu_ws.userjobs.record import JobRecord
 from tests.servers import ServerProcess, server_process
 from tests.test_successor import kernel_client, run
 from tests.userjobs.jobfiles import FAILING, job_key, write
@@ -37,9 +38,27 @@ NOTEBOOK = {
 }
 
 
+# A record someone else wrote into the store (unsigned): it waits for approval, and its name
+# holds a terminal's escape sequence and a right-to-left override.
+PLANTED = JobRecord(
+    id="j-0000000000aa",
+    name="\x1b[31mplanted\u202egnp.py",
+    kind="command",
+    command=["python", "-c", "print('\x1b[2J')"],
+    workspace="test-ws",
+    cwd="sub",
+    state="interrupted",
+    created=1.0,
+    updated=1.0,
+)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("jobs-cli")
+    records = folder / "a" / "store" / "test-ws" / ".gpuws" / "jobs"
+    records.mkdir(parents=True)
+    (records / f"{PLANTED.id}.json").write_text(json.dumps(PLANTED.to_json()))
     with (
         job_key("the-cli-tests-key"),
         server_process(folder / "a", folder / "runtime", {"sync_debounce": 0.05}) as server,
@@ -116,6 +135,22 @@ def test_jupyter_gpuws_run_of_a_missing_program_is_one_line_and_exit_2(
         "jupyter gpuws: error: 400: no-such-program-anywhere: command not found on this "
         "server's PATH"
     )
+
+
+def test_jupyter_gpuws_jobs_shows_what_approving_a_record_from_the_store_runs_escaped(
+    server: ServerProcess,
+) -> None:
+    done = cli(server.runtime, "jobs")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "(j-0000000000aa)" in line)
+    assert lines[at].startswith("\\x1b[31mplanted\\u202egnp.py (j-0000000000aa): interrupted")
+    assert "waits for your approval (restart it): not signed" in lines[at]
+    assert lines[at + 1 : at + 3] == [
+        "  runs: python -c 'print('\"'\"'\\x1b[2J'\"'\"')'",
+        "  in: sub",
+    ]
+    assert "\x1b" not in done.stdout and "\u202e" not in done.stdout
 
 
 def test_jupyter_gpuws_run_without_a_server_is_one_line_and_exit_2(tmp_path: Path) -> None:

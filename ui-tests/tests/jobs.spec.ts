@@ -46,6 +46,7 @@ function job(fields: { [name: string]: unknown }): { [name: string]: unknown } {
     log_tail: [],
     relaunch: null,
     needs_approval: false,
+    approval: null,
     created: NOW - 3600,
     updated: NOW - 60,
     ...fields
@@ -150,9 +151,44 @@ const JOBS = [
     state: 'interrupted',
     command: ['python', 'other.py'],
     needs_approval: true,
-    reason: 'recorded without this workspace’s signature: relaunched only once you approve'
+    reason: 'recorded without this workspace’s signature: relaunched only once you approve',
+    approval: {
+      reason: 'not signed',
+      command: ['python', 'other.py'],
+      cwd: '',
+      notebook: null,
+      changed: [],
+      changed_more: 0
+    }
   })
 ];
+
+/** A record someone else wrote into the store, as the API lists it: its name with a terminal's
+ * escape sequence and a right-to-left override, its code changed since it was signed. */
+const AWAITING = job({
+  id: 'j-await',
+  name: '\u001b[31mtrain\u202egnp.py',
+  state: 'interrupted',
+  command: ['python', 'train.py', '--lr', '0.1', '--note', 'from the store'],
+  cwd: 'experiments/run-7',
+  needs_approval: true,
+  reason: 'its runtime ended without stopping it (last recorded at step 4,120)',
+  relaunch:
+    'waits for your approval (restart it): signed with another key, or changed in the store since',
+  log_tail: ['step 4100 loss 0.412', '\u001b[32mstep 4120 loss 0.407\u001b[0m'],
+  approval: {
+    reason: 'signed with another key, or changed in the store since',
+    command: ['python', 'train.py', '--lr', '0.1', '--note', 'from the store'],
+    cwd: 'experiments/run-7',
+    notebook: null,
+    changed: [
+      { path: 'experiments/run-7/train.py', change: 'changed' },
+      { path: 'experiments/run-7/helpers.py', change: 'added' },
+      { path: 'experiments/run-7/old_data.py', change: 'missing' }
+    ],
+    changed_more: 2
+  }
+});
 
 /** Every jobs request: the list, a job, its actions and its log. */
 const JOBS_URL = /\/gpuws\/api\/jobs(\/[^?]*)?(\?.*)?$/;
@@ -342,6 +378,10 @@ test('each button calls its endpoint with its method', async ({ page }) => {
   for (const [id, action, call] of clicks) {
     calls.length = 0;
     await row(page, id).getByTestId(`gpuws-job-${action}`).click();
+    if (action === 'approve') {
+      // Approve asks first (the test above): its OK runs it.
+      await page.locator('.jp-Dialog').getByRole('button', { name: 'Approve and run' }).click();
+    }
     await expect.poll(() => calls.length, { message: `${id} ${action}` }).toBe(1);
     expect(calls[0]).toEqual(call);
   }
@@ -358,6 +398,67 @@ test('each button calls its endpoint with its method', async ({ page }) => {
   expect(calls).toEqual([{ method: 'GET', path: '/j-run/log?lines=5000', body: null }]);
   await dialog.getByRole('button', { name: 'Close' }).click();
   await expect(dialog).toHaveCount(0);
+});
+
+test('a record awaiting approval shows what it runs, and Approve asks before it runs it', async ({
+  page
+}) => {
+  const calls: ICall[] = [];
+  await serveJobs(page, { jobs: [AWAITING], relaunch: { enabled: true, pending: [] } }, calls);
+  await openPanel(page, 250);
+  const card = row(page, 'j-await');
+  await expect(card).toBeVisible({ timeout: 20000 });
+  // Its command, folder and changed files, not only its name; the store's texts escaped.
+  await expect(card.locator('.jp-gpuws-card-title')).toHaveText('\\x1b[31mtrain\\u202egnp.py');
+  const approval = card.getByTestId('gpuws-job-approval');
+  await expect(approval.getByTestId('gpuws-job-approval-command')).toHaveText(
+    "python train.py --lr 0.1 --note 'from the store'"
+  );
+  await expect(approval.getByTestId('gpuws-job-approval-cwd')).toHaveText('in experiments/run-7');
+  await expect(approval.getByTestId('gpuws-job-approval-changed')).toContainText(
+    'experiments/run-7/train.py (changed)'
+  );
+  await expect(approval.getByTestId('gpuws-job-approval-changed')).toContainText('and 2 more');
+  await expect(card.getByTestId('gpuws-job-log')).toContainText(
+    '\\x1b[32mstep 4120 loss 0.407\\x1b[0m'
+  );
+  const text = await page.locator(PANEL).innerText();
+  expect(text).not.toContain('\u001b');
+  expect(text).not.toContain('\u202e');
+  await page.addStyleTag({ content: '.jp-Launcher-cwd { visibility: hidden; }' });
+  await page.mouse.move(1200, 780);
+  await page.screenshot({ path: picturePath('panel-job-approval.png') });
+
+  // Approve asks first, with the command, the folder, the reason and the changed files.
+  await card.getByTestId('gpuws-job-approve').click();
+  const dialog = page.locator('.jp-Dialog');
+  await expect(dialog).toContainText('Run \\x1b[31mtrain\\u202egnp.py?');
+  await expect(dialog.getByTestId('gpuws-job-approval-command')).toHaveText(
+    "python train.py --lr 0.1 --note 'from the store'"
+  );
+  await expect(dialog.getByTestId('gpuws-job-approval-cwd')).toHaveText('in experiments/run-7');
+  await expect(dialog.getByTestId('gpuws-job-approval-reason')).toHaveText(
+    'Why it asks: signed with another key, or changed in the store since'
+  );
+  await expect(dialog.getByTestId('gpuws-job-approval-changed')).toContainText(
+    'experiments/run-7/old_data.py (missing)'
+  );
+  await page.screenshot({ path: picturePath('panel-job-approval-dialog.png') });
+  // Cancel runs nothing.
+  await dialog.getByRole('button', { name: 'Cancel' }).click();
+  await expect(dialog).toHaveCount(0);
+  expect(calls).toEqual([]);
+  // Enter, on the dialog's default button (Cancel), runs nothing either.
+  await card.getByTestId('gpuws-job-approve').click();
+  await expect(dialog).toBeVisible();
+  await page.keyboard.press('Enter');
+  await expect(dialog).toHaveCount(0);
+  expect(calls).toEqual([]);
+  // OK runs it: the server's restart, the approval.
+  await card.getByTestId('gpuws-job-approve').click();
+  await dialog.getByRole('button', { name: 'Approve and run' }).click();
+  await expect.poll(() => calls.length).toBe(1);
+  expect(calls[0]).toEqual({ method: 'POST', path: '/j-await/restart', body: {} });
 });
 
 test("an API error shows in the section with the server's message", async ({ page }) => {
