@@ -89,12 +89,12 @@ def test_the_pending_list_says_a_file_is_still_being_written(running: Any, workd
         f.write("step 1\n")
         f.flush()
 
-        def listed() -> Any:
+        def listed() -> Any:  # listed at once, "writing" once the watcher's report is in
             files = service.engine.pending_list()["files"]
-            return files and files[0]
+            return files and files[0]["state"] == "writing" and files[0]
 
-        item = until(listed, 10, "the file listed")
-        assert item["path"] == "log.txt" and item["state"] == "writing"
+        item = until(listed, 10, "the file listed as being written")
+        assert item["path"] == "log.txt"
         assert "still being written" in item["note"]
         f.write("step 2\n")
 
