@@ -388,6 +388,13 @@ class GpuWorkspace(Configurable):
         relaunch on the environment there is, and say so when it differs (docs/jobs.md).""",
     ).tag(config=True)
 
+    relaunch_window = Float(
+        24 * 3600.0,
+        help="""Seconds after its last record an interrupted job still relaunches by itself. A job
+        interrupted longer ago, or a copy of its record put back into the store from longer ago,
+        waits for your approval (docs/security.md, Jobs).""",
+    ).tag(config=True)
+
     job_stop_grace = Float(
         10.0,
         help="Seconds a job has to end after SIGTERM (when stopped or at the runtime's end) before SIGKILL.",

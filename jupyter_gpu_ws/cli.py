@@ -1229,8 +1229,10 @@ def _print_jobs(store: Any) -> None:
     from .userjobs.record import RecordError, from_json, stored_records
 
     lines = []
-    for name, data in stored_records(store):
+    for name, data, problem in stored_records(store):
         try:
+            if problem:
+                raise RecordError(problem)
             lines.append(job_line(from_json(data).to_json()))
         except RecordError as err:
             lines.append(f"{name}: not a job record ({err})")

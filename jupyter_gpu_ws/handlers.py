@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -89,7 +88,11 @@ class ApiRequest(JupyterHandler):
                 400, f"The request body is not UTF-8 text: {err.reason} at byte {err.start}"
             ) from None
         try:
-            return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+            return json.loads(
+                text,
+                parse_constant=strictjson.refuse_constant,
+                parse_float=strictjson.finite_float,
+            )
         except RecursionError:
             raise web.HTTPError(
                 400, "The request body is not valid JSON: it is nested too deeply"
@@ -136,17 +139,6 @@ class GpuWorkspaceHandler(ApiRequest, APIHandler):
             ]
             self.set_header("Allow", ", ".join(own))
         super().write_error(status_code, **kwargs)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text[:40]} is too large a number")
-    return value
 
 
 # Core errors to HTTP codes, in one place.

@@ -44,3 +44,33 @@ def _key(key: Any) -> Any:
     if isinstance(key, float) and not math.isfinite(key):
         return None  # json writes a None key as "null"; NaN would become the key "NaN"
     return key if key is None or isinstance(key, (bool, int, float)) else plain(str(key))
+
+
+def loads(data: bytes | str) -> Any:
+    """JSON that another program wrote, read strictly: UTF-8, no NaN or Infinity, no number too
+    large for a float; nesting too deep for the parser is a ValueError like any other fault,
+    never a RecursionError that would escape its caller. The message says what is wrong."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"not UTF-8 text ({err.reason} at byte {err.start})") from None
+    try:
+        return json.loads(data, parse_constant=refuse_constant, parse_float=finite_float)
+    except RecursionError:
+        raise ValueError("not JSON: nested too deeply") from None
+    except ValueError as err:
+        raise ValueError(f"not strict JSON: {err}") from None
+
+
+def refuse_constant(name: str) -> Any:
+    """json.loads's parse_constant: NaN, Infinity and -Infinity are not JSON."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def finite_float(text: str) -> float:
+    """json.loads's parse_float: a number too large for a float is refused, not infinity."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is too large a number")
+    return value

@@ -1608,13 +1608,14 @@ export interface components {
     };
     /** @description A command or a notebook, not both (the server refuses either none or both: a 400 that says so) */
     UserJobRequest: {
-      /** @description the program (found on the server's PATH, or a path in cwd) and its arguments */
-      command?: [string, ...string[]];
+      /** @description the program (found on the server's PATH, or a path in cwd) and its arguments. These limits (with those of name, retries, gpus and cwd) are the job records' too: a job the API takes survives every relaunch */
+      command?: string[];
       /** @description a .ipynb path relative to the work directory */
       notebook?: string;
       name?: string;
       /** @default 0 */
       retries?: number;
+      /** @description at most the GPUs this machine has, where it can count them */
       gpus?: number | null;
       /**
        * @description a folder of the work directory
@@ -1630,8 +1631,13 @@ export interface components {
         /** @description the ids the next relaunch runs */
         pending: string[];
       };
-      /** @description the store's records could not be read or written */
+      /** @description the store's records could not be read or written, or this runtime has no usable job key */
       error?: string | null;
+      /** @description record files of the store that cannot be read, each with why; listed until they are gone, and never keeping another record from being listed or relaunched */
+      bad_records?: {
+        file: string;
+        reason: string;
+      }[];
     };
     Error: {
       message: string;

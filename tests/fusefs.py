@@ -56,7 +56,7 @@ DATA_OPS = ("read", "write", "fsync", "fsyncdir", "fallocate")
 KINDS = METADATA_OPS + OPEN_OPS + DATA_OPS
 
 # Modes: what every operation does besides its delay.
-MODES = ("ok", "stall", "disconnect", "full")
+MODES = ("ok", "stall", "disconnect", "full", "no-blocks")
 # How long a stalled operation waits (unless healed first): what the issue calls a stall.
 STALL_SECONDS = 30.0
 
@@ -111,7 +111,9 @@ class MountedDrive:
 
     def fault(self, mode: str) -> None:
         """'stall' (each operation takes STALL_SECONDS, or until healed), 'disconnect' (ENOTCONN),
-        'full' (ENOSPC on writes, new files and folders), or 'ok'."""
+        'full' (ENOSPC on writes, new files and folders), 'no-blocks' (ENOSPC on the writes of
+        data only: a disk whose blocks ran out, where an empty file can still be made), or
+        'ok'."""
         self._slots[_MODE] = MODES.index(mode)
 
     def heal(self) -> None:
@@ -252,6 +254,8 @@ def _serve(backing: str, mountpoint: str, control: str, kernel_cache: float) -> 
         if mode == "disconnect":
             raise fuse.FuseOSError(errno.ENOTCONN)
         if mode == "full" and kind in writes:
+            raise fuse.FuseOSError(errno.ENOSPC)
+        if mode == "no-blocks" and kind in ("write", "fallocate"):
             raise fuse.FuseOSError(errno.ENOSPC)
         wait = slots[delay_slot[kind]]
         if wait:

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..diskio import file_kind
-from . import files, trust
+from . import files, manifest, trust
 from .failure import classify, oom_kills
 from .gpus import Fitted, fit_to_gpus
 from .joblog import JobLog
 from .notebook import output_path
-from .record import ACTIVE, MAX_TEXT, JobRecord, RecordError, from_json
+from .record import ACTIVE, MAX_TEXT, JobRecord, RecordError, command_problem, from_json, limits
+from .vouching import SeenRecords, judge
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,10 @@ def _dies_with_its_server() -> None:
 JOB_ID_ENV = "GPUWS_JOB_ID"
 NOTEBOOK_MODULE = "jupyter_gpu_ws.userjobs.notebook"
 BACKOFF = (2.0, 4.0, 8.0, 16.0, 30.0)
-MAX_RETRIES = 20
+MAX_RETRIES = limits().retries
+# How long after its last signed write an interrupted job still relaunches by itself (a copy put
+# back into the store from longer ago waits for the user): c.GpuWorkspace.relaunch_window.
+RELAUNCH_WINDOW = 24 * 3600.0
 TAIL_LINES = 20
 
 
@@ -71,7 +75,7 @@ class JobStore(Protocol):
 
     def why_not_writable(self) -> str | None: ...
     def write(self, job_id: str, record: dict[str, Any]) -> None: ...
-    def read_all(self) -> list[tuple[str, Any]]: ...
+    def read_all(self) -> list[tuple[str, Any, str | None]]: ...
     def delete(self, job_id: str) -> None: ...
 
 
@@ -88,6 +92,8 @@ class JobSettings:
     stop_grace: float = 10.0
     backoff: tuple[float, ...] = BACKOFF
     log_max_bytes: int = 8 * 2**20
+    state_dir: Path | None = None  # where this runtime keeps what it has seen (vouching.py)
+    relaunch_window: float = RELAUNCH_WINDOW
 
 
 @dataclass
@@ -125,8 +131,16 @@ class JobManager:
         checkpoint: Callable[[Job], str | None] | None = None,
         run_view: Callable[[Job], dict[str, Any]] | None = None,
         gpu_count: Callable[[], int | None] | None = None,
+        code_files: Callable[[], Any] | None = None,
     ) -> None:
         self.settings = settings
+        # The work directory's files the store mirrors (relative paths): where a job's code is
+        # looked for (manifest.py); without the sync's list, every file but environments.
+        self.code_files = code_files or (lambda: manifest.walk(self.settings.workdir))
+        self.seen = SeenRecords(settings.state_dir)
+        self.key_error: str | None = None  # why this runtime has no usable job key
+        # Record files of the store that cannot be read, by name, with why: listed until gone.
+        self.bad_records: dict[str, str] = {}
         self.gpu_count = gpu_count or (
             lambda: None
         )  # this runtime's GPUs as the monitor sees them; None: unknown
@@ -150,8 +164,14 @@ class JobManager:
     # -- the key -------------------------------------------------------------------------------
 
     def key(self) -> bytes:
+        """The user's job key; JobKeyError (one line: where, why, how to fix) when unusable."""
         if self._key is None:
-            self._key = trust.job_key()
+            try:
+                self._key = trust.job_key()
+            except trust.JobKeyError as err:
+                self.key_error = str(err)
+                raise
+            self.key_error = None
         return self._key
 
     # -- starting --------------------------------------------------------------------------------
@@ -165,17 +185,23 @@ class JobManager:
         gpus: int | None = None,
         cwd: str = "",
     ) -> JobRecord:
-        """Check what is asked, record it (signed) and start it; JobInputError says what is wrong."""
+        """Check what is asked, record it (signed) and start it; JobInputError says what is wrong,
+        JobKeyError that there is no key to sign it with."""
         if (command is None) == (notebook is None):
             raise JobInputError("Give a command (a list of arguments) or a notebook, not both")
+        bounds = limits()
         if (
             isinstance(retries, bool)
             or not isinstance(retries, int)
             or not 0 <= retries <= MAX_RETRIES
         ):
             raise JobInputError(f"retries must be a whole number from 0 to {MAX_RETRIES}")
-        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-            raise JobInputError("gpus must be a whole number of at least 1")
+        if gpus is not None and (
+            isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= bounds.gpus
+        ):
+            raise JobInputError(f"gpus must be a whole number from 1 to {bounds.gpus}")
+        if not isinstance(cwd, str) or len(cwd) > bounds.path:
+            raise JobInputError(f"cwd must be a folder path of at most {bounds.path} characters")
         folder = self.folder(cwd)
         output = None
         if notebook is not None:
@@ -183,17 +209,18 @@ class JobManager:
             kind, argv = "notebook", ["python", "-m", NOTEBOOK_MODULE, notebook_rel]
             label = name or Path(notebook_rel).stem
         else:
-            if (
-                not isinstance(command, list)
-                or not command
-                or not all(isinstance(a, str) and a and "\x00" not in a for a in command)
-            ):
-                raise JobInputError("command must be a non-empty list of arguments (text)")
+            problem = command_problem(command)
+            if problem:
+                raise JobInputError(problem)
+            assert isinstance(command, list)
             self._check_command(command, folder)
             kind, argv, notebook_rel = "command", list(command), None
             label = name or _label(command)
-        if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > 200):
-            raise JobInputError("name must be text of 1 to 200 characters")
+        if name is not None and (
+            not isinstance(name, str) or not name.strip() or len(name) > bounds.name
+        ):
+            raise JobInputError(f"name must be text of 1 to {bounds.name} characters")
+        self.key()  # no record without a key to sign it: JobKeyError says how to fix it
         now = time.time()
         record = JobRecord(
             id=f"j-{uuid.uuid4().hex[:12]}",
@@ -312,14 +339,28 @@ class JobManager:
             ]
         return list(record.command)
 
+    def _gpus_here(self) -> int | None:
+        """This runtime's GPUs as the monitor counts them; None where it cannot count them."""
+        try:
+            return self.gpu_count()
+        except Exception as err:  # noqa: BLE001 - the monitor's fault: unknown
+            log.debug("gpuws: this runtime's GPUs: %s", err)
+            return None
+
+    def _code(self, record: JobRecord) -> manifest.CodeManifest:
+        """The code this job would run now (manifest.py): what an attempt signs at its start,
+        and what a relaunch compares with what was signed."""
+        root = self.settings.workdir
+        if record.kind == "notebook" and record.notebook:
+            named = frozenset({record.notebook})
+        else:
+            named = manifest.named_files(record.command, record.cwd, root)
+        return manifest.take(root, self.code_files(), named)
+
     def _fitted(self, job: Job) -> Fitted:
         """What this attempt runs: the command on the GPUs this runtime has (the record keeps
         what the user asked, so a later runtime with more GPUs runs it as asked again)."""
-        try:
-            available = self.gpu_count()
-        except Exception as err:  # noqa: BLE001 - the monitor's fault: the job runs as asked
-            log.debug("gpuws: this runtime's GPUs: %s", err)
-            available = None
+        available = self._gpus_here()
         fitted = fit_to_gpus(
             self._argv(job.record),
             job.record.gpus,
@@ -413,6 +454,9 @@ class JobManager:
         except JobInputError as err:
             attempt.ended, attempt.retryable, attempt.reason = time.time(), False, str(err)
             return _Outcome("failed", attempt.reason, False)
+        # What this attempt runs, signed in its record at the write below: a successor relaunches
+        # it by itself only on the same code.
+        record.code = self._code(record).to_json()
         fitted = self._fitted(job)
         attempt.runs_on = fitted.note
         if fitted.note:
@@ -495,7 +539,9 @@ class JobManager:
                 setattr(job.record, name, value)
             job.record.updated = time.time()
             if job.untrusted is None:
+                job.record.seq = max(job.record.seq, self.seen.newest(job.record.id)) + 1
                 trust.sign(job.record, self.key())
+                self.seen.saw(job.record.id, job.record.seq)
             self._unwritten.add(job.record.id)
         self.flush()
 
@@ -526,6 +572,7 @@ class JobManager:
                 self.store_error = f"job records not written to the store: {err}"
                 log.warning("gpuws: %s", self.store_error)
                 return
+        self.seen.save()
 
     # -- what the user does ----------------------------------------------------------------------
 
@@ -546,6 +593,9 @@ class JobManager:
         with self._lock:
             self.jobs.pop(job_id, None)
             self._unwritten.discard(job_id)
+            # No copy of it comes back to this runtime: one past its newest record.
+            self.seen.saw(job_id, max(job.record.seq, self.seen.newest(job_id)) + 1)
+        self.seen.save()
         if self.store is not None and self.store.why_not_writable() is None:
             self.store.delete(job_id)  # the user's say, a record this key did not sign included
         return False
@@ -556,12 +606,14 @@ class JobManager:
         job = self.get(job_id)
         if job.record.state in ACTIVE:
             raise JobInputError(f"job {job_id} is {job.record.state}: stop it first")
+        self.key()  # approving signs it: JobKeyError says how to fix a key that is not one
         if job.record.kind == "notebook":
             assert job.record.notebook is not None
             self._check_notebook(job.record.notebook)
         else:
             self._check_command(job.record.command, self.folder(job.record.cwd))
         job.untrusted = None
+        job.changed, job.changed_more = [], 0
         job.relaunched_on = None
         job.record.workspace = self.settings.workspace
         job.failures_before = len([a for a in job.record.attempts if a.retryable is not None])
@@ -693,37 +745,68 @@ class JobManager:
         except Exception as err:  # noqa: BLE001 - tried again at the next tick
             self.store_error = f"job records not read from the store: {err}"
             return False
-        key = self.key()
-        for name, data in found:
+        try:
+            key: bytes | None = self.key()
+        except trust.JobKeyError:
+            key = None  # nothing runs by itself; each record says why (relaunch_words)
+        bad: dict[str, str] = {}
+        for name, data, problem in found:
             try:
-                record = from_json(data)
-            except RecordError as err:
-                why = "not JSON, or over 1 MiB" if data is None else str(err)
-                self.store_error = f"job record {name} ignored: {why}"
-                log.warning("gpuws: %s", self.store_error)
-                continue
-            with self._lock:
-                known = self.jobs.get(record.id)
-                if known is not None and (
-                    known.runtime_id is not None or record.id in self._unwritten
-                ):
-                    continue  # ours: this runtime's record is the newer
-                job = Job(
-                    record, untrusted=trust.why_untrusted(record, key, self.settings.workspace)
-                )
-                if orphans and record.state in ACTIVE:
-                    record.state = "interrupted"
-                    record.reason = "its runtime ended without stopping it" + (
-                        f" (last recorded at step {_step(record.step)})"
-                        if record.step is not None
-                        else ""
-                    )
-                    if job.untrusted is None:
-                        trust.sign(record, key)
-                        self._unwritten.add(record.id)
-                self.jobs[record.id] = job
+                why = problem or self._take(name, data, key, orphans)
+            except Exception as err:  # noqa: BLE001 - one record's fault is its own
+                log.exception("gpuws: job record %s", name)
+                why = f"cannot be read: {err}"
+            if why:
+                bad[name] = why
+        if set(bad) != set(self.bad_records):
+            for name in sorted(set(bad) - set(self.bad_records)):
+                log.warning("gpuws: job record %s ignored: %s", name, bad[name])
+        self.bad_records = bad
+        self.seen.save()
         self.loaded = True
         return True
+
+    def _take(self, name: str, data: Any, key: bytes | None, orphans: bool) -> str | None:
+        """One record read from the store, judged alone: why it is not used, or None."""
+        try:
+            record = from_json(data)
+        except RecordError as err:
+            return str(err)
+        if name != f"{record.id}.json":
+            return f"holds the record of {record.id}, not of the job its name says"
+        untrusted = (
+            trust.why_untrusted(record, key, self.settings.workspace)
+            if key is not None
+            else f"this runtime has no usable job key ({self.key_error})"
+        )
+        with self._lock:
+            known = self.jobs.get(record.id)
+            if known is not None and (known.runtime_id is not None or record.id in self._unwritten):
+                return None  # ours: this runtime's record is the newer
+            if untrusted is None:
+                newest = self.seen.newest(record.id)
+                if record.seq < newest:
+                    return (
+                        f"an older copy of job {record.id}'s record (number {record.seq}; "
+                        f"this runtime has seen number {newest}): put back into the store, "
+                        "it is not used"
+                    )
+                self.seen.saw(record.id, record.seq)
+            job = Job(record, untrusted=untrusted)
+            if orphans and record.state in ACTIVE:
+                record.state = "interrupted"
+                record.reason = "its runtime ended without stopping it" + (
+                    f" (last recorded at step {_step(record.step)})"
+                    if record.step is not None
+                    else ""
+                )
+                if job.untrusted is None and key is not None:
+                    record.seq += 1
+                    trust.sign(record, key)
+                    self.seen.saw(record.id, record.seq)
+                    self._unwritten.add(record.id)
+            self.jobs[record.id] = job
+        return None
 
     def relaunch_pending(self) -> list[str]:
         """The interrupted jobs that the next relaunch runs (the user sees them before)."""
@@ -749,11 +832,30 @@ class JobManager:
         for job_id in self.relaunch_pending():
             job = self.get(job_id)
             self.relaunched.add(job_id)
+            if not self._vouched(job):
+                continue
             job.record.held = False
             job.relaunched_on = self.environment_note
             self._start(job, "relaunched")
             started.append(job_id)
         return started
+
+    def _vouched(self, job: Job) -> bool:
+        """Whether the job may relaunch by itself now (vouching.py); if not, it waits for the
+        user's approval with the reason and the files that differ."""
+        try:
+            code = self._code(job.record)
+        except OSError as err:
+            log.warning("gpuws: the code of job %s could not be read: %s", job.record.id, err)
+            code = None
+        verdict = judge(job.record, code, self.settings.relaunch_window, time.time())
+        if verdict.reason is None:
+            return True
+        log.warning("gpuws: job %s is not relaunched by itself: %s", job.record.id, verdict.reason)
+        with self._lock:
+            job.untrusted = verdict.reason[:MAX_TEXT]
+            job.changed, job.changed_more = verdict.changed, verdict.changed_more
+        return False
 
     def relaunch_words(self, job: Job) -> str | None:
         record = job.record
@@ -830,8 +932,16 @@ class JobManager:
         return {
             "jobs": [self.describe(job) for job in jobs],
             "relaunch": {"enabled": self.settings.relaunch, "pending": self.relaunch_pending()},
-            "error": self.store_error or self.check_error,
+            "error": self.store_error or self.check_error or self._key_words(),
+            "bad_records": [
+                {"file": name, "reason": why} for name, why in sorted(self.bad_records.items())
+            ],
         }
+
+    def _key_words(self) -> str | None:
+        if self.key_error is None:
+            return None
+        return f"no job runs by itself on this runtime: {self.key_error}"
 
 
 @dataclass

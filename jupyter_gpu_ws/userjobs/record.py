@@ -6,10 +6,14 @@ field, every type and size checked, and nothing in it is run unless its signatur
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from typing import Any
+
+from .. import strictjson
+from ..apischema import spec
+from . import manifest
 
 STATES = (
     "queued",
@@ -26,13 +30,61 @@ STATES = (
 ACTIVE = ("queued", "running", "relaunched", "retrying")
 KINDS = ("command", "notebook")
 JOB_ID = re.compile(r"j-[0-9a-f]{12}")
-MAX_ARGS, MAX_ARG = 256, 4096
 MAX_TEXT = 2000
 MAX_ATTEMPTS = 100
 MAX_TAIL = 200
-# The records' folder under the workspace's .gpuws/ in the store, and the largest record read.
+# The records' folder under the workspace's .gpuws/ in the store, and the largest record read:
+# room for a command at its limits written with every character escaped, and for its code's
+# manifest (manifest.LIST_BYTES).
 RECORDS = "jobs"
-MAX_RECORD_BYTES = 2**20
+MAX_RECORD_BYTES = 4 * 2**20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a job may be, declared once in openapi.yaml (UserJobRequest) for the API and the
+    records alike: a job the API took is never one its record's reader refuses."""
+
+    args: int
+    arg: int
+    args_total: int
+    name: int
+    retries: int
+    gpus: int
+    path: int
+
+
+@cache
+def limits() -> Limits:
+    fields = spec()["components"]["schemas"]["UserJobRequest"]["properties"]
+    command = fields["command"]
+    return Limits(
+        args=command["maxItems"],
+        arg=command["items"]["maxLength"],
+        args_total=command["x-max-total-length"],
+        name=fields["name"]["maxLength"],
+        retries=fields["retries"]["maximum"],
+        gpus=fields["gpus"]["maximum"],
+        path=fields["cwd"]["maxLength"],
+    )
+
+
+def command_problem(command: Any) -> str | None:
+    """Why `command` is not one a job may run (None when it may)."""
+    bounds = limits()
+    if (
+        not isinstance(command, list)
+        or not 0 < len(command) <= bounds.args
+        or not all(
+            isinstance(a, str) and 0 < len(a) <= bounds.arg and "\x00" not in a for a in command
+        )
+        or sum(len(a) for a in command) > bounds.args_total
+    ):
+        return (
+            f"command must be a list of 1 to {bounds.args} arguments, each 1 to {bounds.arg} "
+            f"characters without NUL, {bounds.args_total} in all"
+        )
+    return None
 
 
 class RecordError(ValueError):
@@ -75,6 +127,10 @@ class JobRecord:
     held: bool = False
     created: float = 0.0
     updated: float = 0.0
+    # One more at every write: a copy of the record older than one a runtime has seen is refused.
+    seq: int = 0
+    # The code its newest attempt started with (manifest.py), as its JSON.
+    code: dict[str, Any] | None = None
     signature: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -162,8 +218,16 @@ def _returncode(value: Any) -> int | None:
     return value
 
 
+def _bounded(data: dict[str, Any], key: str, low: int, high: int, *, optional: bool = True) -> Any:
+    value = _whole(data, key, optional=optional, minimum=low)
+    if value is not None and value > high:
+        raise RecordError(f"{key!r} must be at most {high}")
+    return value
+
+
 def from_json(data: Any) -> JobRecord:
     """A record read back (from the store, or a file): checked field by field."""
+    bounds = limits()
     data = _only(data, set(JobRecord.__dataclass_fields__), "a job record")
     job_id = _text(data, "id", limit=20)
     if not JOB_ID.fullmatch(job_id):
@@ -175,13 +239,15 @@ def from_json(data: Any) -> JobRecord:
     if state not in STATES:
         raise RecordError(f"'state' must be one of {', '.join(STATES)}")
     command = data.get("command")
-    if (
-        not isinstance(command, list)
-        or not command
-        or len(command) > MAX_ARGS
-        or not all(isinstance(a, str) and len(a) <= MAX_ARG and "\x00" not in a for a in command)
-    ):
-        raise RecordError("'command' must be a non-empty list of text arguments")
+    problem = command_problem(command)
+    if problem:
+        raise RecordError(problem)
+    code = data.get("code")
+    if code is not None:
+        try:
+            code = manifest.from_json(code).to_json()
+        except manifest.ManifestError as err:
+            raise RecordError(str(err)) from None
     attempts = data.get("attempts", [])
     if not isinstance(attempts, list) or len(attempts) > MAX_ATTEMPTS:
         raise RecordError(f"'attempts' must be a list of at most {MAX_ATTEMPTS}")
@@ -197,15 +263,15 @@ def from_json(data: Any) -> JobRecord:
         raise RecordError("'held' must be true or false")
     return JobRecord(
         id=job_id,
-        name=_text(data, "name", limit=200),
+        name=_text(data, "name", limit=bounds.name),
         kind=kind,
         command=list(command),
         workspace=_text(data, "workspace", limit=1000),
-        notebook=_text(data, "notebook", optional=True),
-        output=_text(data, "output", optional=True),
-        cwd=_text(data, "cwd", limit=4096),
-        gpus=_whole(data, "gpus", minimum=1),
-        retries=_whole(data, "retries", optional=False),
+        notebook=_text(data, "notebook", optional=True, limit=bounds.path),
+        output=_text(data, "output", optional=True, limit=bounds.path + 20),
+        cwd=_text(data, "cwd", limit=bounds.path),
+        gpus=_bounded(data, "gpus", 1, bounds.gpus),
+        retries=_bounded(data, "retries", 0, bounds.retries, optional=False),
         state=state,
         reason=_text(data, "reason", optional=True),
         attempts=[attempt_from_json(a) for a in attempts],
@@ -215,21 +281,33 @@ def from_json(data: Any) -> JobRecord:
         held=held,
         created=_time(data, "created"),
         updated=_time(data, "updated"),
+        seq=_whole(data, "seq") or 0,
+        code=code,
         signature=_text(data, "signature", optional=True, limit=128),
     )
 
 
-def stored_records(store: Any) -> list[tuple[str, Any]]:
-    """Every record file of a workspace (`layout.Store`): its name and its JSON (None where it
-    is not JSON or too large: from_json then refuses it)."""
-    found: list[tuple[str, Any]] = []
+def stored_records(store: Any) -> list[tuple[str, Any, str | None]]:
+    """Every record file of a workspace (`layout.Store`): its name, its JSON, and why it cannot
+    be read where it cannot (too large, not strict JSON, nested too deeply; its JSON is then
+    None). One file's fault is that file's alone."""
+    found: list[tuple[str, Any, str | None]] = []
     for remote in store.backend.list(store.state_key(RECORDS)):
         name = remote.key.rsplit("/", 1)[-1]
         if not name.endswith(".json"):
             continue
-        data = store.backend.read_bytes(remote.key) if remote.size <= MAX_RECORD_BYTES else None
+        if remote.size > MAX_RECORD_BYTES:
+            found.append((name, None, f"larger than {MAX_RECORD_BYTES // 2**20} MiB"))
+            continue
         try:
-            found.append((name, json.loads(data) if data is not None else None))
-        except ValueError:
-            found.append((name, None))
+            data = store.backend.read_bytes(remote.key)
+        except FileNotFoundError:
+            continue  # gone since it was listed
+        if len(data) > MAX_RECORD_BYTES:
+            found.append((name, None, f"larger than {MAX_RECORD_BYTES // 2**20} MiB"))
+            continue
+        try:
+            found.append((name, strictjson.loads(data), None))
+        except ValueError as err:
+            found.append((name, None, str(err)))
     return found

@@ -9,12 +9,15 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..checkpoints.coordinator import CheckpointRequestError
 from ..store.errors import SyncError
-from .manager import Job, JobManager, JobSettings
+from ..sync.scan import scan
+from .manager import RELAUNCH_WINDOW, Job, JobManager, JobSettings
+from .manifest import walk
 from .record import RECORDS, stored_records
 
 if TYPE_CHECKING:
@@ -34,6 +37,8 @@ class JobHost(Protocol):
     workdir: str
     workspace: str
     relaunch_jobs: bool
+    relaunch_window: float
+    state_dir: str
     job_stop_grace: float
     relaunch_restores_environment: bool
     checkpoint_timeout: float
@@ -98,6 +103,8 @@ class JobService:
             env=env,
             relaunch=app.relaunch_jobs,
             stop_grace=app.job_stop_grace,
+            state_dir=Path(app.state_dir) if getattr(app, "state_dir", None) else None,
+            relaunch_window=getattr(app, "relaunch_window", RELAUNCH_WINDOW),
         )
         self.manager = JobManager(
             settings,
@@ -105,6 +112,7 @@ class JobService:
             checkpoint=self._checkpoint,
             run_view=self._run_view,
             gpu_count=self._gpu_count,
+            code_files=self._mirrored_files,
         )
         self._stop = threading.Event()
         self._relaunched = False
@@ -246,6 +254,14 @@ class JobService:
         return runs.get(job.record.id[2:]) or next(
             (r for r in runs.values() if r.get("job") == job.record.id), None
         )
+
+    def _mirrored_files(self) -> Iterator[str]:
+        """The work directory's files the store mirrors, by the sync's own rules: the files a
+        successor's restore brings back, among which a job's code is looked for."""
+        engine = self.app.sync.engine
+        if engine is None:
+            return walk(Path(self.app.workdir))
+        return (f.path for f in scan(engine.workdir, engine.rules))
 
     def _gpu_count(self) -> int | None:
         """This runtime's GPUs as the monitor's newest sample has them; None before its first

@@ -38,9 +38,18 @@ export function JobsSection(props: { model: JobsModel }): JSX.Element {
       )}
       {model.state?.error && (
         <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-jobs-store-error">
-          {model.state.error}
+          {shown(model.state.error)}
         </div>
       )}
+      {(model.state?.bad_records ?? []).map(bad => (
+        <div
+          key={bad.file}
+          className="jp-gpuws-message jp-gpuws-error"
+          data-testid="gpuws-jobs-bad-record"
+        >
+          {`Job record ${shown(bad.file)} is not used: ${shown(bad.reason)}`}
+        </div>
+      ))}
       {model.jobs.map(job => (
         <JobRow key={job.id} job={job} model={model} due={pending.includes(job.id)} />
       ))}

@@ -48,7 +48,7 @@ def test_a_torchrun_job_on_two_gpus_relaunches_on_the_one_gpu_the_successor_has_
 ) -> None:
     if shutil.which("unshare") is None:
         pytest.fail("`unshare` (util-linux) is needed to run servers as other hosts", pytrace=False)
-    monkeypatch.setenv("GPUWS_JOB_KEY", "the-same-user-on-both-machines")
+    monkeypatch.setenv("GPUWS_JOB_KEY", "the-same-user-on-both-machines-0123456789")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     store = tmp_path / "store"
     two = write_spec(tmp_path / "two-gpus.json", gpu_spec())

@@ -95,7 +95,7 @@ def test_a_job_that_asked_for_no_gpus_is_left_alone() -> None:
 def test_a_job_started_on_fewer_gpus_than_asked_sees_only_those_and_its_reason_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("GPUWS_JOB_KEY", "a-test-key")
+    monkeypatch.setenv("GPUWS_JOB_KEY", "a-test-key-that-is-long-enough-0123456789")
     settings = JobSettings(
         workdir=tmp_path, workspace="ws", host="here", runtime_id="r-1", backoff=(0.1,)
     )

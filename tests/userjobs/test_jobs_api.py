@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpu_ws.userjobs import trust
+from jupyter_gpu_ws.userjobs import manifest, trust
 from jupyter_gpu_ws.userjobs.record import JobRecord
 from tests.servers import ServerProcess, server_process
 from tests.test_successor import kill_everything
@@ -33,7 +33,9 @@ from tests.waiting import until
 
 pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
 
-KEY = "this-users-job-key"
+KEY = "this-users-job-key-long-enough-0123456789"
+# The manifest of a work directory without code (userjobs/manifest.py).
+NO_CODE = manifest.take(Path("."), [], frozenset()).to_json()
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +199,7 @@ def test_a_syntax_error_is_not_retried_and_says_so(server: ServerProcess) -> Non
     [
         ({"command": ["no-such-program-anywhere", "x"]}, "command not found"),
         ({"command": ["./nothing.sh"]}, "no such program"),
-        ({"command": []}, "non-empty list"),
+        ({"command": []}, "1 to 4096 arguments"),
         ({"notebook": "bad.ipynb"}, "not valid JSON"),
         ({"notebook": "missing.ipynb"}, "does not exist"),
         ({"command": ["python", "fail.py"], "cwd": "../elsewhere"}, "inside the work directory"),
@@ -357,6 +359,7 @@ def planted(
         created=time.time(),
         updated=time.time(),
         cwd=cwd,
+        code=NO_CODE,  # it ran no file of the work directory, which the store leaves empty
     )
     if key is not None:
         trust.sign(record, key.encode())
@@ -438,6 +441,14 @@ def test_records_from_the_store_run_only_when_this_key_signed_them_for_this_work
             and "held" in listing["j-000000000006"]["relaunch"]
         )
         assert "j-00000000000f" not in listing
+        # Listed by its file with why, while the others were listed and relaunched.
+        assert server.api("/gpuws/api/jobs")["bad_records"] == [
+            {
+                "file": "j-00000000000f.json",
+                "reason": "not strict JSON: Expecting property name enclosed in double "
+                "quotes: line 1 column 2 (char 1)",
+            }
+        ]
         assert sorted(p.name for p in server.root.glob("ran-*")) == ["ran-j-000000000001"]
         # The user's approval: restart runs it, signed with this key from now on.
         server.api("/gpuws/api/jobs/j-000000000002/restart", "POST", {})

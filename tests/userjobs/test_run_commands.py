@@ -60,7 +60,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     records.mkdir(parents=True)
     (records / f"{PLANTED.id}.json").write_text(json.dumps(PLANTED.to_json()))
     with (
-        job_key("the-cli-tests-key"),
+        job_key("the-cli-tests-key-long-enough-0123456789"),
         server_process(folder / "a", folder / "runtime", {"sync_debounce": 0.05}) as server,
     ):
         until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")

@@ -35,7 +35,7 @@ LEASE_TTL = 5.0
 def shared_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     if shutil.which("unshare") is None:
         pytest.fail("`unshare` (util-linux) is needed to run servers as other hosts", pytrace=False)
-    monkeypatch.setenv("GPUWS_JOB_KEY", "the-same-user-on-both-machines")
+    monkeypatch.setenv("GPUWS_JOB_KEY", "the-same-user-on-both-machines-0123456789")
     return tmp_path / "store"
 
 

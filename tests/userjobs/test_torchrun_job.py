@@ -21,7 +21,7 @@ def test_a_torchrun_job_is_one_run_with_its_step_and_checkpoints_on_every_rank_b
     if not SCRIPT.is_file():
         pytest.fail(f"{SCRIPT} is missing", pytrace=False)
     with (
-        job_key("torchrun-test-key"),
+        job_key("torchrun-test-key-long-enough-0123456789"),
         server_process(tmp_path / "a", tmp_path / "runtime", {}) as server,
     ):
         until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
