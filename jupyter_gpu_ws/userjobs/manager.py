@@ -41,16 +41,28 @@ PR_SET_PDEATHSIG = 1
 
 
 def _dies_with_its_server() -> None:
-    """A job's process gets SIGTERM when the server's thread that started it ends, as it does
-    when the server is killed: no job runs on unsupervised beside a server started anew, which
-    would relaunch it a second time."""
+    """A job's supervisor gets SIGTERM when the server's thread that started it ends, as it does
+    when the server is killed (it then ends the job and every process the job started): no job
+    runs on unsupervised beside a server started anew, which would relaunch it a second time."""
     if _LIBC is not None:
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+# The job's supervisor (reaper.py), run by its path with only the standard library in reach: it
+# starts with every job, and a job's folder or PYTHONPATH must not change what it imports.
+REAPER = [sys.executable, "-I", "-S", str(Path(__file__).with_name("reaper.py"))]
+# When the manager's own grace is over: the supervisor's word to end every process of the job at
+# once, and how long the supervisor has for that before the process group gets SIGKILL.
+END_NOW = signal.SIGUSR1
+END_NOW_WAIT = 5.0
 
 
 JOB_ID_ENV = "GPUWS_JOB_ID"
 NOTEBOOK_MODULE = "jupyter_gpu_ws.userjobs.notebook"
 BACKOFF = (2.0, 4.0, 8.0, 16.0, 30.0)
+# The supervisor's grace after a SIGTERM, as a share of the manager's: it ends what is left of the
+# job (its daemons too) before the manager's own grace is over.
+SUPERVISOR_GRACE = 0.9
 MAX_RETRIES = 20
 TAIL_LINES = 20
 
@@ -322,6 +334,51 @@ class JobManager:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
         return env
 
+    def _spawn(
+        self, command: list[str], folder: Path, env: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        """The job's command, started by its supervisor (reaper.py) in a session of its own; the
+        Popen is the supervisor's, which exits as the command does. An OSError if the command
+        cannot start, as Popen would raise it."""
+        report, report_end = os.pipe()
+        try:
+            process = subprocess.Popen(
+                [
+                    *REAPER,
+                    f"{self.settings.stop_grace * SUPERVISOR_GRACE:g}",
+                    str(os.getpid()),
+                    str(report_end),
+                    *command,
+                ],
+                cwd=folder,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(report_end,),
+                # One prctl call, its library loaded beforehand: nothing that
+                # another thread's lock could block between fork and exec.
+                preexec_fn=_dies_with_its_server,
+            )  # noqa: PLW1509
+        finally:
+            os.close(report_end)
+        try:
+            # Closed by the command's exec, or the errno of the exec that failed.
+            with os.fdopen(report, "rb") as file:
+                failure = file.read()
+        except BaseException:
+            _signal_group(process, signal.SIGKILL)
+            process.wait()
+            raise
+        if failure:
+            process.wait()
+            assert process.stdout is not None
+            process.stdout.close()
+            number = int(failure)
+            raise OSError(number, os.strerror(number))
+        return process
+
     # -- one job's life --------------------------------------------------------------------------
 
     def _supervise(self, job: Job) -> None:
@@ -394,18 +451,7 @@ class JobManager:
         if fitted.note:
             log.info("gpuws: job %s %s", record.id, fitted.note)
         try:
-            process = subprocess.Popen(
-                fitted.command,
-                cwd=folder,
-                env=self._environment(record, fitted.gpus),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                # One prctl call, its library loaded beforehand: nothing that
-                # another thread's lock could block between fork and exec.
-                preexec_fn=_dies_with_its_server,
-            )  # noqa: PLW1509
+            process = self._spawn(fitted.command, folder, self._environment(record, fitted.gpus))
         except OSError as err:  # gone since it was asked (a successor without the program)
             attempt.ended, attempt.retryable = time.time(), False
             attempt.reason = f"cannot start {record.command[0]}: {err.strerror or err}"
@@ -637,8 +683,9 @@ class JobManager:
     def _end_process(
         self, job: Job, process: subprocess.Popen[bytes], checkpoint: bool, grace: float | None
     ) -> None:
-        """Ask the job's run for a checkpoint (when `checkpoint`), then SIGTERM its session, and
-        SIGKILL after the grace."""
+        """Ask the job's run for a checkpoint (when `checkpoint`), then SIGTERM its process group
+        (its supervisor, its command, the command's ranks and workers), and after the grace have
+        the supervisor SIGKILL every process of the job (the group, as a last resort)."""
         grace = self.settings.stop_grace if grace is None else grace
         if checkpoint and self.checkpoint is not None and process.poll() is None:
             problem = self.checkpoint(job)
@@ -651,8 +698,12 @@ class JobManager:
         try:
             process.wait(max(0.5, grace))
         except subprocess.TimeoutExpired:
-            _signal_group(process, signal.SIGKILL)
-            process.wait()
+            try:
+                os.kill(process.pid, END_NOW)  # the supervisor: SIGKILL to every process of the job
+                process.wait(END_NOW_WAIT)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
 
     # -- a successor -----------------------------------------------------------------------------
 

@@ -1,0 +1,262 @@
+"""A job's processes are the job's (userjobs/reaper.py, userjobs/manager.py): every process a job
+starts, a `setsid` daemon and a double fork included, ends when the job ends, when it is stopped
+and when its server stops or is killed; the job's exit code, its death by a signal, its folder,
+environment and signals are what they were without a supervisor. Real processes throughout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from jupyter_gpu_ws.userjobs.manager import Job, JobManager, JobSettings
+from tests.servers import ServerProcess, server_process
+from tests.userjobs.jobfiles import job_key
+from tests.waiting import until
+
+pytestmark = pytest.mark.slow  # jobs' processes and servers: seconds each
+
+STOP_GRACE = 2.0
+
+# A job whose daemons are a `setsid` one (whose `sh` and `sleep` ignore SIGTERM, so only SIGKILL
+# ends them) and a double fork's grandchild in a session of its own. Their pids go to files that
+# appear whole (written, then renamed), before the main process goes on: it ends with `exit 3`
+# once the file `go` exists ("end"), or sleeps until it is stopped ("stay").
+DAEMONS = """
+import os, subprocess, sys, time
+
+def tell(name, pid):
+    with open(name + ".tmp", "w") as f:
+        f.write(str(pid))
+    os.rename(name + ".tmp", name)
+
+tell("main.pid", os.getpid())
+setsid = subprocess.Popen(["setsid", "sh", "-c", "trap '' TERM; sleep 1000"])
+tell("setsid.pid", setsid.pid)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        tell("forked.pid", os.getpid())
+        time.sleep(1000)
+    os._exit(0)
+os.wait()
+while not os.path.exists("forked.pid"):
+    time.sleep(0.01)
+print("daemons up", flush=True)
+while sys.argv[1] == "stay" or not os.path.exists("go"):
+    time.sleep(0.01)
+sys.exit(3)
+"""
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def daemon_pids(folder: Path, timeout: float = 60) -> list[int]:
+    files = [folder / "setsid.pid", folder / "forked.pid"]
+
+    def written() -> list[int] | None:
+        return [int(f.read_text()) for f in files] if all(f.exists() for f in files) else None
+
+    pids = until(written, timeout, "the job's daemons")
+    assert pids is not None and not any(gone(pid) for pid in pids)
+    return pids
+
+
+@pytest.fixture
+def manager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[JobManager]:
+    monkeypatch.setenv("GPUWS_JOB_KEY", "a-test-key")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "daemons.py").write_text(DAEMONS)
+    jobs = JobManager(
+        JobSettings(
+            workdir=work,
+            workspace="ws",
+            host="here",
+            runtime_id="r-1",
+            stop_grace=STOP_GRACE,
+            backoff=(0.1,),
+        )
+    )
+    yield jobs
+    jobs.interrupt_all(grace=1.0)  # whatever a test left running
+
+
+def finished(job: Job, timeout: float = 60) -> Job:
+    until(lambda: job.record.state not in ("running", "retrying"), timeout, "the job's end")
+    return job
+
+
+def run(manager: JobManager, command: list[str]) -> Job:
+    return finished(manager.get(manager.submit(command).id))
+
+
+# -- every process of the job ends with it ----------------------------------------------------------
+
+
+def test_the_daemons_a_job_started_are_gone_when_its_main_process_has_ended(
+    manager: JobManager,
+) -> None:
+    job = manager.get(manager.submit([sys.executable, "daemons.py", "end"]).id)
+    pids = daemon_pids(manager.settings.workdir)
+    (manager.settings.workdir / "go").touch()
+    finished(job)
+    # The attempt ends once its supervisor has ended and reaped them: nothing to wait for.
+    assert [gone(pid) for pid in pids] == [True, True]
+    assert job.record.state == "failed" and job.record.attempts[0].returncode == 3
+    assert job.record.reason == "exit code 3"
+    assert manager.tail(job.record.id, 1) == ["daemons up"]
+
+
+def test_the_daemons_of_a_job_stopped_by_the_user_end_with_it(manager: JobManager) -> None:
+    job = manager.get(manager.submit([sys.executable, "daemons.py", "stay"]).id)
+    pids = daemon_pids(manager.settings.workdir)
+    assert manager.stop(job.record.id) is True
+    assert job.record.state == "stopped"
+    assert [gone(pid) for pid in pids] == [True, True]
+    assert job.record.attempts[0].returncode == -signal.SIGTERM  # the main process: as before
+
+
+def test_the_daemons_of_jobs_interrupted_for_the_runtimes_end_end_within_the_grace(
+    manager: JobManager,
+) -> None:
+    job = manager.get(manager.submit([sys.executable, "daemons.py", "stay"]).id)
+    pids = daemon_pids(manager.settings.workdir)
+    started = time.monotonic()
+    # A grace shorter than the supervisor's: the manager has it end everything at once.
+    assert manager.interrupt_all(grace=0.5) == [job.record.id]
+    assert time.monotonic() - started < STOP_GRACE
+    assert job.record.state == "interrupted"
+    assert [gone(pid) for pid in pids] == [True, True]
+
+
+def test_the_daemons_of_a_job_stopped_for_a_loss_that_is_not_finite_end_with_its_attempt(
+    tmp_path: Path, manager: JobManager
+) -> None:
+    flagged: dict[str, Any] = {}
+    manager.run_view = lambda job: flagged
+    job = manager.get(manager.submit([sys.executable, "daemons.py", "stay"]).id)
+    pids = daemon_pids(manager.settings.workdir)
+    flagged.update(nan_loss=True, nan_since=time.time(), nan_step=7)
+    assert manager.stop_on_nan_loss() == [job.record.id]
+    finished(job)
+    assert job.record.reason == "the loss was not finite at step 7"
+    assert [gone(pid) for pid in pids] == [True, True]
+
+
+def test_a_daemon_that_ignores_sigterm_is_killed_after_the_supervisors_grace(
+    manager: JobManager,
+) -> None:
+    job = manager.get(manager.submit([sys.executable, "daemons.py", "end"]).id)
+    [stubborn, _] = daemon_pids(manager.settings.workdir)
+    (manager.settings.workdir / "go").touch()
+    started = time.monotonic()
+    finished(job)
+    # SIGTERM when the main process ended, SIGKILL 0.9 x the stop grace later.
+    assert 0.9 * STOP_GRACE - 0.5 < time.monotonic() - started < STOP_GRACE + 5
+    assert gone(stubborn)
+
+
+# -- what the job was without a supervisor, it is with one --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "returncode", "reason"),
+    [
+        ("setsid sleep 1000 & exit 3", 3, "exit code 3"),
+        ("setsid sleep 1000 & kill -KILL $$", -9, "killed by SIGKILL"),
+        ("setsid sleep 1000 & kill -SEGV $$", -11, "killed by SIGSEGV"),
+    ],
+)
+def test_a_jobs_exit_code_or_the_signal_that_killed_it_is_its_attempts(
+    manager: JobManager, command: str, returncode: int, reason: str
+) -> None:
+    job = run(manager, ["sh", "-c", command])
+    assert job.record.attempts[0].returncode == returncode
+    assert job.record.reason == reason
+    assert not list(manager.settings.workdir.glob("core*"))  # no core dump of the supervisor's
+
+
+def test_a_command_that_cannot_start_says_why_as_before(manager: JobManager) -> None:
+    script = manager.settings.workdir / "bad.sh"
+    script.write_text("#!/no/such/interpreter\n")
+    script.chmod(0o755)
+    job = run(manager, ["./bad.sh"])
+    assert job.record.state == "failed"
+    assert job.record.reason == (
+        "cannot start ./bad.sh: No such file or directory (not retried: retrying cannot change it)"
+    )
+
+
+def test_a_jobs_folder_environment_stdin_and_signals_are_those_it_had_without_a_supervisor(
+    manager: JobManager,
+) -> None:
+    show = (
+        'grep -E "^Sig(Blk|Ign)" /proc/$$/status; readlink /proc/$$/fd/0; pwd; '
+        'tr "\\0" "\\n" < /proc/$$/environ | sort'
+    )
+    job = run(manager, ["sh", "-c", show])
+    assert job.record.state == "finished"
+    workdir = str(manager.settings.workdir)
+    environment = dict(
+        os.environ, GPUWS_JOB_ID=job.record.id, GPUWS_WORKDIR=workdir, PYTHONUNBUFFERED="1"
+    )
+    # The same command started as the manager started jobs before it had a supervisor.
+    direct = subprocess.run(
+        ["sh", "-c", show],
+        cwd=manager.settings.workdir,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        check=True,
+    )
+    assert manager.tail(job.record.id, 10_000) == direct.stdout.decode().splitlines()
+    assert environment["PYTHONUNBUFFERED"] == "1"
+
+
+# -- and with its server ------------------------------------------------------------------------------
+
+
+def submitted_daemons(server: ServerProcess) -> tuple[dict[str, Any], list[int]]:
+    until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
+    (server.root / "daemons.py").write_text(DAEMONS)
+    job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "daemons.py", "stay"]})
+    return job, daemon_pids(server.root)
+
+
+def test_the_daemons_of_a_job_end_when_its_server_stops(tmp_path: Path) -> None:
+    with (
+        job_key("processes-test-key"),
+        server_process(tmp_path / "a", tmp_path / "runtime", {"job_stop_grace": STOP_GRACE}) as a,
+    ):
+        _, pids = submitted_daemons(a)
+        a.proc.send_signal(signal.SIGTERM)
+        a.proc.wait(60)
+        assert [gone(pid) for pid in pids] == [True, True]
+
+
+def test_the_daemons_of_a_job_end_when_its_server_is_killed(tmp_path: Path) -> None:
+    with (
+        job_key("processes-test-key"),
+        server_process(tmp_path / "a", tmp_path / "runtime", {"job_stop_grace": STOP_GRACE}) as a,
+    ):
+        _, pids = submitted_daemons(a)
+        main = int((a.root / "main.pid").read_text())
+        a.proc.kill()
+        a.proc.wait()
+        until(lambda: all(gone(pid) for pid in [main, *pids]), 30, "the job's end with its server")
