@@ -63,6 +63,10 @@ BACKOFF = (2.0, 4.0, 8.0, 16.0, 30.0)
 # The supervisor's grace after a SIGTERM, as a share of the manager's: it ends what is left of the
 # job (its daemons too) before the manager's own grace is over.
 SUPERVISOR_GRACE = 0.9
+# How often a running job's log is looked at (is its output written?), and how often a reason
+# that says it is not may be written again with a new count of the bytes dropped.
+LOG_LOOK_SECONDS = 1.0
+LOG_TROUBLE_EVERY = 10.0
 MAX_RETRIES = 20
 TAIL_LINES = 20
 
@@ -121,6 +125,8 @@ class Job:
     relaunched_on: str | None = (
         None  # the environment a relaunch ran it on, where that was worth saying
     )
+    log_trouble: str | None = None  # why its output is not reaching its log, as its reason says
+    log_trouble_next: float = 0.0  # when the reason may say it again (a count that grew)
 
 
 class JobManager:
@@ -397,8 +403,8 @@ class JobManager:
             if attempt.state == "interrupted" or job.stopping == "interrupted":
                 self._set(job, state="interrupted", reason=attempt.reason)
                 return
-            if attempt.state == "finished":
-                self._set(job, state="finished", reason=None)
+            if attempt.state == "finished":  # its reason only says where its log fell short
+                self._set(job, state="finished", reason=attempt.reason)
                 return
             used = (
                 len([a for a in record.attempts if a.retryable is not None]) - job.failures_before
@@ -434,9 +440,8 @@ class JobManager:
         number = len(record.attempts) + 1
         attempt = Attempt(number=number, started=time.time(), host=self.settings.host)
         record.attempts.append(attempt)
-        path = self.log_path(record.id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        job.log = JobLog(path, max_bytes=self.settings.log_max_bytes)
+        # Its folder made by the log, which a full disk does not stop: the job runs regardless.
+        job.log = JobLog(self.log_path(record.id), max_bytes=self.settings.log_max_bytes)
         kills_before = oom_kills()
         job.nan_stopped, job.nan_step = False, None
         try:
@@ -461,11 +466,11 @@ class JobManager:
         self._set(job, **({"reason": fitted.note} if fitted.note and not record.reason else {}))
         assert process.stdout is not None
         reader = job.log.follow(process.stdout)
-        returncode = process.wait()
-        reader.join()
+        returncode = self._wait(job, process, reader)
         process.stdout.close()
         job.log.close()
         job.process = None
+        log_trouble = job.log.trouble()  # its output, to the end, not in its log
         view = self._view(job)
         if isinstance(
             view.get("step"), int
@@ -494,6 +499,7 @@ class JobManager:
                 if checkpoint is not None
                 else ""
             )
+        reason = _joined(reason, log_trouble)
         attempt.ended, attempt.returncode, attempt.step = time.time(), returncode, record.step
         # An interruption is no failure: it uses none of the retries.
         attempt.reason, attempt.retryable = (
@@ -501,6 +507,31 @@ class JobManager:
             None if outcome.state in ("interrupted", "finished") else outcome.retryable,
         )
         return _Outcome(outcome.state, reason, outcome.retryable)
+
+    def _wait(self, job: Job, process: subprocess.Popen[bytes], reader: threading.Thread) -> int:
+        """The attempt's return code, once its output is read to the end; meanwhile its reason
+        says when that output does not reach its log (a full disk)."""
+        job.log_trouble, job.log_trouble_next = None, 0.0
+        while reader.is_alive() and process.poll() is None:
+            reader.join(LOG_LOOK_SECONDS)
+            self._say_log_trouble(job)
+        returncode = process.wait()
+        reader.join()
+        return returncode
+
+    def _say_log_trouble(self, job: Job) -> None:
+        """Put why the job's output is not reaching its log in its reason (after what the reason
+        says already), or take it out once the log is written again. A count that grew is said
+        again at most every LOG_TROUBLE_EVERY seconds: each change is a write to the store."""
+        trouble = job.log.trouble() if job.log is not None else None
+        said = job.log_trouble
+        if trouble == said or (trouble and said and time.monotonic() < job.log_trouble_next):
+            return
+        reason = job.record.reason
+        if said and reason and reason.endswith(said):
+            reason = reason[: -len(said)].removesuffix("; ") or None
+        job.log_trouble, job.log_trouble_next = trouble, time.monotonic() + LOG_TROUBLE_EVERY
+        self._set(job, reason=_joined(reason, trouble))
 
     def _view(self, job: Job) -> dict[str, Any]:
         try:
@@ -857,6 +888,10 @@ def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(process.pid, sig)  # the job's whole session: its workers and torchrun's ranks too
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _joined(reason: str | None, more: str | None) -> str | None:
+    return f"{reason}; {more}" if reason and more else reason or more
 
 
 def _label(command: list[str]) -> str:

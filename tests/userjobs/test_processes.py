@@ -1,7 +1,9 @@
 """A job's processes are the job's (userjobs/reaper.py, userjobs/manager.py): every process a job
 starts, a `setsid` daemon and a double fork included, ends when the job ends, when it is stopped
 and when its server stops or is killed; the job's exit code, its death by a signal, its folder,
-environment and signals are what they were without a supervisor. Real processes throughout."""
+environment and signals are what they were without a supervisor. And its output reader never
+stops (userjobs/joblog.py): on a full disk the job goes on, its reason says the log was not
+written, and once space is back its output reaches the log again. Real processes throughout."""
 
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ from typing import Any
 import psutil
 import pytest
 
+from jupyter_gpu_ws.userjobs.joblog import RETRY_SECONDS, JobLog
 from jupyter_gpu_ws.userjobs.manager import Job, JobManager, JobSettings
+from tests.fusefs import MountedDrive, mounted_drive  # noqa: F401 - a fixture, found by its name
 from tests.servers import ServerProcess, server_process
 from tests.userjobs.jobfiles import job_key
 from tests.waiting import until
 
-pytestmark = pytest.mark.slow  # jobs' processes and servers: seconds each
+pytestmark = pytest.mark.slow  # jobs' processes, servers and a FUSE drive: seconds each
 
 STOP_GRACE = 2.0
 
@@ -260,3 +264,121 @@ def test_the_daemons_of_a_job_end_when_its_server_is_killed(tmp_path: Path) -> N
         a.proc.kill()
         a.proc.wait()
         until(lambda: all(gone(pid) for pid in [main, *pids]), 30, "the job's end with its server")
+
+
+# -- the output reader never stops ---------------------------------------------------------------------
+
+# A job that prints a numbered line every 20 ms until the file `stop` exists.
+TICKING = """
+import os, itertools, time
+for i in itertools.count():
+    print(f"tick {i}", flush=True)
+    if os.path.exists("stop"):
+        break
+    time.sleep(0.02)
+print("stopped", flush=True)
+"""
+
+
+def test_a_job_printing_onto_a_full_disk_ends_and_its_log_says_how_much_was_dropped(
+    tmp_path: Path,
+) -> None:
+    # /dev/full: every write fails with ENOSPC, through a real file descriptor.
+    (tmp_path / "job.log").symlink_to("/dev/full")
+    log = JobLog(tmp_path / "job.log")
+    code = "import sys\nfor i in range(20_000): sys.stdout.write(f'line {i:05}\\n')\n"
+    job = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    assert job.stdout is not None
+    log.follow(job.stdout)
+    assert job.wait(timeout=60) == 0  # 220,000 bytes, far more than the pipe holds: never blocked
+    log.close()
+    assert log.trouble() == "log not written: the disk is full (220,000 bytes of output dropped)"
+
+
+def test_a_log_that_could_not_be_written_is_written_again_once_it_can_be(tmp_path: Path) -> None:
+    (tmp_path / "job.log").symlink_to("/dev/full")
+    log = JobLog(tmp_path / "job.log")
+    job = subprocess.Popen(
+        [sys.executable, "-c", TICKING],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert job.stdout is not None
+    log.follow(job.stdout)
+    try:
+        until(log.trouble, 30, "the log's trouble")
+        (tmp_path / "job.log").unlink()  # the next try makes a file of its own: room again
+        until(lambda: log.trouble() is None, 30 + RETRY_SECONDS, "the log written again")
+    finally:
+        (tmp_path / "stop").touch()
+    assert job.wait(timeout=60) == 0
+    log.close()
+    lines = (tmp_path / "job.log").read_text().splitlines()
+    assert lines[0].startswith("[… ") and lines[0].endswith(
+        " bytes of output not written: the disk is full]"
+    )
+    ticks = [int(line.split()[1]) for line in lines[1:-1]]
+    assert ticks == list(range(ticks[0], ticks[0] + len(ticks))) and lines[-1] == "stopped"
+
+
+@pytest.fixture
+def drive_manager(
+    mounted_drive: MountedDrive,  # noqa: F811 - the fixture imported above
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[JobManager, MountedDrive]]:
+    """A job manager whose work directory (so its jobs' logs) is on a FUSE drive that can fill up."""
+    monkeypatch.setenv("GPUWS_JOB_KEY", "a-test-key")
+    mounted_drive.set_delays(0, 0, 0)
+    work = Path(mounted_drive.mountpoint) / "work"
+    work.mkdir()
+    jobs = JobManager(
+        JobSettings(workdir=work, workspace="ws", host="here", runtime_id="r-1", stop_grace=2.0)
+    )
+    yield jobs, mounted_drive
+    mounted_drive.heal()
+    jobs.interrupt_all(grace=1.0)
+
+
+def test_a_job_on_a_full_disk_runs_on_says_so_in_its_reason_and_logs_again_once_space_is_freed(
+    drive_manager: tuple[JobManager, MountedDrive],
+) -> None:
+    manager, drive = drive_manager
+    job = manager.get(manager.submit([sys.executable, "-c", TICKING]).id)
+    until(lambda: "tick 3" in manager.tail(job.record.id, 5), 60, "the job's first lines")
+    drive.fault("full")
+
+    def saying_so() -> str | None:
+        reason = job.record.reason
+        return reason if reason and reason.startswith("log not written") else None
+
+    reason = until(saying_so, 30, "the reason to say the log is not written")
+    assert reason is not None
+    assert reason.startswith("log not written: the disk is full (")
+    assert reason.endswith(" bytes of output dropped)")
+    assert job.record.state == "running"
+    drive.heal()
+    until(lambda: job.record.reason is None, 30, "the reason to say nothing more")
+    until(lambda: manager.tail(job.record.id, 1)[0].startswith("tick"), 30, "the ticks in the log")
+    (manager.settings.workdir / "stop").touch()
+    finished(job)
+    assert job.record.state == "finished" and job.record.reason is None
+    lines = manager.tail(job.record.id, 10_000)
+    [gap] = [i for i, line in enumerate(lines) if line.startswith("[… ")]
+    assert lines[gap].endswith(" bytes of output not written: the disk is full]")
+    before, after = int(lines[gap - 1].split()[1]), int(lines[gap + 1].split()[1])
+    assert after > before + 1 and lines[-1] == "stopped"
+
+
+def test_a_job_that_ends_while_its_disk_is_full_ends_with_a_reason_that_says_so(
+    drive_manager: tuple[JobManager, MountedDrive],
+) -> None:
+    manager, drive = drive_manager
+    drive.fault("full")
+    flood = "import sys\nfor i in range(20_000): sys.stdout.write(f'line {i:05}\\n')\n"
+    job = run(manager, [sys.executable, "-c", flood])  # never blocked on its output
+    assert job.record.state == "finished"
+    expected = "log not written: the disk is full (220,000 bytes of output dropped)"
+    assert job.record.reason == expected and job.record.attempts[0].reason == expected
