@@ -88,6 +88,9 @@ class Supervisor:
             self.deadline = time.monotonic() + self.grace
             if not self._group_has_it(info):
                 os.killpg(0, signal.SIGTERM)  # this process's own copy is taken and passed over
+            # And to those that left the group (a daemon): every process of the job has its grace.
+            group = os.getpgrp()
+            _signal([pid for pid, pgid in _descendants() if pgid != group], signal.SIGTERM)
         elif info.si_signo == NOW and info.si_pid == self.server:
             self.now = True
 
@@ -121,7 +124,7 @@ class Supervisor:
         if self.status is None:  # the command outlived its grace: no more of it
             self.now = True
         termed: set[int] = set()
-        while not self.now and (left := _descendants()):
+        while not self.now and (left := [pid for pid, _ in _descendants()]):
             _signal(set(left) - termed, signal.SIGTERM)
             termed.update(left)
             wait = self.deadline - time.monotonic()
@@ -130,7 +133,7 @@ class Supervisor:
             info = signal.sigtimedwait(WATCHED, min(POLL, wait))
             if info is not None:
                 self._take(info)
-        while left := _descendants():
+        while left := [pid for pid, _ in _descendants()]:
             _signal(left, signal.SIGKILL)
             self._reap()
             signal.sigtimedwait({signal.SIGCHLD}, POLL)
@@ -171,9 +174,10 @@ def _given_environment() -> dict[bytes, bytes]:
     return dict(entry.split(b"=", 1) for entry in entries if b"=" in entry)
 
 
-def _descendants() -> list[int]:
-    """Every live process below this one, through the parent links /proc shows."""
-    children: dict[int, list[int]] = {}
+def _descendants() -> list[tuple[int, int]]:
+    """Every live process below this one, through the parent links /proc shows, with its process
+    group."""
+    children: dict[int, list[tuple[int, int]]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -187,17 +191,17 @@ def _descendants() -> list[int]:
             continue
         finally:
             os.close(fd)
-        # "pid (name) state ppid …": the name may hold spaces and parentheses.
-        fields = stat[stat.rfind(b")") + 2 :].split(maxsplit=2)
-        if len(fields) < 2 or fields[0] in (b"Z", b"X"):
+        # "pid (name) state ppid pgrp …": the name may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split(maxsplit=3)
+        if len(fields) < 3 or fields[0] in (b"Z", b"X"):
             continue  # a zombie is reaped, not signalled
-        children.setdefault(int(fields[1]), []).append(int(name))
-    found: list[int] = []
+        children.setdefault(int(fields[1]), []).append((int(name), int(fields[2])))
+    found: list[tuple[int, int]] = []
     todo = [os.getpid()]
     while todo:
         below = children.get(todo.pop(), [])
         found += below
-        todo += below
+        todo += [pid for pid, _ in below]
     return found
 
 

@@ -161,6 +161,32 @@ def test_the_daemons_of_a_job_stopped_for_a_loss_that_is_not_finite_end_with_its
     assert [gone(pid) for pid in pids] == [True, True]
 
 
+# A main process that ignores SIGTERM, and a daemon of its that notes the SIGTERM it gets.
+DEAF_MAIN = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+noting = (
+    "import signal, sys, time\\n"
+    "def note(*_):\\n    open('daemon-got-sigterm', 'w').close()\\n    sys.exit(0)\\n"
+    "signal.signal(signal.SIGTERM, note)\\nopen('daemon-up', 'w').close()\\ntime.sleep(1000)\\n"
+)
+subprocess.Popen(["setsid", sys.executable, "-c", noting])
+time.sleep(1000)
+"""
+
+
+def test_a_stop_gives_the_daemons_their_sigterm_with_the_main_process(
+    manager: JobManager,
+) -> None:
+    work = manager.settings.workdir
+    job = manager.get(manager.submit([sys.executable, "-c", DEAF_MAIN]).id)
+    until(lambda: (work / "daemon-up").exists(), 60, "the daemon")
+    manager.stop(job.record.id)
+    # The main process ignored it and was killed after the grace; the daemon ended on its own.
+    assert job.record.attempts[0].returncode == -signal.SIGKILL
+    assert (work / "daemon-got-sigterm").exists()
+
+
 def test_a_daemon_that_ignores_sigterm_is_killed_after_the_supervisors_grace(
     manager: JobManager,
 ) -> None:
