@@ -54,6 +54,7 @@ class Supervisor:
         self.status: int | None = None  # the command's wait status, once reaped
         self.deadline: float | None = None  # stopped: when everything left gets SIGKILL
         self.now = False  # the server's word: everything ends at once
+        self.termed: set[int] = set()  # the processes this one sent SIGTERM
 
     def run(self, command: list[str], report: int, libc: ctypes.CDLL) -> int:
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
@@ -88,9 +89,14 @@ class Supervisor:
             self.deadline = time.monotonic() + self.grace
             if not self._group_has_it(info):
                 os.killpg(0, signal.SIGTERM)  # this process's own copy is taken and passed over
-            # And to those that left the group (a daemon): every process of the job has its grace.
-            group = os.getpgrp()
-            _signal([pid for pid, pgid in _descendants() if pgid != group], signal.SIGTERM)
+            # And to the orphans that left the group (a daemon): no parent passes it on to them,
+            # as torchrun does to its ranks (a second SIGTERM would end those before their save).
+            group, me = os.getpgrp(), os.getpid()
+            orphans = [
+                p.pid for p in _below() if p.ppid == me and p.pid != self.child and p.pgid != group
+            ]
+            _signal(orphans, signal.SIGTERM)
+            self.termed.update(orphans)
         elif info.si_signo == NOW and info.si_pid == self.server:
             self.now = True
 
@@ -117,24 +123,31 @@ class Supervisor:
                 self.status = status
 
     def _end_the_rest(self) -> None:
-        """SIGTERM to every process of the job still there (the command too, when its grace is
-        over), SIGKILL to what is left at the deadline, until none is left; all reaped."""
+        """The command has ended (or its grace is over: then SIGKILL to all at once): SIGTERM to
+        every process of the job still there that has not had one from this stop, SIGKILL to
+        what is left at the deadline, until none is left; all reaped."""
+        stopped = self.deadline is not None  # the group had its SIGTERM
         if self.deadline is None:
             self.deadline = time.monotonic() + self.grace
         if self.status is None:  # the command outlived its grace: no more of it
             self.now = True
-        termed: set[int] = set()
-        while not self.now and (left := [pid for pid, _ in _descendants()]):
-            _signal(set(left) - termed, signal.SIGTERM)
-            termed.update(left)
+        group = os.getpgrp()
+        while not self.now and (left := _below()):
+            fresh = [
+                p.pid
+                for p in left
+                if p.pid not in self.termed and not (stopped and p.pgid == group)
+            ]
+            _signal(fresh, signal.SIGTERM)
+            self.termed.update(fresh)
             wait = self.deadline - time.monotonic()
             if wait <= 0:
                 break
             info = signal.sigtimedwait(WATCHED, min(POLL, wait))
             if info is not None:
                 self._take(info)
-        while left := [pid for pid, _ in _descendants()]:
-            _signal(left, signal.SIGKILL)
+        while left := _below():
+            _signal([p.pid for p in left], signal.SIGKILL)
             self._reap()
             signal.sigtimedwait({signal.SIGCHLD}, POLL)
         # None is left alive: what remains are zombies, all this process's children by now.
@@ -174,10 +187,18 @@ def _given_environment() -> dict[bytes, bytes]:
     return dict(entry.split(b"=", 1) for entry in entries if b"=" in entry)
 
 
-def _descendants() -> list[tuple[int, int]]:
-    """Every live process below this one, through the parent links /proc shows, with its process
-    group."""
-    children: dict[int, list[tuple[int, int]]] = {}
+class Process:
+    """A process below the supervisor: its pid, its parent's, its process group."""
+
+    __slots__ = ("pgid", "pid", "ppid")
+
+    def __init__(self, pid: int, ppid: int, pgid: int) -> None:
+        self.pid, self.ppid, self.pgid = pid, ppid, pgid
+
+
+def _below() -> list[Process]:
+    """Every live process below this one, through the parent links /proc shows."""
+    children: dict[int, list[Process]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -195,13 +216,14 @@ def _descendants() -> list[tuple[int, int]]:
         fields = stat[stat.rfind(b")") + 2 :].split(maxsplit=3)
         if len(fields) < 3 or fields[0] in (b"Z", b"X"):
             continue  # a zombie is reaped, not signalled
-        children.setdefault(int(fields[1]), []).append((int(name), int(fields[2])))
-    found: list[tuple[int, int]] = []
+        process = Process(int(name), int(fields[1]), int(fields[2]))
+        children.setdefault(process.ppid, []).append(process)
+    found: list[Process] = []
     todo = [os.getpid()]
     while todo:
         below = children.get(todo.pop(), [])
         found += below
-        todo += [pid for pid, _ in below]
+        todo += [p.pid for p in below]
     return found
 
 

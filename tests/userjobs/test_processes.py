@@ -161,30 +161,73 @@ def test_the_daemons_of_a_job_stopped_for_a_loss_that_is_not_finite_end_with_its
     assert [gone(pid) for pid in pids] == [True, True]
 
 
-# A main process that ignores SIGTERM, and a daemon of its that notes the SIGTERM it gets.
+# A main process that ignores SIGTERM, and a daemon (orphaned at once: its parent `sh` ends) that
+# notes the SIGTERM it gets.
 DEAF_MAIN = """
 import signal, subprocess, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-noting = (
-    "import signal, sys, time\\n"
-    "def note(*_):\\n    open('daemon-got-sigterm', 'w').close()\\n    sys.exit(0)\\n"
-    "signal.signal(signal.SIGTERM, note)\\nopen('daemon-up', 'w').close()\\ntime.sleep(1000)\\n"
-)
-subprocess.Popen(["setsid", sys.executable, "-c", noting])
+subprocess.run(["sh", "-c", f"setsid {sys.executable} noting.py &"], check=True)
+time.sleep(1000)
+"""
+NOTING = """
+import os, signal, sys, time
+def note(*_):
+    open("daemon-got-sigterm", "w").close()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, note)
+open("daemon-up", "w").close()
 time.sleep(1000)
 """
 
 
-def test_a_stop_gives_the_daemons_their_sigterm_with_the_main_process(
+def stopped_once_up(manager: JobManager, main: str, helper: tuple[str, str], up: str) -> Job:
+    """The job `python -c main`, with the script `helper` (name, text) beside it, stopped once
+    the file `up` says it runs."""
+    work = manager.settings.workdir
+    (work / helper[0]).write_text(helper[1])
+    job = manager.get(manager.submit([sys.executable, "-c", main]).id)
+    until(lambda: (work / up).exists(), 60, f"the job's {up}")
+    manager.stop(job.record.id)
+    return job
+
+
+def test_a_stop_gives_an_orphaned_daemon_its_sigterm_with_the_main_process(
     manager: JobManager,
 ) -> None:
-    work = manager.settings.workdir
-    job = manager.get(manager.submit([sys.executable, "-c", DEAF_MAIN]).id)
-    until(lambda: (work / "daemon-up").exists(), 60, "the daemon")
-    manager.stop(job.record.id)
+    job = stopped_once_up(manager, DEAF_MAIN, ("noting.py", NOTING), "daemon-up")
     # The main process ignored it and was killed after the grace; the daemon ended on its own.
     assert job.record.attempts[0].returncode == -signal.SIGKILL
-    assert (work / "daemon-got-sigterm").exists()
+    assert (manager.settings.workdir / "daemon-got-sigterm").exists()
+
+
+# A launcher like torchrun: its worker runs in a session of its own, gets the stop's SIGTERM from
+# the launcher, saves for a while (a second SIGTERM would end a rank before its save is complete),
+# and the launcher ends once it has.
+LAUNCHER = """
+import signal, subprocess, sys
+worker = subprocess.Popen([sys.executable, "worker.py"], start_new_session=True)
+signal.signal(signal.SIGTERM, lambda *_: worker.send_signal(signal.SIGTERM))
+worker.wait()
+"""
+WORKER = """
+import os, signal, time
+def save(*_):
+    with open("worker-sigterms", "a") as f:
+        f.write("SIGTERM\\n")
+signal.signal(signal.SIGTERM, save)
+open("worker-up", "w").close()
+while not os.path.exists("worker-sigterms"):
+    time.sleep(0.01)
+time.sleep(0.5)
+"""
+
+
+def test_a_stop_leaves_a_launchers_workers_to_the_launcher_one_sigterm_each(
+    manager: JobManager,
+) -> None:
+    job = stopped_once_up(manager, LAUNCHER, ("worker.py", WORKER), "worker-up")
+    assert job.record.state == "stopped"
+    assert (manager.settings.workdir / "worker-sigterms").read_text() == "SIGTERM\n"
 
 
 def test_a_daemon_that_ignores_sigterm_is_killed_after_the_supervisors_grace(
