@@ -1,12 +1,16 @@
 """A job's output on disk: read from its pipe by a thread, written line by line into a log that is
 rotated at a size, so a job that prints without pause keeps the disk bounded and never waits on us.
+A log that cannot be written (a full disk) is no reason to stop reading: the output is counted
+as dropped, and written again as soon as the disk takes it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -19,6 +23,8 @@ LINE_LIMIT = 64 * 2**10
 CUT_MARKER = b" [\xe2\x80\xa6 line cut at 64 KiB]\n"
 _READ_SIZE = 64 * 2**10
 _TAIL_BLOCK = 8 * 2**10
+# After a write failed, how long output is dropped before the log is opened and written again.
+RETRY_SECONDS = 1.0
 
 
 class JobLog:
@@ -40,10 +46,20 @@ class JobLog:
         # that really ends it, which may come in a write of its own (print writes its end apart),
         # is then already in the log.
         self._ended_for: set[object] = set()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Appending: a retried attempt's output follows the one before it.
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        # Output not written since the last write that failed (0: the log is written), why, and
+        # when the log may be tried again.
+        self.dropped = 0
+        self.failure: OSError | None = None
+        self._retry_at = 0.0
+        self._written = 0  # bytes written since the start (what a failed write got through)
+        self._line_ended = True  # the file ends with a whole line
+        self._closed = False
+        self._fd: int | None = None
+        self._size = 0
+        try:
+            self._open()
+        except OSError as err:  # a full disk at the start: the job runs, its output is dropped
+            self._failed(err)
 
     def follow(self, stream: IO[bytes]) -> threading.Thread:
         """Start a thread that reads `stream` until its end and writes what it reads."""
@@ -78,6 +94,13 @@ class JobLog:
         except (OSError, ValueError):
             pass  # the pipe was closed under us (the job's process is gone): nothing more to read
 
+    def trouble(self) -> str | None:
+        """Why the output is not reaching the log now, in the user's words, or None."""
+        failure, dropped = self.failure, self.dropped
+        if failure is None:
+            return None
+        return f"log not written: {_why(failure)} ({dropped:,} bytes of output dropped)"
+
     def _write(self, data: bytes, stream: object) -> None:
         with self._lock:
             if stream in self._ended_for:
@@ -91,31 +114,78 @@ class JobLog:
                 data = b"\n" + data
             if data:
                 self._open_line = None if data.endswith(b"\n") else stream
-            while data and self._fd is not None:
-                room = self.max_bytes - self._size
-                if len(data) <= room:
-                    self._append(data)
-                    return
-                # Rotate at a line's end where one fits, so each file starts with a whole line.
-                cut = data.rfind(b"\n", 0, room) + 1 if room > 0 else 0
-                if cut == 0 and self._size == 0:
-                    cut = room  # a line longer than a whole file: the file takes what fits
-                if cut:
-                    self._append(data[:cut])
-                    data = data[cut:]
-                self._rotate()
+            if not data or self._closed:
+                return
+            if self.failure is not None and time.monotonic() < self._retry_at:
+                self.dropped += len(data)
+                return
+            gap = self._gap() if self.failure is not None and self.dropped else b""
+            before = self._written
+            try:
+                if self._fd is None:
+                    self._open()
+                self._rotating(gap + data)
+            except OSError as err:
+                # The disk is full, or the file is gone: the output is dropped, never waited on,
+                # and the file opened anew at the retry (it may have gone away, or its disk too).
+                self._failed(err)
+                written = self._written - before
+                if gap and written >= len(gap):  # the last gap is told in the log: a new one
+                    self.dropped = 0
+                self.dropped += len(data) - max(0, written - len(gap))
+                return
+            self.failure, self.dropped = None, 0
+
+    def _failed(self, err: OSError) -> None:
+        if self._fd is not None:
+            _close(self._fd)
+            self._fd = None
+        self.failure, self._retry_at = err, time.monotonic() + RETRY_SECONDS
+
+    def _gap(self) -> bytes:
+        """What the log says where output is missing, on a line of its own."""
+        assert self.failure is not None
+        words = f"[\u2026 {self.dropped:,} bytes of output not written: {_why(self.failure)}]\n"
+        return (b"" if self._line_ended else b"\n") + words.encode()
+
+    def _rotating(self, data: bytes) -> None:
+        """Write `data`, rotating the file where it would grow past max_bytes."""
+        while data:
+            room = self.max_bytes - self._size
+            if len(data) <= room:
+                self._append(data)
+                return
+            # Rotate at a line's end where one fits, so each file starts with a whole line.
+            cut = data.rfind(b"\n", 0, room) + 1 if room > 0 else 0
+            if cut == 0 and self._size == 0:
+                cut = room  # a line longer than a whole file: the file takes what fits
+            if cut:
+                self._append(data[:cut])
+                data = data[cut:]
+            self._rotate()
 
     def _append(self, data: bytes) -> None:
         assert self._fd is not None
         view = memoryview(data)
         while view:
             written = os.write(self._fd, view)
+            self._size += written
+            self._written += written
+            if written:
+                self._line_ended = view[written - 1] == ord("\n")
             view = view[written:]
-        self._size += len(data)
+
+    def _open(self) -> None:
+        # Appending: a retried attempt's output follows the one before it.
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Read too, for its last byte: a line the log ends with open is ended before a gap's note.
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self._line_ended = _ended_by_newline_at(self._fd, self._size)
 
     def _rotate(self) -> None:
         assert self._fd is not None
-        os.close(self._fd)
+        _close(self._fd)
         self._fd = None
         if self.keep:
             for n in range(self.keep - 1, 0, -1):
@@ -126,7 +196,7 @@ class JobLog:
         else:
             self.path.unlink(missing_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
-        self._size = 0
+        self._size, self._line_ended = 0, True
 
     def _numbered(self, n: int) -> Path:
         return self.path.with_name(f"{self.path.name}.{n}")
@@ -167,8 +237,9 @@ class JobLog:
         for thread in self._threads:
             thread.join(timeout=10)
         with self._lock:
+            self._closed = True
             if self._fd is not None:
-                os.close(self._fd)
+                _close(self._fd)
                 self._fd = None
 
 
@@ -185,6 +256,25 @@ def _open_log(path: Path) -> IO[bytes] | None:
         return None
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
+
+
+def _why(failure: OSError) -> str:
+    if failure.errno == errno.ENOSPC:
+        return "the disk is full"
+    if failure.errno == errno.EDQUOT:
+        return "the disk quota is used up"
+    return (failure.strerror or str(failure)).lower()
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)  # closed even where it reports an error (Linux): the last write's, told before
+    except OSError:
+        pass
+
+
+def _ended_by_newline_at(fd: int, size: int) -> bool:
+    return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
 
 
 def _pieces(chunk: bytes) -> list[bytes]:

@@ -44,11 +44,20 @@ PR_SET_PDEATHSIG = 1
 
 
 def _dies_with_its_server() -> None:
-    """A job's process gets SIGTERM when the server's thread that started it ends, as it does
-    when the server is killed: no job runs on unsupervised beside a server started anew, which
-    would relaunch it a second time."""
+    """A job's supervisor gets SIGTERM when the server's thread that started it ends, as it does
+    when the server is killed (it then ends the job and every process the job started): no job
+    runs on unsupervised beside a server started anew, which would relaunch it a second time."""
     if _LIBC is not None:
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+# The job's supervisor (reaper.py), run by its path with only the standard library in reach: it
+# starts with every job, and a job's folder or PYTHONPATH must not change what it imports.
+REAPER = [sys.executable, "-I", "-S", str(Path(__file__).with_name("reaper.py"))]
+# When the manager's own grace is over: the supervisor's word to end every process of the job at
+# once, and how long the supervisor has for that before the process group gets SIGKILL.
+END_NOW = signal.SIGUSR1
+END_NOW_WAIT = 5.0
 
 
 JOB_ID_ENV = "GPUWS_JOB_ID"
@@ -58,6 +67,13 @@ MAX_RETRIES = limits().retries
 # How long after its last signed write an interrupted job still relaunches by itself (a copy put
 # back into the store from longer ago waits for the user): c.GpuWorkspace.relaunch_window.
 RELAUNCH_WINDOW = 24 * 3600.0
+# The supervisor's grace after a SIGTERM, as a share of the manager's: it ends what is left of the
+# job (its daemons too) before the manager's own grace is over.
+SUPERVISOR_GRACE = 0.9
+# How often a running job's log is looked at (is its output written?), and how often a reason
+# that says it is not may be written again with a new count of the bytes dropped.
+LOG_LOOK_SECONDS = 1.0
+LOG_TROUBLE_EVERY = 10.0
 TAIL_LINES = 20
 
 
@@ -121,6 +137,8 @@ class Job:
     # "missing"), the first few, and how many more: what the user approves with it.
     changed: list[tuple[str, str]] = field(default_factory=list)
     changed_more: int = 0
+    log_trouble: str | None = None  # why its output is not reaching its log, as its reason says
+    log_trouble_next: float = 0.0  # when the reason may say it again (a count that grew)
 
 
 class JobManager:
@@ -387,6 +405,51 @@ class JobManager:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
         return env
 
+    def _spawn(
+        self, command: list[str], folder: Path, env: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        """The job's command, started by its supervisor (reaper.py) in a session of its own; the
+        Popen is the supervisor's, which exits as the command does. An OSError if the command
+        cannot start, as Popen would raise it."""
+        report, report_end = os.pipe()
+        try:
+            process = subprocess.Popen(
+                [
+                    *REAPER,
+                    f"{self.settings.stop_grace * SUPERVISOR_GRACE:g}",
+                    str(os.getpid()),
+                    str(report_end),
+                    *command,
+                ],
+                cwd=folder,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(report_end,),
+                # One prctl call, its library loaded beforehand: nothing that
+                # another thread's lock could block between fork and exec.
+                preexec_fn=_dies_with_its_server,
+            )  # noqa: PLW1509
+        finally:
+            os.close(report_end)
+        try:
+            # Closed by the command's exec, or the errno of the exec that failed.
+            with os.fdopen(report, "rb") as file:
+                failure = file.read()
+        except BaseException:
+            _signal_group(process, signal.SIGKILL)
+            process.wait()
+            raise
+        if failure:
+            process.wait()
+            assert process.stdout is not None
+            process.stdout.close()
+            number = int(failure)
+            raise OSError(number, os.strerror(number))
+        return process
+
     # -- one job's life --------------------------------------------------------------------------
 
     def _supervise(self, job: Job) -> None:
@@ -405,8 +468,8 @@ class JobManager:
             if attempt.state == "interrupted" or job.stopping == "interrupted":
                 self._set(job, state="interrupted", reason=attempt.reason)
                 return
-            if attempt.state == "finished":
-                self._set(job, state="finished", reason=None)
+            if attempt.state == "finished":  # its reason only says where its log fell short
+                self._set(job, state="finished", reason=attempt.reason)
                 return
             used = (
                 len([a for a in record.attempts if a.retryable is not None]) - job.failures_before
@@ -442,9 +505,8 @@ class JobManager:
         number = len(record.attempts) + 1
         attempt = Attempt(number=number, started=time.time(), host=self.settings.host)
         record.attempts.append(attempt)
-        path = self.log_path(record.id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        job.log = JobLog(path, max_bytes=self.settings.log_max_bytes)
+        # Its folder made by the log, which a full disk does not stop: the job runs regardless.
+        job.log = JobLog(self.log_path(record.id), max_bytes=self.settings.log_max_bytes)
         kills_before = oom_kills()
         job.nan_stopped, job.nan_step = False, None
         try:
@@ -462,18 +524,7 @@ class JobManager:
         if fitted.note:
             log.info("gpuws: job %s %s", record.id, fitted.note)
         try:
-            process = subprocess.Popen(
-                fitted.command,
-                cwd=folder,
-                env=self._environment(record, fitted.gpus),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                # One prctl call, its library loaded beforehand: nothing that
-                # another thread's lock could block between fork and exec.
-                preexec_fn=_dies_with_its_server,
-            )  # noqa: PLW1509
+            process = self._spawn(fitted.command, folder, self._environment(record, fitted.gpus))
         except OSError as err:  # gone since it was asked (a successor without the program)
             attempt.ended, attempt.retryable = time.time(), False
             attempt.reason = f"cannot start {record.command[0]}: {err.strerror or err}"
@@ -483,11 +534,11 @@ class JobManager:
         self._set(job, **({"reason": fitted.note} if fitted.note and not record.reason else {}))
         assert process.stdout is not None
         reader = job.log.follow(process.stdout)
-        returncode = process.wait()
-        reader.join()
+        returncode = self._wait(job, process, reader)
         process.stdout.close()
         job.log.close()
         job.process = None
+        log_trouble = job.log.trouble()  # its output, to the end, not in its log
         view = self._view(job)
         if isinstance(
             view.get("step"), int
@@ -516,6 +567,7 @@ class JobManager:
                 if checkpoint is not None
                 else ""
             )
+        reason = _joined(reason, log_trouble)
         attempt.ended, attempt.returncode, attempt.step = time.time(), returncode, record.step
         # An interruption is no failure: it uses none of the retries.
         attempt.reason, attempt.retryable = (
@@ -523,6 +575,31 @@ class JobManager:
             None if outcome.state in ("interrupted", "finished") else outcome.retryable,
         )
         return _Outcome(outcome.state, reason, outcome.retryable)
+
+    def _wait(self, job: Job, process: subprocess.Popen[bytes], reader: threading.Thread) -> int:
+        """The attempt's return code, once its output is read to the end; meanwhile its reason
+        says when that output does not reach its log (a full disk)."""
+        job.log_trouble, job.log_trouble_next = None, 0.0
+        while reader.is_alive() and process.poll() is None:
+            reader.join(LOG_LOOK_SECONDS)
+            self._say_log_trouble(job)
+        returncode = process.wait()
+        reader.join()
+        return returncode
+
+    def _say_log_trouble(self, job: Job) -> None:
+        """Put why the job's output is not reaching its log in its reason (after what the reason
+        says already), or take it out once the log is written again. A count that grew is said
+        again at most every LOG_TROUBLE_EVERY seconds: each change is a write to the store."""
+        trouble = job.log.trouble() if job.log is not None else None
+        said = job.log_trouble
+        if trouble == said or (trouble and said and time.monotonic() < job.log_trouble_next):
+            return
+        reason = job.record.reason
+        if said and reason and reason.endswith(said):
+            reason = reason[: -len(said)].removesuffix("; ") or None
+        job.log_trouble, job.log_trouble_next = trouble, time.monotonic() + LOG_TROUBLE_EVERY
+        self._set(job, reason=_joined(reason, trouble))
 
     def _view(self, job: Job) -> dict[str, Any]:
         try:
@@ -713,8 +790,9 @@ class JobManager:
     def _end_process(
         self, job: Job, process: subprocess.Popen[bytes], checkpoint: bool, grace: float | None
     ) -> None:
-        """Ask the job's run for a checkpoint (when `checkpoint`), then SIGTERM its session, and
-        SIGKILL after the grace."""
+        """Ask the job's run for a checkpoint (when `checkpoint`), then SIGTERM its process group
+        (its supervisor, its command, the command's ranks and workers), and after the grace have
+        the supervisor SIGKILL every process of the job (the group, as a last resort)."""
         grace = self.settings.stop_grace if grace is None else grace
         if checkpoint and self.checkpoint is not None and process.poll() is None:
             problem = self.checkpoint(job)
@@ -727,8 +805,12 @@ class JobManager:
         try:
             process.wait(max(0.5, grace))
         except subprocess.TimeoutExpired:
-            _signal_group(process, signal.SIGKILL)
-            process.wait()
+            try:
+                os.kill(process.pid, END_NOW)  # the supervisor: SIGKILL to every process of the job
+                process.wait(END_NOW_WAIT)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
 
     # -- a successor -----------------------------------------------------------------------------
 
@@ -956,6 +1038,10 @@ def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(process.pid, sig)  # the job's whole session: its workers and torchrun's ranks too
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _joined(reason: str | None, more: str | None) -> str | None:
+    return f"{reason}; {more}" if reason and more else reason or more
 
 
 def _script(command: list[str]) -> str | None:
