@@ -332,7 +332,13 @@ def test_deleting_a_job_that_has_ended_forgets_it_here_and_in_the_store(
     job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "broken.py"]})
     ended(server, job["id"])
     record = server.store / "test-ws" / ".gpuws" / "jobs" / f"{job['id']}.json"
-    assert json.loads(record.read_text())["state"] == "failed"
+    # The API says "failed" as the record is being written to the store: wait for the write.
+    until(
+        lambda: json.loads(record.read_text())["state"] == "failed",
+        30,
+        "the failed record in the store",
+        ignore=(OSError, ValueError),
+    )
     server.api(f"/gpuws/api/jobs/{job['id']}", "DELETE")
     assert not record.exists()
     assert error_of(server, f"/gpuws/api/jobs/{job['id']}", "GET", None)[0] == 404

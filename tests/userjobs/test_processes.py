@@ -81,7 +81,7 @@ def daemon_pids(folder: Path, timeout: float = 60) -> list[int]:
 
 @pytest.fixture
 def manager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[JobManager]:
-    monkeypatch.setenv("GPUWS_JOB_KEY", "a-test-key")
+    monkeypatch.setenv("GPUWS_JOB_KEY", "a-test-key-that-is-long-enough-0123456789")
     work = tmp_path / "work"
     work.mkdir()
     (work / "daemons.py").write_text(DAEMONS)
@@ -314,7 +314,7 @@ def submitted_daemons(server: ServerProcess) -> tuple[dict[str, Any], list[int]]
 
 def test_the_daemons_of_a_job_end_when_its_server_stops(tmp_path: Path) -> None:
     with (
-        job_key("processes-test-key"),
+        job_key("processes-test-key-long-enough-0123456789"),
         server_process(tmp_path / "a", tmp_path / "runtime", {"job_stop_grace": STOP_GRACE}) as a,
     ):
         _, pids = submitted_daemons(a)
@@ -325,7 +325,7 @@ def test_the_daemons_of_a_job_end_when_its_server_stops(tmp_path: Path) -> None:
 
 def test_the_daemons_of_a_job_end_when_its_server_is_killed(tmp_path: Path) -> None:
     with (
-        job_key("processes-test-key"),
+        job_key("processes-test-key-long-enough-0123456789"),
         server_process(tmp_path / "a", tmp_path / "runtime", {"job_stop_grace": STOP_GRACE}) as a,
     ):
         _, pids = submitted_daemons(a)
@@ -399,7 +399,7 @@ def drive_manager(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[tuple[JobManager, MountedDrive]]:
     """A job manager whose work directory (so its jobs' logs) is on a FUSE drive that can fill up."""
-    monkeypatch.setenv("GPUWS_JOB_KEY", "a-test-key")
+    monkeypatch.setenv("GPUWS_JOB_KEY", "a-test-key-that-is-long-enough-0123456789")
     mounted_drive.set_delays(0, 0, 0)
     work = Path(mounted_drive.mountpoint) / "work"
     work.mkdir()
