@@ -130,6 +130,8 @@ def listing_lines(listing: dict[str, Any]) -> list[str]:
         lines.append("No jobs: jupyter gpuws run -- python train.py (or %gpuws run …) starts one.")
     if listing.get("error"):  # the store's records, or the server's look at its jobs, failing
         lines.append(f"Problem: {listing['error']}")
+    for bad in listing.get("bad_records") or []:  # each on its own: the others are listed above
+        lines.append(f"Not used: the job record {bad.get('file')}: {bad.get('reason')}")
     return [shown(line) for line in lines]
 
 

@@ -177,3 +177,16 @@ def test_the_magics_status_table_escapes_a_jobs_name_and_reasons() -> None:
     text = as_text(jobs_parts(listing()))
     assert HOSTILE_SHOWN in text and "\\u2066x" in text
     assert raw_controls(text) == set()
+
+
+def test_the_listing_names_each_record_that_cannot_be_used_escaped() -> None:
+    data = listing()
+    data["bad_records"] = [
+        {"file": "j-00000000dee9.json", "reason": "not JSON: nested too deeply"},
+        {"file": "\x1b[2Jx.json", "reason": "larger than 4 MiB"},
+    ]
+    lines = listing_lines(data)
+    assert lines[-2:] == [
+        "Not used: the job record j-00000000dee9.json: not JSON: nested too deeply",
+        "Not used: the job record \\x1b[2Jx.json: larger than 4 MiB",
+    ]

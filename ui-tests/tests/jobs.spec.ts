@@ -204,7 +204,12 @@ interface ICall {
  * /path", answer an error instead. */
 async function serveJobs(
   page: IJupyterLabPageFixture,
-  listing: { jobs: unknown[]; relaunch: { enabled: boolean; pending: string[] }; error?: string },
+  listing: {
+    jobs: unknown[];
+    relaunch: { enabled: boolean; pending: string[] };
+    error?: string;
+    bad_records?: { file: string; reason: string }[];
+  },
   calls: ICall[],
   fail: { [key: string]: { status: number; message: string } } = {}
 ): Promise<void> {
@@ -459,6 +464,31 @@ test('a record awaiting approval shows what it runs, and Approve asks before it 
   await dialog.getByRole('button', { name: 'Approve and run' }).click();
   await expect.poll(() => calls.length).toBe(1);
   expect(calls[0]).toEqual({ method: 'POST', path: '/j-await/restart', body: {} });
+});
+
+test('each record of the store that cannot be used is named with why, escaped, beside the jobs', async ({
+  page
+}) => {
+  const calls: ICall[] = [];
+  await serveJobs(
+    page,
+    {
+      jobs: [AWAITING],
+      relaunch: { enabled: true, pending: [] },
+      bad_records: [
+        { file: 'j-00000000dee9.json', reason: 'not JSON: nested too deeply' },
+        { file: '\u001b[2Jx.json', reason: 'larger than 4 MiB' }
+      ]
+    },
+    calls
+  );
+  await openPanel(page, 250);
+  await expect(row(page, 'j-await')).toBeVisible({ timeout: 20000 });
+  const bad = page.locator(PANEL).getByTestId('gpuws-jobs-bad-record');
+  await expect(bad).toHaveText([
+    'Job record j-00000000dee9.json is not used: not JSON: nested too deeply',
+    'Job record \\x1b[2Jx.json is not used: larger than 4 MiB'
+  ]);
 });
 
 test("an API error shows in the section with the server's message", async ({ page }) => {
