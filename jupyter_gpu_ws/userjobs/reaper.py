@@ -57,7 +57,12 @@ class Supervisor:
         self.termed: set[int] = set()  # the processes this one sent SIGTERM
 
     def run(self, command: list[str], report: int, libc: ctypes.CDLL) -> int:
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
+        # Only what this process waits for is blocked here, and nothing in the command: a job
+        # starts with no signal blocked, as from a shell, whatever the mask of the server's
+        # thread that started this process (one with every signal blocked made a job that no
+        # SIGTERM could stop at its checkpoint).
+        signal.pthread_sigmask(signal.SIG_SETMASK, WATCHED)
+        mask: set[int] = set()
         os.set_inheritable(report, False)  # the command's exec closes it
         # Orphans of the job come here, not to init, where they would run on; the server's end
         # comes here too (a SIGTERM, passed on to the job as the job got it before).
@@ -158,8 +163,8 @@ class Supervisor:
 
 def _start(command: list[str], mask: set[int], report: int, libc: ctypes.CDLL) -> int:
     """The command, as the job's main process: this process's environment as the server gave it,
-    the signal mask and dispositions a job had before (Python ignores SIGPIPE and SIGXFSZ; the
-    server's Popen restored them)."""
+    no signal blocked, and the dispositions a job had before (Python ignores SIGPIPE and SIGXFSZ;
+    the server's Popen restored them)."""
     environment = _given_environment()
     pid = os.fork()
     if pid:
