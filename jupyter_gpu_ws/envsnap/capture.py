@@ -112,16 +112,18 @@ def probe_environment(
         "MARKER", repr(MARKER)
     )
     # A neutral working directory: with -c the current folder is first on sys.path, and a
-    # project folder could shadow what is installed. The environment is kept as the kernel
-    # sees it (PYTHONPATH, user site), so -I is not used.
+    # project folder could shadow what is installed; so could any user's file in a shared /tmp,
+    # and run as this user: the folder is a new, empty one of this process. The environment is
+    # kept as the kernel sees it (PYTHONPATH, user site), so -I is not used.
     try:
-        done = subprocess.run(
-            [python, "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=tempfile.gettempdir(),
-        )
+        with tempfile.TemporaryDirectory(prefix="gpuws-probe-") as empty:
+            done = subprocess.run(
+                [python, "-c", script],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=empty,
+            )
     except OSError as err:
         raise InterpreterError(f"Cannot run {python}: {err.strerror or err}") from None
     except subprocess.TimeoutExpired:

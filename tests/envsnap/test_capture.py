@@ -135,3 +135,22 @@ def test_machine_records_driver_and_each_gpu_capability() -> None:
 
 def test_no_nvml_means_no_machine_record_and_no_error() -> None:
     assert read_machine(FakeNvml(fail_init=True)) is None
+
+
+def test_the_probe_runs_nothing_from_a_shared_temporary_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user's json.py in a shared /tmp would be imported by `python -c` run there."""
+    import tempfile
+
+    shared = tmp_path / "shared-tmp"
+    shared.mkdir()
+    (shared / "json.py").write_text(
+        "open(__file__ + '.ran', 'w').close()\nraise SystemExit('shadowed')\n"
+    )
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    from jupyter_gpu_ws.envsnap.capture import probe_environment
+
+    found = probe_environment(sys.executable, include_torch=False)
+    assert found["python"] and not (shared / "json.py.ran").exists()
