@@ -15,6 +15,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -67,6 +68,9 @@ MAX_RETRIES = limits().retries
 # How long after its last signed write an interrupted job still relaunches by itself (a copy put
 # back into the store from longer ago waits for the user): c.GpuWorkspace.relaunch_window.
 RELAUNCH_WINDOW = 24 * 3600.0
+# A running job's record is signed and written again at least this often (and four times per
+# relaunch_window), so that the window counts from the runtime's end, not from the job's start.
+RENEW_EVERY = 600.0
 # The supervisor's grace after a SIGTERM, as a share of the manager's: it ends what is left of the
 # job (its daemons too) before the manager's own grace is over.
 SUPERVISOR_GRACE = 0.9
@@ -156,6 +160,13 @@ class JobManager:
         # looked for (manifest.py); without the sync's list, every file but environments.
         self.code_files = code_files or (lambda: manifest.walk(self.settings.workdir))
         self.seen = SeenRecords(settings.state_dir)
+        # Where a job's Python keeps its bytecode: outside the work directory, so that no
+        # __pycache__ a store brought back (code no key signed) is ever loaded.
+        self.pycache = (
+            settings.state_dir / "pycache"
+            if settings.state_dir is not None
+            else Path(tempfile.mkdtemp(prefix="gpuws-pycache-"))
+        )
         self.key_error: str | None = None  # why this runtime has no usable job key
         # Record files of the store that cannot be read, by name, with why: listed until gone.
         self.bad_records: dict[str, str] = {}
@@ -401,6 +412,7 @@ class JobManager:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        env.setdefault("PYTHONPYCACHEPREFIX", str(self.pycache))
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
         return env
@@ -889,6 +901,20 @@ class JobManager:
                     self._unwritten.add(record.id)
             self.jobs[record.id] = job
         return None
+
+    def renew(self) -> list[str]:
+        """Sign and write again the record of each job this runtime runs whose last write is
+        older than RENEW_EVERY (or a quarter of relaunch_window): a successor relaunches by
+        itself only records written within relaunch_window, and a job that runs for days on one
+        runtime must still come back when that runtime is lost. Returns the ids written."""
+        every = min(RENEW_EVERY, self.settings.relaunch_window / 4)
+        now = time.time()
+        renewed = []
+        for job in self.running():
+            if job.untrusted is None and now - job.record.updated >= every:
+                self._set(job)
+                renewed.append(job.record.id)
+        return renewed
 
     def relaunch_pending(self) -> list[str]:
         """The interrupted jobs that the next relaunch runs (the user sees them before)."""

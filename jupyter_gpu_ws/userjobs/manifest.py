@@ -1,16 +1,20 @@
 """What a job runs, as hashes: its script or notebook and the work directory's own code it may
 import, taken at each attempt's start and signed in its record (trust.py). A successor restores
 the work directory from the store, which anyone with write access to it may have changed; it
-relaunches a job by itself only when the code it restored is the code the user's key signed,
-file for file, and otherwise names the files that differ and waits for the user.
+relaunches a job by itself only when the code it has is the code the user's key signed, file
+for file, and otherwise names the files that differ and waits for the user.
 
-Code is every file the store mirrors with a suffix Python or a shell runs or imports (`.py`,
-`.sh`, compiled extensions, `.pth`), and every file the job names: its notebook, its program when
-that is a path (`./train`), each argument that is a file (`bash run.sh`, `python train.py`).
+Code is every file of the work directory (whatever the sync mirrors or leaves out: a restore
+brings back what the store holds) with a suffix Python or a shell runs or imports (`.py`,
+`.pyc`, `.sh`, compiled extensions, `.pth`), every build or task file a tool runs (a Makefile,
+`pyproject.toml`, …), and every file the job names: its notebook, its program when that is a
+path (`./train`), each argument that is a file (`bash run.sh`, `python train.py`,
+`--config=cfg.yaml`). `__pycache__` folders are not read: a job's Python keeps its bytecode
+elsewhere (PYTHONPYCACHEPREFIX, manager.py), so none that the store brought is ever loaded.
 Other notebooks are not imported by a script, and editing them while a job runs does not hold
-its relaunch back. Data (datasets, configuration files, checkpoints) is not code: a checkpoint is
-loaded without running anything (docs/security.md), and what a script reads from a data file
-is its own affair.
+its relaunch back. Data (datasets, configuration files no argument names, checkpoints) is not
+code: a checkpoint is loaded without running anything (docs/security.md), and what a script
+reads from a data file is its own affair.
 """
 
 from __future__ import annotations
@@ -23,7 +27,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CODE_SUFFIXES = frozenset({".py", ".pyi", ".pyx", ".pxd", ".pyc", ".sh", ".bash", ".so", ".pth"})
+CODE_SUFFIXES = frozenset(
+    {".py", ".pyi", ".pyx", ".pxd", ".pyc", ".pyo", ".sh", ".bash", ".so", ".pth", ".mk", ".smk"}
+)
+# Files a build or task tool runs by their name alone (make, just, snakemake, pip's build
+# backends, tox, docker).
+CODE_NAMES = frozenset(
+    {
+        "Makefile",
+        "makefile",
+        "GNUmakefile",
+        "justfile",
+        "Justfile",
+        "Snakefile",
+        "pyproject.toml",
+        "setup.cfg",
+        "tox.ini",
+        "Dockerfile",
+        "Containerfile",
+    }
+)
 # Folders never code of the project (the sync's default excludes skip them too).
 SKIPPED_FOLDERS = frozenset({"__pycache__", "node_modules", ".git", ".gpuws", ".ipynb_checkpoints"})
 # The record lists each file's hash (the first 128 bits) while the list stays under this size;
@@ -75,7 +98,8 @@ def _hex(text: str) -> bool:
 
 
 def is_code(rel: str, named: frozenset[str]) -> bool:
-    return rel in named or os.path.splitext(rel)[1].lower() in CODE_SUFFIXES
+    name = rel.rsplit("/", 1)[-1]
+    return rel in named or name in CODE_NAMES or os.path.splitext(name)[1].lower() in CODE_SUFFIXES
 
 
 def named_files(command: list[str], cwd: str, workdir: Path) -> frozenset[str]:
@@ -84,7 +108,9 @@ def named_files(command: list[str], cwd: str, workdir: Path) -> frozenset[str]:
     root = workdir.resolve()
     folder = root / cwd if cwd else root
     named = set()
-    for arg in command[:4096]:
+    for word in command[:4096]:
+        # `--config=cfg.yaml` names cfg.yaml; a bare option names nothing.
+        arg = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
         if not arg or "\x00" in arg or len(arg) > 4096 or arg.startswith("-"):
             continue
         path = Path(os.path.normpath(folder / arg))
@@ -99,8 +125,7 @@ def named_files(command: list[str], cwd: str, workdir: Path) -> frozenset[str]:
 
 def walk(workdir: Path) -> Iterator[str]:
     """Every regular file under `workdir` (relative), links not followed, the folders of
-    SKIPPED_FOLDERS and Python environments left out: used where the sync's own list of the
-    files it mirrors is not at hand."""
+    SKIPPED_FOLDERS and Python environments (never restored from a store) left out."""
     root = str(workdir)
     stack = [""]
     while stack:

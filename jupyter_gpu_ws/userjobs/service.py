@@ -9,15 +9,12 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..checkpoints.coordinator import CheckpointRequestError
 from ..store.errors import SyncError
-from ..sync.scan import scan
 from .manager import RELAUNCH_WINDOW, Job, JobManager, JobSettings
-from .manifest import walk
 from .record import RECORDS, stored_records
 
 if TYPE_CHECKING:
@@ -112,7 +109,6 @@ class JobService:
             checkpoint=self._checkpoint,
             run_view=self._run_view,
             gpu_count=self._gpu_count,
-            code_files=self._mirrored_files,
         )
         self._stop = threading.Event()
         self._relaunched = False
@@ -157,6 +153,8 @@ class JobService:
             manager.load(orphans=False)  # another runtime writes: its jobs as it records them
             self._read = time.monotonic()
         manager.flush()
+        if writable:
+            manager.renew()
         manager.stop_on_nan_loss()
         if not self._settled or self._relaunched or not writable:
             return  # the lease decides: only its holder relaunches
@@ -254,14 +252,6 @@ class JobService:
         return runs.get(job.record.id[2:]) or next(
             (r for r in runs.values() if r.get("job") == job.record.id), None
         )
-
-    def _mirrored_files(self) -> Iterator[str]:
-        """The work directory's files the store mirrors, by the sync's own rules: the files a
-        successor's restore brings back, among which a job's code is looked for."""
-        engine = self.app.sync.engine
-        if engine is None:
-            return walk(Path(self.app.workdir))
-        return (f.path for f in scan(engine.workdir, engine.rules))
 
     def _gpu_count(self) -> int | None:
         """This runtime's GPUs as the monitor's newest sample has them; None before its first

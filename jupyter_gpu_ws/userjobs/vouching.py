@@ -91,8 +91,8 @@ def judge(
     age = now - record.updated
     if age > window:
         return Verdict(
-            f"interrupted {_age(age)} ago, longer than relaunch_window ({_age(window)}) allows "
-            "without you: restart it to go on"
+            f"its record was last written {_age(age)} ago, longer than relaunch_window "
+            f"({_age(window)}) allows without you: restart it to go on"
         )
     if record.code is None:
         return Verdict("its record holds no list of the code it ran: look at it, then restart it")

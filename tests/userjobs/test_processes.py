@@ -288,7 +288,11 @@ def test_a_jobs_folder_environment_stdin_and_signals_are_those_it_had_without_a_
     assert job.record.state == "finished"
     workdir = str(manager.settings.workdir)
     environment = dict(
-        os.environ, GPUWS_JOB_ID=job.record.id, GPUWS_WORKDIR=workdir, PYTHONUNBUFFERED="1"
+        os.environ,
+        GPUWS_JOB_ID=job.record.id,
+        GPUWS_WORKDIR=workdir,
+        PYTHONUNBUFFERED="1",
+        PYTHONPYCACHEPREFIX=str(manager.pycache),
     )
     # The same command started as the manager started jobs before it had a supervisor.
     direct = subprocess.run(

@@ -218,7 +218,9 @@ def test_a_record_signed_longer_ago_than_the_relaunch_window_waits_for_the_user(
 
     here: CodeManifest = from_json(NO_CODE)
     verdict = judge(record, here, 86400, now)
-    assert verdict.reason is not None and verdict.reason.startswith("interrupted 2 days ago")
+    assert verdict.reason is not None and verdict.reason.startswith(
+        "its record was last written 2 days ago"
+    )
     assert judge(record, here, 3 * 86400, now).reason is None
     record.code = None  # written before records held their code: the user looks first
     assert "holds no list of the code" in (judge(record, here, 3 * 86400, now).reason or "")
