@@ -802,9 +802,10 @@ class JobManager:
     def _end_process(
         self, job: Job, process: subprocess.Popen[bytes], checkpoint: bool, grace: float | None
     ) -> None:
-        """Ask the job's run for a checkpoint (when `checkpoint`), then SIGTERM its process group
-        (its supervisor, its command, the command's ranks and workers), and after the grace have
-        the supervisor SIGKILL every process of the job (the group, as a last resort)."""
+        """Ask the job's run for a checkpoint (when `checkpoint`), then SIGTERM its supervisor,
+        which passes it on to the job's process group (its command, the command's ranks and
+        workers), as it does when this server dies; after the grace have the supervisor SIGKILL
+        every process of the job (the group, as a last resort)."""
         grace = self.settings.stop_grace if grace is None else grace
         if checkpoint and self.checkpoint is not None and process.poll() is None:
             problem = self.checkpoint(job)
@@ -813,7 +814,10 @@ class JobManager:
         view = self._view(job)  # where it is, while its run is still registered
         job.record.step = view.get("step", job.record.step)
         job.checkpoint_step = view.get("checkpoint_step", job.checkpoint_step)
-        _signal_group(process, signal.SIGTERM)
+        try:
+            os.kill(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
         try:
             process.wait(max(0.5, grace))
         except subprocess.TimeoutExpired:

@@ -106,11 +106,11 @@ class Supervisor:
             self.now = True
 
     def _group_has_it(self, info: signal.struct_siginfo) -> bool:
-        """A SIGTERM the job's processes got too: the server's to the group (while it lives; when
-        it dies, the kernel's parent-death signal comes in its name, to this process alone), or
-        one of the job's own to its group."""
+        """A SIGTERM the job's processes got too: one of the job's own to its group. The server's
+        comes to this process alone (a stop), and so does the kernel's parent-death signal when
+        the server dies, in the server's name: both are passed on to the group."""
         if info.si_pid == self.server:
-            return os.getppid() == self.server
+            return False
         try:
             return os.getpgid(info.si_pid) == os.getpgrp()
         except OSError:

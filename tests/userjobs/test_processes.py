@@ -346,6 +346,29 @@ def test_the_daemons_of_a_job_end_when_its_server_is_killed(tmp_path: Path) -> N
         until(lambda: all(gone(pid) for pid in [main, *pids]), 30, "the job's end with its server")
 
 
+# A job that writes `termed` when it gets SIGTERM (where track() would save its checkpoint).
+TERMED = """
+import os, signal, time
+signal.signal(signal.SIGTERM, lambda *_: (open("termed", "w").close(), os._exit(0)))
+open("waiting", "w").close()
+time.sleep(600)
+"""
+
+
+def test_a_job_gets_sigterm_when_its_server_is_killed(tmp_path: Path) -> None:
+    with (
+        job_key("processes-test-key-long-enough-0123456789"),
+        server_process(tmp_path / "a", tmp_path / "runtime", {"job_stop_grace": 30}) as a,
+    ):
+        until(lambda: a.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
+        (a.root / "termed.py").write_text(TERMED)
+        a.api("/gpuws/api/jobs", "POST", {"command": [sys.executable, "termed.py"]})
+        until(lambda: (a.root / "waiting").exists(), 60, "the job running")
+        a.proc.kill()  # kill -9: the job hears of it from its supervisor, at once, not at the grace
+        a.proc.wait()
+        until(lambda: (a.root / "termed").exists(), 10, "the job's SIGTERM")
+
+
 # -- the output reader never stops ---------------------------------------------------------------------
 
 # A job that prints a numbered line every 20 ms until the file `stop` exists.
