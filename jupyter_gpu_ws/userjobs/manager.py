@@ -528,14 +528,14 @@ class JobManager:
         except JobInputError as err:
             attempt.ended, attempt.retryable, attempt.reason = time.time(), False, str(err)
             return _Outcome("failed", attempt.reason, False)
-        # What this attempt runs, signed in its record and written before the process starts (a
-        # runtime killed a moment after the start leaves a record that holds it): a successor
-        # relaunches the job by itself only on the same code.
-        self._set(job, code=self._code(record).to_json())
         fitted = self._fitted(job)
         attempt.runs_on = fitted.note
         if fitted.note:
             log.info("gpuws: job %s %s", record.id, fitted.note)
+        # What this attempt runs, signed in its record and written before the process starts (a
+        # runtime killed a moment after the start leaves a record that holds it): a successor
+        # relaunches the job by itself only on the same code.
+        self._set(job, code=self._code(record).to_json())
         try:
             process = self._spawn(fitted.command, folder, self._environment(record, fitted.gpus))
         except OSError as err:  # gone since it was asked (a successor without the program)

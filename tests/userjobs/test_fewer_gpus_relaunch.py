@@ -130,8 +130,12 @@ def test_a_torchrun_job_on_two_gpus_relaunches_on_the_one_gpu_the_successor_has_
         root=second_root,
         hostname="machine-b",
     ) as b:
-        relaunched = until(
-            lambda: (j := job_of(b, job["id"]))["attempts"][-1]["host"] == "machine-b" and j,
+        relaunched = until(  # the attempt is listed as it starts, then says what it runs on
+            lambda: (
+                (j := job_of(b, job["id"]))["attempts"][-1]["host"] == "machine-b"
+                and j["attempts"][-1]["runs_on"]
+                and j
+            ),
             180,
             "the job relaunched on the successor",
         )
