@@ -54,7 +54,6 @@ SKIPPED_FOLDERS = frozenset({"__pycache__", "node_modules", ".git", ".gpuws", ".
 LIST_BYTES = 512 * 2**10
 HASH_SHOWN = 32
 _CHUNK = 2**20
-CHANGES = ("changed", "added", "missing")
 
 
 @dataclass
@@ -194,8 +193,8 @@ def file_hash(path: Path) -> str:
 
 
 def changes(signed: CodeManifest, now: CodeManifest) -> tuple[list[tuple[str, str]], int]:
-    """The files that differ between what was signed and what is here now (path, and one of
-    CHANGES), and how many more differ than are named (when a list was too long to keep)."""
+    """The files that differ between what was signed and what is here now (path, and "changed",
+    "added" or "missing"), and how many more differ than are named (when a list was too long to keep)."""
     if signed.digest == now.digest:
         return [], 0
     if signed.files is None or now.files is None:

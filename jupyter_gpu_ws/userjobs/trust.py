@@ -65,7 +65,7 @@ def _read_key(path: Path) -> bytes:
     """The key in `path`; FileNotFoundError only where nothing at all is there."""
     try:
         linked = stat.S_ISLNK(os.lstat(path).st_mode)
-    except FileNotFoundError:
+    except FileNotFoundError:  # nothing there: the caller makes the key
         raise
     except OSError as err:
         raise _refused(path, f"cannot be read ({err.strerror or err})") from None

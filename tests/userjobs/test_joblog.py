@@ -143,76 +143,28 @@ def test_stdout_and_stderr_followed_apart_both_reach_the_log_in_whole_lines(tmp_
 
 
 def test_a_line_left_open_on_stdout_is_not_mixed_with_a_line_on_stderr(tmp_path: Path) -> None:
-    log = JobLog(tmp_path / "job.log")
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            "-u",
-            "-c",
-            (
-                "import sys\n"
-                "sys.stdout.write('epoch 1: 50%'); sys.stdin.readline()\n"
-                "sys.stderr.write('warning: slow\\n'); sys.stdin.readline()\n"
-                "sys.stdout.write(' 100%\\n')\n"
-            ),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    tail = in_lockstep(
+        tmp_path,
+        "sys.stdout.write('epoch 1: 50%'); sys.stdin.readline()\n"
+        "sys.stderr.write('warning: slow\\n'); sys.stdin.readline()\n"
+        "sys.stdout.write(' 100%\\n')\n",
+        [["epoch 1: 50%"], ["epoch 1: 50%", "warning: slow"]],
     )
-    assert job.stdin is not None and job.stdout is not None and job.stderr is not None
-    log.follow(job.stdout)
-    log.follow(job.stderr)
-    try:
-        until(lambda: log.tail() == ["epoch 1: 50%"])
-        job.stdin.write(b"\n")
-        job.stdin.flush()
-        until(lambda: log.tail() == ["epoch 1: 50%", "warning: slow"])
-        job.stdin.write(b"\n")
-        job.stdin.flush()
-        assert job.wait(timeout=60) == 0
-    finally:
-        job.kill()
-        log.close()
-    assert log.tail() == ["epoch 1: 50%", "warning: slow", " 100%"]
+    assert tail == ["epoch 1: 50%", "warning: slow", " 100%"]
 
 
 def test_the_newline_that_ends_a_line_already_ended_for_the_other_stream_adds_no_empty_line(
     tmp_path: Path,
 ) -> None:
     """print() writes its text and its newline apart: stderr may write between the two."""
-    log = JobLog(tmp_path / "job.log")
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            "-u",
-            "-c",
-            (
-                "import sys\n"
-                "sys.stdout.write('out end'); sys.stdin.readline()\n"
-                "sys.stderr.write('err end\\n'); sys.stdin.readline()\n"
-                "sys.stdout.write('\\n'); sys.stdout.write('last\\n')\n"
-            ),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    tail = in_lockstep(
+        tmp_path,
+        "sys.stdout.write('out end'); sys.stdin.readline()\n"
+        "sys.stderr.write('err end\\n'); sys.stdin.readline()\n"
+        "sys.stdout.write('\\n'); sys.stdout.write('last\\n')\n",
+        [["out end"], ["out end", "err end"]],
     )
-    assert job.stdin is not None and job.stdout is not None and job.stderr is not None
-    log.follow(job.stdout)
-    log.follow(job.stderr)
-    try:
-        until(lambda: log.tail() == ["out end"])
-        job.stdin.write(b"\n")
-        job.stdin.flush()
-        until(lambda: log.tail() == ["out end", "err end"])
-        job.stdin.write(b"\n")
-        job.stdin.flush()
-        assert job.wait(timeout=60) == 0
-    finally:
-        job.kill()
-        log.close()
-    assert log.tail() == ["out end", "err end", "last"]
+    assert tail == ["out end", "err end", "last"]
 
 
 def test_a_named_pipe_or_a_link_at_a_log_files_name_reads_as_no_more_log_at_once(
@@ -226,3 +178,28 @@ def test_a_named_pipe_or_a_link_at_a_log_files_name_reads_as_no_more_log_at_once
     (tmp_path / "log").unlink()
     (tmp_path / "log").symlink_to(tmp_path / "log.1")
     assert log.tail(5) == []
+
+
+def in_lockstep(tmp_path: Path, script: str, seen: list[list[str]]) -> list[str]:
+    """The log of `script` (stdout and stderr, each followed), let on one step at a time: before
+    each step the log must read as `seen` says. Its tail once the script has ended."""
+    log = JobLog(tmp_path / "job.log")
+    job = subprocess.Popen(
+        [sys.executable, "-u", "-c", "import sys\n" + script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert job.stdin is not None and job.stdout is not None and job.stderr is not None
+    log.follow(job.stdout)
+    log.follow(job.stderr)
+    try:
+        for lines in seen:
+            until(lambda lines=lines: log.tail() == lines)
+            job.stdin.write(b"\n")
+            job.stdin.flush()
+        assert job.wait(timeout=60) == 0
+    finally:
+        job.kill()
+        log.close()
+    return log.tail()
