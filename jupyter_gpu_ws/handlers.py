@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 # The permission name an authorizer sees for every jupyter_gpu_ws API.
 AUTH_RESOURCE = "gpuws"
+# The largest body any route takes: a job's command at openapi.yaml's limits (262,144 characters,
+# each at most 6 bytes as a JSON escape) with room to spare.
+MAX_BODY_BYTES = 4 * 2**20
 
 
 class ApiRequest(JupyterHandler):
@@ -76,9 +79,14 @@ class ApiRequest(JupyterHandler):
 
         NaN, Infinity and numbers too large for a float are refused: they are not JSON, and no
         value this API takes can be one. Nesting too deep for the parser is refused too, rather
-        than let its RecursionError become a 500.
+        than let its RecursionError become a 500, and so is an object naming a key twice. A body
+        larger than any this API takes (MAX_BODY_BYTES) is refused before it is parsed.
         """
         body = self.request.body
+        if len(body) > MAX_BODY_BYTES:
+            raise web.HTTPError(
+                413, f"The request body is larger than {MAX_BODY_BYTES // 2**20} MiB"
+            )
         if not body.strip():
             return empty
         try:
@@ -92,6 +100,7 @@ class ApiRequest(JupyterHandler):
                 text,
                 parse_constant=strictjson.refuse_constant,
                 parse_float=strictjson.finite_float,
+                object_pairs_hook=strictjson.unique_keys,
             )
         except RecursionError:
             raise web.HTTPError(

@@ -48,7 +48,8 @@ def _key(key: Any) -> Any:
 
 def loads(data: bytes | str) -> Any:
     """JSON that another program wrote, read strictly: UTF-8, no NaN or Infinity, no number too
-    large for a float; nesting too deep for the parser is a ValueError like any other fault,
+    large for a float, no object naming a key twice (parsers disagree on which one wins); nesting
+    too deep for the parser is a ValueError like any other fault,
     never a RecursionError that would escape its caller. The message says what is wrong."""
     if isinstance(data, bytes):
         try:
@@ -56,11 +57,30 @@ def loads(data: bytes | str) -> Any:
         except UnicodeDecodeError as err:
             raise ValueError(f"not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
-        return json.loads(data, parse_constant=refuse_constant, parse_float=finite_float)
+        return json.loads(
+            data,
+            parse_constant=refuse_constant,
+            parse_float=finite_float,
+            object_pairs_hook=unique_keys,
+        )
     except RecursionError:
         raise ValueError("not JSON: nested too deeply") from None
     except ValueError as err:
         raise ValueError(f"not strict JSON: {err}") from None
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads's object_pairs_hook: an object that names a key twice is refused. Python keeps
+    the last, other readers the first: a record signed as one object could be read as another."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                break
+            seen.add(key)
+        raise ValueError(f"the key {key[:40]!r} is given twice in one object")
+    return value
 
 
 def refuse_constant(name: str) -> Any:

@@ -24,7 +24,8 @@ class _JobsHandler(GpuWorkspaceHandler):
 
     async def blocking(self, function: Any, *args: Any) -> Any:
         """The manager's call off the event loop (a stop waits for a checkpoint), its errors as
-        this API's: 400 for what was asked, 404 for an unknown job, 500 for the key."""
+        this API's: 400 for what was asked, 404 for an unknown job, 409 while the user's job key is
+        not usable (the server's state, not the request, and no fault of the code: not a 500)."""
         try:
             return await asyncio.get_running_loop().run_in_executor(None, function, *args)
         except JobInputError as err:
@@ -32,7 +33,7 @@ class _JobsHandler(GpuWorkspaceHandler):
         except JobNotFound as err:
             raise web.HTTPError(404, str(err)) from None
         except JobKeyError as err:
-            raise web.HTTPError(500, str(err)) from None
+            raise web.HTTPError(409, str(err)) from None
 
 
 class JobsHandler(_JobsHandler):

@@ -1319,6 +1319,16 @@ export interface paths {
         400: components['responses']['BadRequest'];
         401: components['responses']['Unauthenticated'];
         403: components['responses']['Forbidden'];
+        409: components['responses']['NoJobKey'];
+        /** @description The request body is larger than any this API takes */
+        413: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['Error'];
+          };
+        };
       };
     };
     delete?: never;
@@ -1470,6 +1480,7 @@ export interface paths {
         401: components['responses']['Unauthenticated'];
         403: components['responses']['Forbidden'];
         404: components['responses']['NoUserJob'];
+        409: components['responses']['NoJobKey'];
       };
     };
     delete?: never;
@@ -2417,6 +2428,15 @@ export interface components {
     };
     /** @description No job with this id */
     NoUserJob: {
+      headers: {
+        [name: string]: unknown;
+      };
+      content: {
+        'application/json': components['schemas']['Error'];
+      };
+    };
+    /** @description The user's job key is missing or not usable (the message says where, why and how to fix it); nothing is signed or started without it */
+    NoJobKey: {
       headers: {
         [name: string]: unknown;
       };

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jupyter_gpu_ws.handlers import handlers
+from jupyter_gpu_ws.handlers import MAX_BODY_BYTES, handlers
 
 JOB_ID = "0123456789ab"
 
@@ -105,6 +105,24 @@ async def test_nan_infinity_and_overflowing_numbers_are_a_400(
     assert all(
         message.startswith("The request body is not valid JSON") for _, message in answers.values()
     )
+
+
+async def test_an_object_naming_a_key_twice_is_a_400(jp_fetch: Any, gpuws_app: Any) -> None:
+    # Python's json keeps the last, other readers the first: what was checked is not what is used.
+    answers = await refusals(jp_fetch, gpuws_app, b'{"force": false, "force": true}')
+    expected = (
+        400,
+        "The request body is not valid JSON: the key 'force' is given twice in one object",
+    )
+    assert {route: answer for route, answer in answers.items() if answer != expected} == {}
+
+
+async def test_a_body_larger_than_any_route_takes_is_refused_before_it_is_parsed(
+    jp_fetch: Any, gpuws_app: Any
+) -> None:
+    huge = b'{"force": [' + b"[]," * (MAX_BODY_BYTES // 3) + b"[]]}"
+    answers = await refusals(jp_fetch, gpuws_app, huge)
+    assert set(answers.values()) == {(413, "The request body is larger than 4 MiB")}
 
 
 async def test_unknown_keys_are_named_in_the_400(jp_fetch: Any, gpuws_app: Any) -> None:

@@ -289,10 +289,11 @@ def from_json(data: Any) -> JobRecord:
 
 def stored_records(store: Any) -> list[tuple[str, Any, str | None]]:
     """Every record file of a workspace (`layout.Store`): its name, its JSON, and why it cannot
-    be read where it cannot (too large, not strict JSON, nested too deeply; its JSON is then
-    None). One file's fault is that file's alone."""
+    be read where it cannot (too large, not strict JSON, nested too deeply, a link or a special
+    file; its JSON is then None). One file's fault is that file's alone."""
     found: list[tuple[str, Any, str | None]] = []
-    for remote in store.backend.list(store.state_key(RECORDS)):
+    folder = store.state_key(RECORDS)
+    for remote in store.backend.list(folder):
         name = remote.key.rsplit("/", 1)[-1]
         if not name.endswith(".json"):
             continue
@@ -310,4 +311,9 @@ def stored_records(store: Any) -> list[tuple[str, Any, str | None]]:
             found.append((name, strictjson.loads(data), None))
         except ValueError as err:
             found.append((name, None, str(err)))
+    # A link, FIFO or device where a record should be is never opened (store/local.py), and
+    # listed with why, like any other record that cannot be read.
+    for key, why in sorted(store.backend.skipped.items()):
+        if key.startswith(folder + "/") and "/" not in key[len(folder) + 1 :]:
+            found.append((key[len(folder) + 1 :], None, why))
     return found

@@ -6,6 +6,7 @@ written by an attacker before the successor starts."""
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
@@ -41,8 +42,15 @@ AT_THE_LIMIT = ["python", "job.py", *["a" * 63] * 4094]
 class Store:
     """The workspace's files and records as an attacker with write access sees them."""
 
-    def __init__(self, url: str, write: Callable[[str, bytes], None]) -> None:
-        self.url, self.write = url, write
+    def __init__(
+        self,
+        url: str,
+        write: Callable[[str, bytes], None],
+        read: Callable[[str], bytes],
+        folder: Path | None = None,
+    ) -> None:
+        self.url, self.write, self.read = url, write, read
+        self.folder = folder  # the workspace's folder, where the store is a local one
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -56,7 +64,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
 
-        return Store(str(root), write_local)
+        return Store(
+            str(root),
+            write_local,
+            lambda key: (root / "test-ws" / key).read_bytes(),
+            root / "test-ws",
+        )
     s3: S3Server = request.getfixturevalue("s3_server")
     for name, value in s3.env().items():
         monkeypatch.setenv(name, value)
@@ -65,7 +78,15 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
     def write_s3(key: str, data: bytes) -> None:
         s3.client().put_object(Bucket=S3_BUCKET, Key=f"{prefix}/test-ws/{key}", Body=data)
 
-    return Store(f"s3://{S3_BUCKET}/{prefix}", write_s3)
+    def read_s3(key: str) -> bytes:
+        client = s3.client()
+        try:
+            answer = client.get_object(Bucket=S3_BUCKET, Key=f"{prefix}/test-ws/{key}")
+        except client.exceptions.NoSuchKey:
+            raise FileNotFoundError(key) from None
+        return bytes(answer["Body"].read())
+
+    return Store(f"s3://{S3_BUCKET}/{prefix}", write_s3, read_s3)
 
 
 @pytest.fixture
@@ -132,17 +153,27 @@ def test_records_that_cannot_be_read_are_listed_by_name_while_the_job_beside_the
     nan = json.loads(planted("j-000000000a11", time.time()))
     text = json.dumps(nan).replace('"seq": 0', '"seq": NaN')
     store.write(".gpuws/jobs/j-000000000a11.json", text.encode())
+    # One object naming "state" twice: Python would keep the last, other readers the first.
+    twice = planted("j-0000000d0b1e", time.time())[:-1] + b', "state": "stopped"}'
+    store.write(".gpuws/jobs/j-0000000d0b1e.json", twice)
+    unreadable = {
+        "j-00000000dee9.json": "not JSON: nested too deeply",
+        "j-0000000b1660.json": "larger than 4 MiB",
+        "j-000000000a11.json": "not strict JSON: NaN is not a JSON number",
+        "j-0000000d0b1e.json": "not strict JSON: the key 'state' is given twice in one object",
+    }
+    if store.folder is not None:  # where a folder can hold them: a FIFO and a link, never opened
+        os.mkfifo(store.folder / ".gpuws/jobs/j-00000000f1f0.json")
+        (store.folder / ".gpuws/jobs/j-0000000001c5.json").symlink_to("/etc/passwd")
+        unreadable["j-00000000f1f0.json"] = "a named pipe (FIFO), which is never read"
+        unreadable["j-0000000001c5.json"] = "a symbolic link, which is never followed"
     with server_process(tmp_path / "b", tmp_path / "runtime-b", config) as b:
         # The job the API took at its limits comes back by itself, every argument with it.
         assert relaunched(b, job) == [f"started-{job}-4095"]
         listing = b.api("/gpuws/api/jobs")
         assert [j["id"] for j in listing["jobs"]] == [job]
         bad = {r["file"]: r["reason"] for r in listing["bad_records"]}
-        assert bad == {
-            "j-00000000dee9.json": "not JSON: nested too deeply",
-            "j-0000000b1660.json": "larger than 4 MiB",
-            "j-000000000a11.json": "not strict JSON: NaN is not a JSON number",
-        }
+        assert bad == unreadable
         b.api(f"/gpuws/api/jobs/{job}", "DELETE")
 
 
@@ -174,21 +205,18 @@ def test_a_script_edited_in_the_store_waits_for_approval_naming_the_file(
 
 
 def test_a_stopped_jobs_old_record_put_back_into_the_store_stays_stopped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store: Store, config: dict[str, Any]
 ) -> None:
-    monkeypatch.setenv(trust.KEY_ENV, KEY)
-    config = {"sync_debounce": 0.05, "job_stop_grace": 2}
     with server_process(tmp_path / "a", tmp_path / "runtime", config) as a:
         (a.root / "job.py").write_text(JOB)
         job = a.api("/gpuws/api/jobs", "POST", {"command": ["python", "job.py"]})
         until(lambda: started(a.root, job["id"]), 60, "the job's first attempt")
-        record = a.store / "test-ws" / ".gpuws" / "jobs" / f"{job['id']}.json"
-        running = record.read_bytes()  # a signed copy, taken while it ran
+        record = f".gpuws/jobs/{job['id']}.json"
+        running = until(lambda: store.read(record), 30, "the record in the store")
+        assert json.loads(running)["state"] == "running"  # a signed copy, taken while it ran
         a.api(f"/gpuws/api/jobs/{job['id']}", "DELETE")
-        until(
-            lambda: json.loads(record.read_bytes())["state"] == "stopped", 30, "the stop recorded"
-        )
-        record.write_bytes(running)  # put back: it says the job was running
+        until(lambda: json.loads(store.read(record))["state"] == "stopped", 30, "the stop recorded")
+        store.write(record, running)  # put back: it says the job was running
         # The server that stopped it, the workspace's writer, goes by what it knows.
         assert a.api(f"/gpuws/api/jobs/{job['id']}")["state"] == "stopped"
     # A server started again on this machine, the workspace's writer, reads the store: the old
@@ -245,6 +273,7 @@ def test_a_runtime_without_a_usable_key_relaunches_nothing_and_says_why(
             a.api("/gpuws/api/jobs", "POST", {"command": ["python", "-c", "pass"]})
         except urllib.error.HTTPError as err:
             message = json.loads(err.read())["message"]
+            assert err.code == 409  # the server's state, not a fault of its code
             assert "GPUWS_JOB_KEY is empty" in message and "secrets.token_hex" in message
         else:
             raise AssertionError("a job was started without a key")
