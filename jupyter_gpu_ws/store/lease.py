@@ -10,9 +10,14 @@ counts its lease valid only until `ttl - ttl / 4` after the start of its last su
 
 Nothing the lease states about time is trusted: another machine's clock may run minutes ahead
 or behind, and a corrupt or hostile file may say anything. A runtime that finds the lease held
-judges it on its own monotonic clock: the lease is free once its record (its tag, which changes
-with every write: each renewal counts up) has not changed for the lease's `ttl` as measured here.
-The holder stopped writing a quarter of `ttl` before that. The stated `ttl` is bounded
+judges it by how long its record (its tag, which changes with every write: each renewal counts
+up) has been unchanged: the lease is free once that reaches the lease's `ttl`. The record's age
+is measured on the store's own clock where the store has one (the record's modification time,
+S3's Last-Modified, against that of a file this runtime writes into the same store just then:
+two readings of one clock, never this machine's clock against another's), so a successor started
+after a dead holder's lease ran out takes over at once; and on this machine's monotonic clock
+from the moment it first saw the record, whichever is longer. The holder stopped writing a
+quarter of `ttl` before that. The stated `ttl` is bounded
 (`MAX_TTL`); a lease with non-finite, negative or absurd numbers is corrupt: Take over replaces
 it at once, and one that nobody changes for `MAX_TTL` is free by itself. Where the store offers
 no compare-and-swap (`Backend.conditional_writes()` says why), the lease is advisory and the
@@ -53,8 +58,12 @@ ADVISORY_SETTLE = 0.5
 # The longest lifetime a lease may state (the largest `lease_ttl` a runtime takes): a longer one
 # is corrupt, and a corrupt lease that nobody changes for this long is free.
 MAX_TTL = 3600.0
-# Room for rounding between a lease's stated heartbeat, expiry and ttl.
+# Room for rounding between a lease's stated heartbeat, expiry and ttl; and what is taken off an
+# age read on the store's clock (S3 states Last-Modified to the second).
 SLACK = 1.0
+# Under .gpuws/: the empty file a runtime writes to read the store's clock (one for all: two
+# runtimes writing it at once read times a moment apart, which SLACK covers).
+CLOCK_NAME = "clock"
 
 
 @dataclass
@@ -134,12 +143,16 @@ class _Sighting:
         self.tag: str | None = None
         self.since = 0.0
 
-    def saw(self, tag: str | None) -> float:
-        """Note the tag read now; returns for how long (seconds, here) it has been unchanged."""
-        now = time.monotonic()
-        if tag != self.tag:
-            self.tag, self.since = tag, now
-        return now - self.since
+    def saw(self, tag: str | None) -> bool:
+        """Note the tag read now; True when it is not the one seen before."""
+        if tag == self.tag:
+            return False
+        self.tag, self.since = tag, time.monotonic()
+        return True
+
+    def aged(self, seconds: float) -> None:
+        """The record was already this old when first seen here (by the store's clock)."""
+        self.since = min(self.since, time.monotonic() - seconds)
 
 
 class Lease:
@@ -197,12 +210,34 @@ class Lease:
             self._seen.saw(None)
             return None
         data, tag = raw
-        self._seen.saw(tag)
+        new = self._seen.saw(tag)
         try:
-            return LeaseInfo.parse(data), tag
+            info = LeaseInfo.parse(data)
         except LeaseCorruptError as err:
             err.tag = tag  # type: ignore[attr-defined]  # what a take-over replaces
             raise
+        if new and info.holder != self.holder and not info.released:
+            self._seen.aged(self.store_age())
+        return info, tag
+
+    def store_age(self) -> float:
+        """How long ago, by the store's own clock, the lease record was last written: its
+        modification time against that of a file written into the same store now (less SLACK).
+        0 where the store cannot say (it keeps no such time, or does not answer): then this
+        machine's own sighting alone decides, as before."""
+        backend = self.store.backend
+        probe = self.store.state_key(CLOCK_NAME)
+        try:
+            written = backend.stat(self.store.state_key(LEASE_NAME))
+            backend.write_bytes(probe, b"")
+            now = backend.stat(probe)
+        except (SyncError, OSError) as err:
+            log.debug("Sync: the store's clock was not read: %s", err)
+            return 0.0
+        if written is None or now is None or not (written.mtime > 0 and now.mtime > 0):
+            return 0.0
+        age = now.mtime - written.mtime - SLACK
+        return min(max(0.0, age), MAX_TTL)
 
     def free_in(self, info: LeaseInfo | None) -> float:
         """Seconds, on this machine's clock, until the lease last read is free for this runtime:
@@ -247,8 +282,9 @@ class Lease:
                 if wait > 0 and not take_over:
                     raise LeaseHeldError(
                         f"Another runtime is writing this workspace: {info.who()}. This one is read-only, "
-                        f"and takes over by itself {info.ttl:.0f} s after that runtime's last renewal "
-                        "once it stops renewing its lease."
+                        f"and takes over by itself in {wait:.0f} s if that runtime renews its lease no "
+                        f"more (its lease runs out {info.ttl:.0f} s after its last renewal, as the "
+                        "store's clock dates it)."
                     )
             self._renewals = found[0].renewals + 1 if found is not None else 0
             info = self._write(self.clock(), tag, acquired=None)

@@ -179,7 +179,7 @@ function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => voi
             ? `${holder.user}@${holder.host} (pid ${holder.pid}) writes this workspace. `
             : ''}
           {status.takeover_at && status.takeover_at > now
-            ? `This runtime restores, reads, and takes over by itself once that runtime stops renewing its lease: ${duration(holder?.ttl ?? 0)} after its last renewal, as this machine's clock measures it (in ${duration(status.takeover_at - now)} if it renews no more).`
+            ? `This runtime restores, reads, and takes over by itself once that runtime stops renewing its lease: ${duration(holder?.ttl ?? 0)} after its last renewal, by the store's clock or this machine's (in ${duration(status.takeover_at - now)} if it renews no more).`
             : status.read_only_reason}
           {takeOver}
         </div>

@@ -399,6 +399,37 @@ def test_a_lease_is_judged_on_this_machines_clock_whatever_times_it_states(
         newcomer.close()
 
 
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_successor_started_after_a_dead_lease_ran_out_by_the_stores_clock_writes_at_once(
+    where: str,
+    workdir: Path,
+    tmp_path: Path,
+    store_dir: Path,
+    make_engine: Make,
+    request: pytest.FixtureRequest,
+) -> None:
+    """A runtime killed, and its successor started later than the lease's lifetime: the store
+    dates the lease's last write (its modification time against a file written just then), so
+    the successor need not watch it for a whole lifetime of its own before writing. A lease still
+    renewed is never free by that rule: its last write is always recent."""
+    ttl = 2.0
+    url = str(store_dir) if where == "local" else request.getfixturevalue("s3_url")
+    holder = make_engine(workdir, url, lease_ttl=ttl)
+    watcher = make_engine(second_workdir(tmp_path, "watcher"), url, "state3", lease_ttl=ttl)
+    assert watcher.read_only  # a live holder's lease is recent by the store's clock too
+    watcher.close()  # else it would take over itself, once the holder is gone
+    holder.keeper.stop()  # the holder is killed: nothing renews its lease any more
+    stopped = time.monotonic()
+    # The passage of time is what is tested: the lease runs out by the store's clock (S3 dates
+    # to the second, and SLACK more is taken off an age read there).
+    time.sleep(ttl + 2 * 1.0 + 0.5)
+    started = time.monotonic()
+    successor = make_engine(second_workdir(tmp_path), url, "state2", lease_ttl=ttl, host="next")
+    assert successor.writable and not successor.read_only, successor.read_only_reason
+    assert time.monotonic() - started < ttl  # not a lifetime of its own
+    assert started - stopped >= ttl
+
+
 def test_a_holder_whose_clock_stands_still_still_renews(
     workdir: Path, tmp_path: Path, make_engine: Make
 ) -> None:
