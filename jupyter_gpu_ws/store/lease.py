@@ -234,7 +234,7 @@ class Lease:
         except (SyncError, OSError) as err:
             log.debug("Sync: the store's clock was not read: %s", err)
             return 0.0
-        if written is None or now is None or not (written.mtime > 0 and now.mtime > 0):
+        if written is None or now is None or not (written.mtime and now.mtime):
             return 0.0
         age = now.mtime - written.mtime - SLACK
         return min(max(0.0, age), MAX_TTL)
