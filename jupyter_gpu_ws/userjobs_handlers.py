@@ -9,7 +9,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from .handlers import GpuWorkspaceHandler, api_route
-from .userjobs.manager import JobInputError, JobNotFound
+from .userjobs.manager import JobInputError, JobNotFound, JobsNotRead
 from .userjobs.trust import JobKeyError
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ class _JobsHandler(GpuWorkspaceHandler):
             return await asyncio.get_running_loop().run_in_executor(None, function, *args)
         except JobInputError as err:
             raise web.HTTPError(400, str(err)) from None
+        except JobsNotRead as err:
+            raise web.HTTPError(503, str(err)) from None
         except JobNotFound as err:
             raise web.HTTPError(404, str(err)) from None
         except JobKeyError as err:

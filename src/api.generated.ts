@@ -1362,6 +1362,7 @@ export interface paths {
         401: components['responses']['Unauthenticated'];
         403: components['responses']['Forbidden'];
         404: components['responses']['NoUserJob'];
+        503: components['responses']['JobsNotRead'];
       };
     };
     put?: never;
@@ -1389,6 +1390,7 @@ export interface paths {
         401: components['responses']['Unauthenticated'];
         403: components['responses']['Forbidden'];
         404: components['responses']['NoUserJob'];
+        503: components['responses']['JobsNotRead'];
       };
     };
     options?: never;
@@ -1434,6 +1436,7 @@ export interface paths {
         401: components['responses']['Unauthenticated'];
         403: components['responses']['Forbidden'];
         404: components['responses']['NoUserJob'];
+        503: components['responses']['JobsNotRead'];
       };
     };
     put?: never;
@@ -1481,6 +1484,7 @@ export interface paths {
         403: components['responses']['Forbidden'];
         404: components['responses']['NoUserJob'];
         409: components['responses']['NoJobKey'];
+        503: components['responses']['JobsNotRead'];
       };
     };
     delete?: never;
@@ -1523,6 +1527,7 @@ export interface paths {
         401: components['responses']['Unauthenticated'];
         403: components['responses']['Forbidden'];
         404: components['responses']['NoUserJob'];
+        503: components['responses']['JobsNotRead'];
       };
     };
     delete?: never;
@@ -2428,6 +2433,15 @@ export interface components {
     };
     /** @description No job with this id */
     NoUserJob: {
+      headers: {
+        [name: string]: unknown;
+      };
+      content: {
+        'application/json': components['schemas']['Error'];
+      };
+    };
+    /** @description No such job yet, and the store's job records are still being read (the server has just started); ask again in a moment */
+    JobsNotRead: {
       headers: {
         [name: string]: unknown;
       };

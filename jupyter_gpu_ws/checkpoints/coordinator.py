@@ -149,8 +149,10 @@ class CheckpointCoordinator:
             if state is None:
                 continue
             if process_ended(state):
+                # Its training stream stays: the training view reads it to its end (the run's
+                # last steps), then removes it (training/watch.py).
                 name = protocol.process_name(*ident)
-                _remove_kernel_files(self.agents_dir, name)
+                _remove_kernel_files(self.agents_dir, name, stream=False)
                 continue
             runs.setdefault(ident[0], {})[ident[1]] = (path, state)
         return runs
@@ -466,7 +468,8 @@ def _read_folder(folder: Path) -> Iterator[tuple[str, Path, dict[str, Any] | Non
             yield kernel_id, path, _read_json(path)
 
 
-def _remove_kernel_files(folder: Path, kernel_id: str) -> None:
+def _remove_kernel_files(folder: Path, kernel_id: str, stream: bool = True) -> None:
     protocol.registration_file(folder, kernel_id).unlink(missing_ok=True)
     protocol.request_file(folder, kernel_id).unlink(missing_ok=True)
-    protocol.training_file(folder, kernel_id).unlink(missing_ok=True)
+    if stream:
+        protocol.training_file(folder, kernel_id).unlink(missing_ok=True)

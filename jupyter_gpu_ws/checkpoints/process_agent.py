@@ -101,10 +101,12 @@ def start_for(tracker: Any) -> ProcessAgent | None:
     if not (folder / protocol.SERVER_FILE).is_file():
         return None
     name = protocol.process_name(tracker.run_id, tracker.rank)
+    agent = ProcessAgent(tracker, folder, name, server_id)
     if os.environ.get(JOB_ID_ENV) and tracker.rank == 0:
         # A job's run shows its step and ETA: rank 0 (the one that records) streams its progress.
+        # Set once the registration is written: a stream without one is of a process that ended.
         tracker.training.stream = protocol.training_file(folder, name)
-    return ProcessAgent(tracker, folder, name, server_id)
+    return agent
 
 
 def start_for_job(tracker: Any) -> ProcessAgent | None:
@@ -123,6 +125,7 @@ def start_for_job(tracker: Any) -> ProcessAgent | None:
         return None
     tracker.run_id, tracker.rank = match.group(1), 0
     name = protocol.process_name(tracker.run_id, 0)
-    tracker.training.stream = protocol.training_file(folder, name)
     tracker.agent = ProcessAgent(tracker, folder, name, server_id)
+    # Set once the registration is written: a stream without one is of a process that ended.
+    tracker.training.stream = protocol.training_file(folder, name)
     return tracker.agent

@@ -247,6 +247,11 @@ class Lease:
             return 0.0
         return max(0.0, info.ttl - (time.monotonic() - self._seen.since))
 
+    def unchanged_for(self) -> float:
+        """Seconds the lease record last read has been unchanged (by the store's clock where it
+        dated it, else since this runtime first saw it)."""
+        return max(0.0, time.monotonic() - self._seen.since)
+
     def corrupt_free_in(self) -> float:
         """Seconds until a corrupt lease that nobody changes is free by itself (MAX_TTL after it
         was first seen as it is)."""
@@ -550,6 +555,6 @@ def lease_status(lease: Lease, keeper: LeaseKeeper) -> dict[str, Any]:
         "lease_note": lease._advisory,
         "takeover_at": lease.takeover_at(info) if other and info is not None else None,
         # Seconds since this runtime last saw the other holder's lease change (its renewal).
-        "lease_unchanged_for": max(0.0, now_mono - lease._seen.since) if other else None,
+        "lease_unchanged_for": lease.unchanged_for() if other else None,
         "writes_start_in": max(0.0, lease.write_after - now_mono) if lease.held else None,
     }

@@ -581,3 +581,12 @@ def _stop_reading() -> None:
     reader = _reader
     if reader is not None and reader.is_alive():
         reader.join(timeout=5)
+        if reader.is_alive():
+            return  # stuck in a read (it holds a recorder's lock): nothing more at exit
+    # What the loop recorded since the reader's last look: the run's last steps and values, which
+    # the server would otherwise never see (a finished job's step is its loop's last).
+    for recorder in list(_recorders):
+        try:
+            recorder.drain()
+        except Exception:  # noqa: BLE001 - the interpreter is ending: nothing to tell
+            log.debug("gpuws: the last training values were not read", exc_info=True)

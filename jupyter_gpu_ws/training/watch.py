@@ -203,6 +203,7 @@ class TrainingWatch:
                 for kernel_id, reg in registrations.items()
                 if reg is not None and process_ended(reg)
             }
+            self._forget_ended_processes(registrations)
             for run in self.runs.values():
                 # A kernel's run is the last one it reported (a notebook may train several in turn),
                 # while the process that reported it runs: a kernel that died (out of memory, a
@@ -384,6 +385,21 @@ class TrainingWatch:
             )
         )
 
+    def _forget_ended_processes(self, registrations: dict[str, Any]) -> None:
+        """A process's stream (a job's, a rank's) outlives the process: its registration is
+        gone (removed at its exit, or by the coordinator once its process ended), and the stream,
+        read to its end just now (its last steps), goes too."""
+        for kernel_id, registration in registrations.items():
+            if registration is not None or not kernel_id.startswith(protocol.PROCESS_PREFIX):
+                continue
+            cursor = self._cursors[kernel_id]
+            if os.path.lexists(protocol.registration_file(cursor.path.parent, kernel_id)):
+                continue  # there, and unreadable for a moment (being rewritten)
+            cursor.path.unlink(missing_ok=True)
+            del self._cursors[kernel_id]
+            self._kernel_run.pop(kernel_id, None)
+            self._kernel_util.pop(kernel_id, None)
+
     def _registration(self, kernel_id: str) -> Path | None:
         """The registration beside a kernel's stream (its last checkpoint and its health)."""
         cursor = self._cursors.get(kernel_id)
@@ -411,12 +427,21 @@ class TrainingWatch:
             run = self.runs.get(name)
             if run is not None and (run.live or run.from_checkpoint == str(path)):
                 continue
+            # Where a process reported the run past its last checkpoint (the loop's last steps),
+            # that is where it ended.
+            reported = (
+                (run.step, run.last_time)
+                if run is not None and run.from_checkpoint is None and run.step is not None
+                else None
+            )
             metrics = _read_metrics(path, manifest)
             run = self._run(name)
             run.from_checkpoint = str(path)
             run.kernel_id, run.live = None, False
             run.step = manifest["step"] if _whole(manifest.get("step"), 0) else None
             run.last_time = manifest.get("time") if _number(manifest.get("time")) else None
+            if reported is not None and (run.step is None or reported[0] > run.step):
+                run.step, run.last_time = reported
             run.checkpoint = {
                 "step": run.step,
                 "health": manifest.get("health"),
@@ -478,7 +503,7 @@ class TrainingWatch:
         finished = run.total is not None and step is not None and step + 1 >= run.total
         stalled = any(a.kind == "stall" for a in run.open)
         if not run.live:
-            state = "stopped"
+            state = "done" if finished else "stopped"
         elif finished:
             state = "done"
         elif stalled:

@@ -71,6 +71,9 @@ RELAUNCH_WINDOW = 24 * 3600.0
 # A running job's record is signed and written again at least this often (and four times per
 # relaunch_window), so that the window counts from the runtime's end, not from the job's start.
 RENEW_EVERY = 600.0
+# A running job's step goes into its stored record when it moved, at most this often: what a
+# successor says of an attempt whose runtime was killed ("interrupted at step N").
+STEP_WRITE_EVERY = 15.0
 # The supervisor's grace after a SIGTERM, as a share of the manager's: it ends what is left of the
 # job (its daemons too) before the manager's own grace is over.
 SUPERVISOR_GRACE = 0.9
@@ -90,6 +93,10 @@ class JobNotFound(LookupError):
     pass
 
 
+class JobsNotRead(JobNotFound):
+    """No such job here yet, and the store's records are not read yet: it may be one of them."""
+
+
 class JobStore(Protocol):
     """Where the records go: `<workspace>/.gpuws/jobs/<id>.json` through the sync's backend."""
 
@@ -97,6 +104,7 @@ class JobStore(Protocol):
     def write(self, job_id: str, record: dict[str, Any]) -> None: ...
     def read_all(self) -> list[tuple[str, Any, str | None]]: ...
     def delete(self, job_id: str) -> None: ...
+    def writer_gone(self) -> tuple[str, float, float] | None: ...
 
 
 @dataclass
@@ -127,6 +135,7 @@ class Job:
     stopping: str | None = None  # "stopped" (the user) or "interrupted" (the runtime's end)
     runtime_id: str | None = None  # the server running it now
     checkpoint_step: int | None = None  # its run's newest checkpoint, as last seen
+    step_written: float = 0.0  # when its step last went into its stored record (time.monotonic)
     failures_before: int = (
         0  # failed attempts before the user's last restart: they used no retries of this run
     )
@@ -152,6 +161,7 @@ class JobManager:
         store: JobStore | None = None,
         checkpoint: Callable[[Job], str | None] | None = None,
         run_view: Callable[[Job], dict[str, Any]] | None = None,
+        run_ended: Callable[[Job], None] | None = None,
         gpu_count: Callable[[], int | None] | None = None,
         code_files: Callable[[], Any] | None = None,
     ) -> None:
@@ -178,8 +188,9 @@ class JobManager:
             checkpoint  # asks the job's run for a checkpoint and waits; None or why not
         )
         self.run_view = run_view or (lambda job: {})
+        self.run_ended = run_ended or (lambda job: None)
         self.jobs: dict[str, Job] = {}
-        self.loaded = False  # the store's records read (once the restore is done)
+        self.loaded = False  # the store's records read (once the store is open)
         self.relaunched: set[str] = set()
         self.store_error: str | None = None
         self.check_error: str | None = None  # the service's last look failed: why (service.py)
@@ -351,7 +362,9 @@ class JobManager:
         job.stopping = None
         job.runtime_id = self.settings.runtime_id
         job.record.held = False
-        self._set(job, state=state, reason=None)
+        # A relaunch says what it follows (each attempt keeps its own end); a restart, nothing.
+        before = job.record.reason if state == "relaunched" else None
+        self._set(job, state=state, reason=f"relaunched after: {before}" if before else None)
         job.thread = threading.Thread(
             target=self._supervise, args=(job,), name=f"gpuws-job-{job.record.id}", daemon=True
         )
@@ -552,6 +565,10 @@ class JobManager:
         job.log.close()
         job.process = None
         log_trouble = job.log.trouble()  # its output, to the end, not in its log
+        try:
+            self.run_ended(job)  # what its run reported last (its loop's last step) read now
+        except Exception as err:  # noqa: BLE001 - the view is an extra, never the attempt's end
+            log.debug("gpuws: the last view of job %s: %s", record.id, err)
         view = self._view(job)
         if isinstance(
             view.get("step"), int
@@ -670,6 +687,11 @@ class JobManager:
         with self._lock:
             job = self.jobs.get(job_id)
         if job is None:
+            if self.store is not None and not self.loaded:
+                raise JobsNotRead(
+                    f"No job {job_id!r} yet: the store's job records are still being read "
+                    "(the store is being opened); ask again in a moment"
+                )
             raise JobNotFound(f"No job {job_id!r}")
         return job
 
@@ -894,11 +916,12 @@ class JobManager:
             job = Job(record, untrusted=untrusted)
             if orphans and record.state in ACTIVE:
                 record.state = "interrupted"
-                record.reason = "its runtime ended without stopping it" + (
-                    f" (last recorded at step {_step(record.step)})"
-                    if record.step is not None
-                    else ""
-                )
+                record.reason = _orphaned(record)
+                last = record.attempts[-1] if record.attempts else None
+                if last is not None and last.ended is None:
+                    # Its end as its record last knew it: the runtime went without a word.
+                    last.ended, last.reason = record.updated, record.reason
+                    last.step = record.step if record.step is not None else last.step
                 if job.untrusted is None and key is not None:
                     record.seq += 1
                     trust.sign(record, key)
@@ -920,6 +943,22 @@ class JobManager:
                 self._set(job)
                 renewed.append(job.record.id)
         return renewed
+
+    def record_steps(self) -> list[str]:
+        """Put the step of each job this runtime runs into its stored record where it moved, at
+        most every STEP_WRITE_EVERY seconds a job (each is a write to the store). Returns the
+        ids written."""
+        now = time.monotonic()
+        written = []
+        for job in self.running():
+            if job.untrusted is not None or now - job.step_written < STEP_WRITE_EVERY:
+                continue
+            step = self._view(job).get("step")
+            if isinstance(step, int) and step != job.record.step:
+                job.step_written = now
+                self._set(job, step=step)
+                written.append(job.record.id)
+        return written
 
     def relaunch_pending(self) -> list[str]:
         """The interrupted jobs that the next relaunch runs (the user sees them before)."""
@@ -972,6 +1011,8 @@ class JobManager:
 
     def relaunch_words(self, job: Job) -> str | None:
         record = job.record
+        if record.state in ACTIVE and job.runtime_id is None:  # another runtime's, as it records
+            return self._successor_words(job)
         if record.state != "interrupted":  # kept to its end: what its run and its outcome ran on
             return f"relaunched {job.relaunched_on}" if job.relaunched_on else None
         if job.untrusted is not None:
@@ -988,6 +1029,24 @@ class JobManager:
         if self.environment_note:
             return f"relaunches {self.environment_note}"
         return "relaunches when this runtime has restored its checkpoint"
+
+    def _successor_words(self, job: Job) -> str | None:
+        """A job another runtime records as running, while that runtime has stopped renewing
+        its lease: when this one relaunches it (once the lease runs out and the restore is done),
+        or why it will not by itself."""
+        gone = self.store.writer_gone() if self.store is not None else None
+        if gone is None:
+            return None
+        host, left, quiet = gone
+        silent = f"its runtime on {host} has not renewed its lease for {quiet:.0f} s"
+        if job.untrusted is not None:
+            return f"{silent}; it then waits for your approval (restart it): {job.untrusted}"
+        if job.record.held:
+            return f"{silent}; held: not relaunched until you release it"
+        if not self.settings.relaunch:
+            return f"{silent}; relaunching is off (c.GpuWorkspace.relaunch_jobs)"
+        when = f"in {left:.0f} s" if left >= 1 else "once its checkpoint is restored"
+        return f"will be relaunched here {when}: {silent}"
 
     # -- what the API shows ----------------------------------------------------------------------
 
@@ -1091,3 +1150,11 @@ def _label(command: list[str]) -> str:
 
 def _step(step: int) -> str:
     return f"{step:,}"
+
+
+def _orphaned(record: JobRecord) -> str:
+    """How an attempt ended whose runtime is gone (a kill -9, a machine lost): as far as its
+    record, written while it ran, knows."""
+    if record.step is None:
+        return "interrupted: its runtime ended without stopping it"
+    return f"interrupted at step {_step(record.step)}: its runtime ended without stopping it"

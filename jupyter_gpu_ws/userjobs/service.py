@@ -80,6 +80,29 @@ class StoreRecords:
     def read_all(self) -> list[tuple[str, Any]]:
         return stored_records(self._engine().store)
 
+    def any_records(self) -> bool:
+        """Whether the workspace has job records in the store (one listing, nothing read)."""
+        engine = self._engine()
+        return (
+            next(iter(engine.store.backend.list(engine.store.state_key(RECORDS))), None) is not None
+        )
+
+    def writer_gone(self) -> tuple[str, float, float] | None:
+        """While another runtime holds the lease and has not renewed it for over half its
+        lifetime (it renews every quarter): its host, the seconds until its lease runs out here,
+        and for how long it has been silent. None while this runtime writes, or the writer is
+        renewing."""
+        engine = self.app.sync.engine
+        if engine is None or engine.lease.held:
+            return None
+        info = engine.keeper.waiting_for
+        if info is None:
+            return None
+        quiet = engine.lease.unchanged_for()
+        if quiet < info.ttl / 2:
+            return None
+        return info.host, engine.lease.free_in(info), quiet
+
     def delete(self, job_id: str) -> None:
         engine = self._engine()
         engine.lease.fence()
@@ -103,16 +126,19 @@ class JobService:
             state_dir=Path(app.state_dir) if getattr(app, "state_dir", None) else None,
             relaunch_window=getattr(app, "relaunch_window", RELAUNCH_WINDOW),
         )
+        self.records = StoreRecords(app)
         self.manager = JobManager(
             settings,
-            StoreRecords(app),
+            self.records,
             checkpoint=self._checkpoint,
             run_view=self._run_view,
+            run_ended=lambda job: self.app.training.tick(),
             gpu_count=self._gpu_count,
         )
         self._stop = threading.Event()
         self._relaunched = False
         self._settled = False  # the store's records read as the workspace's writer
+        self._environment_checked = False  # whether the store was looked at for job records
         self._read = 0.0
         self._thread = threading.Thread(target=self._tick, name="gpuws-jobs", daemon=True)
 
@@ -141,11 +167,14 @@ class JobService:
         manager.settings.workspace = (
             self.app.workspace
         )  # a legacy name may have been chosen at start
+        if self.app.sync.engine is None or manager.store is None:
+            return  # the store is not open yet
+        self._check_environment_early()
         # The restore at start is over once the sync's service runs (supervisor.py): the jobs'
-        # checkpoints are in the work directory by then.
-        if self.app.sync.service is None or manager.store is None:
-            return
-        writable = manager.store.why_not_writable() is None
+        # checkpoints are in the work directory by then. Until then the records are read as
+        # another runtime's (listed, with when they relaunch here), never taken as orphans.
+        restored = self.app.sync.service is not None
+        writable = restored and manager.store.why_not_writable() is None
         if writable and not self._settled:
             # The writer now: no other runtime runs the workspace's jobs, an active record's is gone.
             self._settled = manager.load(orphans=True)
@@ -155,6 +184,7 @@ class JobService:
         manager.flush()
         if writable:
             manager.renew()
+            manager.record_steps()
         manager.stop_on_nan_loss()
         if not self._settled or self._relaunched or not writable:
             return  # the lease decides: only its holder relaunches
@@ -165,6 +195,20 @@ class JobService:
         started = manager.relaunch()
         if started:
             log.warning("GPU workspace: relaunched %d job(s): %s", len(started), ", ".join(started))
+
+    def _check_environment_early(self) -> None:
+        """Where the store holds job records and this runtime relaunches, the environment's
+        check starts as soon as the store is open: it runs beside the restore and the wait for
+        the lease, not after them, before the first relaunched step."""
+        if self._environment_checked or not self.app.relaunch_jobs:
+            return
+        environment = getattr(self.app, "environment", None)
+        if environment is None:
+            return
+        has_records = self.records.any_records()  # the store's fault is the tick's: looked at again
+        self._environment_checked = True
+        if has_records:
+            environment.watch()
 
     def _wait_for_environment(self) -> None:
         """The environment is checked before a job runs in it (its state then says whether it
