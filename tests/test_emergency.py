@@ -275,6 +275,7 @@ class TestReleaseThenPreemption:
                 30,
                 "the release's decision",
             )
+        assert (mirror(store) / "results.bin").is_file(), state["emergency"]  # its report, if not
         assert (mirror(store) / "results.bin").stat().st_size == 6 * 2**20
         assert state["emergency"]["pending_count"] == 0
         # The release now follows the emergency's persist, whose failure (the kernel gave no

@@ -286,7 +286,9 @@ def test_what_a_request_names_that_is_not_a_file_is_a_400_at_once_and_the_server
     for status, message, took in results:
         assert status == 400 and words in message, message
         assert len(message.splitlines()) == 1
-        assert took < 1.0, f"the refusal took {took:.2f} s"  # a bound on a hang, not a speed
+        # A bound on a hang (a blocking open waits for a writer that never comes), not a speed:
+        # on a quiet machine each takes milliseconds; 12 requests on a loaded machine, seconds.
+        assert took < 5.0, f"the refusal took {took:.2f} s"
     assert max(other_times) < 5.0, other_times
     assert len(server.api("/gpuws/api/jobs")["jobs"]) == before
 

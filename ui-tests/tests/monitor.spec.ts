@@ -2,7 +2,7 @@
  * The GPU Workspace panel on this machine as it is: no GPU, live system figures.
  */
 import { expect, test } from '@jupyterlab/galata';
-import { openPanel, PANEL } from './panel';
+import { openPanel, PANEL, panelOpenIn, workspaceSaved } from './panel';
 
 test.describe('GPU Workspace panel without a GPU', () => {
   test('opens from the palette command and shows live system figures from the server', async ({
@@ -58,9 +58,7 @@ test.describe('GPU Workspace panel without a GPU', () => {
   });
 
   test('is restored after a reload', async ({ page }) => {
-    const saved = page.waitForRequest(
-      request => request.url().includes('/api/workspaces') && request.method() === 'PUT'
-    );
+    const saved = workspaceSaved(page, panelOpenIn);
     await openPanel(page);
     await saved; // the layout, with the panel open, reached the workspace store
     await page.reload();

@@ -15,6 +15,7 @@ import * as http from 'http';
 import * as net from 'net';
 import * as os from 'os';
 import * as path from 'path';
+import { workspaceSaved } from './panel';
 
 const PANEL = '#jp-gpuws-panel';
 // The layout server's folders (port 8892: jupyter_server_test_config.py, GPUWS_UI_TEST_LAYOUT).
@@ -393,8 +394,8 @@ test.describe('The panel without a GPU (port 8892)', () => {
     await openPanel(page);
     const fold = page.locator(PANEL).getByTestId('gpuws-fold-checkpoints');
     await expect(fold).toHaveAttribute('aria-expanded', 'true');
-    const saved = page.waitForRequest(
-      request => request.url().includes('/api/workspaces') && request.method() === 'PUT'
+    const saved = workspaceSaved(page, data =>
+      JSON.stringify(data['jupyter_gpu_ws:panel'] ?? {}).includes('"checkpoints"')
     );
     await fold.click();
     await expect(fold).toHaveAttribute('aria-expanded', 'false');
