@@ -1405,11 +1405,13 @@ export interface paths {
       };
       cookie?: never;
     };
-    /** The last lines of the job's output */
+    /** The last lines of the job's output, or what it wrote since an earlier answer */
     get: {
       parameters: {
         query?: {
           lines?: number;
+          /** @description an earlier answer's next; the output written since (about 1 MiB at most, the rest at the next ask) instead of the last lines */
+          after?: string;
         };
         header?: never;
         path: {
@@ -1427,6 +1429,10 @@ export interface paths {
           content: {
             'application/json': {
               lines: string[];
+              /** @description the last line is not ended yet; what comes next continues it */
+              open: boolean;
+              /** @description where the output goes on: pass it as after to get what is written next */
+              next: string;
             };
           };
         };

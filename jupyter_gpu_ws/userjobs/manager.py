@@ -28,7 +28,7 @@ from ..diskio import file_kind
 from . import files, manifest, trust
 from .failure import classify, oom_kills
 from .gpus import Fitted, fit_to_gpus
-from .joblog import JobLog
+from .joblog import JobLog, LogText
 from .notebook import output_path
 from .record import ACTIVE, MAX_TEXT, JobRecord, RecordError, command_problem, from_json, limits
 from .vouching import SeenRecords, judge
@@ -721,11 +721,24 @@ class JobManager:
         return job.record
 
     def tail(self, job_id: str, lines: int) -> list[str]:
+        return self.log_text(job_id, lines).lines
+
+    def log_text(self, job_id: str, lines: int, after: str | None = None) -> LogText:
+        """The job's last `lines` lines, or with `after` (an earlier answer's `next`) what it
+        wrote since; where its log is not on this disk, the last lines its record keeps."""
         job = self.get(job_id)
         path = self.log_path(job_id)
         if path.exists() or Path(f"{path}.1").exists():
-            return (job.log or JobLog(path)).tail(lines)
-        return job.record.log_tail[-lines:] if lines else []
+            log = job.log or JobLog(path)
+            if after is None:
+                return log.tail_text(lines)
+            try:
+                return log.since(after)
+            except ValueError as err:
+                raise JobInputError(str(err)) from None
+        if after is not None:
+            return LogText([], False, after)
+        return LogText(job.record.log_tail[-lines:] if lines else [], False, "")
 
     # -- the runtime's end -----------------------------------------------------------------------
 
