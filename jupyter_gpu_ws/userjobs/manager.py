@@ -10,6 +10,7 @@ import ctypes
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import stat
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..diskio import file_kind
+from ..store.names import shown
 from . import files, manifest, trust
 from .failure import classify, oom_kills
 from .gpus import Fitted, fit_to_gpus
@@ -543,6 +545,12 @@ class JobManager:
             attempt.reason = f"cannot start {record.command[0]}: {err.strerror or err}"
             return _Outcome("failed", attempt.reason, False)
         job.process = process
+        log.info(
+            "gpuws: job %s attempt %d started: %s",
+            record.id,
+            number,
+            shown(shlex.join(fitted.command)),
+        )
         # The process runs: its attempt is in the record, and on fewer GPUs than asked, the reason says so.
         self._set(job, **({"reason": fitted.note} if fitted.note and not record.reason else {}))
         assert process.stdout is not None
@@ -586,6 +594,9 @@ class JobManager:
         attempt.reason, attempt.retryable = (
             reason,
             None if outcome.state in ("interrupted", "finished") else outcome.retryable,
+        )
+        log.info(
+            "gpuws: job %s attempt %d ended: %s", record.id, number, shown(reason or outcome.state)
         )
         return _Outcome(outcome.state, reason, outcome.retryable)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -154,6 +155,22 @@ def test_a_server_refusing_the_token_is_said_in_words_without_the_http_code(
     assert done.stderr.strip() == (
         "jupyter gpuws: error: the server refused access (a token it does not take, or no "
         "permission): Forbidden"
+    )
+
+
+def test_the_job_managers_info_lines_are_in_the_servers_log_with_time_and_level_as_its_own(
+    server: ServerProcess,
+) -> None:
+    job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "ok.py"], "cwd": "sub"})
+    ended(server, job["id"])
+    started = re.compile(
+        r"\[I \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} jupyter_gpu_ws\.userjobs\.manager\] "
+        + re.escape(f"gpuws: job {job['id']} attempt 1 started: python ok.py")
+    )
+    until(lambda: started.search(server.log.read_text()), 30, "the manager's line")
+    # As the server's own lines are written:
+    assert re.search(
+        r"\[I \S+ \S+ ServerApp\] Jupyter Server \S+ is running at", server.log.read_text()
     )
 
 
