@@ -131,6 +131,26 @@ def test_jupyter_gpuws_run_of_a_notebook_runs_it_from_the_folder_it_is_in(
     assert "from the notebook" in (server.root / "sub" / "nb.job.ipynb").read_text()
 
 
+def test_a_notebook_jobs_log_has_its_output_and_warnings_but_not_the_kernels_tcp_warning(
+    server: ServerProcess,
+) -> None:
+    cell = (
+        "import os, sys, warnings\n"
+        "print('printed by the notebook')\n"
+        "warnings.warn('a warning of the notebook its own')\n"
+        "os.write(2, b'written to the kernel process stderr\\n')"
+    )
+    notebook = {**NOTEBOOK, "cells": [{**NOTEBOOK["cells"][0], "source": cell}]}  # type: ignore[index]
+    write(server.root, "warns.ipynb", json.dumps(notebook))
+    job = server.api("/gpuws/api/jobs", "POST", {"notebook": "warns.ipynb"})
+    assert ended(server, job["id"])["state"] == "finished"
+    log = "\n".join(server.api(f"/gpuws/api/jobs/{job['id']}/log?lines=1000")["lines"])
+    assert "printed by the notebook" in log
+    assert "UserWarning: a warning of the notebook its own" in log
+    assert "written to the kernel process stderr" in log
+    assert "without encryption" not in log and "TCP" not in log, log
+
+
 def test_jupyter_gpuws_run_of_a_missing_program_is_one_line_and_exit_2(
     server: ServerProcess,
 ) -> None:
