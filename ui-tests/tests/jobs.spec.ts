@@ -661,3 +661,52 @@ test('a notebook run as a job on the real server shows running, then finished', 
   // Ended, it is forgotten on request (DELETE), as the API has it: nothing else here uses it.
   await page.request.delete(`/gpuws/api/jobs/${created.id}`);
 });
+
+/** A Python file in the server's folder `folder`, written as a user's editor would. */
+async function writeScript(
+  page: IJupyterLabPageFixture,
+  folder: string,
+  file: string,
+  lines: string[]
+): Promise<void> {
+  const written = await page.request.put(`/api/contents/${folder}/${file}`, {
+    data: { type: 'file', format: 'text', content: lines.join('\n') + '\n' }
+  });
+  expect(written.ok()).toBeTruthy();
+}
+
+test('a Python script run as a job from the file browser runs on the real server', async ({
+  page,
+  tmpPath
+}) => {
+  const file = 'job-real-script.py';
+  // Long enough to be seen running between two of the panel's looks (every 3 s).
+  await writeScript(page, tmpPath, file, [
+    'import time',
+    'for i in range(10):',
+    '    print(f"tick {i}", flush=True)',
+    '    time.sleep(1)'
+  ]);
+  await page.filebrowser.refresh();
+  await page.locator('.jp-DirListing-item', { hasText: file }).click({ button: 'right' });
+  const posted = page.waitForResponse(
+    r => r.url().includes('/gpuws/api/jobs') && r.request().method() === 'POST'
+  );
+  await page.locator('.lm-Menu').getByText('Run as job', { exact: true }).click();
+  const answer = await posted;
+  expect(answer.status(), await answer.text()).toBe(201);
+  // Run as from a terminal in its folder: python NAME there.
+  expect(answer.request().postDataJSON()).toEqual({ command: ['python', file], cwd: tmpPath });
+  const created = await answer.json();
+  await page
+    .locator('.Toastify__toast')
+    .filter({ hasText: `Job "${created.name}" started` })
+    .getByText('Show in GPU Workspace')
+    .click();
+  const jobRow = row(page, created.id);
+  await expect(jobRow.getByTestId('gpuws-job-state')).toHaveText('running', { timeout: 30000 });
+  await expect(jobRow.getByTestId('gpuws-job-stop')).toBeVisible();
+  await expect(jobRow.getByTestId('gpuws-job-state')).toHaveText('finished', { timeout: 90000 });
+  await expect(jobRow.getByTestId('gpuws-job-log')).toContainText('tick 9');
+  await page.request.delete(`/gpuws/api/jobs/${created.id}`);
+});
