@@ -1611,7 +1611,7 @@ export interface components {
       step: number | null;
       total_steps: number | null;
       eta_seconds: number | null;
-      /** @description the run's verdict against the runtime's deadline */
+      /** @description the run's verdict against the runtime's deadline (null without a deadline */
       verdict: string | null;
       log_tail: string[];
       /** @description what the next relaunch does with it, before it does; once relaunched, on which environment where that differed from the snapshot */

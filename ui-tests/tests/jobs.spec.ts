@@ -710,3 +710,31 @@ test('a Python script run as a job from the file browser runs on the real server
   await expect(jobRow.getByTestId('gpuws-job-log')).toContainText('tick 9');
   await page.request.delete(`/gpuws/api/jobs/${created.id}`);
 });
+
+test("a running job's card shows its ETA once, on a runtime without a deadline", async ({
+  page,
+  tmpPath
+}) => {
+  const file = 'job-eta.py';
+  await writeScript(page, tmpPath, file, [
+    'import time',
+    'import jupyter_gpu_ws as gpuws',
+    'gpuws.track(position={"i": 0}, total_steps=60)',
+    'for i in range(60):',
+    '    gpuws.step(i, loss=1.0 / (i + 1))',
+    '    time.sleep(0.5)'
+  ]);
+  const answer = await page.request.post('/gpuws/api/jobs', {
+    data: { command: ['python', file], cwd: tmpPath }
+  });
+  expect(answer.status(), await answer.text()).toBe(201);
+  const created = await answer.json();
+  await openPanel(page, 250);
+  const jobRow = row(page, created.id);
+  // Beside its step, as a tracked run's; the verdict has nothing to add without a deadline.
+  await expect(jobRow.getByTestId('gpuws-job-progress')).toContainText('ETA', { timeout: 60000 });
+  expect((await jobRow.innerText()).match(/ETA/g)).toHaveLength(1);
+  // Stopped, then forgotten: nothing else here uses it.
+  await page.request.delete(`/gpuws/api/jobs/${created.id}`);
+  await page.request.delete(`/gpuws/api/jobs/${created.id}`);
+});
