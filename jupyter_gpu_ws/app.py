@@ -551,6 +551,19 @@ class GpuWorkspace(Configurable):
         return proposal["value"]
 
 
+# The parent of every module's logger in the package (`log = logging.getLogger(__name__)`).
+PACKAGE_LOG = logging.getLogger(__package__ or "jupyter_gpu_ws")
+
+
+def log_like_the_server(server_log: logging.Logger, level: int) -> None:
+    """The package's modules (the job manager, the sync, the monitor, …) write their lines through
+    the server's own handlers at its level: with the time and level like the server's lines, and
+    INFO kept. Without a handler of their own, Python's last resort wrote WARNING and above only,
+    bare. The lines still reach the root logger too, where a host (pytest's capture) listens."""
+    PACKAGE_LOG.handlers = list(server_log.handlers)
+    PACKAGE_LOG.setLevel(level)
+
+
 class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
     """Starts the monitor with the server and stops it with the server."""
 
@@ -559,6 +572,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
     load_other_extensions = True
 
     def initialize_settings(self) -> None:
+        log_like_the_server(self.serverapp.log, self.serverapp.log_level)
         # A per-user store under JupyterHub: s3://bucket/{username}/{servername}.
         self._store_template_base = template_base(self.store_url)
         self.store_url = expand_store_url(self.store_url)
@@ -943,3 +957,4 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
             page.close()
         await asyncio.get_running_loop().run_in_executor(None, self.sampler.stop)
         self.checkpoints.close()
+        PACKAGE_LOG.handlers = []  # the server's handlers go with it (a test starts the next one)

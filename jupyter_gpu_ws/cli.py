@@ -12,7 +12,7 @@
     jupyter gpuws persist [--wait] [--timeout S] [--server URL] [--runtime-dir DIR]   (asks the running server)
     jupyter gpuws checkpoint export RUN [--step N] --to FILE [--only NAME] [--workdir DIR]
     jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND … | run NOTEBOOK.ipynb   (a job of the server)
-    jupyter gpuws jobs                                                       (the running server's jobs)
+    jupyter gpuws jobs [--log ID [--lines N] [--follow]]                     (the running server's jobs, a job's log)
 
 What the flags leave out comes from the work directory this folder is in: the running server's
 settings, else what this machine synced (workspace_rule.py); each command says on stderr the
@@ -420,6 +420,15 @@ def add_env_commands(commands: Any) -> None:
         help="with --export k8s: the workspace is encrypted (the Secret holds GPUWS_PASSPHRASE)",
     )
     jobs = commands.add_parser("jobs", help="the running server's jobs: state, step, ETA, reason")
+    jobs.add_argument("--log", default=None, metavar="ID", help="print this job's log instead")
+    jobs.add_argument(
+        "--lines", type=int, default=100, metavar="N", help="with --log: its last N lines (100)"
+    )
+    jobs.add_argument(
+        "--follow",
+        action="store_true",
+        help="with --log: then print what the job writes, until it ends or Ctrl-C",
+    )
     for p in (run, jobs):
         p.add_argument(
             "--server", default=None, metavar="URL", help="which server, where several run here"
@@ -1246,10 +1255,13 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     """`run` and `jobs` ask the running server (the jobs are its children); without one, one line
     and exit 2: what to do is start it, or name it."""
     from .client import ServerUnreachable, request, running_server
-    from .userjobs.commands import cli_run, listing_lines
+    from .userjobs.commands import cli_log, cli_run, listing_lines
 
     if args.command == "run" and args.export == "k8s":
         return cmd_run_export(args)
+    if args.command == "jobs" and args.log is None and args.follow:
+        print("jupyter gpuws: error: --follow follows a job's log: --log ID", file=sys.stderr)
+        return 2
     try:
         url, token = running_server(args.runtime_dir, args.server)
     except ServerUnreachable as err:
@@ -1266,6 +1278,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     try:
         if args.command == "run":
             return cli_run(args, ask)
+        if args.log is not None:
+            return cli_log(args.log, args.lines, args.follow, ask)
         for line in listing_lines(ask("gpuws/api/jobs")):
             print(line)
         return 0

@@ -141,7 +141,20 @@ def request(
         try:
             message = json.loads(err.read()).get("message")
         except Exception:
-            message = err.reason
-        raise ServerUnreachable(f"{err.code}: {message}", err.code) from None
+            message = None
+        raise ServerUnreachable(said(err.code, message or err.reason), err.code) from None
     except OSError as err:
         raise ServerUnreachable(f"Cannot reach the Jupyter Server: {err}") from None
+
+
+def said(status: int, message: str) -> str:
+    """The server's refusal as a user reads it: its own message, without the HTTP code; where the
+    message alone does not say who refused (a login, a permission, the server's own fault), a few
+    plain words before it."""
+    if status == 401:
+        return f"not logged in to the server (its token?): {message}"
+    if status == 403:
+        return f"the server refused access (a token it does not take, or no permission): {message}"
+    if status >= 500:
+        return f"the server failed: {message}"
+    return message

@@ -89,13 +89,18 @@ class JobHandler(_JobsHandler):
 
 
 class JobLogHandler(_JobsHandler):
-    """`GET /gpuws/api/jobs/{id}/log?lines=N`: the last lines of the job's output."""
+    """`GET /gpuws/api/jobs/{id}/log?lines=N[&after=NEXT]`: the last lines of the job's output, or
+    what it wrote since an earlier answer's `next` (`jupyter gpuws jobs --log ID --follow`)."""
 
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
-        lines = self.params()["lines"]
-        self.finish({"lines": await self.blocking(self.manager.tail, job_id, lines)})
+        params = self.params()
+        self.set_header("Cache-Control", "no-store")
+        text = await self.blocking(
+            self.manager.log_text, job_id, params["lines"], params.get("after")
+        )
+        self.finish({"lines": text.lines, "open": text.open, "next": text.next})
 
 
 class JobRestartHandler(_JobsHandler):

@@ -1407,11 +1407,13 @@ export interface paths {
       };
       cookie?: never;
     };
-    /** The last lines of the job's output */
+    /** The last lines of the job's output, or what it wrote since an earlier answer */
     get: {
       parameters: {
         query?: {
           lines?: number;
+          /** @description an earlier answer's next; the output written since (about 1 MiB at most, the rest at the next ask) instead of the last lines */
+          after?: string;
         };
         header?: never;
         path: {
@@ -1429,6 +1431,10 @@ export interface paths {
           content: {
             'application/json': {
               lines: string[];
+              /** @description the last line is not ended yet; what comes next continues it */
+              open: boolean;
+              /** @description where the output goes on: pass it as after to get what is written next */
+              next: string;
             };
           };
         };
@@ -1610,7 +1616,7 @@ export interface components {
       step: number | null;
       total_steps: number | null;
       eta_seconds: number | null;
-      /** @description the run's verdict against the runtime's deadline */
+      /** @description the run's verdict against the runtime's deadline (null without a deadline */
       verdict: string | null;
       log_tail: string[];
       /** @description what the next relaunch does with it, before it does; once relaunched, on which environment where that differed from the snapshot */

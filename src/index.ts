@@ -17,7 +17,7 @@ import { DocumentSaver } from './documents';
 import { restore, restoreEnvironmentAction, snapshot, snapshotAction } from './environment/actions';
 import { EnvironmentModel } from './environment/model';
 import { gpuIcon, persistIcon, snapshotIcon } from './icons';
-import { runNotebook } from './jobs/actions';
+import { runAsJob } from './jobs/actions';
 import { JobsModel } from './jobs/model';
 import { MetricsModel } from './metrics/model';
 import { AlertNotifier } from './metrics/notices';
@@ -258,33 +258,39 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
 
-    // Jobs: the panel's Jobs section, and "Run as job" for a notebook (the file browser's context
-    // menu, the palette for the notebook open in front). The server runs it, not this page.
+    // Jobs: the panel's Jobs section, and "Run as job" for a notebook or a Python script (the file
+    // browser's context menu; the palette for the notebook open in front). The server runs it,
+    // not this page.
     const jobs = new JobsModel();
     panel.addSection(jobsSection(jobs));
-    const selectedNotebooks = (): string[] =>
+    const selectedRunnable = (): string[] =>
       fileBrowser
         ? [...fileBrowser.selectedItems()]
-            .filter(item => item.type === 'notebook')
+            .filter(
+              item =>
+                item.type === 'notebook' || (item.type === 'file' && item.path.endsWith('.py'))
+            )
             .map(item => item.path)
         : [];
     commands.addCommand(CommandIDs.runAsJob, {
       label: 'Run as job',
       caption:
-        'Run the notebook on the server as a job: it goes on without this page, and is relaunched from its checkpoint on the next runtime',
+        'Run the notebook or script (python NAME, in its folder) on the server as a job: it goes on without this page, and is relaunched from its checkpoint on the next runtime',
       icon: gpuIcon,
-      isVisible: () => selectedNotebooks().length > 0,
+      isVisible: () => selectedRunnable().length > 0,
       execute: async () => {
-        for (const path of selectedNotebooks()) {
-          await runNotebook(jobs, path, openPanel);
+        for (const path of selectedRunnable()) {
+          await runAsJob(jobs, path, openPanel);
         }
       }
     });
-    app.contextMenu.addItem({
-      command: CommandIDs.runAsJob,
-      selector: '.jp-DirListing-item[data-file-type="notebook"]',
-      rank: 3
-    });
+    for (const fileType of ['notebook', 'python']) {
+      app.contextMenu.addItem({
+        command: CommandIDs.runAsJob,
+        selector: `.jp-DirListing-item[data-file-type="${fileType}"]`,
+        rank: 3
+      });
+    }
     const currentNotebook = () => {
       const widget = app.shell.currentWidget;
       const context = widget && docManager ? docManager.contextForWidget(widget) : undefined;
@@ -315,7 +321,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
             return;
           }
         }
-        await runNotebook(jobs, context.path, openPanel);
+        await runAsJob(jobs, context.path, openPanel);
       }
     });
     palette?.addItem({ command: CommandIDs.runNotebookAsJob, category: 'GPU Workspace' });

@@ -2,7 +2,7 @@
 
 jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND …
 jupyter gpuws run NOTEBOOK.ipynb
-jupyter gpuws jobs
+jupyter gpuws jobs [--log ID [--lines N] [--follow]]
 """
 
 from __future__ import annotations
@@ -11,15 +11,21 @@ import argparse
 import os
 import shlex
 import sys
+import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
 from ..store.names import shown
 from ..vocabulary import duration
+from .record import ACTIVE
 
 USAGE = "run [--name NAME] [--retries N] [--gpus K] -- COMMAND … | run NOTEBOOK.ipynb"
 
 Ask = Callable[..., Any]  # (path, method="GET", body=None) → the server's JSON answer
+
+# How long `jobs --log ID --follow` waits before it asks again when the job wrote nothing new.
+FOLLOW_INTERVAL = 0.5
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -157,9 +163,49 @@ def cli_run(args: argparse.Namespace, ask: Ask) -> int:
         print(f"jupyter gpuws: error: {err}", file=sys.stderr)
         return 2
     job = ask("gpuws/api/jobs", "POST", body)
-    first, second = started_lines(
-        job, f"jupyter gpuws jobs (its log: GET gpuws/api/jobs/{job['id']}/log)"
-    )
+    first, second = started_lines(job, f"jupyter gpuws jobs --log {job['id']} --follow")
     print(first)
     print(second, file=sys.stderr)
     return 0
+
+
+def cli_log(job_id: str, lines: int, follow: bool, ask: Ask) -> int:
+    """`jupyter gpuws jobs --log ID`: the job's last `lines` lines; with `follow`, then what it
+    writes, as it writes it, until it ends (a retry's wait goes on following) or Ctrl-C. Every
+    line escaped before it reaches the terminal (the log is in the work directory, which the
+    store fills)."""
+    where = f"gpuws/api/jobs/{urllib.parse.quote(job_id, safe='')}"
+    text = ask(f"{where}/log?lines={lines}")
+    _write_log(text)
+    if not follow:
+        _end_open_line(text)
+        return 0
+    try:
+        while True:
+            job = ask(where)  # before the read: what the job wrote before it ended is read next
+            text = ask(f"{where}/log?lines=0&after={urllib.parse.quote(text['next'])}")
+            _write_log(text)
+            if text["lines"]:
+                continue  # there may be more at once (an answer holds about 1 MiB)
+            if job["state"] not in ACTIVE:
+                _end_open_line(text)
+                print(shown(job_line(job)), file=sys.stderr)
+                return 0
+            time.sleep(FOLLOW_INTERVAL)
+    except KeyboardInterrupt:
+        _end_open_line(text)
+        return 130
+
+
+def _write_log(text: dict[str, Any]) -> None:
+    """Lines of a job's log as they are: an open last line is continued by the next answer."""
+    if text["lines"]:
+        sys.stdout.write("\n".join(shown(line) for line in text["lines"]))
+        if not text["open"]:
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
+def _end_open_line(text: dict[str, Any]) -> None:
+    if text["lines"] and text["open"]:
+        sys.stdout.write("\n")

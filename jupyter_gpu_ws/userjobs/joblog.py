@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import threading
 import time
+import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -25,6 +28,20 @@ _READ_SIZE = 64 * 2**10
 _TAIL_BLOCK = 8 * 2**10
 # After a write failed, how long output is dropped before the log is opened and written again.
 RETRY_SECONDS = 1.0
+# At most this much of a log in one answer to "what is new since": a follower asks again at once.
+SINCE_BYTES = 2**20
+_FINGERPRINT_BYTES = 64
+ROTATED_AWAY = "[\u2026 output rotated away before it was read]"
+
+
+@dataclass
+class LogText:
+    """Lines of a job's output, oldest first; `open`: the last one is not ended yet (what comes
+    next continues it); `next`: where the output goes on from them, for `JobLog.since`."""
+
+    lines: list[str]
+    open: bool
+    next: str
 
 
 class JobLog:
@@ -203,10 +220,90 @@ class JobLog:
 
     def tail(self, lines: int = 20) -> list[str]:
         """The newest `lines` lines, oldest first, across a rotation; read from the files' ends."""
-        if lines <= 0:
-            return []
-        # Open every file at once under the lock: a rotation after that renames them but the open
-        # files stay the same ones, so the lines read are consecutive.
+        return self.tail_text(lines).lines
+
+    def tail_text(self, lines: int) -> LogText:
+        """The newest `lines` lines, and where the output goes on from them (for `since`)."""
+        files = self._open_files()
+        found: list[bytes] = []
+        try:
+            if not files:
+                return LogText([], False, "")
+            end = files[0].seek(0, os.SEEK_END)
+            more = LogText([], not _ended_by_newline(files[0]), _cursor(files[0], end))
+            for index, file in enumerate(files):
+                if len(found) > lines or lines <= 0:
+                    break
+                # A file's last line has no newline yet, or it continues in the newer file: either
+                # way it is glued to what was found so far.
+                newer = found.pop(0) if found and not _ended_by_newline(file) else None
+                block = _last_lines(file, lines + 1 - len(found), end if index == 0 else None)
+                if newer is not None:
+                    block[-1:] = [(block[-1] if block else b"") + newer]
+                found = block + found
+        finally:
+            for file in files:
+                file.close()
+        more.lines = (
+            [line.decode("utf-8", errors="replace") for line in found[-lines:]] if lines > 0 else []
+        )
+        return more
+
+    def since(self, cursor: str, max_bytes: int = SINCE_BYTES) -> LogText:
+        """The output written after `cursor` (a LogText's `next`), across rotations, at most about
+        `max_bytes` of it (cut at a line's end where one is in it). A cursor whose file was
+        rotated away starts at the oldest output kept. ValueError for a cursor that is none."""
+        inode, offset, first_bytes = _parse_cursor(cursor)
+        files = self._open_files()
+        try:
+            if not files:
+                return LogText([], False, cursor)
+            index = next(
+                (
+                    i
+                    for i, f in enumerate(files)
+                    if os.fstat(f.fileno()).st_ino == inode
+                    and offset <= f.seek(0, os.SEEK_END)
+                    and _first_bytes_sum(f, offset) == first_bytes
+                ),
+                None,
+            )
+            # Output rotated away before it was asked for: said, not silently skipped.
+            gap = [ROTATED_AWAY] if cursor and index is None else []
+            if index is None:
+                index, offset = len(files) - 1, 0
+            data = b""
+            while True:
+                file = files[index]
+                file.seek(offset)
+                chunk = file.read(max_bytes - len(data))
+                offset += len(chunk)
+                if len(data) + len(chunk) >= max_bytes:  # the rest next time, from a line's end
+                    cut = chunk.rfind(b"\n") + 1
+                    if cut:
+                        offset -= len(chunk) - cut
+                        chunk = chunk[:cut]
+                    data += chunk
+                    break
+                data += chunk
+                if index == 0:
+                    break
+                index, offset = index - 1, 0
+            text = LogText(
+                [], bool(data) and not data.endswith(b"\n"), _cursor(files[index], offset)
+            )
+            if data:
+                pieces = data[: -1 if data.endswith(b"\n") else None].split(b"\n")
+                text.lines = [piece.decode("utf-8", errors="replace") for piece in pieces]
+            text.lines[:0] = gap
+            return text
+        finally:
+            for file in files:
+                file.close()
+
+    def _open_files(self) -> list[IO[bytes]]:
+        """The log's files, newest first. Opened at once under the lock: a rotation after that
+        renames them but the open files stay the same ones, so what is read is consecutive."""
         with self._lock:
             files = []
             for candidate in [self.path] + [self._numbered(n) for n in range(1, self.keep + 1)]:
@@ -214,22 +311,7 @@ class JobLog:
                 if file is None:
                     break
                 files.append(file)
-        found: list[bytes] = []
-        try:
-            for file in files:
-                # A file's last line has no newline yet, or it continues in the newer file: either
-                # way it is glued to what was found so far.
-                newer = found.pop(0) if found and not _ended_by_newline(file) else None
-                block = _last_lines(file, lines + 1 - len(found))
-                if newer is not None:
-                    block[-1:] = [(block[-1] if block else b"") + newer]
-                found = block + found
-                if len(found) > lines:
-                    break
-        finally:
-            for file in files:
-                file.close()
-        return [line.decode("utf-8", errors="replace") for line in found[-lines:]]
+        return files
 
     def close(self) -> None:
         """Wait for the threads to read their streams to the end (the job's process has ended),
@@ -256,6 +338,29 @@ def _open_log(path: Path) -> IO[bytes] | None:
         return None
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
+
+
+def _cursor(file: IO[bytes], offset: int) -> str:
+    """A place in the log: the file (its inode, which a rotation keeps, and a checksum of its first
+    bytes, which tells it from a newer file given the same inode once it was deleted) and the
+    offset in it."""
+    return f"{os.fstat(file.fileno()).st_ino}:{offset}:{_first_bytes_sum(file, offset):08x}"
+
+
+def _first_bytes_sum(file: IO[bytes], offset: int) -> int:
+    """The CRC-32 of the file's bytes before `offset`, the first 64 at most: written once and
+    never changed, so the same for every place in the same file."""
+    file.seek(0)
+    return zlib.crc32(file.read(min(offset, _FINGERPRINT_BYTES)))
+
+
+def _parse_cursor(cursor: str) -> tuple[int, int, int]:
+    if not cursor:  # before any output: from the oldest kept
+        return -1, 0, 0
+    match = re.fullmatch(r"([0-9]{1,30}):([0-9]{1,20}):([0-9a-f]{8})", cursor)
+    if match is None:
+        raise ValueError(f"{cursor!r} is not a place in a job's log (an earlier answer's next)")
+    return int(match[1]), int(match[2]), int(match[3], 16)
 
 
 def _why(failure: OSError) -> str:
@@ -292,10 +397,11 @@ def _ended_by_newline(file: IO[bytes]) -> bool:
     return file.read(1) == b"\n"
 
 
-def _last_lines(file: IO[bytes], count: int) -> list[bytes]:
-    """The last `count` lines of `file` (without their newlines), reading blocks backwards from its
-    end until enough newlines are seen."""
-    end = file.seek(0, os.SEEK_END)
+def _last_lines(file: IO[bytes], count: int, end: int | None = None) -> list[bytes]:
+    """The last `count` lines of `file` up to `end` (its end by default; without their newlines),
+    reading blocks backwards until enough newlines are seen."""
+    if end is None:
+        end = file.seek(0, os.SEEK_END)
     data = b""
     position = end
     while position > 0 and data.count(b"\n") <= count:

@@ -10,6 +10,7 @@ import ctypes
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import stat
@@ -25,10 +26,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..diskio import file_kind
+from ..store.names import shown
 from . import files, manifest, trust
 from .failure import classify, oom_kills
 from .gpus import Fitted, fit_to_gpus
-from .joblog import JobLog
+from .joblog import JobLog, LogText
 from .notebook import output_path
 from .record import ACTIVE, MAX_TEXT, JobRecord, RecordError, command_problem, from_json, limits
 from .vouching import SeenRecords, judge
@@ -556,6 +558,12 @@ class JobManager:
             attempt.reason = f"cannot start {record.command[0]}: {err.strerror or err}"
             return _Outcome("failed", attempt.reason, False)
         job.process = process
+        log.info(
+            "gpuws: job %s attempt %d started: %s",
+            record.id,
+            number,
+            shown(shlex.join(fitted.command)),
+        )
         # The process runs: its attempt is in the record, and on fewer GPUs than asked, the reason says so.
         self._set(job, **({"reason": fitted.note} if fitted.note and not record.reason else {}))
         assert process.stdout is not None
@@ -603,6 +611,9 @@ class JobManager:
         attempt.reason, attempt.retryable = (
             reason,
             None if outcome.state in ("interrupted", "finished") else outcome.retryable,
+        )
+        log.info(
+            "gpuws: job %s attempt %d ended: %s", record.id, number, shown(reason or outcome.state)
         )
         return _Outcome(outcome.state, reason, outcome.retryable)
 
@@ -743,11 +754,24 @@ class JobManager:
         return job.record
 
     def tail(self, job_id: str, lines: int) -> list[str]:
+        return self.log_text(job_id, lines).lines
+
+    def log_text(self, job_id: str, lines: int, after: str | None = None) -> LogText:
+        """The job's last `lines` lines, or with `after` (an earlier answer's `next`) what it
+        wrote since; where its log is not on this disk, the last lines its record keeps."""
         job = self.get(job_id)
         path = self.log_path(job_id)
         if path.exists() or Path(f"{path}.1").exists():
-            return (job.log or JobLog(path)).tail(lines)
-        return job.record.log_tail[-lines:] if lines else []
+            log = job.log or JobLog(path)
+            if after is None:
+                return log.tail_text(lines)
+            try:
+                return log.since(after)
+            except ValueError as err:
+                raise JobInputError(str(err)) from None
+        if after is not None:
+            return LogText([], False, after)
+        return LogText(job.record.log_tail[-lines:] if lines else [], False, "")
 
     # -- the runtime's end -----------------------------------------------------------------------
 

@@ -13,9 +13,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import re
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,8 @@ from .failure import CANNOT_CHANGE
 # How long an interrupted cell has to end before the kernel is shut down regardless.
 _INTERRUPT_GRACE_S = 10.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# A Unix socket's path has 107 bytes on Linux; the kernel's are the folder's, "kernel-" and a number.
+_SOCKET_PATH_ROOM = 96
 
 
 class BadInput(Exception):
@@ -109,6 +113,7 @@ async def _run(
     # The kernel is started and stopped here rather than in nbclient's async_setup_kernel: that
     # one puts in signal handlers of its own that shut the kernel down and carry on running cells.
     km = client.create_kernel_manager()
+    sockets = _private_sockets(km)
     try:
         await (
             client.async_start_new_kernel()
@@ -157,11 +162,31 @@ async def _run(
                 await _maybe_await(km.shutdown_kernel())
         with contextlib.suppress(Exception):
             await _maybe_await(km.cleanup_resources())
+        if sockets is not None:
+            sockets.cleanup()
     write_notebook(notebook, output)
     if stopped:
         print(f"stopped by {signal.Signals(stopped[0]).name}", file=sys.stderr, flush=True)
         return 128 + stopped[0]
     return 0
+
+
+def _private_sockets(km: Any) -> tempfile.TemporaryDirectory[str] | None:
+    """An ipykernel kernel talks to this process over Unix sockets in a folder of its own that
+    only this user can open (its IPC transport), not over TCP: it is this process's child on the
+    same machine, and over TCP ipykernel warns at its start that its messages go unencrypted,
+    a warning the job's log would open with although it is none of the notebook's output. Other
+    kernels, which may not know IPC, keep TCP; so does a kernel where the folder's path is too long
+    for a socket's (107 bytes on Linux). The folder is for the caller to remove at the end."""
+    if not any("ipykernel" in part for part in km.kernel_spec.argv):
+        return None
+    folder = tempfile.TemporaryDirectory(prefix="gpuws-kernel-")
+    path = os.path.join(folder.name, "kernel")
+    if len(path.encode()) > _SOCKET_PATH_ROOM:
+        folder.cleanup()
+        return None
+    km.transport, km.ip = "ipc", path
+    return folder
 
 
 async def _maybe_await(value: Any) -> Any:

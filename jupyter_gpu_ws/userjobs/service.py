@@ -332,7 +332,10 @@ class JobService:
                 out.update(
                     total_steps=run.get("total"),
                     eta_seconds=run.get("eta"),
-                    verdict=verdict.get("message") or None,
+                    # Without a deadline the verdict only says the ETA, which the job has already.
+                    verdict=None
+                    if verdict.get("state") == "no-deadline"
+                    else verdict.get("message") or None,
                     nan_loss=nan is not None,
                 )
                 if (

@@ -134,6 +134,19 @@ describe('the jobs model', () => {
     expect(mocked.restartJob).toHaveBeenCalledWith('j1');
   });
 
+  it('runs a notebook as a notebook, and a script as python NAME in its folder', async () => {
+    mocked.startJob.mockResolvedValue(job());
+    await model.runFile('sub/dir/analysis.ipynb');
+    expect(mocked.startJob).toHaveBeenLastCalledWith({ notebook: 'sub/dir/analysis.ipynb' });
+    await model.runFile('sub/dir/train.py');
+    expect(mocked.startJob).toHaveBeenLastCalledWith({
+      command: ['python', 'train.py'],
+      cwd: 'sub/dir'
+    });
+    await model.runFile('train.py');
+    expect(mocked.startJob).toHaveBeenLastCalledWith({ command: ['python', 'train.py'], cwd: '' });
+  });
+
   it('folds and unfolds a log', () => {
     model.toggleLog('j1');
     expect(model.foldedLogs.has('j1')).toBe(true);

@@ -1,5 +1,6 @@
-// "Run as job" for a notebook: the server runs it without this page; the notification names the
-// job and leads to the panel, or says why the server refused. A job's whole log in a dialog.
+// "Run as job" for a notebook or a Python script: the server runs it without this page; the
+// notification names the job and leads to the panel, or says why the server refused. A job's
+// whole log in a dialog.
 // And the approval of a record this runtime cannot vouch for: what it runs, asked first.
 import React from 'react';
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
@@ -11,15 +12,15 @@ import { shortPath } from '../vocabulary';
 import { JobsModel } from './model';
 import { changedLines, commandText, folderText } from './words';
 
-/** The job, or null when the server refused (the reason in a notification). */
-export async function runNotebook(
+/** The notebook's or script's job, or null when the server refused (the reason in a notification). */
+export async function runAsJob(
   jobs: JobsModel,
   path: string,
   openPanel: () => void
 ): Promise<IUserJob | null> {
   let job: IUserJob;
   try {
-    job = await jobs.runNotebook(path);
+    job = await jobs.runFile(path);
   } catch (error) {
     Notification.error(`Cannot run ${shortPath(path)} as a job: ${(error as Error).message}`, {
       autoClose: false

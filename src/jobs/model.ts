@@ -1,5 +1,5 @@
 // The user's jobs (polled): each one's state, reason, progress and log; what the panel can do
-// to one now (stop, restart, hold, approve), and a notebook started as a job.
+// to one now (stop, restart, hold, approve), and a notebook or a script started as a job.
 import { holdJob, IUserJob, IUserJobs, listJobs, restartJob, startJob, stopJob } from '../api';
 import { PolledModel } from '../polled';
 import { shown } from '../shown';
@@ -71,12 +71,20 @@ export class JobsModel extends PolledModel {
     this._changed.emit();
   }
 
-  /** Run a notebook of the work directory as a job; throws with the server's reason. */
-  async runNotebook(path: string): Promise<IUserJob> {
-    const job = await startJob({ notebook: path });
+  /** Run a notebook or a Python script of the work directory as a job (`scriptJob`); throws with
+   * the server's reason. */
+  async runFile(path: string): Promise<IUserJob> {
+    const job = await startJob(path.endsWith('.ipynb') ? { notebook: path } : scriptJob(path));
     await this.refresh();
     return job;
   }
+}
+
+/** A Python script as a job: `python NAME` in the script's folder, as it would be run from a
+ * terminal there (`jupyter gpuws run -- python NAME`). */
+export function scriptJob(path: string): { command: string[]; cwd: string } {
+  const slash = path.lastIndexOf('/');
+  return { command: ['python', path.slice(slash + 1)], cwd: path.slice(0, Math.max(slash, 0)) };
 }
 
 /** Whether the job is under way (or about to be): it belongs near the top of the panel. */

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from jupyter_gpu_ws.userjobs.joblog import LINE_LIMIT, JobLog
 from tests.waiting import until
 
@@ -203,3 +205,66 @@ def in_lockstep(tmp_path: Path, script: str, seen: list[list[str]]) -> list[str]
         job.kill()
         log.close()
     return log.tail()
+
+
+def _printed(log: JobLog, first: int, last: int) -> None:
+    """Lines `first`..`last` written into `log` as a job's output would be (8 bytes each)."""
+    for i in range(first, last + 1):
+        log._write(f"line {i:02d}\n".encode(), "stdout")
+
+
+def test_what_was_written_since_an_answer_follows_on_from_it_across_rotations(
+    tmp_path: Path,
+) -> None:
+    log = JobLog(tmp_path / "job.log", max_bytes=100, keep=2)  # 12 lines to a file
+    _printed(log, 0, 4)
+    first = log.tail_text(3)
+    assert (first.lines, first.open) == (["line 02", "line 03", "line 04"], False)
+    _printed(log, 5, 30)  # two rotations: the answer's file is now job.log.2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.log", "job.log.1", "job.log.2"]
+    since = log.since(first.next)
+    assert since.lines == [f"line {i:02d}" for i in range(5, 31)] and not since.open
+    assert log.since(since.next).lines == []
+    _printed(log, 31, 31)
+    assert log.since(since.next).lines == ["line 31"]
+
+
+def test_a_line_not_ended_yet_is_open_and_the_next_answer_continues_it(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log")
+    log._write(b"epoch 1: 50%", "stdout")
+    first = log.tail_text(10)
+    assert (first.lines, first.open) == (["epoch 1: 50%"], True)
+    log._write(b" 100%\nepoch 2\n", "stdout")
+    since = log.since(first.next)
+    assert (since.lines, since.open) == ([" 100%", "epoch 2"], False)
+
+
+def test_a_large_backlog_comes_in_pieces_cut_at_line_ends(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log")
+    _printed(log, 0, 99)
+    got: list[str] = []
+    cursor = ""
+    while piece := log.since(cursor, max_bytes=60):  # 7 lines and a half per answer
+        assert not piece.open
+        got += piece.lines
+        cursor = piece.next
+        if not piece.lines:
+            break
+    assert got == [f"line {i:02d}" for i in range(100)]
+
+
+def test_output_rotated_away_before_it_was_asked_for_is_said(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log", max_bytes=100, keep=1)
+    _printed(log, 0, 0)
+    cursor = log.tail_text(1).next
+    _printed(log, 1, 40)  # the answer's file rotated out of the two kept
+    since = log.since(cursor)
+    assert since.lines[0] == "[\u2026 output rotated away before it was read]"
+    assert since.lines[1:] == [f"line {i:02d}" for i in range(24, 41)]  # the oldest kept on
+
+
+def test_a_place_in_the_log_that_is_none_is_refused(tmp_path: Path) -> None:
+    log = JobLog(tmp_path / "job.log")
+    _printed(log, 0, 0)
+    with pytest.raises(ValueError, match="not a place in a job's log"):
+        log.since("12")

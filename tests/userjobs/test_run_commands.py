@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -71,7 +72,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         yield server
 
 
-def cli(runtime: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    runtime: Path, *args: str, cwd: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "jupyter_gpu_ws.cli", *args],
         capture_output=True,
@@ -79,7 +82,7 @@ def cli(runtime: Path, *args: str, cwd: Path | None = None) -> subprocess.Comple
         check=False,
         cwd=cwd,
         timeout=120,
-        env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime)},
+        env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), **env},
     )
 
 
@@ -108,7 +111,9 @@ def test_jupyter_gpuws_run_starts_the_command_in_the_folder_it_is_run_from_and_p
     )
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.strip()
-    assert "jupyter gpuws jobs" in done.stderr
+    # A terminal's user is pointed at the terminal's command for the log, not at an HTTP route.
+    assert f"follow it with jupyter gpuws jobs --log {job_id} --follow" in done.stderr
+    assert "api/" not in done.stderr
     job = ended(server, job_id)
     assert job["name"] == "from-cli" and job["cwd"] == "sub" and job["state"] == "finished"
     assert "the job ran" in job["log_tail"]
@@ -126,15 +131,115 @@ def test_jupyter_gpuws_run_of_a_notebook_runs_it_from_the_folder_it_is_in(
     assert "from the notebook" in (server.root / "sub" / "nb.job.ipynb").read_text()
 
 
+def test_a_notebook_jobs_log_has_its_output_and_warnings_but_not_the_kernels_tcp_warning(
+    server: ServerProcess,
+) -> None:
+    cell = (
+        "import os, sys, warnings\n"
+        "print('printed by the notebook')\n"
+        "warnings.warn('a warning of the notebook its own')\n"
+        "os.write(2, b'written to the kernel process stderr\\n')"
+    )
+    notebook = {**NOTEBOOK, "cells": [{**NOTEBOOK["cells"][0], "source": cell}]}  # type: ignore[index]
+    write(server.root, "warns.ipynb", json.dumps(notebook))
+    job = server.api("/gpuws/api/jobs", "POST", {"notebook": "warns.ipynb"})
+    assert ended(server, job["id"])["state"] == "finished"
+    log = "\n".join(server.api(f"/gpuws/api/jobs/{job['id']}/log?lines=1000")["lines"])
+    assert "printed by the notebook" in log
+    assert "UserWarning: a warning of the notebook its own" in log
+    assert "written to the kernel process stderr" in log
+    assert "without encryption" not in log and "TCP" not in log, log
+
+
 def test_jupyter_gpuws_run_of_a_missing_program_is_one_line_and_exit_2(
     server: ServerProcess,
 ) -> None:
     done = cli(server.runtime, "run", "--", "no-such-program-anywhere")
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == (
-        "jupyter gpuws: error: 400: no-such-program-anywhere: command not found on this "
-        "server's PATH"
+    assert done.stderr.strip() == (  # the server's words, without the HTTP code
+        "jupyter gpuws: error: no-such-program-anywhere: command not found on this server's PATH"
     )
+
+
+def test_a_server_refusing_the_token_is_said_in_words_without_the_http_code(
+    server: ServerProcess,
+) -> None:
+    done = cli(
+        server.runtime,
+        "jobs",
+        "--server",
+        f"http://127.0.0.1:{server.port}/",
+        JUPYTER_TOKEN="not-the-servers-token",
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip() == (
+        "jupyter gpuws: error: the server refused access (a token it does not take, or no "
+        "permission): Forbidden"
+    )
+
+
+def test_the_job_managers_info_lines_are_in_the_servers_log_with_time_and_level_as_its_own(
+    server: ServerProcess,
+) -> None:
+    job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "ok.py"], "cwd": "sub"})
+    ended(server, job["id"])
+    started = re.compile(
+        r"\[I \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} jupyter_gpu_ws\.userjobs\.manager\] "
+        + re.escape(f"gpuws: job {job['id']} attempt 1 started: python ok.py")
+    )
+    until(lambda: started.search(server.log.read_text()), 30, "the manager's line")
+    # As the server's own lines are written:
+    assert re.search(
+        r"\[I \S+ \S+ ServerApp\] Jupyter Server \S+ is running at", server.log.read_text()
+    )
+
+
+def test_jupyter_gpuws_jobs_log_prints_the_last_lines_of_a_jobs_log(server: ServerProcess) -> None:
+    job = server.api(
+        "/gpuws/api/jobs", "POST", {"command": ["python", "-c", "for i in range(9): print(i)"]}
+    )
+    ended(server, job["id"])
+    done = cli(server.runtime, "jobs", "--log", job["id"], "--lines", "3")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "6\n7\n8\n", "")
+    unknown = cli(server.runtime, "jobs", "--log", "j-000000000000")
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == "jupyter gpuws: error: No job 'j-000000000000'"
+
+
+def test_jupyter_gpuws_jobs_log_follow_prints_each_line_as_the_job_writes_it_until_it_ends(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    # Two lines, then (once the follower has shown them) a line left open, its end, one more.
+    code = (
+        "import os, sys, time\n"
+        "print('first', flush=True)\nprint('second', flush=True)\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+        "sys.stdout.write('third, '); sys.stdout.flush(); time.sleep(0.3)\n"
+        "print('ended', flush=True)\nprint('last', flush=True)\n"
+    )
+    job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "-c", code]})
+    until(
+        lambda: "second" in server.api(f"/gpuws/api/jobs/{job['id']}")["log_tail"],
+        60,
+        "the job's 2 lines",
+    )
+    out = tmp_path / "out"
+    with out.open("w") as stdout:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_gpu_ws.cli", "jobs", "--log", job["id"], "--follow"],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "JUPYTER_RUNTIME_DIR": str(server.runtime)},
+        )
+        until(lambda: out.read_text() == "first\nsecond\n", 60, "the follower's first lines")
+        assert follower.poll() is None  # the job runs: the follower waits for more
+        go.touch()
+        _, stderr = follower.communicate(timeout=60)
+    assert follower.returncode == 0, stderr
+    assert out.read_text() == "first\nsecond\nthird, ended\nlast\n"
+    assert stderr.strip().endswith(f"({job['id']}): finished")
 
 
 def test_jupyter_gpuws_jobs_shows_what_approving_a_record_from_the_store_runs_escaped(

@@ -627,15 +627,9 @@ test('the Jobs section in the light and dark themes', async ({ page }) => {
   }
 });
 
-test('a notebook run as a job on the real server shows running, then finished', async ({
-  page,
-  tmpPath
-}) => {
-  const file = 'job-real-run.ipynb';
-  // Long enough to be seen running between two of the panel's looks (every 3 s).
-  await writeNotebook(page, `${tmpPath}/${file}`, [
-    'import time\nfor i in range(10): print(f"tick {i}", flush=True); time.sleep(1)'
-  ]);
+/** Right-click `file` in the file browser, "Run as job", then the notification's link to the
+ * panel: the server's answer (a 201), the job it made and the job's row in the panel. */
+async function runFromFileBrowser(page: IJupyterLabPageFixture, file: string) {
   await page.filebrowser.refresh();
   await page.locator('.jp-DirListing-item', { hasText: file }).click({ button: 'right' });
   const posted = page.waitForResponse(
@@ -650,14 +644,92 @@ test('a notebook run as a job on the real server shows running, then finished', 
     .filter({ hasText: `Job "${created.name}" started` })
     .getByText('Show in GPU Workspace')
     .click();
-  const jobRow = row(page, created.id);
+  return { answer, created, jobRow: row(page, created.id) };
+}
+
+/** The job's row says running (with Stop), then finished (with Restart). */
+async function seenRunningThenFinished(jobRow: ReturnType<typeof row>): Promise<void> {
   await expect(jobRow.getByTestId('gpuws-job-state')).toHaveText('running', { timeout: 30000 });
   await expect(jobRow.getByTestId('gpuws-job-stop')).toBeVisible();
   await expect(jobRow.getByTestId('gpuws-job-state')).toHaveText('finished', { timeout: 90000 });
   await expect(jobRow.getByTestId('gpuws-job-restart')).toBeVisible();
+}
+
+test('a notebook run as a job on the real server shows running, then finished', async ({
+  page,
+  tmpPath
+}) => {
+  const file = 'job-real-run.ipynb';
+  // Long enough to be seen running between two of the panel's looks (every 3 s).
+  await writeNotebook(page, `${tmpPath}/${file}`, [
+    'import time\nfor i in range(10): print(f"tick {i}", flush=True); time.sleep(1)'
+  ]);
+  const { created, jobRow } = await runFromFileBrowser(page, file);
+  await seenRunningThenFinished(jobRow);
   // Its outputs are in the copy beside it.
   const output = await (await page.request.get(`/api/contents/${created.output}?content=1`)).json();
   expect(JSON.stringify(output.content.cells[0].outputs)).toContain('tick 9');
   // Ended, it is forgotten on request (DELETE), as the API has it: nothing else here uses it.
+  await page.request.delete(`/gpuws/api/jobs/${created.id}`);
+});
+
+/** A Python file in the server's folder `folder`, written as a user's editor would. */
+async function writeScript(
+  page: IJupyterLabPageFixture,
+  folder: string,
+  file: string,
+  lines: string[]
+): Promise<void> {
+  const written = await page.request.put(`/api/contents/${folder}/${file}`, {
+    data: { type: 'file', format: 'text', content: lines.join('\n') + '\n' }
+  });
+  expect(written.ok()).toBeTruthy();
+}
+
+test('a Python script run as a job from the file browser runs on the real server', async ({
+  page,
+  tmpPath
+}) => {
+  const file = 'job-real-script.py';
+  // Long enough to be seen running between two of the panel's looks (every 3 s).
+  await writeScript(page, tmpPath, file, [
+    'import time',
+    'for i in range(10):',
+    '    print(f"tick {i}", flush=True)',
+    '    time.sleep(1)'
+  ]);
+  const { answer, created, jobRow } = await runFromFileBrowser(page, file);
+  // Run as from a terminal in its folder: python NAME there.
+  expect(answer.request().postDataJSON()).toEqual({ command: ['python', file], cwd: tmpPath });
+  await seenRunningThenFinished(jobRow);
+  await expect(jobRow.getByTestId('gpuws-job-log')).toContainText('tick 9');
+  await page.request.delete(`/gpuws/api/jobs/${created.id}`);
+});
+
+/** A tracked loop with a total: its run has a pace and an ETA after a few steps. */
+const TRACKED_LOOP = `import time
+import jupyter_gpu_ws as gpuws
+gpuws.track(position={"i": 0}, total_steps=60)
+for i in range(60):
+    gpuws.step(i, loss=1.0 / (i + 1))
+    time.sleep(0.5)`;
+
+test("a running job's card shows its ETA once, on a runtime without a deadline", async ({
+  page,
+  tmpPath
+}) => {
+  await writeScript(page, tmpPath, 'job-eta.py', TRACKED_LOOP.split('\n'));
+  const answer = await page.request.post('/gpuws/api/jobs', {
+    data: { command: ['python', 'job-eta.py'], cwd: tmpPath }
+  });
+  expect(answer.status(), await answer.text()).toBe(201);
+  const created = await answer.json();
+  await openPanel(page, 250);
+  const jobRow = row(page, created.id);
+  // Beside its step, as a tracked run's; the verdict has nothing to add without a deadline.
+  await expect(jobRow.getByTestId('gpuws-job-progress')).toContainText('ETA', { timeout: 60000 });
+  expect((await jobRow.innerText()).match(/ETA/g)).toHaveLength(1);
+  // Stopped, then forgotten: nothing else here uses it.
+  await page.request.delete(`/gpuws/api/jobs/${created.id}`);
   await page.request.delete(`/gpuws/api/jobs/${created.id}`);
 });
