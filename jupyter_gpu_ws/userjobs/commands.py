@@ -29,9 +29,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--retries",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="run again up to N times after a failure that retrying can change (default 0)",
+        help="run again up to N times after a failure that retrying can change (default 0; "
+        "with --export k8s, the Job's backoffLimit, default 3)",
     )
     parser.add_argument(
         "--gpus", type=int, default=None, metavar="K", help="the GPUs the job sees (the first K)"
@@ -52,7 +53,7 @@ def run_request(args: argparse.Namespace, here: str, workdir: str | None) -> dic
         target = target[1:]
     if not target:
         raise ValueError(f"nothing to run: {USAGE}")
-    body: dict[str, Any] = {"retries": args.retries}
+    body: dict[str, Any] = {"retries": args.retries or 0}
     if args.name:
         body["name"] = args.name
     if args.gpus is not None:
