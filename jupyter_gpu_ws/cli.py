@@ -449,7 +449,19 @@ def add_env_commands(commands: Any) -> None:
         action="store_true",
         help="with --export k8s: the workspace is encrypted (the Secret holds GPUWS_PASSPHRASE)",
     )
-    jobs = commands.add_parser("jobs", help="the running server's jobs: state, step, ETA, reason")
+    jobs = commands.add_parser(
+        "jobs",
+        help="the running server's jobs: state, step, ETA, reason; and those run elsewhere",
+        description="The running server's jobs, and the jobs run elsewhere (a cluster's pod "
+        "from `run --export k8s`) that it finds in the store, with what they produced.",
+    )
+    jobs.add_argument(
+        "--bring-home",
+        default=None,
+        metavar="ID",
+        help="copy a job run elsewhere's outputs and checkpoints into the work directory; a file "
+        "changed here since the job began is kept, the job's version put beside it",
+    )
     for p in (run, jobs):
         p.add_argument(
             "--server", default=None, metavar="URL", help="which server, where several run here"
@@ -1338,11 +1350,17 @@ def _print_jobs(store: Any) -> None:
             print(f"  {shown(line)}")
 
 
+# How long `jobs --bring-home` waits for the server's answer: the job's checkpoints come with it.
+BRING_HOME_WAIT = 3600.0
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     """`run` and `jobs` ask the running server (the jobs are its children); without one, one line
     and exit 2: what to do is start it, or name it."""
+    from urllib.parse import quote
+
     from .client import ServerUnreachable, request, running_server
-    from .userjobs.commands import cli_run, listing_lines
+    from .userjobs.commands import bring_home_lines, cli_run, listing_lines
 
     if args.command == "run" and args.export == "k8s":
         return cmd_run_export(args)
@@ -1356,12 +1374,18 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         )
         return 2
 
-    def ask(path: str, method: str = "GET", body: Any = None) -> Any:
-        return request(url, token, path, method, body, timeout=30)
+    def ask(path: str, method: str = "GET", body: Any = None, timeout: float = 30) -> Any:
+        return request(url, token, path, method, body, timeout=timeout)
 
     try:
         if args.command == "run":
             return cli_run(args, ask)
+        if args.bring_home:
+            home = f"gpuws/api/jobs/elsewhere/{quote(args.bring_home, safe='')}/bring-home"
+            answer = ask(home, "POST", {}, timeout=BRING_HOME_WAIT)
+            for line in bring_home_lines(answer):
+                print(line)
+            return 1 if answer["errors"] else 0
         for line in listing_lines(ask("gpuws/api/jobs")):
             print(line)
         return 0

@@ -181,9 +181,10 @@ def run_job(
     record: dict[str, Any],
     every: float = EVERY,
     say: TextIO = sys.stderr,
+    cwd: str | None = None,
 ) -> int:
-    """Run `command` here as the job's own process, its output this process's, the signals this
-    process gets passed on to it; its area gets what it created or changed every `every` seconds
+    """Run `command` here (in `cwd`, else this process's folder) as the job's own process, its
+    output this process's, the signals this process gets passed on to it; its area gets what it created or changed every `every` seconds
     and once more at its end, with its record. Returns the command's exit status (128 + N for a
     signal, 127 when it cannot start), or 1 for a command that succeeded whose last pass failed,
     so that a cluster runs it again."""
@@ -192,7 +193,7 @@ def run_job(
     try:
         area.write(state="running", started=time.time(), returncode=None, ended=None)
         try:
-            child = subprocess.Popen(command)
+            child = subprocess.Popen(command, cwd=cwd)
         except OSError as err:
             print(f"jupyter gpuws: error: cannot start {command[0]}: {err.strerror}", file=say)
             area.send(final=True)

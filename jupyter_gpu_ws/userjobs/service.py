@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..checkpoints.coordinator import CheckpointRequestError
 from ..store.errors import SyncError
+from .bringhome import JobsElsewhere
 from .manager import RELAUNCH_WINDOW, Job, JobManager, JobSettings
 from .record import RECORDS, stored_records
 
@@ -103,12 +104,15 @@ class JobService:
             state_dir=Path(app.state_dir) if getattr(app, "state_dir", None) else None,
             relaunch_window=getattr(app, "relaunch_window", RELAUNCH_WINDOW),
         )
+        # The jobs run elsewhere (a cluster's pod): listed from their areas, brought home.
+        self.elsewhere = JobsElsewhere(lambda: app.sync.engine)
         self.manager = JobManager(
             settings,
             StoreRecords(app),
             checkpoint=self._checkpoint,
             run_view=self._run_view,
             gpu_count=self._gpu_count,
+            elsewhere=self.elsewhere.view,
         )
         self._stop = threading.Event()
         self._relaunched = False
@@ -118,6 +122,7 @@ class JobService:
 
     def start(self) -> None:
         self._thread.start()
+        self.elsewhere.start()
 
     def _tick(self) -> None:
         while not self._stop.wait(TICK):
@@ -315,6 +320,7 @@ class JobService:
 
     def stop(self) -> None:
         self._stop.set()
+        self.elsewhere.stop()
 
 
 def _differing(diff: Any) -> str:
