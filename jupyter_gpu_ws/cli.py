@@ -2,6 +2,8 @@
 
     jupyter gpuws sync    [--workdir DIR] [--store URL] [--workspace NAME] [--once]
     jupyter gpuws restore [--workdir DIR] [--store URL] [--workspace NAME]
+    jupyter gpuws restore --job ID …; sync --job ID [--every S] … -- COMMAND …   (a job run elsewhere:
+      its own area of the workspace, never the runtime's lease; userjobs/elsewhere.py)
     jupyter gpuws status  [--workdir DIR] [--store URL] [--workspace NAME]
     jupyter gpuws env snapshot|diff|restore|list [--store URL] [--workspace NAME] [--python PATH] [--offline]
     jupyter gpuws env export --format dockerfile|requirements|conda [--snapshot ID] [--to FILE] [--store URL]
@@ -12,7 +14,7 @@
     jupyter gpuws persist [--wait] [--timeout S] [--server URL] [--runtime-dir DIR]   (asks the running server)
     jupyter gpuws checkpoint export RUN [--step N] --to FILE [--only NAME] [--workdir DIR]
     jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND … | run NOTEBOOK.ipynb   (a job of the server)
-    jupyter gpuws jobs                                                       (the running server's jobs)
+    jupyter gpuws jobs [--bring-home ID]     (the running server's jobs, those run elsewhere; bring one home)
 
 What the flags leave out comes from the work directory this folder is in: the running server's
 settings, else what this machine synced (workspace_rule.py); each command says on stderr the

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 # Areas listed at most (the others counted), and how often the store is looked at again.
 MAX_JOBS = 50
-LOOK_EVERY = 15.0
+LOOK_EVERY = 10.0
 # A job's record is a few hundred bytes: one larger than this is not one.
 MAX_RECORD_BYTES = 64 * 2**10
 # Files of one area looked at for the listing and for bringing it home, and named per job.
@@ -118,9 +118,11 @@ class JobsElsewhere:
             return
         with self._lock:
             try:
-                names = sorted(self._area(engine).folders(""))
+                area = self._area(engine)
+                # A folder store has no such folder before a job ran elsewhere: none, not missing.
+                names = sorted(area.folders("")) if area.present("") else []
             except FileNotFoundError:
-                names = []  # no job has run elsewhere yet
+                names = []
             except SyncError as err:
                 self._view = {**self._view, "error": f"the jobs run elsewhere: {err}"}
                 return
@@ -190,6 +192,9 @@ class JobsElsewhere:
         if engine is None:
             raise SyncError("the store is not open yet")
         with self._lock:
+            area = self._area(engine)
+            if not area.present("") or not area.present(job_id):
+                raise NoSuchJobElsewhere(f"No job {job_id} has run elsewhere in this workspace")
             store = self._store(engine, job_id)
             files, more = _files(store)
             started = store.backend.stat(store.state_key(STARTED))

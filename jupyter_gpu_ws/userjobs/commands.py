@@ -2,7 +2,7 @@
 
 jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND …
 jupyter gpuws run NOTEBOOK.ipynb
-jupyter gpuws jobs
+jupyter gpuws jobs [--bring-home ID]
 """
 
 from __future__ import annotations

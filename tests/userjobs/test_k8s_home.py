@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
-from jupyter_gpu_ws.userjobs.bringhome import MAX_RECORD_BYTES, JobsElsewhere
+from jupyter_gpu_ws.userjobs.bringhome import MAX_RECORD_BYTES, JobsElsewhere, NoSuchJobElsewhere
 from jupyter_gpu_ws.userjobs.elsewhere import (
     RECORD,
     area_settings,
@@ -385,6 +385,16 @@ def test_bringing_home_keeps_every_file_changed_here_since_the_job_began_and_bri
     assert "not complete" in skipped[f"{run}/ckpt-000000006-20260101T000001Z/x.bin"]
     assert "leads out of the work directory" in skipped["sub/out.txt"]
     assert list(outside.iterdir()) == []
+
+
+def test_before_any_job_ran_elsewhere_none_is_listed_and_bringing_one_home_is_no_such_job(
+    workspace: SyncEngine,
+) -> None:
+    elsewhere = JobsElsewhere(lambda: workspace)
+    elsewhere.look()
+    assert elsewhere.view() == {"jobs": [], "more": 0, "problems": [], "error": None}
+    with pytest.raises(NoSuchJobElsewhere, match="No job j-00000000abcd has run elsewhere"):
+        elsewhere.bring_home(JOB_ID)
 
 
 def test_the_listing_of_areas_anyone_can_write_is_bounded_and_lists_what_cannot_be_read(
