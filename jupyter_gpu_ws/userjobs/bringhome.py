@@ -29,7 +29,7 @@ from .. import strictjson
 from ..checkpoints.files import MANIFEST
 from ..store import Store, open_backend
 from ..store.backend import PART_SUFFIX, Backend, RemoteFile
-from ..store.crypto import protect
+from ..store.crypto import keys, protect
 from ..store.errors import SyncError
 from ..store.hashing import fd_hash, file_hash
 from ..store.names import decode, shown
@@ -109,8 +109,12 @@ class JobsElsewhere:
         return self._backend[1]
 
     def _store(self, engine: SyncEngine, job_id: str) -> Store:
-        """One job's area, as a workspace of its own (encrypted as the workspace is)."""
-        return Store(protect(self._area(engine), job_id, engine.settings.encryption), job_id)
+        """One job's area, as a workspace of its own, encrypted as the workspace is. Only read:
+        an area of an encrypted workspace that is not encrypted is refused, never made so."""
+        area, encryption = self._area(engine), engine.settings.encryption
+        if encryption is not None and keys.read_marker(area, job_id) is None:
+            raise ValueError("its area is not encrypted as the workspace is: not read")
+        return Store(protect(area, job_id, encryption), job_id)
 
     def look(self) -> None:
         engine = self.engine()

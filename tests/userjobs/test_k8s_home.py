@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from jupyter_gpu_ws.store.crypto import Encryption
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from jupyter_gpu_ws.userjobs.bringhome import MAX_RECORD_BYTES, JobsElsewhere, NoSuchJobElsewhere
 from jupyter_gpu_ws.userjobs.elsewhere import (
@@ -261,6 +262,15 @@ def test_the_manifests_commands_against_a_live_runtime_on_s3_bring_the_pods_chec
     finally:
         writes.stop()
 
+    jobs = subprocess.run(
+        [sys.executable, "-m", "jupyter_gpu_ws.cli", "jobs", "--runtime-dir", str(server.runtime)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f"train ({job_id}, elsewhere): ended with exit status 0 · on {POD_HOST} · step 29" in (
+        jobs.stdout
+    )
     home = subprocess.run(
         [sys.executable, "-m", "jupyter_gpu_ws.cli", "jobs", "--bring-home", job_id]
         + ["--runtime-dir", str(server.runtime)],
@@ -291,11 +301,13 @@ def test_the_manifests_commands_against_a_live_runtime_on_s3_bring_the_pods_chec
 # -- on a local store: the rules, quickly ---------------------------------------------------------
 
 JOB_ID = "j-00000000abcd"
+PASSPHRASE = "correct horse battery staple"
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[SyncEngine]:
-    """The runtime's engine over a local store, its work directory synced."""
+@pytest.fixture(params=["plain", "encrypted"])
+def workspace(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SyncEngine]:
+    """The runtime's engine over a local store, its work directory synced; the workspace plain,
+    or encrypted (the job's area then is too, with the same passphrase)."""
     root = tmp_path / "runtime"
     root.mkdir()
     for name, text in {"a.txt": "a", "b.txt": "b", "c.txt": "c", "keep.txt": "k"}.items():
@@ -307,6 +319,7 @@ def workspace(tmp_path: Path) -> Iterator[SyncEngine]:
             workspace="ws",
             state_dir=str(tmp_path / "runtime-state"),
             create_store=True,
+            encryption=Encryption(PASSPHRASE) if request.param == "encrypted" else None,
         )
     )
     engine.open()
@@ -318,11 +331,13 @@ def workspace(tmp_path: Path) -> Iterator[SyncEngine]:
 def run_elsewhere(tmp_path: Path, workspace: SyncEngine, script: str) -> int:
     """A job run by hand on "another machine" (another folder and state): restored with its
     start marked, then run, its files sent to its area."""
+    encrypted = workspace.settings.encryption is not None
     settings = SyncSettings(
         workdir=str(tmp_path / "elsewhere"),
         store_url=workspace.settings.store_url,
         workspace="ws",
         state_dir=str(tmp_path / "elsewhere-state"),
+        encryption=Encryption(PASSPHRASE) if encrypted else None,
     )
     Path(settings.workdir).mkdir()
     there = SyncEngine(settings)
@@ -362,6 +377,10 @@ def test_bringing_home_keeps_every_file_changed_here_since_the_job_began_and_bri
     outside.mkdir()
     (root / "sub").symlink_to(outside)  # a folder here that leads out of the work directory
 
+    if workspace.settings.encryption is not None:  # the area is sealed as the workspace is
+        area = Path(area_url(workspace.settings.store_url, "ws")) / JOB_ID
+        assert not any(b"job new.txt" in f.read_bytes() for f in area.rglob("*") if f.is_file())
+
     answer = JobsElsewhere(lambda: workspace).bring_home(JOB_ID)
 
     assert answer["replaced"] == ["a.txt"]  # as the job began from it: the job's version
@@ -397,6 +416,7 @@ def test_before_any_job_ran_elsewhere_none_is_listed_and_bringing_one_home_is_no
         elsewhere.bring_home(JOB_ID)
 
 
+@pytest.mark.parametrize("workspace", ["plain"], indirect=True)
 def test_the_listing_of_areas_anyone_can_write_is_bounded_and_lists_what_cannot_be_read(
     workspace: SyncEngine, tmp_path: Path
 ) -> None:
@@ -424,3 +444,23 @@ def test_the_listing_of_areas_anyone_can_write_is_bounded_and_lists_what_cannot_
     assert "j-0000000000b2" in problems
     assert problems["not-a-job\\x1b[31m"] == "not a job's id: not looked at"
     assert view["error"] is None
+
+
+@pytest.mark.parametrize("workspace", ["encrypted"], indirect=True)
+def test_a_plain_area_in_an_encrypted_workspace_is_listed_as_not_read_and_left_as_it_is(
+    workspace: SyncEngine,
+) -> None:
+    planted = Path(area_url(workspace.settings.store_url, "ws")) / "j-0000000000c1" / ".gpuws"
+    planted.mkdir(parents=True)
+    (planted / RECORD).write_text('{"name": "planted", "state": "running"}')
+    elsewhere = JobsElsewhere(lambda: workspace)
+    elsewhere.look()
+    view = elsewhere.view()
+    assert view["jobs"] == []
+    assert view["problems"] == [
+        {
+            "id": "j-0000000000c1",
+            "reason": "its area is not encrypted as the workspace is: not read",
+        }
+    ]
+    assert [p.name for p in planted.iterdir()] == [RECORD]  # no key made there by looking
