@@ -1729,7 +1729,7 @@ export interface components {
     /** @description The jobs run elsewhere, as the store was last looked at (every 10 s): 50 at most, newest first */
     ElsewhereJobs: {
       jobs: components['schemas']['ElsewhereJob'][];
-      /** @description areas not listed */
+      /** @description areas not looked at (a look reads 50 at most, jobs and problems together) */
       more: number;
       /** @description areas that cannot be read, each with why; never keeping another from being listed */
       problems: {

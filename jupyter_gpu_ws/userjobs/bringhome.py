@@ -130,25 +130,23 @@ class JobsElsewhere:
             except SyncError as err:
                 self._view = {**self._view, "error": f"the jobs run elsewhere: {err}"}
                 return
-            jobs, problems = [], []
+            jobs: list[dict[str, Any]] = []
+            problems: list[dict[str, str]] = []
+            more = 0
             for name in names:
-                if not JOB_ID.match(name):
-                    problems.append({"id": shown(name), "reason": "not a job's id: not looked at"})
-                    continue
-                if len(jobs) >= MAX_JOBS:
-                    continue
-                try:
-                    jobs.append(self._describe(engine, name))
-                except (SyncError, ValueError, OSError) as err:
-                    problems.append({"id": name, "reason": shown(str(err))[:MAX_TEXT]})
-            listed = {job["id"] for job in jobs} | {p["id"] for p in problems}
+                if len(jobs) + len(problems) >= MAX_JOBS:
+                    more += 1
+                elif not JOB_ID.match(name):
+                    problems.append(
+                        {"id": shown(name)[:200], "reason": "not a job's id: not looked at"}
+                    )
+                else:
+                    try:
+                        jobs.append(self._describe(engine, name))
+                    except (SyncError, ValueError, OSError) as err:
+                        problems.append({"id": name, "reason": shown(str(err))[:MAX_TEXT]})
             jobs.sort(key=lambda job: -(job["updated"] or 0))
-            self._view = {
-                "jobs": jobs,
-                "more": sum(1 for name in names if name not in listed),
-                "problems": problems[:MAX_JOBS],
-                "error": None,
-            }
+            self._view = {"jobs": jobs, "more": more, "problems": problems, "error": None}
 
     def _describe(self, engine: SyncEngine, job_id: str) -> dict[str, Any]:
         store = self._store(engine, job_id)

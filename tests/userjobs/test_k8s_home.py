@@ -24,6 +24,7 @@ import yaml
 
 from jupyter_gpu_ws.store.crypto import Encryption
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
+from jupyter_gpu_ws.userjobs import bringhome
 from jupyter_gpu_ws.userjobs.bringhome import MAX_RECORD_BYTES, JobsElsewhere, NoSuchJobElsewhere
 from jupyter_gpu_ws.userjobs.elsewhere import (
     RECORD,
@@ -418,7 +419,7 @@ def test_before_any_job_ran_elsewhere_none_is_listed_and_bringing_one_home_is_no
 
 @pytest.mark.parametrize("workspace", ["plain"], indirect=True)
 def test_the_listing_of_areas_anyone_can_write_is_bounded_and_lists_what_cannot_be_read(
-    workspace: SyncEngine, tmp_path: Path
+    workspace: SyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert run_elsewhere(tmp_path, workspace, "open('out.txt', 'w').write('x')") == 0
     areas = Path(area_url(workspace.settings.store_url, "ws"))
@@ -443,7 +444,12 @@ def test_the_listing_of_areas_anyone_can_write_is_bounded_and_lists_what_cannot_
     assert "larger than 64 KiB" in problems["j-0000000000b1"]
     assert "j-0000000000b2" in problems
     assert problems["not-a-job\\x1b[31m"] == "not a job's id: not looked at"
-    assert view["error"] is None
+    assert view["error"] is None and view["more"] == 0
+    # However many areas there are, a look reads MAX_JOBS of them and counts the others.
+    monkeypatch.setattr(bringhome, "MAX_JOBS", 2)
+    elsewhere.look()
+    view = elsewhere.view()
+    assert len(view["jobs"]) + len(view["problems"]) == 2 and view["more"] == 3
 
 
 @pytest.mark.parametrize("workspace", ["encrypted"], indirect=True)
