@@ -199,6 +199,7 @@ def run_job(
             area.send(final=True)
             area.write(state="ended", returncode=127, ended=time.time())
             return 127
+        # Kept until the last send is done: a second SIGTERM must not cut it short.
         previous = {sig: signal.signal(sig, _pass_on(child)) for sig in PASSED_ON}
         try:
             while True:
@@ -207,11 +208,11 @@ def run_job(
                     break
                 except subprocess.TimeoutExpired:
                     area.send(final=False)
+            failed = area.send(final=True)
+            area.write(state="ended", returncode=returncode, ended=time.time())
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        failed = area.send(final=True)
-        area.write(state="ended", returncode=returncode, ended=time.time())
     finally:
         engine.close()
     status = 128 - returncode if returncode < 0 else returncode
