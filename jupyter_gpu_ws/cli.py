@@ -2,6 +2,8 @@
 
     jupyter gpuws sync    [--workdir DIR] [--store URL] [--workspace NAME] [--once]
     jupyter gpuws restore [--workdir DIR] [--store URL] [--workspace NAME]
+    jupyter gpuws restore --job ID …; sync --job ID [--every S] … -- COMMAND …   (a job run elsewhere:
+      its own area of the workspace, never the runtime's lease; userjobs/elsewhere.py)
     jupyter gpuws status  [--workdir DIR] [--store URL] [--workspace NAME]
     jupyter gpuws env snapshot|diff|restore|list [--store URL] [--workspace NAME] [--python PATH] [--offline]
     jupyter gpuws env export --format dockerfile|requirements|conda [--snapshot ID] [--to FILE] [--store URL]
@@ -12,7 +14,7 @@
     jupyter gpuws persist [--wait] [--timeout S] [--server URL] [--runtime-dir DIR]   (asks the running server)
     jupyter gpuws checkpoint export RUN [--step N] --to FILE [--only NAME] [--workdir DIR]
     jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND … | run NOTEBOOK.ipynb   (a job of the server)
-    jupyter gpuws jobs [--log ID [--lines N] [--follow]]                     (the running server's jobs, a job's log)
+    jupyter gpuws jobs [--log ID [--lines N] [--follow]] [--bring-home ID]   (the running server's jobs, those run elsewhere; a job's log; bring one home)
 
 What the flags leave out comes from the work directory this folder is in: the running server's
 settings, else what this machine synced (workspace_rule.py); each command says on stderr the
@@ -29,6 +31,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -189,6 +192,16 @@ def build_parser() -> argparse.ArgumentParser:
             help="a file whose first line is the passphrase (default: $GPUWS_PASSPHRASE, else a prompt)",
         )
 
+    def job_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--job",
+            default=None,
+            metavar="ID",
+            help="a job run away from the runtime (a cluster's pod, another machine): restore "
+            "marks its start and brings its own files too; sync runs its command and sends what it "
+            "creates or changes to its own area of the workspace, never needing the runtime's lease",
+        )
+
     def concurrency(p: argparse.ArgumentParser, what: str) -> None:
         p.add_argument(
             "--concurrency", type=int, default=8, metavar="N", help=f"{what} at once (default: 8)"
@@ -223,6 +236,24 @@ def build_parser() -> argparse.ArgumentParser:
         "lease has run out)",
     )
     sync.add_argument("--once", action="store_true", help="one full pass, then exit")
+    job_args(sync)
+    sync.add_argument(
+        "--name", default=None, help="with --job: the job's name (default: its script's)"
+    )
+    sync.add_argument(
+        "--every",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="with --job: seconds between two sends of the job's files while it runs (default 60)",
+    )
+    sync.add_argument(
+        "job_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND …",
+        help="with --job: the command to run as the job; its files go to the job's own area of the "
+        "workspace while it runs and when it ends (docs/jobs.md)",
+    )
     sync.add_argument(
         "--create-store",
         action="store_true",
@@ -238,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     where(restore)
     concurrency(restore, "files downloaded")
+    job_args(restore)
     status = commands.add_parser(
         "status",
         help="the workspace in the store and what is pending here",
@@ -419,7 +451,12 @@ def add_env_commands(commands: Any) -> None:
         action="store_true",
         help="with --export k8s: the workspace is encrypted (the Secret holds GPUWS_PASSPHRASE)",
     )
-    jobs = commands.add_parser("jobs", help="the running server's jobs: state, step, ETA, reason")
+    jobs = commands.add_parser(
+        "jobs",
+        help="the running server's jobs: state, step, ETA, reason; and those run elsewhere",
+        description="The running server's jobs, and the jobs run elsewhere (a cluster's pod "
+        "from `run --export k8s`) that it finds in the store, with what they produced.",
+    )
     jobs.add_argument("--log", default=None, metavar="ID", help="print this job's log instead")
     jobs.add_argument(
         "--lines", type=int, default=100, metavar="N", help="with --log: its last N lines (100)"
@@ -428,6 +465,13 @@ def add_env_commands(commands: Any) -> None:
         "--follow",
         action="store_true",
         help="with --log: then print what the job writes, until it ends or Ctrl-C",
+    )
+    jobs.add_argument(
+        "--bring-home",
+        default=None,
+        metavar="ID",
+        help="copy a job run elsewhere's outputs and checkpoints into the work directory; a file "
+        "changed here since the job began is kept, the job's version put beside it",
     )
     for p in (run, jobs):
         p.add_argument(
@@ -673,6 +717,11 @@ def with_cancel(run: Callable[[Progress, threading.Event], Any]) -> Any:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
+    command = args.job_command[1:] if args.job_command[:1] == ["--"] else args.job_command
+    if args.job:
+        return cmd_sync_job(args, command)
+    if command:
+        raise SyncError("A command after -- is run only as a job: give --job ID")
     engine = make_engine(args)
     try:
         if engine.read_only:
@@ -718,18 +767,79 @@ def cmd_restore(args: argparse.Namespace) -> int:
         args, take_lease=False, must_exist=True, make_workdir=True
     )  # reading needs no lease
     try:
-        report = with_cancel(lambda progress, cancel: engine.restore(progress, cancel))
-        print(
-            f"{count(len(report.restored), 'file')} restored ({size(report.bytes_restored)}), "
-            f"{report.already_present:,} already here, {count(len(report.conflicts), 'conflict copy')} kept"
-        )
-        for path in report.conflicts:
-            print(f"conflict copy: {shown(path)}")
-        for error in report.errors:
+        if args.job:
+            from .userjobs.elsewhere import restore_for_job
+
+            area = job_area(args, engine, baseline=None)
+            try:
+                reports = with_cancel(
+                    lambda progress, cancel: restore_for_job(engine, area, progress, cancel)
+                )
+            finally:
+                area.close()
+        else:
+            reports = (with_cancel(lambda progress, cancel: engine.restore(progress, cancel)),)
+        errors = []
+        labels = ("the job's own files: ", "the workspace: ") if args.job else ("",)
+        for label, report in zip(labels, reports, strict=True):
+            print(
+                f"{label}{count(len(report.restored), 'file')} restored ({size(report.bytes_restored)}), "
+                f"{report.already_present:,} already here, {count(len(report.conflicts), 'conflict copy')} kept"
+            )
+            for path in report.conflicts:
+                print(f"conflict copy: {shown(path)}")
+            errors += report.errors
+        for error in errors:
             print(f"jupyter gpuws: error: {shown(error)}", file=sys.stderr)
-        return 1 if report.errors else 0
+        return 1 if errors else 0
     finally:
         engine.close()
+
+
+def job_area(args: argparse.Namespace, workspace: SyncEngine, baseline: str | None) -> SyncEngine:
+    """The engine of the job's own area of the workspace (userjobs/elsewhere.py)."""
+    from .userjobs.elsewhere import area_settings
+
+    try:
+        settings = area_settings(workspace.settings, args.job, baseline)
+    except ValueError as err:
+        raise SyncError(str(err)) from None
+    return SyncEngine(settings)
+
+
+def cmd_sync_job(args: argparse.Namespace, command: list[str]) -> int:
+    """`sync --job ID -- COMMAND …`: the command run here as the job, what it creates or
+    changes sent to the job's own area while it runs and when it ends; its exit status."""
+    from .userjobs.elsewhere import EVERY, run_job
+    from .userjobs.k8s import default_name
+
+    if not command:
+        raise SyncError(
+            "Nothing to run: give the job's command after -- (sync --job ID -- python train.py)"
+        )
+    workspace = make_engine(args, take_lease=False, must_exist=True)
+    try:
+        if not workspace.index.count_and_bytes()[0]:
+            raise SyncError(
+                f"Nothing of the workspace was restored into {workspace.workdir} with this state folder: "
+                f"restore it first (jupyter gpuws restore --job {args.job} …), so that only what the job "
+                "creates or changes is sent"
+            )
+        baseline = workspace.index.db_path
+        workdir, name = workspace.workdir, workspace.settings.workspace
+    finally:
+        workspace.close()
+    area = job_area(args, workspace, baseline)
+    here = os.path.relpath(os.getcwd(), workdir)
+    record = {
+        "id": args.job,
+        "name": args.name or default_name(command),
+        "host": socket.gethostname(),
+        "command": command,
+        "cwd": "" if here == "." or here.startswith("..") else here,
+        "workspace": name,
+    }
+    return run_job(area, command, record, args.every or EVERY)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -1251,11 +1361,17 @@ def _print_jobs(store: Any) -> None:
             print(f"  {shown(line)}")
 
 
+# How long `jobs --bring-home` waits for the server's answer: the job's checkpoints come with it.
+BRING_HOME_WAIT = 3600.0
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     """`run` and `jobs` ask the running server (the jobs are its children); without one, one line
     and exit 2: what to do is start it, or name it."""
+    from urllib.parse import quote
+
     from .client import ServerUnreachable, request, running_server
-    from .userjobs.commands import cli_log, cli_run, listing_lines
+    from .userjobs.commands import bring_home_lines, cli_log, cli_run, listing_lines
 
     if args.command == "run" and args.export == "k8s":
         return cmd_run_export(args)
@@ -1272,14 +1388,20 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         )
         return 2
 
-    def ask(path: str, method: str = "GET", body: Any = None) -> Any:
-        return request(url, token, path, method, body, timeout=30)
+    def ask(path: str, method: str = "GET", body: Any = None, timeout: float = 30) -> Any:
+        return request(url, token, path, method, body, timeout=timeout)
 
     try:
         if args.command == "run":
             return cli_run(args, ask)
         if args.log is not None:
             return cli_log(args.log, args.lines, args.follow, ask)
+        if args.bring_home:
+            home = f"gpuws/api/jobs/elsewhere/{quote(args.bring_home, safe='')}/bring-home"
+            answer = ask(home, "POST", {}, timeout=BRING_HOME_WAIT)
+            for line in bring_home_lines(answer):
+                print(line)
+            return 1 if answer["errors"] else 0
         for line in listing_lines(ask("gpuws/api/jobs")):
             print(line)
         return 0

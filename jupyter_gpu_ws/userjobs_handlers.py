@@ -9,6 +9,8 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from .handlers import GpuWorkspaceHandler, api_route
+from .store.errors import SyncError
+from .userjobs.bringhome import NoSuchJobElsewhere
 from .userjobs.manager import JobInputError, JobNotFound, JobsNotRead
 from .userjobs.trust import JobKeyError
 
@@ -128,6 +130,29 @@ class JobHoldHandler(_JobsHandler):
         self.finish(await self.blocking(lambda: self.manager.describe(self.manager.get(job_id))))
 
 
+class BringHomeHandler(_JobsHandler):
+    """`POST /gpuws/api/jobs/elsewhere/{id}/bring-home`: a job run elsewhere's outputs and
+    checkpoints into the work directory, never over a file changed here since the job began."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, job_id: str) -> None:
+        self.params()
+        self.body()
+        elsewhere = self.app.userjobs.elsewhere
+        try:
+            answer = await asyncio.get_running_loop().run_in_executor(
+                None, elsewhere.bring_home, job_id
+            )
+        except ValueError as err:
+            raise web.HTTPError(400, str(err)) from None
+        except NoSuchJobElsewhere as err:
+            raise web.HTTPError(404, str(err)) from None
+        except SyncError as err:
+            raise web.HTTPError(503, f"The store cannot be read now: {err}") from None
+        self.finish(answer)
+
+
 def handlers(app: Services) -> list[tuple[str, type, dict[str, Any]]]:
     return [
         api_route("/gpuws/api/jobs", JobsHandler, app),
@@ -135,4 +160,5 @@ def handlers(app: Services) -> list[tuple[str, type, dict[str, Any]]]:
         api_route("/gpuws/api/jobs/{id}/log", JobLogHandler, app),
         api_route("/gpuws/api/jobs/{id}/restart", JobRestartHandler, app),
         api_route("/gpuws/api/jobs/{id}/hold", JobHoldHandler, app),
+        api_route("/gpuws/api/jobs/elsewhere/{id}/bring-home", BringHomeHandler, app),
     ]

@@ -1499,6 +1499,61 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/gpuws/api/jobs/elsewhere/{id}/bring-home': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        /** @description the job's id (`j-` and 12 hex digits), as `run --export k8s` printed it */
+        id: string;
+      };
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Bring a job run elsewhere home: its outputs and its runs' complete checkpoints into the work directory, never over a file changed here since the job began (the job's version lands beside it) */
+    post: {
+      parameters: {
+        query?: never;
+        header?: never;
+        path: {
+          /** @description the job's id (`j-` and 12 hex digits), as `run --export k8s` printed it */
+          id: string;
+        };
+        cookie?: never;
+      };
+      requestBody?: components['requestBodies']['NoOptions'];
+      responses: {
+        /** @description What became of each file */
+        200: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['BringHome'];
+          };
+        };
+        400: components['responses']['BadRequest'];
+        401: components['responses']['Unauthenticated'];
+        403: components['responses']['Forbidden'];
+        /** @description No job with this id has run elsewhere in this workspace */
+        404: {
+          headers: {
+            [name: string]: unknown;
+          };
+          content: {
+            'application/json': components['schemas']['Error'];
+          };
+        };
+        503: components['responses']['SyncNotRunning'];
+      };
+    };
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/gpuws/api/jobs/{id}/hold': {
     parameters: {
       query?: never;
@@ -1645,8 +1700,89 @@ export interface components {
        */
       cwd?: string;
     };
+    /** @description A job run elsewhere (the pod of `run --export k8s`, a machine started by hand): as its own area of the workspace in the store says it, which anyone with access to the store writes (every text escaped as names.shown() writes it; docs/jobs.md) */
+    ElsewhereJob: {
+      id: string;
+      name: string;
+      /**
+       * @description starting: its restore runs (no record yet); ended: its command ended, and its last files were sent
+       * @enum {string}
+       */
+      state: 'starting' | 'running' | 'ended';
+      /** @description the command's exit status once ended (negative: the signal that ended it) */
+      returncode: number | null;
+      /** @description the machine (a pod's name) it runs on */
+      host: string | null;
+      command: string[];
+      cwd: string;
+      /** @description why its last send to the store failed */
+      error: string | null;
+      /** @description the highest step of its runs' newest complete checkpoints in the store */
+      step: number | null;
+      checkpoints: {
+        run: string;
+        checkpoint: string;
+      }[];
+      /** @description the files it created or changed, other than checkpoints (the first 20 by path) */
+      outputs: {
+        path: string;
+        size: number;
+      }[];
+      outputs_count: number;
+      outputs_bytes: number;
+      /** @description files of its area not looked at (over 10,000) */
+      files_more: number;
+      /** @description when it began, by the store's clock (epoch seconds) */
+      started: number | null;
+      /** @description when its record was last written, by the store's clock */
+      updated: number | null;
+    };
+    /** @description The jobs run elsewhere, as the store was last looked at (every 10 s): 50 at most, newest first */
+    ElsewhereJobs: {
+      jobs: components['schemas']['ElsewhereJob'][];
+      /** @description areas not looked at (a look reads 50 at most, jobs and problems together) */
+      more: number;
+      /** @description areas that cannot be read, each with why; never keeping another from being listed */
+      problems: {
+        id: string;
+        reason: string;
+      }[];
+      /** @description the store could not be looked at */
+      error: string | null;
+    };
+    /** @description What bringing a job run elsewhere home did, file by file (each list names 500 at most; `counts` counts them all) */
+    BringHome: {
+      id: string;
+      /** @description files that were not here (its checkpoints among them) */
+      brought: string[];
+      /** @description files here as the job began from them, now the job's version (the workspace's store keeps the previous one as a version) */
+      replaced: string[];
+      /** @description files changed here since the job began: kept, the job's version beside each */
+      beside: {
+        path: string;
+        beside: string;
+      }[];
+      /** @description files not brought: a checkpoint not yet complete in the store, a name that leads out of the work directory */
+      skipped: {
+        path: string;
+        reason: string;
+      }[];
+      counts: {
+        brought: number;
+        replaced: number;
+        beside: number;
+        skipped: number;
+        /** @description files already here as the job has them */
+        same: number;
+      };
+      errors: string[];
+      /** @description files of its area not looked at (over 10,000): bring it home again for them */
+      files_more: number;
+    };
     UserJobs: {
       jobs: components['schemas']['UserJob'][];
+      /** @description the jobs run elsewhere, found in the store (null where the server does not look) */
+      elsewhere?: components['schemas']['ElsewhereJobs'] | null;
       relaunch: {
         /** @description c.GpuWorkspace.relaunch_jobs */
         enabled: boolean;

@@ -172,6 +172,21 @@ export function holdJob(id: string, hold: boolean): Promise<IUserJob> {
   });
 }
 
+/** A job run elsewhere (a cluster's pod from `run --export k8s`), as its area in the store says
+ * it: anyone with access to the store writes there, so every text is shown escaped. */
+export type IElsewhereJob = Schemas['ElsewhereJob'];
+/** What bringing a job run elsewhere home did, file by file. */
+export type IBringHome = Schemas['BringHome'];
+
+/** A job run elsewhere's outputs and checkpoints into the work directory; a file changed here
+ * since the job began is kept, the job's version put beside it. */
+export function bringHome(id: string): Promise<IBringHome> {
+  return requestAPI<IBringHome>(`jobs/elsewhere/${encodeURIComponent(id)}/bring-home`, {
+    method: 'POST',
+    body: '{}'
+  });
+}
+
 /** The last `lines` lines of a job's output. */
 export async function jobLog(id: string, lines: number): Promise<string[]> {
   const answer = await requestAPI<JobLog>(`jobs/${encodeURIComponent(id)}/log?lines=${lines}`);

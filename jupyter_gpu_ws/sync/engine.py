@@ -27,7 +27,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +109,10 @@ class SyncSettings:
     create_store: bool = False
     # A file still being written waits until it has not changed for this long (sync/settle.py).
     settle_interval: float = 2.0
+    # The record (a SyncIndex file) of the restore this work directory began from: a file as that
+    # restore left it is not sent. A job run elsewhere sends only what it wrote to its own area
+    # of the workspace (userjobs/elsewhere.py), not the workspace again.
+    baseline: str | None = None
 
 
 def index_path(state_dir: str, settings_workdir: str, backend: Backend, workspace: str) -> str:
@@ -191,7 +195,10 @@ class SyncEngine:
             min_interval=settings.settle_interval,
         )
         self.pending_set = PendingSet(self.workdir, self.index.get)
-        self.planner = Planner(self.workdir, self.rules, self.index, self.pending_set)
+        self.baseline = SyncIndex(settings.baseline) if settings.baseline else None
+        self.planner = Planner(
+            self.workdir, self.rules, self.index, self.pending_set, self.baseline
+        )
         self.settling = Settling(settings.settle_interval)
         # Paths whose copy in the store was sent while still being written: never kept as a version.
         self.partial = set(self.index.partial_paths())
@@ -383,6 +390,8 @@ class SyncEngine:
             self.lease.release()
         finally:
             self.index.close()
+            if self.baseline is not None:
+                self.baseline.close()
             self.backend.close()
 
     @property
@@ -716,10 +725,14 @@ class SyncEngine:
     # -- restore -----------------------------------------------------------------------------
 
     def restore(
-        self, progress: Progress | None = None, cancel: threading.Event | None = None
+        self,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+        leave: Collection[str] = (),
     ) -> RestoreReport:
         """Bring back what the work directory lacks, most needed first (sync/restore.py); where
-        both sides have a file and they differ, keep both.
+        both sides have a file and they differ, keep both. The paths in `leave` are not brought
+        (another restore brings them: a job's own newer copies, userjobs/elsewhere.py).
 
         It does not hold the pass lock, so the watcher's passes and Persist now go on meanwhile.
         That is safe because a restore only adds files, each linked into place whole and never
@@ -736,6 +749,8 @@ class SyncEngine:
             self.restoring.begin()
             try:
                 remote = self.store.list_files()
+                for rel in leave:
+                    remote.pop(rel, None)
                 newest = newest_checkpoints(remote)
                 self.restoring.plan(newest)
                 report = self._restore_job(progress, cancel, self.restoring).run(

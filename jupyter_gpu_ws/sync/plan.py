@@ -59,15 +59,23 @@ class PassReport:
 
 
 class Planner:
-    """A pass's plan from the work directory, the ignore rules and the local record."""
+    """A pass's plan from the work directory, the ignore rules and the local record; with a
+    `baseline` (the record of the restore the work directory began from), a file as that
+    restore left it is no change of this engine's: only what differs from it is sent."""
 
     def __init__(
-        self, workdir: str, rules: IgnoreRules, index: SyncIndex, pending_set: PendingSet
+        self,
+        workdir: str,
+        rules: IgnoreRules,
+        index: SyncIndex,
+        pending_set: PendingSet,
+        baseline: SyncIndex | None = None,
     ) -> None:
         self.workdir = workdir
         self.rules = rules
         self.index = index
         self.pending_set = pending_set
+        self.baseline = baseline
 
     def plan(
         self, paths: Iterable[str] | None = None
@@ -120,6 +128,11 @@ class Planner:
                         changed.append(found)
                 elif record is not None and not os.path.lexists(self.abs(rel)):
                     deleted.append(rel)
+        if self.baseline is not None and changed:
+            restored = self.baseline.get_many([f.path for f in changed])
+            kept = [f for f in changed if not _same(f, restored.get(f.path))]
+            unchanged += len(changed) - len(kept)
+            changed = kept
         return changed, deleted, unchanged, total_records
 
     def _expand(self, paths: Iterable[str]) -> set[str]:

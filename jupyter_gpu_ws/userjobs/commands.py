@@ -2,7 +2,7 @@
 
 jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND …
 jupyter gpuws run NOTEBOOK.ipynb
-jupyter gpuws jobs [--log ID [--lines N] [--follow]]
+jupyter gpuws jobs [--log ID [--lines N] [--follow]] [--bring-home ID]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..store.names import shown
-from ..vocabulary import duration
+from ..vocabulary import age, count, duration, size
 from .record import ACTIVE
 
 USAGE = "run [--name NAME] [--retries N] [--gpus K] -- COMMAND … | run NOTEBOOK.ipynb"
@@ -35,9 +35,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--retries",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="run again up to N times after a failure that retrying can change (default 0)",
+        help="run again up to N times after a failure that retrying can change (default 0; "
+        "with --export k8s, the Job's backoffLimit, default 3)",
     )
     parser.add_argument(
         "--gpus", type=int, default=None, metavar="K", help="the GPUs the job sees (the first K)"
@@ -58,7 +59,7 @@ def run_request(args: argparse.Namespace, here: str, workdir: str | None) -> dic
         target = target[1:]
     if not target:
         raise ValueError(f"nothing to run: {USAGE}")
-    body: dict[str, Any] = {"retries": args.retries}
+    body: dict[str, Any] = {"retries": args.retries or 0}
     if args.name:
         body["name"] = args.name
     if args.gpus is not None:
@@ -134,10 +135,67 @@ def listing_lines(listing: dict[str, Any]) -> list[str]:
             lines += approval_lines(job["approval"])
     if not lines:
         lines.append("No jobs: jupyter gpuws run -- python train.py (or %gpuws run …) starts one.")
+    lines += elsewhere_lines(listing.get("elsewhere") or {})
     if listing.get("error"):  # the store's records, or the server's look at its jobs, failing
         lines.append(f"Problem: {listing['error']}")
     for bad in listing.get("bad_records") or []:  # each on its own: the others are listed above
         lines.append(f"Not used: the job record {bad.get('file')}: {bad.get('reason')}")
+    return [shown(line) for line in lines]
+
+
+def elsewhere_line(job: dict[str, Any]) -> str:
+    """A job run elsewhere in a line: name, id, where, state, step, its outputs, when last heard
+    of (the store's time of its record)."""
+    state = job["state"]
+    if state == "ended" and job.get("returncode") is not None:
+        state = f"ended with exit status {job['returncode']}"
+    parts = [f"{job['name']} ({job['id']}, elsewhere)", state]
+    if job.get("host"):
+        parts.append(f"on {job['host']}")
+    if job.get("step") is not None:
+        parts.append(f"step {job['step']:,}")
+    parts.append(f"{count(job['outputs_count'], 'output')} ({size(job['outputs_bytes'])})")
+    if job.get("updated"):
+        parts.append(f"last heard of {age(job['updated'])}")
+    if job.get("error"):
+        parts.append(str(job["error"]))
+    return ": ".join(parts[:2]) + " · " + " · ".join(parts[2:])
+
+
+def elsewhere_lines(elsewhere: dict[str, Any]) -> list[str]:
+    """The jobs run elsewhere (GET /gpuws/api/jobs's `elsewhere`), each with how to bring it home."""
+    lines: list[str] = []
+    for job in elsewhere.get("jobs") or []:
+        lines.append(elsewhere_line(job))
+        lines.append(f"  bring it home: jupyter gpuws jobs --bring-home {job['id']}")
+    if elsewhere.get("more"):
+        lines.append(f"and {count(elsewhere['more'], 'more job')} run elsewhere, not listed")
+    for problem in elsewhere.get("problems") or []:
+        lines.append(
+            f"Not used: the job run elsewhere {problem.get('id')}: {problem.get('reason')}"
+        )
+    if elsewhere.get("error"):
+        lines.append(f"Problem: {elsewhere['error']}")
+    return lines
+
+
+def bring_home_lines(answer: dict[str, Any]) -> list[str]:
+    """What bringing a job home did: each file brought, replaced, kept beside, skipped."""
+    counts = answer["counts"]
+    lines = [
+        f"{answer['id']}: {count(counts['brought'], 'file')} brought, {counts['replaced']:,} replaced "
+        f"(as the job began from them), {counts['beside']:,} beside yours (changed here since), "
+        f"{counts['same']:,} already here"
+    ]
+    lines += [f"  brought: {path}" for path in answer["brought"]]
+    lines += [f"  replaced: {path}" for path in answer["replaced"]]
+    lines += [
+        f"  kept yours: {item['path']}; the job's is {item['beside']}" for item in answer["beside"]
+    ]
+    lines += [f"  not brought: {item['path']}: {item['reason']}" for item in answer["skipped"]]
+    lines += [f"  error: {error}" for error in answer["errors"]]
+    if answer.get("files_more"):
+        lines.append("  more files than were looked at: bring it home again for the rest")
     return [shown(line) for line in lines]
 
 

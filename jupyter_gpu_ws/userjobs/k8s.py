@@ -1,46 +1,104 @@
 """Writes a job as a Kubernetes Job that runs it against the same store and resumes it from its checkpoint.
 
-The pod restores the workspace into an emptyDir at /work (an init container), runs the command
-there with GPUWS_WORKDIR=/work, and syncs /work back to the store when the command ends, however
-it ends: the command runs as a child of a small shell that passes SIGTERM on (gpuws.track()
-checkpoints on it) and syncs after. `restartPolicy: OnFailure` restarts the container in the same
-pod, where /work and its newest checkpoint still are; a new pod (the node lost) restores them
-from the store first. The store's credentials come from a Secret named in the manifest, never
-written into it.
+The pod restores the workspace into an emptyDir at /work (an init container: `jupyter gpuws
+restore --job ID`, which marks the job's start and brings its own files of an earlier attempt
+too), then its container runs `jupyter gpuws sync --job ID -- COMMAND …`: the command, as a
+child that gets the signals the container gets (gpuws.track() checkpoints on SIGTERM), and what
+it creates or changes sent to the job's own area of the workspace every minute and when it ends
+(elsewhere.py). The job never needs the lease of the runtime that exported it, which writes on
+meanwhile; that runtime lists the job and brings its results home (bringhome.py).
+`restartPolicy: OnFailure` restarts the container in the same pod, where /work and its newest
+checkpoint still are; a new pod (the node lost) restores them from the store first. The store's
+credentials come from a Secret named in the manifest, never written into it; the manifest's head
+is a template of that Secret naming every variable the store reads.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
+from .elsewhere import new_job_id
+
 WORKDIR = "/work"
-# The record of what was restored, shared by the init container and the job's own: the sync at
-# the end then knows which files came from the store (outside /work, so it is not mirrored).
+# The record of what was restored, shared by the init container and the job's own: the job's
+# sync then knows which files came from the store (outside /work, so it is not mirrored).
 STATE_DIR = "/var/lib/gpuws"
 SECRET = "gpuws-store"
+# Where the Secret's `ca.pem` (a store whose certificate the user's own CA signed) is mounted.
+CA_DIR = "/etc/gpuws/ca"
+CA_KEY = "ca.pem"
 # Long enough for a checkpoint on SIGTERM and the sync after it.
 GRACE_SECONDS = 300
+# backoffLimit without --retries: a pod lost with its node, or one failure that retrying
+# changes, is not the end of a long run (Kubernetes' own default is 6).
+DEFAULT_RETRIES = 3
 GPU = "nvidia.com/gpu"
 DNS_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?$")
 
-# `sh -c SCRIPT NAME COMMAND…`: the command arrives as "$@", so no word of it is read by the
-# shell. A signal makes `wait` return early: the loop waits again for the command's own exit.
-# A failed sync fails a job that succeeded, so that the container runs again and syncs.
-WRAPPER = """\
-"$@" &
-child=$!
-trap 'kill -TERM "$child" 2>/dev/null' TERM INT
-wait "$child"; status=$?
-while kill -0 "$child" 2>/dev/null; do wait "$child"; status=$?; done
-jupyter gpuws sync --once --take-over{encrypt} --workdir "$GPUWS_WORKDIR" --state-dir "$GPUWS_STATE_DIR" \\
-  --store "$GPUWS_STORE" --workspace "$GPUWS_WORKSPACE" || {{ [ "$status" -ne 0 ] || status=1; }}
-exit "$status"
-"""
+
+@dataclass(frozen=True)
+class StoreVariable:
+    """A variable of the Secret: its name, why the store needs it, where this machine's value of
+    it is read when it is no secret (an endpoint, a region), and whether only some stores need it
+    (left commented out in the template unless this machine has a value)."""
+
+    name: str
+    why: str = ""
+    sources: tuple[str, ...] = ()
+    optional: bool = False
+
+
+# Every variable the store reads, per cloud (store/objectstore.py: obstore reads the cloud's
+# usual ones, and the endpoint and CA bundle of an S3-compatible store).
+STORE_VARIABLES: dict[str, list[StoreVariable]] = {
+    "s3": [
+        StoreVariable("AWS_ACCESS_KEY_ID", "the store's credentials"),
+        StoreVariable("AWS_SECRET_ACCESS_KEY"),
+        StoreVariable("AWS_SESSION_TOKEN", "only with temporary credentials", optional=True),
+        StoreVariable(
+            "AWS_ENDPOINT_URL",
+            "an S3-compatible store (MinIO, SeaweedFS, Ceph), as the pod reaches it; none for AWS",
+            ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+            optional=True,
+        ),
+        StoreVariable(
+            "AWS_DEFAULT_REGION", "the bucket's region", ("AWS_REGION", "AWS_DEFAULT_REGION")
+        ),
+        StoreVariable(
+            "AWS_CA_BUNDLE",
+            f"a store whose certificate your own CA signed: the CA's PEM goes under {CA_KEY}",
+            ("AWS_CA_BUNDLE",),
+            optional=True,
+        ),
+    ],
+    "gs": [StoreVariable("GOOGLE_SERVICE_ACCOUNT_KEY", "the service account's JSON key, as text")],
+    "az": [
+        StoreVariable(
+            "AZURE_STORAGE_ACCOUNT_NAME", "the storage account", ("AZURE_STORAGE_ACCOUNT_NAME",)
+        ),
+        StoreVariable("AZURE_STORAGE_ACCOUNT_KEY", "its key (or AZURE_STORAGE_SAS_KEY)"),
+        StoreVariable(
+            "AZURE_STORAGE_ENDPOINT",
+            "another endpoint (Azurite)",
+            ("AZURE_STORAGE_ENDPOINT",),
+            optional=True,
+        ),
+    ],
+}
+# A store URL's scheme and the cloud whose variables it reads (store/objectstore.py's SCHEMES).
+CLOUDS = {
+    **dict.fromkeys(("s3", "s3a"), "s3"),
+    **dict.fromkeys(("gs", "gcs"), "gs"),
+    **dict.fromkeys(("az", "abfs", "abfss", "azure"), "az"),
+}
 
 
 class _Dumper(yaml.SafeDumper):
@@ -128,24 +186,41 @@ def job_manifest(
     workspace: str,
     image: str,
     gpus: int | None = None,
-    retries: int = 0,
+    retries: int | None = None,
     secret: str = SECRET,
     cwd: str = "",
     encrypted: bool = False,
+    job_id: str | None = None,
 ) -> dict[str, Any]:
     """A `batch/v1` Job running `command` in `image` on the workspace's files from the store:
-    restored first, synced back when it ends; `retries` more attempts (backoffLimit), `gpus`
-    NVIDIA GPUs, the store's credentials from the Secret `secret` (its keys become variables:
-    AWS_ACCESS_KEY_ID, GOOGLE_APPLICATION_CREDENTIALS, GPUWS_PASSPHRASE, …). `cwd`: the job's
-    folder inside the work directory; `encrypted`: the workspace is (its passphrase is the
-    Secret's GPUWS_PASSPHRASE). `name` is made a DNS-1123 label (job_name)."""
+    restored first, what it creates or changes sent to its own area of the workspace while it
+    runs and when it ends; `retries` more attempts (backoffLimit, DEFAULT_RETRIES when None),
+    `gpus` NVIDIA GPUs, the store's credentials from the Secret `secret` (its keys become
+    variables: secret_template). `cwd`: the job's folder inside the work directory; `encrypted`:
+    the workspace is (its passphrase is the Secret's GPUWS_PASSPHRASE); `job_id`: its id, the
+    name of its area (a new one when None). `name` is made a DNS-1123 label (job_name)."""
+    retries = DEFAULT_RETRIES if retries is None else retries
     _check(command, store_url, workspace, image, gpus, retries, secret, cwd)
     label = job_name(name)
+    job_id = job_id or new_job_id()
     env = [
         {"name": "GPUWS_STORE", "value": store_url},
         {"name": "GPUWS_WORKSPACE", "value": workspace},
         {"name": "GPUWS_WORKDIR", "value": WORKDIR},
         {"name": "GPUWS_STATE_DIR", "value": STATE_DIR},
+    ]
+    where = [
+        "--job",
+        job_id,
+        "--workdir",
+        WORKDIR,
+        "--state-dir",
+        STATE_DIR,
+        "--store",
+        store_url,
+        "--workspace",
+        workspace,
+        *(["--encrypt"] if encrypted else []),
     ]
     shared: dict[str, Any] = {
         "image": image,
@@ -154,31 +229,15 @@ def job_manifest(
         "volumeMounts": [
             {"name": "work", "mountPath": WORKDIR},
             {"name": "gpuws-state", "mountPath": STATE_DIR},
+            {"name": "store-ca", "mountPath": CA_DIR, "readOnly": True},
         ],
     }
-    restore = {
-        "name": "restore",
-        **shared,
-        "command": [
-            "jupyter",
-            "gpuws",
-            "restore",
-            "--workdir",
-            WORKDIR,
-            "--state-dir",
-            STATE_DIR,
-            "--store",
-            store_url,
-            "--workspace",
-            workspace,
-            *(["--encrypt"] if encrypted else []),
-        ],
-    }
-    script = WRAPPER.format(encrypt=" --encrypt" if encrypted else "")
+    restore = {"name": "restore", **shared, "command": ["jupyter", "gpuws", "restore", *where]}
     job: dict[str, Any] = {
         "name": "job",
         **shared,
-        "command": ["/bin/sh", "-c", script, label, *command],
+        "env": [*env, {"name": "GPUWS_JOB_ID", "value": job_id}],
+        "command": ["jupyter", "gpuws", "sync", *where, "--name", name, "--", *command],
         "workingDir": f"{WORKDIR}/{cwd.strip('/')}".rstrip("/"),
     }
     if gpus:
@@ -190,7 +249,7 @@ def job_manifest(
         "metadata": {
             "name": label,
             "labels": labels,
-            "annotations": {"gpuws/workspace": workspace},
+            "annotations": {"gpuws/workspace": workspace, "gpuws/job-id": job_id},
         },
         "spec": {
             "backoffLimit": retries,
@@ -204,6 +263,15 @@ def job_manifest(
                     "volumes": [
                         {"name": "work", "emptyDir": {}},
                         {"name": "gpuws-state", "emptyDir": {}},
+                        {
+                            # the Secret's ca.pem, where it has one (optional: most stores need none)
+                            "name": "store-ca",
+                            "secret": {
+                                "secretName": secret,
+                                "optional": True,
+                                "items": [{"key": CA_KEY, "path": CA_KEY}],
+                            },
+                        },
                     ],
                 },
             },
@@ -211,19 +279,65 @@ def job_manifest(
     }
 
 
-def manifest_yaml(manifest: dict[str, Any]) -> str:
-    """The manifest as `kubectl apply -f -` takes it, with a line saying how."""
+def secret_template(
+    secret: str, store_url: str, encrypted: bool, environ: Mapping[str, str] = os.environ
+) -> str:
+    """The Secret the job reads the store's settings from, as comment lines: without their
+    leading `# ` they are its YAML. Every variable the store reads is named (STORE_VARIABLES):
+    what is no secret and this machine has (an endpoint, a region) filled in, the rest left for
+    the user ("…"), and what only some stores need commented out unless this machine uses it."""
+    cloud = CLOUDS.get(store_url.partition("://")[0].lower(), "")
+    lines = [
+        "apiVersion: v1",
+        "kind: Secret",
+        "metadata:",
+        f"  name: {secret}",
+        "type: Opaque",
+        "stringData:",
+    ]
+
+    def entry(name: str, value: str, why: str, used: bool) -> None:
+        note = f"  # {why}" if why else ""
+        value_text = json.dumps(value, ensure_ascii=False)
+        lines.append(f"  {'' if used else '# '}{name}: {value_text}{note}")
+
+    for variable in STORE_VARIABLES.get(cloud, []):
+        known = next((environ[s] for s in variable.sources if environ.get(s)), None)
+        if variable.name == "AWS_CA_BUNDLE":
+            # Where this machine uses one, the pod will too: the same certificate, as a file.
+            why = f"the PEM of {known}, as this machine uses it" if known else ""
+            entry(variable.name, f"{CA_DIR}/{CA_KEY}", variable.why, known is not None)
+            entry(CA_KEY, "-----BEGIN CERTIFICATE-----\n…", why, known is not None)
+            continue
+        entry(variable.name, known or "…", variable.why, known is not None or not variable.optional)
+    if encrypted:
+        entry("GPUWS_PASSPHRASE", "…", "the encrypted workspace's passphrase", True)
+    return "\n".join(f"# {line}" for line in lines)
+
+
+def manifest_yaml(manifest: dict[str, Any], secret: str | None = None) -> str:
+    """The manifest as `kubectl apply -f -` takes it, with lines saying how, and the Secret it
+    reads as a commented template."""
     name = manifest["metadata"]["name"]
-    secret = manifest["spec"]["template"]["spec"]["containers"][0]["envFrom"][0]["secretRef"][
+    job_id = manifest["metadata"]["annotations"].get("gpuws/job-id", "")
+    secret_name = manifest["spec"]["template"]["spec"]["containers"][0]["envFrom"][0]["secretRef"][
         "name"
     ]
-    head = (
-        f"# The job {name} on a Kubernetes cluster, against the workspace's store (`jupyter gpuws run "
-        "--export k8s`).\n"
-        f"# Create the Secret {secret} with the store's credentials first, then: kubectl apply -f THIS\n"
-    )
-    return head + yaml.dump(
-        manifest, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000
+    head = [
+        f"# The job {name} ({job_id}) on a Kubernetes cluster, against the workspace's store "
+        "(`jupyter gpuws run --export k8s`).",
+        f"# First the Secret {secret_name}, with every variable the store reads: this template without "
+        "its '# ', the values filled in",
+        "# (kubectl apply -f secret.yaml). Then: kubectl apply -f THIS. The runtime lists the job "
+        f"and brings its results home: jupyter gpuws jobs --bring-home {job_id}",
+        "#",
+    ]
+    if secret is not None:
+        head += [secret, "#"]
+    return (
+        "\n".join(head)
+        + "\n"
+        + yaml.dump(manifest, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
     )
 
 
@@ -263,9 +377,14 @@ def export_k8s(argv: list[str], args: Any) -> str:
         workspace=getattr(args, "workspace", None) or "",
         image=getattr(args, "image", None) or "",
         gpus=getattr(args, "gpus", None),
-        retries=getattr(args, "retries", None) or 0,
+        retries=getattr(args, "retries", None),
         secret=getattr(args, "secret", None) or SECRET,
         cwd=getattr(args, "cwd", None) or "",
         encrypted=bool(getattr(args, "encrypt", False)),
     )
-    return manifest_yaml(manifest)
+    secret = secret_template(
+        manifest["spec"]["template"]["spec"]["containers"][0]["envFrom"][0]["secretRef"]["name"],
+        getattr(args, "store", None) or "",
+        bool(getattr(args, "encrypt", False)),
+    )
+    return manifest_yaml(manifest, secret)

@@ -166,8 +166,11 @@ class JobManager:
         run_ended: Callable[[Job], None] | None = None,
         gpu_count: Callable[[], int | None] | None = None,
         code_files: Callable[[], Any] | None = None,
+        elsewhere: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.settings = settings
+        # The jobs run elsewhere (bringhome.py), as their areas in the store were last seen.
+        self.elsewhere = elsewhere
         # The work directory's files the store mirrors (relative paths): where a job's code is
         # looked for (manifest.py); without the sync's list, every file but environments.
         self.code_files = code_files or (lambda: manifest.walk(self.settings.workdir))
@@ -1132,6 +1135,7 @@ class JobManager:
             "bad_records": [
                 {"file": name, "reason": why} for name, why in sorted(self.bad_records.items())
             ],
+            "elsewhere": self.elsewhere() if self.elsewhere is not None else None,
         }
 
     def _key_words(self) -> str | None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..checkpoints.coordinator import CheckpointRequestError
 from ..store.errors import SyncError
+from .bringhome import JobsElsewhere
 from .manager import RELAUNCH_WINDOW, Job, JobManager, JobSettings
 from .record import RECORDS, stored_records
 
@@ -127,6 +128,8 @@ class JobService:
             relaunch_window=getattr(app, "relaunch_window", RELAUNCH_WINDOW),
         )
         self.records = StoreRecords(app)
+        # The jobs run elsewhere (a cluster's pod): listed from their areas, brought home.
+        self.elsewhere = JobsElsewhere(lambda: app.sync.engine)
         self.manager = JobManager(
             settings,
             self.records,
@@ -134,6 +137,7 @@ class JobService:
             run_view=self._run_view,
             run_ended=lambda job: self.app.training.tick(),
             gpu_count=self._gpu_count,
+            elsewhere=self.elsewhere.view,
         )
         self._stop = threading.Event()
         self._relaunched = False
@@ -144,6 +148,7 @@ class JobService:
 
     def start(self) -> None:
         self._thread.start()
+        self.elsewhere.start()
 
     def _tick(self) -> None:
         while not self._stop.wait(TICK):
@@ -362,6 +367,7 @@ class JobService:
 
     def stop(self) -> None:
         self._stop.set()
+        self.elsewhere.stop()
 
 
 def _differing(diff: Any) -> str:

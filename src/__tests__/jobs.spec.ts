@@ -1,9 +1,14 @@
 // The user's jobs: the buttons each offers in each state, their words and tones, and the model
-// that acts on them and says why the server refused.
-import { IUserJob } from '../api';
+// that acts on them and says why the server refused. And the jobs run elsewhere: their words,
+// and bringing one home.
+import { IBringHome, IElsewhereJob, IUserJob } from '../api';
 import * as api from '../api';
 import { jobActions, jobActive, JobsModel } from '../jobs/model';
 import {
+  elsewhereLine,
+  elsewhereStateWord,
+  elsewhereTone,
+  homecomingLines,
   jobEtaText,
   jobsSummary,
   jobStateWord,
@@ -18,7 +23,8 @@ jest.mock('../api', () => ({
   startJob: jest.fn(),
   stopJob: jest.fn(),
   restartJob: jest.fn(),
-  holdJob: jest.fn()
+  holdJob: jest.fn(),
+  bringHome: jest.fn()
 }));
 
 const mocked = api as jest.Mocked<typeof api>;
@@ -152,5 +158,103 @@ describe('the jobs model', () => {
     expect(model.foldedLogs.has('j1')).toBe(true);
     model.toggleLog('j1');
     expect(model.foldedLogs.has('j1')).toBe(false);
+  });
+});
+
+function away(fields: Partial<IElsewhereJob> = {}): IElsewhereJob {
+  return {
+    id: 'j-0123456789ab',
+    name: 'train',
+    state: 'running',
+    returncode: null,
+    host: 'train-pod-7f9c4',
+    command: ['python', 'train.py'],
+    cwd: '',
+    error: null,
+    step: 1200,
+    checkpoints: [],
+    outputs: [{ path: 'results.csv', size: 2048 }],
+    outputs_count: 4,
+    outputs_bytes: 4096,
+    files_more: 0,
+    started: 1000,
+    updated: 1000,
+    ...fields
+  };
+}
+
+const ANSWER: IBringHome = {
+  id: 'j-0123456789ab',
+  brought: ['out/metrics.json'],
+  replaced: ['results.csv'],
+  beside: [{ path: 'notes.md', beside: 'notes.from-j-0123456789ab.md' }],
+  skipped: [],
+  counts: { brought: 1, replaced: 1, beside: 1, skipped: 0, same: 2 },
+  errors: [],
+  files_more: 0
+};
+
+describe('a job run elsewhere', () => {
+  it('says how it ended, and colours it', () => {
+    expect(elsewhereStateWord(away())).toBe('running');
+    expect(elsewhereStateWord(away({ state: 'ended', returncode: 0 }))).toBe('finished');
+    expect(elsewhereStateWord(away({ state: 'ended', returncode: 3 }))).toBe(
+      'failed (exit status 3)'
+    );
+    expect(elsewhereTone(away({ state: 'ended', returncode: 3 }))).toBe('error');
+    expect(elsewhereTone(away({ state: 'starting' }))).toBe('pending');
+  });
+
+  it('says where it runs, its step, its outputs and when it was last heard of', () => {
+    expect(elsewhereLine(away(), 1040)).toBe(
+      'on train-pod-7f9c4 · step 1,200 · 4 outputs (4.0 KiB) · last heard of 40 s ago'
+    );
+    // Its host is anyone's who writes the store: escaped.
+    expect(elsewhereLine(away({ host: 'pod\u001b[2J', step: null, updated: null }), 0)).toBe(
+      'on pod\\x1b[2J · 4 outputs (4.0 KiB)'
+    );
+  });
+
+  it('says what bringing it home did, and where the job put its version of a file kept', () => {
+    expect(homecomingLines(ANSWER)).toEqual([
+      '1 file brought, 1 replaced (as the job began from them), 1 beside yours (changed here since the job began), 2 already here',
+      "notes.md kept: the job's version is notes.from-j-0123456789ab.md"
+    ]);
+  });
+
+  it('is counted in the folded section', () => {
+    expect(jobsSummary([job()], [], 2)).toBe('1 running · 2 elsewhere');
+    expect(jobsSummary([], [], 1)).toBe('1 elsewhere');
+  });
+});
+
+describe('bringing a job run elsewhere home', () => {
+  let model: JobsModel;
+
+  beforeEach(() => {
+    mocked.listJobs.mockResolvedValue({
+      jobs: [],
+      relaunch: { pending: [] },
+      elsewhere: { jobs: [away()], more: 0, problems: [], error: null }
+    } as never);
+    model = new JobsModel();
+  });
+
+  afterEach(() => model.dispose());
+
+  it('lists the jobs run elsewhere, and keeps what bringing one home did', async () => {
+    await model.refresh();
+    expect(model.elsewhere.map(j => j.id)).toEqual(['j-0123456789ab']);
+    mocked.bringHome.mockResolvedValueOnce(ANSWER);
+    expect(await model.bringHome(away())).toEqual(ANSWER);
+    expect(mocked.bringHome).toHaveBeenCalledWith('j-0123456789ab');
+    expect(model.homecoming?.answer).toEqual(ANSWER);
+    expect(model.busy.size).toBe(0);
+  });
+
+  it('says why the server refused', async () => {
+    mocked.bringHome.mockRejectedValueOnce(new Error('The store cannot be read now'));
+    expect(await model.bringHome(away())).toBeNull();
+    expect(model.actionError).toBe('Cannot bring train home: The store cannot be read now');
   });
 });

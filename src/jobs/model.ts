@@ -1,6 +1,19 @@
 // The user's jobs (polled): each one's state, reason, progress and log; what the panel can do
-// to one now (stop, restart, hold, approve), and a notebook or a script started as a job.
-import { holdJob, IUserJob, IUserJobs, listJobs, restartJob, startJob, stopJob } from '../api';
+// to one now (stop, restart, hold, approve), and a notebook or a script started as a job. And the
+// jobs run elsewhere (a cluster's pod) that the server finds in the store, which can be brought
+// home.
+import {
+  bringHome,
+  holdJob,
+  IBringHome,
+  IElsewhereJob,
+  IUserJob,
+  IUserJobs,
+  listJobs,
+  restartJob,
+  startJob,
+  stopJob
+} from '../api';
 import { PolledModel } from '../polled';
 import { shown } from '../shown';
 import { actionVerb } from './words';
@@ -25,6 +38,32 @@ export class JobsModel extends PolledModel {
 
   get jobs(): IUserJob[] {
     return this.state?.jobs ?? [];
+  }
+
+  /** The jobs run elsewhere, as the server last found their areas in the store. */
+  get elsewhere(): IElsewhereJob[] {
+    return this.state?.elsewhere?.jobs ?? [];
+  }
+
+  /** What the last Bring home did (shown until the next one), and of which job. */
+  homecoming: { job: IElsewhereJob; answer: IBringHome } | null = null;
+
+  /** Bring a job run elsewhere home; a refusal shows in the section with its reason. */
+  async bringHome(job: IElsewhereJob): Promise<IBringHome | null> {
+    this.busy.add(job.id);
+    this.actionError = null;
+    this._changed.emit();
+    let answer: IBringHome | null = null;
+    try {
+      answer = await bringHome(job.id);
+      this.homecoming = { job, answer };
+    } catch (error) {
+      this.actionError = `Cannot bring ${shown(job.name)} home: ${(error as Error).message}`;
+    } finally {
+      this.busy.delete(job.id);
+    }
+    await this.refresh();
+    return answer;
   }
 
   /** Jobs the next runtime (or this one, once its restore ends) relaunches by itself. */

@@ -1,9 +1,9 @@
 // A job in the user's words: its state and tone, what it runs, its step and ETA, a relaunch
 // due, what approving it runs, and the folded section's few words. Every text of a job comes
 // from the store, which this runtime does not control: shown() escapes it.
-import { IUserJob, IUserJobApproval } from '../api';
+import { IBringHome, IElsewhereJob, IUserJob, IUserJobApproval } from '../api';
 import { shown } from '../shown';
-import { count, duration, shortPath, stepOf, wholeNumber } from '../vocabulary';
+import { ago, count, duration, shortPath, size, stepOf, wholeNumber } from '../vocabulary';
 import type { JobAction } from './model';
 
 const ACTION_VERBS: { [action in JobAction]: string } = {
@@ -102,16 +102,81 @@ export function relaunchText(job: IUserJob): string {
   return `${jobWhat(job)} will be relaunched${from} once the restore ends`;
 }
 
-/** The folded section's few words: "1 running · 1 failed", "1 to relaunch". */
-export function jobsSummary(jobs: IUserJob[], pending: string[]): string {
+/** The folded section's few words: "1 running · 1 failed", "1 to relaunch", "… · 2 elsewhere". */
+export function jobsSummary(jobs: IUserJob[], pending: string[], elsewhere = 0): string {
   const words = new Map<string, number>();
   for (const job of jobs) {
     const word =
       pending.includes(job.id) && job.state === 'interrupted' ? 'to relaunch' : jobStateWord(job);
     words.set(word, (words.get(word) ?? 0) + 1);
   }
-  if (words.size > 2) {
-    return count(jobs.length, 'job');
+  const here =
+    words.size > 2
+      ? count(jobs.length, 'job')
+      : [...words].map(([word, n]) => `${n} ${word}`).join(' · ');
+  return [here, elsewhere ? `${elsewhere} elsewhere` : ''].filter(Boolean).join(' · ');
+}
+
+/** A job run elsewhere's state in a word or two: "starting", "running", "finished", "failed
+ * (exit status 3)". */
+export function elsewhereStateWord(job: IElsewhereJob): string {
+  if (job.state !== 'ended') {
+    return job.state;
   }
-  return [...words].map(([word, n]) => `${n} ${word}`).join(' · ');
+  if (job.returncode === 0) {
+    return 'finished';
+  }
+  return job.returncode === null ? 'ended' : `failed (exit status ${job.returncode})`;
+}
+
+/** The colour of a job run elsewhere's state word. */
+export function elsewhereTone(job: IElsewhereJob): 'ok' | 'pending' | 'error' | 'none' {
+  if (job.state === 'starting') {
+    return 'pending';
+  }
+  if (job.state === 'running' || job.returncode === 0) {
+    return 'ok';
+  }
+  return job.returncode === null ? 'none' : 'error';
+}
+
+/** Where it runs and how far it is: "on train-pod-7f9c4 · step 29 · 4 outputs (1.2 KiB) · last
+ * heard of 2 min ago" (`now`: this page's clock, epoch seconds). */
+export function elsewhereLine(job: IElsewhereJob, now: number): string {
+  const parts: string[] = [];
+  if (job.host) {
+    parts.push(`on ${shown(job.host)}`);
+  }
+  if (job.step !== null) {
+    parts.push(`step ${wholeNumber(job.step)}`);
+  }
+  parts.push(`${count(job.outputs_count, 'output')} (${size(job.outputs_bytes)})`);
+  if (job.updated !== null) {
+    parts.push(`last heard of ${ago(now - job.updated)}`);
+  }
+  return parts.join(' · ');
+}
+
+/** What a Bring home did, in a line and one line per file kept beside the user's: "2 files
+ * brought, 1 replaced, 1 beside yours". */
+export function homecomingLines(answer: IBringHome): string[] {
+  const { counts } = answer;
+  const parts = [`${count(counts.brought, 'file')} brought`];
+  if (counts.replaced) {
+    parts.push(`${wholeNumber(counts.replaced)} replaced (as the job began from them)`);
+  }
+  if (counts.beside) {
+    parts.push(`${wholeNumber(counts.beside)} beside yours (changed here since the job began)`);
+  }
+  if (counts.same) {
+    parts.push(`${wholeNumber(counts.same)} already here`);
+  }
+  return [
+    parts.join(', '),
+    ...answer.beside.map(
+      item => `${shown(item.path)} kept: the job's version is ${shown(item.beside)}`
+    ),
+    ...answer.skipped.map(item => `${shown(item.path)} not brought: ${shown(item.reason)}`),
+    ...answer.errors.map(error => `error: ${shown(error)}`)
+  ];
 }

@@ -1,10 +1,14 @@
 import React from 'react';
 
-import { IUserJob } from '../api';
+import { IElsewhereJob, IUserJob } from '../api';
 import { ApprovalDetails, approveJob, showFullLog } from '../jobs/actions';
 import { JobAction, jobActions, JobsModel, LOG_LINES } from '../jobs/model';
 import {
   commandText,
+  elsewhereLine,
+  elsewhereStateWord,
+  elsewhereTone,
+  homecomingLines,
   jobEtaText,
   jobStateWord,
   jobStepText,
@@ -19,7 +23,9 @@ import { Bar } from './Bar';
  * The panel's Jobs section: one row per job the server runs for the user (its name, its state as
  * a coloured word, why, step / total with ETA and the verdict, the last lines of its log) with
  * what can be done to it now; before a relaunch, what will be relaunched and Hold; for a record
- * that waits for approval, what approving it runs. A job's texts come from the store: escaped.
+ * that waits for approval, what approving it runs. Then the jobs run elsewhere (a cluster's pod)
+ * that the server found in the store, each with Bring home. A job's texts come from the store:
+ * escaped.
  */
 export function JobsSection(props: { model: JobsModel }): JSX.Element {
   const { model } = props;
@@ -53,6 +59,92 @@ export function JobsSection(props: { model: JobsModel }): JSX.Element {
       {model.jobs.map(job => (
         <JobRow key={job.id} job={job} model={model} due={pending.includes(job.id)} />
       ))}
+      {model.homecoming && <Homecoming model={model} />}
+      {model.elsewhere.map(job => (
+        <ElsewhereRow key={job.id} job={job} model={model} />
+      ))}
+      {(model.state?.elsewhere?.problems ?? []).map(problem => (
+        <div
+          key={problem.id}
+          className="jp-gpuws-message jp-gpuws-error"
+          data-testid="gpuws-elsewhere-problem"
+        >
+          {`The job run elsewhere ${shown(problem.id)} is not listed: ${shown(problem.reason)}`}
+        </div>
+      ))}
+    </div>
+  );
+}
+
+/** What the last Bring home did: what came, what stayed the user's and where the job's is. */
+function Homecoming(props: { model: JobsModel }): JSX.Element | null {
+  const { homecoming } = props.model;
+  if (!homecoming) {
+    return null;
+  }
+  const [headline, ...rest] = homecomingLines(homecoming.answer);
+  return (
+    <div className="jp-gpuws-message jp-gpuws-info" data-testid="gpuws-homecoming">
+      {`${shown(homecoming.job.name)} brought home: ${headline}`}
+      {rest.length > 0 && (
+        <ul className="jp-gpuws-job-changed">
+          {rest.map(line => (
+            <li key={line} data-testid="gpuws-homecoming-line">
+              {line}
+            </li>
+          ))}
+        </ul>
+      )}
+    </div>
+  );
+}
+
+/** A job run elsewhere: its name and state, where it runs, its step and outputs, Bring home. */
+function ElsewhereRow(props: { job: IElsewhereJob; model: JobsModel }): JSX.Element {
+  const { job, model } = props;
+  const outputs = job.outputs.map(o => shown(o.path));
+  const more = job.outputs_count - job.outputs.length;
+  return (
+    <div
+      className="jp-gpuws-card jp-gpuws-job jp-gpuws-job-elsewhere"
+      data-testid="gpuws-elsewhere-job"
+      data-job={job.id}
+    >
+      <div className="jp-gpuws-card-head">
+        <div className="jp-gpuws-card-title" title={commandText(job.command)}>
+          {shown(job.name)}
+        </div>
+        <span
+          className={`jp-gpuws-job-state ${TONE_CLASSES[elsewhereTone(job)]}`}
+          data-testid="gpuws-elsewhere-state"
+        >
+          {elsewhereStateWord(job)}
+        </span>
+      </div>
+      <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-elsewhere-line">
+        {`elsewhere ${elsewhereLine(job, Date.now() / 1000)}`}
+      </div>
+      {job.error && (
+        <div className="jp-gpuws-line" data-testid="gpuws-elsewhere-error">
+          {shown(job.error)}
+        </div>
+      )}
+      {outputs.length > 0 && (
+        <div className="jp-gpuws-line" data-testid="gpuws-elsewhere-outputs">
+          {`Outputs: ${outputs.join(', ')}${more > 0 ? ` and ${more} more` : ''}`}
+        </div>
+      )}
+      <div className="jp-gpuws-job-actions">
+        <button
+          className="jp-mod-styled jp-gpuws-button"
+          title="Copy its outputs and checkpoints into the work directory: a file changed here since the job began stays, the job's version lands beside it"
+          disabled={model.busy.has(job.id)}
+          data-testid="gpuws-elsewhere-bring-home"
+          onClick={() => void model.bringHome(job)}
+        >
+          Bring home
+        </button>
+      </div>
     </div>
   );
 }

@@ -234,17 +234,21 @@ export function trainingSection(training: TrainingModel, openDashboard: () => vo
   };
 }
 
-/** The user's jobs: right below Training while one runs, is due to be relaunched or waits for
- * approval; above Environment once all have ended; absent while there is none. */
+/** The user's jobs: right below Training while one runs (here or elsewhere), is due to be
+ * relaunched or waits for approval; above Environment once all have ended; absent while there is
+ * none. */
 export function jobsSection(jobs: JobsModel): IPanelSection {
   return {
     id: 'jobs',
     title: 'Jobs',
     rank: () =>
-      jobs.jobs.some(job => jobActive(job, jobs.pending)) ? RANKS.jobs : RANKS.jobsWhenIdle,
+      jobs.jobs.some(job => jobActive(job, jobs.pending)) ||
+      jobs.elsewhere.some(job => job.state !== 'ended')
+        ? RANKS.jobs
+        : RANKS.jobsWhenIdle,
     changed: [jobs.changed],
-    visible: () => jobs.jobs.length > 0 || jobs.pending.length > 0,
-    summary: () => jobsSummary(jobs.jobs, jobs.pending),
+    visible: () => jobs.jobs.length > 0 || jobs.pending.length > 0 || jobs.elsewhere.length > 0,
+    summary: () => jobsSummary(jobs.jobs, jobs.pending, jobs.elsewhere.length),
     render: () => <JobsSection model={jobs} />
   };
 }

@@ -1,6 +1,7 @@
 """`jupyter gpuws run … --export k8s`: the Job manifest read back by the Kubernetes client's own
-models, its name made a DNS-1123 label, bad input refused, and its containers' commands run here
-against a local store: the restore, then the job, which is synced back however it ends."""
+models, its name made a DNS-1123 label, bad input refused, the Secret it reads named in full, and
+its containers' commands run here against a local store: the restore, then the job, whose files
+reach its own area of the workspace however it ends."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient, V1Job
 
+from jupyter_gpu_ws.userjobs.elsewhere import JOB_ID
 from jupyter_gpu_ws.userjobs.k8s import (
+    CA_DIR,
+    CA_KEY,
+    DEFAULT_RETRIES,
     DNS_LABEL,
     STATE_DIR,
     WORKDIR,
@@ -27,6 +32,7 @@ from jupyter_gpu_ws.userjobs.k8s import (
 from tests.waiting import until
 
 STORE = "s3://bucket/me"
+JOB = "j-0123456789ab"
 COMMAND = ["python", "train.py", "--lr", "0.1"]
 
 
@@ -60,40 +66,96 @@ def test_the_manifest_read_back_by_the_kubernetes_client_has_the_command_gpus_re
     job = read_back(export_k8s(COMMAND, run_args()))
     assert job.api_version == "batch/v1" and job.kind == "Job" and job.metadata.name == "train"
     assert job.spec.backoff_limit == 2
+    job_id = job.metadata.annotations["gpuws/job-id"]
+    assert JOB_ID.match(job_id)
     pod = job.spec.template.spec
     assert pod.restart_policy == "OnFailure"
     [restore] = pod.init_containers
-    assert restore.command[:3] == ["jupyter", "gpuws", "restore"]
-    assert restore.command[3:] == [
-        "--workdir",
-        WORKDIR,
-        "--state-dir",
-        STATE_DIR,
-        "--store",
-        STORE,
-        "--workspace",
-        "me-work",
-    ]
+    assert restore.command[:5] == ["jupyter", "gpuws", "restore", "--job", job_id]
+    options = restore.command[5:]
+    assert dict(zip(options[::2], options[1::2], strict=True)) == {
+        "--workdir": WORKDIR,
+        "--state-dir": STATE_DIR,
+        "--store": STORE,
+        "--workspace": "me-work",
+    }
     [main] = pod.containers
-    assert main.command[-len(COMMAND) :] == COMMAND and main.image == "registry.example/train:1"
+    assert main.command[:5] == ["jupyter", "gpuws", "sync", "--job", job_id]
+    assert main.command[5:] == [*options, "--name", "train", "--", *COMMAND]
+    assert main.image == "registry.example/train:1"
     assert int(main.resources.limits["nvidia.com/gpu"]) == 4
     assert {e.name: e.value for e in main.env}["GPUWS_WORKDIR"] == WORKDIR
     for container in (restore, main):  # the credentials by the Secret's name, never their values
         assert [source.secret_ref.name for source in container.env_from] == ["store-credentials"]
-        assert {m.mount_path for m in container.volume_mounts} == {WORKDIR, STATE_DIR}
+        assert {m.mount_path for m in container.volume_mounts} == {WORKDIR, STATE_DIR, CA_DIR}
     assert {v.name for v in pod.volumes if v.empty_dir is not None} == {"work", "gpuws-state"}
+    [ca] = [v.secret for v in pod.volumes if v.secret is not None]
+    assert ca.secret_name == "store-credentials" and ca.optional  # most stores need no CA
 
 
-def test_no_gpus_asked_for_is_no_gpu_limit() -> None:
+def secret_of(text: str) -> dict[str, Any]:
+    """The Secret template at the manifest's head, as the user takes it: its lines without '# '."""
+    lines = text.split("\n")
+    start = lines.index("# apiVersion: v1")
+    end = lines.index("#", start)
+    secret = yaml.safe_load("\n".join(line[2:] for line in lines[start:end]))
+    assert secret["kind"] == "Secret"
+    return dict(secret)
+
+
+def test_the_secret_template_names_every_variable_of_an_s3_compatible_store_with_this_machines_endpoint_region_and_ca(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://seaweed.store:8333")
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(tmp_path / "ca.pem"))
+    text = export_k8s(COMMAND, run_args(encrypt=True))
+    secret = secret_of(text)
+    assert secret["metadata"]["name"] == "store-credentials"
+    data = secret["stringData"]
+    assert data["AWS_ENDPOINT_URL"] == "http://seaweed.store:8333"
+    assert data["AWS_DEFAULT_REGION"] == "eu-west-3"
+    # The pod's CA bundle: the Secret's ca.pem, where the manifest mounts it.
+    assert data["AWS_CA_BUNDLE"] == f"{CA_DIR}/{CA_KEY}" and CA_KEY in data
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "GPUWS_PASSPHRASE"} <= set(data)
+    assert "AWS_SESSION_TOKEN" in text  # named, commented out: only temporary credentials have one
+    pod = read_back(text).spec.template.spec
+    [ca] = [v.secret for v in pod.volumes if v.secret is not None]
+    assert [(item.key, item.path) for item in ca.items] == [(CA_KEY, CA_KEY)]
+
+
+def test_without_an_endpoint_or_ca_here_the_template_still_names_them_for_the_user_to_fill_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in (
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_CA_BUNDLE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    text = export_k8s(COMMAND, run_args())
+    data = secret_of(text)["stringData"]
+    assert data["AWS_DEFAULT_REGION"] == "…"  # every store needs a region: left to fill in
+    assert "AWS_ENDPOINT_URL" not in data and "AWS_CA_BUNDLE" not in data
+    assert "#   # AWS_ENDPOINT_URL:" in text and "#   # AWS_CA_BUNDLE:" in text
+
+
+def test_no_gpus_asked_for_is_no_gpu_limit_and_no_retries_asked_for_is_the_default_backoff() -> (
+    None
+):
     job = read_back(export_k8s(COMMAND, run_args(gpus=None, retries=None)))
     assert job.spec.template.spec.containers[0].resources is None
-    assert job.spec.backoff_limit == 0
+    assert job.spec.backoff_limit == DEFAULT_RETRIES
+    assert read_back(export_k8s(COMMAND, run_args(retries=0))).spec.backoff_limit == 0
 
 
 def test_an_encrypted_workspace_is_restored_and_synced_with_the_secrets_passphrase() -> None:
     pod = read_back(export_k8s(COMMAND, run_args(encrypt=True))).spec.template.spec
     assert pod.init_containers[0].command[-1] == "--encrypt"
-    assert "jupyter gpuws sync --once --take-over --encrypt " in pod.containers[0].command[2]
+    main = pod.containers[0].command
+    assert "--encrypt" in main[: main.index("--")]
     plain = read_back(export_k8s(COMMAND, run_args())).spec.template.spec
     assert "--encrypt" not in plain.init_containers[0].command + plain.containers[0].command
 
@@ -196,7 +258,7 @@ def pod(tmp_path: Path) -> dict[str, Any]:
     )
     assert seeded.returncode == 0, seeded.stderr
     manifest = job_manifest(
-        ["placeholder"], name="train", store_url=STORE, workspace="ws", image="i:1"
+        ["placeholder"], name="train", store_url=STORE, workspace="ws", image="i:1", job_id=JOB
     )
     spec = manifest["spec"]["template"]["spec"]
     restored = subprocess.run(
@@ -208,15 +270,17 @@ def pod(tmp_path: Path) -> dict[str, Any]:
     )
     assert restored.returncode == 0, restored.stderr
     assert (tmp_path / "pod-work" / "checkpoint.txt").read_text() == "step 10"
+    job = here(spec["containers"][0]["command"], tmp_path)
     return {
         "env": env,
-        "wrapper": spec["containers"][0]["command"][:4],
+        "wrapper": job[: job.index("--") + 1],
         "work": tmp_path / "pod-work",
-        "store": tmp_path / "store" / "ws" / "files",
+        "store": tmp_path / "store" / "ws" / ".gpuws" / "elsewhere" / JOB / "files",
+        "workspace": tmp_path / "store" / "ws" / "files",
     }
 
 
-def test_a_failing_job_exits_with_its_status_and_its_newest_checkpoint_reaches_the_store(
+def test_a_failing_job_exits_with_its_status_and_its_newest_checkpoint_reaches_its_area(
     pod: dict[str, Any],
 ) -> None:
     step = "from pathlib import Path; Path('checkpoint.txt').write_text('step 20'); raise SystemExit(3)"
@@ -230,9 +294,11 @@ def test_a_failing_job_exits_with_its_status_and_its_newest_checkpoint_reaches_t
     )
     assert done.returncode == 3, done.stderr
     assert (pod["store"] / "checkpoint.txt").read_text() == "step 20"
+    assert not (pod["store"] / "train.py").exists()  # what it began from is not sent again
+    assert (pod["workspace"] / "checkpoint.txt").read_text() == "step 10"  # the runtime's own
 
 
-def test_a_sigterm_reaches_the_job_which_checkpoints_and_is_synced_before_the_container_ends(
+def test_a_sigterm_reaches_the_job_which_checkpoints_and_is_sent_before_the_container_ends(
     pod: dict[str, Any],
 ) -> None:
     job = (

@@ -190,6 +190,44 @@ const AWAITING = job({
   }
 });
 
+/** A job run elsewhere (a cluster's pod), as GET /gpuws/api/jobs lists it under `elsewhere`. */
+const ELSEWHERE = {
+  id: 'j-5e1f0c2a9d77',
+  name: 'finetune on the cluster',
+  host: 'finetune-x2k8p',
+  state: 'running',
+  returncode: null,
+  error: null,
+  command: ['torchrun', '--nproc-per-node', '8', 'finetune.py'],
+  cwd: 'experiments',
+  step: 48000,
+  checkpoints: [{ run: '.gpuws/checkpoints/finetune', checkpoint: 'ckpt-000048000' }],
+  outputs: [
+    { path: 'experiments/notes.md', size: 20 },
+    { path: 'experiments/eval.csv', size: 3 * 1024 * 1024 }
+  ],
+  outputs_count: 7,
+  outputs_bytes: 5 * 1024 * 1024,
+  files_more: 0,
+  started: NOW - 7200,
+  updated: NOW - 30
+};
+
+/** What POST …/bring-home answers for it. */
+const BRING_HOME = {
+  id: ELSEWHERE.id,
+  brought: [
+    'experiments/plots/loss.png',
+    '.gpuws/checkpoints/finetune/ckpt-000048000/manifest.json'
+  ],
+  replaced: ['experiments/eval.csv'],
+  beside: [{ path: 'experiments/notes.md', beside: 'experiments/notes.from-j-5e1f0c2a9d77.md' }],
+  skipped: [],
+  counts: { brought: 2, replaced: 1, beside: 1, skipped: 0, same: 3 },
+  errors: [],
+  files_more: 0
+};
+
 /** Every jobs request: the list, a job, its actions and its log. */
 const JOBS_URL = /\/gpuws\/api\/jobs(\/[^?]*)?(\?.*)?$/;
 
@@ -209,6 +247,7 @@ async function serveJobs(
     relaunch: { enabled: boolean; pending: string[] };
     error?: string;
     bad_records?: { file: string; reason: string }[];
+    elsewhere?: unknown;
   },
   calls: ICall[],
   fail: { [key: string]: { status: number; message: string } } = {}
@@ -236,6 +275,8 @@ async function serveJobs(
       await route.fulfill({
         json: { lines: Array.from({ length: 40 }, (_, i) => `line ${i + 1} of the whole log`) }
       });
+    } else if (method === 'POST' && rest.endsWith('/bring-home')) {
+      await route.fulfill({ json: BRING_HOME });
     } else if (method === 'DELETE') {
       await route.fulfill({ status: 204, body: '' });
     } else if (method === 'POST' && rest === '') {
@@ -732,4 +773,55 @@ test("a running job's card shows its ETA once, on a runtime without a deadline",
   // Stopped, then forgotten: nothing else here uses it.
   await page.request.delete(`/gpuws/api/jobs/${created.id}`);
   await page.request.delete(`/gpuws/api/jobs/${created.id}`);
+});
+
+test('a job run elsewhere shows where it runs and its outputs, and Bring home says what stayed yours', async ({
+  page
+}) => {
+  const calls: ICall[] = [];
+  await serveJobs(
+    page,
+    {
+      jobs: [],
+      relaunch: { enabled: true, pending: [] },
+      elsewhere: {
+        jobs: [ELSEWHERE],
+        more: 0,
+        problems: [{ id: 'not-a-job\\x1b[31m', reason: "not a job's id: not looked at" }],
+        error: null
+      }
+    },
+    calls
+  );
+  await openPanel(page, 250);
+  const card = page
+    .locator(PANEL)
+    .locator(`[data-testid="gpuws-elsewhere-job"][data-job="${ELSEWHERE.id}"]`);
+  await expect(card.getByTestId('gpuws-elsewhere-state')).toHaveText('running', {
+    timeout: 20000
+  });
+  await expect(card.getByTestId('gpuws-elsewhere-state')).toHaveClass(/jp-gpuws-ok/);
+  await expect(card.getByTestId('gpuws-elsewhere-line')).toContainText(
+    'elsewhere on finetune-x2k8p · step 48,000 · 7 outputs (5.0 MiB) · last heard of'
+  );
+  await expect(card.getByTestId('gpuws-elsewhere-outputs')).toHaveText(
+    'Outputs: experiments/notes.md, experiments/eval.csv and 5 more'
+  );
+  await expect(page.locator(PANEL).getByTestId('gpuws-elsewhere-problem')).toHaveText(
+    "The job run elsewhere not-a-job\\x1b[31m is not listed: not a job's id: not looked at"
+  );
+
+  await card.getByTestId('gpuws-elsewhere-bring-home').click();
+  const told = page.locator(PANEL).getByTestId('gpuws-homecoming');
+  await expect(told).toContainText(
+    'finetune on the cluster brought home: 2 files brought, 1 replaced (as the job began from them), 1 beside yours (changed here since the job began), 3 already here'
+  );
+  await expect(told.getByTestId('gpuws-homecoming-line')).toHaveText([
+    "experiments/notes.md kept: the job's version is experiments/notes.from-j-5e1f0c2a9d77.md"
+  ]);
+  expect(calls).toContainEqual({
+    method: 'POST',
+    path: `/elsewhere/${ELSEWHERE.id}/bring-home`,
+    body: {}
+  });
 });
