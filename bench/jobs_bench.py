@@ -94,12 +94,8 @@ def steps(path: Path) -> list[tuple[int, float, str]]:
 
 def checkpoint_folder(base: Path, step: int) -> Path:
     """The checkpoint of `step` under a work directory (or the store's copy of one)."""
-    folder = base / ".gpuws" / "checkpoints" / "train.py"
-    named = (
-        [p for p in folder.glob("ckpt-*") if int(p.name.split("-")[1]) == step]
-        if folder.is_dir()
-        else []
-    )
+    folder = base / ".gpuws" / "checkpoints"  # of its one run, named after the job
+    named = [p for p in folder.glob("*/ckpt-*") if int(p.name.split("-")[1]) == step]
     return named[0] if named else folder / f"ckpt-{step}"
 
 
