@@ -6,6 +6,7 @@ import { JobAction, jobActions, JobsModel, LOG_LINES } from '../jobs/model';
 import {
   commandText,
   jobEtaText,
+  jobRunText,
   jobStateWord,
   jobStepText,
   jobTone,
@@ -103,6 +104,11 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
           {jobStateWord(job)}
         </span>
       </div>
+      {job.run && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-job-run">
+          {jobRunText(job)}
+        </div>
+      )}
       {job.reason && (
         <div className="jp-gpuws-line" data-testid="gpuws-job-reason">
           {shown(job.reason)}
