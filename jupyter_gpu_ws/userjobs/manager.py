@@ -299,14 +299,16 @@ class JobManager:
         """The folder of a run's checkpoints under the work directory: what makes two runs one."""
         return run_dir(checkpoints_root(self.settings.workdir), run).name
 
-    def _writer_of(self, folder: str, besides: str | None = None) -> Job | None:
-        """The job (other than `besides`) that runs, or will run again, the run of this folder:
-        a second job would write the same run."""
+    def _writer_of(
+        self, folder: str, besides: str | None = None, relaunching: bool = True
+    ) -> Job | None:
+        """The job (other than `besides`) that runs the run of this folder, or (`relaunching`)
+        will run it again once relaunched: a second job would write the same run."""
         return next(
             (
                 j
                 for j in self.jobs.values()
-                if (j.record.active or j.record.state == "interrupted")
+                if (j.record.active or (relaunching and j.record.state == "interrupted"))
                 and j.record.id != besides
                 and j.record.run
                 and self._folder(j.record.run) == folder
@@ -803,8 +805,8 @@ class JobManager:
         else:
             self._check_command(job.record.command, self.folder(job.record.cwd))
         run = job.record.run
-        with self._lock:
-            writer = self._writer_of(self._folder(run), job_id) if run else None
+        with self._lock:  # an interrupted one beside it is approved or forgotten in its turn
+            writer = self._writer_of(self._folder(run), job_id, relaunching=False) if run else None
         if run and writer is not None:
             raise JobInputError(self._written_by(run, writer))
         job.untrusted = None

@@ -120,7 +120,7 @@ def test_name_starts_a_new_run_and_resume_continues_one(server: ServerProcess) -
     assert runs_here(server)["A"] > saved and "A-longer" not in runs_here(server)
 
 
-def test_resume_of_an_unknown_run_or_one_a_job_writes_is_a_400_that_says_which_runs_there_are(
+def test_a_run_one_job_writes_is_refused_to_another_and_an_unknown_run_is_a_400_listing_the_runs(
     server: ServerProcess,
 ) -> None:
     folder = server.root / "busy"
@@ -161,3 +161,18 @@ def test_resume_of_an_unknown_run_or_one_a_job_writes_is_a_400_that_says_which_r
     finally:
         server.api(f"/gpuws/api/jobs/{job['id']}", "DELETE")
     assert ended(server, job["id"])["state"] == "stopped"
+    # Stopped, its run goes on in a job that resumes it: the first job's restart would write it too.
+    saved = runs_here(server)["busy"]
+    follower = server.api(
+        "/gpuws/api/jobs",
+        "POST",
+        {"command": ["python", "train.py", "100000", "0.05", "2"], "cwd": "busy", "resume": "busy"},
+    )
+    try:
+        assert follower["run"] == "busy" and follower["resumed_step"] == saved
+        status, message = error_of(server, f"/gpuws/api/jobs/{job['id']}/restart", "POST", {})
+        assert status == 400 and f"run 'busy' is the run of job {follower['id']} (running)" in (
+            message
+        )
+    finally:
+        server.api(f"/gpuws/api/jobs/{follower['id']}", "DELETE")
