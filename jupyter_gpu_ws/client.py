@@ -38,6 +38,10 @@ def find_server() -> tuple[str, str]:
         runtime, candidates = folder, [folder / f"jpserver-{server_pid}.json"]
     else:
         candidates = [runtime / f"jpserver-{pid}.json" for pid in (server_pid, os.getppid()) if pid]
+        if server_pid:
+            # A kernel whose connection file is not in its server's runtime folder (a notebook
+            # job's kernel: nbclient puts it in /tmp) finds its server where the server says.
+            candidates.append(protocol.runtime_folder() / f"jpserver-{server_pid}.json")
         others = list(runtime.glob("jpserver-*.json"))
         if len(others) == 1:
             candidates += others  # one server on the machine: that one

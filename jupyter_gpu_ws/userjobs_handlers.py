@@ -65,6 +65,7 @@ class JobsHandler(_JobsHandler):
                 retries=body.get("retries", 0),
                 gpus=body.get("gpus"),
                 cwd=body.get("cwd", ""),
+                resume=body.get("resume"),
             )
         )
         self.set_status(201)

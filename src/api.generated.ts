@@ -1666,8 +1666,10 @@ export interface components {
         | 'held';
       reason: string | null;
       attempts: components['schemas']['UserJobAttempt'][];
-      /** @description its gpuws.track() run */
+      /** @description its run: named when it was asked for (its name, else its script's or notebook's and the end of its id, or the run it resumes); what its process's gpuws.track() names, which a name given to track() replaces; null in a record from before runs were named by job */
       run: string | null;
+      /** @description where it was asked to resume an existing run: that run's newest checkpoint's step then; null for a new run */
+      resumed_step?: number | null;
       step: number | null;
       total_steps: number | null;
       eta_seconds: number | null;
@@ -1699,6 +1701,8 @@ export interface components {
        * @default
        */
       cwd?: string;
+      /** @description the run to continue: one of the work directory's runs with a checkpoint (its name or its folder's, as the Training section lists it), which no active job writes; without it the job starts a new run of its own (a 400 lists the runs there are) */
+      resume?: string;
     };
     /** @description A job run elsewhere (the pod of `run --export k8s`, a machine started by hand): as its own area of the workspace in the store says it, which anyone with access to the store writes (every text escaped as names.shown() writes it; docs/jobs.md) */
     ElsewhereJob: {

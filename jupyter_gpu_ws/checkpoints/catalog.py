@@ -1,17 +1,45 @@
-"""The distributed runs a work directory holds checkpoints of: each run's complete checkpoints
-with their size per rank, and whether the newest loads on this machine ("saved on 8 ranks:
-loads on the 2 GPUs here"). Read from the manifests alone, so it costs a few small reads."""
+"""The runs a work directory holds checkpoints of: each one's name and newest step (what a new
+job may resume), and for the distributed ones each complete checkpoint with its size per rank,
+and whether the newest loads on this machine ("saved on 8 ranks: loads on the 2 GPUs here").
+Read from the manifests alone, so it costs a few small reads."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import dcpfiles
-from .files import complete_checkpoints, real_folders, run_dir
+from .files import MAX_RUN_NAME, complete_checkpoints, real_folders, run_dir
 
 SHOWN = 5  # checkpoints listed per run, newest first
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    name: str  # as its newest checkpoint's manifest names it, else its folder's name
+    folder: str  # its folder's name under the root
+    step: int  # its newest complete checkpoint's step
+
+
+def saved_runs(root: Path) -> list[SavedRun]:
+    """The runs under `root` with at least one complete checkpoint, by folder name. A folder
+    whose name starts with "." (a checkpoint being written) and a link to one elsewhere are
+    not runs of it."""
+    found = []
+    for folder in sorted(real_folders(root)):
+        if folder.name.startswith("."):
+            continue
+        complete = complete_checkpoints(folder)
+        if not complete:
+            continue
+        manifest = complete[-1][1]  # its step checked a whole number (files.py)
+        name = manifest.get("run")
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_RUN_NAME:
+            name = folder.name
+        found.append(SavedRun(name, folder.name, int(manifest["step"])))
+    return found
 
 
 def distributed_runs(

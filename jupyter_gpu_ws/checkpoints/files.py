@@ -66,14 +66,40 @@ class CheckpointInfo:
     request_id: str | None = None
 
 
+# The run a job's process tracks (the server's userjobs/ sets it): its own, never another job's.
+RUN_ENV = "GPUWS_RUN"
+# The longest run name read from a manifest or a job's record (both may come from the store).
+MAX_RUN_NAME = 1000
+# Where checkpoints go under a work directory, by default (gpuws.track(root=...) picks another).
+CHECKPOINTS_FOLDER = (".gpuws", "checkpoints")
+
+
 def run_dir(root: str | os.PathLike[str], run: str) -> Path:
     """A run's folder: the run name (a notebook path) made into one safe folder name."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", run.replace("/", "--")).strip("-") or "default"
-    return Path(root) / safe
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", run.replace("/", "--")).strip("-")
+    # "." and ".." would be the root or its parent, not a folder of their own.
+    return Path(root) / (safe if safe.strip(".") else "default")
+
+
+def checkpoints_root(workdir: str | os.PathLike[str]) -> Path:
+    """The folder of a work directory's runs (each run a folder of it)."""
+    return Path(workdir).joinpath(*CHECKPOINTS_FOLDER)
+
+
+def plain_run_name(text: str, limit: int = 100) -> str:
+    """`text` as a run name that is its own folder's name (run_dir leaves it as it is): letters,
+    digits, `.`, `_` and `-`, neither starting nor ending with `.` or `-`; "" when nothing of
+    it is left. What a job's run is called in the store, the panel and on disk alike."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", text.replace("/", "--")).strip("-.")
+    return safe[:limit].rstrip("-.")
 
 
 def default_run_name() -> str:
-    """The notebook's path (Jupyter Server tells the kernel), else the script's name."""
+    """The job's run (the server names it: userjobs/), else the notebook's path (Jupyter Server
+    tells the kernel), else the script's name. `gpuws.track("name", ...)` overrides all three."""
+    job_run = os.environ.get(RUN_ENV)
+    if job_run:
+        return job_run
     name = os.environ.get("JPY_SESSION_NAME")
     if name:
         workdir = os.environ.get("GPUWS_WORKDIR")

@@ -1,7 +1,7 @@
 """`jupyter gpuws run|jobs` and `%gpuws run|jobs`: what to run, asked of the running server.
 
-jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND …
-jupyter gpuws run NOTEBOOK.ipynb
+jupyter gpuws run [--name NAME] [--resume RUN] [--retries N] [--gpus K] -- COMMAND …
+jupyter gpuws run [--resume RUN] NOTEBOOK.ipynb
 jupyter gpuws jobs [--log ID [--lines N] [--follow]] [--bring-home ID]
 """
 
@@ -20,7 +20,9 @@ from ..store.names import shown
 from ..vocabulary import age, count, duration, size
 from .record import ACTIVE
 
-USAGE = "run [--name NAME] [--retries N] [--gpus K] -- COMMAND … | run NOTEBOOK.ipynb"
+USAGE = (
+    "run [--name NAME] [--resume RUN] [--retries N] [--gpus K] -- COMMAND … | run NOTEBOOK.ipynb"
+)
 
 Ask = Callable[..., Any]  # (path, method="GET", body=None) → the server's JSON answer
 
@@ -30,7 +32,17 @@ FOLLOW_INTERVAL = 0.5
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--name", default=None, help="the job's name (default: the script's or notebook's)"
+        "--name",
+        default=None,
+        help="the job's name, and its new run's (default: the script's or notebook's; the run's "
+        "is that and the end of the job's id, e.g. train.py-89ab)",
+    )
+    parser.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN",
+        help="continue this run from its newest checkpoint (a run of the work directory, as the "
+        "Training section names it) instead of starting a new one; --name then names the job only",
     )
     parser.add_argument(
         "--retries",
@@ -62,6 +74,8 @@ def run_request(args: argparse.Namespace, here: str, workdir: str | None) -> dic
     body: dict[str, Any] = {"retries": args.retries or 0}
     if args.name:
         body["name"] = args.name
+    if args.resume:
+        body["resume"] = args.resume
     if args.gpus is not None:
         body["gpus"] = args.gpus
     cwd = ""
@@ -86,7 +100,15 @@ def started_lines(job: dict[str, Any], follow: str) -> list[str]:
         shown(
             f"started {job['name']} as job {job['id']} ({job['state']}); follow it with {follow}"
         ),
+        shown(run_line(job)),
     ]
+
+
+def run_line(job: dict[str, Any]) -> str:
+    """Which run a job just asked for starts or continues, as the server knew it then."""
+    if job.get("resumed_step") is not None:
+        return f"resumes run {job['run']!r} at step {job['resumed_step']:,}"
+    return f"run {job['run']!r} (new)"
 
 
 def job_line(job: dict[str, Any]) -> str:
@@ -221,9 +243,10 @@ def cli_run(args: argparse.Namespace, ask: Ask) -> int:
         print(f"jupyter gpuws: error: {err}", file=sys.stderr)
         return 2
     job = ask("gpuws/api/jobs", "POST", body)
-    first, second = started_lines(job, f"jupyter gpuws jobs --log {job['id']} --follow")
+    first, *rest = started_lines(job, f"jupyter gpuws jobs --log {job['id']} --follow")
     print(first)
-    print(second, file=sys.stderr)
+    for line in rest:
+        print(line, file=sys.stderr)
     return 0
 
 

@@ -25,6 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..checkpoints.catalog import SavedRun, saved_runs
+from ..checkpoints.files import (
+    MAX_RUN_NAME,
+    RUN_ENV,
+    checkpoints_root,
+    plain_run_name,
+    run_dir,
+)
 from ..diskio import file_kind
 from ..store.names import shown
 from . import files, manifest, trust
@@ -229,12 +237,19 @@ class JobManager:
         retries: int = 0,
         gpus: int | None = None,
         cwd: str = "",
+        resume: str | None = None,
     ) -> JobRecord:
         """Check what is asked, record it (signed) and start it; JobInputError says what is wrong,
-        JobKeyError that there is no key to sign it with."""
+        JobKeyError that there is no key to sign it with. The job's run is a new one of its own
+        (its name, else its script's or notebook's and a short id), or `resume`'s: a run of this
+        work directory with a checkpoint, which no active job writes."""
         if (command is None) == (notebook is None):
             raise JobInputError("Give a command (a list of arguments) or a notebook, not both")
         bounds = limits()
+        if resume is not None and (
+            not isinstance(resume, str) or not resume.strip() or len(resume) > MAX_RUN_NAME
+        ):
+            raise JobInputError(f"resume must be a run's name of 1 to {MAX_RUN_NAME} characters")
         if (
             isinstance(retries, bool)
             or not isinstance(retries, int)
@@ -266,9 +281,11 @@ class JobManager:
         ):
             raise JobInputError(f"name must be text of 1 to {bounds.name} characters")
         self.key()  # no record without a key to sign it: JobKeyError says how to fix it
+        job_id = f"j-{uuid.uuid4().hex[:12]}"
+        saved = saved_runs(checkpoints_root(self.settings.workdir))
         now = time.time()
         record = JobRecord(
-            id=f"j-{uuid.uuid4().hex[:12]}",
+            id=job_id,
             name=label,
             kind=kind,
             command=argv,
@@ -282,10 +299,89 @@ class JobManager:
             updated=now,
         )
         job = Job(record)
-        with self._lock:
+        with self._lock:  # two jobs asked at once never take one run
+            if resume is not None:
+                record.run, record.resumed_step = self._run_to_resume(resume, saved)
+            else:
+                record.run = self._new_run(
+                    name, notebook_rel or _script(argv) or argv[0], job_id, saved
+                )
             self.jobs[record.id] = job
         self._start(job, "running")
         return record
+
+    def _folder(self, run: str) -> str:
+        """The folder of a run's checkpoints under the work directory: what makes two runs one."""
+        return run_dir(checkpoints_root(self.settings.workdir), run).name
+
+    def _writer_of(
+        self, folder: str, besides: str | None = None, relaunching: bool = True
+    ) -> Job | None:
+        """The job (other than `besides`) that runs the run of this folder, or (`relaunching`)
+        will run it again once relaunched: a second job would write the same run."""
+        return next(
+            (
+                j
+                for j in self.jobs.values()
+                if (j.record.active or (relaunching and j.record.state == "interrupted"))
+                and j.record.id != besides
+                and j.record.run
+                and self._folder(j.record.run) == folder
+            ),
+            None,
+        )
+
+    @staticmethod
+    def _written_by(run: str, writer: Job) -> str:
+        return (
+            f"run {run!r} is the run of job {writer.record.id} ({writer.record.state}), which "
+            "goes on writing it: stop or forget that job first"
+        )
+
+    def _run_to_resume(self, wanted: str, saved: list[SavedRun]) -> tuple[str, int]:
+        """The run `wanted` names (by its name or its folder's) and its newest checkpoint's step;
+        JobInputError, with the runs there are, where there is no such run or a job writes it."""
+        folder = self._folder(wanted)
+        found = next((r for r in saved if r.name == wanted), None) or next(
+            (r for r in saved if r.folder == folder), None
+        )
+        if found is None:
+            raise JobInputError(
+                f"resume: no run {wanted!r} with a checkpoint in this work directory; "
+                + _runs_words(saved)
+            )
+        writer = self._writer_of(found.folder)
+        if writer is not None:
+            raise JobInputError(
+                f"resume: {self._written_by(found.name, writer)}, or start a new run"
+            )
+        return found.name, found.step
+
+    def _new_run(self, name: str | None, target: str, job_id: str, saved: list[SavedRun]) -> str:
+        """A run no job has yet: the job's name (a run of that name is refused: resume it, or
+        name another), else its script's or notebook's name and the end of the job's id."""
+        taken = {r.folder: r for r in saved}
+        if name is not None and plain_run_name(name):
+            run = plain_run_name(name)
+            if run in taken:
+                raise JobInputError(
+                    f"a run named {run!r} exists (its newest checkpoint at step "
+                    f'{_step(taken[run].step)}): resume it (--resume {run}, or "resume" in '
+                    "the request) or give the job another name for a new run"
+                )
+            writer = self._writer_of(run)
+            if writer is not None:
+                raise JobInputError(
+                    f"{self._written_by(run, writer)}, or give the job another name for a new run"
+                )
+            return run
+        base = plain_run_name(Path(target).name) or "job"
+        hexits = job_id[2:]
+        for width in (4, 8, 12):  # the short id, longer only where a run has it already
+            run = f"{base}-{hexits[-width:]}"
+            if run not in taken and self._writer_of(run) is None:
+                break
+        return run
 
     def _root(self) -> Path:
         return self.settings.workdir.resolve()
@@ -431,6 +527,11 @@ class JobManager:
             }
         )
         env.setdefault("PYTHONPYCACHEPREFIX", str(self.pycache))
+        # Its run, at every attempt (a relaunch resumes its own checkpoints): a record from
+        # before runs were named by job has none, and tracks what its process names.
+        env.pop(RUN_ENV, None)
+        if record.run:
+            env[RUN_ENV] = record.run
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
         return env
@@ -738,6 +839,11 @@ class JobManager:
             self._check_notebook(job.record.notebook)
         else:
             self._check_command(job.record.command, self.folder(job.record.cwd))
+        run = job.record.run
+        with self._lock:  # an interrupted one beside it is approved or forgotten in its turn
+            writer = self._writer_of(self._folder(run), job_id, relaunching=False) if run else None
+        if run and writer is not None:
+            raise JobInputError(self._written_by(run, writer))
         job.untrusted = None
         job.changed, job.changed_more = [], 0
         job.relaunched_on = None
@@ -1096,6 +1202,7 @@ class JobManager:
             "reason": record.reason,
             "attempts": [vars(a) for a in record.attempts],
             "run": view.get("run", record.run),
+            "resumed_step": record.resumed_step,
             "step": step,
             "total_steps": view.get("total_steps"),
             "eta_seconds": view.get("eta_seconds"),
@@ -1186,3 +1293,15 @@ def _orphaned(record: JobRecord) -> str:
     if record.step is None:
         return "interrupted: its runtime ended without stopping it"
     return f"interrupted at step {_step(record.step)}: its runtime ended without stopping it"
+
+
+RUNS_LISTED = 20
+
+
+def _runs_words(runs: list[SavedRun]) -> str:
+    """The runs a job may resume, for a refusal: each with its newest checkpoint's step."""
+    if not runs:
+        return "it has none yet: leave resume out to start a new run"
+    listed = ", ".join(f"{shown(r.name[:100])} (step {_step(r.step)})" for r in runs[:RUNS_LISTED])
+    more = f" and {len(runs) - RUNS_LISTED:,} more" if len(runs) > RUNS_LISTED else ""
+    return f"its runs: {listed}{more}"

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import strictjson
 from ..apischema import spec
+from ..checkpoints.files import MAX_RUN_NAME
 from . import manifest
 
 STATES = (
@@ -121,7 +122,11 @@ class JobRecord:
     state: str = "queued"
     reason: str | None = None
     attempts: list[Attempt] = field(default_factory=list)
+    # Its run, named when it was asked for (every attempt tracks it: GPUWS_RUN); None in a
+    # record from before runs were named by job.
     run: str | None = None
+    # Where it was asked to resume an existing run: that run's newest checkpoint's step then.
+    resumed_step: int | None = None
     step: int | None = None
     log_tail: list[str] = field(default_factory=list)
     held: bool = False
@@ -275,7 +280,8 @@ def from_json(data: Any) -> JobRecord:
         state=state,
         reason=_text(data, "reason", optional=True),
         attempts=[attempt_from_json(a) for a in attempts],
-        run=_text(data, "run", optional=True, limit=1000),
+        run=_text(data, "run", optional=True, limit=MAX_RUN_NAME),
+        resumed_step=_whole(data, "resumed_step"),
         step=_whole(data, "step", minimum=-1),
         log_tail=[t[:MAX_TEXT] for t in tail],
         held=held,

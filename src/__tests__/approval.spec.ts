@@ -18,7 +18,12 @@ jest.mock('@jupyterlab/apputils', () => ({
   Notification: {}
 }));
 jest.mock('@jupyterlab/ui-components', () => ({
-  ReactWidget: { create: (element: unknown) => ({ element, addClass: jest.fn() }) }
+  // A class (the run's choice in Run as job extends it) whose create() the dialog's body uses.
+  ReactWidget: class {
+    static create(element: unknown): unknown {
+      return { element, addClass: jest.fn() };
+    }
+  }
 }));
 
 const dialog = showDialog as jest.MockedFunction<typeof showDialog>;

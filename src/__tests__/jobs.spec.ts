@@ -1,15 +1,16 @@
 // The user's jobs: the buttons each offers in each state, their words and tones, and the model
 // that acts on them and says why the server refused. And the jobs run elsewhere: their words,
 // and bringing one home.
-import { IBringHome, IElsewhereJob, IUserJob } from '../api';
+import { IBringHome, IElsewhereJob, ITrainingRun, IUserJob } from '../api';
 import * as api from '../api';
-import { jobActions, jobActive, JobsModel } from '../jobs/model';
+import { jobActions, jobActive, JobsModel, resumableRuns } from '../jobs/model';
 import {
   elsewhereLine,
   elsewhereStateWord,
   elsewhereTone,
   homecomingLines,
   jobEtaText,
+  jobRunText,
   jobsSummary,
   jobStateWord,
   jobStepText,
@@ -24,7 +25,8 @@ jest.mock('../api', () => ({
   stopJob: jest.fn(),
   restartJob: jest.fn(),
   holdJob: jest.fn(),
-  bringHome: jest.fn()
+  bringHome: jest.fn(),
+  requestAPI: jest.fn()
 }));
 
 const mocked = api as jest.Mocked<typeof api>;
@@ -107,6 +109,30 @@ describe("a job's words", () => {
   });
 });
 
+describe("a job's run", () => {
+  it('is named as the Training and Checkpoints sections name it, and says what it resumed', () => {
+    expect(jobRunText(job({ run: 'train.py-89ab', resumed_step: null }))).toBe('run train.py-89ab');
+    expect(jobRunText(job({ run: 'trainA', resumed_step: 1400 }))).toBe(
+      'run trainA, resumed from step 1,400'
+    );
+    expect(jobRunText(job({ run: null }))).toBeNull();
+    expect(jobRunText(job({ run: 'a\u001b[2Jb' }))).toBe('run a\\x1b[2Jb');
+  });
+
+  function trained(run: string, step: number | null): ITrainingRun {
+    return { run, checkpoint: step === null ? null : { step } } as ITrainingRun;
+  }
+
+  it('may be resumed by a new job where it has a checkpoint and no active job writes it', () => {
+    const runs = [trained('A', 1400), trained('B', 20), trained('fresh', null), trained('C', 3)];
+    const jobs = [job({ run: 'B', state: 'running' }), job({ run: 'C', state: 'finished' })];
+    expect(resumableRuns(runs, jobs)).toEqual([
+      { run: 'A', step: 1400 },
+      { run: 'C', step: 3 }
+    ]);
+  });
+});
+
 describe('the jobs model', () => {
   let model: JobsModel;
 
@@ -151,6 +177,37 @@ describe('the jobs model', () => {
     });
     await model.runFile('train.py');
     expect(mocked.startJob).toHaveBeenLastCalledWith({ command: ['python', 'train.py'], cwd: '' });
+  });
+
+  it('runs a notebook or a script in a new run, or continuing the run the user picked', async () => {
+    mocked.startJob.mockResolvedValue(job());
+    await model.runFile('nb.ipynb');
+    expect(mocked.startJob).toHaveBeenLastCalledWith({ notebook: 'nb.ipynb' });
+    await model.runFile('nb.ipynb', 'trainA');
+    expect(mocked.startJob).toHaveBeenLastCalledWith({ notebook: 'nb.ipynb', resume: 'trainA' });
+    await model.runFile('train.py', 'trainA');
+    expect(mocked.startJob).toHaveBeenLastCalledWith({
+      command: ['python', 'train.py'],
+      cwd: '',
+      resume: 'trainA'
+    });
+  });
+
+  it('offers the runs the training view lists with a checkpoint but those of running jobs, none when it cannot ask', async () => {
+    mocked.listJobs.mockResolvedValueOnce({
+      jobs: [job({ run: 'trainB', state: 'running' })],
+      relaunch: { pending: [] }
+    } as never);
+    mocked.requestAPI.mockResolvedValueOnce({
+      runs: [
+        { run: 'trainA', checkpoint: { step: 1400 } },
+        { run: 'trainB', checkpoint: { step: 3 } }
+      ]
+    } as never);
+    expect(await model.resumableRuns()).toEqual([{ run: 'trainA', step: 1400 }]);
+    expect(mocked.requestAPI).toHaveBeenCalledWith('training');
+    mocked.requestAPI.mockRejectedValueOnce(new Error('the server is away'));
+    expect(await model.resumableRuns()).toEqual([]);
   });
 
   it('folds and unfolds a log', () => {

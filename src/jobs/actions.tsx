@@ -1,6 +1,7 @@
-// "Run as job" for a notebook or a Python script: the server runs it without this page; the
-// notification names the job and leads to the panel, or says why the server refused. A job's
-// whole log in a dialog.
+// "Run as job" for a notebook or a Python script: the server runs it without this page, in a new
+// run of its own or, where the user picks one, continuing a run; the notification names the job
+// and its run and leads to the panel, or says why the server refused. A job's whole log in a
+// dialog.
 // And the approval of a record this runtime cannot vouch for: what it runs, asked first.
 import React from 'react';
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
@@ -8,19 +9,81 @@ import { ReactWidget } from '@jupyterlab/ui-components';
 
 import { IUserJob, IUserJobApproval, jobLog } from '../api';
 import { shown } from '../shown';
-import { shortPath } from '../vocabulary';
-import { JobsModel } from './model';
-import { changedLines, commandText, folderText } from './words';
+import { shortPath, wholeNumber } from '../vocabulary';
+import { IResumableRun, JobsModel } from './model';
+import { changedLines, commandText, folderText, jobRunText } from './words';
 
-/** The notebook's or script's job, or null when the server refused (the reason in a notification). */
+/** What "Run as job" starts in: a new run of its own (the default), or one to continue. */
+const NEW_RUN = '';
+
+/**
+ * Where the work directory has runs a job could continue, ask first: a new run (the default: a
+ * job never continues another's run unasked) or which run to resume. The run's name ('' for a
+ * new one), or null when cancelled.
+ */
+export async function chooseRun(path: string, runs: IResumableRun[]): Promise<string | null> {
+  if (!runs.length) {
+    return NEW_RUN;
+  }
+  const body = new RunChoice(runs);
+  const result = await showDialog({
+    title: `Run ${shortPath(path)} as a job`,
+    body,
+    buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Run' })],
+    defaultButton: 1
+  });
+  return result.button.accept ? (result.value ?? NEW_RUN) : null;
+}
+
+/** The dialog's choice of run: a select of "a new run" and each run with its newest step. */
+class RunChoice extends ReactWidget {
+  private readonly select = React.createRef<HTMLSelectElement>();
+
+  constructor(private readonly runs: IResumableRun[]) {
+    super();
+    this.addClass('jp-gpuws-run-choice');
+  }
+
+  getValue(): string {
+    return this.select.current?.value ?? NEW_RUN;
+  }
+
+  render(): JSX.Element {
+    return (
+      <label className="jp-gpuws-line">
+        Its checkpoints go to{' '}
+        <select
+          ref={this.select}
+          className="jp-mod-styled"
+          defaultValue={NEW_RUN}
+          data-testid="gpuws-run-choice"
+        >
+          <option value={NEW_RUN}>a new run of its own</option>
+          {this.runs.map(run => (
+            <option key={run.run} value={run.run}>
+              {`run ${shown(run.run)}, resumed from step ${wholeNumber(run.step)}`}
+            </option>
+          ))}
+        </select>
+      </label>
+    );
+  }
+}
+
+/** The notebook's or script's job, or null when the user cancelled or the server refused (the
+ * reason in a notification). */
 export async function runAsJob(
   jobs: JobsModel,
   path: string,
   openPanel: () => void
 ): Promise<IUserJob | null> {
+  const resume = await chooseRun(path, await jobs.resumableRuns());
+  if (resume === null) {
+    return null;
+  }
   let job: IUserJob;
   try {
-    job = await jobs.runFile(path);
+    job = await jobs.runFile(path, resume || null);
   } catch (error) {
     Notification.error(`Cannot run ${shortPath(path)} as a job: ${(error as Error).message}`, {
       autoClose: false
@@ -28,8 +91,9 @@ export async function runAsJob(
     return null;
   }
   const outputs = job.output ? `, its outputs written into ${shortPath(job.output)}` : '';
+  const run = job.run ? ` (${jobRunText(job)})` : '';
   Notification.success(
-    `Job "${shown(job.name)}" started: it runs on the server, without this page${outputs}`,
+    `Job "${shown(job.name)}" started${run}: it runs on the server, without this page${outputs}`,
     {
       autoClose: 8000,
       actions: [{ label: 'Show in GPU Workspace', callback: openPanel }]

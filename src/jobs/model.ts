@@ -1,15 +1,18 @@
 // The user's jobs (polled): each one's state, reason, progress and log; what the panel can do
-// to one now (stop, restart, hold, approve), and a notebook or a script started as a job. And the
-// jobs run elsewhere (a cluster's pod) that the server finds in the store, which can be brought
-// home.
+// to one now (stop, restart, hold, approve), and a notebook or a script started as a job, in a new
+// run of its own or continuing one. And the jobs run elsewhere (a cluster's pod) that the server
+// finds in the store, which can be brought home.
 import {
   bringHome,
   holdJob,
   IBringHome,
   IElsewhereJob,
+  ITrainingRun,
+  ITrainingState,
   IUserJob,
   IUserJobs,
   listJobs,
+  requestAPI,
   restartJob,
   startJob,
   stopJob
@@ -20,6 +23,9 @@ import { actionVerb } from './words';
 
 /** How many of a job's last log lines the panel shows. */
 export const LOG_LINES = 5;
+
+/** The states in which a job's process runs, or is about to. */
+const ACTIVE = ['queued', 'running', 'relaunched', 'retrying'];
 
 export type JobAction = 'stop' | 'restart' | 'hold' | 'release' | 'approve';
 
@@ -110,13 +116,43 @@ export class JobsModel extends PolledModel {
     this._changed.emit();
   }
 
-  /** Run a notebook or a Python script of the work directory as a job (`scriptJob`); throws with
-   * the server's reason. */
-  async runFile(path: string): Promise<IUserJob> {
-    const job = await startJob(path.endsWith('.ipynb') ? { notebook: path } : scriptJob(path));
+  /** Run a notebook or a Python script of the work directory as a job (`scriptJob`), in a new
+   * run of its own or continuing `resume`; throws with the server's reason. */
+  async runFile(path: string, resume: string | null = null): Promise<IUserJob> {
+    const what = path.endsWith('.ipynb') ? { notebook: path } : scriptJob(path);
+    const job = await startJob(resume ? { ...what, resume } : what);
     await this.refresh();
     return job;
   }
+
+  /** The runs a new job may continue, as the server lists them now, the jobs looked at again
+   * too (a failure: none, and the job starts a new run). */
+  async resumableRuns(): Promise<IResumableRun[]> {
+    try {
+      const [training] = await Promise.all([
+        requestAPI<ITrainingState>('training'),
+        this.refresh()
+      ]);
+      return resumableRuns(training.runs, this.jobs);
+    } catch {
+      return [];
+    }
+  }
+}
+
+/** A run a job may continue: its name and its newest checkpoint's step. */
+export interface IResumableRun {
+  run: string;
+  step: number;
+}
+
+/** The runs with a checkpoint that no active job writes (the server refuses a second writer),
+ * newest first as the Training section lists them. */
+export function resumableRuns(runs: ITrainingRun[], jobs: IUserJob[]): IResumableRun[] {
+  const written = new Set(jobs.filter(job => ACTIVE.includes(job.state)).map(job => job.run));
+  return runs
+    .filter(run => typeof run.checkpoint?.step === 'number' && !written.has(run.run))
+    .map(run => ({ run: run.run, step: run.checkpoint?.step as number }));
 }
 
 /** A Python script as a job: `python NAME` in the script's folder, as it would be run from a
@@ -128,11 +164,7 @@ export function scriptJob(path: string): { command: string[]; cwd: string } {
 
 /** Whether the job is under way (or about to be): it belongs near the top of the panel. */
 export function jobActive(job: IUserJob, pending: string[]): boolean {
-  return (
-    ['queued', 'running', 'relaunched', 'retrying'].includes(job.state) ||
-    job.needs_approval ||
-    pending.includes(job.id)
-  );
+  return ACTIVE.includes(job.state) || job.needs_approval || pending.includes(job.id);
 }
 
 /** The buttons a job offers now. */
@@ -143,7 +175,7 @@ export function jobActions(job: IUserJob, pending: string[]): JobAction[] {
   }
   const actions: JobAction[] = [];
   const due = pending.includes(job.id);
-  if (['queued', 'running', 'relaunched', 'retrying'].includes(job.state)) {
+  if (ACTIVE.includes(job.state)) {
     actions.push('stop');
   }
   if (job.state === 'held') {

@@ -82,6 +82,19 @@ export function changedLines(approval: IUserJobApproval): string[] {
   return lines;
 }
 
+/** The job's run, as the Training and Checkpoints sections name it: "run train.py-89ab", "run
+ * trainA, resumed from step 1,400"; null for a record from before runs were named by job. */
+export function jobRunText(job: IUserJob): string | null {
+  if (!job.run) {
+    return null;
+  }
+  const resumed =
+    job.resumed_step !== null && job.resumed_step !== undefined
+      ? `, resumed from step ${wholeNumber(job.resumed_step)}`
+      : '';
+  return `run ${shown(job.run)}${resumed}`;
+}
+
 /** "step 4,120/10,000", or null before the job's run has a step. */
 export function jobStepText(job: IUserJob): string | null {
   if (job.step === null) {

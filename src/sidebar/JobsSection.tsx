@@ -10,6 +10,7 @@ import {
   elsewhereTone,
   homecomingLines,
   jobEtaText,
+  jobRunText,
   jobStateWord,
   jobStepText,
   jobTone,
@@ -195,6 +196,11 @@ function JobRow(props: { job: IUserJob; model: JobsModel; due: boolean }): JSX.E
           {jobStateWord(job)}
         </span>
       </div>
+      {job.run && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-job-run">
+          {jobRunText(job)}
+        </div>
+      )}
       {job.reason && (
         <div className="jp-gpuws-line" data-testid="gpuws-job-reason">
           {shown(job.reason)}

@@ -45,13 +45,13 @@ def stored_record(store: Path, workspace: str, job_id: str) -> dict[str, Any]:
 
 
 def stored_checkpoint_steps(store: Path, workspace: str) -> list[int]:
-    folder = store / workspace / "files" / ".gpuws" / "checkpoints" / "train.py"
-    if not folder.is_dir():
-        return []
+    """The steps of the complete checkpoints in the store of its one run (each test runs one
+    job, whose run is named after it)."""
+    folder = store / workspace / "files" / ".gpuws" / "checkpoints"
     return sorted(
         int(p.name.split("-")[1])
-        for p in folder.iterdir()
-        if p.name.startswith("ckpt-") and (p / "manifest.json").is_file()
+        for p in folder.glob("*/ckpt-*")
+        if not p.parent.name.startswith(".") and (p / "manifest.json").is_file()
     )
 
 

@@ -301,6 +301,42 @@ async function serveJobs(
   });
 }
 
+/** A stopped run with a checkpoint at `step`, as GET /gpuws/api/training lists it. */
+function trainedRun(run: string, step: number): { [name: string]: unknown } {
+  return {
+    run,
+    kernel_id: null,
+    notebook: null,
+    live: false,
+    state: 'stopped',
+    step,
+    done_steps: step + 1,
+    total: null,
+    rate: null,
+    elapsed: 60,
+    last_time: NOW - 600,
+    eta: null,
+    finish_at: null,
+    verdict: null,
+    values: {},
+    scalars: [],
+    sparkline: [],
+    anomalies: [],
+    checkpoint: { step, health: 'healthy', path: `/work/.gpuws/checkpoints/${run}`, time: NOW },
+    tensorboard: null
+  };
+}
+
+/** Answer this page's training view with these runs (what "Run as job" offers to resume). */
+async function serveTraining(
+  page: IJupyterLabPageFixture,
+  runs: { [name: string]: unknown }[]
+): Promise<void> {
+  await page.route(/\/gpuws\/api\/training(\?.*)?$/, route =>
+    route.fulfill({ json: { now: NOW, deadline: null, runs, anomalies: [], errors: [] } })
+  );
+}
+
 /** The section's row of the job `id`. */
 function row(page: IJupyterLabPageFixture, id: string) {
   return page.locator(PANEL).locator(`[data-testid="gpuws-job"][data-job="${id}"]`);
@@ -345,6 +381,8 @@ test('every state of a job renders with its words, colour, progress, log and but
   await expect(running.getByTestId('gpuws-job-progress')).toContainText('step 4,120/10,000');
   await expect(running.getByTestId('gpuws-job-progress')).toContainText('ETA 14 min');
   await expect(running.getByTestId('gpuws-job-verdict')).toHaveText('finishes before the deadline');
+  // Its run, named as the Training and Checkpoints sections name it.
+  await expect(running.getByTestId('gpuws-job-run')).toHaveText('run train.py');
   await expect(running.getByTestId('gpuws-job-log')).toHaveText(LOG.slice(-5).join('\n'));
   await expect(running.getByTestId('gpuws-job-log')).toHaveCSS(
     'font-family',
@@ -587,6 +625,7 @@ test('"Run as job" in the file browser and the palette posts the notebook and na
 }) => {
   const calls: ICall[] = [];
   await serveJobs(page, { jobs: [], relaunch: { enabled: true, pending: [] } }, calls);
+  await serveTraining(page, []); // no run to resume: nothing to ask
   const file = 'run-as-job-check.ipynb';
   const name = `${tmpPath}/${file}`;
   await writeNotebook(page, name, ['print("hello")']);
@@ -620,6 +659,55 @@ test('"Run as job" in the file browser and the palette posts the notebook and na
   await expect.poll(() => calls.length).toBe(1);
   expect(calls[0]).toEqual({ method: 'POST', path: '', body: { notebook: name } });
   await page.notebook.close(true);
+});
+
+test('"Run as job" asks first where there are runs to resume: a new run unless one is picked', async ({
+  page,
+  tmpPath
+}) => {
+  const calls: ICall[] = [];
+  // trainA is the run of a running job: a second job may not write it, so it is not offered.
+  const writer = job({ id: 'j-writer', name: 'writer', state: 'running', run: 'trainA' });
+  await serveJobs(page, { jobs: [writer], relaunch: { enabled: true, pending: [] } }, calls);
+  await serveTraining(page, [trainedRun('trainB', 1400), trainedRun('trainA', 80)]);
+  const file = 'run-choice-check.ipynb';
+  const name = `${tmpPath}/${file}`;
+  await writeNotebook(page, name, ['print("hello")']);
+  await page.filebrowser.refresh();
+  const runAsJob = async () => {
+    await page.locator('.jp-DirListing-item', { hasText: file }).click({ button: 'right' });
+    await page.locator('.lm-Menu').getByText('Run as job', { exact: true }).click();
+    return page.locator('.jp-Dialog');
+  };
+
+  // The default: a new run of its own.
+  let dialog = await runAsJob();
+  const choice = dialog.getByTestId('gpuws-run-choice');
+  await expect(choice).toHaveValue('');
+  await expect(choice.locator('option')).toHaveText([
+    'a new run of its own',
+    'run trainB, resumed from step 1,400'
+  ]);
+  await dialog.getByRole('button', { name: 'Run' }).click();
+  await expect.poll(() => calls.length).toBe(1);
+  expect(calls[0]).toEqual({ method: 'POST', path: '', body: { notebook: name } });
+
+  // A run picked: the job continues it.
+  dialog = await runAsJob();
+  await dialog.getByTestId('gpuws-run-choice').selectOption('trainB');
+  await dialog.getByRole('button', { name: 'Run' }).click();
+  await expect.poll(() => calls.length).toBe(2);
+  expect(calls[1]).toEqual({
+    method: 'POST',
+    path: '',
+    body: { notebook: name, resume: 'trainB' }
+  });
+
+  // Cancelled: nothing runs.
+  dialog = await runAsJob();
+  await dialog.getByRole('button', { name: 'Cancel' }).click();
+  await expect(dialog).toHaveCount(0);
+  expect(calls).toHaveLength(2);
 });
 
 test('the Jobs section in the light and dark themes', async ({ page }) => {
