@@ -31,7 +31,7 @@ from typing import Any, Literal, overload
 
 from ..training.recorder import Recorder, continue_wandb
 from ..vocabulary import age
-from . import dcpfiles, plainstate
+from . import dcpfiles, plainstate, termination
 from .files import (
     CheckpointError,
     CheckpointInfo,
@@ -109,6 +109,7 @@ class Tracker:
         self._write_done = threading.Event()
         self._write_done.set()
         self._lock = threading.Lock()
+        self._last_save_started = float("-inf")  # monotonic: a SIGTERM's save is one after it
         self.cuda = False
         self._caller_reports = False  # a checkpoint(wait=True) raises the write's failure itself
         self.training = Recorder()
@@ -177,6 +178,7 @@ class Tracker:
         self.progress(total_steps, tensorboard=tensorboard)
         if type(self) is Tracker and os.environ.get("GPUWS_JOB_ID"):
             start_for_job(self)  # a job's run registers with the server that runs the job
+        termination.install(self)  # SIGTERM saves at the next step first (termination.py)
         self._changed()
         return self
 
@@ -219,6 +221,7 @@ class Tracker:
         if not self._write_done.is_set():
             return  # a write is in flight: this request joins the next safe point after it
         self._save(i)
+        termination.end_if_saved(self)
 
     def safe_point(self, i: int) -> None:
         """The safe point alone, for callbacks that record their steps with `record()`: saves
@@ -234,6 +237,7 @@ class Tracker:
                 return
         if self._write_done.is_set():
             self._save(i)
+            termination.end_if_saved(self)
 
     def record(self, i: int, loss: Any = None, scalars: dict[str, Any] | None = None) -> None:
         """Record step `i`'s values without a safe point (the callbacks save at their own)."""
@@ -260,6 +264,22 @@ class Tracker:
     @property
     def pending(self) -> Pending | None:
         return self._pending
+
+    # -- SIGTERM (termination.py) --------------------------------------------------------------
+
+    # A save needs no other process: one may be taken outside the loop (a kernel between cells).
+    saves_alone = True
+
+    @property
+    def sigterm_label(self) -> str:
+        """How the SIGTERM lines name this process (a rank, in a distributed run)."""
+        return ""
+
+    def ask_on_sigterm(self) -> None:
+        """From the SIGTERM handler: a checkpoint at the next step. It may interrupt the loop
+        holding the lock, so it takes none (a request already pending is met by that save)."""
+        if self._pending is None:
+            self._pending = Pending("SIGTERM")
 
     def checkpoint(self, wait: bool = False) -> CheckpointInfo | None:
         """Save now, at the current step. With `wait`, return once the files are complete."""
@@ -296,6 +316,7 @@ class Tracker:
                 return
             pending, self._pending = self._pending, None
             self._write_done.clear()
+        self._last_save_started = time.monotonic()
         started = time.perf_counter()
         try:
             # The values recorded up to this step, read now: the checkpoint's curve then ends at
