@@ -270,7 +270,7 @@ class DistributedTracker(Tracker):
             pending, self._pending = self._pending, None
         # Every rank saves at this step, whatever its previous write is doing: wait for it.
         self._write_done.wait()
-        self._last_save_started = time.monotonic()
+        self.last_save_started = time.monotonic()
         self._set_phase("staging")
         started = time.perf_counter()
         self.training.drain()  # the curve in the checkpoint ends at its step (as in one process)

@@ -11,6 +11,8 @@ the plain tracker and the distributed one alike:
 - no save within STEP_WAIT seconds of the signal (the loop has ended, or hangs): the process ends
   without a checkpoint, and says so in one line;
 - a second SIGTERM ends it at once;
+- a SIGTERM within JUST_REQUESTED seconds of a checkpoint the server asked for (the server asks
+  before it stops a job) ends the process without another, in one process (not a torchrun rank);
 - in an IPython kernel, a kernel with no cell running saves now (the state is the last cell's),
   and a cell that ends without a step after the signal saves at its end; then the kernel ends;
 - a process forked from this one (a DataLoader worker) ends on SIGTERM as it would have.
@@ -26,10 +28,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .tracker import Tracker
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +37,46 @@ log = logging.getLogger(__name__)
 STEP_WAIT = 15.0
 # How long the end waits for the checkpoint taken for SIGTERM to be written (SIGKILL may come first).
 WRITE_WAIT = 300.0
+# A SIGTERM this soon after a checkpoint the server asked for ends without another: the server
+# asks before it stops a job (and its emergency persist asks every run before its jobs stop),
+# records that checkpoint's step and carries it to the store; one taken after it would not be
+# the one recorded, and would take the grace's time.
+JUST_REQUESTED = 30.0
 # After passing the end on to the main thread: a main thread stuck in C (a collective) never runs
 # a Python handler, so the process exits from the watcher this much later.
 MAIN_THREAD_WAIT = 2.0
+
+
+class Tracked(Protocol):
+    """What of a tracker (tracker.py, distributed.py) the end by SIGTERM uses."""
+
+    objects: dict[str, Any]
+    last: Any  # the newest CheckpointInfo, or None
+    last_error: str | None
+    last_save_started: float  # monotonic
+    requested_saved_at: float  # monotonic: a checkpoint a request of the server asked for
+
+    @property
+    def saves_alone(self) -> bool: ...
+    @property
+    def sigterm_label(self) -> str: ...
+    @property
+    def pending(self) -> Any: ...
+    @property
+    def writing(self) -> bool: ...
+    def ask_on_sigterm(self) -> None: ...
+    def checkpoint(self, wait: bool = False) -> Any: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 class Termination:
     """The SIGTERM handler of this process and the watcher thread that bounds its wait."""
 
     def __init__(self) -> None:
-        self.tracker: Tracker | None = None
+        self.tracker: Tracked | None = None
         self.previous: Any = signal.SIG_DFL  # the program's handler before ours
         self.signalled: float | None = None  # when the SIGTERM being handled arrived
+        self.saved_for_the_server = False  # it came just after a checkpoint the server asked for
         self.pid = os.getpid()
         self.shell: Any = None  # the IPython shell, in a kernel
         self.cell_running = False
@@ -59,7 +86,7 @@ class Termination:
 
     # -- set-up (the main thread) ----------------------------------------------------------------
 
-    def install(self, tracker: Tracker) -> None:
+    def install(self, tracker: Tracked) -> None:
         """Save `tracker`'s state on SIGTERM. Again in the same process: the newest tracker is
         the one saved; a handler the program set after ours is chained in its turn."""
         self.tracker = tracker
@@ -106,17 +133,25 @@ class Termination:
         if self.signalled is not None or os.getpid() != self.pid or tracker is None:
             self._end(frame)  # a second SIGTERM, or a forked child's: now
             return
-        self.signalled = time.monotonic()
-        tracker.ask_on_sigterm()
+        self.signalled = now = time.monotonic()
+        # Attributes and an event's flag read, no lock taken: safe in a handler.
+        self.saved_for_the_server = (
+            tracker.saves_alone
+            and now - tracker.requested_saved_at < JUST_REQUESTED
+            and tracker.pending is None
+            and not tracker.writing
+        )
+        if not self.saved_for_the_server:
+            tracker.ask_on_sigterm()
         self._woken.set()
 
-    def end_if_saved(self, tracker: Tracker) -> None:
+    def end_if_saved(self, tracker: Tracked) -> None:
         """At the step that saved (the main thread): once the checkpoint asked for by a SIGTERM is
         complete, end as the signal would have."""
         signalled = self.signalled
-        if signalled is None or tracker._last_save_started < signalled or self.pid != os.getpid():
+        if signalled is None or tracker.last_save_started < signalled or self.pid != os.getpid():
             return
-        tracker._write_done.wait(WRITE_WAIT)
+        tracker.wait(WRITE_WAIT)
         if self.signalled == signalled:
             self._say_saved(tracker)
             self._end(sys._getframe(1))
@@ -133,7 +168,7 @@ class Termination:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
-    def _say_saved(self, tracker: Tracker) -> None:
+    def _say_saved(self, tracker: Tracked) -> None:
         if self.previous is signal.SIG_IGN:
             then = "going on (this program ignores SIGTERM)"
         elif callable(self.previous):
@@ -155,6 +190,15 @@ class Termination:
             signalled, tracker = self.signalled, self.tracker
             if signalled is None or tracker is None:
                 continue
+            if self.saved_for_the_server:
+                log.warning(
+                    "gpuws: SIGTERM %.1f s after the checkpoint the server asked for (step %s): "
+                    "ending without another",
+                    signalled - tracker.requested_saved_at,
+                    tracker.last.step if tracker.last is not None else "?",
+                )
+                self._end_from_here(signalled, tracker)
+                continue
             if self.shell is not None and not self.cell_running:
                 self._save_outside_the_loop(tracker, "no cell runs")
                 self._end_from_here(signalled, tracker)
@@ -165,16 +209,16 @@ class Termination:
             time.sleep(max(0.0, signalled + STEP_WAIT - time.monotonic()))
             if self.signalled != signalled:
                 continue  # ended, or handled and gone on (the program's handler, SIG_IGN)
-            if tracker._last_save_started < signalled:
+            if tracker.last_save_started < signalled:
                 log.error(
                     "gpuws: no step() within %.0f s of SIGTERM: ending without a checkpoint",
                     STEP_WAIT,
                 )
             else:  # saved, and still being written: the step that saved waits for it too
-                tracker._write_done.wait(WRITE_WAIT)
+                tracker.wait(WRITE_WAIT)
             self._end_from_here(signalled, tracker)
 
-    def _save_outside_the_loop(self, tracker: Tracker, why: str) -> None:
+    def _save_outside_the_loop(self, tracker: Tracked, why: str) -> None:
         """No loop to step (a kernel between cells, a cell that has ended): the state is still,
         so a save here is safe, as the kernel's agent saves for a request then. A distributed
         run's ranks save together, at a step: not here."""
@@ -189,7 +233,7 @@ class Termination:
         else:
             self._say_saved(tracker)
 
-    def _end_from_here(self, signalled: float, tracker: Tracker) -> None:
+    def _end_from_here(self, signalled: float, tracker: Tracked) -> None:
         """End from the watcher: through our handler in the main thread (a SIGTERM after the first
         ends at once), or, where the main thread runs no Python, as SIGTERM's own action would."""
         if self.signalled != signalled:
@@ -212,10 +256,10 @@ class Termination:
         signalled, tracker = self.signalled, self.tracker
         if signalled is None or tracker is None or os.getpid() != self.pid:
             return
-        if tracker._last_save_started < signalled:
+        if tracker.last_save_started < signalled:
             self._save_outside_the_loop(tracker, "the cell ended without a step()")
         else:
-            tracker._write_done.wait(WRITE_WAIT)
+            tracker.wait(WRITE_WAIT)
             self._say_saved(tracker)
         if self.signalled == signalled:
             self._end(None)
@@ -227,12 +271,12 @@ class Termination:
 _termination = Termination()
 
 
-def install(tracker: Tracker) -> None:
+def install(tracker: Tracked) -> None:
     """Save `tracker` on SIGTERM (from `track()`; does nothing outside the main thread)."""
     _termination.install(tracker)
 
 
-def end_if_saved(tracker: Tracker) -> None:
+def end_if_saved(tracker: Tracked) -> None:
     """Call after a save at a step: ends the process once a SIGTERM's checkpoint is complete."""
     _termination.end_if_saved(tracker)
 

@@ -62,6 +62,8 @@ _monotonic = time.monotonic
 _writers: list[threading.Thread] = []
 # How long a script's exit waits for a checkpoint still being written.
 EXIT_WAIT = 120.0
+# The request id of a checkpoint taken because of a SIGTERM (in its manifest).
+SIGTERM_REQUEST = "SIGTERM"
 
 
 def default_root() -> str:
@@ -109,7 +111,10 @@ class Tracker:
         self._write_done = threading.Event()
         self._write_done.set()
         self._lock = threading.Lock()
-        self._last_save_started = float("-inf")  # monotonic: a SIGTERM's save is one after it
+        self.last_save_started = float("-inf")  # monotonic: a SIGTERM's save is one after it
+        # Monotonic: when a checkpoint that a request of the server asked for was complete here
+        # (the server has one before it stops a job; termination.py).
+        self.requested_saved_at = float("-inf")
         self.cuda = False
         self._caller_reports = False  # a checkpoint(wait=True) raises the write's failure itself
         self.training = Recorder()
@@ -279,7 +284,7 @@ class Tracker:
         """From the SIGTERM handler: a checkpoint at the next step. It may interrupt the loop
         holding the lock, so it takes none (a request already pending is met by that save)."""
         if self._pending is None:
-            self._pending = Pending("SIGTERM")
+            self._pending = Pending(SIGTERM_REQUEST)
 
     def checkpoint(self, wait: bool = False) -> CheckpointInfo | None:
         """Save now, at the current step. With `wait`, return once the files are complete."""
@@ -302,6 +307,11 @@ class Tracker:
     def wait(self, timeout: float | None = None) -> bool:
         return self._write_done.wait(timeout)
 
+    @property
+    def writing(self) -> bool:
+        """A checkpoint is being written (read without a lock: a signal handler may ask)."""
+        return not self._write_done.is_set()
+
     # -- saving ------------------------------------------------------------------------------
 
     def _save(self, step: int, explicit: bool = False) -> None:
@@ -316,7 +326,7 @@ class Tracker:
                 return
             pending, self._pending = self._pending, None
             self._write_done.clear()
-        self._last_save_started = time.monotonic()
+        self.last_save_started = time.monotonic()
         started = time.perf_counter()
         try:
             # The values recorded up to this step, read now: the checkpoint's curve then ends at
@@ -419,6 +429,8 @@ class Tracker:
             }
             info = finish(tmp, step, sorted(self.objects), extra, known=known)
             info.request_id = pending.request_id if pending else None
+            if info.request_id not in (None, SIGTERM_REQUEST):
+                self.requested_saved_at = time.monotonic()
             self.last = info
             self.last_health = metrics["health"]
             self.last_seconds = stall + time.perf_counter() - started

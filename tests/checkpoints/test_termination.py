@@ -1,8 +1,10 @@
-"""SIGTERM in a process with `gpuws.track()` (termination.py), outside any Jupyter server: a plain
-`python train.py` and a real IPython kernel save at the next step, wait for the checkpoint, and
+"""SIGTERM in a process with `gpuws.track()` (termination.py): a plain `python train.py` and a
+real IPython kernel, with no Jupyter server, save at the next step, wait for the checkpoint, and
 end as SIGTERM would have (or run the program's own handler, or go on where it ignores SIGTERM);
 a loop that stops stepping ends within the bound; a second SIGTERM ends at once; a kernel's
-interrupt, shutdown and restart are as before."""
+interrupt, shutdown and restart are as before. A server's job saves on the SIGTERM its killed
+server's supervisor passes on, and ends without another save when the server stopped it after
+asking for its checkpoint."""
 
 from __future__ import annotations
 
@@ -15,11 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from jupyter_client import KernelManager
 
 from jupyter_gpu_ws.checkpoints.files import complete_checkpoints
 from jupyter_gpu_ws.checkpoints.termination import STEP_WAIT
+from tests.servers import ServerProcess, server_process
+from tests.userjobs.jobfiles import job_key
 from tests.waiting import until
 
 pytestmark = pytest.mark.slow  # real processes and kernels (docs/testing.md)
@@ -45,6 +50,8 @@ def reached(name, value=""):
     Path(name + ".tmp").write_text(str(value))
     os.replace(name + ".tmp", name)
 
+
+reached("pid", os.getpid())
 
 def train(first, last, pause):
     for i in range(first, last):
@@ -389,3 +396,65 @@ def test_a_tracking_kernel_is_still_interrupted_shut_down_and_restarted_as_jupyt
     kernel.manager.shutdown_kernel()
     assert kernel.process.wait(0) in (0, -signal.SIGTERM)
     assert checkpoint_steps(tmp_path) == []
+
+
+# -- a job of a Jupyter server -------------------------------------------------------------------
+
+
+def all_checkpoints(workdir: Path) -> list[dict[str, Any]]:
+    """The manifests of every run's complete checkpoints (whatever the job's run is named)."""
+    folder = workdir / ".gpuws" / "checkpoints"
+    runs = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    return [manifest for run in runs for _, manifest in complete_checkpoints(run)]
+
+
+def training_job(server: ServerProcess) -> tuple[dict[str, Any], int]:
+    """A tracked training loop started as a job of `server`, once it steps; and its pid."""
+    until(lambda: server.api("/gpuws/api/sync")["state"] not in ("starting",), 60, "the sync")
+    (server.root / "train.py").write_text(TRAINING + "train(0, 10**6, 0.05)\n")
+    job = server.api("/gpuws/api/jobs", "POST", {"command": [sys.executable, "train.py"]})
+    until(lambda: (reached_step(server.root) or 0) >= 5, 120, "the job training")
+    return job, int((server.root / "pid").read_text())
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_job_whose_server_is_killed_saves_at_its_next_step_and_ends(tmp_path: Path) -> None:
+    with (
+        job_key("termination-test-key-long-enough-0123456789"),
+        server_process(tmp_path / "a", tmp_path / "runtime", {"job_stop_grace": 30}) as a,
+    ):
+        _, pid = training_job(a)
+        at_kill = reached_step(a.root)
+        assert at_kill is not None
+        a.proc.kill()  # its supervisor passes the SIGTERM of the server's death on to the job
+        a.proc.wait()
+        until(lambda: gone(pid), 30, "the job's end")
+        [manifest] = all_checkpoints(a.root)
+    assert manifest["request_id"] == "SIGTERM" and manifest["step"] >= at_kill
+    assert reached_step(a.root) == manifest["step"]
+
+
+def test_a_job_the_server_stops_ends_on_sigterm_at_the_checkpoint_the_server_asked_for(
+    tmp_path: Path,
+) -> None:
+    with (
+        job_key("termination-test-key-long-enough-0123456789"),
+        server_process(tmp_path / "a", tmp_path / "runtime", {"job_stop_grace": 30}) as a,
+    ):
+        job, pid = training_job(a)
+        a.api(f"/gpuws/api/jobs/{job['id']}", "DELETE")  # a checkpoint request, then SIGTERM
+        assert a.api(f"/gpuws/api/jobs/{job['id']}")["state"] == "stopped"
+        assert gone(pid)
+        [manifest] = all_checkpoints(a.root)  # no second one for the SIGTERM
+        log = "\n".join(a.api(f"/gpuws/api/jobs/{job['id']}/log?lines=1000")["lines"])
+    assert manifest["request_id"] not in (None, "SIGTERM")
+    assert (
+        f"after the checkpoint the server asked for (step {manifest['step']}): ending without another"
+        in log
+    )
