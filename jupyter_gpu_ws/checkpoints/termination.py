@@ -94,20 +94,20 @@ class Termination:
             log.info("gpuws: track() outside the main thread: a SIGTERM will not save first")
             return
         current = signal.getsignal(signal.SIGTERM)
-        if current == self._on_sigterm and self.pid == os.getpid():
-            return
-        try:
-            signal.signal(signal.SIGTERM, self._on_sigterm)
-        except ValueError:  # not the main interpreter
-            return
-        first = self._watcher is None
-        self.previous, self.pid, self.signalled = current, os.getpid(), None
-        if self._watcher is None or not self._watcher.is_alive():
+        if current != self._on_sigterm:  # ours already (a forked child's too): keep its previous
+            try:
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+            except ValueError:  # not the main interpreter
+                return
+            self.previous = current
+        if self._watcher is None:
+            atexit.register(self._at_exit)
+        if self.pid != os.getpid() or self._watcher is None or not self._watcher.is_alive():
+            # The first time, or in a forked child (which has no thread but the one that forked).
+            self.pid, self.signalled, self._woken = os.getpid(), None, threading.Event()
             self._watcher = threading.Thread(target=self._watch, name="gpuws-sigterm", daemon=True)
             self._watcher.start()
         self._follow_cells()
-        if first:
-            atexit.register(self._at_exit)
 
     def _follow_cells(self) -> None:
         """In an IPython kernel: know whether a cell runs (the loop that will step)."""
@@ -256,7 +256,9 @@ class Termination:
         signalled, tracker = self.signalled, self.tracker
         if signalled is None or tracker is None or os.getpid() != self.pid:
             return
-        if tracker.last_save_started < signalled:
+        if self.saved_for_the_server:  # the server's checkpoint is the one (the watcher says so)
+            tracker.wait(WRITE_WAIT)
+        elif tracker.last_save_started < signalled:
             self._save_outside_the_loop(tracker, "the cell ended without a step()")
         else:
             tracker.wait(WRITE_WAIT)
