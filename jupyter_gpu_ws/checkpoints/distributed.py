@@ -17,7 +17,8 @@ torch.distributed.checkpoint (DCP).
   rank gets back its own RNG states (a rank the checkpoint did not have keeps its own, and
   says so).
 - SIGTERM (torchrun passes it on to every rank): every rank saves at its next step, waits for
-  the checkpoint to be complete, and then ends as SIGTERM would have ended it.
+  the checkpoint to be complete, and then ends as SIGTERM would have ended it (termination.py,
+  as a single process does; a rank asks rank 0 for the step through the agreement).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import threading
 import time
@@ -37,7 +37,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from . import dcpfiles, protocol
+from . import dcpfiles, termination
 from .agreement import AgreementError, StepAgreement
 from .files import (
     TMP_PREFIX,
@@ -69,9 +69,6 @@ from .tracker import (
 
 log = logging.getLogger(__name__)
 
-# Without a step() this long after SIGTERM (the loop has ended, or hangs), the process ends as
-# SIGTERM would have ended it: torchrun and Kubernetes give about 30 s before SIGKILL.
-SIGTERM_STEP_WAIT = 15.0
 # At exit, a checkpoint still being written is waited for this long.
 EXIT_WAIT = 300.0
 
@@ -108,10 +105,6 @@ class DistributedTracker(Tracker):
         self._rounds_seen = 0
         self._rounds_joined = 0
         self._targets: list[int] = []  # agreed steps still ahead
-        self._terminating: float | None = None  # when SIGTERM arrived
-        self._previous_sigterm: Any = None
-        self._sigterm = threading.Event()
-        self._last_save_started = float("-inf")
         self.agent: Any = None
 
     # -- set-up (a collective: every rank calls track) -------------------------------------------
@@ -187,7 +180,6 @@ class DistributedTracker(Tracker):
             on_round=self._on_round,
             on_ask=lambda: Tracker.request(self),
         )
-        self._install_sigterm()
         atexit.register(self._at_exit)
         self.agent = start_for(self)
 
@@ -220,8 +212,7 @@ class DistributedTracker(Tracker):
                 self._start_round(i)
         else:
             return
-        if self._terminating is not None and self._last_save_started >= self._terminating:
-            self._end_for_sigterm()
+        termination.end_if_saved(self)
 
     def request(self, request_id: str | None = None) -> None:
         """Ask for a checkpoint at the next safe point (thread-safe): on rank 0 it starts a round at
@@ -279,7 +270,7 @@ class DistributedTracker(Tracker):
             pending, self._pending = self._pending, None
         # Every rank saves at this step, whatever its previous write is doing: wait for it.
         self._write_done.wait()
-        self._last_save_started = time.monotonic()
+        self.last_save_started = time.monotonic()
         self._set_phase("staging")
         started = time.perf_counter()
         self.training.drain()  # the curve in the checkpoint ends at its step (as in one process)
@@ -632,62 +623,25 @@ class DistributedTracker(Tracker):
             "host": socket.gethostname(),
             "mesh": self.mesh,
             "phase": self.phase,
-            "terminating": self._terminating is not None,
+            "terminating": termination.terminating(),
         }
         return out
 
     # -- SIGTERM and exit ------------------------------------------------------------------------
 
-    def _install_sigterm(self) -> None:
-        """Save on SIGTERM, in a process of our own only (a kernel's signals are Jupyter's)."""
-        if (
-            threading.current_thread() is not threading.main_thread()
-            or protocol.kernel_identity()[0] is not None
-        ):
-            return
-        self._sigterm = threading.Event()
-        threading.Thread(target=self._after_sigterm, name="gpuws-sigterm", daemon=True).start()
-        self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+    saves_alone = False  # every rank saves at the same step: never one rank outside the loop
 
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        # A signal handler interrupts the loop anywhere, maybe holding a lock: it takes none and
-        # starts nothing; the request goes out from rank 0's next step() or the agreement thread.
-        if self._terminating is not None:
-            self._end_for_sigterm(wait=False)  # a second SIGTERM: now
-            return
-        self._terminating = time.monotonic()
+    @property
+    def sigterm_label(self) -> str:
+        return f" on rank {self.rank}"
+
+    def ask_on_sigterm(self) -> None:
+        """From the SIGTERM handler: rank 0 saves at its next step; another rank asks rank 0,
+        which agrees a step with every rank (signal-safe: it only sets an event)."""
         if self.rank == 0 or self.agreement is None:
-            if self._pending is None:
-                self._pending = Pending("SIGTERM")
+            super().ask_on_sigterm()
         else:
             self.agreement.ask()
-        self._sigterm.set()
-
-    def _after_sigterm(self) -> None:
-        self._sigterm.wait()
-        log.warning("gpuws: SIGTERM on rank %d: saving at the next step, then ending", self.rank)
-        time.sleep(SIGTERM_STEP_WAIT)
-        if self._last_save_started < (self._terminating or 0.0):
-            log.error(
-                "gpuws: no step() within %.0f s of SIGTERM: ending without a checkpoint",
-                SIGTERM_STEP_WAIT,
-            )
-            if self._previous_sigterm in (signal.SIG_DFL, None):
-                # What SIGTERM's own action amounts to, from this thread: the loop may be stuck
-                # in a collective, where no Python handler would run.
-                os._exit(128 + signal.SIGTERM)
-            os.kill(os.getpid(), signal.SIGTERM)  # through ours, the handler we replaced runs
-
-    def _end_for_sigterm(self, wait: bool = True) -> None:
-        """End the process as the SIGTERM would have, once the checkpoint taken for it is complete."""
-        if wait:
-            self._write_done.wait(EXIT_WAIT)
-        previous = self._previous_sigterm
-        if previous is signal.SIG_IGN:
-            self._terminating = None
-            return
-        signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
 
     def _at_exit(self) -> None:
         """The script ends: a checkpoint still being written is finished first."""

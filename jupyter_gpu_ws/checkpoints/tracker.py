@@ -31,7 +31,7 @@ from typing import Any, Literal, overload
 
 from ..training.recorder import Recorder, continue_wandb
 from ..vocabulary import age
-from . import dcpfiles, plainstate
+from . import dcpfiles, plainstate, termination
 from .files import (
     CheckpointError,
     CheckpointInfo,
@@ -62,6 +62,8 @@ _monotonic = time.monotonic
 _writers: list[threading.Thread] = []
 # How long a script's exit waits for a checkpoint still being written.
 EXIT_WAIT = 120.0
+# The request id of a checkpoint taken because of a SIGTERM (in its manifest).
+SIGTERM_REQUEST = "SIGTERM"
 
 
 def default_root() -> str:
@@ -109,6 +111,10 @@ class Tracker:
         self._write_done = threading.Event()
         self._write_done.set()
         self._lock = threading.Lock()
+        self.last_save_started = float("-inf")  # monotonic: a SIGTERM's save is one after it
+        # Monotonic: when a checkpoint that a request of the server asked for was complete here
+        # (the server has one before it stops a job; termination.py).
+        self.requested_saved_at = float("-inf")
         self.cuda = False
         self._caller_reports = False  # a checkpoint(wait=True) raises the write's failure itself
         self.training = Recorder()
@@ -177,6 +183,7 @@ class Tracker:
         self.progress(total_steps, tensorboard=tensorboard)
         if type(self) is Tracker and os.environ.get("GPUWS_JOB_ID"):
             start_for_job(self)  # a job's run registers with the server that runs the job
+        termination.install(self)  # SIGTERM saves at the next step first (termination.py)
         self._changed()
         return self
 
@@ -219,6 +226,7 @@ class Tracker:
         if not self._write_done.is_set():
             return  # a write is in flight: this request joins the next safe point after it
         self._save(i)
+        termination.end_if_saved(self)
 
     def safe_point(self, i: int) -> None:
         """The safe point alone, for callbacks that record their steps with `record()`: saves
@@ -234,6 +242,7 @@ class Tracker:
                 return
         if self._write_done.is_set():
             self._save(i)
+            termination.end_if_saved(self)
 
     def record(self, i: int, loss: Any = None, scalars: dict[str, Any] | None = None) -> None:
         """Record step `i`'s values without a safe point (the callbacks save at their own)."""
@@ -261,6 +270,22 @@ class Tracker:
     def pending(self) -> Pending | None:
         return self._pending
 
+    # -- SIGTERM (termination.py) --------------------------------------------------------------
+
+    # A save needs no other process: one may be taken outside the loop (a kernel between cells).
+    saves_alone = True
+
+    @property
+    def sigterm_label(self) -> str:
+        """How the SIGTERM lines name this process (a rank, in a distributed run)."""
+        return ""
+
+    def ask_on_sigterm(self) -> None:
+        """From the SIGTERM handler: a checkpoint at the next step. It may interrupt the loop
+        holding the lock, so it takes none (a request already pending is met by that save)."""
+        if self._pending is None:
+            self._pending = Pending(SIGTERM_REQUEST)
+
     def checkpoint(self, wait: bool = False) -> CheckpointInfo | None:
         """Save now, at the current step. With `wait`, return once the files are complete."""
         if not self.objects:
@@ -282,6 +307,11 @@ class Tracker:
     def wait(self, timeout: float | None = None) -> bool:
         return self._write_done.wait(timeout)
 
+    @property
+    def writing(self) -> bool:
+        """A checkpoint is being written (read without a lock: a signal handler may ask)."""
+        return not self._write_done.is_set()
+
     # -- saving ------------------------------------------------------------------------------
 
     def _save(self, step: int, explicit: bool = False) -> None:
@@ -296,6 +326,7 @@ class Tracker:
                 return
             pending, self._pending = self._pending, None
             self._write_done.clear()
+        self.last_save_started = time.monotonic()
         started = time.perf_counter()
         try:
             # The values recorded up to this step, read now: the checkpoint's curve then ends at
@@ -398,6 +429,8 @@ class Tracker:
             }
             info = finish(tmp, step, sorted(self.objects), extra, known=known)
             info.request_id = pending.request_id if pending else None
+            if info.request_id not in (None, SIGTERM_REQUEST):
+                self.requested_saved_at = time.monotonic()
             self.last = info
             self.last_health = metrics["health"]
             self.last_seconds = stall + time.perf_counter() - started

@@ -362,7 +362,7 @@ def test_a_sigterm_after_the_last_step_ends_the_run_without_waiting_for_a_step(
         started.signal(signal.SIGTERM)
         assert (
             started.wait(60) != 0
-        )  # within SIGTERM_STEP_WAIT (15 s), not the 600 s it lingers for
+        )  # within termination.STEP_WAIT (15 s), not the 600 s it lingers for
         text = started.text()
     assert text.count("no step() within 15 s of SIGTERM") == 2
     assert checkpoints(root) == [] and not (out / "final-0.pt").exists()
