@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from ..checkpoints.files import RUN_ENV, plain_run_name
 from .elsewhere import new_job_id
 
 WORKDIR = "/work"
@@ -139,6 +140,16 @@ def default_name(command: list[str]) -> str:
     return os.path.splitext(os.path.basename(script))[0] or "job"
 
 
+def job_run(command: list[str], name: str | None, job_id: str) -> str:
+    """The run a job exported as a cluster Job tracks, as a job of the server names it: its
+    name, else its script's or notebook's and the end of its id; never another job's run unless
+    `--resume` names it (export_k8s)."""
+    if name and plain_run_name(name):
+        return plain_run_name(name)
+    script = next((word for word in command[1:] if word.endswith((".py", ".ipynb"))), command[0])
+    return f"{plain_run_name(os.path.basename(script)) or 'job'}-{job_id[-4:]}"
+
+
 def _check(
     command: list[str],
     store_url: str,
@@ -191,6 +202,7 @@ def job_manifest(
     cwd: str = "",
     encrypted: bool = False,
     job_id: str | None = None,
+    run: str | None = None,
 ) -> dict[str, Any]:
     """A `batch/v1` Job running `command` in `image` on the workspace's files from the store:
     restored first, what it creates or changes sent to its own area of the workspace while it
@@ -198,11 +210,13 @@ def job_manifest(
     `gpus` NVIDIA GPUs, the store's credentials from the Secret `secret` (its keys become
     variables: secret_template). `cwd`: the job's folder inside the work directory; `encrypted`:
     the workspace is (its passphrase is the Secret's GPUWS_PASSPHRASE); `job_id`: its id, the
-    name of its area (a new one when None). `name` is made a DNS-1123 label (job_name)."""
+    name of its area (a new one when None); `run`: the checkpoint run it tracks (GPUWS_RUN, as a
+    job of the server: job_run), a new one of its own when None. `name` is made a DNS-1123 label (job_name)."""
     retries = DEFAULT_RETRIES if retries is None else retries
     _check(command, store_url, workspace, image, gpus, retries, secret, cwd)
     label = job_name(name)
     job_id = job_id or new_job_id()
+    run = run or job_run(command, None, job_id)
     env = [
         {"name": "GPUWS_STORE", "value": store_url},
         {"name": "GPUWS_WORKSPACE", "value": workspace},
@@ -236,7 +250,11 @@ def job_manifest(
     job: dict[str, Any] = {
         "name": "job",
         **shared,
-        "env": [*env, {"name": "GPUWS_JOB_ID", "value": job_id}],
+        "env": [
+            *env,
+            {"name": "GPUWS_JOB_ID", "value": job_id},
+            {"name": RUN_ENV, "value": run},
+        ],
         "command": ["jupyter", "gpuws", "sync", *where, "--name", name, "--", *command],
         "workingDir": f"{WORKDIR}/{cwd.strip('/')}".rstrip("/"),
     }
@@ -370,9 +388,12 @@ def export_k8s(argv: list[str], args: Any) -> str:
     argv = list(argv)
     if argv and os.path.isabs(argv[0]) and os.path.basename(argv[0]).startswith("python"):
         argv[0] = "python"
+    job_id = new_job_id()
     manifest = job_manifest(
         argv,
         name=getattr(args, "name", None) or default_name(argv or ["job"]),
+        job_id=job_id,
+        run=getattr(args, "resume", None) or job_run(argv, getattr(args, "name", None), job_id),
         store_url=getattr(args, "store", None) or "",
         workspace=getattr(args, "workspace", None) or "",
         image=getattr(args, "image", None) or "",

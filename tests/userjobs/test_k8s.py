@@ -84,13 +84,26 @@ def test_the_manifest_read_back_by_the_kubernetes_client_has_the_command_gpus_re
     assert main.command[5:] == [*options, "--name", "train", "--", *COMMAND]
     assert main.image == "registry.example/train:1"
     assert int(main.resources.limits["nvidia.com/gpu"]) == 4
-    assert {e.name: e.value for e in main.env}["GPUWS_WORKDIR"] == WORKDIR
+    env = {e.name: e.value for e in main.env}
+    assert env["GPUWS_WORKDIR"] == WORKDIR
+    # A run of its own, as a job of the server would have: its script and the end of its id.
+    assert env["GPUWS_RUN"] == f"train.py-{job_id[-4:]}"
     for container in (restore, main):  # the credentials by the Secret's name, never their values
         assert [source.secret_ref.name for source in container.env_from] == ["store-credentials"]
         assert {m.mount_path for m in container.volume_mounts} == {WORKDIR, STATE_DIR, CA_DIR}
     assert {v.name for v in pod.volumes if v.empty_dir is not None} == {"work", "gpuws-state"}
     [ca] = [v.secret for v in pod.volumes if v.secret is not None]
     assert ca.secret_name == "store-credentials" and ca.optional  # most stores need no CA
+
+
+@pytest.mark.parametrize(
+    ("options", "run"), [({"name": "big run"}, "big-run"), ({"resume": "trainA"}, "trainA")]
+)
+def test_the_pods_run_is_the_jobs_name_or_the_run_it_resumes(
+    options: dict[str, Any], run: str
+) -> None:
+    [main] = read_back(export_k8s(COMMAND, run_args(**options))).spec.template.spec.containers
+    assert {e.name: e.value for e in main.env}["GPUWS_RUN"] == run
 
 
 def secret_of(text: str) -> dict[str, Any]:
