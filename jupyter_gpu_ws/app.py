@@ -16,7 +16,7 @@ from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, default
 from traitlets.config import Configurable
 
 from .checkpoints import protocol
-from .checkpoints.catalog import distributed_runs
+from .checkpoints.catalog import distributed_runs, run_checkpoints
 from .checkpoints.coordinator import CheckpointCoordinator
 from .checkpoints.files import run_dir
 from .checkpoints.protocol import RUNTIME_DIR_ENV, SERVER_ID_ENV
@@ -49,6 +49,7 @@ from .sync.supervisor import SyncSupervisor
 from .training.anomalies import AnomalyPolicy
 from .training.progress import DeadlineView
 from .training.watch import TrainingWatch, WatchSettings
+from .userjobs.record import JobRecord
 from .userjobs.service import JobService
 from .userjobs_handlers import handlers as job_handlers
 
@@ -779,15 +780,20 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         return record is not None and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns)
 
     def distributed_runs(self) -> list[dict[str, Any]]:
-        """The distributed runs (blocking: registrations and manifests are read): the live ones,
-        registered by their ranks, and those the work directory holds checkpoints of, each with
-        its checkpoints (size per rank, whether in the store) and whether it loads here."""
+        """The runs that are processes of their own (blocking: registrations and manifests are
+        read): the live ones, registered by their ranks (torchrun) or by a job's process, those
+        the work directory holds DCP checkpoints of, and the jobs' runs not running now; each
+        with its checkpoints (size per rank, whether in the store), a job's with the job's name,
+        a DCP run's with whether it loads here."""
         live = self.checkpoints.runs()
         gpus = (self.sampler.latest or {}).get("gpus") or []
+        root = Path(self.workdir) / ".gpuws" / "checkpoints"
         elsewhere = [
             (run["root"], run["run"]) for run in live if run.get("root") and run.get("run")
         ]
-        saved = distributed_runs(Path(self.workdir) / ".gpuws" / "checkpoints", elsewhere, gpus)
+        saved = distributed_runs(root, elsewhere, gpus)
+        jobs = self.userjobs.manager.records()
+        names = {record.id: record.name for record in jobs}
         out = []
         for run in live:
             folder = (
@@ -796,9 +802,14 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
                 else None
             )
             found = saved.pop(folder, None) if folder else None
+            if found is None and folder and run["kind"] == "process":
+                # A job's plain process saves without DCP: its checkpoints are the folder's own
+                # (those restored from the store too), not only the one it took since it started.
+                found = {"checkpoints": run_checkpoints(Path(folder))}
             out.append(
                 {
                     **run,
+                    "job_name": names.get(run.get("job") or ""),
                     "live": True,
                     "folder": folder,
                     "checkpoints": (found or {}).get("checkpoints", []),
@@ -806,7 +817,8 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
                 }
             )
         for found in saved.values():
-            out.append({"run_id": None, "live": False, **found})
+            out.append({"run_id": None, "kind": "torchrun", "live": False, **found})
+        out.extend(_idle_job_runs(jobs, root, out))
         for run in out:
             for checkpoint in run["checkpoints"]:
                 checkpoint["synced"] = self.is_synced(checkpoint["path"])
@@ -958,3 +970,36 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         await asyncio.get_running_loop().run_in_executor(None, self.sampler.stop)
         self.checkpoints.close()
         PACKAGE_LOG.handlers = []  # the server's handlers go with it (a test starts the next one)
+
+
+def _idle_job_runs(
+    jobs: list[JobRecord], root: Path, listed: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The runs of jobs (newest first) whose process is not running here now, ended or waiting
+    for its relaunch, each under its newest job, with the checkpoints its folder holds; a run
+    already listed (live, or as a DCP run's folder) is left out."""
+    folders = {run.get("folder") for run in listed}
+    running = {run.get("job") for run in listed if run.get("live")}
+    out = []
+    for record in jobs:
+        folder = run_dir(root, record.run) if record.run else None
+        # The run's name comes from the store: only a folder of the checkpoints root is read.
+        if folder is None or folder.parent != root or folder.name in (".", ".."):
+            continue
+        if record.id in running or str(folder) in folders:
+            continue
+        folders.add(str(folder))
+        out.append(
+            {
+                "run_id": None,
+                "kind": "process",
+                "run": record.run,
+                "job": record.id,
+                "job_name": record.name,
+                "live": False,
+                "folder": str(folder),
+                "checkpoints": run_checkpoints(folder),
+                "resumable": None,
+            }
+        )
+    return out

@@ -2440,7 +2440,7 @@ export interface components {
     };
     CheckpointKernels: {
       kernels: components['schemas']['CheckpointKernel'][];
-      /** @description Distributed runs (torch.distributed, checkpointed through DCP), each as one run: the live ones registered by their ranks (a torchrun started from this server's terminals or notebooks), and those whose checkpoints the work directory holds */
+      /** @description The runs that are processes of their own, each as one run: distributed runs (torch.distributed, checkpointed through DCP), live ones registered by their ranks (a torchrun started from this server's terminals, notebooks or jobs) and those whose checkpoints the work directory holds; and the jobs' runs of one plain process, live or not running now (docs/jobs.md) */
       runs: components['schemas']['DistributedRun'][];
     };
     /** @description A kernel running the checkpoint agent; its notebook, run, objects, step, whether a cell runs, the last checkpoint (and whether it is in the store), the pending request */
@@ -2478,13 +2478,27 @@ export interface components {
     DistributedRun: {
       /** @description The id its ranks share; null for a run that is not running */
       run_id: string | null;
+      /**
+       * @description torchrun: ranks of torch.distributed, saved through DCP; process: one plain process (a job's), rank 0 alone
+       * @enum {string}
+       */
+      kind: 'torchrun' | 'process';
       run: string;
       live: boolean;
       folder?: string | null;
       command?: string[] | null;
+      /** @description its ranks (1 for a plain process) */
       world_size?: number | null;
-      /** @description parallelism (sharded or replicated), shape, dim_names, placements */
-      mesh?: Record<string, never> | null;
+      /** @description How a torchrun run spreads its models over the ranks: parallelism, shape, dim_names, placements */
+      mesh?:
+        | ({
+            /** @enum {string} */
+            parallelism?: 'sharded' | 'replicated';
+            shape?: number[];
+          } & {
+            [key: string]: unknown;
+          })
+        | null;
       objects?: Record<string, never> | null;
       step?: number | null;
       pending?: Record<string, never> | null;
@@ -2495,6 +2509,8 @@ export interface components {
       leader_registered?: boolean;
       /** @description the job (docs/jobs.md) whose process this run is */
       job?: string | null;
+      /** @description that job's name */
+      job_name?: string | null;
       request?: Record<string, never> | null;
       /** @description Each registered rank's own state */
       ranks?: {
@@ -2509,7 +2525,7 @@ export interface components {
         last_error?: string | null;
         terminating?: boolean | null;
       }[];
-      /** @description The newest complete checkpoints, newest first */
+      /** @description The newest complete checkpoints in its folder, newest first (a job's process: also those saved before it started, by an earlier attempt or on another runtime) */
       checkpoints: {
         step: number;
         time: number;

@@ -148,3 +148,24 @@ async def test_gpu_process_of_a_kernel_child_is_shown_with_its_notebook(
     finally:
         client.stop_channels()
         await jp_fetch("api", "sessions", json.loads(response.body)["id"], method="DELETE")
+
+
+def test_a_jobs_run_named_outside_the_checkpoints_folder_by_its_stored_record_is_not_read(
+    tmp_path: Path,
+) -> None:
+    """A job's run not running is listed from its record, which comes from the store: a run
+    named "..", whose folder would be the checkpoints folder's parent, is left out."""
+    from jupyter_gpu_ws.app import _idle_job_runs
+    from jupyter_gpu_ws.userjobs.record import JobRecord
+
+    root = tmp_path / ".gpuws" / "checkpoints"
+    (root / "train").mkdir(parents=True)
+    jobs = [
+        JobRecord(id=f"j-{n:012x}", name=run, kind="command", command=[], workspace="w", run=run)
+        for n, run in enumerate(["..", ".", "train", "train"])
+    ]
+    listed = _idle_job_runs(jobs, root, [])
+    # One card for the run "train", under the newest of its jobs (the first listed).
+    assert [(run["run"], run["job"], run["live"]) for run in listed] == [
+        ("train", "j-000000000002", False)
+    ]

@@ -1,7 +1,8 @@
 """The runs a work directory holds checkpoints of: each one's name and newest step (what a new
-job may resume), and for the distributed ones each complete checkpoint with its size per rank,
-and whether the newest loads on this machine ("saved on 8 ranks: loads on the 2 GPUs here").
-Read from the manifests alone, so it costs a few small reads."""
+job may resume); as the Checkpoints view lists them, each distributed run's complete checkpoints
+with their size per rank, and whether the newest loads on this machine ("saved on 8 ranks: loads
+on the 2 GPUs here"), and any run folder's newest checkpoints (a job's plain process). Read from
+the manifests alone: a few small reads."""
 
 from __future__ import annotations
 
@@ -71,16 +72,26 @@ def distributed_runs(
     return out
 
 
+def run_checkpoints(folder: Path) -> list[dict[str, Any]]:
+    """A run folder's newest complete checkpoints, newest first, whatever saved them: DCP (a
+    torchrun run's) or one plain process (a job's, whose checkpoints have no ranks)."""
+    return [
+        describe(path, manifest)
+        for path, manifest in reversed(complete_checkpoints(folder)[-SHOWN:])
+    ]
+
+
 def describe(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint as a run lists it; one saved by a plain process is its one rank's."""
     ranks = sorted(manifest.get("ranks") or [], key=lambda r: r.get("rank", 0))
     return {
         "step": manifest.get("step"),
         "time": manifest.get("time"),
         "bytes": manifest.get("bytes"),
-        "world_size": manifest.get("world_size"),
+        "world_size": manifest.get("world_size") or 1,
         "mesh": manifest.get("mesh"),
         "path": str(path),
-        "bytes_per_rank": [r.get("bytes", 0) for r in ranks],
+        "bytes_per_rank": [r.get("bytes", 0) for r in ranks] or [manifest.get("bytes") or 0],
         "request_id": manifest.get("request_id"),
     }
 

@@ -158,33 +158,37 @@ class CheckpointCoordinator:
         return runs
 
     def run_states(self) -> dict[str, dict[str, Any]]:
-        """Each distributed run registered with this server, as one run: rank 0's view (its
-        request, its last checkpoint) with every registered rank's own state."""
+        """Each run registered with this server by processes of its own, as one run: rank 0's
+        view (its request, its last checkpoint) with every registered rank's own state. Its
+        kind: `torchrun` (ranks of torch.distributed) or `process` (one plain process, a job's:
+        it saves without DCP and has one rank, 0)."""
         out: dict[str, dict[str, Any]] = {}
         for run_id, ranks in self._processes().items():
-            states = [state for _, (_, state) in sorted(ranks.items())]
+            states = [(rank, state) for rank, (_, state) in sorted(ranks.items())]
             leader = ranks[0 if 0 in ranks else min(ranks)][1]
-            spread = leader.get("distributed") or {}
+            spread = leader.get("distributed")
             out[run_id] = {
                 "run_id": run_id,
+                "kind": "process" if spread is None else "torchrun",
                 "run": leader.get("run"),
                 "command": leader.get("command"),
                 "job": leader.get("job"),
-                "world_size": spread.get("world_size"),
-                "mesh": spread.get("mesh"),
+                "world_size": len(ranks) if spread is None else spread.get("world_size"),
+                "mesh": (spread or {}).get("mesh"),
                 "objects": leader.get("objects"),
                 "policy": leader.get("policy"),
                 "root": leader.get("root"),
                 "step": leader.get("step"),
                 "pending": leader.get("pending"),
-                "writing": any(s.get("writing") for s in states),
+                "writing": any(s.get("writing") for _, s in states),
                 "last": leader.get("last"),
                 "last_error": next(
-                    (s.get("last_error") for s in states if s.get("last_error")), None
+                    (s.get("last_error") for _, s in states if s.get("last_error")), None
                 ),
                 "ranks": [
                     {
-                        "rank": (s.get("distributed") or {}).get("rank"),
+                        # The registration's name says the rank, a plain process's too (0).
+                        "rank": rank,
                         "local_rank": (s.get("distributed") or {}).get("local_rank"),
                         "host": (s.get("distributed") or {}).get("host"),
                         "pid": s.get("pid"),
@@ -194,7 +198,7 @@ class CheckpointCoordinator:
                         "last_error": s.get("last_error"),
                         "terminating": (s.get("distributed") or {}).get("terminating"),
                     }
-                    for s in states
+                    for rank, s in states
                 ],
                 "leader_registered": 0 in ranks,
             }

@@ -1232,6 +1232,11 @@ class JobManager:
             "changed_more": job.changed_more,
         }
 
+    def records(self) -> list[JobRecord]:
+        """Every job's record, newest first (the Checkpoints view names each job's run)."""
+        with self._lock:
+            return [j.record for j in sorted(self.jobs.values(), key=lambda j: -j.record.created)]
+
     def list(self) -> dict[str, Any]:
         with self._lock:
             jobs = sorted(self.jobs.values(), key=lambda j: -j.record.created)

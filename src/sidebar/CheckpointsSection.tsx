@@ -4,12 +4,14 @@ import { ICheckpointKernel, IDistributedRun } from '../api';
 import { checkpointAction, checkpointNow } from '../checkpoints/actions';
 import { CheckpointsModel } from '../checkpoints/model';
 import { checkpointIcon } from '../icons';
-import { count, shortPath, size, span, WORDS } from '../vocabulary';
+import { newestCheckpointText, rankState, runHow, shownRanks } from '../checkpoints/words';
+import { shortPath, size, span, WORDS } from '../vocabulary';
+import { shown } from '../shown';
 import { EmptyState } from './EmptyState';
 import { ActionButton } from './Section';
 
-/** Each notebook with a checkpoint agent, and each distributed run (torchrun): what it tracks,
- * its last checkpoint, Checkpoint now. */
+/** Each notebook with a checkpoint agent, each job's run and each distributed run (torchrun):
+ * what it tracks or is, its last checkpoint, Checkpoint now. */
 export function CheckpointsSection(props: { model: CheckpointsModel }): JSX.Element {
   const { model } = props;
   return (
@@ -29,7 +31,7 @@ export function CheckpointsSection(props: { model: CheckpointsModel }): JSX.Elem
         ))
       )}
       {model.runs.map(run => (
-        <RunCard key={run.run_id ?? run.run} run={run} model={model} />
+        <RunCard key={run.run_id ?? run.folder ?? run.run} run={run} model={model} />
       ))}
     </>
   );
@@ -102,35 +104,28 @@ function StoreState(props: { synced: boolean | null | undefined }): JSX.Element 
   );
 }
 
-const PARALLELISM: { [kind: string]: string } = { sharded: 'sharded', replicated: 'replicated' };
-
-/** A distributed run as one run: its ranks and their part of the checkpoint, the checkpoints
- * with their size on each rank, and whether the newest loads on this machine. */
+/** A run of processes of its own as one run: a job's one process (its job, whether it runs,
+ * its newest checkpoint), or a distributed run (its ranks and their part of the checkpoint, the
+ * checkpoints with their size on each rank, and whether the newest loads on this machine). */
 function RunCard(props: { run: IDistributedRun; model: CheckpointsModel }): JSX.Element {
   const { run, model } = props;
-  const now = Date.now() / 1000;
-  const newest = run.checkpoints[0];
   const runId = run.run_id;
   const busy = !!run.writing || !!run.pending || (runId !== null && model.requested.has(runId));
-  const ranks = run.ranks ?? [];
-  const spread = run.mesh?.parallelism
-    ? (PARALLELISM[run.mesh.parallelism] ?? run.mesh.parallelism)
-    : null;
-  const worldSize = run.world_size ?? ranks.length;
-  const how = run.live
-    ? `torchrun · ${count(worldSize, 'rank')}${spread ? ` · ${spread}` : ''}`
-    : 'not running';
+  const ranks = shownRanks(run);
+  const newest = newestCheckpointText(run, Date.now() / 1000);
   return (
     <div className="jp-gpuws-card" data-testid="gpuws-checkpoint-run">
-      <div className="jp-gpuws-card-title" title={run.run}>
-        {run.run} <span className="jp-gpuws-subtle">{how}</span>
+      <div className="jp-gpuws-card-title" title={shown(run.run)}>
+        {shown(run.run)}{' '}
+        <span className="jp-gpuws-subtle" data-testid="gpuws-checkpoint-run-how">
+          {runHow(run)}
+        </span>
       </div>
       {ranks.length > 0 && (
         <div className="jp-gpuws-subtle jp-gpuws-ranks" data-testid="gpuws-checkpoint-ranks">
           {ranks.map(rank => (
             <span key={rank.rank} title={rank.last_error ?? rank.host ?? ''}>
-              rank {rank.rank}:{' '}
-              {rank.terminating ? 'ending' : rank.phase === 'idle' ? 'training' : rank.phase}
+              rank {rank.rank}: {rankState(rank)}
             </span>
           ))}
         </div>
@@ -138,9 +133,7 @@ function RunCard(props: { run: IDistributedRun; model: CheckpointsModel }): JSX.
       <div className="jp-gpuws-checkpoint-last" data-testid="gpuws-checkpoint-last">
         {newest ? (
           <>
-            step {newest.step} · {span(now - newest.time)} ago · {size(newest.bytes)} on{' '}
-            {count(newest.world_size, 'rank')} ({newest.bytes_per_rank.map(size).join(' + ')}) ·{' '}
-            <StoreState synced={newest.synced} />
+            {newest} · <StoreState synced={run.checkpoints[0].synced} />
           </>
         ) : (
           WORDS.checkpoint.none
