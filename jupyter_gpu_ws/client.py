@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,15 @@ def running_server(runtime_dir: str | None = None, url: str | None = None) -> tu
     """
     folder, servers = _runtime_folder(runtime_dir), running_servers(runtime_dir)
     if url:
-        wanted = url.rstrip("/") + "/"
+        # As Jupyter prints it: http://127.0.0.1:8888/lab?token=… (the token taken, the rest left).
+        parts = urllib.parse.urlsplit(url)
+        given = urllib.parse.parse_qs(parts.query).get("token", [""])[0]
+        path = parts.path.rstrip("/")
+        path = path.removesuffix("/lab").removesuffix("/tree")
+        wanted = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", "")) + "/"
         servers = [s for s in servers if s[0] == wanted] or [(wanted, _token({}))]
+        if given:
+            servers = [(s[0], given) for s in servers]
     if not servers:
         raise ServerUnreachable(f"No running Jupyter Server found in {folder}")
     if len(servers) > 1:
@@ -140,7 +148,14 @@ def request(
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read() or b"null")
+            text = response.read()
+        try:
+            return json.loads(text or b"null")
+        except ValueError:
+            raise ServerUnreachable(
+                f"{url} answered {path} with a page, not the extension's JSON: is that the "
+                "Jupyter Server's base URL (as `jupyter server list` prints it)?"
+            ) from None
     except urllib.error.HTTPError as err:
         try:
             message = json.loads(err.read()).get("message")

@@ -277,11 +277,19 @@ class JobManager:
             kind, argv, notebook_rel = "command", list(command), None
             label = name or _label(command)
         if name is not None and (
-            not isinstance(name, str) or not name.strip() or len(name) > bounds.name
+            not isinstance(name, str)
+            or not name.strip()
+            or len(name) > bounds.name
+            or "\x00" in name
         ):
-            raise JobInputError(f"name must be text of 1 to {bounds.name} characters")
+            # Without NUL, as its record's reader takes it: a job the API took survives relaunch.
+            raise JobInputError(f"name must be text of 1 to {bounds.name} characters without NUL")
         self.key()  # no record without a key to sign it: JobKeyError says how to fix it
         job_id = f"j-{uuid.uuid4().hex[:12]}"
+        if output is not None and self._output_taken(output):
+            # Another job of the same notebook writes its copy now: this one writes its own.
+            stem = Path(output).name.removesuffix(".job.ipynb")
+            output = Path(output).with_name(f"{stem}.job-{job_id[-4:]}.ipynb").as_posix()
         saved = saved_runs(checkpoints_root(self.settings.workdir))
         now = time.time()
         record = JobRecord(
@@ -471,15 +479,33 @@ class JobManager:
         )
         job.thread.start()
 
+    def _output_taken(self, output: str) -> bool:
+        """Whether a job that is under way writes its outputs into `output`."""
+        with self._lock:
+            return any(
+                j.record.output == output and j.record.state in ACTIVE for j in self.jobs.values()
+            )
+
     def _argv(self, record: JobRecord) -> list[str]:
         if record.kind == "notebook":
             assert record.notebook is not None
-            return [
+            argv = [
                 sys.executable,
                 "-m",
                 NOTEBOOK_MODULE,
                 str(self.settings.workdir / record.notebook),
             ]
+            out = record.output
+            # Its own copy where another job of the notebook had the usual one; a record's path
+            # is used only inside the work directory, as a notebook.
+            if (
+                out
+                and out.endswith(".ipynb")
+                and not os.path.isabs(out)
+                and ".." not in Path(out).parts
+            ):
+                argv += ["--output", str(self.settings.workdir / out)]
+            return argv
         return list(record.command)
 
     def _gpus_here(self) -> int | None:
@@ -1243,7 +1269,15 @@ class JobManager:
         return {
             "jobs": [self.describe(job) for job in jobs],
             "relaunch": {"enabled": self.settings.relaunch, "pending": self.relaunch_pending()},
-            "error": self.store_error or self.check_error or self._key_words(),
+            "error": self.store_error
+            or self.check_error
+            or self._key_words()
+            or (
+                "the store's job records are still being read (the store is being opened): "
+                "the list is not complete yet"
+                if self.store is not None and not self.loaded
+                else None
+            ),
             "bad_records": [
                 {"file": name, "reason": why} for name, why in sorted(self.bad_records.items())
             ],

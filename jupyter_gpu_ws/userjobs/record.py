@@ -166,7 +166,7 @@ def _text(data: dict[str, Any], key: str, *, optional: bool = False, limit: int 
     if value is None and optional:
         return None
     if not isinstance(value, str) or len(value) > limit or "\x00" in value:
-        raise RecordError(f"{key!r} must be text of at most {limit} characters")
+        raise RecordError(f"{key!r} must be text of at most {limit} characters without NUL")
     return value
 
 

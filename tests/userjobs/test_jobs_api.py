@@ -154,6 +154,24 @@ def nan_job(server: ServerProcess, folder: str, retries: int, once: bool) -> dic
     )
 
 
+def test_two_jobs_of_one_notebook_at_once_write_their_outputs_into_copies_of_their_own(
+    server: ServerProcess,
+) -> None:
+    write_notebook(
+        server.root / "twice.ipynb",
+        ["import os, time\nprint('job', os.environ['GPUWS_JOB_ID'])\ntime.sleep(3)"],
+    )
+    first = server.api("/gpuws/api/jobs", "POST", {"notebook": "twice.ipynb"})
+    second = server.api("/gpuws/api/jobs", "POST", {"notebook": "twice.ipynb"})
+    assert first["output"] == "twice.job.ipynb"
+    assert second["output"] == f"twice.job-{second['id'][-4:]}.ipynb"
+    for job in (first, second):
+        assert ended(server, job["id"])["state"] == "finished"
+        text = (server.root / job["output"]).read_text()
+        assert f"job {job['id']}" in text  # each its own outputs, none written over
+        server.api(f"/gpuws/api/jobs/{job['id']}", "DELETE")
+
+
 def test_a_loss_the_training_view_flags_not_finite_ends_the_attempt_which_resumes_from_a_healthy_checkpoint(
     server: ServerProcess,
 ) -> None:
@@ -208,6 +226,8 @@ def test_a_syntax_error_is_not_retried_and_says_so(server: ServerProcess) -> Non
         ({"command": ["python", "fail.py"], "retries": -1}, "retries"),
         ({"command": ["python", "fail.py"], "notebook": "bad.ipynb"}, "or"),
         ({"command": ["python", "fail.py"], "shell": True}, "Unknown key"),
+        # What a record's reader refuses, the API refuses: a job it took survives its relaunch.
+        ({"command": ["python", "fail.py"], "name": "a\x00b"}, "without NUL"),
     ],
     ids=[
         "unknown-program",
@@ -221,6 +241,7 @@ def test_a_syntax_error_is_not_retried_and_says_so(server: ServerProcess) -> Non
         "negative-retries",
         "both",
         "unknown-key",
+        "nul-in-name",
     ],
 )
 def test_bad_input_to_post_is_a_400_with_a_message_and_starts_nothing(

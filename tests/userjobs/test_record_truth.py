@@ -164,6 +164,8 @@ def test_a_job_is_not_answered_as_missing_while_the_records_are_read(tmp_path: P
     )
     with pytest.raises(JobsNotRead, match="still being read"):
         manager.get("j-0123456789ab")
+    assert "still being read" in manager.list()["error"]  # an empty list is not all there is
     assert manager.load()
+    assert manager.list()["error"] is None
     with pytest.raises(LookupError, match="^No job 'j-0123456789ab'$"):
         manager.get("j-0123456789ab")
