@@ -11,6 +11,10 @@ it, so it has folders of its own and no other test uses it.
 GPUWS_UI_TEST_FIRST_HOUR=1 is a newcomer's first server (port 8893), which first-hour.spec.ts
 walks through the README's first hour: nothing tracked yet, a store on another disk.
 
+GPUWS_UI_TEST_JOBS=1 is the server of a newcomer's jobs (port 8894), which newcomer-jobs.spec.ts
+starts itself, kills with kill -9 and starts again on the same folders (GPUWS_UI_TEST_AGAIN=1: the
+same machine's server started anew, which keeps its work directory, state and store).
+
 GPUWS_UI_TEST_LAYOUT=1 is the server of the panel's pictures without a GPU (port 8892), which
 panel-layout.spec.ts compares with its reviewed ones: no other test uses it, so the panel holds
 only what that spec puts there, whatever ran before. Its store is encrypted.
@@ -37,6 +41,8 @@ _release = bool(os.environ.get("GPUWS_UI_TEST_RELEASE"))
 _fresh = bool(os.environ.get("GPUWS_UI_TEST_FRESH"))
 _layout = bool(os.environ.get("GPUWS_UI_TEST_LAYOUT"))
 _first_hour = bool(os.environ.get("GPUWS_UI_TEST_FIRST_HOUR"))
+_jobs = bool(os.environ.get("GPUWS_UI_TEST_JOBS"))
+_again = bool(os.environ.get("GPUWS_UI_TEST_AGAIN"))
 if _release:
     _name = "gpuws-ui-release"
 elif _fresh:
@@ -45,6 +51,8 @@ elif _layout:
     _name = "gpuws-ui-layout"
 elif _first_hour:
     _name = "gpuws-ui-first-hour"
+elif _jobs:
+    _name = "gpuws-ui-jobs"
 elif os.environ.get("GPUWS_UI_TEST_GPUS"):
     _name = "gpuws-ui-gpus"
 else:
@@ -57,13 +65,14 @@ _tmp = Path(tempfile.gettempdir())
 _shm = Path("/dev/shm")
 _other_disk = _shm if _shm.is_dir() and _shm.stat().st_dev != _tmp.stat().st_dev else _tmp
 _store_base = _tmp if os.environ.get("GPUWS_UI_TEST_GPUS") else _other_disk
-for _part in ("root", "state", "env"):
-    shutil.rmtree(_tmp / f"{_name}-{_part}", ignore_errors=True)
-shutil.rmtree(_store_base / f"{_name}-store", ignore_errors=True)
-# A new store, made as a user makes one: its folder is never made by the sync where the folder
-# it goes in may be an empty mount point (/dev/shm may well be empty).
-(_store_base / f"{_name}-store").mkdir()
-(_tmp / f"{_name}-root").mkdir()
+if not _again:
+    for _part in ("root", "state", "env"):
+        shutil.rmtree(_tmp / f"{_name}-{_part}", ignore_errors=True)
+    shutil.rmtree(_store_base / f"{_name}-store", ignore_errors=True)
+    # A new store, made as a user makes one: its folder is never made by the sync where the
+    # folder it goes in may be an empty mount point (/dev/shm may well be empty).
+    (_store_base / f"{_name}-store").mkdir()
+    (_tmp / f"{_name}-root").mkdir()
 c.ServerApp.root_dir = str(_tmp / f"{_name}-root")  # noqa: F821
 c.GpuWorkspace.store_url = str(_store_base / f"{_name}-store")  # noqa: F821
 c.GpuWorkspace.state_dir = str(_tmp / f"{_name}-state")  # noqa: F821
@@ -83,9 +92,17 @@ c.GpuWorkspace.bandwidth_limit = 40 * 2**20  # noqa: F821
 # snapshot at each persist see something a test can change (<tmp>/gpuws-ui[-gpus]-env). The
 # release server's is empty: its persist still snapshots an environment, and it starts without
 # the seconds that installing pip takes.
-_venv_options = ["--without-pip"] if _release else []
-subprocess.run([sys.executable, "-m", "venv", *_venv_options, str(_tmp / f"{_name}-env")], check=True)
+_venv_options = ["--without-pip"] if _release or _jobs else []
+if not _again:
+    subprocess.run(
+        [sys.executable, "-m", "venv", *_venv_options, str(_tmp / f"{_name}-env")], check=True
+    )
 c.GpuWorkspace.env_python = str(_tmp / f"{_name}-env" / "bin" / "python")  # noqa: F821
+
+if _jobs:
+    # Jobs' files reach the store at once, and a job stopped for the runtime's end has 5 s.
+    c.GpuWorkspace.sync_debounce = 0.2  # noqa: F821
+    c.GpuWorkspace.job_stop_grace = 5.0  # noqa: F821
 
 if _layout:
     # The layout server's store is encrypted: the Sync section says so, and the store holds
@@ -102,7 +119,11 @@ if _layout:
     os.environ["UV_INDEX_URL"] = os.environ["PIP_INDEX_URL"] = "http://127.0.0.1:8899/simple/"
 
 if os.environ.get("GPUWS_UI_TEST_GPUS"):
-    scratch = Path(os.environ.setdefault("GPUWS_UI_GPUS_FILE", str(Path(tempfile.gettempdir()) / "gpuws-ui-gpus.json")))
+    scratch = Path(
+        os.environ.setdefault(
+            "GPUWS_UI_GPUS_FILE", str(Path(tempfile.gettempdir()) / "gpuws-ui-gpus.json")
+        )
+    )
     shutil.copy(Path(__file__).with_name("fake-gpus.json"), scratch)
     c.GpuWorkspace.nvml_test_double = str(scratch)  # noqa: F821
     # A 25-minute runtime: the 30-minute warning is due at once, the countdown is visible.

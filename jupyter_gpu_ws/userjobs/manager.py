@@ -318,6 +318,17 @@ class JobManager:
         self._start(job, "running")
         return record
 
+    def _saved_step(self, run: str | None) -> int | None:
+        """The step of the newest complete checkpoint of `run` in the work directory."""
+        if not run:
+            return None
+        folder = self._folder(run)
+        try:
+            runs = saved_runs(checkpoints_root(self.settings.workdir))
+        except OSError:
+            return None
+        return next((r.step for r in runs if r.folder == folder or r.name == run), None)
+
     def _folder(self, run: str) -> str:
         """The folder of a run's checkpoints under the work directory: what makes two runs one."""
         return run_dir(checkpoints_root(self.settings.workdir), run).name
@@ -1074,6 +1085,11 @@ class JobManager:
                 self.seen.saw(record.id, record.seq)
             job = Job(record, untrusted=untrusted)
             if orphans and record.state in ACTIVE:
+                # Its step as far as anything says: the record (written at most every
+                # STEP_WRITE_EVERY) or its run's newest checkpoint, restored here by now.
+                saved = self._saved_step(record.run)
+                if saved is not None and (record.step is None or saved > record.step):
+                    record.step = saved
                 record.state = "interrupted"
                 record.reason = _orphaned(record)
                 last = record.attempts[-1] if record.attempts else None

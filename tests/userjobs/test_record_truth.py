@@ -94,8 +94,10 @@ def test_a_kill_9_leaves_the_attempt_recorded_as_interrupted_at_its_step_and_the
             "the relaunch",
         )
         first, second = relaunched["attempts"]
-        words = f"interrupted at step {step:,}: its runtime ended without stopping it"
-        assert first["reason"] == words and first["step"] == step and first["ended"] is not None
+        # At the step its record held, or its run's newest checkpoint where that is further on.
+        assert first["step"] >= step and first["ended"] is not None
+        words = f"interrupted at step {first['step']:,}: its runtime ended without stopping it"
+        assert first["reason"] == words
         assert second["host"] == "machine-b" and second["ended"] is None
         assert relaunched["reason"] == f"relaunched after: {words}"
         b.api(f"/gpuws/api/jobs/{job_id}", "DELETE")
