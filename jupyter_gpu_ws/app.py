@@ -982,7 +982,8 @@ def _idle_job_runs(
     running = {run.get("job") for run in listed if run.get("live")}
     out = []
     for record in jobs:
-        folder = run_dir(root, record.run) if record.run else None
+        # "." and ".." (from the store) name no run: run_dir would give them "default"'s folder.
+        folder = run_dir(root, record.run) if record.run and record.run.strip(".") else None
         # The run's name comes from the store: only a folder of the checkpoints root is read.
         if folder is None or folder.parent != root or folder.name in (".", ".."):
             continue
