@@ -290,6 +290,7 @@ def test_a_jobs_folder_environment_stdin_and_signals_are_those_it_had_without_a_
     environment = dict(
         os.environ,
         GPUWS_JOB_ID=job.record.id,
+        GPUWS_RUN=job.record.run,  # the job's own run (a run per job)
         GPUWS_WORKDIR=workdir,
         PYTHONUNBUFFERED="1",
         PYTHONPYCACHEPREFIX=str(manager.pycache),
