@@ -7,7 +7,7 @@
  * go to docs/images/ with GPUWS_SCREENSHOTS=1.
  */
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
-import type { Request, Route } from '@playwright/test';
+import type { Request, Response, Route } from '@playwright/test';
 import * as path from 'path';
 
 import { writeNotebook } from './notebooks';
@@ -765,7 +765,7 @@ async function runFromFileBrowser(page: IJupyterLabPageFixture, file: string) {
     r => r.url().includes('/gpuws/api/jobs') && r.request().method() === 'POST'
   );
   await page.locator('.lm-Menu').getByText('Run as job', { exact: true }).click();
-  const answer = await posted;
+  const answer = await Promise.race([posted, newRunChosen(page, posted)]);
   expect(answer.status(), await answer.text()).toBe(201);
   const created = await answer.json();
   await page
@@ -774,6 +774,21 @@ async function runFromFileBrowser(page: IJupyterLabPageFixture, file: string) {
     .getByText('Show in GPU Workspace')
     .click();
   return { answer, created, jobRow: row(page, created.id) };
+}
+
+/**
+ * Where the work directory has runs a job could continue (earlier tests' runs on this shared
+ * server), Run as job asks first: take its default, a new run of its own, then the job's POST.
+ */
+async function newRunChosen(
+  page: IJupyterLabPageFixture,
+  posted: Promise<Response>
+): Promise<Response> {
+  const dialog = page.locator('.jp-Dialog').filter({ has: page.getByTestId('gpuws-run-choice') });
+  await dialog.waitFor({ timeout: 60000 });
+  await expect(dialog.getByTestId('gpuws-run-choice')).toHaveValue('');
+  await dialog.getByRole('button', { name: 'Run' }).click();
+  return posted;
 }
 
 /** The job's row says running (with Stop), then finished (with Restart). */

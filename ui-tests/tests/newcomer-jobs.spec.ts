@@ -93,7 +93,14 @@ async function killServer(): Promise<void> {
   await gone;
 }
 
-test.use({ baseURL: URL });
+test.use({
+  baseURL: URL,
+  // Galata's trackers proxy the page's polls of kernels, sessions and terminals to the server:
+  // while it is killed, a proxied poll fails the test. Nothing here starts any of them.
+  kernels: async ({}, use) => use(null),
+  sessions: async ({}, use) => use(null),
+  terminals: async ({}, use) => use(null)
+});
 
 test.beforeAll(async () => {
   fs.rmSync(LOG, { force: true });
