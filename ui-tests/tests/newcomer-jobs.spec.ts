@@ -97,8 +97,12 @@ test.use({
   baseURL: URL,
   // Galata's trackers proxy the page's polls of kernels, sessions and terminals to the server:
   // while it is killed, a proxied poll fails the test. Nothing here starts any of them.
+  // (Playwright reads a fixture's needs from its first parameter: none here, an empty pattern.)
+  // eslint-disable-next-line no-empty-pattern
   kernels: async ({}, use) => use(null),
+  // eslint-disable-next-line no-empty-pattern
   sessions: async ({}, use) => use(null),
+  // eslint-disable-next-line no-empty-pattern
   terminals: async ({}, use) => use(null)
 });
 
