@@ -182,6 +182,7 @@ class Lease:
         self._advisory: str | None = None
         self._advisory_checked = False
         self._seen = _Sighting()
+        self._dated = False  # the lease record's age read on the store's clock (once)
         self.info: LeaseInfo | None = None  # what we last wrote
 
     @property
@@ -216,7 +217,10 @@ class Lease:
         except LeaseCorruptError as err:
             err.tag = tag  # type: ignore[attr-defined]  # what a take-over replaces
             raise
-        if new and info.holder != self.holder and not info.released:
+        # Dated by the store once, at this runtime's first look: later records are seen change
+        # here (a renewal every ttl/4), and a read-only runtime writes nothing more to tell.
+        if new and not self._dated and info.holder != self.holder and not info.released:
+            self._dated = True
             self._seen.aged(self.store_age())
         return info, tag
 
