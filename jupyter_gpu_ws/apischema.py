@@ -10,12 +10,13 @@ import math
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from jsonschema import Draft4Validator, ValidationError
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT4
+
+if TYPE_CHECKING:  # imported where a request is checked: jsonschema's import costs a CLI ~1 s
+    from jsonschema import Draft4Validator, ValidationError
+    from referencing import Registry
 
 # docs/openapi.yaml is a link to this file, so the description read here is the one published.
 SPEC_FILE = Path(__file__).with_name("openapi.yaml")
@@ -50,6 +51,9 @@ def _registry() -> Registry:
     """The description with OpenAPI 3.0's `nullable` said in JSON Schema's words, so that
     jsonschema (draft 4, the dialect OpenAPI 3.0 schemas follow) reads it; `$ref`s resolve
     within it."""
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT4
+
     document = _json_schema(copy.deepcopy(spec()))
     return Registry().with_resource(
         _BASE, Resource.from_contents(document, default_specification=DRAFT4)
@@ -131,6 +135,8 @@ def _resolve_raw(pointer: str) -> Any:
 
 @cache
 def _validator(pointer: str) -> Draft4Validator:
+    from jsonschema import Draft4Validator
+
     return Draft4Validator({"$ref": _BASE + pointer}, registry=_registry())
 
 
@@ -175,6 +181,8 @@ def validate_parameters(
                 values[name] = schema["default"]
             continue
         value = _typed(name, text, schema, status)
+        from jsonschema import Draft4Validator
+
         errors = list(Draft4Validator(schema, registry=_registry()).iter_errors(value))
         if errors:
             raise RequestError(_field_message(_first(errors), name), status)

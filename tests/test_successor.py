@@ -177,7 +177,8 @@ def shared_store(tmp_path: Path) -> Path:
 def far_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A real S3 server (SeaweedFS) for the first machine, and the same server 200 ms away for
     the second (a proxy that holds each chunk back 100 ms each way): the second's restore takes
-    seconds, long enough for a kernel to call resume() while it runs."""
+    seconds. The test pauses the proxy (SIGSTOP) while its kernel starts, so that the restore is
+    still under way when resume() runs however long the start takes."""
     import subprocess
     import sys
 
@@ -199,7 +200,7 @@ def far_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     )
     assert proxy.stdout is not None
     far_port = int(proxy.stdout.readline().split()[1])
-    yield {"near": server.endpoint, "far": f"http://127.0.0.1:{far_port}"}
+    yield {"near": server.endpoint, "far": f"http://127.0.0.1:{far_port}", "proxy": proxy}
     proxy.kill()
     proxy.wait()
     server.stop(grace=2)  # its data goes with the test
@@ -269,11 +270,13 @@ def test_a_successor_seconds_after_a_kill_gets_everything_back_and_resumes(
         hostname="machine-b",
     ) as b:
 
-        def engine() -> (
-            str | None
-        ):  # the status names the workspace from the start: wait for the engine itself
+        def engine() -> str | None:
+            # The status names the workspace from the start: wait for the engine itself, which
+            # restores (the state stays "starting" while it does where the dead lease is out
+            # already by the store's clock) or follows the work directory.
             status = b.api("/gpuws/api/sync")
-            return status.get("workspace") if status["state"] != "starting" else None
+            up = status.get("restoring") if restoring else status["state"] != "starting"
+            return status.get("workspace") if up else None
 
         assert (
             until(engine, 60, "the successor's engine") == workspace
@@ -281,9 +284,13 @@ def test_a_successor_seconds_after_a_kill_gets_everything_back_and_resumes(
         engine_up = (
             time.time()
         )  # it has read the dead runtime's lease by now (the engine opens with it)
+        if restoring:  # the far store held still while the kernel starts: none of it is restored
+            far = request.getfixturevalue("far_s3")["proxy"]
+            far.send_signal(signal.SIGSTOP)
         client = kernel_client(b, "train.ipynb")
         if restoring:  # the restore goes on while resume() runs
             assert b.api("/gpuws/api/sync").get("restoring"), b.api("/gpuws/api/sync")
+            far.send_signal(signal.SIGCONT)
         printed = run(client, RESUME)
         assert re.search(rf"^resumed {last_step + 1}$", printed, re.M), printed
         client.stop_channels()

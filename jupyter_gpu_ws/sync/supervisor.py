@@ -166,13 +166,18 @@ class SyncSupervisor:
 
     def status(self) -> dict[str, Any]:
         engine = self.engine
-        if engine is None:
+        if engine is None:  # the store not open yet: the same keys, nothing held or written
             return {
                 "state": self.state,
                 "last_error": self.error,
                 "pending_files": 0,
                 "pending_bytes": 0,
+                "lease": None,
+                "lease_held": False,
+                "lease_writing": False,
                 "restore": self.restore_summary,
+                "restoring": False,
+                "watch": None,
             }
         status = engine.status()
         if self.service is None and status["state"] not in ("error", "read-only"):

@@ -212,6 +212,10 @@ class JobManager:
         self.environment_note: str | None = None
         self._unwritten: set[str] = set()
         self._lock = threading.RLock()
+        # One flush at a time, each copy taken and written under it: the store gets a job's
+        # records in the order they were made (two flushes at once could leave an older copy,
+        # "running", over its "finished" one). Never taken while _lock is held.
+        self._writing = threading.Lock()
         self._key: bytes | None = None
 
     # -- the key -------------------------------------------------------------------------------
@@ -808,6 +812,11 @@ class JobManager:
         """Write the records changed since the last write, where this runtime may write."""
         if self.store is None:
             return
+        with self._writing:
+            self._flush()
+
+    def _flush(self) -> None:
+        assert self.store is not None
         with self._lock:
             pending = [(i, self.jobs[i]) for i in sorted(self._unwritten) if i in self.jobs]
         if not pending or self.store.why_not_writable() is not None:

@@ -137,7 +137,13 @@ def test_a_finished_jobs_step_is_its_loops_last(tmp_path: Path, store: Path) -> 
             done = ended(a, job["id"], 180)
             assert done["state"] == "finished", done
             assert done["step"] == total - 1 and done["attempts"][0]["step"] == total - 1
-            assert stored(store, job["id"])["step"] == total - 1
+            # The store's copy follows the answer (written just after): its last, in the end.
+            last = until(
+                lambda: (r := stored(store, job["id"]))["state"] == "finished" and r,  # noqa: B023
+                30,
+                "the finished record in the store",
+            )
+            assert last["step"] == total - 1
 
 
 def test_a_job_is_not_answered_as_missing_while_the_records_are_read(tmp_path: Path) -> None:
