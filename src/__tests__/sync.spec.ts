@@ -85,6 +85,15 @@ describe('the sync summary', () => {
     );
   });
 
+  it('says the persist the page follows, also over the files it is about to upload', () => {
+    // The sync status polled before the persist began (pending: the notebook it saved first);
+    // the page's own persist job, cancelled since, is the newer word.
+    const before = status({ last_sync: NOW - 2, pending_files: 1, pending_bytes: 1100 });
+    expect(syncSummary(before, NOW)).toBe('1 file, 1.1 KiB pending');
+    expect(syncSummary(before, NOW, job({ cancelling: true }))).toBe('Cancelling the persist…');
+    expect(syncSummary(before, NOW, job({ state: 'done' }))).toBe('1 file, 1.1 KiB pending');
+  });
+
   it('names the other writer and when this runtime takes over', () => {
     const lease = { user: 'ana', host: 'gpu-7', pid: 1, ttl: 60 } as ISyncStatus['lease'];
     const readOnly = status({ state: 'read-only', lease, takeover_at: NOW + 40 });

@@ -37,7 +37,7 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
         className={`jp-gpuws-sync-summary jp-gpuws-sync-${status?.state ?? 'unknown'}`}
         data-testid="gpuws-sync-summary"
       >
-        {syncSummary(status, now)}
+        {syncSummary(status, now, job)}
       </div>
       {listable && (
         <button

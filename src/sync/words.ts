@@ -24,8 +24,14 @@ export function persistResult(job: IJob): Pick<IPersistSummary, 'level' | 'text'
 
 /** "all saved 12 s ago", "3 files, 120 MiB pending", … in the user's words. Never "all saved"
  * unless nothing is pending, no pass runs and the store is somewhere that outlives this
- * machine. */
-export function syncSummary(status: ISyncStatus | null, now: number): string {
+ * machine. `persist` is the persist the page shows (SyncModel.currentPersist, which the status
+ * bar reads too; by default the sync status's own): while it runs, the line says so, also over
+ * the files it is about to upload. */
+export function syncSummary(
+  status: ISyncStatus | null,
+  now: number,
+  persist: IJob | null | undefined = status?.persist
+): string {
   if (!status) {
     return 'Sync: …';
   }
@@ -56,6 +62,10 @@ export function syncSummary(status: ISyncStatus | null, now: number): string {
   if (status.store_down) {
     return `${status.store_missing ? 'Store unavailable' : 'Store not answering'}${pending ? `: ${pending}` : ''}`;
   }
+  if (persist?.state === 'running') {
+    // Not "all saved" yet: the persist's checkpoints, snapshot and commit are still to come.
+    return persist.cancelling ? 'Cancelling the persist…' : 'Persisting…';
+  }
   if (pending) {
     return pending;
   }
@@ -64,10 +74,6 @@ export function syncSummary(status: ISyncStatus | null, now: number): string {
   }
   if (status.state === 'syncing' || status.progress) {
     return 'Syncing…';
-  }
-  if (status.persist?.state === 'running') {
-    // Not "all saved" yet: the persist's checkpoints, snapshot and commit are still to come.
-    return status.persist.cancelling ? 'Cancelling the persist…' : 'Persisting…';
   }
   if (status.last_sync) {
     return status.store_same_disk
@@ -108,9 +114,9 @@ export function syncWord(sync: SyncModel): IWord {
   if (!status) {
     return { text: '', title: sync.error ?? '', level: 'none' };
   }
-  const title =
-    status.last_error ?? status.read_only_reason ?? syncSummary(status, Date.now() / 1000);
   const job = sync.currentPersist;
+  const title =
+    status.last_error ?? status.read_only_reason ?? syncSummary(status, Date.now() / 1000, job);
   if (job?.state === 'running' && job.cancelling) {
     return { text: words.cancelling, title: CANCELLING, level: 'pending' };
   }
