@@ -33,6 +33,7 @@ import shutil
 import stat
 import sys
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -89,8 +90,12 @@ def checkpoints_root(workdir: str | os.PathLike[str]) -> Path:
 def plain_run_name(text: str, limit: int = 100) -> str:
     """`text` as a run name that is its own folder's name (run_dir leaves it as it is): letters,
     digits, `.`, `_` and `-`, neither starting nor ending with `.` or `-`; "" when nothing of
-    it is left. What a job's run is called in the store, the panel and on disk alike."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", text.replace("/", "--")).strip("-.")
+    it is left. What a job's run is called in the store, the panel and on disk alike. Accented
+    letters keep their letter ("expérience" is "experience"), never cut the word in two."""
+    letters = "".join(
+        c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)
+    )
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", letters.replace("/", "--")).strip("-.")
     return safe[:limit].rstrip("-.")
 
 

@@ -111,6 +111,13 @@ class JobLog:
         except (OSError, ValueError):
             pass  # the pipe was closed under us (the job's process is gone): nothing more to read
 
+    def note(self, text: str) -> None:
+        """A line of the log's own (not the job's output) on a line by itself, written before
+        the output is followed: where an attempt begins, so that a tail never passes an earlier
+        attempt's last lines off as this one's."""
+        line = f"\u2500\u2500 {text} \u2500\u2500\n".encode()
+        self._write(line if self._line_ended else b"\n" + line, self)
+
     def trouble(self) -> str | None:
         """Why the output is not reaching the log now, in the user's words, or None."""
         failure, dropped = self.failure, self.dropped

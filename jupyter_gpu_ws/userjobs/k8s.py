@@ -32,9 +32,12 @@ WORKDIR = "/work"
 # sync then knows which files came from the store (outside /work, so it is not mirrored).
 STATE_DIR = "/var/lib/gpuws"
 SECRET = "gpuws-store"
-# Where the Secret's `ca.pem` (a store whose certificate the user's own CA signed) is mounted.
+# Where `ca.pem` (a store whose certificate the user's own CA signed) is mounted: from a Secret
+# of its own (the credentials' name + CA_SUFFIX), as every key of the credentials' Secret
+# becomes a variable (envFrom) and "ca.pem" is none.
 CA_DIR = "/etc/gpuws/ca"
 CA_KEY = "ca.pem"
+CA_SUFFIX = "-ca"
 # Long enough for a checkpoint on SIGTERM and the sync after it.
 GRACE_SECONDS = 300
 # backoffLimit without --retries: a pod lost with its node, or one failure that retrying
@@ -75,7 +78,8 @@ STORE_VARIABLES: dict[str, list[StoreVariable]] = {
         ),
         StoreVariable(
             "AWS_CA_BUNDLE",
-            f"a store whose certificate your own CA signed: the CA's PEM goes under {CA_KEY}",
+            f"a store whose certificate your own CA signed: the CA's PEM goes under {CA_KEY} in "
+            f"the Secret of the same name with {CA_SUFFIX}",
             ("AWS_CA_BUNDLE",),
             optional=True,
         ),
@@ -282,10 +286,10 @@ def job_manifest(
                         {"name": "work", "emptyDir": {}},
                         {"name": "gpuws-state", "emptyDir": {}},
                         {
-                            # the Secret's ca.pem, where it has one (optional: most stores need none)
+                            # the CA's Secret, where there is one (optional: most stores need none)
                             "name": "store-ca",
                             "secret": {
-                                "secretName": secret,
+                                "secretName": secret + CA_SUFFIX,
                                 "optional": True,
                                 "items": [{"key": CA_KEY, "path": CA_KEY}],
                             },
@@ -305,6 +309,7 @@ def secret_template(
     what is no secret and this machine has (an endpoint, a region) filled in, the rest left for
     the user ("…"), and what only some stores need commented out unless this machine uses it."""
     cloud = CLOUDS.get(store_url.partition("://")[0].lower(), "")
+    ca_lines: list[str] = []
     lines = [
         "apiVersion: v1",
         "kind: Secret",
@@ -323,14 +328,25 @@ def secret_template(
         known = next((environ[s] for s in variable.sources if environ.get(s)), None)
         if variable.name == "AWS_CA_BUNDLE":
             # Where this machine uses one, the pod will too: the same certificate, as a file.
-            why = f"the PEM of {known}, as this machine uses it" if known else ""
             entry(variable.name, f"{CA_DIR}/{CA_KEY}", variable.why, known is not None)
-            entry(CA_KEY, "-----BEGIN CERTIFICATE-----\n…", why, known is not None)
+            if known:  # its PEM in a Secret of its own, which the manifest mounts
+                ca_lines = [
+                    "",
+                    f"# The CA, in a Secret of its own (kubectl apply -f ca.yaml): the PEM of {known},",
+                    "# as this machine uses it.",
+                    "apiVersion: v1",
+                    "kind: Secret",
+                    "metadata:",
+                    f"  name: {secret}{CA_SUFFIX}",
+                    "type: Opaque",
+                    "stringData:",
+                    f"  {CA_KEY}: {json.dumps('-----BEGIN CERTIFICATE-----' + chr(10) + '…', ensure_ascii=False)}",
+                ]
             continue
         entry(variable.name, known or "…", variable.why, known is not None or not variable.optional)
     if encrypted:
         entry("GPUWS_PASSPHRASE", "…", "the encrypted workspace's passphrase", True)
-    return "\n".join(f"# {line}" for line in lines)
+    return "\n".join(f"# {line}".rstrip() for line in [*lines, *ca_lines])
 
 
 def manifest_yaml(manifest: dict[str, Any], secret: str | None = None) -> str:

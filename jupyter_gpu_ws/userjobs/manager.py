@@ -679,6 +679,9 @@ class JobManager:
         record.attempts.append(attempt)
         # Its folder made by the log, which a full disk does not stop: the job runs regardless.
         job.log = JobLog(self.log_path(record.id), max_bytes=self.settings.log_max_bytes)
+        if number > 1:  # the log goes on from the attempt before: where this one begins
+            began = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(attempt.started))
+            job.log.note(f"gpuws: attempt {number}, on {self.settings.host}, {began}")
         kills_before = oom_kills()
         job.nan_stopped, job.nan_step = False, None
         try:

@@ -176,3 +176,13 @@ def test_a_run_one_job_writes_is_refused_to_another_and_an_unknown_run_is_a_400_
         )
     finally:
         server.api(f"/gpuws/api/jobs/{follower['id']}", "DELETE")
+
+
+def test_a_run_name_keeps_accented_letters_as_their_letters() -> None:
+    from jupyter_gpu_ws.checkpoints.files import plain_run_name, run_dir
+
+    assert plain_run_name("expérience été") == "experience-ete"
+    assert plain_run_name("Ångström/ﬁt.py") == "Angstrom--fit.py"  # ligature: its letters
+    assert plain_run_name("日本語") == ""  # nothing of it a folder name keeps: the caller's default
+    name = plain_run_name("crème brûlée")
+    assert run_dir("/r", name).name == name  # its folder has the name the panel shows

@@ -109,6 +109,20 @@ def test_a_second_attempt_appends_to_the_first_ones_log(tmp_path: Path) -> None:
     assert log.tail() == ["attempt 1", "attempt 2"]
 
 
+def test_a_note_is_a_line_of_its_own_after_a_line_the_last_attempt_left_open(
+    tmp_path: Path,
+) -> None:
+    _run(JobLog(tmp_path / "job.log"), "print('killed mid-line', end='', flush=True)")
+    log = JobLog(tmp_path / "job.log")
+    log.note("gpuws: attempt 2, on machine-b, 2026-12-07 12:00:00 UTC")
+    _run(log, "print('attempt 2')")
+    assert log.tail() == [
+        "killed mid-line",
+        "\u2500\u2500 gpuws: attempt 2, on machine-b, 2026-12-07 12:00:00 UTC \u2500\u2500",
+        "attempt 2",
+    ]
+
+
 def test_the_tail_of_a_log_nothing_was_written_to_is_empty(tmp_path: Path) -> None:
     log = JobLog(tmp_path / "job.log")
     _run(log, "pass")

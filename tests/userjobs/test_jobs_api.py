@@ -100,6 +100,10 @@ def test_a_failing_job_is_retried_then_reported_failed_with_each_attempts_reason
     )
     assert done["reason"].startswith("attempt 3 of 3: ") and "exit code 3" in done["reason"]
     assert "about to fail" in done["log_tail"]
+    # Each later attempt's lines begin under a line of their own: never taken for the last one's.
+    marks = [line for line in done["log_tail"] if line.startswith("\u2500\u2500 gpuws: attempt ")]
+    assert [m.split(",")[0] for m in marks][-1] == "\u2500\u2500 gpuws: attempt 3", done["log_tail"]
+    assert done["log_tail"].index(marks[-1]) < len(done["log_tail"]) - 1  # its output follows
 
 
 def test_restarting_a_failed_job_runs_it_again_with_all_its_retries(server: ServerProcess) -> None:

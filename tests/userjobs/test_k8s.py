@@ -93,7 +93,7 @@ def test_the_manifest_read_back_by_the_kubernetes_client_has_the_command_gpus_re
         assert {m.mount_path for m in container.volume_mounts} == {WORKDIR, STATE_DIR, CA_DIR}
     assert {v.name for v in pod.volumes if v.empty_dir is not None} == {"work", "gpuws-state"}
     [ca] = [v.secret for v in pod.volumes if v.secret is not None]
-    assert ca.secret_name == "store-credentials" and ca.optional  # most stores need no CA
+    assert ca.secret_name == "store-credentials-ca" and ca.optional  # most stores need no CA
 
 
 @pytest.mark.parametrize(
@@ -128,8 +128,14 @@ def test_the_secret_template_names_every_variable_of_an_s3_compatible_store_with
     data = secret["stringData"]
     assert data["AWS_ENDPOINT_URL"] == "http://seaweed.store:8333"
     assert data["AWS_DEFAULT_REGION"] == "eu-west-3"
-    # The pod's CA bundle: the Secret's ca.pem, where the manifest mounts it.
-    assert data["AWS_CA_BUNDLE"] == f"{CA_DIR}/{CA_KEY}" and CA_KEY in data
+    # The pod's CA bundle: the CA Secret's ca.pem, where the manifest mounts it. Not a key of the
+    # credentials' Secret, whose every key becomes a variable (envFrom): "ca.pem" is none.
+    assert data["AWS_CA_BUNDLE"] == f"{CA_DIR}/{CA_KEY}" and CA_KEY not in data
+    lines = text.split("\n")
+    start = lines.index("# apiVersion: v1", lines.index("# apiVersion: v1") + 1)  # the second
+    end = lines.index("#", start)
+    ca_secret = yaml.safe_load("\n".join(line[2:] for line in lines[start:end]))
+    assert ca_secret["kind"] == "Secret" and list(ca_secret["stringData"]) == [CA_KEY]
     assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "GPUWS_PASSPHRASE"} <= set(data)
     assert "AWS_SESSION_TOKEN" in text  # named, commented out: only temporary credentials have one
     pod = read_back(text).spec.template.spec
