@@ -3,8 +3,9 @@ it as each cell finishes, the original left as it was.
 
 `python -m jupyter_gpu_ws.userjobs.notebook NB [--output OUT] [--kernel NAME]` exits 0 when every
 cell ran, 1 when a cell failed (the error's name and value the last line on stderr), 2 on bad input
-(one line), and 128 + the signal's number when stopped by SIGTERM or SIGINT (the kernel interrupted
-and shut down, the copy written first).
+(one line), and 128 + the signal's number when stopped by SIGTERM or SIGINT (the kernel given the
+SIGTERM, where a tracked loop saves at its next step, or interrupted for SIGINT, then shut down, the
+copy written first).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from .failure import CANNOT_CHANGE
 
 # How long an interrupted cell has to end before the kernel is shut down regardless.
 _INTERRUPT_GRACE_S = 10.0
+# How long a kernel given SIGTERM has to save and end (a tracked loop saves at its next step;
+# without a step it ends within termination.STEP_WAIT); the job's supervisor may end it sooner.
+_TERM_GRACE_S = 120.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # A Unix socket's path has 107 bytes on Linux; the kernel's are the folder's, "kernel-" and a number.
 _SOCKET_PATH_ROOM = 96
@@ -137,13 +141,21 @@ async def _run(
             await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
             waiting.cancel()
             if stopped:
-                # Stopped mid-cell: interrupt it (a training loop's KeyboardInterrupt handler may
-                # still save), then the kernel is shut down on the way out. Whatever the cell
-                # ended with (the kernel may have had the signal too), the run was stopped.
+                # Stopped mid-cell. SIGTERM (the job stopped, its runtime ending) is passed on to
+                # the kernel, in a session of its own: a loop with gpuws.track() saves at its next
+                # step and the kernel ends, as a script's process would. SIGINT interrupts the
+                # cell (a KeyboardInterrupt handler may still save). Then the kernel is shut down
+                # on the way out; whatever the cell ended with, the run was stopped.
                 if not running.done():
+                    terminate = stopped[0] == signal.SIGTERM
                     with contextlib.suppress(Exception):
-                        await _maybe_await(km.interrupt_kernel())
-                    await asyncio.wait({running}, timeout=_INTERRUPT_GRACE_S)
+                        if terminate:
+                            await _maybe_await(km.signal_kernel(signal.SIGTERM))
+                        else:
+                            await _maybe_await(km.interrupt_kernel())
+                    await asyncio.wait(
+                        {running}, timeout=_TERM_GRACE_S if terminate else _INTERRUPT_GRACE_S
+                    )
                     running.cancel()
                 with contextlib.suppress(BaseException):
                     await running

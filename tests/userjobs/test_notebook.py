@@ -47,14 +47,14 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
-def _start(notebook: Path) -> subprocess.Popen[bytes]:
+def _start(notebook: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """The runner in the background, its output in files (a pipe nobody reads would fill and
     hold it up)."""
     with (
         open(notebook.with_suffix(".out"), "wb") as out,
         open(notebook.with_suffix(".err"), "wb") as err,
     ):
-        return subprocess.Popen([*RUNNER, str(notebook)], stdout=out, stderr=err)
+        return subprocess.Popen([*RUNNER, str(notebook)], stdout=out, stderr=err, env=env)
 
 
 def _outputs(notebook: Path) -> list[list[dict[str, object]]]:
@@ -158,7 +158,7 @@ def test_a_kernel_that_is_not_here_is_bad_input(tmp_path: Path) -> None:
     assert not (tmp_path / "train.job.ipynb").exists()
 
 
-def test_sigterm_interrupts_the_cell_writes_the_copy_and_exits_143(tmp_path: Path) -> None:
+def test_sigint_interrupts_the_cell_writes_the_copy_and_exits_130(tmp_path: Path) -> None:
     source = _notebook(
         tmp_path / "train.ipynb",
         "import os\nopen('kernel.pid', 'w').write(str(os.getpid()))",
@@ -170,16 +170,57 @@ def test_sigterm_interrupts_the_cell_writes_the_copy_and_exits_143(tmp_path: Pat
     job = _start(source)
     try:
         until(lambda: (tmp_path / "looping").exists())
+        job.send_signal(signal.SIGINT)
+        job.wait(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 130
+    assert (tmp_path / "train.err").read_text().rstrip("\n").splitlines()[-1] == "stopped by SIGINT"
+    _, interrupted, never = _outputs(copy)
+    assert "saving at step" in _text(interrupted)  # the cell was interrupted, not killed
+    assert never == []
+    kernel = int((tmp_path / "kernel.pid").read_text())
+    until(
+        lambda: (
+            not psutil.pid_exists(kernel) or psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE
+        )
+    )
+
+
+def test_sigterm_reaches_the_kernel_whose_tracked_loop_saves_at_its_next_step_then_exits_143(
+    tmp_path: Path,
+) -> None:
+    """As the job's supervisor passes the runtime's end on: the kernel (in a session of its own)
+    gets the SIGTERM itself, not an interrupt, so gpuws.track() saves as in a script."""
+    from jupyter_gpu_ws.checkpoints.catalog import complete_checkpoints
+
+    source = _notebook(
+        tmp_path / "train.ipynb",
+        "import os\nopen('kernel.pid', 'w').write(str(os.getpid()))",
+        "import time, torch, jupyter_gpu_ws as gpuws\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "gpuws.track('nb-run', model=model)\n"
+        "for step in range(100_000):\n"
+        "    open('step.tmp', 'w').write(str(step)); os.replace('step.tmp', 'step')\n"
+        "    gpuws.step(step)\n"
+        "    time.sleep(0.05)",
+        "print('never')",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUWS_", "JPY_"))}
+    job = _start(source, {**env, "GPUWS_WORKDIR": str(tmp_path), "OMP_NUM_THREADS": "1"})
+    try:
+        until(
+            lambda: (tmp_path / "step").exists() and int((tmp_path / "step").read_text()) >= 3, 120
+        )
+        at_signal = int((tmp_path / "step").read_text())
         job.send_signal(signal.SIGTERM)
         job.wait(timeout=120)
     finally:
         job.kill()
-    assert job.returncode == 143
-    assert (tmp_path / "train.err").read_text().rstrip("\n").splitlines()[
-        -1
-    ] == "stopped by SIGTERM"
-    _, interrupted, never = _outputs(copy)
-    assert "saving at step" in _text(interrupted)  # the cell was interrupted, not killed
+    assert job.returncode == 143, (tmp_path / "train.err").read_text()
+    saved = [m["step"] for _, m in complete_checkpoints(tmp_path / ".gpuws/checkpoints/nb-run")]
+    assert saved and max(saved) >= at_signal, (saved, at_signal)
+    _, _, never = _outputs(tmp_path / "train.job.ipynb")
     assert never == []
     kernel = int((tmp_path / "kernel.pid").read_text())
     until(
