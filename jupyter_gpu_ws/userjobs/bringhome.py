@@ -22,11 +22,12 @@ import logging
 import os
 import stat
 import threading
+import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import strictjson
-from ..checkpoints.files import MANIFEST
+from ..checkpoints.files import MANIFEST, MAX_MANIFEST_BYTES
 from ..store import Store, open_backend
 from ..store.backend import PART_SUFFIX, Backend, RemoteFile
 from ..store.crypto import keys, protect
@@ -151,6 +152,9 @@ class JobsElsewhere:
     def _describe(self, engine: SyncEngine, job_id: str) -> dict[str, Any]:
         store = self._store(engine, job_id)
         record, updated = _read_record(store)
+        why = _skipped(self._area(engine)).get(store.state_key(RECORD))
+        if why is not None:  # a link or a FIFO where its record goes: no job is "starting"
+            raise ValueError(f"its record is {why}")
         files, more = _files(store)
         outputs = sorted(
             (rel, f.size) for rel, f in files.items() if checkpoint_folder(rel) is None
@@ -203,7 +207,7 @@ class JobsElsewhere:
             if not files and started is None:
                 raise NoSuchJobElsewhere(f"No job {job_id} has run elsewhere in this workspace")
             home = _Homecoming(engine, store, job_id, started.mtime if started else None)
-            answer = home.run(files)
+            answer = home.run(files, _skipped(area))
         answer["files_more"] = more
         self._wake.set()  # the listing follows
         return answer
@@ -231,23 +235,27 @@ class _Homecoming:
         self.same = 0
         self.errors: list[str] = []
 
-    def run(self, files: dict[str, RemoteFile]) -> dict[str, Any]:
-        complete = set()  # the checkpoint folders whose manifest is in the store
+    def run(self, files: dict[str, RemoteFile], skipped: dict[str, str]) -> dict[str, Any]:
+        # Links and special files in the job's area (a folder store): named, never brought.
+        prefix = f"{self.job_id}/files/"
+        for key, why in sorted(skipped.items()):
+            if key.startswith(prefix):
+                self._note("skipped", {"path": shown(decode(key[len(prefix) :])), "reason": why})
+        # The checkpoint folders whose manifest is in the store with every file it lists, at the
+        # size it lists (a manifest alone, or planted, is no checkpoint), and why the others not.
+        incomplete: dict[str, str] = {}
         for rel in files:
             found = checkpoint_folder(rel)
-            if found is not None and rel == f"{found[1]}/{MANIFEST}":
-                complete.add(found[1])
+            if found is not None and found[1] not in incomplete:
+                incomplete[found[1]] = "its checkpoint is not complete in the store yet"
+        for folder in incomplete:
+            if f"{folder}/{MANIFEST}" in files:
+                incomplete[folder] = self._checkpoint_problem(folder, files) or ""
         # A checkpoint's manifest last: a run finds it whole here or not at all.
         for rel in sorted(files, key=lambda rel: (rel.endswith("/" + MANIFEST), rel)):
             found = checkpoint_folder(rel)
-            if found is not None and found[1] not in complete:
-                self._note(
-                    "skipped",
-                    {
-                        "path": shown(rel),
-                        "reason": "its checkpoint is not complete in the store yet",
-                    },
-                )
+            if found is not None and incomplete[found[1]]:
+                self._note("skipped", {"path": shown(rel), "reason": incomplete[found[1]]})
                 continue
             problem = _path_problem(rel)
             if problem is not None:
@@ -263,6 +271,29 @@ class _Homecoming:
             "counts": {**self.counts, "same": self.same},
             "errors": self.errors[:MAX_NAMED],
         }
+
+    def _checkpoint_problem(self, folder: str, files: dict[str, RemoteFile]) -> str | None:
+        """None where the area holds every file the folder's manifest lists, at its size; else
+        why the checkpoint is not brought. The manifest is only read, as JSON."""
+        remote = files[f"{folder}/{MANIFEST}"]
+        if remote.size > MAX_MANIFEST_BYTES:
+            return f"its {MANIFEST} is larger than {MAX_MANIFEST_BYTES // 1024} KiB"
+        try:
+            data = self.store.backend.read_bytes(remote.key)
+            manifest = strictjson.loads(data or b"")
+        except (ValueError, OSError, SyncError) as err:
+            return f"its {MANIFEST} cannot be read: {shown(str(err))[:200]}"
+        listed = manifest.get("files") if isinstance(manifest, dict) else None
+        if not isinstance(listed, dict) or not listed:
+            return f"its {MANIFEST} lists no files"
+        for name, meta in listed.items():
+            size = meta.get("size") if isinstance(meta, dict) else None
+            there = files.get(f"{folder}/{name}") if isinstance(name, str) else None
+            if there is None or _path_problem(f"{folder}/{name}") is not None:
+                return f"{shown(str(name))[:200]}, which its {MANIFEST} lists, is not in the store"
+            if there.size != size:
+                return f"{shown(name)[:200]} in the store is not the size its {MANIFEST} gives"
+        return None
 
     def _note(self, name: str, item: Any) -> None:
         self.counts[name] += 1
@@ -407,7 +438,16 @@ def _path_problem(rel: str) -> str | None:
         return "not a path inside the work directory"
     if PART_SUFFIX in parts[-1]:
         return "a temporary file"
+    if any(unicodedata.category(c) in ("Cc", "Cf") for c in rel):
+        # An escape sequence or a hidden direction mark in a name from the store: never a
+        # file of the work directory, whose name a terminal would then act on.
+        return "its name has control characters"
     return None
+
+
+def _skipped(area: Backend) -> dict[str, str]:
+    """The area's links and special files (key: why), as a folder store last saw them."""
+    return area.skipped
 
 
 def _inside(path: str, folder: str) -> bool:

@@ -368,12 +368,18 @@ class JobManager:
         found = next((r for r in saved if r.name == wanted), None) or next(
             (r for r in saved if r.folder == folder), None
         )
+        # A run a job writes is its own, checkpoint or not yet: said so, not "no such run".
+        writer = self._writer_of(found.folder if found is not None else folder)
+        if found is None and writer is not None:
+            raise JobInputError(
+                f"resume: {self._written_by(wanted, writer)}, or start a new run (no "
+                "checkpoint of it yet)"
+            )
         if found is None:
             raise JobInputError(
                 f"resume: no run {wanted!r} with a checkpoint in this work directory; "
                 + _runs_words(saved)
             )
-        writer = self._writer_of(found.folder)
         if writer is not None:
             raise JobInputError(
                 f"resume: {self._written_by(found.name, writer)}, or start a new run"

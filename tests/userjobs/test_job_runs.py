@@ -186,3 +186,25 @@ def test_a_run_name_keeps_accented_letters_as_their_letters() -> None:
     assert plain_run_name("日本語") == ""  # nothing of it a folder name keeps: the caller's default
     name = plain_run_name("crème brûlée")
     assert run_dir("/r", name).name == name  # its folder has the name the panel shows
+
+
+def test_resuming_the_run_a_running_job_writes_before_its_first_checkpoint_names_that_job(
+    tmp_path: Path,
+) -> None:
+    from jupyter_gpu_ws.userjobs.manager import Job, JobInputError, JobManager, JobSettings
+    from jupyter_gpu_ws.userjobs.record import JobRecord
+
+    manager = JobManager(
+        JobSettings(workdir=tmp_path, workspace="ws", host="here", runtime_id="r-1"), None
+    )
+    quiet = JobRecord(
+        id="j-00000000beef", name="quiet", kind="command", command=["python", "t.py"],
+        workspace="ws", state="running", run="quiet",
+    )  # fmt: skip
+    manager.jobs[quiet.id] = Job(quiet)
+    with pytest.raises(JobInputError) as refused:
+        manager._run_to_resume("quiet", [])
+    assert str(refused.value) == (
+        "resume: run 'quiet' is the run of job j-00000000beef (running), which goes on writing "
+        "it: stop or forget that job first, or start a new run (no checkpoint of it yet)"
+    )

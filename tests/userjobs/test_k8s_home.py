@@ -363,9 +363,15 @@ def test_bringing_home_keeps_every_file_changed_here_since_the_job_began_and_bri
         "for name in ('a.txt', 'b.txt', 'c.txt', 'new.txt', 'twin.txt', 'same.txt'):\n"
         "    pathlib.Path(name).write_text('job ' + name)\n"
         "done = pathlib.Path('.gpuws/checkpoints/r/ckpt-000000005-20260101T000000Z')\n"
-        "done.mkdir(parents=True); (done / 'x.bin').write_text('x'); (done / 'manifest.json').write_text('{}')\n"
+        "done.mkdir(parents=True); (done / 'x.bin').write_text('x')\n"
+        '(done / \'manifest.json\').write_text(\'{"files": {"x.bin": {"size": 1}}}\')\n'
         "half = pathlib.Path('.gpuws/checkpoints/r/ckpt-000000006-20260101T000001Z')\n"
         "half.mkdir(parents=True); (half / 'x.bin').write_text('half')\n"
+        # A manifest alone, listing a file the area does not hold: no checkpoint.
+        "lone = pathlib.Path('.gpuws/checkpoints/r/ckpt-000000007-20260101T000002Z')\n"
+        "lone.mkdir(parents=True)\n"
+        '(lone / \'manifest.json\').write_text(\'{"files": {"model.pt": {"size": 9}}}\')\n'
+        "pathlib.Path('clear\\x1b[2J.txt').write_text('an escape in its name')\n"
         "pathlib.Path('sub').mkdir(); pathlib.Path('sub/out.txt').write_text('job out')\n"
     )
     assert run_elsewhere(tmp_path, workspace, job) == 0
@@ -378,9 +384,11 @@ def test_bringing_home_keeps_every_file_changed_here_since_the_job_began_and_bri
     outside.mkdir()
     (root / "sub").symlink_to(outside)  # a folder here that leads out of the work directory
 
+    area = Path(area_url(workspace.settings.store_url, "ws")) / JOB_ID
     if workspace.settings.encryption is not None:  # the area is sealed as the workspace is
-        area = Path(area_url(workspace.settings.store_url, "ws")) / JOB_ID
         assert not any(b"job new.txt" in f.read_bytes() for f in area.rglob("*") if f.is_file())
+    else:  # planted by someone who can write the store: a link in the job's files
+        (area / "files" / "planted.txt").symlink_to(tmp_path / "secret")
 
     answer = JobsElsewhere(lambda: workspace).bring_home(JOB_ID)
 
@@ -405,6 +413,14 @@ def test_bringing_home_keeps_every_file_changed_here_since_the_job_began_and_bri
     assert "not complete" in skipped[f"{run}/ckpt-000000006-20260101T000001Z/x.bin"]
     assert "leads out of the work directory" in skipped["sub/out.txt"]
     assert list(outside.iterdir()) == []
+    lone = f"{run}/ckpt-000000007-20260101T000002Z/manifest.json"
+    assert skipped[lone] == "model.pt, which its manifest.json lists, is not in the store"
+    assert not (root / run / "ckpt-000000007-20260101T000002Z").exists()
+    assert skipped["clear\\x1b[2J.txt"] == "its name has control characters"
+    assert not (root / "clear\x1b[2J.txt").exists()
+    if workspace.settings.encryption is None:
+        assert "never followed" in skipped["planted.txt"]
+        assert not (root / "planted.txt").exists()
 
 
 def test_before_any_job_ran_elsewhere_none_is_listed_and_bringing_one_home_is_no_such_job(
@@ -431,6 +447,12 @@ def test_the_listing_of_areas_anyone_can_write_is_bounded_and_lists_what_cannot_
     }.items():
         (areas / job_id / ".gpuws").mkdir(parents=True)
         (areas / job_id / ".gpuws" / RECORD).write_bytes(record)
+    linked = areas / "j-0000000000b4" / ".gpuws"
+    linked.mkdir(parents=True)
+    (linked / RECORD).symlink_to(areas / "j-0000000000b3" / ".gpuws" / RECORD)
+    fifo = areas / "j-0000000000b5" / ".gpuws"
+    fifo.mkdir(parents=True)
+    os.mkfifo(fifo / RECORD)  # read, it would hold the look for ever
     elsewhere = JobsElsewhere(lambda: workspace)
     elsewhere.look()
     view = elsewhere.view()
@@ -444,12 +466,15 @@ def test_the_listing_of_areas_anyone_can_write_is_bounded_and_lists_what_cannot_
     assert "larger than 64 KiB" in problems["j-0000000000b1"]
     assert "j-0000000000b2" in problems
     assert problems["not-a-job\\x1b[31m"] == "not a job's id: not looked at"
+    # A link or a FIFO where a record goes: a problem named with why, never a job "starting".
+    assert problems["j-0000000000b4"].endswith("symbolic link, which is never followed")
+    assert problems["j-0000000000b5"] == "its record is a named pipe (FIFO), which is never read"
     assert view["error"] is None and view["more"] == 0
     # However many areas there are, a look reads MAX_JOBS of them and counts the others.
     monkeypatch.setattr(bringhome, "MAX_JOBS", 2)
     elsewhere.look()
     view = elsewhere.view()
-    assert len(view["jobs"]) + len(view["problems"]) == 2 and view["more"] == 3
+    assert len(view["jobs"]) + len(view["problems"]) == 2 and view["more"] == 5
 
 
 @pytest.mark.parametrize("workspace", ["encrypted"], indirect=True)
