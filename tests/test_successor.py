@@ -347,7 +347,10 @@ def test_two_servers_on_one_store_never_both_write_even_through_a_pass_longer_th
         {**config, "bandwidth_limit": 1 * 2**20},
         hostname="machine-a",
     ) as a:
-        (a.root / "shared.bin").write_bytes(holder_bytes)
+        # Whole at once (renamed into place): a copy caught half written would be uploaded,
+        # then replaced by the whole one, leaving a version of the holder's own.
+        (tmp_path / "shared.bin").write_bytes(holder_bytes)
+        os.replace(tmp_path / "shared.bin", a.root / "shared.bin")
         until(
             lambda: (a.api("/gpuws/api/sync").get("progress") or {}).get("bytes_done"),
             30,
