@@ -254,10 +254,35 @@ def relaunch_once(tmp: Path, layers: int, how: str) -> dict[str, float]:
     return result
 
 
+def program_start(folder: Path, layers: int) -> float:
+    """The script's own start, as a user would time it: started by hand with no server and no
+    checkpoint (Python, torch's import, the model's building and `resume()` finding nothing),
+    to its first step."""
+    folder.mkdir(parents=True)
+    write(folder, "train.py", TRAIN)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUWS_", "JPY_"))}
+    env["GPUWS_WORKDIR"] = str(folder)
+    began = time.time()
+    process = subprocess.Popen(
+        [sys.executable, "train.py", "1000000", "0.05", "1000000", str(layers)],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        first = until(lambda: steps(folder / "steps.txt"), 600, "the script's first step")
+    finally:
+        process.kill()
+        process.wait()
+    return first[0][1] - began
+
+
 def part_relaunch(tmp: Path, sizes: list[int], trials: int) -> None:
     rows = []
     for size in sizes:
         layers = max(1, size // LAYER_MIB)
+        own = median([program_start(tmp / f"p-{size}-{t}", layers) for t in range(trials)])
         for how, words in CASES.items():
             runs = [relaunch_once(tmp / f"r-{size}-{how}-{t}", layers, how) for t in range(trials)]
             restored = median([r["restored"] for r in runs])
@@ -275,7 +300,9 @@ def part_relaunch(tmp: Path, sizes: list[int], trials: int) -> None:
                     fmt_s(first),
                     fmt_s(after_kill) if how == "kill" else "",
                     fmt_s(bare),
+                    fmt_s(own),
                     fmt_s(over),
+                    fmt_s(over - own),
                     ratio(first, bare),
                     "met" if over <= GOAL else "not met",
                 ]
@@ -291,7 +318,9 @@ def part_relaunch(tmp: Path, sizes: list[int], trials: int) -> None:
                 "B: first new step",
                 "first new step after the kill",
                 "`jupyter gpuws restore` alone",
+                "the script's own start (no server)",
                 "relaunch − restore",
+                "relaunch − restore − own start",
                 "relaunch / restore",
                 f"goal ≤ {GOAL:.0f} s",
             ],

@@ -46,6 +46,10 @@ WATCH_EVERY = 10.0
 SNAPSHOT_LIST_TTL = 60.0
 
 
+# How much lower the background check's probe runs (capture.probe_environment's `nice`).
+BACKGROUND_NICE = 10
+
+
 @dataclass(frozen=True)
 class EnvironmentSettings:
     """Plain values from the app's traits (the same names), read once at the server's start."""
@@ -165,7 +169,8 @@ class EnvironmentSupervisor:
                 return
             self.capturing = True
         try:
-            current = capture(self.python(), nvml=self.nvml())
+            # At a lower CPU priority: a check in the background, never in a job's way.
+            current = capture(self.python(), nvml=self.nvml(), nice=BACKGROUND_NICE)
             self.current, self.captured, self.error = current, time.time(), None
             self._signature = self._site_signature()
             self.compare()

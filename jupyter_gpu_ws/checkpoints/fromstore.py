@@ -31,6 +31,7 @@ def bring_newest(run_path: Path, run: str, timeout: float) -> str:
     try:
         job = call("gpuws/api/checkpoints/fetch", "POST", {"run": rel, "timeout": timeout})
         said = False
+        polls = 0
         started = time.monotonic()
         while job["state"] == "running":
             # The server ends the job at `timeout`; a server that never does must not hold the
@@ -51,7 +52,10 @@ def bring_newest(run_path: Path, run: str, timeout: float) -> str:
                     flush=True,
                 )
                 said = True
-            time.sleep(0.25)
+            # Soon at first (a fetch of a checkpoint here already ends in milliseconds), then
+            # every quarter second while the store is read.
+            time.sleep(min(0.25, 0.02 * 2**polls))
+            polls += 1
             job = call(f"gpuws/api/checkpoints/fetch/{job['id']}")
     except ServerUnreachable as err:
         if err.status in (None, 404, 409):  # no server, one without this API, or its sync is off

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -104,9 +105,11 @@ def resolve_python(python: str) -> str:
 
 
 def probe_environment(
-    python: str, include_torch: bool = True, timeout: float = 600
+    python: str, include_torch: bool = True, timeout: float = 600, nice: int = 0
 ) -> dict[str, Any]:
-    """Runs PROBE in `python`: its version, platform, distributions and (optionally) torch."""
+    """Runs PROBE in `python`: its version, platform, distributions and (optionally) torch.
+    `nice`: how much lower the probe's CPU priority is than this process's (the server's own
+    check, in the background: a relaunched job starting beside it comes first)."""
     python = resolve_python(python)
     script = PROBE.replace("WANT_TORCH", "True" if include_torch else "False").replace(
         "MARKER", repr(MARKER)
@@ -117,13 +120,26 @@ def probe_environment(
     # kept as the kernel sees it (PYTHONPATH, user site), so -I is not used.
     try:
         with tempfile.TemporaryDirectory(prefix="gpuws-probe-") as empty:
-            done = subprocess.run(
+            with subprocess.Popen(
                 [python, "-c", script],
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
-                timeout=timeout,
                 cwd=empty,
-            )
+            ) as process:
+                if nice:
+                    # Set from here, once it runs (no preexec_fn in a threaded server): it has
+                    # done nothing heavy yet.
+                    with contextlib.suppress(OSError):
+                        priority = os.getpriority(os.PRIO_PROCESS, 0)
+                        os.setpriority(os.PRIO_PROCESS, process.pid, min(19, priority + nice))
+                try:
+                    stdout, stderr = process.communicate(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.communicate()
+                    raise
+            done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     except OSError as err:
         raise InterpreterError(f"Cannot run {python}: {err.strerror or err}") from None
     except subprocess.TimeoutExpired:
@@ -236,6 +252,7 @@ def capture(
     apt: bool = False,
     conda: bool = False,
     nvml: Any = None,
+    nice: int = 0,
 ) -> dict[str, Any]:
     """A snapshot of `python`'s environment (and this machine's GPUs), identified by `hash`.
 
@@ -244,7 +261,7 @@ def capture(
     list is needed (restore's plan).
     """
     snapshot: dict[str, Any] = {"format": FORMAT, "captured_at": time.time()}
-    snapshot.update(probe_environment(python, include_torch))
+    snapshot.update(probe_environment(python, include_torch, nice=nice))
     if machine:
         snapshot["machine"] = read_machine(nvml)
     if apt:

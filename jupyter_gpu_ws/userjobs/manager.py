@@ -573,7 +573,12 @@ class JobManager:
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        env.setdefault("PYTHONPYCACHEPREFIX", str(self.pycache))
+        if "PYTHONPYCACHEPREFIX" not in env:
+            env["PYTHONPYCACHEPREFIX"] = str(self.pycache)
+            # Written there, this machine's own cache: without it every start of a job compiles
+            # its libraries anew (torch: seconds), where PYTHONDONTWRITEBYTECODE is set (Docker
+            # images often set it to keep .pyc files out of their layers, as the prefix does).
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
         # Its run, at every attempt (a relaunch resumes its own checkpoints): a record from
         # before runs were named by job has none, and tracks what its process names.
         env.pop(RUN_ENV, None)
@@ -1184,6 +1189,16 @@ class JobManager:
             self._start(job, "relaunched")
             started.append(job_id)
         return started
+
+    def note_environment(self, note: str) -> None:
+        """What the environment's check, done after the relaunch, says the relaunched jobs run
+        on: theirs to say, and every later relaunch's."""
+        with self._lock:
+            self.environment_note = note
+            for job_id in self.relaunched:
+                job = self.jobs.get(job_id)
+                if job is not None and job.relaunched_on is None:
+                    job.relaunched_on = note
 
     def _vouched(self, job: Job) -> bool:
         """Whether the job may relaunch by itself now (vouching.py); if not, it waits for the

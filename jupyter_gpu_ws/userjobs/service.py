@@ -143,6 +143,7 @@ class JobService:
         self._relaunched = False
         self._settled = False  # the store's records read as the workspace's writer
         self._environment_checked = False  # whether the store was looked at for job records
+        self._environment_to_note = False  # relaunched before the check was done: say it after
         self._read = 0.0
         self._thread = threading.Thread(target=self._tick, name="gpuws-jobs", daemon=True)
 
@@ -191,6 +192,7 @@ class JobService:
             manager.renew()
             manager.record_steps()
         manager.stop_on_nan_loss()
+        self._note_environment()
         if not self._settled or self._relaunched or not writable:
             return  # the lease decides: only its holder relaunches
         self._relaunched = True
@@ -231,21 +233,43 @@ class JobService:
     def _prepare_environment(self) -> None:
         """Check the environment; where it differs from the snapshot, restore the difference
         first if `relaunch_restores_environment` allows it, else relaunch on it all the same.
-        Either way each relaunched job's `relaunch` says on which environment it runs."""
-        self._wait_for_environment()
+        Either way each relaunched job's `relaunch` says on which environment it runs. Where
+        the restore is not allowed, the relaunch does not wait for a check still running (it
+        imports torch: seconds): the jobs start, and their word follows once the check is done
+        (_note_environment, at the next ticks)."""
         environment = getattr(self.app, "environment", None)
+        if not self.app.relaunch_restores_environment:
+            if environment is not None:
+                environment.watch()
+                self._environment_to_note = True
+                self._note_environment()
+            return
+        self._wait_for_environment()
         state = environment.state() if environment is not None else {}
         if state.get("state") != "differs":
             return
         count = _differing(state.get("diff"))
         differs = f"on this environment, which differs from the snapshot: {count}"
-        if not self.app.relaunch_restores_environment:
-            self.manager.environment_note = differs
-            return
         self.manager.environment_note = (
             f"after the environment's restore of the snapshot's difference ({count})"
         )
         self.manager.environment_note = self._restore_environment(environment, count, differs)
+
+    def _note_environment(self) -> None:
+        """Once the environment's check is done: where it differs from the snapshot, the jobs
+        relaunched meanwhile say they run on it (and so does every later relaunch)."""
+        environment = getattr(self.app, "environment", None)
+        if not self._environment_to_note or environment is None:
+            return
+        state = environment.state()
+        if state.get("state") == "capturing":
+            return
+        self._environment_to_note = False
+        if state.get("state") == "differs":
+            count = _differing(state.get("diff"))
+            self.manager.note_environment(
+                f"on this environment, which differs from the snapshot: {count}"
+            )
 
     def _restore_environment(self, environment: Any, count: str, differs: str) -> str:
         """Run the environment's restore job and wait for it: what the relaunch then runs on."""

@@ -116,9 +116,12 @@ def test_where_not_allowed_the_job_relaunches_on_this_environment_and_says_it_di
     config = {"store_url": str(store), "env_python": python}
     with server_process(tmp_path / "a", tmp_path / "runtime", config) as server:
         job = relaunched(server)
-        assert (
-            job["relaunch"]
-            == "relaunched on this environment, which differs from the snapshot: 2 packages"
+        # Relaunched without waiting for the check (it imports torch): its word follows it.
+        said = "relaunched on this environment, which differs from the snapshot: 2 packages"
+        until(
+            lambda: server.api("/gpuws/api/jobs/j-0000000000ee")["relaunch"] == said,
+            120,
+            "the environment's word on the relaunched job",
         )
         # Relaunched all the same, on the packages there are: the import fails, and says why.
         assert job["state"] == "failed" and "ModuleNotFoundError" in job["reason"]
