@@ -44,6 +44,16 @@ def stored_record(store: Path, workspace: str, job_id: str) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def stored_when(store: Path, workspace: str, job_id: str, state: str) -> dict[str, Any]:
+    """The job's record in the store once it says `state`: the server answers from its own copy
+    first, and writes the store's just after."""
+    return until(
+        lambda: (r := stored_record(store, workspace, job_id)).get("state") == state and r,
+        30,
+        f"the store's record of {job_id} {state}",
+    )
+
+
 def stored_checkpoint_steps(store: Path, workspace: str) -> list[int]:
     """The steps of the complete checkpoints in the store of its one run (each test runs one
     job, whose run is named after it)."""
@@ -156,7 +166,7 @@ def test_a_job_killed_with_its_runtime_is_relaunched_by_the_successor_and_ends_a
         log = b.api(f"/gpuws/api/jobs/{job['id']}/log?lines=1000")["lines"]
         assert f"resumed {saved + 1}" in log, log
         assert [a["host"] for a in finished["attempts"]] == ["machine-a", "machine-b"]
-        assert stored_record(shared_store, workspace, job["id"])["state"] == "finished"
+        stored_when(shared_store, workspace, job["id"], "finished")
         resumed = losses(second_root / "losses.txt")
     assert resumed == uninterrupted(tmp_path / "reference")
 
@@ -266,7 +276,7 @@ def test_a_preemption_notice_stops_a_running_job_at_its_checkpoint_for_the_next_
             60,
             "the job stopped by the notice",
         )
-        record = stored_record(shared_store, "test-ws", job["id"])
+        record = stored_when(shared_store, "test-ws", job["id"], "interrupted")
     assert (
         record["state"] == "interrupted"
         and "resumes from its checkpoint at step" in record["reason"]
