@@ -152,7 +152,7 @@ class JobsElsewhere:
     def _describe(self, engine: SyncEngine, job_id: str) -> dict[str, Any]:
         store = self._store(engine, job_id)
         record, updated = _read_record(store)
-        why = _skipped(self._area(engine)).get(store.state_key(RECORD))
+        why = self._area(engine).skipped.get(store.state_key(RECORD))
         if why is not None:  # a link or a FIFO where its record goes: no job is "starting"
             raise ValueError(f"its record is {why}")
         files, more = _files(store)
@@ -207,7 +207,7 @@ class JobsElsewhere:
             if not files and started is None:
                 raise NoSuchJobElsewhere(f"No job {job_id} has run elsewhere in this workspace")
             home = _Homecoming(engine, store, job_id, started.mtime if started else None)
-            answer = home.run(files, _skipped(area))
+            answer = home.run(files, area.skipped)
         answer["files_more"] = more
         self._wake.set()  # the listing follows
         return answer
@@ -443,11 +443,6 @@ def _path_problem(rel: str) -> str | None:
         # file of the work directory, whose name a terminal would then act on.
         return "its name has control characters"
     return None
-
-
-def _skipped(area: Backend) -> dict[str, str]:
-    """The area's links and special files (key: why), as a folder store last saw them."""
-    return area.skipped
 
 
 def _inside(path: str, folder: str) -> bool:

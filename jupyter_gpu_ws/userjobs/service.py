@@ -249,7 +249,7 @@ class JobService:
         if state.get("state") != "differs":
             return
         count = _differing(state.get("diff"))
-        differs = f"on this environment, which differs from the snapshot: {count}"
+        differs = _differs(count)
         self.manager.environment_note = (
             f"after the environment's restore of the snapshot's difference ({count})"
         )
@@ -266,10 +266,7 @@ class JobService:
             return
         self._environment_to_note = False
         if state.get("state") == "differs":
-            count = _differing(state.get("diff"))
-            self.manager.note_environment(
-                f"on this environment, which differs from the snapshot: {count}"
-            )
+            self.manager.note_environment(_differs(_differing(state.get("diff"))))
 
     def _restore_environment(self, environment: Any, count: str, differs: str) -> str:
         """Run the environment's restore job and wait for it: what the relaunch then runs on."""
@@ -392,6 +389,11 @@ class JobService:
     def stop(self) -> None:
         self._stop.set()
         self.elsewhere.stop()
+
+
+def _differs(count: str) -> str:
+    """What a relaunch on an environment unlike the snapshot runs on, in the job's words."""
+    return f"on this environment, which differs from the snapshot: {count}"
 
 
 def _differing(diff: Any) -> str:
