@@ -576,13 +576,32 @@ class LocalBackend:
         base = self._path(prefix) if prefix else self._root
         if not self._real_folder(base, False, f"list {prefix}"):
             return []
+        found: list[str] = []
+        odd: set[str] = set()
         try:
             with os.scandir(base) as entries:
-                return sorted(from_os(e.name) for e in entries if e.is_dir(follow_symlinks=False))
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        found.append(from_os(entry.name))
+                    elif not entry.is_file(follow_symlinks=False):
+                        # A link or a special file where a folder may be looked for: noted
+                        # (`skipped`), so that a listing of folders can say why one is not there.
+                        try:
+                            self._skip(entry.path, entry.stat(follow_symlinks=False).st_mode)
+                        except FileNotFoundError:
+                            continue
+                        odd.add(self._key(entry.path))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as err:
             _raise_os_error(err, prefix or "the store", self.root)
+        # Those noted right under `prefix` before and gone now are no longer skipped.
+        parent = prefix.strip("/")
+        with self._skipped_lock:
+            for key in [k for k in self._skipped if k.rpartition("/")[0] == parent]:
+                if key not in odd:
+                    del self._skipped[key]
+        return sorted(found)
 
     def list(self, prefix: str) -> Iterator[RemoteFile]:
         """Every regular file under `prefix`; links and special files are skipped (and noted),

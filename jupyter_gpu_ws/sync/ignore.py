@@ -30,6 +30,17 @@ DEFAULT_EXCLUDES = [
 ]
 
 
+BYTECODE_SUFFIXES = (".pyc", ".pyo")
+
+
+def is_bytecode(rel: str) -> bool:
+    """Compiled Python (a `__pycache__` folder's files, a `.pyc` or `.pyo` anywhere): never
+    brought from the store into the work directory, whatever the rules above say. Python loads
+    such a file instead of its source when their times match, so one from the store would run
+    code no job key signed (userjobs/manifest.py); each machine compiles its own."""
+    return rel.endswith(BYTECODE_SUFFIXES) or "/__pycache__/" in f"/{rel}"
+
+
 class IgnoreRules:
     """Default excludes plus the work directory's `.gpuwsignore` (re-read when it changes).
 

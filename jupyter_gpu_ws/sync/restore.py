@@ -46,6 +46,7 @@ from ..diskio import pwrite_all, waits_on_disk
 from ..store.backend import PART_SUFFIX, Backend, RemoteFile, md5_of
 from ..store.hashing import fd_hash, file_hash
 from .errors import CancelledError, StoreUnavailableError, SyncError
+from .ignore import is_bytecode
 from .index import Record, SyncIndex
 from .landing import IncomingFile, conflict_name
 from .parts_in_flight import PartsInFlight
@@ -663,10 +664,10 @@ class RestoreJob:
     def _prepare(self, d: _Download) -> None:
         """Before the first byte (under the file's lock): skip a file recorded as synced and
         unchanged here; else make its folder and the file it is written into."""
-        if PART_SUFFIX in d.rel:
-            d.skip = (
-                "outside"  # a temporary name of an interrupted write: never a file of the user's
-            )
+        if PART_SUFFIX in d.rel or is_bytecode(d.rel):
+            # A temporary name of an interrupted write, or bytecode (each machine compiles its
+            # own: ignore.py): never a file of the user's that a restore brings.
+            d.skip = "outside"
             return
         unfit = _unfit(d.rel)
         if unfit is not None:

@@ -34,6 +34,7 @@ from ..store.crypto import keys, protect
 from ..store.errors import SyncError
 from ..store.hashing import fd_hash, file_hash
 from ..store.names import decode, shown
+from ..sync.ignore import is_bytecode
 from ..sync.landing import IncomingFile
 from ..sync.restore import checkpoint_folder
 from ..sync.scan import local_path
@@ -146,6 +147,14 @@ class JobsElsewhere:
                         jobs.append(self._describe(engine, name))
                     except (SyncError, ValueError, OSError) as err:
                         problems.append({"id": name, "reason": shown(str(err))[:MAX_TEXT]})
+            # A link or a special file where an area would be (a folder store): named with why.
+            for key, why in sorted(area.skipped.items()):
+                if "/" in key:
+                    continue
+                if len(jobs) + len(problems) >= MAX_JOBS:
+                    more += 1
+                else:
+                    problems.append({"id": shown(key)[:200], "reason": f"{why}: not looked at"})
             jobs.sort(key=lambda job: -(job["updated"] or 0))
             self._view = {"jobs": jobs, "more": more, "problems": problems, "error": None}
 
@@ -438,6 +447,8 @@ def _path_problem(rel: str) -> str | None:
         return "not a path inside the work directory"
     if PART_SUFFIX in parts[-1]:
         return "a temporary file"
+    if is_bytecode(rel):
+        return "compiled Python: this runtime compiles its own, and none from the store is loaded"
     if any(unicodedata.category(c) in ("Cc", "Cf") for c in rel):
         # An escape sequence or a hidden direction mark in a name from the store: never a
         # file of the work directory, whose name a terminal would then act on.

@@ -16,7 +16,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -183,13 +182,6 @@ class JobManager:
         # looked for (manifest.py); without the sync's list, every file but environments.
         self.code_files = code_files or (lambda: manifest.walk(self.settings.workdir))
         self.seen = SeenRecords(settings.state_dir)
-        # Where a job's Python keeps its bytecode: outside the work directory, so that no
-        # __pycache__ a store brought back (code no key signed) is ever loaded.
-        self.pycache = (
-            settings.state_dir / "pycache"
-            if settings.state_dir is not None
-            else Path(tempfile.mkdtemp(prefix="gpuws-pycache-"))
-        )
         self.key_error: str | None = None  # why this runtime has no usable job key
         # Record files of the store that cannot be read, by name, with why: listed until gone.
         self.bad_records: dict[str, str] = {}
@@ -573,12 +565,6 @@ class JobManager:
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        if "PYTHONPYCACHEPREFIX" not in env:
-            env["PYTHONPYCACHEPREFIX"] = str(self.pycache)
-            # Written there, this machine's own cache: without it every start of a job compiles
-            # its libraries anew (torch: seconds), where PYTHONDONTWRITEBYTECODE is set (Docker
-            # images often set it to keep .pyc files out of their layers, as the prefix does).
-            env.pop("PYTHONDONTWRITEBYTECODE", None)
         # Its run, at every attempt (a relaunch resumes its own checkpoints): a record from
         # before runs were named by job has none, and tracks what its process names.
         env.pop(RUN_ENV, None)

@@ -9,8 +9,9 @@ brings back what the store holds) with a suffix Python or a shell runs or import
 `.pyc`, `.sh`, compiled extensions, `.pth`), every build or task file a tool runs (a Makefile,
 `pyproject.toml`, …), and every file the job names: its notebook, its program when that is a
 path (`./train`), each argument that is a file (`bash run.sh`, `python train.py`,
-`--config=cfg.yaml`). `__pycache__` folders are not read: a job's Python keeps its bytecode
-elsewhere (PYTHONPYCACHEPREFIX, manager.py), so none that the store brought is ever loaded.
+`--config=cfg.yaml`). `__pycache__` folders are not read: what is in them is this machine's own
+(a restore never brings bytecode, sync/ignore.py `is_bytecode`), written by its Python as a job
+runs.
 Other notebooks are not imported by a script, and editing them while a job runs does not hold
 its relaunch back. Data (datasets, configuration files no argument names, checkpoints) is not
 code: a checkpoint is loaded without running anything (docs/security.md), and what a script

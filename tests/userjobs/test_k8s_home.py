@@ -151,18 +151,41 @@ def s3_runtime(
         (server.root / "results.csv").write_text("step,loss\n")
         (server.root / "notes.md").write_text("my notes\n")
         until(
-            lambda: {"train.py", "results.csv", "notes.md"} <= stored(s3_server, url, "files"),
+            lambda: (
+                {"train.py", "results.csv", "notes.md"} <= stored(s3_server, url, "files")
+                and (sync := server.api("/gpuws/api/sync"))["state"] == "idle"
+                and not sync.get("pending_files")
+            ),
             60,
             "the runtime's files in the store",
         )
+        # The store's times are whole seconds: a job that began in the second its files were
+        # written could not tell them older than its start, and would keep them as changed.
+        newest = max(stored_times(s3_server, url, "files").values())
+        client, probe = s3_server.client(), f"{url.split('/', 3)[3]}/clock-probe"
+
+        def store_clock_past_them() -> bool:
+            client.put_object(Bucket=S3_BUCKET, Key=probe, Body=b"")
+            return bool(client.head_object(Bucket=S3_BUCKET, Key=probe)["LastModified"] > newest)
+
+        until(store_clock_past_them, 10, "the store's clock a second past the files", 0.05)
         yield server, s3_server, url
+
+
+def stored_times(s3: S3Server, url: str, under: str) -> dict[str, Any]:
+    """The paths under the workspace's `under` folder in the S3 store, with their times."""
+    prefix = f"{url.split('/', 3)[3]}/test-ws/{under}/"
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=prefix)
+    return {
+        item["Key"][len(prefix) :]: item["LastModified"]
+        for page in pages
+        for item in page.get("Contents", [])
+    }
 
 
 def stored(s3: S3Server, url: str, under: str) -> set[str]:
     """The paths under the workspace's `under` folder in the S3 store."""
-    prefix = f"{url.split('/', 3)[3]}/test-ws/{under}/"
-    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=prefix)
-    return {item["Key"][len(prefix) :] for page in pages for item in page.get("Contents", [])}
+    return set(stored_times(s3, url, under))
 
 
 def listed(server: ServerProcess, job_id: str) -> dict[str, Any] | None:
@@ -389,6 +412,10 @@ def test_bringing_home_keeps_every_file_changed_here_since_the_job_began_and_bri
         assert not any(b"job new.txt" in f.read_bytes() for f in area.rglob("*") if f.is_file())
     else:  # planted by someone who can write the store: a link in the job's files
         (area / "files" / "planted.txt").symlink_to(tmp_path / "secret")
+        # and bytecode, which Python would load in place of the script's source
+        (area / "files" / "__pycache__").mkdir()
+        (area / "files" / "__pycache__" / "job.cpython-311.pyc").write_bytes(b"\x00" * 16)
+        (area / "files" / "lib.pyc").write_bytes(b"\x00" * 16)
 
     answer = JobsElsewhere(lambda: workspace).bring_home(JOB_ID)
 
@@ -421,6 +448,9 @@ def test_bringing_home_keeps_every_file_changed_here_since_the_job_began_and_bri
     if workspace.settings.encryption is None:
         assert "never followed" in skipped["planted.txt"]
         assert not (root / "planted.txt").exists()
+        for rel in ("__pycache__/job.cpython-311.pyc", "lib.pyc"):
+            assert skipped[rel].startswith("compiled Python: this runtime compiles its own")
+            assert not (root / rel).exists()
 
 
 def test_before_any_job_ran_elsewhere_none_is_listed_and_bringing_one_home_is_no_such_job(
@@ -453,6 +483,7 @@ def test_the_listing_of_areas_anyone_can_write_is_bounded_and_lists_what_cannot_
     fifo = areas / "j-0000000000b5" / ".gpuws"
     fifo.mkdir(parents=True)
     os.mkfifo(fifo / RECORD)  # read, it would hold the look for ever
+    (areas / "j-0000000000b6").symlink_to(areas / JOB_ID)  # a job's area, somewhere else
     elsewhere = JobsElsewhere(lambda: workspace)
     elsewhere.look()
     view = elsewhere.view()
@@ -469,12 +500,17 @@ def test_the_listing_of_areas_anyone_can_write_is_bounded_and_lists_what_cannot_
     # A link or a FIFO where a record goes: a problem named with why, never a job "starting".
     assert problems["j-0000000000b4"].endswith("symbolic link, which is never followed")
     assert problems["j-0000000000b5"] == "its record is a named pipe (FIFO), which is never read"
+    assert problems["j-0000000000b6"] == "a symbolic link, which is never followed: not looked at"
     assert view["error"] is None and view["more"] == 0
     # However many areas there are, a look reads MAX_JOBS of them and counts the others.
     monkeypatch.setattr(bringhome, "MAX_JOBS", 2)
     elsewhere.look()
     view = elsewhere.view()
-    assert len(view["jobs"]) + len(view["problems"]) == 2 and view["more"] == 5
+    assert len(view["jobs"]) + len(view["problems"]) == 2 and view["more"] == 6
+    (areas / "j-0000000000b6").unlink()  # gone from the store: no longer listed
+    monkeypatch.setattr(bringhome, "MAX_JOBS", 20)
+    elsewhere.look()
+    assert "j-0000000000b6" not in {p["id"] for p in elsewhere.view()["problems"]}
 
 
 @pytest.mark.parametrize("workspace", ["encrypted"], indirect=True)

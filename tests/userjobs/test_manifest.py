@@ -67,21 +67,6 @@ def manager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JobManager:
     )
 
 
-def test_a_jobs_python_keeps_its_bytecode_outside_the_work_directory(
-    manager: JobManager, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Set for the server (as Docker images do): the job still caches its bytecode, in its prefix.
-    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    work = manager.settings.workdir
-    (work / "mod.py").write_text("X = 1\n")
-    job = manager.submit([sys.executable, "-c", "import mod, sys; print(sys.pycache_prefix)"])
-    until(lambda: manager.get(job.id).record.state == "finished", 60, "the job's end")
-    prefix = manager.settings.state_dir / "pycache"
-    assert manager.tail(job.id, 5) == [str(prefix)]
-    assert not (work / "__pycache__").exists()
-    assert list(prefix.rglob("mod.*.pyc"))  # written there: the next start reads it
-
-
 def test_a_running_jobs_record_is_written_again_so_the_window_counts_from_the_end(
     manager: JobManager,
 ) -> None:

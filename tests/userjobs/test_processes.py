@@ -293,10 +293,7 @@ def test_a_jobs_folder_environment_stdin_and_signals_are_those_it_had_without_a_
         GPUWS_RUN=job.record.run,  # the job's own run (a run per job)
         GPUWS_WORKDIR=workdir,
         PYTHONUNBUFFERED="1",
-        PYTHONPYCACHEPREFIX=str(manager.pycache),
     )
-    # Its bytecode is written into its own cache, whatever the server's environment says.
-    environment.pop("PYTHONDONTWRITEBYTECODE", None)
     # The same command started as the manager started jobs before it had a supervisor.
     direct = subprocess.run(
         ["sh", "-c", show],

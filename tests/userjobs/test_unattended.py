@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import py_compile
+import sys
 import time
 import urllib.error
 from collections.abc import Callable, Iterator
@@ -119,12 +121,15 @@ def planted(job_id: str, updated: float) -> bytes:
     return json.dumps(record.to_json()).encode()
 
 
-def killed_runtime(tmp_path: Path, config: dict[str, Any], commands: list[list[str]]) -> list[str]:
+def killed_runtime(
+    tmp_path: Path, config: dict[str, Any], commands: list[list[str]], script: str = JOB
+) -> list[str]:
     """A first runtime that starts `commands` as jobs, has every file and record in the store,
     and is killed with kill -9, jobs and all: their ids."""
     with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
         (a.root / ".gpuwsignore").write_text("started-*\n")  # each runtime's own attempts
-        (a.root / "job.py").write_text(JOB)
+        (a.root / "job.py").write_text(script)
+        (a.root / "helper.py").write_text("HELPED = True\n")
         until(lambda: synced(a), 60, "the script in the store")
         ids = [a.api("/gpuws/api/jobs", "POST", {"command": c})["id"] for c in commands]
         for job_id, command in zip(ids, commands, strict=True):
@@ -201,6 +206,37 @@ def test_a_script_edited_in_the_store_waits_for_approval_naming_the_file(
         assert relaunched(b, job) == [f"started-{job}-1"]
         after = b.api(f"/gpuws/api/jobs/{job}")
         assert after["needs_approval"] is False and after["approval"] is None
+        b.api(f"/gpuws/api/jobs/{job}", "DELETE")
+
+
+@pytest.mark.parametrize("store", ["local"], indirect=True)
+def test_bytecode_written_into_the_store_is_never_restored_so_never_loaded(
+    tmp_path: Path, store: Store, config: dict[str, Any]
+) -> None:
+    [job] = killed_runtime(tmp_path, config, [["python", "job.py"]], "import helper, json\n" + JOB)
+    # helper.py's bytecode as Python loads it without looking at the source (an unchecked
+    # hash), and a module with no source that shadows one the script's folder would find.
+    evil = tmp_path / "evil.py"
+    evil.write_text("open('pwned', 'w').close()\nHELPED = True\n")
+    compiled = tmp_path / "evil.pyc"
+    py_compile.compile(
+        str(evil),
+        str(compiled),
+        doraise=True,
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
+    planted_files = [f"__pycache__/helper.{sys.implementation.cache_tag}.pyc", "json.pyc"]
+    for rel in planted_files:
+        store.write(f"files/{rel}", compiled.read_bytes())
+    with server_process(tmp_path / "b", tmp_path / "runtime-b", config) as b:
+        # The store's copies are not brought: the job's code is what its key signed, and it
+        # comes back by itself, with no word of them.
+        assert relaunched(b, job) == [f"started-{job}-1"]
+        assert not (b.root / "json.pyc").exists()
+        here = b.root / planted_files[0]
+        assert not here.exists() or here.read_bytes() != compiled.read_bytes()
+        assert not (b.root / "pwned").exists()
+        assert b.api(f"/gpuws/api/jobs/{job}")["needs_approval"] is False
         b.api(f"/gpuws/api/jobs/{job}", "DELETE")
 
 
