@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..store import open_backend
@@ -48,6 +49,8 @@ class SyncSupervisor:
         # Held while a restore writes the work directory (at start, and as a job): made here,
         # before the engine, so the Git tier can wait for the restore at start too.
         self.restore_lock = threading.Lock()
+        # Called (from the sync's thread) once the service runs: the restore at start is over.
+        self.on_running: list[Callable[[], None]] = []
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._start, name="gpuws-sync-start", daemon=True)
@@ -86,6 +89,8 @@ class SyncSupervisor:
         )
         self.service.start()
         self.state, self.error = "running", None
+        for listener in self.on_running:
+            listener()
 
     def restore(self, engine: SyncEngine) -> None:
         """Bring back what the work directory lacks (whoever holds the lease), and say so."""

@@ -140,6 +140,10 @@ class JobService:
             elsewhere=self.elsewhere.view,
         )
         self._stop = threading.Event()
+        # Set to look at once, not at the next tick: the sync's restore at start is over (the
+        # relaunch waits for it), or the server stops.
+        self._wake = threading.Event()
+        app.sync.on_running.append(self._wake.set)
         self._relaunched = False
         self._settled = False  # the store's records read as the workspace's writer
         self._environment_checked = False  # whether the store was looked at for job records
@@ -152,7 +156,11 @@ class JobService:
         self.elsewhere.start()
 
     def _tick(self) -> None:
-        while not self._stop.wait(TICK):
+        while True:
+            self._wake.wait(TICK)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             self.check()
 
     def check(self) -> None:
@@ -388,6 +396,7 @@ class JobService:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self.elsewhere.stop()
 
 

@@ -20,7 +20,7 @@ class App(SimpleNamespace):
         if self.broken:
             raise OSError(self.broken)
         # The store not open yet: nothing to do yet (the list says its records are not read).
-        return SimpleNamespace(service=None, engine=None)
+        return SimpleNamespace(service=None, engine=None, on_running=[])
 
 
 def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(
