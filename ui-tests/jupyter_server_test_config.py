@@ -128,6 +128,10 @@ if os.environ.get("GPUWS_UI_TEST_GPUS"):
     c.GpuWorkspace.nvml_test_double = str(scratch)  # noqa: F821
     # A 25-minute runtime: the 30-minute warning is due at once, the countdown is visible.
     c.GpuWorkspace.max_runtime = "25m"  # noqa: F821
+    # Its automatic persist a minute before the end, after any run of the suite: with the
+    # default lead (10 min) it came 15 min after the start, during a slow run, and the
+    # Runtime section then says "Automatic persist done" where runtime.spec reads the countdown.
+    c.GpuWorkspace.persist_lead_time = 60.0  # noqa: F821
     # A GCP preemption watch whose metadata server cannot be reached (nothing listens on port
     # 1): the Runtime section says it cannot read the notices.
     c.GpuWorkspace.preemption_clouds = ["gcp"]  # noqa: F821
