@@ -956,6 +956,24 @@ class JobManager:
         self.flush()
         return [job.record.id for job in jobs]
 
+    def hand_over(self, why: str) -> list[str]:
+        """Another runtime has taken the workspace over (it relaunches the jobs): stop every job
+        running here at once, its run asked for a checkpoint first, and leave the records to the
+        new writer (nothing of this runtime's is written over its copies). Returns the ids."""
+        jobs = self.running()
+        log.warning("gpuws: stopping %d job(s) here: %s", len(jobs), why)
+        threads = [
+            threading.Thread(target=self._stop, args=(job, "interrupted", True), daemon=True)
+            for job in jobs
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        with self._lock:
+            self._unwritten.clear()
+        return [job.record.id for job in jobs]
+
     def stop_on_nan_loss(self) -> list[str]:
         """End the attempt of every running job whose run the training view flags with a loss
         that is not finite, as the runtime's end would (checkpoint, SIGTERM, SIGKILL after the

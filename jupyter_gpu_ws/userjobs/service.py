@@ -189,6 +189,18 @@ class JobService:
         # another runtime's (listed, with when they relaunch here), never taken as orphans.
         restored = self.app.sync.service is not None
         writable = restored and manager.store.why_not_writable() is None
+        if self._settled and self.app.sync.engine.read_only:
+            # This runtime wrote the workspace, and another has taken it over (this one was
+            # stalled past its lease: a paused machine): that one relaunches the jobs, so they
+            # stop here. Two copies of a job never run at once.
+            self._settled = self._relaunched = False
+            self._read = 0.0  # the records read again below: they are the new writer's now
+            stopped = manager.hand_over(self.app.sync.engine.read_only_reason or "")
+            if stopped:
+                log.warning(
+                    "GPU workspace: another runtime took the workspace over; stopped here: %s",
+                    ", ".join(stopped),
+                )
         if writable and not self._settled:
             # The writer now: no other runtime runs the workspace's jobs, an active record's is gone.
             self._settled = manager.load(orphans=True)

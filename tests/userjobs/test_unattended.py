@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import py_compile
+import signal
 import sys
 import time
 import urllib.error
@@ -238,6 +239,42 @@ def test_bytecode_written_into_the_store_is_never_restored_so_never_loaded(
         assert not (b.root / "pwned").exists()
         assert b.api(f"/gpuws/api/jobs/{job}")["needs_approval"] is False
         b.api(f"/gpuws/api/jobs/{job}", "DELETE")
+
+
+def copies_running(root: Path) -> list[int]:
+    """The job processes (`python job.py`) that run in `root`."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "cwd"]):
+        if (process.info["cmdline"] or [])[-1:] == ["job.py"] and process.info["cwd"] == str(root):
+            found.append(process.pid)
+    return found
+
+
+@pytest.mark.parametrize("store", ["local"], indirect=True)
+def test_a_runtime_stalled_past_its_lease_stops_its_jobs_once_another_relaunched_them(
+    tmp_path: Path, store: Store, config: dict[str, Any]
+) -> None:
+    with server_process(tmp_path / "a", tmp_path / "runtime-a", config) as a:
+        (a.root / ".gpuwsignore").write_text("started-*\n")
+        (a.root / "job.py").write_text(JOB)
+        until(lambda: synced(a), 60, "the script in the store")
+        job = a.api("/gpuws/api/jobs", "POST", {"command": ["python", "job.py"]})["id"]
+        until(lambda: started(a.root, job), 60, "the job's first attempt")
+        until(lambda: synced(a), 60, "everything in the store")
+        with server_process(tmp_path / "b", tmp_path / "runtime-b", config) as b:
+            # A stalls (a paused machine) past its lease: B takes the workspace over and
+            # relaunches the job, while A's copy still runs.
+            os.kill(a.proc.pid, signal.SIGSTOP)
+            try:
+                assert relaunched(b, job) == [f"started-{job}-1"]
+                assert copies_running(a.root)
+            finally:
+                os.kill(a.proc.pid, signal.SIGCONT)
+            # Going on, A finds the lease another's, and stops its copy: one runs, B's.
+            until(lambda: not copies_running(a.root), 60, "A's copy of the job stopped")
+            assert copies_running(b.root)
+            assert a.api("/gpuws/api/sync")["read_only_reason"]
+            b.api(f"/gpuws/api/jobs/{job}", "DELETE")
 
 
 def test_a_stopped_jobs_old_record_put_back_into_the_store_stays_stopped(
