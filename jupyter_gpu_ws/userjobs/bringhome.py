@@ -38,6 +38,7 @@ from ..sync.ignore import is_bytecode
 from ..sync.landing import IncomingFile
 from ..sync.restore import checkpoint_folder
 from ..sync.scan import local_path
+from . import manifest
 from .elsewhere import JOB_ID, RECORD, STARTED, area_url, newest_step
 
 if TYPE_CHECKING:
@@ -266,7 +267,7 @@ class _Homecoming:
             if found is not None and incomplete[found[1]]:
                 self._note("skipped", {"path": shown(rel), "reason": incomplete[found[1]]})
                 continue
-            problem = _path_problem(rel)
+            problem = _path_problem(rel) or (None if found else _not_data(rel))
             if problem is not None:
                 self._note("skipped", {"path": shown(rel), "reason": problem})
                 continue
@@ -454,6 +455,24 @@ def _path_problem(rel: str) -> str | None:
         # file of the work directory, whose name a terminal would then act on.
         return "its name has control characters"
     return None
+
+
+def _not_data(rel: str) -> str | None:
+    """Why a file of a job's area is not brought home as the job's output: code (a script, a
+    build file: what a later run would execute, userjobs/manifest.py) or a hidden file (a Git
+    hook, an IPython startup file, `.gpuwsignore`). Anyone who can write the store writes the
+    area, and nothing there is signed, so only data comes home; the user copies the rest by
+    hand where the job made it."""
+    if any(part.startswith(".") for part in rel.split("/")):
+        kind = "a hidden file"
+    elif manifest.is_code(rel, frozenset()):
+        kind = "code"
+    else:
+        return None
+    return (
+        f"{kind}, which bringing home never brings (nothing in a job's area is signed): "
+        "copy it from the store by hand if the job made it"
+    )
 
 
 def _inside(path: str, folder: str) -> bool:

@@ -334,7 +334,13 @@ def workspace(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SyncEn
     or encrypted (the job's area then is too, with the same passphrase)."""
     root = tmp_path / "runtime"
     root.mkdir()
-    for name, text in {"a.txt": "a", "b.txt": "b", "c.txt": "c", "keep.txt": "k"}.items():
+    for name, text in {
+        "a.txt": "a",
+        "b.txt": "b",
+        "c.txt": "c",
+        "keep.txt": "k",
+        "keep.py": "the user's own",
+    }.items():
         (root / name).write_text(text)
     engine = SyncEngine(
         SyncSettings(
@@ -416,6 +422,10 @@ def test_bringing_home_keeps_every_file_changed_here_since_the_job_began_and_bri
         (area / "files" / "__pycache__").mkdir()
         (area / "files" / "__pycache__" / "job.cpython-311.pyc").write_bytes(b"\x00" * 16)
         (area / "files" / "lib.pyc").write_bytes(b"\x00" * 16)
+        # and code a later run would execute, in place of the user's own (unchanged) script
+        for rel in ("keep.py", "torch.py", ".gpuwsignore", ".git/hooks/pre-commit"):
+            (area / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (area / "files" / rel).write_text("planted")
 
     answer = JobsElsewhere(lambda: workspace).bring_home(JOB_ID)
 
@@ -451,6 +461,12 @@ def test_bringing_home_keeps_every_file_changed_here_since_the_job_began_and_bri
         for rel in ("__pycache__/job.cpython-311.pyc", "lib.pyc"):
             assert skipped[rel].startswith("compiled Python: this runtime compiles its own")
             assert not (root / rel).exists()
+        assert skipped["keep.py"].startswith("code, which bringing home never brings")
+        assert (root / "keep.py").read_text() == "the user's own"
+        assert skipped["torch.py"].startswith("code, which bringing home never brings")
+        for rel in (".gpuwsignore", ".git/hooks/pre-commit"):
+            assert skipped[rel].startswith("a hidden file, which bringing home never brings")
+        assert not any((root / rel).exists() for rel in ("torch.py", ".git", ".gpuwsignore"))
 
 
 def test_before_any_job_ran_elsewhere_none_is_listed_and_bringing_one_home_is_no_such_job(
