@@ -15,6 +15,8 @@ from .errors import SyncError
 
 # The mark of a temporary name: never listed, never restored, swept when stale.
 PART_SUFFIX = ".gpuws-part"
+# A folder at a backend's root for its own short-lived objects (a probe, a write in progress).
+TEMP_FOLDER = ".gpuws-tmp"
 CHUNK = 8 * 2**20
 
 

@@ -21,7 +21,14 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..diskio import pwrite_all
-from .backend import PART_SUFFIX, NoFolders, PreconditionFailed, RemoteFile, SourceChangedError
+from .backend import (
+    PART_SUFFIX,
+    TEMP_FOLDER,
+    NoFolders,
+    PreconditionFailed,
+    RemoteFile,
+    SourceChangedError,
+)
 from .errors import (
     LocalFileError,
     StoreConfigError,
@@ -87,7 +94,7 @@ class FsspecBackend(NoFolders):
         """
         size = _readable_size(local)
         target = self._path(key)
-        tmp = f"{self.root}/.gpuws-tmp/{uuid.uuid4().hex}{PART_SUFFIX}"
+        tmp = f"{self.root}/{TEMP_FOLDER}/{uuid.uuid4().hex}{PART_SUFFIX}"
         sent: bytes | None = None
         try:
             if self.object_store and size <= SMALL_FILE:
@@ -286,7 +293,7 @@ class FsspecBackend(NoFolders):
     def sweep_parts(self, prefix: str, older_than: float) -> int:
         cutoff = time.time() - older_than
         removed = 0
-        for base in (self._path(prefix), f"{self.root}/.gpuws-tmp"):
+        for base in (self._path(prefix), f"{self.root}/{TEMP_FOLDER}"):
             try:
                 self.fs.invalidate_cache(base)
                 found = self.fs.find(base, detail=True)

@@ -36,6 +36,7 @@ from obstore.store import from_url
 from ..diskio import pwrite_all
 from .backend import (
     PART_SUFFIX,
+    TEMP_FOLDER,
     ChangedInStoreError,
     NoFolders,
     PreconditionFailed,
@@ -498,7 +499,7 @@ class ObjectStoreBackend(NoFolders):
     def _probe_conditional_writes(self) -> str:
         """Some S3-compatible servers ignore If-None-Match and If-Match: ask once whether this
         one refuses a create over an existing object and a replace of a version it does not hold."""
-        probe = f".gpuws-tmp/swap-probe-{uuid.uuid4().hex}"
+        probe = f"{TEMP_FOLDER}/swap-probe-{uuid.uuid4().hex}"
         try:
             first = self.write_if(probe, b"1", None)
             versioned = bool(first.partition("\n")[2])  # GCS: a generation that never was
@@ -549,7 +550,7 @@ class ObjectStoreBackend(NoFolders):
 
         cutoff = time.time() - older_than
         removed = 0
-        for base in (prefix, ".gpuws-tmp"):
+        for base in (prefix, TEMP_FOLDER):
             try:
                 for batch in obstore.list(self.store, prefix=base.strip("/") or None):
                     for meta in batch:

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import strictjson
-from ..checkpoints.files import MANIFEST, MAX_MANIFEST_BYTES
+from ..checkpoints.files import MANIFEST, MAX_MANIFEST_BYTES, folder_order
 from ..store import Store, open_backend
-from ..store.backend import PART_SUFFIX, Backend, RemoteFile
+from ..store.backend import PART_SUFFIX, TEMP_FOLDER, Backend, RemoteFile
 from ..store.crypto import keys, protect
 from ..store.errors import SyncError
 from ..store.hashing import fd_hash, file_hash
@@ -39,7 +39,7 @@ from ..sync.landing import IncomingFile
 from ..sync.restore import checkpoint_folder
 from ..sync.scan import local_path
 from . import manifest
-from .elsewhere import JOB_ID, RECORD, STARTED, area_url, newest_step
+from .elsewhere import JOB_ID, RECORD, STARTED, area_url
 
 if TYPE_CHECKING:
     from ..sync.engine import SyncEngine
@@ -58,6 +58,8 @@ SHOWN_OUTPUTS = 20
 MAX_NAMED = 500
 STATES = ("running", "ended")
 MAX_TEXT = 4096
+# A run's checkpoints looked at for the newest complete one, newest first, per look.
+CHECKED_PER_RUN = 3
 
 
 class NoSuchJobElsewhere(LookupError):
@@ -137,6 +139,8 @@ class JobsElsewhere:
             problems: list[dict[str, str]] = []
             more = 0
             for name in names:
+                if name == TEMP_FOLDER:
+                    continue  # the store's own short-lived objects (a probe of its writes)
                 if len(jobs) + len(problems) >= MAX_JOBS:
                     more += 1
                 elif not JOB_ID.match(name):
@@ -169,7 +173,7 @@ class JobsElsewhere:
         outputs = sorted(
             (rel, f.size) for rel, f in files.items() if checkpoint_folder(rel) is None
         )
-        step, newest = newest_step(files)
+        step, newest = complete_newest(store, files)
         started = store.backend.stat(store.state_key(STARTED))
         return {
             "id": job_id,
@@ -260,7 +264,7 @@ class _Homecoming:
                 incomplete[found[1]] = "its checkpoint is not complete in the store yet"
         for folder in incomplete:
             if f"{folder}/{MANIFEST}" in files:
-                incomplete[folder] = self._checkpoint_problem(folder, files) or ""
+                incomplete[folder] = checkpoint_problem(self.store, folder, files) or ""
         # A checkpoint's manifest last: a run finds it whole here or not at all.
         for rel in sorted(files, key=lambda rel: (rel.endswith("/" + MANIFEST), rel)):
             found = checkpoint_folder(rel)
@@ -281,29 +285,6 @@ class _Homecoming:
             "counts": {**self.counts, "same": self.same},
             "errors": self.errors[:MAX_NAMED],
         }
-
-    def _checkpoint_problem(self, folder: str, files: dict[str, RemoteFile]) -> str | None:
-        """None where the area holds every file the folder's manifest lists, at its size; else
-        why the checkpoint is not brought. The manifest is only read, as JSON."""
-        remote = files[f"{folder}/{MANIFEST}"]
-        if remote.size > MAX_MANIFEST_BYTES:
-            return f"its {MANIFEST} is larger than {MAX_MANIFEST_BYTES // 1024} KiB"
-        try:
-            data = self.store.backend.read_bytes(remote.key)
-            manifest = strictjson.loads(data or b"")
-        except (ValueError, OSError, SyncError) as err:
-            return f"its {MANIFEST} cannot be read: {shown(str(err))[:200]}"
-        listed = manifest.get("files") if isinstance(manifest, dict) else None
-        if not isinstance(listed, dict) or not listed:
-            return f"its {MANIFEST} lists no files"
-        for name, meta in listed.items():
-            size = meta.get("size") if isinstance(meta, dict) else None
-            there = files.get(f"{folder}/{name}") if isinstance(name, str) else None
-            if there is None or _path_problem(f"{folder}/{name}") is not None:
-                return f"{shown(str(name))[:200]}, which its {MANIFEST} lists, is not in the store"
-            if there.size != size:
-                return f"{shown(name)[:200]} in the store is not the size its {MANIFEST} gives"
-        return None
 
     def _note(self, name: str, item: Any) -> None:
         self.counts[name] += 1
@@ -390,6 +371,53 @@ class _Homecoming:
             except FileExistsError:
                 continue
         raise SyncError(f"no free name beside {shown(rel)} for the job's version")
+
+
+def checkpoint_problem(store: Store, folder: str, files: dict[str, RemoteFile]) -> str | None:
+    """None where the area holds every file the folder's manifest lists, at its size; else
+    why the checkpoint is not complete there. The manifest is only read, as JSON."""
+    remote = files[f"{folder}/{MANIFEST}"]
+    if remote.size > MAX_MANIFEST_BYTES:
+        return f"its {MANIFEST} is larger than {MAX_MANIFEST_BYTES // 1024} KiB"
+    try:
+        data = store.backend.read_bytes(remote.key)
+        manifest = strictjson.loads(data or b"")
+    except (ValueError, OSError, SyncError) as err:
+        return f"its {MANIFEST} cannot be read: {shown(str(err))[:200]}"
+    listed = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(listed, dict) or not listed:
+        return f"its {MANIFEST} lists no files"
+    for name, meta in listed.items():
+        size = meta.get("size") if isinstance(meta, dict) else None
+        there = files.get(f"{folder}/{name}") if isinstance(name, str) else None
+        if there is None or _path_problem(f"{folder}/{name}") is not None:
+            return f"{shown(str(name))[:200]}, which its {MANIFEST} lists, is not in the store"
+        if there.size != size:
+            return f"{shown(name)[:200]} in the store is not the size its {MANIFEST} gives"
+    return None
+
+
+def complete_newest(
+    store: Store, files: dict[str, RemoteFile]
+) -> tuple[int | None, dict[str, str]]:
+    """As elsewhere.newest_step(), but of the checkpoints complete in the area (a manifest alone,
+    or planted, is none): each run's newest, of its CHECKED_PER_RUN newest with a manifest."""
+    by_run: dict[str, list[tuple[tuple[int, str, int], str]]] = {}
+    for rel in files:
+        found = checkpoint_folder(rel)
+        if found is not None and rel == f"{found[1]}/{MANIFEST}":
+            order = folder_order(found[1].rpartition("/")[2])
+            if order is not None:
+                by_run.setdefault(found[0], []).append((order, found[1]))
+    newest: dict[str, str] = {}
+    step: int | None = None
+    for run, folders in by_run.items():
+        for order, folder in sorted(folders, reverse=True)[:CHECKED_PER_RUN]:
+            if checkpoint_problem(store, folder, files) is None:
+                newest[run] = folder
+                step = order[0] if step is None else max(step, order[0])
+                break
+    return step, newest
 
 
 def _files(store: Store) -> tuple[dict[str, RemoteFile], int]:

@@ -500,12 +500,17 @@ def test_the_listing_of_areas_anyone_can_write_is_bounded_and_lists_what_cannot_
     fifo.mkdir(parents=True)
     os.mkfifo(fifo / RECORD)  # read, it would hold the look for ever
     (areas / "j-0000000000b6").symlink_to(areas / JOB_ID)  # a job's area, somewhere else
+    # A manifest alone, with a high step, in the real job's area: no checkpoint, no step.
+    planted = areas / JOB_ID / "files/.gpuws/checkpoints/r/ckpt-000099999-20260101T000000Z"
+    planted.mkdir(parents=True)
+    (planted / "manifest.json").write_text('{"step": 99999, "files": {"x.bin": {"size": 1}}}')
     elsewhere = JobsElsewhere(lambda: workspace)
     elsewhere.look()
     view = elsewhere.view()
     jobs = {job["id"]: job for job in view["jobs"]}
     assert jobs[JOB_ID]["state"] == "ended" and jobs[JOB_ID]["name"] == "by hand"
     assert [o["path"] for o in jobs[JOB_ID]["outputs"]] == ["out.txt"]
+    assert jobs[JOB_ID]["step"] is None and jobs[JOB_ID]["checkpoints"] == []
     # A name that would turn the text around is shown escaped; a state no job writes is none.
     assert jobs["j-0000000000b3"]["name"] == "\\u202egnp.py"
     assert jobs["j-0000000000b3"]["state"] == "starting"
