@@ -1078,7 +1078,7 @@ class JobManager:
                 bad[name] = why
         if set(bad) != set(self.bad_records):
             for name in sorted(set(bad) - set(self.bad_records)):
-                log.warning("gpuws: job record %s ignored: %s", name, bad[name])
+                log.warning("gpuws: job record %s ignored: %s", shown(name), shown(bad[name]))
         self.bad_records = bad
         self.seen.save()
         self.loaded = True
@@ -1210,7 +1210,9 @@ class JobManager:
         try:
             code = self._code(job.record)
         except OSError as err:
-            log.warning("gpuws: the code of job %s could not be read: %s", job.record.id, err)
+            log.warning(
+                "gpuws: the code of job %s could not be read: %s", job.record.id, shown(str(err))
+            )
             code = None
         verdict = judge(job.record, code, self.settings.relaunch_window, time.time())
         if verdict.reason is None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..diskio import replace_whole
+from ..store.names import shown
 from . import manifest
 from .record import JobRecord
 
@@ -101,7 +102,9 @@ def judge(
     signed = manifest.from_json(record.code)
     changed, more = manifest.changes(signed, code_now)
     if changed or more:
-        names = ", ".join(f"{path} ({change})" for path, change in changed[:5])
+        # Names from the work directory, which the store filled: shown escaped (a line break
+        # in one would forge a line of the server's log, a direction mark turn the text).
+        names = ", ".join(f"{shown(path)} ({change})" for path, change in changed[:5])
         count = len(changed) + more
         return Verdict(
             f"its code changed since your key signed it: {names or f'{count} file(s)'}"

@@ -384,3 +384,26 @@ def test_a_huge_gpus_or_a_command_past_the_limits_is_a_400_and_the_server_stays_
     assert server.api("/gpuws/api/jobs")["jobs"] == []
     # Nothing was built in proportion to a number from a request (a range of 10**12 GPUs).
     assert process.memory_info().rss - before < 64 * 2**20
+
+
+def test_names_the_store_put_in_the_work_directory_are_told_escaped() -> None:
+    from jupyter_gpu_ws.userjobs.manifest import CodeManifest
+
+    now = time.time()
+    record = JobRecord(
+        id="j-000000000002",
+        name="x",
+        kind="command",
+        command=["python", "x.py"],
+        workspace="w",
+        state="interrupted",
+        updated=now,
+        code={"digest": "0" * 64, "count": 0, "files": {}},
+    )
+    forged = "a\n[E 2026-12-07 15:00:00.000 GpuWorkspaceApp] FORGED\x1b[8m.py"
+    here = CodeManifest("1" * 64, 2, {forged: "0" * 32, "gnp\u202e.py": "0" * 32})
+    reason = judge(record, here, 86400, now).reason or ""
+    # One line, as the log and the panel show it: no line break, escape or direction mark.
+    assert reason.isprintable() and "\n" not in reason
+    assert "a\\n[E 2026-12-07 15:00:00.000 GpuWorkspaceApp] FORGED\\x1b[8m.py (added)" in reason
+    assert "gnp\\u202e.py (added)" in reason
