@@ -257,36 +257,41 @@ def cli_log(job_id: str, lines: int, follow: bool, ask: Ask) -> int:
     store fills)."""
     where = f"gpuws/api/jobs/{urllib.parse.quote(job_id, safe='')}"
     text = ask(f"{where}/log?lines={lines}")
-    _write_log(text)
+    open_line = _write_log(text, False)
     if not follow:
-        _end_open_line(text)
+        _end_line(open_line)
         return 0
     try:
         while True:
             job = ask(where)  # before the read: what the job wrote before it ended is read next
             text = ask(f"{where}/log?lines=0&after={urllib.parse.quote(text['next'])}")
-            _write_log(text)
+            open_line = _write_log(text, open_line)
             if text["lines"]:
                 continue  # there may be more at once (an answer holds about 1 MiB)
             if job["state"] not in ACTIVE:
-                _end_open_line(text)
+                _end_line(open_line)
                 print(shown(job_line(job)), file=sys.stderr)
                 return 0
             time.sleep(FOLLOW_INTERVAL)
     except KeyboardInterrupt:
-        _end_open_line(text)
+        _end_line(open_line)
         return 130
 
 
-def _write_log(text: dict[str, Any]) -> None:
-    """Lines of a job's log as they are: an open last line is continued by the next answer."""
-    if text["lines"]:
-        sys.stdout.write("\n".join(shown(line) for line in text["lines"]))
-        if not text["open"]:
-            sys.stdout.write("\n")
-        sys.stdout.flush()
-
-
-def _end_open_line(text: dict[str, Any]) -> None:
-    if text["lines"] and text["open"]:
+def _write_log(text: dict[str, Any], open_line: bool) -> bool:
+    """Lines of a job's log as they are: an open last line is continued by the next answer.
+    Returns whether what is written so far ends in the middle of a line."""
+    if not text["lines"]:
+        return open_line
+    sys.stdout.write("\n".join(shown(line) for line in text["lines"]))
+    if not text["open"]:
         sys.stdout.write("\n")
+    sys.stdout.flush()
+    return bool(text["open"])
+
+
+def _end_line(open_line: bool) -> None:
+    """The terminal's next line starts on a line of its own."""
+    if open_line:
+        sys.stdout.write("\n")
+        sys.stdout.flush()  # before a line on stderr, which is not buffered

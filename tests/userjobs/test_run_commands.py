@@ -242,6 +242,32 @@ def test_jupyter_gpuws_jobs_log_follow_prints_each_line_as_the_job_writes_it_unt
     assert stderr.strip().endswith(f"({job['id']}): finished")
 
 
+def test_a_followed_log_that_ends_in_an_open_line_ends_it_before_the_jobs_end_is_told(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    code = (
+        "import os, sys, time\n"
+        "sys.stdout.write('partial, no newline'); sys.stdout.flush()\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+    )
+    job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "-c", code]})
+    out = tmp_path / "out"
+    with out.open("w") as stdout:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_gpu_ws.cli", "jobs", "--log", job["id"], "--follow"],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "JUPYTER_RUNTIME_DIR": str(server.runtime)},
+        )
+        until(lambda: out.read_text() == "partial, no newline", 60, "the follower's open line")
+        go.touch()  # the job ends with nothing more written
+        _, stderr = follower.communicate(timeout=60)
+    assert follower.returncode == 0, stderr
+    assert out.read_text() == "partial, no newline\n"
+
+
 def test_jupyter_gpuws_jobs_shows_what_approving_a_record_from_the_store_runs_escaped(
     server: ServerProcess,
 ) -> None:
