@@ -36,6 +36,7 @@ from ..store import Store, open_backend
 from ..store.backend import PART_SUFFIX, Backend, RemoteFile
 from ..store.crypto import Encryption, protect
 from ..store.lease import LEASE_NAME, Lease, LeaseKeeper
+from ..store.names import shown
 from ..store.presence import check_store, keep_apart, make_anew
 from ..store.versions import Versions
 from ..store.workspaces import write_summary
@@ -50,7 +51,7 @@ from .errors import (
     StoreUnavailableError,
     SyncError,
 )
-from .ignore import IgnoreRules
+from .ignore import BYTECODE_LEFT_OUT, IgnoreRules
 from .index import Record, SyncIndex
 from .pending import PendingSet
 from .plan import PassReport, Planner, check_workdir, files_text, needs_listing
@@ -204,6 +205,8 @@ class SyncEngine:
         self.partial = set(self.index.partial_paths())
         self.limiter = RateLimiter(settings.bandwidth_limit) if settings.bandwidth_limit else None
         self.read_only_reason: str | None = None
+        # Files of the store the last restore did not bring, and why (relative path → why).
+        self.left_out: dict[str, str] = {}
         self.lease_corrupt = False
         self.state = "idle"
         self.last_sync: float | None = None
@@ -758,6 +761,16 @@ class SyncEngine:
                 )
             finally:
                 self.restoring.end()
+        # Compiled Python in the store is never brought (ignore.is_bytecode): named, with the
+        # links and special files of the store, in the status, until the next restore.
+        self.left_out = {rel: BYTECODE_LEFT_OUT for rel in sorted(report.bytecode)}
+        if report.bytecode:
+            log.warning(
+                "Restore: %d compiled Python file(s) in the store not brought (%s): %s",
+                len(report.bytecode),
+                BYTECODE_LEFT_OUT,
+                ", ".join(shown(rel) for rel in sorted(report.bytecode)[:5]),
+            )
         if cancel is not None and cancel.is_set():
             raise CancelledError(f"Restore cancelled after {len(report.restored)} files")
         return report

@@ -31,6 +31,7 @@ DEFAULT_EXCLUDES = [
 
 
 BYTECODE_SUFFIXES = (".pyc", ".pyo")
+BYTECODE_LEFT_OUT = "compiled Python, never restored: each machine compiles its own"
 
 
 def is_bytecode(rel: str) -> bool:

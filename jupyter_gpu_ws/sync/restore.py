@@ -245,6 +245,7 @@ class RestoreReport:
     already_present: int = 0
     bytes_restored: int = 0
     errors: list[str] = field(default_factory=list)
+    bytecode: list[str] = field(default_factory=list)  # compiled Python in the store, not brought
 
 
 class _Folder:
@@ -668,6 +669,9 @@ class RestoreJob:
             # A temporary name of an interrupted write, or bytecode (each machine compiles its
             # own: ignore.py): never a file of the user's that a restore brings.
             d.skip = "outside"
+            if PART_SUFFIX not in d.rel:
+                with self._lock:
+                    self.report.bytecode.append(d.rel)
             return
         unfit = _unfit(d.rel)
         if unfit is not None:

@@ -68,6 +68,8 @@ class EngineView(Protocol):
     @property
     def quota_warning(self) -> str | None: ...
     @property
+    def left_out(self) -> dict[str, str]: ...
+    @property
     def read_only(self) -> bool: ...
     @property
     def read_only_reason(self) -> str | None: ...
@@ -114,7 +116,9 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
             "(remount the drive if it stays stuck; on Colab: drive.mount(..., force_remount=True))"
         )
     problems = engine.pending_set.listing(0)
-    skipped = engine.backend.skipped
+    # Links and special files of the store (store keys), and the files the last restore left
+    # out (paths: compiled Python).
+    skipped = {**engine.backend.skipped, **engine.left_out}
     return {
         "state": state,
         "pending_files": files,

@@ -231,13 +231,17 @@ def test_bytecode_written_into_the_store_is_never_restored_so_never_loaded(
         store.write(f"files/{rel}", compiled.read_bytes())
     with server_process(tmp_path / "b", tmp_path / "runtime-b", config) as b:
         # The store's copies are not brought: the job's code is what its key signed, and it
-        # comes back by itself, with no word of them.
+        # comes back by itself.
         assert relaunched(b, job) == [f"started-{job}-1"]
         assert not (b.root / "json.pyc").exists()
         here = b.root / planted_files[0]
         assert not here.exists() or here.read_bytes() != compiled.read_bytes()
         assert not (b.root / "pwned").exists()
         assert b.api(f"/gpuws/api/jobs/{job}")["needs_approval"] is False
+        # Named in the Sync section, with the store's other entries it does not bring.
+        skipped = b.api("/gpuws/api/sync")["store_skipped"]
+        for rel in planted_files:
+            assert skipped[rel].startswith("compiled Python, never restored")
         b.api(f"/gpuws/api/jobs/{job}", "DELETE")
 
 
