@@ -15,9 +15,11 @@ is a template of that Secret naming every variable the store reads.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,15 @@ SECRET = "gpuws-store"
 CA_DIR = "/etc/gpuws/ca"
 CA_KEY = "ca.pem"
 CA_SUFFIX = "-ca"
+# The system's CA bundles (Debian's, Red Hat's, Alpine's): every image has its own.
+SYSTEM_CA_BUNDLES = frozenset(
+    {
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/pki/tls/certs/ca-bundle.crt",
+        "/etc/ssl/cert.pem",
+        "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    }
+)
 # Long enough for a checkpoint on SIGTERM and the sync after it.
 GRACE_SECONDS = 300
 # backoffLimit without --retries: a pod lost with its node, or one failure that retrying
@@ -324,9 +335,26 @@ def secret_template(
         value_text = json.dumps(value, ensure_ascii=False)
         lines.append(f"  {'' if used else '# '}{name}: {value_text}{note}")
 
+    endpoint = next(
+        (environ[s] for s in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if environ.get(s)), ""
+    )
     for variable in STORE_VARIABLES.get(cloud, []):
         known = next((environ[s] for s in variable.sources if environ.get(s)), None)
+        if variable.name == "AWS_ENDPOINT_URL" and known and _loopback(known):
+            # This machine's own address: a pod reaches the store elsewhere, or not at all.
+            entry(
+                variable.name,
+                "…",
+                f"the address the cluster reaches the store at (here it is {known}, this "
+                "machine's own, which no pod reaches)",
+                True,
+            )
+            continue
         if variable.name == "AWS_CA_BUNDLE":
+            # A system bundle is the image's own; only a CA of the user's, for an https
+            # endpoint, goes with the pod.
+            if known and (known in SYSTEM_CA_BUNDLES or not endpoint.lower().startswith("https:")):
+                known = None
             # Where this machine uses one, the pod will too: the same certificate, as a file.
             entry(variable.name, f"{CA_DIR}/{CA_KEY}", variable.why, known is not None)
             if known:  # its PEM in a Secret of its own, which the manifest mounts
@@ -347,6 +375,16 @@ def secret_template(
     if encrypted:
         entry("GPUWS_PASSPHRASE", "…", "the encrypted workspace's passphrase", True)
     return "\n".join(f"# {line}".rstrip() for line in [*lines, *ca_lines])
+
+
+def _loopback(url: str) -> bool:
+    host = (urllib.parse.urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def manifest_yaml(manifest: dict[str, Any], secret: str | None = None) -> str:

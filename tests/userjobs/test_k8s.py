@@ -119,14 +119,14 @@ def secret_of(text: str) -> dict[str, Any]:
 def test_the_secret_template_names_every_variable_of_an_s3_compatible_store_with_this_machines_endpoint_region_and_ca(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://seaweed.store:8333")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "https://seaweed.store:8333")
     monkeypatch.setenv("AWS_REGION", "eu-west-3")
     monkeypatch.setenv("AWS_CA_BUNDLE", str(tmp_path / "ca.pem"))
     text = export_k8s(COMMAND, run_args(encrypt=True))
     secret = secret_of(text)
     assert secret["metadata"]["name"] == "store-credentials"
     data = secret["stringData"]
-    assert data["AWS_ENDPOINT_URL"] == "http://seaweed.store:8333"
+    assert data["AWS_ENDPOINT_URL"] == "https://seaweed.store:8333"
     assert data["AWS_DEFAULT_REGION"] == "eu-west-3"
     # The pod's CA bundle: the CA Secret's ca.pem, where the manifest mounts it. Not a key of the
     # credentials' Secret, whose every key becomes a variable (envFrom): "ca.pem" is none.
@@ -159,6 +159,27 @@ def test_without_an_endpoint_or_ca_here_the_template_still_names_them_for_the_us
     assert data["AWS_DEFAULT_REGION"] == "…"  # every store needs a region: left to fill in
     assert "AWS_ENDPOINT_URL" not in data and "AWS_CA_BUNDLE" not in data
     assert "#   # AWS_ENDPOINT_URL:" in text and "#   # AWS_CA_BUNDLE:" in text
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "bundle"),
+    [
+        ("http://127.0.0.1:8333", "/tmp/own-ca.pem"),  # no TLS: no CA to carry
+        ("https://localhost:8333", "/etc/ssl/certs/ca-certificates.crt"),  # the system's own
+    ],
+)
+def test_an_endpoint_no_pod_reaches_is_left_to_fill_in_and_a_ca_it_needs_not_is_left_out(
+    monkeypatch: pytest.MonkeyPatch, endpoint: str, bundle: str
+) -> None:
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_CA_BUNDLE", bundle)
+    text = export_k8s(COMMAND, run_args())
+    data = secret_of(text)["stringData"]
+    assert data["AWS_ENDPOINT_URL"] == "…"
+    assert f"(here it is {endpoint}, this machine's own, which no pod reaches)" in text
+    assert "AWS_CA_BUNDLE" not in data and "#   # AWS_CA_BUNDLE:" in text
+    assert "-----BEGIN CERTIFICATE-----" not in text  # no CA Secret offered
 
 
 def test_no_gpus_asked_for_is_no_gpu_limit_and_no_retries_asked_for_is_the_default_backoff() -> (
