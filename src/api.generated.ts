@@ -2066,6 +2066,10 @@ export interface components {
       record_rebuilt?: string | null;
       /** @description .gpuwsignore lines skipped */
       ignore_problems?: string[];
+      /** @description the .gpuwsignore's patterns in force, escaped (the first 20) */
+      ignore_rules?: string[];
+      /** @description how many patterns the .gpuwsignore has in force */
+      ignore_rules_count?: number;
       /** @description the lease is ours and in force */
       lease_writing?: boolean;
       lease_error?: string | null;

@@ -488,6 +488,8 @@ class TestStartupFaults:
         status = await sync_running(jp_fetch)
         [problem] = status["ignore_problems"]
         assert "line 2" in problem and "[z-a]" in problem
+        # The patterns in force are named (the Sync section shows them): the one that applies.
+        assert status["ignore_rules"] == ["*.log"] and status["ignore_rules_count"] == 1
         assert (mirror(store_dir) / "train.py").exists() and not (
             mirror(store_dir) / "run.log"
         ).exists()

@@ -53,6 +53,9 @@ class IgnoreRules:
         self.extra = list(extra or [])
         self._mtime: int | None = -1
         self.problems: list[str] = []
+        # The work directory's own rules in force (its .gpuwsignore's patterns), shown in the
+        # Sync section: a file the store brought back may leave out what the user never would.
+        self.own: list[str] = []
         self._spec = pathspec.GitIgnoreSpec.from_lines(
             DEFAULT_EXCLUDES + self.extra, backend=BACKEND
         )
@@ -68,6 +71,7 @@ class IgnoreRules:
             return
         lines = DEFAULT_EXCLUDES + self.extra
         problems: list[str] = []
+        patterns: list[str] = []
         if mtime is not None:
             try:
                 own = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -86,8 +90,11 @@ class IgnoreRules:
                     )
                     continue
                 lines.append(line)
+                if line.strip() and not line.lstrip().startswith("#"):
+                    patterns.append(line.strip())
         self._spec = pathspec.GitIgnoreSpec.from_lines(lines, backend=BACKEND)
         self.problems = problems
+        self.own = patterns
         self._mtime = mtime
 
     def ignored(self, rel: str, is_dir: bool = False) -> bool:

@@ -13,6 +13,7 @@ from ..checkpoints.files import MANIFEST, folder_order
 from ..store import Store
 from ..store.backend import Backend
 from ..store.lease import Lease, LeaseKeeper, lease_status
+from ..store.names import shown
 from ..store.versions import Versions
 from .errors import StoreMissingError
 from .ignore import IgnoreRules
@@ -24,6 +25,8 @@ from .restore import CHECKPOINTS_PREFIX
 from .scan import local_path
 from .stall import StallWatch
 
+# The status names at most this many of the work directory's own ignore patterns.
+SHOWN_RULES = 20
 # The status names at most this many entries of the store that are skipped (and counts them all).
 SHOWN_SKIPPED = 100
 
@@ -140,6 +143,9 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
         "quota_warning": engine.quota_warning,
         "record_rebuilt": engine.index.rebuilt,
         "ignore_problems": list(engine.rules.problems),
+        # The .gpuwsignore's patterns in force (the first SHOWN_RULES; their number).
+        "ignore_rules": [shown(p) for p in engine.rules.own[:SHOWN_RULES]],
+        "ignore_rules_count": len(engine.rules.own),
         "store": engine.backend.description,
         # A store on the work directory's own disk goes with the machine: "saved" there is
         # not saved somewhere that outlives it, and the panel says so.

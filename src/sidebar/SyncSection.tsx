@@ -209,6 +209,14 @@ function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => voi
           {problem}
         </div>
       ))}
+      {(status.ignore_rules_count ?? 0) > 0 && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-ignore-rules">
+          Left out by .gpuwsignore: {(status.ignore_rules ?? []).join(', ')}
+          {(status.ignore_rules_count ?? 0) > (status.ignore_rules ?? []).length
+            ? ` and ${(status.ignore_rules_count ?? 0) - (status.ignore_rules ?? []).length} more`
+            : ''}
+        </div>
+      )}
       {(status.store_skipped_count ?? 0) > 0 && (
         <div className="jp-gpuws-message jp-gpuws-warning" data-testid="gpuws-store-skipped">
           {count(status.store_skipped_count ?? 0, 'entry')} of the store{' '}

@@ -28,6 +28,22 @@ test.describe('Sync', () => {
     expect(fs.statSync(path.join(STORE, 'pending-check.bin')).size).toBe(5 * 2 ** 20);
   });
 
+  test('names what the .gpuwsignore leaves out, as it changes', async ({ page }) => {
+    await openPanel(page);
+    const rules = page.locator(PANEL).getByTestId('gpuws-ignore-rules');
+    const file = path.join(ROOT, '.gpuwsignore');
+    // As one brought back by a restore would be: it leaves out the user's code and notebooks.
+    fs.writeFileSync(file, '# scratch\n*.ipynb\n*.py\n');
+    try {
+      await expect(rules).toHaveText('Left out by .gpuwsignore: *.ipynb, *.py', {
+        timeout: 20000
+      });
+    } finally {
+      fs.rmSync(file);
+    }
+    await expect(rules).toHaveCount(0, { timeout: 20000 });
+  });
+
   test('Persist now shows progress, then "all saved"', async ({ page }) => {
     await openPanel(page);
     const button = page.locator(PANEL).getByTestId('gpuws-persist');
