@@ -45,6 +45,7 @@ from .backend import (
     md5_of,
 )
 from .errors import LocalFileError, StoreConfigError, StoreUnavailableError, SyncError
+from .names import shown
 
 if TYPE_CHECKING:
     from obstore import GetOptions  # a type only: obstore does not export it at run time
@@ -597,6 +598,14 @@ def _error(err: BaseException, key: str) -> SyncError:
             f"The store refused access to {key}: {text} (check the credentials)"
         )
     if isinstance(err, obx.InvalidPathError):
+        if "encountered object with invalid path" in str(err).lower():
+            # An object someone else wrote under a name the client (object_store) refuses to
+            # list (a control character, an empty path segment): it ends the whole listing.
+            return SyncError(
+                f"An object in the store under {shown(key)} has a name this client cannot list, "
+                f"so nothing there can be listed until it is renamed or removed with another "
+                f"tool (aws s3 ls / rm with the same endpoint): {shown(str(err).strip())[:300]}"
+            )
         return LocalFileError(f"its name cannot be a key in this store ({text})")
     lowered = str(err).lower()
     if "169.254.169.254" in lowered or "credential" in lowered and "fetch" in lowered:

@@ -15,6 +15,7 @@ from jupyter_gpu_ws.sync import (
     StoreConfigError,
     StoreUnavailableError,
     SyncEngine,
+    SyncError,
     SyncSettings,
 )
 from tests.sync.conftest import S3_BUCKET, same_trees, tree_files, write
@@ -239,3 +240,24 @@ def test_unreachable_endpoint_is_unavailable_and_changes_nothing_locally(
         )  # nothing written, nothing removed, nothing conflicting
     finally:
         engine.close()
+
+
+def test_an_object_whose_name_the_client_cannot_list_is_named_in_one_line_with_the_fix(
+    workdir: Path, tmp_path: Path, s3_url: str, s3_env: S3Server, make_engine: Make
+) -> None:
+    write(workdir, "notes.md", "mine")
+    assert make_engine(workdir, store_url=s3_url).sync().ok
+    # Written by someone else, with a carriage return in its name: object_store's listing
+    # refuses it and cannot go past it.
+    prefix = s3_url.split(f"s3://{S3_BUCKET}/", 1)[1]
+    s3_env.client().put_object(
+        Bucket=S3_BUCKET, Key=f"{prefix}/ws/files/cr\rplanted.txt", Body=b"x"
+    )
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    with pytest.raises(SyncError) as raised:
+        make_engine(fresh, store_url=s3_url, state="state2").restore()
+    message = str(raised.value)
+    assert message.startswith("An object in the store under ")
+    assert "cannot list" in message and "renamed or removed with another tool" in message
+    assert "\\r" in message and "\r" not in message  # named, escaped, on one line
