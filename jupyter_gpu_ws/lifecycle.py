@@ -36,6 +36,7 @@ from .runtime import (
 )
 from .runtime.deadline import HUB_IDLE_CULL
 from .runtime.hub import HubClient, HubError, HubView, Platform
+from .store.names import shown
 from .sync.errors import LeaseHeldError, SyncError
 from .sync.supervisor import SyncSupervisor
 from .userjobs.service import JobService
@@ -664,10 +665,15 @@ class RuntimeSupervisor:
             "left_behind": left_behind[:200],
         }
         if pending or errors:
+            # Each file named with why where the persist said (left behind: not started, or cut
+            # off in the grace), the others by name: changed after the persist took its list.
+            why = dict(item.split(": ", 1) for item in left_behind if ": " in item)
+            named = [f"{shown(p)} ({why[p]})" if p in why else shown(p) for p in pending[:5]]
             self.log.error(
-                "GPU workspace: emergency persist left %d files unpersisted; errors: %s",
+                "GPU workspace: emergency persist left %d file(s) unpersisted%s%s",
                 len(pending),
-                "; ".join(errors) or "none",
+                f": {', '.join(named)}{' …' if len(pending) > 5 else ''}" if named else "",
+                f"; errors: {'; '.join(errors)}" if errors else "",
             )
         else:
             self.log.warning("GPU workspace: emergency persist complete in %.1f s", seconds)
