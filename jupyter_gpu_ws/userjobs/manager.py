@@ -961,7 +961,8 @@ class JobManager:
         running here at once, its run asked for a checkpoint first, and leave the records to the
         new writer (nothing of this runtime's is written over its copies). Returns the ids."""
         jobs = self.running()
-        log.warning("gpuws: stopping %d job(s) here: %s", len(jobs), why)
+        if jobs:
+            log.warning("gpuws: stopping %d job(s) here: %s", len(jobs), why)
         threads = [
             threading.Thread(target=self._stop, args=(job, "interrupted", True), daemon=True)
             for job in jobs
