@@ -102,6 +102,7 @@ class TrainingWatch:
         self._cursors: dict[str, _Cursor] = {}
         self._kernel_run: dict[str, str] = {}  # kernel id → the run it reported last
         self._scanned = -math.inf
+        self._ended: set[str] = set()  # kernels whose process has ended, at the last look
         self._lock = threading.RLock()
         self._gpu_points: dict[int, deque[list[float | None]]] = {}
         self._gpu_names: dict[int, str] = {}
@@ -203,6 +204,12 @@ class TrainingWatch:
                 for kernel_id, reg in registrations.items()
                 if reg is not None and process_ended(reg)
             }
+            if ended - self._ended:
+                # A kernel whose process died (kill -9, out of memory) while Jupyter keeps its id
+                # (its restarter starts it again): its runs are now what their newest checkpoints
+                # hold, as for a kernel that has gone, not at the next periodic look.
+                self._scanned = -math.inf
+            self._ended = ended
             self._forget_ended_processes(registrations)
             for run in self.runs.values():
                 # A kernel's run is the last one it reported (a notebook may train several in turn),
@@ -438,15 +445,16 @@ class TrainingWatch:
             run = self._run(name)
             run.from_checkpoint = str(path)
             run.kernel_id, run.live = None, False
-            run.step = manifest["step"] if _whole(manifest.get("step"), 0) else None
-            run.last_time = manifest.get("time") if _number(manifest.get("time")) else None
+            saved_step = manifest["step"] if _whole(manifest.get("step"), 0) else None
+            saved_time = manifest.get("time") if _number(manifest.get("time")) else None
+            run.step, run.last_time = saved_step, saved_time
             if reported is not None and (run.step is None or reported[0] > run.step):
                 run.step, run.last_time = reported
-            run.checkpoint = {
-                "step": run.step,
+            run.checkpoint = {  # the checkpoint's own step, whatever the run reached after it
+                "step": saved_step,
                 "health": manifest.get("health"),
                 "path": str(path),
-                "time": run.last_time,
+                "time": saved_time,
             }
             if _whole(manifest.get("total_steps"), 1):
                 run.total = manifest["total_steps"]
