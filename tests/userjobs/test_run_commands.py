@@ -206,6 +206,17 @@ def test_jupyter_gpuws_jobs_log_prints_the_last_lines_of_a_jobs_log(server: Serv
     assert unknown.stderr.strip() == "jupyter gpuws: error: No job 'j-000000000000'"
 
 
+def follow(server: ServerProcess, job_id: str, stdout: Any) -> subprocess.Popen[str]:
+    """`jupyter gpuws jobs --log ID --follow` against `server`, its output into `stdout`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "jupyter_gpu_ws.cli", "jobs", "--log", job_id, "--follow"],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "JUPYTER_RUNTIME_DIR": str(server.runtime)},
+    )
+
+
 def test_jupyter_gpuws_jobs_log_follow_prints_each_line_as_the_job_writes_it_until_it_ends(
     server: ServerProcess, tmp_path: Path
 ) -> None:
@@ -226,13 +237,7 @@ def test_jupyter_gpuws_jobs_log_follow_prints_each_line_as_the_job_writes_it_unt
     )
     out = tmp_path / "out"
     with out.open("w") as stdout:
-        follower = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_gpu_ws.cli", "jobs", "--log", job["id"], "--follow"],
-            stdout=stdout,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "JUPYTER_RUNTIME_DIR": str(server.runtime)},
-        )
+        follower = follow(server, job["id"], stdout)
         until(lambda: out.read_text() == "first\nsecond\n", 60, "the follower's first lines")
         assert follower.poll() is None  # the job runs: the follower waits for more
         go.touch()
@@ -254,13 +259,7 @@ def test_a_followed_log_that_ends_in_an_open_line_ends_it_before_the_jobs_end_is
     job = server.api("/gpuws/api/jobs", "POST", {"command": ["python", "-c", code]})
     out = tmp_path / "out"
     with out.open("w") as stdout:
-        follower = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_gpu_ws.cli", "jobs", "--log", job["id"], "--follow"],
-            stdout=stdout,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "JUPYTER_RUNTIME_DIR": str(server.runtime)},
-        )
+        follower = follow(server, job["id"], stdout)
         until(lambda: out.read_text() == "partial, no newline", 60, "the follower's open line")
         go.touch()  # the job ends with nothing more written
         _, stderr = follower.communicate(timeout=60)
