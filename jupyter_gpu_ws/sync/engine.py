@@ -65,7 +65,7 @@ from .restore import (
     restore_phases,
 )
 from .scan import LocalFile, local_path, scan, stat_path
-from .settle import Settling
+from .settle import LONGEST_WAIT, Settling
 from .stall import StallWatch
 from .status import engine_status, on_same_disk, stored_summary
 from .transfer import PassTransfer
@@ -110,6 +110,8 @@ class SyncSettings:
     create_store: bool = False
     # A file still being written waits until it has not changed for this long (sync/settle.py).
     settle_interval: float = 2.0
+    # One that never settles (a log kept open and appended to) goes as it is this often.
+    partial_copy_every: float = LONGEST_WAIT
     # The record (a SyncIndex file) of the restore this work directory began from: a file as that
     # restore left it is not sent. A job run elsewhere sends only what it wrote to its own area
     # of the workspace (userjobs/elsewhere.py), not the workspace again.
@@ -200,7 +202,7 @@ class SyncEngine:
         self.planner = Planner(
             self.workdir, self.rules, self.index, self.pending_set, self.baseline
         )
-        self.settling = Settling(settings.settle_interval)
+        self.settling = Settling(settings.settle_interval, settings.partial_copy_every)
         # Paths whose copy in the store was sent while still being written: never kept as a version.
         self.partial = set(self.index.partial_paths())
         self.limiter = RateLimiter(settings.bandwidth_limit) if settings.bandwidth_limit else None
@@ -716,6 +718,8 @@ class SyncEngine:
     def note_partial(self, rel: str, partial: bool) -> None:
         """Whether the copy just sent may be partial (sent while the file was still being
         written, by a persist or after waiting too long): the record keeps it across restarts."""
+        if partial:
+            self.settling.sent_partial(rel)
         if partial == (rel in self.partial):
             return
         if partial:

@@ -116,12 +116,15 @@ class PendingSet:
 
     # -- what a pass does ------------------------------------------------------------------------
 
-    def writing(self, rel: str, size: int, settle: float) -> None:
-        """A file held back because it is still being written."""
+    def writing(self, rel: str, size: int, settle: float, every: float) -> None:
+        """A file held back because it is still being written (a copy goes `every` seconds)."""
         with self._lock:
             item = self._items.setdefault(rel, PendingFile(rel, size, since=time.time()))
             item.size, item.state, item.error = size, "writing", None
-            item.note = f"still being written: it goes once it has not changed for {settle:g} s"
+            item.note = (
+                f"still being written: it goes once it has not changed for {settle:g} s, "
+                f"and as it is every {every:g} s meanwhile"
+            )
 
     def uploading(self, rel: str, note: str | None = None) -> None:
         with self._lock:

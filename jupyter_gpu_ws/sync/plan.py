@@ -222,7 +222,7 @@ class Planner:
             wait = settling.wait(f)
             if wait > 0:
                 report.settling[f.path] = wait
-                self.pending_set.writing(f.path, f.size, settling.interval)
+                self.pending_set.writing(f.path, f.size, settling.interval, settling.longest)
             else:
                 ready.append(f)
         return ready

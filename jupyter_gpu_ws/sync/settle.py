@@ -5,9 +5,10 @@ store got otherwise).
 A file the watcher saw closed after its last write goes at once (inotify's IN_CLOSE_WRITE: a
 saved notebook, a checkpoint renamed into place). A file still open for writing, or one whose
 closing nobody can see (watchfiles, a rescan), waits until it has not changed for the settle
-interval. A file that never settles (a log written every second) goes as it is after
-`longest` seconds of waiting, and a persist takes every file as it is: such a copy is partial,
-and is never kept as a previous version when the settled file replaces it.
+interval. A file that never settles (a log the training loop keeps open and appends to) goes
+as it is after `longest` seconds of waiting, and again every `longest` seconds while it keeps
+changing, so a `kill -9` costs at most that much of it; a persist takes every file as it is.
+Such a copy is partial: it replaces the previous copy and is never kept as a previous version.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import time
 
 from .scan import LocalFile
 
-# A file that keeps changing this long is sent as it is (a partial copy), so a crash loses less.
-LONGEST_WAIT = 300.0
+# A file that keeps changing is sent as it is (a partial copy) every this many seconds, so a
+# crash loses at most this much of a log kept open.
+LONGEST_WAIT = 30.0
 
 
 class Settling:
@@ -76,6 +78,12 @@ class Settling:
             return 0.0  # it never settles: sent as it is, a partial copy
         age = max(0.0, (time.time_ns() - f.mtime_ns) / 1e9)
         return max(0.05, min(self.interval - age, self.longest - (now - since)))
+
+    def sent_partial(self, rel: str) -> None:
+        """A partial copy of `rel` was just sent: the next one waits `longest` seconds again."""
+        with self._lock:
+            if rel in self._waiting_since:
+                self._waiting_since[rel] = time.monotonic()
 
     def done(self, rel: str) -> None:
         with self._lock:

@@ -174,3 +174,40 @@ def test_the_sync_loop_lives_on_after_an_unforeseen_error(
     assert "Traceback" in caplog.text or any(r.exc_info for r in caplog.records)
     write(workdir, "second.txt", "2")
     until(lambda: {"first.txt", "second.txt"} <= set(stored(store_dir)), 30, "both files stored")
+
+
+def test_a_log_kept_open_and_appended_to_reaches_the_store_every_so_often_never_as_versions(
+    running: Any, workdir: Path, store_dir: Path
+) -> None:
+    # A training loop's loss log: opened once, a line appended and flushed every 0.1 s. It never
+    # settles (settle 30 s here), so it goes as it is every `partial_copy_every` seconds.
+    service = running(settle_interval=30.0, partial_copy_every=1.0)
+    path = workdir / "loss.log"
+    copies: list[bytes] = []
+    with open(path, "w") as log:
+        for step in range(60):
+            log.write(f"step {step} loss {1 / (step + 1):.4f}\n")
+            log.flush()
+            there = stored(store_dir).get("loss.log")
+            if there is not None and (not copies or copies[-1] != there):
+                copies.append(there)
+            time.sleep(0.1)
+        assert len(copies) >= 2, copies  # a copy while open, then a newer one replacing it
+        for copy in copies:
+            assert path.read_bytes().startswith(copy)  # each a prefix of the log: never torn
+        assert len(copies[-1]) > len(copies[0])
+    assert service.engine.versions("loss.log") == []  # partial copies are never kept
+    until(
+        lambda: stored(store_dir).get("loss.log") == path.read_bytes(), 10, "the closed log stored"
+    )
+
+
+def test_by_default_an_open_log_is_at_most_30_seconds_behind_in_the_store() -> None:
+    # The interval the test above exercises, as users get it (issue 46: a kill -9 costs at most
+    # 30 s of a log kept open).
+    from jupyter_gpu_ws.sync.engine import SyncSettings
+
+    assert (
+        SyncSettings(workdir="/w", store_url="/s", workspace="w", state_dir="/x").partial_copy_every
+        <= 30.0
+    )
