@@ -43,6 +43,7 @@ from .store import Store, open_backend
 from .store.crypto import Encryption
 from .store.crypto.keys import read_passphrase
 from .store.presence import holds_things
+from .store.redact import redact
 from .store.workspaces import list_workspaces, remembered_choice, require_workspace
 from .sync import StoreConfigError, SyncSettings
 from .sync.supervisor import SyncSupervisor
@@ -687,7 +688,7 @@ class GpuWorkspaceApp(ExtensionApp, GpuWorkspace):
         self.log.info(
             "GPU workspace: workdir %s, store %s, workspace %s",
             self.workdir,
-            self.store_url,
+            redact(self.store_url),
             self.workspace,
         )
 

@@ -25,6 +25,7 @@ from .envsnap import (
 )
 from .persist import start_checkpoint_fetch, start_restore
 from .store.names import encodable, shown
+from .store.redact import redact
 from .sync.errors import (
     DeletionGuardError,
     LeaseHeldError,
@@ -502,7 +503,8 @@ async def sync_status(app: Services) -> dict[str, Any]:
     """The answer of `GET /gpuws/api/sync`, also sent after a lease take-over."""
     status = await run_blocking(app.sync.status)
     # Where this server syncs from and to: `jupyter gpuws` run inside its work directory follows it.
-    status.update(workdir=app.workdir, store_url=app.store_url, state_dir=app.state_dir)
+    # The URL as set, but never a password or a token in it (store/redact.py).
+    status.update(workdir=app.workdir, store_url=redact(app.store_url), state_dir=app.state_dir)
     status.setdefault("workspace", app.workspace)
     latest = app.jobs.latest("persist")
     status["persist"] = None if latest is None else latest.to_dict()

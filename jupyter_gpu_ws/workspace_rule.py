@@ -16,6 +16,7 @@ from typing import Literal
 
 from .defaults import default_state_dir, default_store_url
 from .store.errors import SyncError
+from .store.redact import is_redacted, redact
 from .sync.index import synced_folders
 
 # What a command cannot do without: a work directory (and its store and workspace), a
@@ -78,6 +79,20 @@ def resolve(
         )
     )
     workdir = named or (known.workdir if known else None)
+    if not store and known and is_redacted(known.store_url):
+        # A server never shows a password in its store URL: this machine's record of that
+        # folder may hold the whole URL; otherwise the user gives it.
+        record = _innermost(
+            os.path.realpath(known.workdir), True, _records(known.state_dir or state_dir)
+        )
+        if record is None or redact(record.store_url) != known.store_url:
+            raise NoWorkspaceHereError(
+                f"The store URL of the server that syncs {known.workdir} holds a secret, which "
+                f"the server never shows ({known.store_url}): pass --store URL"
+            )
+        known = KnownFolder(
+            known.workdir, record.store_url, known.workspace, known.state_dir, known.source
+        )
     store = (
         store
         or (known.store_url if known else None)

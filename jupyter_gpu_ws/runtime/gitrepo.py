@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pathspec
 
+from ..store.redact import redact as redact_secrets
 from . import gitsafety
 from .gitsafety import git
 
@@ -159,7 +160,7 @@ class GitError(Exception):
 
 def redact(text: str) -> str:
     """Remove user:password (or a token) from URLs in git's messages before anyone sees them."""
-    return re.sub(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1***@", text, flags=re.IGNORECASE)
+    return redact_secrets(text, whole=True)
 
 
 def _one_line(err: Exception) -> str:

@@ -17,6 +17,7 @@ from .fsspec_store import SESSION_PROTOCOLS, open_fsspec_store, open_session_sto
 from .local import LocalBackend
 from .objectstore import SCHEMES as OBJECT_STORE_SCHEMES
 from .objectstore import open_object_store
+from .redact import redact
 
 __all__ = ["BACKENDS", "check_store_url", "open_backend"]
 
@@ -114,8 +115,14 @@ def open_backend(
 ) -> Backend:
     """A backend for a store URL (checked by check_store_url): an absolute path or file:// URL
     (a local folder), S3, GCS or Azure (obstore), or any other fsspec URL."""
-    url = check_store_url(url)
-    if "://" not in url:
-        return LocalBackend(os.path.expanduser(url), durable)
-    opener = BACKENDS.get(urlparse(url).scheme, _fsspec)
-    return opener(url, dict(storage_options or {}), durable, max_concurrency)
+    try:
+        url = check_store_url(url)
+        if "://" not in url:
+            return LocalBackend(os.path.expanduser(url), durable)
+        opener = BACKENDS.get(urlparse(url).scheme, _fsspec)
+        return opener(url, dict(storage_options or {}), durable, max_concurrency)
+    except StoreConfigError as err:
+        shown = redact(str(err))  # the URL it names may hold a password
+        if shown == str(err):
+            raise
+        raise StoreConfigError(shown) from None

@@ -14,6 +14,7 @@ from ..store import Store
 from ..store.backend import Backend
 from ..store.lease import Lease, LeaseKeeper, lease_status
 from ..store.names import shown
+from ..store.redact import redact
 from ..store.versions import Versions
 from .errors import StoreMissingError
 from .ignore import IgnoreRules
@@ -122,6 +123,10 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
     # Links and special files of the store (store keys), and the files the last restore left
     # out (paths: compiled Python).
     skipped = {**engine.backend.skipped, **engine.left_out}
+
+    def told(text: str | None) -> str | None:  # never a password or token of a URL
+        return redact(text) if text else text
+
     return {
         "state": state,
         "pending_files": files,
@@ -129,10 +134,10 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
         "problem_files": problems["problems_total"],
         "progress": running[0].snapshot() if running is not None else None,
         "last_sync": engine.last_sync,
-        "last_error": missing or stall or engine.last_error or lease["lease_error"],
-        "read_only_reason": engine.read_only_reason,
+        "last_error": told(missing or stall or engine.last_error or lease["lease_error"]),
+        "read_only_reason": told(engine.read_only_reason),
         "can_take_over": engine.read_only or engine.lease_corrupt or missing is not None,
-        "store_down": engine.store_down or missing or stall,
+        "store_down": told(engine.store_down or missing or stall),
         # The store's folder (or this workspace's, synced here before) is not there: unavailable.
         "store_missing": missing is not None,
         "synced_files": count,
@@ -146,7 +151,7 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
         # The .gpuwsignore's patterns in force (the first SHOWN_RULES; their number).
         "ignore_rules": [shown(p) for p in engine.rules.own[:SHOWN_RULES]],
         "ignore_rules_count": len(engine.rules.own),
-        "store": engine.backend.description,
+        "store": redact(engine.backend.description),
         # A store on the work directory's own disk goes with the machine: "saved" there is
         # not saved somewhere that outlives it, and the panel says so.
         "store_same_disk": engine.same_disk(),

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from ..checkpoints.files import RUN_ENV, plain_run_name
+from ..store.redact import is_redacted, redact
 from .elsewhere import new_job_id
 
 WORKDIR = "/work"
@@ -183,6 +184,12 @@ def _check(
         raise ManifestError(
             f"The store {store_url or '(none)'} is a folder on this machine, which the cluster's pods "
             "cannot reach: give an s3://, gs:// or az:// store"
+        )
+    if redact(store_url) != store_url or is_redacted(store_url):
+        raise ManifestError(
+            f"The store URL {redact(store_url)} holds a secret, which a Job's manifest would show "
+            "to anyone who can read it: give the store's credentials in the Secret (--secret) "
+            "and --store URL without them"
         )
     if not workspace or "/" in workspace or not workspace.isprintable():
         raise ManifestError(f"Not a workspace name: {workspace!r}")

@@ -231,6 +231,8 @@ def test_a_name_that_is_not_a_dns_label_is_normalised(name: str, label: str) -> 
         ({"name": "___"}, "has no letter or digit"),
         ({"store": "/home/me/store"}, "is a folder on this machine"),
         ({"store": "file:///home/me/store"}, "is a folder on this machine"),
+        ({"store": "az://box/p?sv=1&sig=S3CRET"}, r"az://box/p\?sv=1&sig=\*\*\* holds a secret"),
+        ({"store": "s3://u:***@b/p"}, "holds a secret"),  # as a server shows it: unusable
         ({"image": None}, "Name the image the job runs in with --image"),
         ({"gpus": -1}, "GPUs must be a whole number"),
         ({"secret": "Store Credentials"}, "Not a Kubernetes Secret name"),
