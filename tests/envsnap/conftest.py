@@ -6,8 +6,10 @@ python lies), which is all these tests and the code under test use.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -25,6 +27,8 @@ from jupyter_gpu_ws.store import Store, open_backend
 PINNED = {"six": "1.16.0", "idna": "3.7"}
 LOCAL = ("local-pkg", "0.3.1")
 EDITABLE = ("edit-pkg", "1.0")
+
+T = TypeVar("T")
 
 
 def run(*command: str | Path) -> str:
@@ -62,12 +66,33 @@ def store_at(path: Path) -> Store:
     return Store(open_backend(str(path)), "ws")
 
 
+def made_once(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], T]) -> T:
+    """What `make(folder)` makes and returns, made once for the whole run however many test
+    processes (pytest-xdist) ask: the first makes it in a folder all of them share, under a
+    lock; the others wait for it and read what it returned. Pip installs are most of the CPU
+    these fixtures cost, and each process used to make its own."""
+    base = factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = shared / f"made-once-{name}"
+    answer = shared / f"made-once-{name}.pickle"
+    with open(shared / f"made-once-{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not answer.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a maker that failed half-way
+            folder.mkdir()
+            answer.write_bytes(pickle.dumps(make(folder)))
+        return pickle.loads(answer.read_bytes())
+
+
 @pytest.fixture(scope="session")
 def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A bare venv (pip and setuptools only), made once: `python -m venv` takes seconds."""
-    venv = tmp_path_factory.mktemp("base") / "venv"
-    run(sys.executable, "-m", "venv", venv)
-    return venv
+
+    def make(folder: Path) -> Path:
+        run(sys.executable, "-m", "venv", folder / "venv")
+        return folder / "venv"
+
+    return made_once(tmp_path_factory, "base-venv", make)
 
 
 @pytest.fixture
@@ -83,11 +108,13 @@ def new_venv(base_venv: Path, tmp_path: Path) -> Callable[[str], str]:
 
 @pytest.fixture(scope="session")
 def projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("projects")
-    return {
-        LOCAL[0]: make_project(root / "local", *LOCAL),
-        EDITABLE[0]: make_project(root / "edit", *EDITABLE),
-    }
+    def make(root: Path) -> dict[str, Path]:
+        return {
+            LOCAL[0]: make_project(root / "local", *LOCAL),
+            EDITABLE[0]: make_project(root / "edit", *EDITABLE),
+        }
+
+    return made_once(tmp_path_factory, "projects", make)
 
 
 @pytest.fixture(scope="session")
@@ -96,20 +123,24 @@ def source_venv(
 ) -> Path:
     """The environment a user built: two pinned packages from PyPI, one from a local folder,
     one editable. Never changed by a test: copy it (`copy_venv`) to change it."""
-    venv = tmp_path_factory.mktemp("source") / "venv"
-    shutil.copytree(base_venv, venv, symlinks=True)
-    python = python_of(venv)
-    run(
-        python,
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        *(f"{n}=={v}" for n, v in PINNED.items()),
-        projects[LOCAL[0]],
-    )
-    run(python, "-m", "pip", "install", "-q", "-e", projects[EDITABLE[0]])
-    return venv
+
+    def make(folder: Path) -> Path:
+        venv = folder / "venv"
+        shutil.copytree(base_venv, venv, symlinks=True)
+        python = python_of(venv)
+        run(
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            *(f"{n}=={v}" for n, v in PINNED.items()),
+            projects[LOCAL[0]],
+        )
+        run(python, "-m", "pip", "install", "-q", "-e", projects[EDITABLE[0]])
+        return venv
+
+    return made_once(tmp_path_factory, "source-venv", make)
 
 
 @pytest.fixture
@@ -132,9 +163,12 @@ def snapshot_store(
 ) -> tuple[Path, SaveResult]:
     """The source environment snapshotted with every wheel kept, in a local-folder store.
     Tests that change the store copy its folder first (`store_copy`)."""
-    root = tmp_path_factory.mktemp("store")
-    result = save_snapshot(store_at(root), capture(python_of(source_venv)), keep_all_wheels=True)
-    return root, result
+
+    def make(root: Path) -> tuple[Path, SaveResult]:
+        snapshot = capture(python_of(source_venv))
+        return root, save_snapshot(store_at(root), snapshot, keep_all_wheels=True)
+
+    return made_once(tmp_path_factory, "snapshot-store", make)
 
 
 @pytest.fixture
