@@ -28,6 +28,7 @@ from .envsnap import (
     save_snapshot,
 )
 from .jobs import Job, JobRunner, Step
+from .store.faults import recall
 from .sync.errors import SyncError
 from .sync.supervisor import SyncSupervisor
 from .vocabulary import WORDS
@@ -263,6 +264,7 @@ class EnvironmentSupervisor:
             "sources": compared.get("sources", []),
             "snapshots": self.snapshots(),
             "error": self.error or compared.get("error"),
+            "store_fault": recall(self.error or compared.get("error")) is not None,
             "snapshot_job": _summary(self.jobs.latest("env-snapshot")),
             "restore_job": _summary(self.jobs.latest("env-restore")),
         }

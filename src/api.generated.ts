@@ -1795,6 +1795,8 @@ export interface components {
       };
       /** @description the store's records could not be read or written, or this runtime has no usable job key */
       error?: string | null;
+      /** @description the error is the store's fault the Sync section shows (the panel refers to it instead of repeating it) */
+      store_fault?: boolean;
       /** @description record files of the store that cannot be read, each with why; listed until they are gone, and never keeping another record from being listed or relaunched */
       bad_records?: {
         file: string;
@@ -2049,7 +2051,26 @@ export interface components {
       problem_files?: number;
       progress?: components['schemas']['NullableProgress'];
       last_sync?: number | null;
+      /** @description one line: the cause and the fix */
       last_error: string | null;
+      /**
+       * @description the kind of store fault last_error is; null where it is not one
+       * @enum {string|null}
+       */
+      error_kind?:
+        | 'bucket-missing'
+        | 'credentials'
+        | 'access-denied'
+        | 'certificate'
+        | 'host-not-found'
+        | 'refused'
+        | 'timeout'
+        | 'full'
+        | 'busy'
+        | 'stalled'
+        | null;
+      /** @description the store's own words for that fault (shown under Details; also in the log) */
+      error_detail?: string | null;
       read_only_reason?: string | null;
       can_take_over?: boolean;
       /** @description why the store is taken to be down; it is asked again by itself */
@@ -2428,6 +2449,8 @@ export interface components {
       sources: components['schemas']['EnvSource'][];
       /** @description also why a snapshot in the store is refused */
       error: string | null;
+      /** @description the error is the store's fault the Sync section shows (the panel refers to it instead of repeating it) */
+      store_fault?: boolean;
       snapshot_job: components['schemas']['NullableJob'];
       restore_job: components['schemas']['NullableJob'];
     };

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 
 class SyncError(Exception):
-    """Base: the message is one clear line for the user."""
+    """Base: the message is one clear line for the user. A store's fault (store/faults.py) also
+    says its `kind` and the library's own words, `detail`, for the log and "Details"."""
+
+    kind: str | None = None
+    detail: str | None = None
+
+    def with_fault(self, kind: str, detail: str) -> SyncError:
+        self.kind, self.detail = kind, detail
+        return self
 
 
 class StoreConfigError(SyncError):

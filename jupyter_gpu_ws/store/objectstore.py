@@ -44,7 +44,14 @@ from .backend import (
     SourceChangedError,
     md5_of,
 )
-from .errors import LocalFileError, StoreConfigError, StoreUnavailableError, SyncError
+from .errors import (
+    LocalFileError,
+    StoreConfigError,
+    StoreFullError,
+    StoreUnavailableError,
+    SyncError,
+)
+from .faults import CREDENTIALS, Fault, fault_of, first_line, remember
 from .names import shown
 
 if TYPE_CHECKING:
@@ -338,12 +345,10 @@ class ObjectStoreBackend(NoFolders):
                         yield _remote(meta)
         except FileNotFoundError as err:
             if _no_bucket(err):
-                raise StoreConfigError(
-                    f"The store's bucket does not exist: {self.description}"
-                ) from None
+                raise _error(err, prefix or "the store", self.description, self.cloud) from None
             return
         except obx.BaseError as err:
-            raise _error(err, prefix or "the store") from None
+            raise _error(err, prefix or "the store", self.description, self.cloud) from None
 
     def folders(self, prefix: str) -> builtins.list[str]:
         listed = self._call(
@@ -397,16 +402,14 @@ class ObjectStoreBackend(NoFolders):
                     progress(len(chunk))
         except FileNotFoundError as err:
             if _no_bucket(err):
-                raise StoreConfigError(
-                    f"The store's bucket does not exist: {self.description}"
-                ) from None
+                raise _error(err, key, self.description, self.cloud) from None
             raise
         except obx.PreconditionError:
             raise ChangedInStoreError(
                 f"{key} changed in the store while it was being fetched"
             ) from None
         except obx.BaseError as err:
-            raise _error(err, key) from None
+            raise _error(err, key, self.description, self.cloud) from None
         if digest is not None and digest.hexdigest() != md5_of(etag):
             raise StoreUnavailableError(
                 f"{key}: the bytes received do not match the store's checksum"
@@ -488,7 +491,7 @@ class ObjectStoreBackend(NoFolders):
         except (obx.AlreadyExistsError, obx.PreconditionError):
             raise PreconditionFailed(key) from None
         except obx.BaseError as err:
-            raise _error(err, key) from None
+            raise _error(err, key, self.description, self.cloud) from None
         return _tag(result.get("e_tag"), result.get("version"))
 
     def conditional_writes(self) -> str | None:
@@ -580,63 +583,71 @@ class ObjectStoreBackend(NoFolders):
             return function(*args, **kwargs)
         except FileNotFoundError as err:
             if _no_bucket(err):  # not a missing object: the whole store is not there
-                raise StoreConfigError(
-                    f"The store's bucket does not exist: {self.description}"
-                ) from None
+                raise _error(err, key, self.description, self.cloud) from None
             raise
         except (SourceChangedError, SyncError):
             raise
         except obx.BaseError as err:
-            raise _error(err, key) from None
+            raise _error(err, key, self.description, self.cloud) from None
 
 
-def _error(err: BaseException, key: str) -> SyncError:
-    """One clear line for the ways a cloud fails, naming what to fix."""
-    text = _first_line(err)
-    if isinstance(err, (obx.PermissionDeniedError, obx.UnauthenticatedError)):
-        return StoreConfigError(
-            f"The store refused access to {key}: {text} (check the credentials)"
-        )
+def _error(err: BaseException, key: str, description: str, cloud: str) -> SyncError:
+    """One clear line for the ways a cloud fails, naming what to fix (store/faults.py); the
+    library's own words go to the log once, and stay on the error as its `detail`."""
+    whole = str(err)
+    text = first_line(whole)
     if isinstance(err, obx.InvalidPathError):
-        if "encountered object with invalid path" in str(err).lower():
+        if "encountered object with invalid path" in whole.lower():
             # An object someone else wrote under a name the client (object_store) refuses to
             # list (a control character, an empty path segment): it ends the whole listing.
             return SyncError(
                 f"An object in the store under {shown(key)} has a name this client cannot list, "
                 f"so nothing there can be listed until it is renamed or removed with another "
-                f"tool (aws s3 ls / rm with the same endpoint): {shown(str(err).strip())[:300]}"
+                f"tool (aws s3 ls / rm with the same endpoint): {shown(whole.strip())[:300]}"
             )
         return LocalFileError(f"its name cannot be a key in this store ({text})")
-    lowered = str(err).lower()
+    lowered = whole.lower()
     if "169.254.169.254" in lowered or "credential" in lowered and "fetch" in lowered:
         return StoreConfigError(
-            f"No credentials for the store: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-            f"(or a profile), or the store's own variables ({text})"
-        )
-    if "kind: connect" in lowered or "connection refused" in lowered or "dns error" in lowered:
-        where = re.search(r"https?://[^/\s]+", str(err))
-        return StoreUnavailableError(
-            f"Could not connect to the store at {where.group(0) if where else key}: "
-            f"{'connection refused' if 'refused' in lowered else text}"
-        )
+            f"No credentials for the store: set {CREDENTIALS.get(cloud, 'its credentials')}, "
+            "or the store's own variables"
+        ).with_fault("credentials", text)
     if "keytoolong" in lowered:
         return LocalFileError("its name is too long for the store (KeyTooLong)")
-    if (
-        "timed out" in lowered or "kind: timeout" in lowered
-    ):  # not "retry_timeout", of every debug text
-        return StoreUnavailableError(f"The store did not answer in time ({text})")
-    if (
-        "nosuchbucket" in lowered
-        or "bucket does not exist" in lowered
-        or "containernotfound" in lowered
-    ):
-        return StoreConfigError(f"The store's bucket does not exist: {text}")
-    if "certificate" in lowered:
-        return StoreUnavailableError(
-            f"The store's certificate does not verify: {text} (AWS_CA_BUNDLE, or the "
-            "ca_bundle option)"
-        )
-    return StoreUnavailableError(f"The store failed on {key}: {text}")
+    fault = fault_of(whole, description, cloud)
+    if fault is None:
+        if isinstance(err, (obx.PermissionDeniedError, obx.UnauthenticatedError)):
+            fault = Fault(
+                "credentials",
+                f"The store refused access to {shown(key)}: check "
+                f"{CREDENTIALS.get(cloud, 'the credentials')}",
+                text,
+            )
+        else:
+            _log_once(f"The store failed on {key}", text)
+            return StoreUnavailableError(f"The store failed on {shown(key)}: {text}")
+    _log_once(fault.line, fault.detail)
+    remember(fault)
+    kind: type[SyncError] = (
+        StoreFullError
+        if fault.kind == "full"
+        else StoreConfigError
+        if fault.kind in _CONFIG_FAULTS
+        else StoreUnavailableError
+    )
+    return kind(fault.line).with_fault(fault.kind, fault.detail)
+
+
+# Faults only the user's change mends (the rest heal by themselves: the sync retries).
+_CONFIG_FAULTS = ("bucket-missing", "credentials", "access-denied", "certificate")
+_logged: list[str] = []
+
+
+def _log_once(line: str, detail: str) -> None:
+    """The store's own words in the log, once for each fault in a row (not for every retry)."""
+    if _logged[-1:] != [line]:
+        _logged[:] = [line]
+        log.warning("%s (the store said: %s)", line, detail)
 
 
 def _read_bundle(path: str) -> bytes:

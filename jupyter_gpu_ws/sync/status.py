@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from ..checkpoints.files import MANIFEST, folder_order
 from ..store import Store
 from ..store.backend import Backend
+from ..store.faults import recall
 from ..store.lease import Lease, LeaseKeeper, lease_status
 from ..store.names import shown
 from ..store.redact import redact
@@ -127,6 +128,9 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
     def told(text: str | None) -> str | None:  # never a password or token of a URL
         return redact(text) if text else text
 
+    last_error = told(missing or stall or engine.last_error or lease["lease_error"])
+    fault = recall(last_error)
+
     return {
         "state": state,
         "pending_files": files,
@@ -134,7 +138,11 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
         "problem_files": problems["problems_total"],
         "progress": running[0].snapshot() if running is not None else None,
         "last_sync": engine.last_sync,
-        "last_error": told(missing or stall or engine.last_error or lease["lease_error"]),
+        "last_error": last_error,
+        # What kind of store fault it is (store/faults.py: bucket-missing, credentials, …) and
+        # the store's own words, for "Details"; null where it is not one.
+        "error_kind": fault.kind if fault else ("stalled" if stall else None),
+        "error_detail": fault.detail if fault else None,
         "read_only_reason": told(engine.read_only_reason),
         "can_take_over": engine.read_only or engine.lease_corrupt or missing is not None,
         "store_down": told(engine.store_down or missing or stall),

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..store import open_backend
+from ..store.faults import recall
 from ..store.workspaces import remember_choice, resolve_workspace
 from .engine import SyncEngine, SyncSettings
 from .errors import LeaseHeldError, StoreMissingError, SyncError
@@ -172,9 +173,12 @@ class SyncSupervisor:
     def status(self) -> dict[str, Any]:
         engine = self.engine
         if engine is None:  # the store not open yet: the same keys, nothing held or written
+            fault = recall(self.error)
             return {
                 "state": self.state,
                 "last_error": self.error,
+                "error_kind": fault.kind if fault else None,
+                "error_detail": fault.detail if fault else None,
                 "pending_files": 0,
                 "pending_bytes": 0,
                 "lease": None,

@@ -33,6 +33,7 @@ from ..checkpoints.files import (
     run_dir,
 )
 from ..diskio import file_kind
+from ..store.faults import recall
 from ..store.names import shown
 from . import files, manifest, trust
 from .failure import classify, oom_kills
@@ -1322,10 +1323,8 @@ class JobManager:
     def list(self) -> dict[str, Any]:
         with self._lock:
             jobs = sorted(self.jobs.values(), key=lambda j: -j.record.created)
-        return {
-            "jobs": [self.describe(job) for job in jobs],
-            "relaunch": {"enabled": self.settings.relaunch, "pending": self.relaunch_pending()},
-            "error": self.store_error
+        error = (
+            self.store_error
             or self.check_error
             or self._key_words()
             or (
@@ -1333,7 +1332,13 @@ class JobManager:
                 "the list is not complete yet"
                 if self.store is not None and not self.loaded
                 else None
-            ),
+            )
+        )
+        return {
+            "jobs": [self.describe(job) for job in jobs],
+            "relaunch": {"enabled": self.settings.relaunch, "pending": self.relaunch_pending()},
+            "error": error,
+            "store_fault": recall(error) is not None,
             "bad_records": [
                 {"file": name, "reason": why} for name, why in sorted(self.bad_records.items())
             ],

@@ -2,6 +2,7 @@ import React from 'react';
 
 import { EnvironmentModel } from '../environment/model';
 import { count, percent } from '../vocabulary';
+import { STORE_FAULT } from '../sync/words';
 import { Bar } from './Bar';
 
 function when(epoch: number): string {
@@ -34,7 +35,7 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
       {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
       {env?.error && env.state !== 'error' && (
         <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-env-refused">
-          {env.error}
+          {env.store_fault ? STORE_FAULT : env.error}
         </div>
       )}
       <div
@@ -44,9 +45,9 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
         {!env || env.state === 'capturing'
           ? 'Reading the environment…'
           : env.state === 'error'
-            ? `Cannot read the environment: ${env.error}`
+            ? `Cannot read the environment: ${env.store_fault ? STORE_FAULT : env.error}`
             : env.state === 'no-snapshot'
-              ? env.error
+              ? env.error && !env.store_fault
                 ? "The store's latest snapshot cannot be used (below): Snapshot now takes a new one"
                 : 'No snapshot yet: Persist now or Snapshot now takes one'
               : env.state === 'matches'

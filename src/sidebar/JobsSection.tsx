@@ -18,6 +18,7 @@ import {
   relaunchText
 } from '../jobs/words';
 import { shown } from '../shown';
+import { STORE_FAULT } from '../sync/words';
 import { Bar } from './Bar';
 
 /**
@@ -45,7 +46,7 @@ export function JobsSection(props: { model: JobsModel }): JSX.Element {
       )}
       {model.state?.error && (
         <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-jobs-store-error">
-          {shown(model.state.error)}
+          {model.state.store_fault ? STORE_FAULT : shown(model.state.error)}
         </div>
       )}
       {(model.state?.bad_records ?? []).map(bad => (

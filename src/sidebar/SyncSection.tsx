@@ -171,6 +171,12 @@ function Faults(props: { status: ISyncStatus; now: number; onTakeOver: () => voi
         <div className="jp-gpuws-message jp-gpuws-error" data-testid="gpuws-sync-error">
           {status.last_error}
           {status.state === 'error' && takeOver}
+          {status.error_detail && (
+            <details className="jp-gpuws-detail" data-testid="gpuws-sync-error-detail">
+              <summary>Details</summary>
+              {status.error_detail}
+            </details>
+          )}
         </div>
       )}
       {status.state === 'read-only' && (

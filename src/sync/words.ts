@@ -163,3 +163,8 @@ export function syncWord(sync: SyncModel): IWord {
     level: 'none'
   };
 }
+
+/** What another section says where its error is the store's fault the Sync section shows: one
+ * box per fault, not the same words three times. */
+export const STORE_FAULT =
+  'The store cannot be used now: the Sync section says why and what to do.';

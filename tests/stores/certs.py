@@ -86,6 +86,39 @@ def make_loopback_certificates(folder: Path) -> TLSFiles:
         .sign(ca_key, hashes.SHA256())
     )
 
+    return _written(folder, cert, key, ca)
+
+
+def make_ca_used_as_server_certificate(folder: Path) -> TLSFiles:
+    """What `openssl req -x509 -newkey … -subj /CN=127.0.0.1` makes: one self-signed certificate
+    that is a CA (basicConstraints CA:TRUE) and is also the server's own. A client told to trust
+    it still refuses it (rustls: CaUsedAsEndEntity)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = _name("127.0.0.1")
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return _written(folder, cert, key, cert)
+
+
+def _written(
+    folder: Path, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey, ca: x509.Certificate
+) -> TLSFiles:
+    """cert.pem, key.pem (owner only) and ca.pem in `folder`."""
     files = TLSFiles(
         cert_file=folder / "cert.pem", key_file=folder / "key.pem", ca_file=folder / "ca.pem"
     )

@@ -1,0 +1,234 @@
+"""Each way a store fails, caused for real (SeaweedFS, Azurite, TLS endpoints with bad
+certificates, a port nobody listens on, a host that does not exist, one that never answers, one
+that answers 503), reads as one line naming its cause and the fix, with none of the library's
+own text; that text stays on the error as its `detail` (issue 46)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_gpu_ws.store import open_backend
+from jupyter_gpu_ws.store.errors import (
+    StoreConfigError,
+    StoreMissingError,
+    StoreUnavailableError,
+    SyncError,
+)
+from tests.loopback import TLSFiles
+from tests.stores.azurite import AzuriteServer
+from tests.stores.certs import make_ca_used_as_server_certificate, make_loopback_certificates
+from tests.stores.conftest import _use_env
+from tests.sync.conftest import S3_BUCKET, s3_server  # noqa: F401 (a fixture)
+from tests.sync.s3server import S3Server
+from tests.waiting import async_until
+
+# What only a store library says: none of it may reach a user's line.
+RAW = ("Generic", "<?xml", "%2F", "Error performing", "Debug source", "reqwest", "list-type")
+
+
+def failure(url: str, options: dict[str, Any] | None = None) -> SyncError:
+    """The error a sync meets on its first request to the store at `url`."""
+    backend = open_backend(url, {"max_retries": 0, **(options or {})})
+    with pytest.raises(SyncError) as caught:
+        list(backend.list("files/"))
+        backend.write_bytes("files/x", b"x")
+    return caught.value
+
+
+def check(err: SyncError, kind: str, *words: str) -> None:
+    line = str(err)
+    assert "\n" not in line and all(raw not in line for raw in RAW), line
+    assert err.kind == kind, (err.kind, line)
+    for word in words:
+        assert word in line, line
+    assert err.detail and "\n" not in err.detail  # the library's words, one click away
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:  # noqa: F811
+    _use_env(monkeypatch, s3_server.env())
+    return s3_server
+
+
+def test_a_bucket_that_does_not_exist(s3: S3Server) -> None:
+    err = failure("s3://nosuchbucket/me")
+    assert isinstance(err, StoreConfigError)
+    check(err, "bucket-missing", "The bucket nosuchbucket does not exist", "create it")
+
+
+def test_wrong_credentials(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    err = failure(f"s3://{S3_BUCKET}/me")
+    check(err, "credentials", "refused the credentials", "AWS_SECRET_ACCESS_KEY")
+    assert "not-the-secret" not in str(err) + str(err.detail)
+
+
+def test_nothing_listening_on_the_port(s3: S3Server) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    err = failure("s3://b/p", {"endpoint_url": f"http://127.0.0.1:{port}"})
+    assert isinstance(err, StoreUnavailableError)
+    check(err, "refused", f"127.0.0.1:{port} refused the connection")
+
+
+def test_a_host_that_does_not_exist(s3: S3Server) -> None:
+    err = failure("s3://b/p", {"endpoint_url": "http://nosuchhost.invalid:8333"})
+    check(err, "host-not-found", "nosuchhost.invalid was not found (DNS)")
+
+
+def test_a_store_that_never_answers(s3: S3Server) -> None:
+    with socket.socket() as listening:  # accepts connections, never says a word
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(8)
+        port = listening.getsockname()[1]
+        err = failure("s3://b/p", {"endpoint_url": f"http://127.0.0.1:{port}", "timeout": "1s"})
+    assert isinstance(err, StoreUnavailableError)
+    check(err, "timeout", f"127.0.0.1:{port} did not answer")
+
+
+class Busy(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b'<?xml version="1.0"?><Error><Code>SlowDown</Code></Error>'
+        self.send_response(503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_store_answering_503(s3: S3Server) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        err = failure("s3://b/p", {"endpoint_url": f"http://127.0.0.1:{server.server_port}"})
+    finally:
+        server.shutdown()
+    check(err, "busy", "answers 503", "retries by itself")
+
+
+@pytest.fixture
+def tls_endpoint() -> Iterator[Callable[[TLSFiles, str], int]]:
+    """A TLS listener on a loopback address with the given certificate: enough for a client's
+    certificate check, which comes before any HTTP."""
+    stops: list[Callable[[], None]] = []
+
+    def start(files: TLSFiles, address: str = "127.0.0.1") -> int:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(files.cert_file, files.key_file)
+        listening = socket.socket()
+        listening.bind((address, 0))
+        listening.listen(8)
+        listening.settimeout(0.2)
+        stop = threading.Event()
+
+        def serve() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = listening.accept()
+                except OSError:
+                    continue
+                try:
+                    with context.wrap_socket(conn, server_side=True):
+                        pass
+                except (OSError, ssl.SSLError):
+                    conn.close()  # the client refused the certificate: what the test wants
+
+        threading.Thread(target=serve, daemon=True).start()
+        stops.append(lambda: (stop.set(), listening.close()))
+        return listening.getsockname()[1]
+
+    yield start
+    for stop in stops:
+        stop()
+
+
+def test_a_certificate_signed_by_a_ca_this_machine_does_not_trust(
+    s3: S3Server, tls_endpoint: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = tls_endpoint(make_loopback_certificates(tmp_path / "tls"))
+    monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
+    err = failure("s3://b/p", {"endpoint_url": f"https://127.0.0.1:{port}"})
+    assert isinstance(err, StoreConfigError)
+    check(err, "certificate", "a CA this machine does not trust", "AWS_CA_BUNDLE")
+
+
+def test_a_self_signed_ca_certificate_used_as_the_servers(
+    s3: S3Server, tls_endpoint: Any, tmp_path: Path
+) -> None:
+    files = make_ca_used_as_server_certificate(tmp_path / "tls")
+    port = tls_endpoint(files)
+    err = failure(
+        "s3://b/p", {"endpoint_url": f"https://127.0.0.1:{port}", "ca_bundle": str(files.ca_file)}
+    )
+    check(err, "certificate", "a CA certificate used as the server's own", "CA:FALSE")
+
+
+def test_a_certificate_for_another_name(s3: S3Server, tls_endpoint: Any, tmp_path: Path) -> None:
+    files = make_loopback_certificates(tmp_path / "tls")  # for 127.0.0.1 and localhost
+    port = tls_endpoint(files, "127.0.0.2")
+    err = failure(
+        "s3://b/p", {"endpoint_url": f"https://127.0.0.2:{port}", "ca_bundle": str(files.ca_file)}
+    )
+    check(err, "certificate", "not for the name 127.0.0.2")
+
+
+def test_azure_a_container_that_does_not_exist(azurite_env: AzuriteServer) -> None:
+    err = failure("az://nosuchcontainer/me")
+    check(err, "bucket-missing", "The container nosuchcontainer does not exist")
+
+
+def test_azure_a_wrong_account_key(
+    azurite_env: AzuriteServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", "bm90LXRoZS1rZXk=")
+    err = failure(f"az://{azurite_env.container}/me")
+    check(err, "credentials", "AZURE_STORAGE_ACCOUNT_KEY")
+
+
+def test_a_local_store_whose_folder_is_gone(tmp_path: Path) -> None:
+    # The local store's own line (store/presence.py), which names the folder and what to do.
+    (tmp_path / "store" / "ws").mkdir(parents=True)
+    backend = open_backend(str(tmp_path / "store"))
+    (tmp_path / "store" / "ws").rmdir()
+    (tmp_path / "store").rmdir()
+    with pytest.raises((StoreMissingError, SyncError)) as caught:
+        backend.write_bytes("ws/files/x", b"x")
+    assert "\n" not in str(caught.value) and str(tmp_path / "store") in str(caught.value)
+
+
+@pytest.fixture
+def gpuws_config(gpuws_config: dict[str, Any], s3: S3Server) -> dict[str, Any]:
+    # The server the panel asks, on a store URL naming a bucket that is not there.
+    return {**gpuws_config, "store_url": "s3://nosuchbucket/me", "storage_options": {}}
+
+
+async def test_the_panel_reads_the_line_its_kind_and_has_the_stores_words_for_details(
+    jp_fetch: Any,
+) -> None:
+    async def failed() -> Any:
+        status = json.loads((await jp_fetch("gpuws", "api", "sync")).body)
+        return status if status["error_kind"] else None
+
+    status = await async_until(failed, timeout=30)
+    line = status["last_error"]
+    assert line.startswith("The bucket nosuchbucket does not exist"), status
+    assert status["error_kind"] == "bucket-missing"
+    assert "404" in status["error_detail"] and "<?xml" not in status["error_detail"]
+    assert all(raw not in line for raw in RAW)
+    env = json.loads((await jp_fetch("gpuws", "api", "env")).body)
+    jobs = json.loads((await jp_fetch("gpuws", "api", "jobs")).body)
+    # The other sections refer to the Sync section's box instead of repeating it.
+    assert env["store_fault"] is (env["error"] is not None)
+    assert jobs["store_fault"] or line not in (jobs["error"] or "")
