@@ -144,7 +144,10 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
         "error_kind": fault.kind if fault else ("stalled" if stall else None),
         "error_detail": fault.detail if fault else None,
         "read_only_reason": told(engine.read_only_reason),
-        "can_take_over": engine.read_only or engine.lease_corrupt or missing is not None,
+        # Not while the store itself fails (a refused connection, wrong credentials): taking
+        # over cannot write there either.
+        "can_take_over": (engine.read_only or engine.lease_corrupt or missing is not None)
+        and fault is None,
         "store_down": told(engine.store_down or missing or stall),
         # The store's folder (or this workspace's, synced here before) is not there: unavailable.
         "store_missing": missing is not None,

@@ -32,7 +32,10 @@ export function SyncSection(props: { model: SyncModel }): JSX.Element {
           {status.store}/{status.workspace}
         </div>
       )}
-      {model.error && <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>}
+      {model.error && !(status?.last_error ?? '').includes(model.error) && (
+        // One box per fault: a request that failed for the fault the status shows says nothing more.
+        <div className="jp-gpuws-message jp-gpuws-error">{model.error}</div>
+      )}
       <div
         className={`jp-gpuws-sync-summary jp-gpuws-sync-${status?.state ?? 'unknown'}`}
         data-testid="gpuws-sync-summary"
