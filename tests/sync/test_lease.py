@@ -4,9 +4,11 @@ once its holder stops renewing, and honest where the store cannot make it exclus
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -527,7 +529,16 @@ def test_a_dead_runtime_whose_clock_was_minutes_off_is_taken_over_after_its_ttl(
         env=env,
         stdout=subprocess.PIPE,
         text=True,
+        # faketime runs the runtime as its child: killing faketime alone would leave the runtime
+        # alive (and renewing its lease) for its 60 s. The whole group is killed instead.
+        start_new_session=True,
     )
+
+    def kill() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
+
     try:
         assert child.stdout is not None
         assert child.stdout.readline().startswith("clock-offset")
@@ -544,13 +555,11 @@ def test_a_dead_runtime_whose_clock_was_minutes_off_is_taken_over_after_its_ttl(
         engine.open()
         try:
             assert engine.read_only
-            child.kill()
-            child.wait(10)
+            kill()
             killed = time.monotonic()
             elapsed_until(lambda: engine.writable, 10 * ttl, "the successor taking over")
             assert time.monotonic() - killed <= ttl + 1.0
         finally:
             engine.close()
     finally:
-        child.kill()
-        child.wait(10)
+        kill()
