@@ -337,12 +337,21 @@ class Lease:
             except PreconditionFailed:
                 # Our own earlier write may have landed with its reply lost (the tag we know is
                 # stale): then the lease still names us, and its tag is the one to write over.
-                found = self._read() if attempt == 0 else None
+                found = self._read()
                 if found is not None and found[0].holder == self.holder:
-                    tag = found[1]
-                    continue
+                    if attempt == 0:
+                        tag = found[1]
+                        continue
+                    # Refused twice though the lease is still ours, with its own tag: the store
+                    # (or a proxy in front of it) mishandles conditional writes. Not lost: the
+                    # keeper retries, and fence() stops writes if the lease may run out.
+                    raise StoreUnavailableError(
+                        "The store refused this runtime's own conditional write of its lease "
+                        "(412 Precondition Failed) although the lease is still this runtime's: "
+                        "the store or a proxy in front of it mishandles If-Match; retrying"
+                    ) from None
                 self._lost()
-                if found is None and attempt == 0:
+                if found is None:
                     raise LeaseLostError(
                         "The workspace lease vanished from the store (was the store emptied, "
                         "replaced or remounted?): this runtime stopped writing"

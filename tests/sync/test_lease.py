@@ -563,3 +563,26 @@ def test_a_dead_runtime_whose_clock_was_minutes_off_is_taken_over_after_its_ttl(
             engine.close()
     finally:
         kill()
+
+
+def test_412s_to_this_runtimes_own_lease_writes_say_so_and_never_lose_the_lease(
+    workdir: Path, make_engine: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A proxy (or store) that answers 412 to every conditional write, the lease still ours.
+    from jupyter_gpu_ws.store.backend import PreconditionFailed
+
+    engine = make_engine(workdir, lease_ttl=30.0)
+    assert engine.lease.held
+    backend = engine.store.backend
+
+    def refused(key: str, data: bytes, tag: str | None) -> str:
+        raise PreconditionFailed(key)
+
+    monkeypatch.setattr(backend, "write_if", refused)
+    with pytest.raises(StoreUnavailableError, match="412 Precondition Failed") as caught:
+        engine.lease.renew()
+    assert "Another runtime" not in str(caught.value)
+    assert engine.lease.held  # not taken for lost: the store misbehaves, nobody took it
+    monkeypatch.undo()
+    engine.lease.renew()  # once the store behaves, the renewals go on
+    assert engine.lease.held and not engine.read_only
