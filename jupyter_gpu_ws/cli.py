@@ -91,13 +91,11 @@ def _option(text: str) -> tuple[str, Any]:
 
 
 DESCRIPTION = (
-    "GPU workspace from a terminal or a script: mirror a work directory to a store and bring it back "
-    "(sync, restore, status), list the store's workspaces, keep, compare, restore and export snapshots of a "
-    "Python environment (env), ask the running server to persist (persist) and export a training "
-    "run's checkpoint (checkpoint); an encrypted workspace's files without a server (decrypt) and its "
-    "passphrases (key). Run inside a work directory, a command means its workspace (the running server's "
-    "settings, else what this machine synced there); flags say otherwise. Each command says on stderr the "
-    "store and workspace it resolved; an error is one line on stderr and a non-zero exit."
+    "GPU workspace from a terminal or a script. Inside a work directory a command means its "
+    "workspace (the running server's settings, else what this machine synced there); flags say "
+    "otherwise. With a server running there, status, persist, run and jobs ask it. Each command "
+    "says on stderr the store and workspace it resolved; an error is one line on stderr and a "
+    "non-zero exit. `jupyter gpuws COMMAND --help` says more of each."
 )
 STORE_HELP = (
     "the store: s3://, gs://, az:// (obstore), another fsspec URL, or an absolute path "
@@ -176,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--encrypt",
             action="store_true",
-            help="the workspace is (or becomes) encrypted with AES-256-GCM (docs/sync.md)",
+            help="the workspace is (or becomes) encrypted with AES-256-GCM, keyed by a passphrase",
         )
         p.add_argument(
             "--encrypt-names",
@@ -252,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs=argparse.REMAINDER,
         metavar="-- COMMAND …",
         help="with --job: the command to run as the job; its files go to the job's own area of the "
-        "workspace while it runs and when it ends (docs/jobs.md)",
+        "workspace while it runs and when it ends",
     )
     sync.add_argument(
         "--create-store",
@@ -438,7 +436,7 @@ def add_env_commands(commands: Any) -> None:
     run = commands.add_parser(
         "run",
         help="run a command or notebook as a job of the running server: it outlives "
-        "this terminal and the runtime (docs/jobs.md)",
+        "this terminal, and is relaunched from its checkpoint on the next runtime",
     )
     add_run_arguments(run)
     from .userjobs.k8s import add_k8s_arguments
@@ -875,6 +873,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"in store:  {count(status['synced_files'], 'file')} from here, {size(status['store_bytes'])}"
         )
         print(f"last sync: {_when(last, now) if last else 'never from this folder'}")
+        if status.get("store_same_disk"):
+            # As the panel says it: "saved" there goes with this machine.
+            print(
+                "           not saved elsewhere: the store is on this machine's own disk, "
+                "so it goes with the machine"
+            )
         if summary.last_write and (last is None or summary.last_write > last + 1):
             by = (
                 f" by {summary.host}" + (f":{summary.folder}" if summary.folder else "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -197,13 +198,21 @@ def options_of(command: str) -> dict[str, str | None]:
     }
 
 
-def test_the_description_names_every_command() -> None:
+def test_the_help_lists_every_command_with_one_line_and_no_file_a_pip_user_lacks() -> None:
+    from jupyter_gpu_ws.cli import build_parser
+
     result = gpuws("--help")
     assert result.returncode == 0
-    description = " ".join(result.stdout.split("positional arguments")[0].split())
-    for command in ("sync", "restore", "status", "env", "workspaces"):
-        assert command in description, command
-    assert "snapshots" in description
+    listed = result.stdout.split("positional arguments")[1]
+    [commands] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert {"run", "jobs", "persist", "status", "env", "checkpoint"} <= set(commands.choices)
+    helps = {c.dest: c.help for c in commands._choices_actions}
+    for name in commands.choices:
+        assert helps.get(name), f"{name} has no line in --help"
+        assert name in listed, name
+    assert "docs/" not in result.stdout
+    for name in commands.choices:
+        assert "docs/" not in gpuws(name, "--help").stdout, name
 
 
 @pytest.mark.parametrize("command", ["sync", "restore", "status", "workspaces"])
@@ -237,6 +246,8 @@ def test_status_says_when_this_folder_last_synced_from_its_record(
         r"^last sync: \d+ s ago \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\)$", result.stdout, re.M
     ), result.stdout
     assert "never" not in result.stdout
+    # The store is a folder on this machine's disk: said as the panel says it.
+    assert "not saved elsewhere: the store is on this machine's own disk" in result.stdout
     assert "writer:    none now (" in result.stdout and "released the lease" in result.stdout
     as_json = json.loads(gpuws("status", "--workdir", str(work), "--json", *common).stdout)
     assert as_json["last_sync"] is not None and as_json["lease"]["user"]
