@@ -783,8 +783,10 @@ class LocalBackend:
                 # Opened as everything in the store: a link or FIFO put in place of what was
                 # written is neither followed nor waited for (an fsync changes nothing anyway).
                 fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-            except FileNotFoundError:
-                continue  # moved or replaced since: what took its place is listed too
+            except (FileNotFoundError, NotADirectoryError):
+                # Moved or replaced since (its folder now a file of that name, even): what took
+                # its place is listed too.
+                continue
             except OSError as err:
                 if err.errno == errno.ELOOP:
                     continue  # replaced by a link since: nothing of ours left to flush

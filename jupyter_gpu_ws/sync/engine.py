@@ -633,6 +633,11 @@ class SyncEngine:
         if listing is None and needs_listing(changed, known):
             listing = self.store.list_files()
         transfer = PassTransfer(self, progress, cancel, report, flush_soon)
+        for rel in in_the_way(deleted, changed):
+            # A file replaced by a folder of its name (or a folder by a file): the old one goes
+            # first, into versions, or the new one could not be written where it stands.
+            transfer.delete_one(rel)
+            progress.file_done(rel)
         records_done = transfer.upload_all(changed, known, listing)
         if flush_soon and self.backend.flushes:
             # A pass that waits for the disk records its files once they are durable: the record
@@ -648,7 +653,8 @@ class SyncEngine:
         if report.stopped:
             return  # deletions wait for a store that answers and a lease in force
 
-        transfer.delete_all(deleted)
+        gone_first = set(report.deleted)
+        transfer.delete_all([rel for rel in deleted if rel not in gone_first])
         self.index.delete_many([rel for rel in deleted if rel in report.deleted])
         self.pending_set.done_many(report.deleted)
         self.kept_versions.prune(overwritten | set(report.deleted))
@@ -944,3 +950,16 @@ __all__ = [
     "StoreFullError",
     "QuotaExceededError",
 ]
+
+
+def in_the_way(deleted: list[str], changed: list[LocalFile]) -> list[str]:
+    """The deletions whose path a changed file needs: a file that became a folder of the same
+    name (`a` deleted, `a/x` new), or a folder that became a file (`a/x` deleted, `a` new)."""
+    paths = {f.path for f in changed}
+    parents = {rel.rsplit("/", i)[0] for rel in paths for i in range(1, rel.count("/") + 1)}
+    return [
+        rel
+        for rel in deleted
+        if rel in parents
+        or any(rel.rsplit("/", i)[0] in paths for i in range(1, rel.count("/") + 1))
+    ]

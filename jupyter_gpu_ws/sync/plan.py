@@ -103,7 +103,7 @@ class Planner:
                     unchanged += 1
                 else:
                     changed.append(f)
-            deleted = [p for p in records if p not in local and not os.path.lexists(self.abs(p))]
+            deleted = [p for p in records if p not in local and self.gone(p)]
             total_records = len(records)
             if records and not local:
                 if _has_files(self.workdir):
@@ -126,7 +126,7 @@ class Planner:
                         unchanged += 1
                     else:
                         changed.append(found)
-                elif record is not None and not os.path.lexists(self.abs(rel)):
+                elif record is not None and self.gone(rel):
                     deleted.append(rel)
         if self.baseline is not None and changed:
             restored = self.baseline.get_many([f.path for f in changed])
@@ -150,10 +150,12 @@ class Planner:
                 out.update(
                     p for p in self.index.paths_under(rel) if not os.path.lexists(self.abs(p))
                 )
+                if self.index.get(rel) is not None:
+                    out.add(rel)  # a file that became a folder of its name
             else:
                 out.add(rel)
-                if not os.path.lexists(path):
-                    out.update(self.index.paths_under(rel))
+                # Gone, or a file now where a folder was: what was recorded under it is gone.
+                out.update(self.index.paths_under(rel))
         return out
 
     def guard_deletions(self, deleted: list[str], total_records: int, max_fraction: float) -> None:
@@ -212,6 +214,11 @@ class Planner:
             else None
         )
         return allowed, warning
+
+    def gone(self, rel: str) -> bool:
+        """Whether the file `rel` is no more: nothing there, or a folder now of its name."""
+        path = self.abs(rel)
+        return not os.path.lexists(path) or (os.path.isdir(path) and not os.path.islink(path))
 
     def hold_unsettled(
         self, changed: list[LocalFile], report: PassReport, settling: Settling

@@ -679,3 +679,28 @@ def test_a_large_file_sent_again_after_changing_mid_copy_is_counted_once_in_the_
     seen = progress.snapshot()
     assert (seen["bytes_done"], seen["bytes_total"]) == (final, final)
     assert (mirror(store_dir) / "big.bin").stat().st_size == final
+
+
+@pytest.mark.parametrize("seen", ["rescan", "watcher"])
+def test_a_file_replaced_by_a_folder_of_its_name_and_back_syncs_keeping_each_old_one(
+    seen: str, workdir: Path, store_dir: Path, make_engine: Callable[..., SyncEngine]
+) -> None:
+    # What a pass is told: nothing (a full rescan), or the paths the watcher saw change.
+    told = None if seen == "rescan" else ["data", "data/part1.csv"]
+    engine = make_engine(workdir)
+    write(workdir, "data", "a file")
+    assert engine.sync().ok
+    (workdir / "data").unlink()
+    write(workdir, "data/part1.csv", "1,2\n")
+    report = engine.sync(told)
+    assert report.ok, report.errors
+    assert tree_files(store_dir / "ws" / "files") == {"data/part1.csv": b"1,2\n"}
+    assert len(engine.versions("data")) == 1  # the file it replaced, kept
+    (workdir / "data" / "part1.csv").unlink()
+    (workdir / "data").rmdir()
+    write(workdir, "data", "a file again")
+    report = engine.sync(told)
+    assert report.ok, report.errors
+    assert tree_files(store_dir / "ws" / "files") == {"data": b"a file again"}
+    assert len(engine.versions("data/part1.csv")) == 1
+    assert engine.status()["state"] == "idle" and engine.status()["pending_files"] == 0
