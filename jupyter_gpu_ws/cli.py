@@ -410,17 +410,24 @@ def add_env_commands(commands: Any) -> None:
         "persist",
         help="ask the running Jupyter Server to persist everything (a Kubernetes preStop hook)",
     )
-    persist.add_argument(
+    waiting = persist.add_mutually_exclusive_group()
+    waiting.add_argument(
         "--wait",
         action="store_true",
-        help="wait until the persist has finished; exit 0 once persisted",
+        help="wait until the persist has finished, showing its progress; exit 0 once persisted "
+        "(the default)",
+    )
+    waiting.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="print the persist's id (and how to follow it) and return at once",
     )
     persist.add_argument(
         "--timeout",
         type=_seconds,
         default=None,
         metavar="S",
-        help="with --wait: give up after S seconds (non-zero exit); default: wait as long as it runs",
+        help="give up waiting after S seconds (non-zero exit); default: wait as long as it runs",
     )
     persist.add_argument(
         "--server",
@@ -840,7 +847,80 @@ def cmd_sync_job(args: argparse.Namespace, command: list[str]) -> int:
     return run_job(area, command, record, args.every or EVERY)
 
 
+def _serving(workdir: str | None) -> tuple[str, str, dict[str, Any]] | None:
+    """The running server whose work directory is `workdir` (its URL, token and sync status),
+    or None where none runs here for it."""
+    if not workdir:
+        return None
+    from .client import ServerUnreachable, request, running_servers
+
+    for url, token in running_servers(None):
+        try:
+            sync = request(url, token, "gpuws/api/sync", timeout=10)
+        except (ServerUnreachable, ValueError):
+            continue
+        if isinstance(sync, dict) and isinstance(sync.get("workdir"), str):
+            if os.path.realpath(sync["workdir"]) == os.path.realpath(workdir):
+                return url, token, sync
+    return None
+
+
+def _print_server_status(url: str, token: str, sync: dict[str, Any]) -> None:
+    """`status` as the running server sees its work directory: no store credentials needed (the
+    server has them), and the state its panel shows, faults included."""
+    from .client import ServerUnreachable, request
+    from .userjobs.commands import listing_lines
+
+    now = time.time()
+    print(f"store:     {sync.get('store') or '?'}/{sync.get('workspace') or '?'}")
+    print(f"server:    {url} ({sync.get('state')})")
+    if sync.get("last_error"):
+        print(f"problem:   {sync['last_error']}")
+    print(
+        f"in store:  {count(int(sync.get('synced_files') or 0), 'file')} from here, "
+        f"{size(int(sync.get('store_bytes') or 0))}"
+    )
+    last = sync.get("last_sync")
+    print(f"last sync: {_when(last, now) if last else 'never from this folder'}")
+    if sync.get("store_same_disk"):
+        print(
+            "           not saved elsewhere: the store is on this machine's own disk, "
+            "so it goes with the machine"
+        )
+    print(
+        f"pending:   {count(int(sync.get('pending_files') or 0), 'file')} "
+        f"({size(int(sync.get('pending_bytes') or 0))})"
+    )
+    holder = sync.get("lease") or {}
+    if sync.get("lease_writing"):
+        print("writer:    this server")
+    elif holder:
+        print(f"writer:    {holder.get('user')}@{holder.get('host')} (pid {holder.get('pid')})")
+    try:
+        jobs = request(url, token, "gpuws/api/jobs", timeout=10)
+    except (ServerUnreachable, ValueError):
+        return
+    lines = listing_lines(jobs) if isinstance(jobs, dict) and jobs.get("jobs") else []
+    if lines:
+        print("jobs:")
+        for line in lines:
+            print(f"  {shown(line)}")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
+    serving = _serving(args.workdir)
+    if serving is not None:
+        sync = serving[2]
+        print(
+            f"store: {sync.get('store') or '?'}  workspace: {sync.get('workspace') or '?'}"
+            f"{_whence(args)}",
+            file=sys.stderr,
+        )
+        if args.json:
+            _print_json(serving[2])
+        else:
+            _print_server_status(*serving)
+        return 0
     engine = make_engine(
         args, take_lease=False, must_exist=True
     )  # looking must not stop a runtime from writing
@@ -1170,9 +1250,10 @@ def cmd_env_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_persist(args: argparse.Namespace) -> int:
-    """Ask the running server for a persist (POST /gpuws/api/persist) and, with --wait, poll the
-    job until it ends: 0 once everything is persisted, 1 with one line when it failed or ran
-    out of time (the server's own persist goes on; a SIGTERM after it only finishes the rest)."""
+    """Ask the running server for a persist (POST /gpuws/api/persist) and, unless --no-wait,
+    follow the job, showing its progress, until it ends: 0 once everything is persisted, 1 with
+    one line when it failed or ran out of time (the server's own persist goes on; a SIGTERM
+    after it only finishes the rest)."""
     from .client import ServerUnreachable, request, running_server
 
     started = time.monotonic()
@@ -1184,10 +1265,20 @@ def cmd_persist(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         job = request(url, token, "gpuws/api/persist", "POST", {}, timeout=30)
-        if not args.wait:
+        if args.no_wait:
             print(job["id"])
+            print(
+                f"Started persist {job['id']}: follow it in the panel's Sync section, or "
+                f"GET {url}gpuws/api/persist/{job['id']}",
+                file=sys.stderr,
+            )
             return 0
+        said = ""
         while job.get("state") == "running":
+            position = _persist_position(job)
+            if position != said:  # its progress, a line each time it moves
+                print(f"  {position}", file=sys.stderr, flush=True)
+                said = position
             if args.timeout is not None and time.monotonic() - started >= args.timeout:
                 print(
                     f"jupyter gpuws: error: persist {job['id']} not finished after {args.timeout:g} s "

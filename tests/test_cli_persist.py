@@ -124,8 +124,20 @@ def test_no_running_server_is_one_line_and_exit_1(tmp_path: Path) -> None:
     )
 
 
-def test_without_wait_it_prints_the_job_and_returns(server: ServerProcess) -> None:
-    result = persist(server.runtime)
+def test_with_no_wait_it_prints_the_job_and_how_to_follow_it_and_returns(
+    server: ServerProcess,
+) -> None:
+    result = persist(server.runtime, "--no-wait")
     assert result.returncode == 0, result.stderr
     job = server.api(f"/gpuws/api/persist/{result.stdout.strip()}")
     assert job["kind"] == "persist"
+    assert f"gpuws/api/persist/{job['id']}" in result.stderr
+
+
+def test_by_default_it_waits_showing_progress_and_says_the_outcome(server: ServerProcess) -> None:
+    result = persist(server.runtime)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""  # no id: it waited
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("server ") and "store ?" not in lines[0]
+    assert "(" in lines[-1] and lines[-1].endswith(" s)")  # the outcome and how long it took

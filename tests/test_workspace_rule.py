@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.servers import server_process
-from tests.sync.conftest import write
+from tests.sync.conftest import S3_ACCESS_KEY, S3_BUCKET, S3_SECRET_KEY, s3_server, write  # noqa: F401
+from tests.sync.s3server import S3Server
 from tests.waiting import until
 
 GPUWS = Path(sys.executable).with_name("jupyter-gpuws")
@@ -294,3 +295,31 @@ def test_with_a_server_running_commands_follow_its_settings(
         assert sorted(p.name for p in server.store.iterdir() if not p.name.startswith(".")) == [
             "test-ws"
         ]
+
+
+def test_status_in_another_terminal_asks_the_server_and_needs_no_store_credentials(
+    tmp_path: Path,
+    env: dict[str, str],
+    s3_server: S3Server,  # noqa: F811 (the fixture imported above)
+) -> None:
+    # The store's credentials are the server's own (its configuration), not this terminal's.
+    runtime = Path(env["JUPYTER_RUNTIME_DIR"])
+    runtime.mkdir()
+    config = {
+        "store_url": f"s3://{S3_BUCKET}/status-{tmp_path.name}",
+        "storage_options": {
+            "endpoint_url": s3_server.endpoint,
+            "key": S3_ACCESS_KEY,
+            "secret": S3_SECRET_KEY,
+        },
+        "sync_debounce": 0.02,
+    }
+    with server_process(tmp_path / "server", runtime, config) as server:
+        until(lambda: server.api("/gpuws/api/sync")["state"] == "idle", 60, "the server's sync")
+        bare = {k: v for k, v in env.items() if not k.startswith("AWS_")}
+        status = gpuws(bare, server.root, "status")
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.startswith(f"store:     s3://{S3_BUCKET}/status-{tmp_path.name}/")
+        assert f"server:    http://localhost:{server.port}/ (idle)" in status.stdout
+        assert "last sync: " in status.stdout and "never" not in status.stdout
+        assert S3_SECRET_KEY not in status.stdout + status.stderr
