@@ -13,6 +13,8 @@ from .statusreport import bundle, gpu_parts, status_parts
 from .store.names import shown
 from .vocabulary import count, size
 
+MAGIC_USAGE = "status | checkpoint | resume | persist | gpu | env | run … | jobs"
+
 
 @magics_class
 class GpuwsMagics(Magics):
@@ -23,7 +25,8 @@ class GpuwsMagics(Magics):
         command = command or "status"
         handler = getattr(self, f"_{command}", None)
         if handler is None:
-            print("usage: %gpuws status | checkpoint | resume | persist | gpu | env | run … | jobs")
+            print(f"gpuws: no command {command!r}")
+            print(f"usage: %gpuws {MAGIC_USAGE}")
             return
         try:
             if command == "run":
@@ -93,6 +96,7 @@ class GpuwsMagics(Magics):
         tracker = default_tracker()
         job = call("gpuws/api/persist", "POST", {})
         tried: set[str | None] = set()
+        shown_now = ""
         while job["state"] == "running":
             # This cell is a safe point too: the pipeline's request to this very kernel is
             # honoured here, or it would wait for a step() that this cell never reaches. Once
@@ -104,10 +108,14 @@ class GpuwsMagics(Magics):
                     tracker.checkpoint(wait=True)
                 except Exception:  # noqa: BLE001 - reported through the persist, with the cause
                     pass
-            print(f"\r{job.get('activity') or 'Persisting'}{' ' * 20}", end="", flush=True)
+            shown_now = f"{job.get('activity') or 'Persisting'}{' ' * 20}"
+            print(f"\r{shown_now}", end="", flush=True)
             time.sleep(0.5)
             job = call(f"gpuws/api/persist/{job['id']}")
-        print()
+        if shown_now:
+            print(
+                f"\r{' ' * len(shown_now)}\r", end=""
+            )  # the progress line gives way to the outcome
         summary = job["result"].get("summary") or {}
         # The server's one wording of the outcome, as the panel and `jupyter gpuws persist` say it.
         print(summary.get("text") or f"Persist {job['state']}: {'; '.join(job['errors'])}")

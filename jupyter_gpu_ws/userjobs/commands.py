@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from ..store.names import shown
 from ..vocabulary import age, count, duration, size
@@ -221,9 +221,17 @@ def bring_home_lines(answer: dict[str, Any]) -> list[str]:
     return [shown(line) for line in lines]
 
 
+class _MagicParser(argparse.ArgumentParser):
+    """In a kernel an error is one line and the usage once, never argparse's own print and exit
+    (which it does for a missing argument whatever exit_on_error says)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)
+
+
 def magic_run(line: str, ask: Ask) -> list[str]:
     """`%gpuws run …` in a kernel: the same arguments as `jupyter gpuws run`."""
-    parser = argparse.ArgumentParser(prog="%gpuws run", add_help=False, exit_on_error=False)
+    parser = _MagicParser(prog="%gpuws run", add_help=False, exit_on_error=False)
     add_run_arguments(parser)
     try:
         args = parser.parse_args(shlex.split(line))

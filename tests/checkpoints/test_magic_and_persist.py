@@ -184,6 +184,10 @@ async def test_magic_persist_runs_the_server_pipeline(jp_fetch: Any, gpuws_app: 
         assert "Copied to this machine's disk only:" in out and "All saved" not in out
         # Saved by the browser pages before anything else; none is connected in this test.
         assert "Open documents: no browser page is connected." in out
+        # As a notebook shows it (a carriage return overwrites its line): no progress line is
+        # left standing above the outcome.
+        shown = [line.rsplit("\r", 1)[-1].strip() for line in out.split("\n")]
+        assert shown[0].startswith("Copied to this machine's disk only:"), shown
 
 
 NOTHING_TRACKED = "gpuws: Nothing is tracked: call gpuws.track(model=..., optimizer=...) first\n"

@@ -343,6 +343,9 @@ def test_the_magic_runs_a_job_and_lists_it_in_its_status(server: ServerProcess) 
         assert f"from-magic ({job_id}): finished" in run(client, "%gpuws jobs")
         status = displayed(client, "%gpuws status")
         assert "Jobs:" in status and f"from-magic ({job_id})" in status, status
-        assert "usage: %gpuws run" in run(client, "%gpuws run")
+        bare = run(client, "%gpuws run")  # no command: one line why, the usage once
+        assert bare.startswith("gpuws: ") and bare.count("usage: %gpuws run") == 1, bare
+        bogus = run(client, "%gpuws bogus")
+        assert bogus.startswith("gpuws: no command 'bogus'\nusage: %gpuws status"), bogus
     finally:
         client.stop_channels()
