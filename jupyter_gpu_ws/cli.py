@@ -11,7 +11,7 @@
     jupyter gpuws decrypt [--store URL] [--workspace NAME] --to DIR [PATH …]   (an encrypted store, no server)
     jupyter gpuws key add|change|remove [KEY_ID] [--store URL] [--workspace NAME]
       (sync, restore, status, decrypt, key: --encrypt, --key-file FILE or $GPUWS_PASSPHRASE, else a prompt)
-    jupyter gpuws persist [--wait] [--timeout S] [--server URL] [--runtime-dir DIR]   (asks the running server)
+    jupyter gpuws persist [--timeout S] [--no-wait] [--server URL] [--runtime-dir DIR]   (asks the running server)
     jupyter gpuws checkpoint export RUN [--step N] --to FILE [--only NAME] [--workdir DIR]
     jupyter gpuws run [--name NAME] [--retries N] [--gpus K] -- COMMAND … | run NOTEBOOK.ipynb   (a job of the server)
     jupyter gpuws jobs [--log ID [--lines N] [--follow]] [--bring-home ID]   (the running server's jobs, those run elsewhere; a job's log; bring one home)
