@@ -84,6 +84,7 @@ class SyncService:
         # The watcher's last report came after a quiet spell and named a few small files: it is
         # uploaded at once instead of after the settle delay (a saved notebook, an edited script).
         self._leading = False
+        self._quiet_open = False  # a quiet spell's first write was reported while still open
         self.rescan_interval = rescan_interval
         self.on_pass = on_pass
         self.final_pass = True
@@ -185,7 +186,10 @@ class SyncService:
             return
         if writing is not None:
             self.engine.settling.heard(rels, writing)
-        quiet = time.monotonic() - self.engine.last_change >= self.debounce
+        # A quiet spell's first write may come in two reports (its writes, still open, then its
+        # close): the close still leads, though the first report just counted as a change.
+        quiet = time.monotonic() - self.engine.last_change >= self.debounce or self._quiet_open
+        self._quiet_open = quiet and bool(writing)
         self._leading = quiet and not writing and _few_small(self.engine.workdir, rels)
         try:
             self.engine.mark_dirty(rels)
@@ -313,8 +317,9 @@ class SyncService:
             return
         settle = self.debounce - (time.monotonic() - engine.last_change)
         if settle > 0 and not self._leading:
-            # Let a burst of writes (a notebook saving, a checkpoint being written) settle.
-            self._stop.wait(settle)
+            # Let a burst of writes (a notebook saving, a checkpoint being written) settle; news
+            # meanwhile (a change that may lead, a stop) looks again at once.
+            self._wake.wait(settle)
             self._wake.set()
             return
         self._leading = False

@@ -203,6 +203,19 @@ def test_a_small_change_after_a_quiet_spell_goes_at_once(
     until(lambda: files(store_dir).get("train.py") == b"print('edited')", timeout=20)
 
 
+def test_a_small_file_still_open_when_first_reported_goes_at_once_when_closed(
+    slow_settle: SyncService, workdir: Path, store_dir: Path
+) -> None:
+    # Its write and its close come in two of the watcher's reports (a slow writer, or a loaded
+    # machine): the first counts as a change, yet the close after a quiet spell still leads
+    # (run 22: it waited for the 60 s settle delay).
+    with open(workdir / "train.py", "w") as f:
+        f.write("print('edited')")
+        f.flush()
+        until(lambda: "train.py" in slow_settle.engine.settling._open, 10, "reported open")
+    until(lambda: files(store_dir).get("train.py") == b"print('edited')", timeout=10)
+
+
 def test_a_large_write_waits_for_the_settle_delay(
     slow_settle: SyncService, workdir: Path, store_dir: Path
 ) -> None:
