@@ -134,6 +134,11 @@ class Backend(Protocol):
         store has no folders (an object store)."""
         ...
 
+    def probe(self) -> object:
+        """The cheapest question that makes the store answer (the stall watch asks it in a thread
+        of its own while a pass or a restore waits on the store, sync/stall.py)."""
+        ...
+
     def expect(self, prefix: str) -> None:
         """From now on `prefix` must be there: no write makes it, and missing it is
         StoreMissingError (the root always is)."""
@@ -188,6 +193,10 @@ class NoFolders:
 
     def present(self, prefix: str) -> bool:
         return True
+
+    def probe(self) -> object:
+        # A request that goes to the store and back (a missing key is an answer too).
+        return self.stat(f"{TEMP_FOLDER}/probe")  # type: ignore[attr-defined]
 
     def expect(self, prefix: str) -> None:
         pass

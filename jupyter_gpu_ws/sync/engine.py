@@ -255,7 +255,7 @@ class SyncEngine:
         self._summary_written = 0.0
         self._same_disk: bool | None = None
         # A store that stops answering mid-pass (a stalled drive) shows in the status meanwhile.
-        self.stall_watch = StallWatch(lambda: self.backend.present(""))
+        self.stall_watch = StallWatch(lambda: self.backend.probe())
         # The background flush after a pass that did not wait for one.
         self._flush_wanted = threading.Condition()
         self._flush_requested = False
@@ -720,6 +720,11 @@ class SyncEngine:
     def store_usage(self) -> int:
         """What this workspace takes in the store: the mirror and its previous versions."""
         return self.index.count_and_bytes()[1] + (self.kept_versions.bytes or 0)
+
+    @property
+    def restore_running(self) -> bool:
+        """Whether a restore is under way (its requests wait on the store too)."""
+        return self.restore_lock.locked()
 
     def note_partial(self, rel: str, partial: bool) -> None:
         """Whether the copy just sent may be partial (sent while the file was still being

@@ -14,6 +14,7 @@ from ..store import Store
 from ..store.backend import Backend
 from ..store.faults import recall
 from ..store.lease import Lease, LeaseKeeper, lease_status
+from ..store.local import LocalBackend
 from ..store.names import shown
 from ..store.redact import redact
 from ..store.versions import Versions
@@ -84,6 +85,8 @@ class EngineView(Protocol):
     def store_down(self) -> str | None: ...
     @property
     def store_missing(self) -> str | None: ...
+    @property
+    def restore_running(self) -> bool: ...
 
     def same_disk(self) -> bool: ...
 
@@ -111,14 +114,20 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
         state = "error"  # the lease could not be renewed in time: writes paused
     else:
         state = engine.state
-    stalled = engine.stall_watch.stalled_for(running is not None)
+    # The store is asked while a pass or a restore waits on it (the start's restore too).
+    stalled = engine.stall_watch.stalled_for(running is not None or engine.restore_running)
     stall = None
     if stalled is not None and missing is None:
         state = "error"
+        where = redact(engine.backend.description)
         stall = (
-            f"The store {engine.backend.description} has not answered for {stalled:.0f} s: is the drive it is "
-            "on still mounted and reachable? The sync waits for it and goes on by itself once it answers "
-            "(remount the drive if it stays stuck; on Colab: drive.mount(..., force_remount=True))"
+            f"The store {where} has not answered for {stalled:.0f} s: is the drive it is "
+            "on still mounted and reachable? The sync waits for it and goes on by itself once it "
+            "answers (remount the drive if it stays stuck; on Colab: "
+            "drive.mount(..., force_remount=True))"
+            if isinstance(engine.backend, LocalBackend)
+            else f"The store at {where} is not answering ({stalled:.0f} s): the sync waits for "
+            "it and goes on by itself once it answers"
         )
     problems = engine.pending_set.listing(0)
     # Links and special files of the store (store keys), and the files the last restore left

@@ -9,6 +9,7 @@ import json
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,13 +24,15 @@ from jupyter_gpu_ws.store.errors import (
     StoreUnavailableError,
     SyncError,
 )
+from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from tests.loopback import TLSFiles
+from tests.stallproxy import StallProxy
 from tests.stores.azurite import AzuriteServer
 from tests.stores.certs import make_ca_used_as_server_certificate, make_loopback_certificates
 from tests.stores.conftest import _use_env
 from tests.sync.conftest import S3_BUCKET, s3_server  # noqa: F401 (a fixture)
 from tests.sync.s3server import S3Server
-from tests.waiting import async_until
+from tests.waiting import async_until, until
 
 # What only a store library says: none of it may reach a user's line.
 RAW = ("Generic", "<?xml", "%2F", "Error performing", "Debug source", "reqwest", "list-type")
@@ -232,3 +235,48 @@ async def test_the_panel_reads_the_line_its_kind_and_has_the_stores_words_for_de
     # The other sections refer to the Sync section's box instead of repeating it.
     assert env["store_fault"] is (env["error"] is not None)
     assert jobs["store_fault"] or line not in (jobs["error"] or "")
+
+
+def test_an_object_store_that_stalls_mid_pass_shows_within_5_s_and_heals(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    proxy = StallProxy(int(s3.endpoint.rsplit(":", 1)[1]))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "first.txt").write_text("before the stall")
+    engine = SyncEngine(
+        SyncSettings(
+            str(work),
+            f"s3://{S3_BUCKET}/stall-{tmp_path.name}",
+            "ws",
+            str(tmp_path / "state"),
+            storage_options={"endpoint_url": proxy.url},
+            retry_backoff=0.01,
+        )
+    )
+    try:
+        engine.open()
+        assert engine.sync().ok
+        proxy.stalled.set()
+        (work / "second.txt").write_text("written while the store stalls")
+        passing = threading.Thread(target=lambda: engine.sync(), daemon=True)
+        passing.start()
+        began = time.monotonic()
+
+        def said() -> Any:
+            status = engine.status()
+            return "is not answering" in (status["last_error"] or "") and status
+
+        status = until(said, 10, "the stall in the status")
+        assert time.monotonic() - began <= 5.0 + 1.0  # within 5 s (and a poll)
+        assert status["state"] == "error" and status["error_kind"] == "stalled"
+        assert "has not answered" not in status["last_error"]  # not the mounted drive's words
+        proxy.stalled.clear()
+        passing.join(60)
+        assert not passing.is_alive()
+        assert engine.sync().ok  # the next pass (the service runs one by itself) sends it all
+        assert engine.status()["state"] == "idle"
+    finally:
+        proxy.stalled.clear()
+        engine.close()
+        proxy.close()

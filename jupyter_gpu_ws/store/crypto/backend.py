@@ -518,6 +518,9 @@ class EncryptedBackend:
     def present(self, prefix: str) -> bool:
         return self.inner.present(prefix)  # a workspace's own folder has its plain name
 
+    def probe(self) -> object:
+        return self.inner.probe()
+
     def expect(self, prefix: str) -> None:
         self.inner.expect(prefix)
 
