@@ -2067,6 +2067,7 @@ export interface components {
         | 'timeout'
         | 'full'
         | 'busy'
+        | 'connection'
         | 'stalled'
         | null;
       /** @description the store's own words for that fault (shown under Details; also in the log) */

@@ -5,7 +5,7 @@ log and the panel's "Details".
 `fault_of(text, …)` reads what obstore says (its message and its "Debug source", which holds the
 HTTP status, the error code of the store's XML and the TLS verdict) and names the fault:
 `bucket-missing`, `credentials`, `access-denied`, `certificate`, `host-not-found`, `refused`,
-`timeout`, `full`, `busy`. None where it knows no better: the caller keeps its own words.
+`timeout`, `full`, `busy`, `connection`. None where it knows no better: the caller keeps its own words.
 """
 
 from __future__ import annotations
@@ -161,6 +161,16 @@ def fault_of(text: str, description: str, cloud: str, seconds: float | None = No
         waited = f" within {seconds:g} s" if seconds else ""
         return fault(
             "timeout", f"The store at {host} did not answer{waited}: the sync retries by itself"
+        )
+    if (
+        "kind: connect" in lowered
+        or "connection reset" in lowered
+        or "error sending request" in lowered
+    ):
+        return fault(
+            "connection",
+            f"The connection to the store at {host} broke before it answered (reset or closed): "
+            "the sync retries by itself",
         )
     return None
 

@@ -5,9 +5,11 @@ own text; that text stays on the error as its `detail` (issue 46)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import ssl
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -97,6 +99,23 @@ def test_a_store_that_never_answers(s3: S3Server) -> None:
         err = failure("s3://b/p", {"endpoint_url": f"http://127.0.0.1:{port}", "timeout": "1s"})
     assert isinstance(err, StoreUnavailableError)
     check(err, "timeout", f"127.0.0.1:{port} did not answer")
+
+
+def test_a_store_that_resets_the_connection(s3: S3Server) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+
+        def reset() -> None:  # reads the request, then resets the connection (SO_LINGER 0)
+            with contextlib.suppress(OSError):
+                conn, _ = listening.accept()
+                conn.recv(1024)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+
+        threading.Thread(target=reset, daemon=True).start()
+        err = failure("s3://b/p", {"endpoint_url": f"http://127.0.0.1:{port}"})
+    assert isinstance(err, StoreUnavailableError)
+    check(err, "connection", f"127.0.0.1:{port} broke before it answered")
 
 
 class Busy(BaseHTTPRequestHandler):
