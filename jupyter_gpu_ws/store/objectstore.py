@@ -161,14 +161,14 @@ def open_object_store(
         )
     except obx.UnknownConfigurationKeyError as err:
         found = re.search(r"key: '([^']*)'", str(err))
-        name = found.group(1) if found else _first_line(err)
+        name = found.group(1) if found else first_line(str(err))
         raise StoreConfigError(
             f"The store option {name!r} is not one this store takes (it is passed to obstore's "
             f"{cloud.upper()} store, which does not know it): remove it from storage_options, "
             "or see docs/sync.md for the names each store takes"
         ) from None
     except (obx.BaseError, ValueError) as err:
-        raise StoreConfigError(f"Cannot open the store {url!r}: {_first_line(err)}") from None
+        raise StoreConfigError(f"Cannot open the store {url!r}: {first_line(str(err))}") from None
     return ObjectStoreBackend(store, url.rstrip("/"), cloud, max_concurrency)
 
 
@@ -608,13 +608,16 @@ def _error(err: BaseException, key: str, description: str, cloud: str) -> SyncEr
         return LocalFileError(f"its name cannot be a key in this store ({text})")
     lowered = whole.lower()
     if "169.254.169.254" in lowered or "credential" in lowered and "fetch" in lowered:
-        return StoreConfigError(
+        fault: Fault | None = Fault(
+            "credentials",
             f"No credentials for the store: set {CREDENTIALS.get(cloud, 'its credentials')}, "
-            "or the store's own variables"
-        ).with_fault("credentials", text)
-    if "keytoolong" in lowered:
+            "or the store's own variables",
+            text,
+        )
+    elif "keytoolong" in lowered:
         return LocalFileError("its name is too long for the store (KeyTooLong)")
-    fault = fault_of(whole, description, cloud)
+    else:
+        fault = fault_of(whole, description, cloud)
     if fault is None:
         if isinstance(err, (obx.PermissionDeniedError, obx.UnauthenticatedError)):
             fault = Fault(
@@ -667,11 +670,6 @@ def _no_bucket(err: BaseException) -> bool:
         or "ContainerNotFound" in text
         or "bucket does not exist" in text.lower()
     )
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _remote(meta: Any) -> RemoteFile:

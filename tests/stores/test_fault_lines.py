@@ -301,3 +301,15 @@ def test_an_object_store_that_stalls_mid_pass_shows_within_5_s_and_heals(
         proxy.stalled.clear()
         engine.close()
         proxy.close()
+
+
+def test_words_in_a_url_are_not_taken_for_the_fault() -> None:
+    # A key named after a certificate, answered 503: busy, not a TLS verdict.
+    from jupyter_gpu_ws.store.faults import fault_of
+
+    text = (
+        "Generic S3 error: Error performing GET http://127.0.0.1:9/b/p/certificate-timed out.pem "
+        "in 2ms - Server returned non-2xx status code: 503 Service Unavailable"
+    )
+    fault = fault_of(text, "s3://b/p", "s3")
+    assert fault is not None and fault.kind == "busy", fault
