@@ -641,8 +641,9 @@ def _error(err: BaseException, key: str, description: str, cloud: str) -> SyncEr
     return kind(fault.line).with_fault(fault.kind, fault.detail)
 
 
-# Faults only the user's change mends (the rest heal by themselves: the sync retries).
-_CONFIG_FAULTS = ("bucket-missing", "credentials", "access-denied", "certificate")
+# Faults only the user's change of the settings mends. The rest heal by themselves (the sync
+# retries): a certificate too, as before, since the server's may be renewed while this runs.
+_CONFIG_FAULTS = ("bucket-missing", "credentials", "access-denied")
 _logged: list[str] = []
 
 
