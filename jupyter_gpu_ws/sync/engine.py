@@ -53,6 +53,7 @@ from .errors import (
 )
 from .ignore import BYTECODE_LEFT_OUT, IgnoreRules
 from .index import Record, SyncIndex
+from .links import LinkRestore, is_link_item, items_of
 from .pending import PendingSet
 from .plan import PassReport, Planner, check_workdir, files_text, needs_listing
 from .progress import Progress, RateLimiter
@@ -64,7 +65,7 @@ from .restore import (
     newest_checkpoints,
     restore_phases,
 )
-from .scan import LocalFile, local_path, scan, stat_path
+from .scan import LocalFile, local_path, present, scan, stat_path
 from .settle import LONGEST_WAIT, Settling
 from .stall import StallWatch
 from .status import engine_status, on_same_disk, stored_summary
@@ -433,13 +434,12 @@ class SyncEngine:
             self.last_change = time.monotonic()
             for rel in paths:
                 self._dirty.add(rel)
-                local = stat_path(self.workdir, rel, self.rules)
-                exists = local is not None or os.path.lexists(self.abs(rel))
-                self.pending_set.note(rel, local, self.index.get(rel), exists)
+                for name in items_of(rel):  # a file, or a link
+                    local = stat_path(self.workdir, name, self.rules, self.pending_set.problem)
+                    exists = local is not None or present(self.workdir, name)
+                    self.pending_set.note(name, local, self.index.get(name), exists)
                 if (
-                    local is None
-                    and exists
-                    and os.path.isdir(self.abs(rel))
+                    os.path.isdir(self.abs(rel))
                     and not os.path.islink(self.abs(rel))
                     and not self.rules.ignored(rel, is_dir=True)
                 ):
@@ -769,16 +769,26 @@ class SyncEngine:
                 remote = self.store.list_files()
                 for rel in leave:
                     remote.pop(rel, None)
+                links = {rel: remote.pop(rel) for rel in list(remote) if is_link_item(rel)}
                 newest = newest_checkpoints(remote)
                 self.restoring.plan(newest)
                 report = self._restore_job(progress, cancel, self.restoring).run(
                     remote, restore_phases(remote, newest), newest
                 )
+                # Links last: no file of this restore is written through one it made.
+                made = LinkRestore(self.workdir, self.backend, self.index, self.clock)
+                if links and not (cancel is not None and cancel.is_set()):
+                    made.run(links)
+                    report.restored += made.restored
+                    report.already_present += made.present
+                    report.errors += made.errors
             finally:
                 self.restoring.end()
         # Compiled Python in the store is never brought (ignore.is_bytecode): named, with the
-        # links and special files of the store, in the status, until the next restore.
+        # links and special files of the store, in the status, until the next restore; so are
+        # the store's links that cannot be made here (links.py).
         self.left_out = {rel: BYTECODE_LEFT_OUT for rel in sorted(report.bytecode)}
+        self.left_out.update(made.left_out)
         if report.bytecode:
             log.warning(
                 "Restore: %d compiled Python file(s) in the store not brought (%s): %s",
@@ -827,7 +837,9 @@ class SyncEngine:
         missing = {
             rel: f
             for rel, f in files.items()
-            if rel.startswith(newest + "/") and not self._same_size_here(rel, f)
+            if rel.startswith(newest + "/")
+            and not is_link_item(rel)
+            and not self._same_size_here(rel, f)
         }
         if not missing:
             return newest

@@ -4,7 +4,6 @@ its reason, so the panel never says "all saved" when something is not in the sto
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -12,7 +11,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .index import Record
-from .scan import LocalFile
+from .links import entry_of, is_link_item
+from .scan import LocalFile, present
 
 # How many pending paths a status check re-examines (a lstat each) for having vanished.
 RECHECK_LIMIT = 5000
@@ -49,6 +49,7 @@ class PendingSet:
         self._lock = threading.Lock()
         self._items: dict[str, PendingFile] = {}
         self.problems: dict[str, LocalProblem] = {}
+        self._scanned: set[str] = set()  # the problems the last full scan found (scan_problems)
 
     # -- what differs ----------------------------------------------------------------------------
 
@@ -56,6 +57,8 @@ class PendingSet:
         """One path, as it is now: a file differing from its record is pending; a recorded file
         that is gone is a deletion to carry; anything else is not pending."""
         with self._lock:
+            if local is not None and is_link_item(rel):
+                self.problems.pop(entry_of(rel), None)  # the link points inside again
             if local is not None and not (
                 record is not None
                 and (record.size, record.mtime_ns) == (local.size, local.mtime_ns)
@@ -170,6 +173,21 @@ class PendingSet:
                 rel, reason, local.size if local else 0, local.mtime_ns if local else 0
             )
 
+    def scan_problems(self, found: dict[str, str]) -> None:
+        """What a full scan found that cannot be synced (an unreadable folder, a link pointing
+        outside, a name that takes the links' suffix): those it no longer finds are mended."""
+        with self._lock:
+            for rel in self._scanned - found.keys():
+                self.problems.pop(rel, None)
+            for rel, reason in found.items():
+                self._items.pop(rel, None)
+                self.problems[rel] = LocalProblem(rel, reason)
+            self._scanned = set(found)
+
+    def clear_problem(self, rel: str) -> None:
+        with self._lock:
+            self.problems.pop(rel, None)
+
     def without_known_problems(self, files: list[LocalFile]) -> list[LocalFile]:
         """`files` less those that failed for a local reason and have not changed since: they
         are not tried again."""
@@ -199,9 +217,7 @@ class PendingSet:
             candidates = [p for p, item in self._items.items() if item.state != "deleting"][
                 :RECHECK_LIMIT
             ]
-        gone = [
-            p for p in candidates if not os.path.lexists(os.path.join(self.workdir, *p.split("/")))
-        ]
+        gone = [p for p in candidates if not present(self.workdir, p)]
         gone = [p for p in gone if self.record_of(p) is None]
         if gone:
             with self._lock:

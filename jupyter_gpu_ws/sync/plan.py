@@ -14,9 +14,10 @@ from ..checkpoints.files import MANIFEST, folder_order
 from .errors import DeletionGuardError, WorkdirError
 from .ignore import IGNORE_FILE, IgnoreRules
 from .index import Record, SyncIndex
+from .links import entry_of, is_link_item, items_of, link_target
 from .pending import PendingSet
 from .restore import CHECKPOINTS_PREFIX
-from .scan import LocalFile, local_path, scan, stat_path
+from .scan import LocalFile, local_path, present, scan, stat_path
 from .settle import Settling
 
 # Below this many deletions the share guard does not apply (deleting 2 of 3 files is normal).
@@ -37,6 +38,7 @@ class PassReport:
     uploaded: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     unchanged: int = 0
+    found_in_store: int = 0  # changed here, but the store had these bytes already
     bytes_uploaded: int = 0
     errors: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # too large, ignored
@@ -95,8 +97,7 @@ class Planner:
             local = {
                 f.path: f for f in scan(self.workdir, self.rules, problems=unreadable.__setitem__)
             }
-            for folder, reason in unreadable.items():
-                self.pending_set.problem(folder, reason)
+            self.pending_set.scan_problems(unreadable)
             records = self.index.all()
             for f in local.values():
                 if _same(f, records.get(f.path)):
@@ -119,9 +120,11 @@ class Planner:
         else:
             total_records = self.index.count_and_bytes()[0]
             for rel in sorted(self._expand(paths)):
-                found = stat_path(self.workdir, rel, self.rules)
+                found = stat_path(self.workdir, rel, self.rules, self.pending_set.problem)
                 record = self.index.get(rel)
                 if found is not None:
+                    if is_link_item(rel):
+                        self.pending_set.clear_problem(entry_of(rel))  # a link mended
                     if _same(found, record):
                         unchanged += 1
                     else:
@@ -147,13 +150,12 @@ class Planner:
             if os.path.isdir(path) and not os.path.islink(path):
                 if not self.rules.ignored(rel, is_dir=True):
                     out.update(f.path for f in scan(self.workdir, self.rules, rel))
+                out.update(p for p in self.index.paths_under(rel) if not present(self.workdir, p))
                 out.update(
-                    p for p in self.index.paths_under(rel) if not os.path.lexists(self.abs(p))
-                )
-                if self.index.get(rel) is not None:
-                    out.add(rel)  # a file that became a folder of its name
+                    name for name in items_of(rel) if self.index.get(name) is not None
+                )  # a file (or link) that became a folder of its name
             else:
-                out.add(rel)
+                out.update(items_of(rel))  # a file, or a link
                 # Gone, or a file now where a folder was: what was recorded under it is gone.
                 out.update(self.index.paths_under(rel))
         return out
@@ -216,7 +218,10 @@ class Planner:
         return allowed, warning
 
     def gone(self, rel: str) -> bool:
-        """Whether the file `rel` is no more: nothing there, or a folder now of its name."""
+        """Whether the file `rel` is no more: nothing there, or a folder now of its name; a
+        link's: no link there, or one that no longer points inside (listed among the problems)."""
+        if is_link_item(rel):
+            return link_target(self.workdir, entry_of(rel))[0] is None
         path = self.abs(rel)
         return not os.path.lexists(path) or (os.path.isdir(path) and not os.path.islink(path))
 

@@ -1,4 +1,5 @@
-"""Walks the work directory with os.scandir, pruning ignored folders and virtual environments."""
+"""Walks the work directory with os.scandir, pruning ignored folders and virtual environments.
+A symbolic link is not followed but mirrored as what it is (links.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from .ignore import IgnoreRules
+from .links import LINK_SUFFIX, NAME_TAKEN, link_target
 
 
 class LocalFile(NamedTuple):
     # A tuple, not a dataclass: the collector stops looking at it (see index.Record).
-    path: str  # relative, '/' separated
-    size: int
+    path: str  # relative, '/' separated; a link's ends with LINK_SUFFIX
+    size: int  # a link's: its stored target's length
     mtime_ns: int
 
 
@@ -30,9 +32,10 @@ def scan(
     under: str = "",
     problems: Callable[[str, str], None] | None = None,
 ) -> Iterator[LocalFile]:
-    """Every regular file to mirror (below the folder `under`, when given). Symbolic links are
-    not followed (they may loop or leave the work directory). A folder that cannot be read is
-    told to `problems` (its path with a trailing '/', and why), not skipped without a word."""
+    """Every regular file to mirror, and every link inside (named with LINK_SUFFIX), below the
+    folder `under` when given. Links are not followed. A folder that cannot be read (its path
+    with a trailing '/'), a link that points outside or loops, and a file whose name takes the
+    links' suffix are told to `problems` with the reason, not skipped without a word."""
     stack = [
         (
             f"{under}/" if under else "",
@@ -56,9 +59,21 @@ def scan(
                     if not rules.ignored(rel, is_dir=True) and not is_environment(entry.path):
                         stack.append((rel + "/", entry.path))
                 elif entry.is_file(follow_symlinks=False):
-                    if not rules.ignored(rel):
+                    if rules.ignored(rel):
+                        continue
+                    if rel.endswith(LINK_SUFFIX):
+                        if problems is not None:
+                            problems(rel, NAME_TAKEN)
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    yield LocalFile(rel, st.st_size, st.st_mtime_ns)
+                elif entry.is_symlink() and not rules.ignored(rel):
+                    data, why = link_target(workdir, rel)
+                    if data is not None:
                         st = entry.stat(follow_symlinks=False)
-                        yield LocalFile(rel, st.st_size, st.st_mtime_ns)
+                        yield LocalFile(rel + LINK_SUFFIX, len(data), st.st_mtime_ns)
+                    elif why is not None and problems is not None:
+                        problems(rel, why)
             except FileNotFoundError:
                 continue  # vanished while we looked
 
@@ -70,8 +85,17 @@ def local_path(workdir: str, rel: str) -> str:
     return os.path.join(workdir, *rel.split("/"))
 
 
-def stat_path(workdir: str, rel: str, rules: IgnoreRules) -> LocalFile | None:
-    """One path as the scan would see it, or None if it is gone, not a file, or ignored."""
+def stat_path(
+    workdir: str,
+    rel: str,
+    rules: IgnoreRules,
+    problems: Callable[[str, str], None] | None = None,
+) -> LocalFile | None:
+    """One name (a file's, or a link's with LINK_SUFFIX) as the scan would see it, or None if it
+    is gone, not of that kind, or ignored; what the scan would tell `problems`, it tells."""
+    link = rel.endswith(LINK_SUFFIX)
+    if link:
+        rel = rel[: -len(LINK_SUFFIX)]
     parts = rel.split("/")
     if rules.ignored(rel):
         return None
@@ -82,7 +106,31 @@ def stat_path(workdir: str, rel: str, rules: IgnoreRules) -> LocalFile | None:
     try:
         st = os.lstat(os.path.join(workdir, rel))
     except (FileNotFoundError, NotADirectoryError):
+        if (
+            link
+            and problems is not None
+            and os.path.isfile(os.path.join(workdir, rel + LINK_SUFFIX))
+        ):
+            problems(rel + LINK_SUFFIX, NAME_TAKEN)
         return None
+    if link:
+        if problems is not None and os.path.isfile(os.path.join(workdir, rel + LINK_SUFFIX)):
+            problems(rel + LINK_SUFFIX, NAME_TAKEN)  # a file of that name, beside the entry
+        if not stat_module.S_ISLNK(st.st_mode):
+            return None
+        data, why = link_target(workdir, rel)
+        if data is None:
+            if why is not None and problems is not None:
+                problems(rel, why)
+            return None
+        return LocalFile(rel + LINK_SUFFIX, len(data), st.st_mtime_ns)
     if not stat_module.S_ISREG(st.st_mode):
         return None
     return LocalFile(rel, st.st_size, st.st_mtime_ns)
+
+
+def present(workdir: str, rel: str) -> bool:
+    """Whether the entry that the name `rel` stands for is there (a link's: a link)."""
+    if rel.endswith(LINK_SUFFIX):
+        return os.path.islink(local_path(workdir, rel[: -len(LINK_SUFFIX)]))
+    return os.path.lexists(local_path(workdir, rel))

@@ -47,7 +47,7 @@ def _few_small(workdir: str, rels: set[str]) -> bool:
         return False
     for rel in rels:
         try:
-            st = os.stat(os.path.join(workdir, rel))
+            st = os.lstat(os.path.join(workdir, rel))  # a link is small, whatever it names
         except OSError:
             continue  # gone: a deletion is small
         if st.st_size > LEADING_MAX_BYTES or stat.S_ISDIR(st.st_mode):

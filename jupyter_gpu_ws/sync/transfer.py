@@ -35,6 +35,7 @@ from .errors import (
     SyncError,
 )
 from .index import Record
+from .links import entry_of, is_link_item, link_target
 from .pending import PendingSet
 from .plan import URGENT_SMALL, PassReport, Planner, left_behind, size_text, upload_phases
 from .progress import Progress, RateLimiter
@@ -98,6 +99,8 @@ class EngineParts(Protocol):
     def urgent(self) -> bool: ...
     @property
     def urgent_until(self) -> float | None: ...
+
+    workdir: str
 
     def abs(self, rel: str) -> str: ...
     def note_missing(self, why: str) -> None: ...
@@ -203,6 +206,7 @@ class PassTransfer:
                         report.bytes_uploaded += record.size
                     else:
                         report.unchanged += 1  # the store had these bytes already
+                        report.found_in_store += 1
                 progress.file_done(f.path, uncounted)
 
         for phase in upload_phases(files, engine.urgent):
@@ -253,6 +257,8 @@ class PassTransfer:
         Returns the new record, whether bytes were sent (not when the store had them already),
         and how many of them the progress has yet to count (a small file's, at its end)."""
         engine = self.engine
+        if is_link_item(f.path):
+            return self._upload_link(f, record, in_store)
         path = engine.abs(f.path)
         key = engine.store.file_key(f.path)
         attempt = 0
@@ -332,6 +338,48 @@ class PassTransfer:
                     ) from None
             except StoreMissingError as err:
                 engine.note_missing(str(err))  # no retry brings a missing folder back
+                raise
+            except StoreUnavailableError as err:
+                attempt += 1
+                self._unavailable(f.path, err, attempt)
+
+    def _upload_link(
+        self, f: LocalFile, record: Record | None, in_store: dict[str, RemoteFile] | None
+    ) -> tuple[Record, bool, int]:
+        """A symbolic link: its target, as the small file of its name (scan.LINK_SUFFIX), kept
+        as a version before it is overwritten like any file's copy."""
+        engine = self.engine
+        key = engine.store.file_key(f.path)
+        attempt = 0
+        while True:
+            link = entry_of(f.path)
+            try:
+                st = os.lstat(engine.abs(link))
+            except OSError:
+                raise FileNotFoundError(link) from None
+            data, _ = link_target(engine.workdir, link)
+            if data is None:
+                raise FileNotFoundError(link)  # no longer a link inside: the next pass says so
+            done = Record(f.path, len(data), st.st_mtime_ns, None, engine.clock())
+            try:
+                engine.lease.fence()
+                if record is None:
+                    existing = (
+                        in_store.get(f.path) if in_store is not None else engine.backend.stat(key)
+                    )
+                    if existing is not None:
+                        if existing.size == len(data) and engine.backend.read_bytes(key) == data:
+                            return done, False, 0
+                        engine.kept_versions.keep(f.path, existing)
+                elif f.path not in engine.resend:
+                    engine.kept_versions.keep(f.path)
+                engine.lease.fence()
+                engine.backend.write_bytes(key, data)
+                engine.failing_since = None
+                engine.resend.discard(f.path)
+                return done, True, len(data)
+            except StoreMissingError as err:
+                engine.note_missing(str(err))
                 raise
             except StoreUnavailableError as err:
                 attempt += 1
