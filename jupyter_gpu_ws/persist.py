@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 STEP_WORDS: dict[str, str] = WORDS["persist"]["steps"]
 
 
-def _sync_step(service: SyncService):
+def _sync_step(service: SyncService, since: tuple[int, int, int] | None):
+    """`since`: the engine's count of what its passes sent when the persist began; what reached
+    the store from then on is this persist's (the background passes carry a saved notebook or
+    a new checkpoint as soon as it lands, often before this step begins)."""
+
     def run(job: Job, step: Step) -> None:
         step.activity = lambda: _upload_words(job.progress.snapshot())
         try:
@@ -28,10 +32,20 @@ def _sync_step(service: SyncService):
         except CancelledError as err:
             step.detail = str(err)
             return
+        if since is not None:
+            now = service.engine.sent_so_far()
+            uploaded, nbytes, there = (now[i] - since[i] for i in range(3))
+        else:
+            uploaded, nbytes, there = (
+                len(report.uploaded),
+                report.bytes_uploaded,
+                report.found_in_store,
+            )
         job.result.update(
-            uploaded=len(report.uploaded),
+            uploaded=uploaded,
             deleted=len(report.deleted),
-            bytes_uploaded=report.bytes_uploaded,
+            bytes_uploaded=nbytes,
+            found_in_store=there,
             skipped=report.skipped,
             # Files that cannot be synced for a reason of their own are named, and do not fail
             # the persist of everything else.
@@ -43,7 +57,7 @@ def _sync_step(service: SyncService):
             stored=service.engine.stored_summary(),
         )
         step.detail = (
-            f"{len(report.uploaded)} files uploaded, {len(report.deleted)} removed"
+            f"{uploaded} files uploaded, {len(report.deleted)} removed"
             + (
                 f", {len(job.result['problems'])} cannot be synced"
                 if job.result["problems"]
@@ -182,7 +196,8 @@ def start_persist(
         steps.append(("checkpoints", _checkpoint_step(coordinator, run_async, checkpoint_timeout)))
     if git is not None:
         steps.append(("git", _named(git, "git")))
-    steps.append(("sync", _sync_step(service)))
+    engine = service.engine
+    steps.append(("sync", _sync_step(service, engine.sent_so_far() if engine else None)))
     if environment is not None:
         steps.append(("environment", _named(environment, "environment")))
 

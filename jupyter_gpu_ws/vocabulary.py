@@ -171,7 +171,13 @@ def persist_summary(
         done.append(
             fill(words["documents_saved"], documents=count(len(documents["saved"]), "document"))
         )
+    checkpoints = [c for c in result.get("checkpoints") or [] if c.get("state") == "done"]
+    if checkpoints:
+        done.append(
+            fill(words["checkpoints_taken"], checkpoints=count(len(checkpoints), "checkpoint"))
+        )
     if result.get("uploaded"):
+        # What reached the store since the persist began, the background passes' share included.
         done.append(
             fill(
                 words["uploaded"],
@@ -180,9 +186,10 @@ def persist_summary(
             )
         )
     elif synced and "uploaded" in result:
-        # The background sync may have carried everything already: "0 files" would read as if
-        # nothing had reached the store.
+        # Nothing needed sending: "0 files" would read as if nothing had reached the store.
         done.append(words["up_to_date"])
+    if result.get("found_in_store"):
+        done.append(fill(words["found_in_store"], files=count(result["found_in_store"], "file")))
     left_behind = [str(p).split(":")[0] for p in result.get("left_behind") or []]
     if left_behind:
         done.append(

@@ -113,8 +113,26 @@ PERSISTS = [
     ),
     (
         ("done", [], {**SAVED, "uploaded": 0}, False, True),
-        "All saved: 1 document saved, the store was already up to date, in the store: 5 files (4.0 KiB), "
+        "All saved: 1 document saved, nothing new to upload, in the store: 5 files (4.0 KiB), "
         "a.ipynb at step 3.",
+    ),
+    (
+        (
+            "done",
+            [],
+            {
+                **SAVED,
+                "found_in_store": 3,
+                "checkpoints": [
+                    {"kernel_id": "k1", "state": "done"},
+                    {"kernel_id": "k2", "state": "error"},
+                ],
+            },
+            False,
+            True,
+        ),
+        "All saved: 1 document saved, 1 checkpoint taken, 2 files uploaded (2.0 KiB), 3 files "
+        "already in the store, in the store: 5 files (4.0 KiB), a.ipynb at step 3.",
     ),
     (
         ("failed", ["a.ipynb: Checkpoint at step 3 failed: boom"], SAVED, False, True),

@@ -235,6 +235,10 @@ class SyncEngine:
         self.on_writable: Callable[[], None] | None = None
         self._pass_lock = threading.Lock()
         self.running: tuple[Progress, PassReport] | None = None  # the pass in progress
+        # Files and bytes every pass of this engine put in the store, and files it found there
+        # already: a persist tells what reached the store while it ran (sent_so_far()).
+        self._sent = (0, 0, 0)
+        self._sent_lock = threading.Lock()
         # Held while a restore writes into the work directory; the Git tier waits for it (a
         # restore may be writing `.git/`). Shared with the server, which makes it before us.
         self.restore_lock = restore_lock or threading.Lock()
@@ -498,7 +502,16 @@ class SyncEngine:
                     self._check_store()
                     if self._maintenance_due:
                         self._maintain()
-                    self._sync(paths, progress, cancel, durable, report)
+                    try:
+                        self._sync(paths, progress, cancel, durable, report)
+                    finally:
+                        with self._sent_lock:
+                            files, nbytes, there = self._sent
+                            self._sent = (
+                                files + len(report.uploaded),
+                                nbytes + report.bytes_uploaded,
+                                there + report.found_in_store,
+                            )
                     if self.backend.abandoned_uploads() and not report.stopped:
                         self.backend.abort_uploads(
                             f"{self.settings.workspace}/"
@@ -716,6 +729,13 @@ class SyncEngine:
     ) -> tuple[list[LocalFile], list[str], int, int]:
         """What a pass would do: (files to upload, paths to delete, unchanged count, records)."""
         return self.planner.plan(paths)
+
+    def sent_so_far(self) -> tuple[int, int, int]:
+        """Files and bytes this engine's passes put in the store so far, and files they found
+        there already (the store had the same bytes): a persist counts what came since it
+        began, the background passes' work included."""
+        with self._sent_lock:
+            return self._sent
 
     def store_usage(self) -> int:
         """What this workspace takes in the store: the mirror and its previous versions."""
