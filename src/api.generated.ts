@@ -2106,6 +2106,8 @@ export interface components {
       /** @description seconds until writing starts after a take-over */
       writes_start_in?: number | null;
       restoring?: boolean;
+      /** @description while the sync starts, or waits to try starting again after a fault: what it does or waits on now, with its seconds (opening the store s3://b/p (12 s), taking the workspace lease, restoring from the store, trying again by itself in 20 s); null once it runs */
+      starting?: string | null;
       /** @description entries of a local store skipped as links or special files (key to reason) */
       store_skipped?: {
         [key: string]: string;

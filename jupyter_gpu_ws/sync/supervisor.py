@@ -14,10 +14,24 @@ from typing import Any, Protocol
 
 from ..store import open_backend
 from ..store.faults import recall
+from ..store.redact import redact
 from ..store.workspaces import remember_choice, resolve_workspace
 from .engine import SyncEngine, SyncSettings
-from .errors import LeaseHeldError, StoreMissingError, SyncError
+from .errors import (
+    LeaseHeldError,
+    StoreConfigError,
+    StoreMissingError,
+    StoreUnavailableError,
+    SyncError,
+    WorkdirError,
+)
 from .service import SyncService
+
+# A fault at start that may go by itself (the store away, a bucket not made yet, credentials or
+# access refused, the work directory not mounted yet) is tried again: first after this many
+# seconds, then twice as long each time, at most RETRY_MOST.
+RETRY_FIRST = 5.0
+RETRY_MOST = 60.0
 
 
 class SyncConfig(Protocol):
@@ -45,6 +59,11 @@ class SyncSupervisor:
         self.error: str | None = None
         self.restore_summary: dict[str, Any] | None = None
         self.restoring = False
+        # What the start does or waits on now (opening the store, taking the lease, restoring,
+        # waiting to try again), and since when: the panel says it, with the seconds.
+        self.activity: str | None = None
+        self.activity_since = 0.0
+        self._retry_at = 0.0
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         # Held while a restore writes the work directory (at start, and as a job): made here,
@@ -57,28 +76,40 @@ class SyncSupervisor:
         self._thread = threading.Thread(target=self._start, name="gpuws-sync-start", daemon=True)
         self._thread.start()
 
+    def _doing(self, activity: str | None) -> None:
+        self.activity, self.activity_since = activity, time.monotonic()
+
     def _start(self) -> None:
-        try:
-            settings = self.config.sync_settings()
-            backend = open_backend(
-                settings.store_url, settings.storage_options, settings.durable, settings.concurrency
-            )
-            if self.config.legacy_workspace:
-                name, why = resolve_workspace(
-                    backend, settings.workspace, self.config.legacy_workspace
-                )
-                if why:
-                    self.log.info("GPU workspace: using %s", why)
-                    settings.workspace = self.config.workspace = name
-            engine = SyncEngine(settings, backend=backend, restore_lock=self.restore_lock)
-            engine.open()
-        except Exception as err:  # any fault at start shows, with its message, in the panel
-            self.state, self.error = "error", _one_line(err)
-            self.log.error("GPU workspace sync is off: %s", self.error)
-            return
+        wait = RETRY_FIRST
+        said = None
+        while True:
+            try:
+                engine = self._open()
+                break
+            except Exception as err:  # any fault at start shows, with its message, in the panel
+                self.state, self.error = "error", _one_line(err)
+                if not _may_heal(err):
+                    self._doing(None)
+                    self.log.error("GPU workspace sync is off: %s", self.error)
+                    return
+                if self.error != said:  # once per fault, not at every try
+                    said = self.error
+                    self.log.error(
+                        "GPU workspace sync cannot start: %s (trying again by itself)", self.error
+                    )
+                self._doing("trying again")
+                self._retry_at = time.monotonic() + wait
+                if self._stopping.wait(wait):
+                    return
+                wait = min(wait * 2, RETRY_MOST)
+        if said is not None:
+            self.log.info("GPU workspace sync: the store answers again; starting")
+        self.state, self.error = "starting", None
         self.engine = engine
         if self.config.restore_on_start:
+            self._doing("restoring from the store")
             self.restore(engine)
+        self._doing(None)
         if self._stopping.is_set():
             engine.close()
             return
@@ -92,6 +123,22 @@ class SyncSupervisor:
         self.state, self.error = "running", None
         for listener in self.on_running:
             listener()
+
+    def _open(self) -> SyncEngine:
+        settings = self.config.sync_settings()
+        self._doing(f"opening the store {redact(settings.store_url)}")
+        backend = open_backend(
+            settings.store_url, settings.storage_options, settings.durable, settings.concurrency
+        )
+        if self.config.legacy_workspace:
+            name, why = resolve_workspace(backend, settings.workspace, self.config.legacy_workspace)
+            if why:
+                self.log.info("GPU workspace: using %s", why)
+                settings.workspace = self.config.workspace = name
+        engine = SyncEngine(settings, backend=backend, restore_lock=self.restore_lock)
+        self._doing("taking the workspace lease")
+        engine.open()
+        return engine
 
     def restore(self, engine: SyncEngine) -> None:
         """Bring back what the work directory lacks (whoever holds the lease), and say so."""
@@ -123,6 +170,16 @@ class SyncSupervisor:
             self.log.error("GPU workspace restore failed: %s", _one_line(err))
         finally:
             self.restoring = False
+
+    def _activity_text(self) -> str | None:
+        """What the start does or waits on, with its seconds so far ("opening the store
+        s3://b/p (12 s)"); None once the sync runs."""
+        activity = self.activity
+        if activity is None:
+            return None
+        if activity == "trying again":
+            return f"trying again by itself in {max(0.0, self._retry_at - time.monotonic()):.0f} s"
+        return f"{activity} ({time.monotonic() - self.activity_since:.0f} s)"
 
     def use_workspace(self, name: str, state_dir: str, workdir: str) -> None:
         """Switch this work directory to another workspace of the store (remembered on this
@@ -187,14 +244,25 @@ class SyncSupervisor:
                 "restore": self.restore_summary,
                 "restoring": False,
                 "watch": None,
+                "starting": self._activity_text(),
             }
         status = engine.status()
+        status["starting"] = self._activity_text()
         if self.service is None and status["state"] not in ("error", "read-only"):
             status["state"] = "starting"  # restoring, before the watcher runs
         status["restore"] = self.restore_summary
         status["restoring"] = self.restoring
         status["watch"] = self.service.watch_status() if self.service is not None else None
         return status
+
+
+def _may_heal(err: BaseException) -> bool:
+    """Whether a fault at start may go by itself, so that trying again is worth it: the store
+    away or refusing (a fault the store answered, faults.py), the work directory missing; not a
+    malformed URL or option, which only a restart with another configuration mends."""
+    if isinstance(err, (StoreUnavailableError, WorkdirError)):
+        return True
+    return isinstance(err, StoreConfigError) and recall(str(err)) is not None
 
 
 def _one_line(err: BaseException) -> str:

@@ -197,6 +197,8 @@ class JobManager:
         self.run_ended = run_ended or (lambda job: None)
         self.jobs: dict[str, Job] = {}
         self.loaded = False  # the store's records read (once the store is open)
+        # Why the sync could not open the store, while it cannot (the records wait for it).
+        self.unopened: str | None = None
         self.relaunched: set[str] = set()
         self.store_error: str | None = None
         self.check_error: str | None = None  # the service's last look failed: why (service.py)
@@ -1328,8 +1330,13 @@ class JobManager:
             or self.check_error
             or self._key_words()
             or (
-                "the store's job records are still being read (the store is being opened): "
-                "the list is not complete yet"
+                (
+                    f"the store's job records cannot be read until the sync opens the store: "
+                    f"{self.unopened}"
+                    if self.unopened
+                    else "the store's job records are still being read (the store is being "
+                    "opened): the list is not complete yet"
+                )
                 if self.store is not None and not self.loaded
                 else None
             )

@@ -182,7 +182,12 @@ class JobService:
             self.app.workspace
         )  # a legacy name may have been chosen at start
         if self.app.sync.engine is None or manager.store is None:
-            return  # the store is not open yet
+            # The store is not open yet; where the sync could not open it, the list says why
+            # (the sync's fault, which the panel's Sync section shows) instead of "being read".
+            sync = self.app.sync
+            manager.unopened = sync.error if sync.state == "error" else None
+            return
+        manager.unopened = None
         self._check_environment_early()
         # The restore at start is over once the sync's service runs (supervisor.py): the jobs'
         # checkpoints are in the work directory by then. Until then the records are read as
