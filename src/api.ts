@@ -4,6 +4,10 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { components, paths } from './api.generated';
+import { serverReach } from './reach';
+
+/** What a proxy answers for a server behind it that does not. */
+const GATEWAY_FAILURES = new Set([502, 503, 504]);
 
 type Schemas = components['schemas'];
 
@@ -32,12 +36,14 @@ export async function requestAPI<T>(endPoint: string, init: RequestInit = {}): P
   const settings = ServerConnection.makeSettings();
   const url = URLExt.join(settings.baseUrl, 'gpuws', 'api', endPoint);
   let response: Response;
+  let text: string;
   try {
     response = await ServerConnection.makeRequest(url, init, settings);
+    text = await response.text();
   } catch (error) {
+    serverReach.lost();
     throw new ServerConnection.NetworkError(error as TypeError);
   }
-  const text = await response.text();
   let data: unknown = text;
   if (text.length > 0) {
     try {
@@ -46,6 +52,14 @@ export async function requestAPI<T>(endPoint: string, init: RequestInit = {}): P
       // not JSON: keep the text for the error message
     }
   }
+  if (GATEWAY_FAILURES.has(response.status) && typeof data !== 'object') {
+    // A proxy in front of the server (JupyterHub's) answering for a server that does not.
+    serverReach.lost();
+    throw new ServerConnection.NetworkError(
+      new TypeError(`The server is not answering (${response.status} from the proxy before it)`)
+    );
+  }
+  serverReach.answered();
   if (!response.ok) {
     const said =
       typeof data === 'object' && data !== null ? (data as { message?: unknown }).message : null;

@@ -6,6 +6,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { IDisposable } from '@lumino/disposable';
 
 import { IJob } from './api';
+import { isUnanswered } from './reach';
 
 /** Wait `ms` milliseconds. */
 export function sleep(ms: number): Promise<void> {
@@ -15,6 +16,8 @@ export function sleep(ms: number): Promise<void> {
 export abstract class PolledModel implements IDisposable {
   /** The last look's failure, for the panel to show; cleared by the next look that succeeds. */
   error: string | null = null;
+  /** The last look got no answer at all (the server is gone): the page says so once. */
+  unanswered = false;
 
   constructor(interval: number, max = 30000) {
     this.poll = new Poll({
@@ -22,8 +25,8 @@ export abstract class PolledModel implements IDisposable {
       // answer, and comes back to `interval` after the first look that succeeds.
       factory: async () => {
         await this.refresh();
-        if (this.error !== null) {
-          throw new Error(this.error);
+        if (this.error !== null || this.unanswered) {
+          throw new Error(this.error ?? 'The server is not answering');
         }
       },
       frequency: { interval, backoff: true, max },
@@ -37,8 +40,12 @@ export abstract class PolledModel implements IDisposable {
     try {
       await this.load();
       this.error = null;
+      this.unanswered = false;
     } catch (error) {
-      this.error = (error as Error).message;
+      // The server not answering at all is said once for the whole panel (reach.ts), not by
+      // every section: the section keeps its last state, greyed.
+      this.unanswered = isUnanswered(error);
+      this.error = this.unanswered ? null : (error as Error).message;
     }
     this._changed.emit();
   }

@@ -168,6 +168,15 @@ class IdleInputs:
             )
         return times
 
+    def idle_for(self, now: float) -> float:
+        """How long nothing has happened: none while a kernel runs code (a cell that trains
+        is work, whatever the browser does meanwhile); else since the latest activity of the
+        server or any kernel."""
+        if any(kernel.busy for kernel in self.kernels):
+            return 0.0
+        last = max([self.server_last_activity] + [k.last_activity for k in self.kernels])
+        return max(0.0, now - last)
+
     def shutdown_at(self) -> float | None:
         """When the server would stop itself for inactivity, if nothing happens until then.
 
@@ -491,7 +500,7 @@ class RuntimeClock:
             "source": deadline.source if deadline else None,
             "remaining": max(0.0, deadline.at - now) if deadline else None,
             "sources": [asdict(d) for d in sorted(found, key=lambda d: d.at)],
-            "idle_seconds": max(0.0, now - idle.server_last_activity) if idle else None,
+            "idle_seconds": idle.idle_for(now) if idle else None,
             "idle_deadline": idle.shutdown_at() if idle else None,
             "kernel_culls": idle.kernel_cull_times() if idle else {},
             "preemption": preemption,

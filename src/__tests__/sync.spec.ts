@@ -8,7 +8,9 @@ import {
   persistResult,
   progressText,
   syncSummary,
-  syncWord
+  syncWord,
+  TOAST_MAX,
+  toastText
 } from '../sync/words';
 import { answer, asked } from './server';
 
@@ -103,6 +105,19 @@ describe('the sync summary', () => {
     expect(syncSummary(readOnly, NOW + 41)).toBe('Read-only: ana@gpu-7 stopped; taking over…');
   });
 
+  it('says what the start does or waits on, and when a fault at start is tried again', () => {
+    expect(
+      syncSummary(status({ state: 'starting', starting: 'opening the store s3://b/p (12 s)' }), NOW)
+    ).toBe('Starting: opening the store s3://b/p (12 s)…');
+    expect(syncSummary(status({ state: 'starting', restoring: true }), NOW)).toBe(
+      'Restoring from the store…'
+    );
+    expect(
+      syncSummary(status({ state: 'error', starting: 'trying again by itself in 20 s' }), NOW)
+    ).toBe('Not started: trying again by itself in 20 s');
+    expect(syncSummary(status({ state: 'error' }), NOW)).toBe('Sync error');
+  });
+
   it('waits with an ellipsis before the first answer', () => {
     expect(syncSummary(null, NOW)).toBe('Sync: …');
   });
@@ -142,6 +157,21 @@ describe("a persist's words", () => {
       text: 'Persist failed: the server went away.',
       short: 'Persist failed: the server went away.'
     });
+  });
+
+  it('fits a notification: the short line whole, or cut after its last whole clause', () => {
+    expect(toastText('All saved: 1 document saved, 1 file uploaded (2.0 KiB).')).toBe(
+      'All saved: 1 document saved, 1 file uploaded (2.0 KiB).'
+    );
+    const long =
+      'Files saved, not everything: 1 document saved, 1 checkpoint taken, 3 files uploaded ' +
+      '(2.0 KiB). Failed: train.ipynb: no checkpoint within 60 s; other.ipynb: the kernel died.';
+    const cut = toastText(long);
+    expect(cut.length).toBeLessThanOrEqual(TOAST_MAX);
+    expect(cut).toBe(
+      'Files saved, not everything: 1 document saved, 1 checkpoint taken, 3 files uploaded ' +
+        '(2.0 KiB)…'
+    );
   });
 });
 

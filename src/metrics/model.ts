@@ -5,6 +5,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { IDisposable } from '@lumino/disposable';
 
 import { IMetricsWithHistory, ISample, metricsStreamUrl, requestAPI } from '../api';
+import { isUnanswered } from '../reach';
 
 /** 'polling': websockets fail here (a proxy that blocks them), so samples come by REST. */
 export type ConnectionState = 'connecting' | 'live' | 'reconnecting' | 'polling';
@@ -57,8 +58,13 @@ export class MetricsModel implements IDisposable {
       }
       this._add(data, false);
       this.error = null;
+      this._unanswered = false;
     } catch (error) {
-      this.error = `Cannot reach the GPU workspace server: ${(error as Error).message}`;
+      // The server not answering at all is said once for the whole panel (reach.ts).
+      this.error = isUnanswered(error)
+        ? null
+        : `Cannot reach the GPU workspace server: ${(error as Error).message}`;
+      this._unanswered = isUnanswered(error);
     }
     this._changed.emit();
   }
@@ -107,8 +113,8 @@ export class MetricsModel implements IDisposable {
     this._poll = new Poll({
       factory: async () => {
         await this._catchUp();
-        if (this.error) {
-          throw new Error(this.error);
+        if (this.error || this._unanswered) {
+          throw new Error(this.error ?? 'The server is not answering');
         }
       },
       frequency: { interval, backoff: true, max: MAX_BACKOFF_MS },
@@ -138,4 +144,5 @@ export class MetricsModel implements IDisposable {
   private _retryTimer = 0;
   private _failures = 0;
   private _poll: Poll | null = null;
+  private _unanswered = false;
 }

@@ -2,6 +2,7 @@
 // release (persist, then the server stops) followed to its end.
 import { IJob, IRuntimeState, requestAPI } from '../api';
 import { PolledModel, sleep } from '../polled';
+import { liveNow } from '../reach';
 import { SyncModel } from '../sync/model';
 
 export class RuntimeModel extends PolledModel {
@@ -26,7 +27,7 @@ export class RuntimeModel extends PolledModel {
 
   /** The server's "now", estimated from its last answer and the time since. */
   now(): number {
-    return Date.now() / 1000 + this._offset;
+    return liveNow() + this._offset; // held while the server does not answer
   }
 
   /** Seconds left before the earliest deadline, or null when there is none. */

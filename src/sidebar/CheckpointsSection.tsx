@@ -9,6 +9,7 @@ import { shortPath, size, span, WORDS } from '../vocabulary';
 import { shown } from '../shown';
 import { EmptyState } from './EmptyState';
 import { ActionButton } from './Section';
+import { liveNow } from '../reach';
 
 /** Each notebook with a checkpoint agent, each job's run and each distributed run (torchrun):
  * what it tracks or is, its last checkpoint, Checkpoint now. */
@@ -51,7 +52,7 @@ export const TRACKING_SNIPPET = [
 function KernelCard(props: { kernel: ICheckpointKernel; model: CheckpointsModel }): JSX.Element {
   const { kernel, model } = props;
   const last = kernel.last;
-  const now = Date.now() / 1000;
+  const now = liveNow();
   const name = kernel.notebook ? shortPath(kernel.notebook) : kernel.run;
   return (
     <div className="jp-gpuws-card" data-testid="gpuws-checkpoint-kernel">
@@ -112,7 +113,7 @@ function RunCard(props: { run: IDistributedRun; model: CheckpointsModel }): JSX.
   const runId = run.run_id;
   const busy = !!run.writing || !!run.pending || (runId !== null && model.requested.has(runId));
   const ranks = shownRanks(run);
-  const newest = newestCheckpointText(run, Date.now() / 1000);
+  const newest = newestCheckpointText(run, liveNow());
   return (
     <div className="jp-gpuws-card" data-testid="gpuws-checkpoint-run">
       <div className="jp-gpuws-card-title" title={shown(run.run)}>

@@ -48,7 +48,7 @@ export function EnvironmentSection(props: { model: EnvironmentModel }): JSX.Elem
             ? `Cannot read the environment: ${env.store_fault ? STORE_FAULT : env.error}`
             : env.state === 'no-snapshot'
               ? env.error && !env.store_fault
-                ? "The store's latest snapshot cannot be used (below): Snapshot now takes a new one"
+                ? "The store's latest snapshot cannot be used (why is above): Snapshot now takes a new one"
                 : 'No snapshot yet: Persist now or Snapshot now takes one'
               : env.state === 'matches'
                 ? `Matches the snapshot of ${when(env.latest!.captured_at)}`

@@ -5,6 +5,7 @@ import React from 'react';
 import { ellipsesIcon, ToolbarButtonComponent } from '@jupyterlab/ui-components';
 
 import { persistIcon } from '../icons';
+import { serverReach } from '../reach';
 import { ConnectionState, MetricsModel } from '../metrics/model';
 import { RuntimeModel } from '../runtime/model';
 import { runtimeWord } from '../runtime/words';
@@ -27,6 +28,15 @@ const CONNECTION_TITLES: { [state in ConnectionState]: string } = {
   reconnecting: 'The connection dropped; reconnecting…',
   polling: 'Websockets do not get through here; asking the server for samples instead'
 };
+
+/** The one line the panel shows while the server does not answer. */
+export function unansweredText(since: number): string {
+  const at = new Date(since).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  return (
+    `The Jupyter server is not answering (since ${at}): the figures below are its last, ` +
+    'greyed, and come back by themselves when it answers. If it was stopped, start it again.'
+  );
+}
 
 export function PanelHeader(props: {
   metrics: MetricsModel;
@@ -61,6 +71,15 @@ export function PanelHeader(props: {
           />
         </div>
       </div>
+      {serverReach.since !== null && (
+        <div
+          className="jp-gpuws-message jp-gpuws-error jp-gpuws-unanswered"
+          data-testid="gpuws-unanswered"
+          role="alert"
+        >
+          {unansweredText(serverReach.since)}
+        </div>
+      )}
       <div className="jp-gpuws-header-status">
         <span
           className={`jp-gpuws-chip jp-gpuws-chip-time jp-gpuws-tone-${time.text ? time.level : 'none'}${time.text ? '' : ' jp-gpuws-subtle'}`}

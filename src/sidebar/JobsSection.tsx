@@ -20,6 +20,7 @@ import {
 import { shown } from '../shown';
 import { STORE_FAULT } from '../sync/words';
 import { Bar } from './Bar';
+import { liveNow } from '../reach';
 
 /**
  * The panel's Jobs section: one row per job the server runs for the user (its name, its state as
@@ -124,7 +125,7 @@ function ElsewhereRow(props: { job: IElsewhereJob; model: JobsModel }): JSX.Elem
         </span>
       </div>
       <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-elsewhere-line">
-        {`elsewhere ${elsewhereLine(job, Date.now() / 1000)}`}
+        {`elsewhere ${elsewhereLine(job, liveNow())}`}
       </div>
       {job.error && (
         <div className="jp-gpuws-line" data-testid="gpuws-elsewhere-error">

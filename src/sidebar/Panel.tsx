@@ -5,6 +5,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { Menu } from '@lumino/widgets';
 
 import { gpuIcon } from '../icons';
+import { serverReach } from '../reach';
 import { Watch } from '../watch';
 import { PanelHeader } from './Header';
 import { IPanelModels, IPanelOptions, defaultSections } from './sections';
@@ -61,19 +62,25 @@ export class GpuWorkspacePanel extends ReactWidget {
           runtime.released ? (
             <Released />
           ) : (
-            <div className="jp-gpuws-body">
-              <Watch signals={[metrics.changed, sync.changed, runtime.changed]}>
-                {() => (
-                  <PanelHeader
-                    metrics={metrics}
-                    sync={sync}
-                    runtime={runtime}
-                    onMore={anchor => this._openMenu(anchor)}
-                  />
-                )}
-              </Watch>
-              <Watch signals={this._signals()}>{() => this._drawSections()}</Watch>
-            </div>
+            <Watch signals={[serverReach.changed]}>
+              {() => (
+                <div
+                  className={`jp-gpuws-body${serverReach.since === null ? '' : ' jp-gpuws-mod-unanswered'}`}
+                >
+                  <Watch signals={[metrics.changed, sync.changed, runtime.changed]}>
+                    {() => (
+                      <PanelHeader
+                        metrics={metrics}
+                        sync={sync}
+                        runtime={runtime}
+                        onMore={anchor => this._openMenu(anchor)}
+                      />
+                    )}
+                  </Watch>
+                  <Watch signals={this._signals()}>{() => this._drawSections()}</Watch>
+                </div>
+              )}
+            </Watch>
           )
         }
       </Watch>

@@ -4,6 +4,10 @@ import { IGitStatus, IPlatform, IRuntimeState } from '../api';
 import { RuntimeModel } from '../runtime/model';
 import { clock, count, deadlineSource, duration, span } from '../vocabulary';
 import { Bar } from './Bar';
+import { liveNow } from '../reach';
+
+/** Seconds without activity before the Runtime section says idle (less is a pause). */
+const IDLE_SHOWN = 60;
 
 /** Runtime: the countdown and what ends it, a bar of time used, idle time, the next automatic
  * persist, emergencies, a release in progress (Persist and release is in the header's ⋯ menu). */
@@ -61,10 +65,14 @@ export function RuntimeSection(props: { model: RuntimeModel }): JSX.Element {
           </div>
         )
       )}
-      {state?.idle_seconds !== null && state?.idle_seconds !== undefined && (
-        <div className="jp-gpuws-line jp-gpuws-subtle">
-          Idle for {duration(state.idle_seconds)}
-          {state.idle_deadline ? `; idle shutdown in ${duration(state.idle_deadline - now)}` : ''}
+      {/* Idle: nothing from the browser or any kernel for a minute at least (a kernel running
+          code is never idle); an idle shutdown's time, whenever one is set. */}
+      {((state?.idle_seconds ?? 0) >= IDLE_SHOWN || !!state?.idle_deadline) && (
+        <div className="jp-gpuws-line jp-gpuws-subtle" data-testid="gpuws-idle">
+          {(state?.idle_seconds ?? 0) >= IDLE_SHOWN
+            ? `Idle for ${duration(state!.idle_seconds!)}`
+            : 'Active'}
+          {state?.idle_deadline ? `; idle shutdown in ${duration(state.idle_deadline - now)}` : ''}
         </div>
       )}
       {state?.platform && <PlatformLines platform={state.platform} state={state} now={now} />}
@@ -171,7 +179,7 @@ function PlatformLines(props: {
 /** Git: branch, last commit, uncommitted files, push state and the last error. */
 export function GitSection(props: { git: IGitStatus }): JSX.Element {
   const { git } = props;
-  const now = Date.now() / 1000;
+  const now = liveNow();
   return (
     <div data-testid="gpuws-git">
       <div className="jp-gpuws-line">

@@ -6,6 +6,7 @@ import { SyncModel } from '../sync/model';
 import { LOCAL_STORE_ADVICE, persistResult, progressText, syncSummary } from '../sync/words';
 import { count, duration, percent, shortPath, size, span } from '../vocabulary';
 import { Bar } from './Bar';
+import { liveNow } from '../reach';
 
 /** Sync: state, what is pending (and why) or when all was saved, faults with their reasons,
  * the lease, the quota, a persist's progress, and the workspaces of the store when this one is
@@ -13,7 +14,7 @@ import { Bar } from './Bar';
 export function SyncSection(props: { model: SyncModel }): JSX.Element {
   const { model } = props;
   const status = model.status;
-  const now = Date.now() / 1000;
+  const now = liveNow();
   const job = model.currentPersist;
   const running = job?.state === 'running';
   // Files counted only while they move: never "0 of 0 files" while a checkpoint or a snapshot runs.
@@ -295,7 +296,7 @@ function WorkspaceChooser(props: {
   if (workspaces.current_files > 0 || (status.synced_files ?? 0) > 0 || !others.length) {
     return null;
   }
-  const now = Date.now() / 1000;
+  const now = liveNow();
   return (
     <div className="jp-gpuws-message jp-gpuws-info" data-testid="gpuws-workspace-chooser">
       This workspace, <b>{workspaces.current}</b>, is new. The store holds{' '}

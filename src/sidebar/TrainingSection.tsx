@@ -34,12 +34,23 @@ export function TrainingSection(props: { model: TrainingModel }): JSX.Element {
   );
 }
 
-// It starts with %load_ext: without it the kernel has no agent, and the steps reach nothing.
+// README's step 4 as it is, %load_ext first (without it the kernel has no agent, and the steps
+// reach nothing): pasted into an empty cell, it tracks, resumes and steps with the names it
+// defines, and runs for some seconds so that the panel's progress shows.
 export const TRAINING_SNIPPET = `%load_ext jupyter_gpu_ws
+import time
+
 import jupyter_gpu_ws as gpuws
-gpuws.progress(total=num_steps)  # the ETA against the runtime left
-# in the loop, after optimizer.step():
-gpuws.step(i, loss=loss)`;
+
+num_steps = 200
+state = {"epoch": 0}
+gpuws.track(state=state, total_steps=num_steps)  # or model=model, optimizer=opt
+start = gpuws.resume()  # 0 the first time, where it stopped after that
+for i in range(start, num_steps):
+    time.sleep(0.1)  # your training step here: this loop runs ~20 s
+    loss = 1 / (i + 1)
+    state["epoch"] = i // 50
+    gpuws.step(i, loss=loss)`;
 
 function RunCard(props: { run: ITrainingRun }): JSX.Element {
   const { run } = props;

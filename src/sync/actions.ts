@@ -5,14 +5,18 @@ import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 
 import { IJob } from '../api';
 import { can, cannot, IAction } from '../action';
+import { serverReach } from '../reach';
 import { WORDS } from '../vocabulary';
 import { SyncModel } from './model';
-import { CANCELLING, persistResult } from './words';
+import { CANCELLING, persistResult, toastText } from './words';
 
 const ACTIONS = WORDS.actions;
 
 export function persistAction(sync: SyncModel): IAction {
   const status = sync.status;
+  if (serverReach.since !== null) {
+    return cannot('The Jupyter server is not answering: nothing can be persisted until it does');
+  }
   if (sync.currentPersist?.state === 'running') {
     return cannot(`${ACTIONS.persisting} (progress in the Sync section)`);
   }
@@ -77,12 +81,31 @@ export async function persist(sync: SyncModel): Promise<IJob | null> {
   });
   // The server's one wording of the outcome, as %gpuws persist and jupyter gpuws persist say
   // it: "All saved" only for a store that outlives this machine.
+  // A notification shows 140 characters: the short line (or as much of it as fits), and the
+  // whole text, with what the store holds and any advice, one click away.
   const summary = persistResult(job);
+  const message = toastText(summary.short);
   Notification.update({
     id: note,
     type: summary.level === 'ok' ? 'success' : summary.level,
-    message: summary.text,
-    autoClose: summary.level === 'ok' || job.state === 'cancelled' ? 5000 : false
+    message,
+    autoClose: summary.level === 'ok' || job.state === 'cancelled' ? 5000 : false,
+    actions:
+      message === summary.text
+        ? []
+        : [
+            {
+              label: 'Details',
+              caption: 'The whole outcome of this persist',
+              callback: () => {
+                void showDialog({
+                  title: 'Persist now',
+                  body: summary.text,
+                  buttons: [Dialog.okButton()]
+                });
+              }
+            }
+          ]
   });
   return job;
 }

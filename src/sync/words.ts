@@ -2,6 +2,7 @@
 // words with a tone that the status bar and the panel's header show.
 import { IJob, IPersistSummary, ISyncStatus } from '../api';
 import { ago, clock, count, fill, IWord, size, span, WORDS } from '../vocabulary';
+import { liveNow } from '../reach';
 import { SyncModel } from './model';
 
 /** What a cancelled persist does until the step under way ends (a checkpoint, a browser's save). */
@@ -22,6 +23,21 @@ export function persistResult(job: IJob): Pick<IPersistSummary, 'level' | 'text'
   return { level: job.state === 'done' ? 'warning' : 'error', text, short: text };
 }
 
+/** The longest message a JupyterLab notification shows whole (it cuts the rest). */
+export const TOAST_MAX = 140;
+
+/** A persist's outcome in a notification: the short line whole where it fits, else cut at the
+ * last whole clause that fits, so the headline and what was done come first (the whole text is
+ * one click away, under Details). */
+export function toastText(short: string): string {
+  if (short.length <= TOAST_MAX) {
+    return short;
+  }
+  const room = short.slice(0, TOAST_MAX - 1);
+  const cut = Math.max(room.lastIndexOf(', '), room.lastIndexOf('; '), room.lastIndexOf('. '));
+  return `${cut > 0 ? room.slice(0, cut) : room.trimEnd()}…`;
+}
+
 /** "all saved 12 s ago", "3 files, 120 MiB pending", … in the user's words. Never "all saved"
  * unless nothing is pending, no pass runs and the store is somewhere that outlives this
  * machine. `persist` is the persist the page shows (SyncModel.currentPersist, which the status
@@ -37,6 +53,9 @@ export function syncSummary(
   }
   switch (status.state) {
     case 'starting':
+      if (status.starting) {
+        return `Starting: ${status.starting}…`;
+      }
       return status.restoring
         ? 'Restoring from the store…'
         : 'Starting: opening the store and restoring…';
@@ -70,7 +89,8 @@ export function syncSummary(
     return pending;
   }
   if (status.state === 'error') {
-    return 'Sync error';
+    // A fault at start that may go by itself: the sync tries again, and says when.
+    return status.starting ? `Not started: ${status.starting}` : 'Sync error';
   }
   if (status.state === 'syncing' || status.progress) {
     return 'Syncing…';
@@ -115,8 +135,7 @@ export function syncWord(sync: SyncModel): IWord {
     return { text: '', title: sync.error ?? '', level: 'none' };
   }
   const job = sync.currentPersist;
-  const title =
-    status.last_error ?? status.read_only_reason ?? syncSummary(status, Date.now() / 1000, job);
+  const title = status.last_error ?? status.read_only_reason ?? syncSummary(status, liveNow(), job);
   if (job?.state === 'running' && job.cancelling) {
     return { text: words.cancelling, title: CANCELLING, level: 'pending' };
   }
@@ -148,7 +167,7 @@ export function syncWord(sync: SyncModel): IWord {
   }
   if (status.last_sync && !status.progress) {
     return {
-      text: fill(words.synced, { age: ago(Date.now() / 1000 - status.last_sync) }),
+      text: fill(words.synced, { age: ago(liveNow() - status.last_sync) }),
       title,
       level: 'ok'
     };

@@ -212,6 +212,16 @@ def test_kernels_the_culler_spares_keep_the_server_alive():
     assert inputs.shutdown_at() == T0 + 1700
 
 
+def test_a_kernel_running_code_is_no_idleness_and_kernel_activity_counts():
+    clock = RuntimeClock(RuntimeSettings(), FakeClock())
+    training = KernelActivity("a", T0 - 120, busy=True)  # a cell started two minutes ago
+    clock.update_idle(IdleInputs(server_last_activity=T0 - 300, kernels=(training,)))
+    assert clock.state()["idle_seconds"] == 0
+    done = KernelActivity("a", T0 - 20)  # its last output 20 s ago: idle since then
+    clock.update_idle(IdleInputs(server_last_activity=T0 - 300, kernels=(done,)))
+    assert clock.state()["idle_seconds"] == 20
+
+
 def test_no_culling_settings_no_idle_deadline():
     clock = RuntimeClock(RuntimeSettings(), FakeClock())
     clock.update_idle(IdleInputs(server_last_activity=T0 - 10))
