@@ -70,24 +70,24 @@ def link_target(workdir: str, rel: str) -> tuple[bytes | None, str | None]:
                 stored = os.path.relpath(absolute, os.path.join(root, folder))
                 break
         else:
-            return None, f"a symbolic link pointing outside the work directory (to {target})"
+            return None, (
+                f"a symbolic link pointing outside the work directory (to {shown(target)})"
+            )
     else:
         stored = target
     if not inside(folder, stored):
-        return None, f"a symbolic link pointing outside the work directory (to {target})"
+        return None, f"a symbolic link pointing outside the work directory (to {shown(target)})"
     try:
         os.stat(path)
     except OSError as err:
         if err.errno == errno.ELOOP:
-            return None, f"a symbolic link that loops (to {target}): nothing to mirror"
+            return None, f"a symbolic link that loops (to {shown(target)}): nothing to mirror"
         # Pointing at nothing (yet): mirrored as it is, like any link inside.
     else:
-        real_root = os.path.realpath(workdir)
-        real = os.path.realpath(path)
-        if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+        if not _leads_inside(workdir, path):
             return None, (
                 f"a symbolic link that leads outside the work directory through another "
-                f"link (to {target})"
+                f"link (to {shown(target)})"
             )
     data = os.fsencode(stored)
     if len(data) > LINK_MAX:
