@@ -337,7 +337,17 @@ class Lease:
             except PreconditionFailed:
                 # Our own earlier write may have landed with its reply lost (the tag we know is
                 # stale): then the lease still names us, and its tag is the one to write over.
-                found = self._read()
+                try:
+                    found = self._read()
+                except LeaseCorruptError as err:
+                    if attempt > 0 or not self.held:
+                        raise
+                    # Our own lease made unreadable under us (truncated, or overwritten by a tool
+                    # or a copy): no runtime can hold the workspace by a record nobody can read,
+                    # so its holder writes it anew, over that record, and nothing waits an hour.
+                    log.warning("Sync: %s; this runtime holds it and wrote it anew", err)
+                    tag = getattr(err, "tag", None)
+                    continue
                 if found is not None and found[0].holder == self.holder:
                     if attempt == 0:
                         tag = found[1]

@@ -24,9 +24,9 @@ import pytest
 from jupyter_gpu_ws.store.fsspec_store import FsspecBackend
 from jupyter_gpu_ws.store.lease import LEASE_NAME
 from jupyter_gpu_ws.sync import LeaseHeldError, LocalBackend, SyncEngine
-from jupyter_gpu_ws.sync.errors import LeaseLostError, StoreUnavailableError
+from jupyter_gpu_ws.sync.errors import LeaseLostError, StoreUnavailableError, SyncError
 from tests.sync.conftest import S3_BUCKET, tree_files, write
-from tests.waiting import elapsed_until
+from tests.waiting import elapsed_until, until
 
 pytestmark = pytest.mark.slow  # left out of the fast subset (docs/testing.md)
 
@@ -250,6 +250,27 @@ def test_an_unreadable_lease_is_an_error_and_take_over_replaces_it(
     engine.take_over()
     assert engine.writable and engine.status()["state"] == "idle"
     assert engine.lease.current().holder == engine.lease.holder
+
+
+def test_a_holders_own_lease_made_unreadable_under_it_is_written_anew_by_the_holder(
+    workdir: Path, store_dir: Path, make_engine: Make
+) -> None:
+    engine = make_engine(workdir, lease_ttl=2.0)
+    lease = store_dir / "ws" / ".gpuws" / LEASE_NAME
+    lease.write_text('{"holder": "x", "host": ')  # truncated under its holder
+    engine.keeper.wake()  # its next renewal, now
+
+    def mended() -> bool:
+        try:
+            return engine.lease.current().holder == engine.lease.holder
+        except SyncError:
+            return False
+
+    until(mended, 10, "the holder's lease written anew")
+    status = engine.status()
+    assert status["state"] == "idle" and engine.writable and status["last_error"] is None, status
+    write(workdir, "after.txt", "still writing")
+    assert engine.sync().uploaded == ["after.txt"]
 
 
 def test_a_store_without_compare_and_swap_says_its_lease_is_advisory(
