@@ -14,13 +14,21 @@ class App(SimpleNamespace):
     """The few app fields the service reads; `sync` fails while `broken` says why."""
 
     broken: str | None = None
+    # Why the sync could not open the store (its state is then "error"), or None: opening.
+    unopened: str | None = None
 
     @property
     def sync(self) -> Any:
         if self.broken:
             raise OSError(self.broken)
         # The store not open yet: nothing to do yet (the list says its records are not read).
-        return SimpleNamespace(service=None, engine=None, on_running=[])
+        return SimpleNamespace(
+            service=None,
+            engine=None,
+            on_running=[],
+            state="error" if self.unopened else "starting",
+            error=self.unopened,
+        )
 
 
 def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(
@@ -46,6 +54,27 @@ def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(
     service.check()
     error = service.manager.list()["error"]
     assert "background check failed" not in error and "still being read" in error
+
+
+def test_while_the_sync_cannot_open_the_store_the_list_says_its_fault_not_being_read(
+    tmp_path: Path,
+) -> None:
+    app = App(
+        workdir=str(tmp_path),
+        workspace="ws",
+        checkpoints=SimpleNamespace(server_id="r-1"),
+        relaunch_jobs=True,
+        job_stop_grace=5.0,
+    )
+    service = JobService(app, env={})
+    app.unopened = "The bucket late does not exist at 127.0.0.1:8333: create it"
+    service.check()
+    error = service.manager.list()["error"]
+    assert "still being read" not in error
+    assert error.endswith("until the sync opens the store: " + app.unopened)
+    app.unopened = None  # the sync opens it now
+    service.check()
+    assert "still being read" in service.manager.list()["error"]
 
 
 def test_the_jobs_listing_of_the_cli_and_the_magic_says_the_lists_error() -> None:
