@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..checkpoints.coordinator import CheckpointRequestError
-from ..store.errors import SyncError
+from ..store.errors import StoreUnavailableError, SyncError
 from .bringhome import JobsElsewhere
 from .manager import RELAUNCH_WINDOW, Job, JobManager, JobSettings
 from .record import RECORDS, stored_records
@@ -140,6 +140,7 @@ class JobService:
             elsewhere=self.elsewhere.view,
         )
         self._stop = threading.Event()
+        self._said: str | None = None  # the store's fault the log last told of
         # Set to look at once, not at the next tick: the sync's restore at start is over (the
         # relaunch waits for it), or the server stops.
         self._wake = threading.Event()
@@ -168,6 +169,13 @@ class JobService:
         only in the log: it may be what keeps a job from being relaunched."""
         try:
             self._once()
+        except StoreUnavailableError as err:
+            # The store away: the Sync section says so (one box), the tick looks again in a
+            # second; the log says it once per fault, not a traceback every tick.
+            if str(err) != self._said:
+                self._said = str(err)
+                log.warning("GPU workspace: the jobs wait for the store: %s", err)
+            self.manager.check_error = f"the jobs wait for the store: {err}"
         except Exception as err:  # noqa: BLE001 - said in the list, and logged whole
             log.exception("GPU workspace: the jobs' tick failed")
             self.manager.check_error = (
@@ -175,6 +183,7 @@ class JobService:
             )
         else:
             self.manager.check_error = None
+            self._said = None
 
     def _once(self) -> None:
         manager = self.manager

@@ -77,6 +77,33 @@ def test_while_the_sync_cannot_open_the_store_the_list_says_its_fault_not_being_
     assert "still being read" in service.manager.list()["error"]
 
 
+def test_a_store_away_is_said_once_in_the_log_and_waited_for_in_the_list(
+    tmp_path: Path, caplog: Any
+) -> None:
+    from jupyter_gpu_ws.store.errors import StoreUnavailableError
+
+    app = App(
+        workdir=str(tmp_path),
+        workspace="ws",
+        checkpoints=SimpleNamespace(server_id="r-1"),
+        relaunch_jobs=True,
+        job_stop_grace=5.0,
+    )
+    service = JobService(app, env={})
+    fault = "The store's host s3.example.invalid was not found (DNS): check the endpoint's name"
+
+    def away() -> None:
+        raise StoreUnavailableError(fault)
+
+    service._once = away  # type: ignore[method-assign]  # a tick that meets the store away
+    with caplog.at_level("WARNING"):
+        for _ in range(5):
+            service.check()
+    assert service.manager.list()["error"] == f"the jobs wait for the store: {fault}"
+    told = [r for r in caplog.records if fault in r.getMessage()]
+    assert len(told) == 1 and told[0].exc_info is None  # once, and no traceback
+
+
 def test_the_jobs_listing_of_the_cli_and_the_magic_says_the_lists_error() -> None:
     from jupyter_gpu_ws.userjobs.commands import listing_lines
 
