@@ -139,6 +139,10 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
 
     last_error = told(missing or stall or engine.last_error or lease["lease_error"])
     fault = recall(last_error)
+    if fault is not None and last_error and last_error.endswith(fault.line):
+        # The store's fault is the line, whatever met it first ("Cannot read the workspace
+        # lease: …", "a.txt: …"): the same words as everywhere else it shows.
+        last_error = told(fault.line)
 
     return {
         "state": state,
