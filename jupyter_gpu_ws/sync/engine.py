@@ -51,17 +51,20 @@ from .errors import (
     StoreUnavailableError,
     SyncError,
 )
-from .ignore import BYTECODE_LEFT_OUT, IgnoreRules
+from .ignore import BYTECODE_LEFT_OUT, IgnoreRules, is_bytecode
 from .index import Record, SyncIndex
-from .links import LinkRestore, is_link_item, items_of
+from .links import LinkRestore, entry_of, is_link_item, items_of
 from .pending import PendingSet
 from .plan import PassReport, Planner, check_workdir, files_text, needs_listing
 from .progress import Progress, RateLimiter
 from .restore import (
     CHECKPOINTS_PREFIX,
+    ENVIRONMENT_LEFT_OUT,
     RestoreJob,
     RestoreReport,
     RestoreState,
+    environments,
+    in_environment,
     newest_checkpoints,
     restore_phases,
 )
@@ -789,6 +792,17 @@ class SyncEngine:
                 remote = self.store.list_files()
                 for rel in leave:
                     remote.pop(rel, None)
+                # A Python environment in the store is never brought (restore.environments);
+                # nor is a link where compiled Python would be (it would be loaded as such).
+                roots = environments(remote)
+                unwanted = {
+                    rel: ENVIRONMENT_LEFT_OUT if in_environment(rel, roots) else BYTECODE_LEFT_OUT
+                    for rel in remote
+                    if in_environment(rel, roots)
+                    or (is_link_item(rel) and is_bytecode(entry_of(rel)))
+                }
+                for rel in unwanted:
+                    del remote[rel]
                 links = {rel: remote.pop(rel) for rel in list(remote) if is_link_item(rel)}
                 newest = newest_checkpoints(remote)
                 self.restoring.plan(newest)
@@ -809,6 +823,13 @@ class SyncEngine:
         # the store's links that cannot be made here (links.py).
         self.left_out = {rel: BYTECODE_LEFT_OUT for rel in sorted(report.bytecode)}
         self.left_out.update(made.left_out)
+        self.left_out.update(unwanted)
+        if unwanted:
+            log.warning(
+                "Restore: %d file(s) of the store not brought: %s",
+                len(unwanted),
+                "; ".join(f"{shown(rel)} ({why})" for rel, why in sorted(unwanted.items())[:5]),
+            )
         if report.bytecode:
             log.warning(
                 "Restore: %d compiled Python file(s) in the store not brought (%s): %s",

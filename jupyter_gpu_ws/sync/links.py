@@ -43,8 +43,9 @@ def is_link_item(rel: str) -> bool:
 
 
 def items_of(rel: str) -> tuple[str, ...]:
-    """The names a path the watcher reports may have in the record: a file, or a link."""
-    return (rel,) if rel.endswith(LINK_SUFFIX) else (rel, rel + LINK_SUFFIX)
+    """The names a path the watcher reports may have in the record: a file, or a link (whose
+    own name may end in the suffix too: `x.rclonelink` is mirrored as `x.rclonelink.rclonelink`)."""
+    return (rel, rel + LINK_SUFFIX)
 
 
 def entry_of(rel: str) -> str:
@@ -77,6 +78,11 @@ def link_target(workdir: str, rel: str) -> tuple[bytes | None, str | None]:
         stored = target
     if not inside(folder, stored):
         return None, f"a symbolic link pointing outside the work directory (to {shown(target)})"
+    if holds(folder, stored):
+        return None, (
+            f"a symbolic link to a folder that holds it (to {shown(target)}): a loop for "
+            "whatever follows links, not mirrored"
+        )
     try:
         os.stat(path)
     except OSError as err:
@@ -102,6 +108,12 @@ def inside(folder: str, target: str) -> bool:
         return False
     joined = os.path.normpath(os.path.join(folder, target) if folder else target)
     return joined != ".." and not joined.startswith("../")
+
+
+def holds(folder: str, target: str) -> bool:
+    """Whether the relative `target` of a link in `folder` names that folder or one above it."""
+    joined = os.path.normpath(os.path.join(folder, target) if folder else target)
+    return joined == "." or folder == joined or folder.startswith(joined + "/")
 
 
 def _here(workdir: str, rel: str) -> str:
@@ -150,8 +162,15 @@ class LinkRestore:
             target = os.fsdecode(data)
             if not inside(os.path.dirname(entry), target):
                 self.left_out[rel] = (
-                    f"a symbolic link pointing outside the work directory (to {shown(target)}): "
+                    f"a symbolic link pointing outside the work directory (to {shown(target) or 'nothing'}): "
                     "not restored"
+                )
+                continue
+            if holds(os.path.dirname(entry), target):
+                # `sub/up -> ..`: a loop for whatever follows links, and a step that makes
+                # another link's `..` lead further up than its words say.
+                self.left_out[rel] = (
+                    f"a symbolic link to a folder that holds it (to {shown(target)}): not restored"
                 )
                 continue
             path = _here(self.workdir, entry)

@@ -45,6 +45,7 @@ from ..checkpoints.files import MANIFEST, folder_order
 from ..diskio import pwrite_all, waits_on_disk
 from ..store.backend import PART_SUFFIX, Backend, RemoteFile, md5_of
 from ..store.hashing import fd_hash, file_hash
+from ..store.names import shown
 from .errors import CancelledError, StoreUnavailableError, SyncError
 from .ignore import is_bytecode
 from .index import Record, SyncIndex
@@ -693,8 +694,45 @@ class RestoreJob:
                 return
         folder = os.path.dirname(d.target)
         if folder not in self._folders_made:
-            os.makedirs(folder, exist_ok=True)
+            why = self._make_folder(os.path.dirname(d.rel))
+            if why is not None:
+                d.error = why  # listed with the reason; nothing is written through a link
+                return
             self._folders_made.add(folder)
+
+    def _make_folder(self, rel: str) -> str | None:
+        """Make the folder `rel` (relative) one part at a time, each a real folder: never
+        through a link (the user's own, to a disk elsewhere, or one a restore made), so no file
+        of the store lands outside the work directory or anywhere but under its own name. Why
+        not, or None. (As in LocalBackend, a link swapped in between this look and the write
+        is the race accepted.)"""
+        path = self.workdir
+        for part in rel.split("/") if rel else []:
+            path = os.path.join(path, part)
+            if path in self._folders_made:
+                continue
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                try:
+                    os.mkdir(path)
+                except FileExistsError:
+                    st = os.lstat(path)  # made meanwhile (another worker): looked at below
+                else:
+                    self._folders_made.add(path)
+                    continue
+            if stat.S_ISLNK(st.st_mode):
+                return (
+                    f"{shown(os.path.relpath(path, self.workdir))} is a symbolic link here: "
+                    "the store's file is not written through it"
+                )
+            if not stat.S_ISDIR(st.st_mode):
+                return (
+                    f"{shown(os.path.relpath(path, self.workdir))} is a file here, where the "
+                    "store has a folder: the store's file is not restored"
+                )
+            self._folders_made.add(path)
+        return None
 
     def _open(self, d: _Download) -> None:
         """The file `d` is written into, unnamed until it is whole."""
@@ -937,6 +975,34 @@ class RestoreJob:
             records, self._records = self._records, []
         if records:
             self.index.put_many(records)
+
+
+ENVIRONMENT_LEFT_OUT = (
+    "in a Python environment in the store, never restored: environments are rebuilt from "
+    "the environment snapshot"
+)
+
+
+def environments(paths: Iterable[str]) -> set[str]:
+    """The folders of `paths` (the store's listing) that hold a Python virtual environment or
+    a conda environment (a `pyvenv.cfg`, a `conda-meta/` folder): the sync never sends one (it
+    is rebuilt from the environment snapshot), so one in the store was put there by someone
+    else, and its `.pth` files and scripts would run: never restored."""
+    roots = set()
+    for rel in paths:
+        folder, _, name = rel.rpartition("/")
+        if name == "pyvenv.cfg" and folder:
+            roots.add(folder)
+        elif "/conda-meta/" in f"/{rel}":
+            root = f"/{rel}".split("/conda-meta/")[0].lstrip("/")
+            if root:
+                roots.add(root)
+    return roots
+
+
+def in_environment(rel: str, roots: set[str]) -> bool:
+    parts = rel.split("/")
+    return any("/".join(parts[:depth]) in roots for depth in range(1, len(parts)))
 
 
 def _unfit(rel: str) -> str | None:

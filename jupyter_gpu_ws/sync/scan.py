@@ -109,12 +109,12 @@ def stat_path(
         if (
             link
             and problems is not None
-            and os.path.isfile(os.path.join(workdir, rel + LINK_SUFFIX))
+            and _regular_file(os.path.join(workdir, rel + LINK_SUFFIX))
         ):
             problems(rel + LINK_SUFFIX, NAME_TAKEN)
         return None
     if link:
-        if problems is not None and os.path.isfile(os.path.join(workdir, rel + LINK_SUFFIX)):
+        if problems is not None and _regular_file(os.path.join(workdir, rel + LINK_SUFFIX)):
             problems(rel + LINK_SUFFIX, NAME_TAKEN)  # a file of that name, beside the entry
         if not stat_module.S_ISLNK(st.st_mode):
             return None
@@ -134,3 +134,11 @@ def present(workdir: str, rel: str) -> bool:
     if rel.endswith(LINK_SUFFIX):
         return os.path.islink(local_path(workdir, rel[: -len(LINK_SUFFIX)]))
     return os.path.lexists(local_path(workdir, rel))
+
+
+def _regular_file(path: str) -> bool:
+    """A regular file itself (a link to one is a link: mirrored as a link, never a clash)."""
+    try:
+        return stat_module.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False

@@ -106,9 +106,10 @@ def test_links_that_point_outside_or_loop_are_listed_with_their_reason_and_not_m
     (workdir / "loop-a").symlink_to("loop-b")
     (workdir / "loop-b").symlink_to("loop-a")
     (workdir / "sub").mkdir()
-    (workdir / "sub" / "top").symlink_to("..", target_is_directory=True)  # inside: the root
+    (workdir / "sub" / "top").symlink_to("..", target_is_directory=True)  # to a folder above
     (workdir / "via").symlink_to("sub/top/..")  # inside by its words, outside once followed
     write(workdir, "clash" + LINK_SUFFIX, "a file whose name takes the links' suffix")
+    (workdir / ("named" + LINK_SUFFIX)).symlink_to("notes.md")  # a link of that name: a link
     engine = make_engine(workdir)
     assert engine.sync().ok
     found = problems(engine)
@@ -117,9 +118,18 @@ def test_links_that_point_outside_or_loop_are_listed_with_their_reason_and_not_m
     assert "pointing outside the work directory" in found["up"]
     assert "loops" in found["loop-a"] and "loops" in found["loop-b"]
     assert "through another link" in found["via"]
+    assert "holds it" in found["sub/top"]
     assert "rename it" in found["clash" + LINK_SUFFIX]
-    assert set(found) == {"secret", "up", "loop-a", "loop-b", "via", "clash" + LINK_SUFFIX}
-    assert sorted(tree_files(mirror(store_dir))) == ["notes.md", "sub/top" + LINK_SUFFIX]
+    assert set(found) == {
+        "secret",
+        "up",
+        "loop-a",
+        "loop-b",
+        "via",
+        "sub/top",
+        "clash" + LINK_SUFFIX,
+    }
+    assert sorted(tree_files(mirror(store_dir))) == ["named" + 2 * LINK_SUFFIX, "notes.md"]
 
     # Mended: the link points inside now; the next look lists it no more and mirrors it.
     (workdir / "secret").unlink()
@@ -152,26 +162,62 @@ def test_a_store_written_by_someone_else_never_gets_a_link_made_that_leads_out(
     write(files, "evil" + LINK_SUFFIX, str(outside))  # absolute
     write(files, "up" + LINK_SUFFIX, "../host/secret.txt")
     write(files, "deep/up" + LINK_SUFFIX, "../../../host/secret.txt")
-    write(files, "sub/top" + LINK_SUFFIX, "..")  # the work directory itself: inside
-    write(files, "via" + LINK_SUFFIX, "sub/top/..")  # outside once sub/top is followed
+    write(files, "sub/top" + LINK_SUFFIX, "..")  # a folder that holds it: a loop, never made
+    write(files, "a/x/keep.txt", "kept")
+    write(files, "a/b/c/L" + LINK_SUFFIX, "../../x")  # inside: a/x
+    write(files, "q" + LINK_SUFFIX, "a/b/c/L/../../..")  # inside by its words, out once followed
     write(files, "fine" + LINK_SUFFIX, "notes.md")
     write(files, "long" + LINK_SUFFIX, "x" * 5000)
-    write(files, "sub/top/inner" + LINK_SUFFIX, "x")  # its folder would be the link just made
+    write(files, "empty" + LINK_SUFFIX, "")
+    write(files, "__pycache__/mod.cpython-311.pyc" + LINK_SUFFIX, "../notes.md")  # bytecode
+    write(files, ".venv/pyvenv.cfg", "home = /usr/bin")  # an environment: never brought
+    write(files, ".venv/lib/python3.11/site-packages/zz.pth", "import os")
     fresh = tmp_path / "fresh" / "work"
     fresh.mkdir(parents=True)
     engine = make_engine(fresh, state="state2")
     report = engine.restore()
-    assert links_in(fresh) == {"fine": "notes.md", "sub/top": ".."}
+    assert links_in(fresh) == {"fine": "notes.md", "a/b/c/L": "../../x"}
     assert (fresh / "fine").read_text() == "notes"
+    assert not (fresh / ".venv").exists() and not (fresh / "__pycache__").exists()
     skipped = engine.status()["store_skipped"]
-    for name in ("evil", "up", "deep/up", "via", "long", "sub/top/inner"):
+    for name in ("evil", "up", "deep/up", "q", "long", "empty", "sub/top"):
         assert name + LINK_SUFFIX in skipped, name
     assert "outside the work directory" in skipped["evil" + LINK_SUFFIX]
-    assert "through another link" in skipped["via" + LINK_SUFFIX]
+    assert "through another link" in skipped["q" + LINK_SUFFIX]
+    assert "holds it" in skipped["sub/top" + LINK_SUFFIX]
+    assert "compiled Python" in skipped["__pycache__/mod.cpython-311.pyc" + LINK_SUFFIX]
+    assert "Python environment" in skipped[".venv/lib/python3.11/site-packages/zz.pth"]
     assert "fine" + LINK_SUFFIX in report.restored
     assert tree_files(tmp_path / "host") == {"secret.txt": b"secret"}
     # Nothing of these was written anywhere but in the work directory.
     assert sorted(os.listdir(tmp_path / "fresh")) == ["work"]
+
+
+def test_a_restore_never_writes_through_a_link_here_whoever_made_it(
+    workdir: Path, store_dir: Path, tmp_path: Path, make_engine: Make
+) -> None:
+    write(workdir, "notes.md", "notes")
+    make_engine(workdir).sync()
+    files = mirror(store_dir)
+    write(files, "data/planted.txt", "from the store")  # under the user's link to elsewhere
+    write(files, "data/deep/x.txt", "from the store")
+    write(files, "alias" + LINK_SUFFIX, "realdir")
+    write(files, "realdir/a.txt", "a")
+    fresh = tmp_path / "fresh"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    fresh.mkdir()
+    (fresh / "data").symlink_to(outside, target_is_directory=True)  # the user's own link
+    engine = make_engine(fresh, state="state2")
+    first = engine.restore()
+    assert list(outside.iterdir()) == []  # nothing written through the user's link
+    assert any("data is a symbolic link here" in e for e in first.errors), first.errors
+    assert os.readlink(fresh / "alias") == "realdir"
+    # The store gains a file under the link the first restore made: it is not written there.
+    write(files, "alias/b.txt", "b")
+    second = engine.restore()
+    assert not (fresh / "realdir" / "b.txt").exists()
+    assert any("alias is a symbolic link here" in e for e in second.errors), second.errors
 
 
 def test_restore_never_replaces_what_is_here_with_a_link(
