@@ -794,6 +794,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
             for path in report.conflicts:
                 print(f"conflict copy: {shown(path)}")
             errors += report.errors
+        # What the store holds and the restore did not bring, each with why (links leading out,
+        # compiled Python, an environment, the store's own links and special files).
+        left_out = {**engine.backend.skipped, **engine.left_out}
+        for key, why in sorted(left_out.items()):
+            print(f"not restored: {shown(key)}: {why}")
         for error in errors:
             print(f"jupyter gpuws: error: {shown(error)}", file=sys.stderr)
         return 1 if errors else 0
@@ -876,6 +881,8 @@ def _print_server_status(url: str, token: str, sync: dict[str, Any]) -> None:
     print(f"server:    {url} ({sync.get('state')})")
     if sync.get("last_error"):
         print(f"problem:   {sync['last_error']}")
+    if sync.get("starting"):
+        print(f"           {sync['starting']}")
     print(
         f"in store:  {count(int(sync.get('synced_files') or 0), 'file')} from here, "
         f"{size(int(sync.get('store_bytes') or 0))}"
@@ -891,6 +898,19 @@ def _print_server_status(url: str, token: str, sync: dict[str, Any]) -> None:
         f"pending:   {count(int(sync.get('pending_files') or 0), 'file')} "
         f"({size(int(sync.get('pending_bytes') or 0))})"
     )
+    if sync.get("problem_files"):
+        # The files that cannot be synced, each with why (a link pointing outside, a name the
+        # store refuses, an unreadable folder): never left out of the status in silence.
+        try:
+            pending = request(url, token, "gpuws/api/sync/pending?limit=20", timeout=10)
+        except (ServerUnreachable, ValueError):
+            pending = {}
+        problems = pending.get("problems") if isinstance(pending, dict) else None
+        print(f"not synced: {count(int(sync['problem_files']), 'file')} cannot be synced:")
+        for problem in problems or []:
+            print(f"  {shown(str(problem.get('path')))}: {shown(str(problem.get('reason')))}")
+        if problems and int(sync["problem_files"]) > len(problems):
+            print(f"  … and {int(sync['problem_files']) - len(problems):,} more")
     holder = sync.get("lease") or {}
     if sync.get("lease_writing"):
         print("writer:    this server")

@@ -83,6 +83,18 @@ def running_server(runtime_dir: str | None = None, url: str | None = None) -> tu
             servers = [(s[0], given) for s in servers]
     if not servers:
         raise ServerUnreachable(f"No running Jupyter Server found in {folder}")
+    if len(servers) > 1 and not url:
+        # The one whose folder holds the current one (the deepest, where they nest): run in a
+        # work directory, the command means that directory's server, as `status` does.
+        here = _server_of(os.getcwd(), _server_files(Path(folder)))
+        if here is not None:
+            return here
+        raise ServerUnreachable(
+            "Several Jupyter Servers run here ("
+            + ", ".join(s[0] for s in servers)
+            + "), none of them in this folder: run the command in a server's work directory, "
+            "or name one with --server URL"
+        )
     if len(servers) > 1:
         raise ServerUnreachable(
             "Several Jupyter Servers run here ("
@@ -90,6 +102,27 @@ def running_server(runtime_dir: str | None = None, url: str | None = None) -> tu
             + "): name one with --server URL"
         )
     return servers[0]
+
+
+def _server_of(folder: str, infos: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """The server (URL, token) whose root folder holds `folder`, the deepest where they nest;
+    None where none does, or two share the deepest."""
+    real = os.path.realpath(folder)
+    best: list[tuple[int, dict[str, Any]]] = []
+    for info in infos:
+        root = info.get("root_dir")
+        if not isinstance(root, str) or not root:
+            continue
+        root = os.path.realpath(root)
+        if real == root or real.startswith(root.rstrip("/") + "/"):
+            best.append((len(root), info))
+    if not best:
+        return None
+    best.sort(key=lambda item: -item[0])
+    if len(best) > 1 and best[0][0] == best[1][0]:
+        return None
+    info = best[0][1]
+    return info["url"].rstrip("/") + "/", _token(info)
 
 
 def running_servers(runtime_dir: str | None = None) -> list[tuple[str, str]]:

@@ -506,6 +506,7 @@ async def sync_status(app: Services) -> dict[str, Any]:
     # The URL as set, but never a password or a token in it (store/redact.py).
     status.update(workdir=app.workdir, store_url=redact(app.store_url), state_dir=app.state_dir)
     status.setdefault("workspace", app.workspace)
+    status.setdefault("store", redact(app.store_url))  # the store not open yet: as configured
     latest = app.jobs.latest("persist")
     status["persist"] = None if latest is None else latest.to_dict()
     return status

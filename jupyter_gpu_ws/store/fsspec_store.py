@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 from ..diskio import pwrite_all
 from .backend import (
@@ -37,6 +37,7 @@ from .errors import (
     SyncError,
 )
 from .local import O_CLOEXEC, content_tag
+from .redact import redact
 
 CHUNK_READ = 8 * 2**20
 
@@ -531,8 +532,14 @@ def open_session_store(
             f"The {scheme}:// store needs a package that is not installed: {err}"
         ) from None
     except Exception as err:
-        raise StoreConfigError(f"Cannot open the store {url!r}: {err}") from err
-    return FsspecBackend(session, root, max_concurrency)
+        raise StoreConfigError(f"Cannot open the store {redact(url)!r}: {err}") from err
+    backend = FsspecBackend(session, root, max_concurrency)
+    # Named with its host (a user, never a password: store/redact.py), as the URL names it:
+    # "sftp:///data/ws" would say nothing of where the store is.
+    host = urlsplit(url).netloc
+    if host:
+        backend.description = redact(f"{scheme}://{host}/{root.lstrip('/')}")
+    return backend
 
 
 class _FsspecCallback:

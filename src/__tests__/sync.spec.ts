@@ -172,6 +172,11 @@ describe("a persist's words", () => {
       'Files saved, not everything: 1 document saved, 1 checkpoint taken, 3 files uploaded ' +
         '(2.0 KiB)…'
     );
+    // Never inside a list of names.
+    const names =
+      'All saved: 1 document saved, 12 files uploaded (4.0 KiB), 3 files cannot be synced ' +
+      '(a_link_with_a_long_name, another_link_with_a_longer_name, a_third_one_whose_name_runs_on and 1 more).';
+    expect(toastText(names)).toBe('All saved: 1 document saved, 12 files uploaded (4.0 KiB)…');
   });
 });
 

@@ -112,14 +112,31 @@ export class MetricsModel implements IDisposable {
     const interval = Math.max((this.latest?.interval ?? 1) * 1000, 1000);
     this._poll = new Poll({
       factory: async () => {
+        const wasDown = this._unanswered;
         await this._catchUp();
         if (this.error || this._unanswered) {
           throw new Error(this.error ?? 'The server is not answering');
+        }
+        if (wasDown) {
+          // The server is back (it was away, not refusing websockets): the stream again.
+          window.setTimeout(() => this._reopen(), 0);
         }
       },
       frequency: { interval, backoff: true, max: MAX_BACKOFF_MS },
       standby: 'when-hidden'
     });
+  }
+
+  private _reopen(): void {
+    if (this._disposed || !this._poll) {
+      return;
+    }
+    this._poll.dispose();
+    this._poll = null;
+    this._failures = 0;
+    this.connection = 'connecting';
+    this._changed.emit();
+    this._open();
   }
 
   private _add(sample: ISample, emit: boolean): void {

@@ -33,8 +33,17 @@ export function toastText(short: string): string {
   if (short.length <= TOAST_MAX) {
     return short;
   }
+  // The last ", ", "; " or ". " outside brackets: never inside a list of names "(a, b, …".
   const room = short.slice(0, TOAST_MAX - 1);
-  const cut = Math.max(room.lastIndexOf(', '), room.lastIndexOf('; '), room.lastIndexOf('. '));
+  let cut = -1;
+  let depth = 0;
+  for (let i = 0; i < room.length - 1; i++) {
+    const c = room[i];
+    depth += c === '(' ? 1 : c === ')' && depth > 0 ? -1 : 0;
+    if (depth === 0 && (c === ',' || c === ';' || c === '.') && room[i + 1] === ' ') {
+      cut = i;
+    }
+  }
   return `${cut > 0 ? room.slice(0, cut) : room.trimEnd()}…`;
 }
 
