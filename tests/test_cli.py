@@ -73,6 +73,24 @@ def test_sync_once_then_restore_on_a_fresh_machine(tmp_path: Path, common: list[
     assert same_trees(work, fresh)
 
 
+def test_restore_names_what_it_did_not_bring_and_why(tmp_path: Path, common: list[str]) -> None:
+    work = tmp_path / "work"
+    write(work, "notes.md", "notes")
+    assert gpuws("sync", "--workdir", str(work), "--once", *common).returncode == 0
+    files = tmp_path / "store" / "ws" / "files"
+    write(files, "evil.rclonelink", "../../outside")  # written by someone else
+    write(files, "__pycache__/m.cpython-311.pyc", b"\0")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    result = gpuws("restore", "--workdir", str(fresh), *common[:-1], str(tmp_path / "state-fresh"))
+    assert result.returncode == 0, result.stderr
+    assert "1 file restored" in result.stdout
+    lines = [line for line in result.stdout.splitlines() if line.startswith("not restored: ")]
+    assert len(lines) == 2, result.stdout
+    assert "evil.rclonelink: a symbolic link pointing outside the work directory" in lines[1]
+    assert "__pycache__/m.cpython-311.pyc: compiled Python, never restored" in lines[0]
+
+
 def test_status_shows_what_is_pending(tmp_path: Path, common: list[str]) -> None:
     work = tmp_path / "work"
     write(work, "a.txt", "a")

@@ -323,3 +323,9 @@ def test_status_in_another_terminal_asks_the_server_and_needs_no_store_credentia
         assert f"server:    http://localhost:{server.port}/ (idle)" in status.stdout
         assert "last sync: " in status.stdout and "never" not in status.stdout
         assert S3_SECRET_KEY not in status.stdout + status.stderr
+        # A file that cannot be synced is listed there too, with why: never left out in silence.
+        (server.root / "elsewhere").symlink_to(tmp_path)
+        until(lambda: server.api("/gpuws/api/sync").get("problem_files"), 30, "the link listed")
+        status = gpuws(bare, server.root, "status")
+        assert "not synced: 1 file cannot be synced:" in status.stdout, status.stdout
+        assert "  elsewhere: a symbolic link pointing outside the work directory" in status.stdout
