@@ -18,7 +18,15 @@ from urllib.parse import unquote, urlsplit
 
 from .redact import redact
 
-__all__ = ["CREDENTIALS", "Fault", "fault_of", "first_line", "recall", "remember"]
+__all__ = [
+    "CREDENTIALS",
+    "Fault",
+    "connection_fault",
+    "fault_of",
+    "first_line",
+    "recall",
+    "remember",
+]
 
 
 @dataclass(frozen=True)
@@ -175,6 +183,49 @@ def fault_of(text: str, description: str, cloud: str) -> Fault | None:
 
 # The faults met lately, by their line: whatever carries the line on (a pass's error, the
 # lease's, a section's) finds its kind and the store's own words here.
+_PORT_ON = re.compile(r"port (\d+) on (\S+)")
+
+
+def connection_fault(err: BaseException, where: str) -> Fault | None:
+    """The fault of a store reached over a plain connection (SFTP, SMB, FTP through fsspec),
+    from the exception itself: refused, host not found, timed out, reset. `where`: the store's
+    host (or `host:port`) as its URL names it."""
+    import socket
+
+    text = first_line(str(err) or type(err).__name__)
+    lowered = text.lower()
+    found = _PORT_ON.search(text)  # paramiko: "Unable to connect to port 22 on 10.0.0.5"
+    if found:
+        where = f"{found.group(2)}:{found.group(1)}"
+    if isinstance(err, socket.gaierror) or "name or service not known" in lowered:
+        return Fault(
+            "host-not-found",
+            f"The store's host {where.rsplit(':', 1)[0]} was not found (DNS): check the "
+            "store URL's host and this machine's network",
+            text,
+        )
+    if isinstance(err, ConnectionRefusedError) or found or "connection refused" in lowered:
+        return Fault(
+            "refused",
+            f"The store at {where} refused the connection: is it running, and on that port?",
+            text,
+        )
+    if isinstance(err, TimeoutError) or "timed out" in lowered:
+        return Fault(
+            "timeout", f"The store at {where} did not answer: the sync retries by itself", text
+        )
+    if isinstance(err, (ConnectionResetError, ConnectionAbortedError, EOFError)) or (
+        "connection reset" in lowered or "connection lost" in lowered
+    ):
+        return Fault(
+            "connection",
+            f"The connection to the store at {where} broke before it answered (reset or "
+            "closed): the sync retries by itself",
+            text,
+        )
+    return None
+
+
 _MET: OrderedDict[str, Fault] = OrderedDict()
 _MET_LOCK = threading.Lock()
 MET_KEPT = 32

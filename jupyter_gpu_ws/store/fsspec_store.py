@@ -36,6 +36,7 @@ from .errors import (
     StoreUnavailableError,
     SyncError,
 )
+from .faults import connection_fault, remember
 from .local import O_CLOEXEC, content_tag
 from .redact import redact
 
@@ -58,6 +59,7 @@ class FsspecBackend(NoFolders):
         self.fs = fs  # a Session for sftp://, ftp://, smb:// (see open_session)
         self.root = root.rstrip("/")
         self.description = f"{protocol}://{self.root}"
+        self.host: str | None = None  # as the URL names it (host:port), for its faults' lines
         # Object stores make a PUT visible only once complete; file-like ones need a rename.
         self.object_store = protocol in ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "memory")
         self.supports_rename = not self.object_store
@@ -65,6 +67,9 @@ class FsspecBackend(NoFolders):
         self.max_concurrency = max_concurrency
         self.protocol = protocol
         self._swap_lock = threading.Lock()
+
+    def _error(self, err: Exception, key: str) -> Exception:
+        return _remote_error(err, key, self.host)
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -133,7 +138,7 @@ class FsspecBackend(NoFolders):
                 raise
             raise StoreUnavailableError(f"The store lost {key} while writing it") from None
         except Exception as err:  # OSError, botocore and friends: map to one clear line
-            raise _remote_error(err, key) from err
+            raise self._error(err, key) from err
         if int(info.get("size", -1)) != size:
             raise StoreUnavailableError(
                 f"{key}: the store has {info.get('size')} bytes, expected {size}"
@@ -159,7 +164,7 @@ class FsspecBackend(NoFolders):
                 return
             except Exception as err:
                 if attempt + 1 == FINISH_ATTEMPTS or not isinstance(
-                    _remote_error(err, target), StoreUnavailableError
+                    self._error(err, target), StoreUnavailableError
                 ):
                     raise
             if not self.object_store and not self.fs.exists(tmp):
@@ -179,7 +184,7 @@ class FsspecBackend(NoFolders):
             except NotImplementedError:  # no server-side copy (sftp): through this machine
                 self._copy_through(self._path(src), self._path(dst))
         except Exception as err:
-            raise _remote_error(err, src) from err
+            raise self._error(err, src) from err
 
     def _copy_through(self, src: str, dst: str) -> None:
         """Read the file and write it to a temporary name beside `dst`, then move it there."""
@@ -200,7 +205,7 @@ class FsspecBackend(NoFolders):
         try:
             self.fs.get_file(self._path(key), local)
         except Exception as err:
-            raise _remote_error(err, key) from err
+            raise self._error(err, key) from err
         size = os.path.getsize(local)
         if progress:
             progress(size)
@@ -228,7 +233,7 @@ class FsspecBackend(NoFolders):
         except FileNotFoundError:
             raise
         except Exception as err:
-            raise _remote_error(err, key) from err
+            raise self._error(err, key) from err
         pwrite_all(fd, data, offset)
         if progress:
             progress(len(data))
@@ -240,7 +245,7 @@ class FsspecBackend(NoFolders):
         except FileNotFoundError:
             return None
         except Exception as err:
-            raise _remote_error(err, key) from err
+            raise self._error(err, key) from err
         if info.get("type") == "directory":
             return None
         return RemoteFile(key, int(info["size"]), _mtime(info), _etag(info))
@@ -250,7 +255,7 @@ class FsspecBackend(NoFolders):
             self._parent_dir(self._path(dst))
             self.fs.mv(self._path(src), self._path(dst))
         except Exception as err:
-            raise _remote_error(err, src) from err
+            raise self._error(err, src) from err
 
     def delete(self, key: str) -> None:
         try:
@@ -258,7 +263,7 @@ class FsspecBackend(NoFolders):
         except FileNotFoundError:
             pass
         except Exception as err:
-            raise _remote_error(err, key) from err
+            raise self._error(err, key) from err
 
     def list(self, prefix: str) -> Iterator[RemoteFile]:
         base = self._path(prefix)
@@ -268,7 +273,7 @@ class FsspecBackend(NoFolders):
         except FileNotFoundError:
             return
         except Exception as err:
-            raise _remote_error(err, prefix) from err
+            raise self._error(err, prefix) from err
         for path, info in found.items():
             if PART_SUFFIX in path or info.get("type") == "directory":
                 continue
@@ -284,7 +289,7 @@ class FsspecBackend(NoFolders):
         except FileNotFoundError:
             return []
         except Exception as err:
-            raise _remote_error(err, prefix or "the store") from err
+            raise self._error(err, prefix or "the store") from err
         return sorted(
             e["name"].rstrip("/").rsplit("/", 1)[-1]
             for e in entries
@@ -318,7 +323,7 @@ class FsspecBackend(NoFolders):
         except FileNotFoundError:
             return None
         except Exception as err:
-            raise _remote_error(err, key) from err
+            raise self._error(err, key) from err
 
     def write_bytes(self, key: str, data: bytes) -> None:
         try:
@@ -337,7 +342,7 @@ class FsspecBackend(NoFolders):
                         pass
                     raise
         except Exception as err:
-            raise _remote_error(err, key) from err
+            raise self._error(err, key) from err
 
     # -- compare-and-swap (the lease) and content comparison ------------------------------------
 
@@ -536,9 +541,12 @@ def open_session_store(
     backend = FsspecBackend(session, root, max_concurrency)
     # Named with its host (a user, never a password: store/redact.py), as the URL names it:
     # "sftp:///data/ws" would say nothing of where the store is.
-    host = urlsplit(url).netloc
-    if host:
-        backend.description = redact(f"{scheme}://{host}/{root.lstrip('/')}")
+    parts = urlsplit(url)
+    if parts.netloc:
+        backend.description = redact(f"{scheme}://{parts.netloc}/{root.lstrip('/')}")
+        backend.host = (
+            parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else None
+        )
     return backend
 
 
@@ -597,7 +605,7 @@ def _mtime(info: dict[str, Any]) -> float | None:
         return None
 
 
-def _remote_error(err: Exception, key: str) -> Exception:
+def _remote_error(err: Exception, key: str, where: str | None = None) -> Exception:
     """One clear line for the many ways a remote store fails."""
     name = type(err).__name__
     text = str(err) or name
@@ -613,6 +621,11 @@ def _remote_error(err: Exception, key: str) -> Exception:
         return StoreConfigError(f"The store's bucket does not exist: {text}")
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return StoreFullError(f"The store is full ({key})")
+    fault = connection_fault(err, where or "its host")
+    if fault is not None:
+        # One line naming cause and fix, remembered so that every place shows its kind.
+        remember(fault)
+        return StoreUnavailableError(fault.line).with_fault(fault.kind, fault.detail)
     if "connect" in text.lower() or isinstance(err, (ConnectionError, TimeoutError)):
         return StoreUnavailableError(f"Cannot reach the store: {text}")
     return StoreUnavailableError(f"The store failed on {key}: {text}")

@@ -314,3 +314,15 @@ def test_words_in_a_url_are_not_taken_for_the_fault() -> None:
     )
     fault = fault_of(text, "s3://b/p", "s3")
     assert fault is not None and fault.kind == "busy", fault
+
+
+def test_sftp_a_port_nobody_listens_on_is_refused_in_one_line_with_no_password() -> None:
+    from tests.loopback import free_ports
+
+    (port,) = free_ports(1)
+    backend = open_backend(f"sftp://bob:S3CRET@127.0.0.1:{port}/data/ws")
+    assert backend.description == f"sftp://bob:***@127.0.0.1:{port}/data/ws"
+    with pytest.raises(SyncError) as caught:
+        list(backend.list("files/"))
+    check(caught.value, "refused", f"The store at 127.0.0.1:{port} refused the connection")
+    assert "S3CRET" not in str(caught.value) and "Errno" not in str(caught.value)
