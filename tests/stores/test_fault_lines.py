@@ -77,6 +77,19 @@ def test_wrong_credentials(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> Non
     assert "not-the-secret" not in str(err) + str(err.detail)
 
 
+def test_wrong_credentials_met_first_by_a_head_name_the_credentials(
+    s3: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A HEAD's 403 has no body to say why: S3 answers a wrong secret and a key without the
+    # right alike, and the line names the credentials first rather than a store's policy.
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    backend = open_backend(f"s3://{S3_BUCKET}/me", {"max_retries": 0})
+    with pytest.raises(SyncError) as caught:
+        backend.stat("files/x")
+    check(caught.value, "credentials", "refused the credentials", "AWS_SECRET_ACCESS_KEY")
+    assert f"{S3_BUCKET}/me" in str(caught.value)  # and the place they may not be allowed
+
+
 def test_nothing_listening_on_the_port(s3: S3Server) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
