@@ -27,6 +27,7 @@ from jupyter_gpu_ws.store.errors import (
 )
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from jupyter_gpu_ws.sync.stall import ASK_EVERY, STALLED_AFTER
+from tests.faultproxy import FaultProxy
 from tests.loopback import TLSFiles
 from tests.stallproxy import StallProxy
 from tests.stores.azurite import AzuriteServer
@@ -315,6 +316,31 @@ def test_an_object_store_that_stalls_mid_pass_shows_within_5_s_and_heals(
         proxy.stalled.clear()
         engine.close()
         proxy.close()
+
+
+@pytest.fixture
+def fault_proxy(s3: S3Server, tmp_path: Path) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
+    """The fault proxy in front of SeaweedFS (answering as S3 does where SeaweedFS does not:
+    a write into a bucket that is not there), and the store options that reach it."""
+    trusted = make_loopback_certificates(tmp_path / "trusted")
+    others = make_loopback_certificates(tmp_path / "untrusted")
+    own = make_ca_used_as_server_certificate(tmp_path / "self-signed")
+    proxy = FaultProxy(int(s3.endpoint.rsplit(":", 1)[1]), trusted, others, own)
+    yield proxy, {"endpoint_url": proxy.url, "ca_bundle": str(trusted.ca_file)}
+    proxy.close()
+
+
+def test_a_conditional_write_to_a_bucket_that_does_not_exist(
+    fault_proxy: tuple[FaultProxy, dict[str, Any]],
+) -> None:
+    # The lease's own write: a missing bucket reads as one, not as a missing object's raw text.
+    proxy, options = fault_proxy
+    backend = open_backend(f"s3://{S3_BUCKET}/me", {"max_retries": 0, **options})
+    proxy.switch("bucket-missing")
+    with pytest.raises(SyncError) as caught:
+        backend.write_if(".gpuws/lease.json", b"{}", None)
+    assert isinstance(caught.value, StoreConfigError)
+    check(caught.value, "bucket-missing", f"The bucket {S3_BUCKET} does not exist", "create it")
 
 
 def test_words_in_a_url_are_not_taken_for_the_fault() -> None:
