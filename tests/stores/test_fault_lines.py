@@ -343,6 +343,40 @@ def test_a_conditional_write_to_a_bucket_that_does_not_exist(
     check(caught.value, "bucket-missing", f"The bucket {S3_BUCKET} does not exist", "create it")
 
 
+def test_a_pass_retrying_a_503_says_the_stores_answer_not_that_it_does_not_answer(
+    fault_proxy: tuple[FaultProxy, dict[str, Any]], tmp_path: Path
+) -> None:
+    proxy, options = fault_proxy
+    work = tmp_path / "work"
+    work.mkdir()
+    engine = SyncEngine(
+        SyncSettings(
+            str(work),
+            f"s3://{S3_BUCKET}/busy-{tmp_path.name}",
+            "ws",
+            str(tmp_path / "state"),
+            storage_options={**options, "max_retries": 0},
+            retry_backoff=1.0,  # the retries take seconds: the status is read meanwhile
+        )
+    )
+    try:
+        engine.open()
+        proxy.switch("503")
+        (work / "a.txt").write_text("written while the store answers 503")
+        passing = threading.Thread(target=lambda: engine.sync(), daemon=True)
+        passing.start()
+        line = until(lambda: engine.last_error, 10, "the pass's first failure")
+        assert line.startswith("The store at 127.0.0.1:") and "answers 503" in line, line
+        assert "not answering" not in line, line
+        assert engine.status()["error_kind"] == "busy"
+        proxy.switch("pass")
+        passing.join(60)
+        assert not passing.is_alive()
+    finally:
+        proxy.switch("pass")
+        engine.close()
+
+
 def test_words_in_a_url_are_not_taken_for_the_fault() -> None:
     # A key named after a certificate, answered 503: busy, not a TLS verdict.
     from jupyter_gpu_ws.store.faults import fault_of
