@@ -233,9 +233,9 @@ describe('the sync model', () => {
     expect(asked.filter(a => a === 'GET sync/workspaces')).toHaveLength(1);
   });
 
-  it('looks every second while a pass is under way, every two seconds otherwise', async () => {
-    // A store that stops answering under a pass is named 3 s after the pass began: looked at
-    // each second, the panel shows it within 5 s.
+  it('looks twice a second while a pass is under way, every two seconds otherwise', async () => {
+    // A store that stops answering under a pass is named 3 to 3.5 s after: looked at twice a
+    // second, the panel shows it within 5 s.
     const interval = (): number => (model as unknown as { poll: Poll }).poll.frequency.interval;
     const workspaces = { workspaces: [], current: 'w', current_files: 0 };
     answer({ sync: status({ state: 'syncing' }), 'sync/workspaces': workspaces });
