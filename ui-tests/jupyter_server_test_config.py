@@ -15,6 +15,10 @@ GPUWS_UI_TEST_JOBS=1 is the server of a newcomer's jobs (port 8894), which newco
 starts itself, kills with kill -9 and starts again on the same folders (GPUWS_UI_TEST_AGAIN=1: the
 same machine's server started anew, which keeps its work directory, state and store).
 
+GPUWS_UI_TEST_FAULTS=1 is the server of the store's faults (port 8895), which faults.spec.ts
+starts itself and stops: its store is S3 behind a proxy that fails on demand (tests/faultstore.py),
+reached through the environment that spec gives it (GPUWS_STORE, AWS_*).
+
 GPUWS_UI_TEST_LAYOUT=1 is the server of the panel's pictures without a GPU (port 8892), which
 panel-layout.spec.ts compares with its reviewed ones: no other test uses it, so the panel holds
 only what that spec puts there, whatever ran before. Its store is encrypted.
@@ -42,6 +46,7 @@ _fresh = bool(os.environ.get("GPUWS_UI_TEST_FRESH"))
 _layout = bool(os.environ.get("GPUWS_UI_TEST_LAYOUT"))
 _first_hour = bool(os.environ.get("GPUWS_UI_TEST_FIRST_HOUR"))
 _jobs = bool(os.environ.get("GPUWS_UI_TEST_JOBS"))
+_faults = bool(os.environ.get("GPUWS_UI_TEST_FAULTS"))
 _again = bool(os.environ.get("GPUWS_UI_TEST_AGAIN"))
 if _release:
     _name = "gpuws-ui-release"
@@ -53,6 +58,8 @@ elif _first_hour:
     _name = "gpuws-ui-first-hour"
 elif _jobs:
     _name = "gpuws-ui-jobs"
+elif _faults:
+    _name = "gpuws-ui-faults"
 elif os.environ.get("GPUWS_UI_TEST_GPUS"):
     _name = "gpuws-ui-gpus"
 else:
@@ -92,7 +99,7 @@ c.GpuWorkspace.bandwidth_limit = 40 * 2**20  # noqa: F821
 # snapshot at each persist see something a test can change (<tmp>/gpuws-ui[-gpus]-env). The
 # release server's is empty: its persist still snapshots an environment, and it starts without
 # the seconds that installing pip takes.
-_venv_options = ["--without-pip"] if _release or _jobs else []
+_venv_options = ["--without-pip"] if _release or _jobs or _faults else []
 if not _again:
     subprocess.run(
         [sys.executable, "-m", "venv", *_venv_options, str(_tmp / f"{_name}-env")], check=True
@@ -142,3 +149,15 @@ if _release:
     # Changes wait 10 minutes to settle, so the file the test writes (larger than an immediate
     # upload takes) stays pending until the release's persist uploads it.
     c.GpuWorkspace.sync_debounce = 600.0  # noqa: F821
+
+if _faults:
+    # The store is the S3 bucket behind the fault proxy, which the spec names.
+    c.GpuWorkspace.store_url = os.environ["GPUWS_STORE"]  # noqa: F821
+    # A change goes at once, so the store is asked the moment the spec writes a file.
+    c.GpuWorkspace.sync_debounce = 0.05  # noqa: F821
+    # The lease is renewed every second (a quarter of it): a store refusing its conditional
+    # writes is met within a second of the fault, with no file written.
+    c.GpuWorkspace.lease_ttl = 4.0  # noqa: F821
+    # A countdown that moves every second: the panel holds it still once the server is gone.
+    c.GpuWorkspace.max_runtime = "25m"  # noqa: F821
+    c.GpuWorkspace.persist_lead_time = 60.0  # noqa: F821

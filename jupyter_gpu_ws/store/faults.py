@@ -148,6 +148,17 @@ def fault_of(text: str, description: str, cloud: str) -> Fault | None:
             f"The store at {host} refused the request ({code}): check {credentials}, and that "
             f"they may use {place}",
         )
+    if status == 403 and not code:
+        # No reason given: the answer to a HEAD has no body, and S3 answers a wrong secret and
+        # a key without the right there with the same bare 403. Both are named, the credentials
+        # first (the usual cause): naming only the access would send a user with a mistyped
+        # secret to change the store's policy.
+        return fault(
+            "credentials",
+            f"The store at {host} refused the credentials or their use of {place} (403, no "
+            f"reason given): check {credentials}, and that they may list, read, write and "
+            "delete under it",
+        )
     if code in ("AccessDenied", "AuthorizationPermissionMismatch") or (status == 403):
         return fault(
             "access-denied",

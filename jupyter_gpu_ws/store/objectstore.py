@@ -490,7 +490,9 @@ class ObjectStoreBackend(NoFolders):
             result = obstore.put(self.store, key, data, mode=mode)
         except (obx.AlreadyExistsError, obx.PreconditionError):
             raise PreconditionFailed(key) from None
-        except obx.BaseError as err:
+        except (FileNotFoundError, obx.BaseError) as err:
+            # A write finds nothing missing but the bucket: obstore says so as a
+            # FileNotFoundError, which is no BaseError of its own.
             raise _error(err, key, self.description, self.cloud) from None
         return _tag(result.get("e_tag"), result.get("version"))
 

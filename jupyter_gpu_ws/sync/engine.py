@@ -263,7 +263,7 @@ class SyncEngine:
         self._summary_written = 0.0
         self._same_disk: bool | None = None
         # A store that stops answering mid-pass (a stalled drive) shows in the status meanwhile.
-        self.stall_watch = StallWatch(lambda: self.backend.probe())
+        self.stall_watch = StallWatch(lambda: self.backend.probe(), lambda: self.store_busy)
         # The background flush after a pass that did not wait for one.
         self._flush_wanted = threading.Condition()
         self._flush_requested = False
@@ -383,6 +383,9 @@ class SyncEngine:
         if not self.writable:
             return 0
         with self._pass_lock:
+            # Its listing waits on the store as a pass does, holding passes back meanwhile: a
+            # store that stops answering under it is watched for, and named, in the same way.
+            self.stall_watch.watch()
             return self.kept_versions.prune(None)
 
     def close(self) -> None:
@@ -499,6 +502,10 @@ class SyncEngine:
             report = PassReport()
             self.running = (progress, report)
             self.state = "syncing"
+            # Asked from the pass's start on, not from the first look at the status: a store
+            # that stops answering is named within seconds, however seldom the status is read
+            # (the panel's poll is seconds apart).
+            self.stall_watch.watch()
             try:
                 try:
                     self.lease.fence()
@@ -749,6 +756,12 @@ class SyncEngine:
         """Whether a restore is under way (its requests wait on the store too)."""
         return self.restore_lock.locked()
 
+    @property
+    def store_busy(self) -> bool:
+        """Whether work that waits on the store is under way: a pass, the versions' pruning
+        (which holds passes back), a restore."""
+        return self._pass_lock.locked() or self.restore_running
+
     def note_partial(self, rel: str, partial: bool) -> None:
         """Whether the copy just sent may be partial (sent while the file was still being
         written, by a persist or after waiting too long): the record keeps it across restarts."""
@@ -786,6 +799,7 @@ class SyncEngine:
         """
         progress = progress or Progress()
         with self.restore_lock:  # one restore at a time; the Git tier waits for it too
+            self.stall_watch.watch()  # from its start, as a pass's
             check_workdir(self.workdir)
             self.restoring.begin()
             try:

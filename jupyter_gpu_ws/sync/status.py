@@ -86,7 +86,7 @@ class EngineView(Protocol):
     @property
     def store_missing(self) -> str | None: ...
     @property
-    def restore_running(self) -> bool: ...
+    def store_busy(self) -> bool: ...
 
     def same_disk(self) -> bool: ...
 
@@ -114,8 +114,9 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
         state = "error"  # the lease could not be renewed in time: writes paused
     else:
         state = engine.state
-    # The store is asked while a pass or a restore waits on it (the start's restore too).
-    stalled = engine.stall_watch.stalled_for(running is not None or engine.restore_running)
+    # The store is asked while a pass, the versions' pruning or a restore waits on it (the
+    # start's restore too).
+    stalled = engine.stall_watch.stalled_for(engine.store_busy)
     stall = None
     if stalled is not None and missing is None:
         state = "error"

@@ -415,8 +415,13 @@ class PassTransfer:
             engine.failing_since = now
         if engine.store_down is not None:
             raise err  # another file found the store down: no retries one after another
-        # Seen at once in the status, while the retries go on.
-        engine.state, engine.last_error = "error", f"The store is not answering ({err}); retrying"
+        # Seen at once in the status, while the retries go on. A fault the store answered (a
+        # 503, a refused certificate) in its own line, its cause and fix: wrapped in "not
+        # answering" it would name a cause that is not the one.
+        engine.state = "error"
+        engine.last_error = (
+            str(err) if err.kind is not None else f"The store is not answering ({err}); retrying"
+        )
         if attempt > engine.settings.retries:
             if now - engine.failing_since >= engine.settings.store_down_after:
                 engine.store_down = str(err)

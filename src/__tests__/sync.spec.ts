@@ -1,7 +1,9 @@
 // The sync's model (its status polled, a persist followed to its end) and its words: never
 // "all saved" unless the store outlives this machine and nothing is pending.
+import { Poll } from '@lumino/polling';
+
 import { IJob, ISyncStatus } from '../api';
-import { SyncModel } from '../sync/model';
+import { SYNC_INTERVAL, SYNC_INTERVAL_PASSING, SyncModel } from '../sync/model';
 import {
   CANCELLING,
   LOCAL_STORE_ADVICE,
@@ -234,6 +236,19 @@ describe('the sync model', () => {
     expect(changes).toBeGreaterThan(0);
     await model.refresh();
     expect(asked.filter(a => a === 'GET sync/workspaces')).toHaveLength(1);
+  });
+
+  it('looks twice a second while a pass is under way, every two seconds otherwise', async () => {
+    // A store that stops answering under a pass is named 3 to 3.5 s after: looked at twice a
+    // second, the panel shows it within 5 s.
+    const interval = (): number => (model as unknown as { poll: Poll }).poll.frequency.interval;
+    const workspaces = { workspaces: [], current: 'w', current_files: 0 };
+    answer({ sync: status({ state: 'syncing' }), 'sync/workspaces': workspaces });
+    await model.refresh();
+    expect(interval()).toBe(SYNC_INTERVAL_PASSING);
+    answer({ sync: status({ state: 'idle' }), 'sync/workspaces': workspaces });
+    await model.refresh();
+    expect(interval()).toBe(SYNC_INTERVAL);
   });
 
   it('keeps the reason of a failed look until a later look succeeds', async () => {
