@@ -31,9 +31,7 @@ class App(SimpleNamespace):
         )
 
 
-def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(
-    tmp_path: Path,
-) -> None:
+def made(tmp_path: Path) -> tuple[App, JobService]:
     app = App(
         workdir=str(tmp_path),
         workspace="ws",
@@ -41,7 +39,13 @@ def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(
         relaunch_jobs=True,
         job_stop_grace=5.0,
     )
-    service = JobService(app, env={})
+    return app, JobService(app, env={})
+
+
+def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(
+    tmp_path: Path,
+) -> None:
+    app, service = made(tmp_path)
     app.broken = "the state folder is gone"
     service.check()
     error = service.manager.list()["error"]
@@ -59,14 +63,7 @@ def test_a_failing_look_shows_in_the_jobs_list_and_clears_once_a_look_succeeds(
 def test_while_the_sync_cannot_open_the_store_the_list_says_its_fault_not_being_read(
     tmp_path: Path,
 ) -> None:
-    app = App(
-        workdir=str(tmp_path),
-        workspace="ws",
-        checkpoints=SimpleNamespace(server_id="r-1"),
-        relaunch_jobs=True,
-        job_stop_grace=5.0,
-    )
-    service = JobService(app, env={})
+    app, service = made(tmp_path)
     app.unopened = "The bucket late does not exist at 127.0.0.1:8333: create it"
     service.check()
     error = service.manager.list()["error"]
@@ -82,14 +79,7 @@ def test_a_store_away_is_said_once_in_the_log_and_waited_for_in_the_list(
 ) -> None:
     from jupyter_gpu_ws.store.errors import StoreUnavailableError
 
-    app = App(
-        workdir=str(tmp_path),
-        workspace="ws",
-        checkpoints=SimpleNamespace(server_id="r-1"),
-        relaunch_jobs=True,
-        job_stop_grace=5.0,
-    )
-    service = JobService(app, env={})
+    app, service = made(tmp_path)
     fault = "The store's host s3.example.invalid was not found (DNS): check the endpoint's name"
 
     def away() -> None:
