@@ -276,22 +276,8 @@ async def test_the_panel_reads_the_line_its_kind_and_has_the_stores_words_for_de
 def test_an_object_store_that_stalls_mid_pass_shows_within_5_s_and_heals(
     s3: S3Server, tmp_path: Path
 ) -> None:
-    proxy = StallProxy(int(s3.endpoint.rsplit(":", 1)[1]))
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "first.txt").write_text("before the stall")
-    engine = SyncEngine(
-        SyncSettings(
-            str(work),
-            f"s3://{S3_BUCKET}/stall-{tmp_path.name}",
-            "ws",
-            str(tmp_path / "state"),
-            storage_options={"endpoint_url": proxy.url},
-            retry_backoff=0.01,
-        )
-    )
-    try:
-        engine.open()
+    with stalling_engine(s3, tmp_path, "stall", retry_backoff=0.01) as (proxy, work, engine):
+        (work / "first.txt").write_text("before the stall")
         assert engine.sync().ok
         proxy.stalled.set()
         (work / "second.txt").write_text("written while the store stalls")
@@ -315,29 +301,12 @@ def test_an_object_store_that_stalls_mid_pass_shows_within_5_s_and_heals(
         assert engine.sync().ok  # the next pass (the service runs one by itself) sends it all
         # The lease's renewal, refused during the stall, is retried by itself within a second.
         until(lambda: engine.status()["state"] == "idle", 30, "the stall healed")
-    finally:
-        proxy.stalled.clear()
-        engine.close()
-        proxy.close()
 
 
 def test_a_stall_is_timed_from_the_passs_start_not_from_the_first_look_at_the_status(
     s3: S3Server, tmp_path: Path
 ) -> None:
-    proxy = StallProxy(int(s3.endpoint.rsplit(":", 1)[1]))
-    work = tmp_path / "work"
-    work.mkdir()
-    engine = SyncEngine(
-        SyncSettings(
-            str(work),
-            f"s3://{S3_BUCKET}/unread-{tmp_path.name}",
-            "ws",
-            str(tmp_path / "state"),
-            storage_options={"endpoint_url": proxy.url},
-        )
-    )
-    try:
-        engine.open()
+    with stalling_engine(s3, tmp_path, "unread") as (proxy, work, engine):
         proxy.stalled.set()
         (work / "a.txt").write_text("written while the store stalls")
         passing = threading.Thread(target=lambda: engine.sync(), daemon=True)
@@ -351,10 +320,6 @@ def test_a_stall_is_timed_from_the_passs_start_not_from_the_first_look_at_the_st
         proxy.stalled.clear()
         passing.join(60)
         assert not passing.is_alive()
-    finally:
-        proxy.stalled.clear()
-        engine.close()
-        proxy.close()
 
 
 def test_a_store_that_stalls_mid_pass_is_named_with_no_look_at_the_status_meanwhile(
@@ -363,21 +328,7 @@ def test_a_store_that_stalls_mid_pass_is_named_with_no_look_at_the_status_meanwh
     # The pass began while the store answered (its first questions answered too): the
     # questions go on by themselves, so the stall is named ASK_EVERY + STALLED_AFTER after it
     # began at most, whenever the status is next read.
-    proxy = StallProxy(int(s3.endpoint.rsplit(":", 1)[1]))
-    work = tmp_path / "work"
-    work.mkdir()
-    engine = SyncEngine(
-        SyncSettings(
-            str(work),
-            f"s3://{S3_BUCKET}/midpass-{tmp_path.name}",
-            "ws",
-            str(tmp_path / "state"),
-            storage_options={"endpoint_url": proxy.url},
-            bandwidth_limit=2**20,  # 8 MiB: a pass of seconds, during which the store stalls
-        )
-    )
-    try:
-        engine.open()
+    with stalling_engine(s3, tmp_path, "midpass", bandwidth_limit=2**20) as (proxy, work, engine):
         (work / "big.bin").write_bytes(os.urandom(8 * 2**20))
         passing = threading.Thread(target=lambda: engine.sync(), daemon=True)
         passing.start()
@@ -391,10 +342,6 @@ def test_a_store_that_stalls_mid_pass_is_named_with_no_look_at_the_status_meanwh
         proxy.stalled.clear()
         passing.join(60)
         assert not passing.is_alive()
-    finally:
-        proxy.stalled.clear()
-        engine.close()
-        proxy.close()
 
 
 def test_a_store_that_stalls_under_the_versions_pruning_is_named_as_under_a_pass(
@@ -402,20 +349,7 @@ def test_a_store_that_stalls_under_the_versions_pruning_is_named_as_under_a_pass
 ) -> None:
     # The pruning holds passes back while it lists the store: a stall there must not leave the
     # panel with a pending file and no word of the store.
-    proxy = StallProxy(int(s3.endpoint.rsplit(":", 1)[1]))
-    work = tmp_path / "work"
-    work.mkdir()
-    engine = SyncEngine(
-        SyncSettings(
-            str(work),
-            f"s3://{S3_BUCKET}/prune-{tmp_path.name}",
-            "ws",
-            str(tmp_path / "state"),
-            storage_options={"endpoint_url": proxy.url},
-        )
-    )
-    try:
-        engine.open()
+    with stalling_engine(s3, tmp_path, "prune") as (proxy, work, engine):
         proxy.stalled.set()
         pruning = threading.Thread(target=engine.prune_versions, daemon=True)
         pruning.start()
@@ -427,6 +361,30 @@ def test_a_store_that_stalls_under_the_versions_pruning_is_named_as_under_a_pass
         proxy.stalled.clear()
         pruning.join(60)
         assert not pruning.is_alive()
+
+
+@contextlib.contextmanager
+def stalling_engine(
+    s3: S3Server, tmp_path: Path, name: str, **options: Any
+) -> Iterator[tuple[StallProxy, Path, SyncEngine]]:
+    """An engine on SeaweedFS through a proxy the test can stall, open; closed, with the proxy
+    let go, at the end whatever happened."""
+    proxy = StallProxy(int(s3.endpoint.rsplit(":", 1)[1]))
+    work = tmp_path / "work"
+    work.mkdir()
+    engine = SyncEngine(
+        SyncSettings(
+            str(work),
+            f"s3://{S3_BUCKET}/{name}-{tmp_path.name}",
+            "ws",
+            str(tmp_path / "state"),
+            storage_options={"endpoint_url": proxy.url},
+            **options,
+        )
+    )
+    try:
+        engine.open()
+        yield proxy, work, engine
     finally:
         proxy.stalled.clear()
         engine.close()
