@@ -28,6 +28,8 @@ from .restore import CHECKPOINTS_PREFIX
 from .scan import local_path
 from .stall import StallWatch
 
+# Faults the store answers with, whose fix is the user's: never called "store down".
+USERS_TO_FIX = frozenset({"certificate", "bucket-missing", "credentials", "access-denied", "full"})
 # The status names at most this many of the work directory's own ignore patterns.
 SHOWN_RULES = 20
 # The status names at most this many entries of the store that are skipped (and counts them all).
@@ -162,7 +164,11 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
         # over cannot write there either.
         "can_take_over": (engine.read_only or engine.lease_corrupt or missing is not None)
         and fault is None,
-        "store_down": told(engine.store_down or missing or stall),
+        # Down: not there, not answering or failing; not a fault whose fix is the user's (the
+        # credentials, a certificate, a bucket), which the summary calls a sync error.
+        "store_down": told(engine.store_down or missing or stall)
+        if fault is None or fault.kind not in USERS_TO_FIX
+        else None,
         # The store's folder (or this workspace's, synced here before) is not there: unavailable.
         "store_missing": missing is not None,
         "synced_files": count,

@@ -425,6 +425,8 @@ class PassTransfer:
         if attempt > engine.settings.retries:
             if now - engine.failing_since >= engine.settings.store_down_after:
                 engine.store_down = str(err)
+                if err.kind is not None:
+                    raise err  # it answers, with a fault of its own: that line, never "not answering"
                 raise StoreUnavailableError(
                     f"The store is not answering: {err} (nothing written for "
                     f"{now - engine.failing_since:.0f} s). Pending files go as soon as it answers again."

@@ -29,6 +29,7 @@ from jupyter_gpu_ws.store.errors import (
 )
 from jupyter_gpu_ws.sync import SyncEngine, SyncSettings
 from jupyter_gpu_ws.sync.stall import ASK_EVERY, STALLED_AFTER
+from jupyter_gpu_ws.vocabulary import sync_word
 from tests.faultproxy import FaultProxy
 from tests.loopback import TLSFiles
 from tests.stallproxy import StallProxy
@@ -445,6 +446,45 @@ def test_a_pass_retrying_a_503_says_the_stores_answer_not_that_it_does_not_answe
         proxy.switch("pass")
         passing.join(60)
         assert not passing.is_alive()
+    finally:
+        proxy.switch("pass")
+        engine.close()
+
+
+def test_a_fault_the_store_answers_with_past_the_retries_keeps_its_own_line(
+    fault_proxy: tuple[FaultProxy, dict[str, Any]], tmp_path: Path
+) -> None:
+    # A certificate this machine does not trust, for longer than the store-down time: the pass
+    # gives up with the certificate's line, never "the store is not answering", and the summary
+    # says a sync error (its fix is the user's), not "store down".
+    proxy, options = fault_proxy
+    work = tmp_path / "work"
+    work.mkdir()
+    engine = SyncEngine(
+        SyncSettings(
+            str(work),
+            f"s3://{S3_BUCKET}/ca-{tmp_path.name}",
+            "ws",
+            str(tmp_path / "state"),
+            storage_options={**options, "max_retries": 0},
+            retries=1,
+            retry_backoff=0.1,
+            store_down_after=0.0,
+        )
+    )
+    try:
+        engine.open()
+        proxy.switch("untrusted-ca")
+        (work / "a.txt").write_text("written while the certificate is refused")
+        report = engine.sync()
+        assert not report.ok
+        status = engine.status()
+        line = status["last_error"]
+        assert status["error_kind"] == "certificate", status
+        assert line.startswith("The store's certificate at ") and "does not trust" in line, line
+        assert "not answering" not in line and "nothing written" not in line, line
+        assert status["store_down"] is None
+        assert sync_word(status) == ("sync error", "error")
     finally:
         proxy.switch("pass")
         engine.close()
