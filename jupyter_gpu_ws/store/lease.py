@@ -477,6 +477,9 @@ class LeaseKeeper:
         self.cause: Exception | None = None  # the error behind it (a store gone missing, …)
         self.waiting_for: LeaseInfo | None = None  # the other holder, while read-only
         self.corrupt: str | None = None
+        # Monotonic time the thread's request to the store began, while one is in flight: a
+        # renewal that hangs on a stalled store is work waiting on it, like a pass.
+        self.asking_since: float | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -498,12 +501,15 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self.asking_since = time.monotonic()
             try:
                 delay = self._step()
             except Exception as err:  # noqa: BLE001 - the lease's thread must live on
                 log.exception("Sync: the lease's thread failed")
                 self.error = f"The workspace lease could not be looked at: {err}"
                 delay = 1.0
+            finally:
+                self.asking_since = None
             self._wake.wait(delay)
             self._wake.clear()
 

@@ -759,8 +759,10 @@ class SyncEngine:
     @property
     def store_busy(self) -> bool:
         """Whether work that waits on the store is under way: a pass, the versions' pruning
-        (which holds passes back), a restore."""
-        return self._pass_lock.locked() or self.restore_running
+        (which holds passes back), a restore, a look at the lease (an idle runtime's renewal)."""
+        return (
+            self._pass_lock.locked() or self.restore_running or self.keeper.asking_since is not None
+        )
 
     def note_partial(self, rel: str, partial: bool) -> None:
         """Whether the copy just sent may be partial (sent while the file was still being

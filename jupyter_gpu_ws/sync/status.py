@@ -140,7 +140,16 @@ def engine_status(engine: EngineView) -> dict[str, Any]:
     def told(text: str | None) -> str | None:  # never a password or token of a URL
         return redact(text) if text else text
 
-    last_error = told(missing or stall or engine.last_error or lease["lease_error"])
+    paused = (
+        "The workspace lease could not be renewed in time: writing is paused until the store "
+        "answers again"
+        if state == "error"
+        and engine.lease.held
+        and not engine.lease.valid()
+        and not lease["writes_start_in"]
+        else None
+    )
+    last_error = told(missing or stall or engine.last_error or lease["lease_error"] or paused)
     fault = recall(last_error)
     if fault is not None and last_error and last_error.endswith(fault.line):
         # The store's fault is the line, whatever met it first ("Cannot read the workspace

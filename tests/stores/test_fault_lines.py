@@ -364,6 +364,25 @@ def test_a_store_that_stalls_under_the_versions_pruning_is_named_as_under_a_pass
         assert not pruning.is_alive()
 
 
+def test_an_idle_runtime_whose_lease_renewal_stalls_names_the_stall_and_heals(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    # No pass, no restore: only the lease's renewal (every ttl/4 s) waits on the store.
+    with stalling_engine(s3, tmp_path, "idle", lease_ttl=4.0) as (proxy, work, engine):
+        assert engine.status()["state"] == "idle"
+        proxy.stalled.set()
+
+        def said() -> Any:
+            status = engine.status()  # as the panel asks, twice a second
+            return "is not answering" in (status["last_error"] or "") and status
+
+        status = until(said, 20, "the renewal's stall in the status", interval=0.5)
+        assert status["state"] == "error" and status["error_kind"] == "stalled"
+        proxy.stalled.clear()
+        until(lambda: engine.status()["state"] == "idle", 30, "the stall healed")
+        assert engine.status()["last_error"] is None
+
+
 @contextlib.contextmanager
 def stalling_engine(
     s3: S3Server, tmp_path: Path, name: str, **options: Any
