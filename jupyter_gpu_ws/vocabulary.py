@@ -136,6 +136,9 @@ def sync_word(status: dict[str, Any], now: float | None = None) -> tuple[str, st
         return (sync["store_down"] if status.get("store_down") else sync["error"]), "error"
     if state in ("read-only", "taking-over"):
         return sync[state], "warning"
+    if status.get("lease_error"):
+        # Still writing while the lease lasts, but its renewal fails: not "synced" beside it.
+        return sync["lease_unrenewed"], "warning"
     if status.get("pending_files"):
         return fill(sync["pending"], count=status["pending_files"]), "pending"
     last = status.get("last_sync")

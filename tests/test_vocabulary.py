@@ -97,6 +97,10 @@ def test_sync_words_never_say_saved() -> None:
         == "local store only"
     )
     assert v.sync_word({"state": "idle", "last_sync": None}, now)[0] == "nothing synced yet"
+    # Writing goes on while the lease lasts, but its renewal fails: never "synced" beside it.
+    assert v.sync_word(
+        {"state": "idle", "last_sync": now, "lease_error": "Cannot renew the lease: 412"}, now
+    ) == ("lease not renewed", "warning")
 
 
 SAVED = {

@@ -73,6 +73,13 @@ describe('the sync summary', () => {
     );
   });
 
+  it('never says all saved while the lease is not renewed', () => {
+    const unrenewed = status({ last_sync: NOW - 12, lease_error: 'Cannot renew the lease: 412' });
+    expect(syncSummary(unrenewed, NOW)).toBe(
+      'The lease is not renewed: writing stops if it runs out (below)'
+    );
+  });
+
   it('says what is pending rather than saved', () => {
     const pending = status({ last_sync: NOW - 12, pending_files: 3, pending_bytes: 2 ** 20 });
     expect(syncSummary(pending, NOW)).toBe('3 files, 1.0 MiB pending');
@@ -200,6 +207,19 @@ describe("the sync's few words", () => {
   it('counts what is pending', () => {
     model.status = status({ pending_files: 1204 });
     expect(syncWord(model)).toMatchObject({ text: '1,204 pending', level: 'pending' });
+  });
+
+  it('warns while the lease is not renewed instead of saying synced', () => {
+    model.status = status({
+      last_sync: Date.now() / 1000 - 5,
+      lease_error: 'Cannot renew',
+      last_error: 'Cannot renew'
+    });
+    expect(syncWord(model)).toEqual({
+      text: 'lease not renewed',
+      title: 'Cannot renew',
+      level: 'warning'
+    });
   });
 
   it('is red when the store is down', () => {

@@ -104,6 +104,9 @@ export function syncSummary(
   if (status.state === 'syncing' || status.progress) {
     return 'Syncing…';
   }
+  if (status.lease_error) {
+    return 'The lease is not renewed: writing stops if it runs out (below)';
+  }
   if (status.last_sync) {
     return status.store_same_disk
       ? `Copied to this machine's disk ${span(now - status.last_sync)} ago, not saved elsewhere`
@@ -162,6 +165,10 @@ export function syncWord(sync: SyncModel): IWord {
   }
   if (status.state === 'read-only' || status.state === 'taking-over') {
     return { text: words[status.state], title, level: 'warning' };
+  }
+  if (status.lease_error) {
+    // Still writing while the lease lasts, but its renewal fails: not "synced" beside it.
+    return { text: words.lease_unrenewed, title, level: 'warning' };
   }
   if (status.pending_files > 0) {
     return {
