@@ -52,6 +52,12 @@ step "Python environment in $VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # torch is pinned in the test extra (the CPU wheel); the frontend is built by the build hook.
 "$VENV/bin/python" -m pip install -q -e ".[test]"
+# Left out of the tests' environment: jsonschema's optional IRI format checker, which
+# jupyter_events pulls in and jsonschema imports at once, building a Lark grammar that costs
+# every process importing jupyter_server or nbformat 1.7 s of CPU (python-jsonschema/jsonschema
+# issue 1428): about 60% of a server's start. No schema here uses the iri formats it checks;
+# docs/testing.md has the figures.
+"$VENV/bin/python" -m pip uninstall -q -y rfc3987-syntax
 export PATH="$VENV/bin:$PATH"
 
 status=0

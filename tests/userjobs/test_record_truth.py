@@ -55,7 +55,7 @@ def training_killed_at_a_step(tmp_path: Path, store: Path, lease_ttl: float) -> 
         write(a.root, "train.py", TRAIN)
         until(lambda: a.api("/gpuws/api/sync")["state"] == "idle", 60, "the script in the store")
         job = a.api(
-            "/gpuws/api/jobs", "POST", {"command": ["python", "train.py", "100000", "0.02"]}
+            "/gpuws/api/jobs", "POST", {"command": ["python", "train.py", "100000", "0.02", "50"]}
         )
         # The record, written while the job runs, carries its step (at a bounded rate).
         record = until(
@@ -131,7 +131,8 @@ def test_a_finished_jobs_step_is_its_loops_last(tmp_path: Path, store: Path) -> 
         jobs = []
         for n in (300, 3000):  # two scripts: two runs, whatever names a job's run
             write(a.root, f"train{n}.py", TRAIN)
-            command = ["python", f"train{n}.py", str(n), "0"]
+            # A checkpoint every 100 steps (its last step one, as with every 5), not 600 of them.
+            command = ["python", f"train{n}.py", str(n), "0", "100"]
             jobs.append(a.api("/gpuws/api/jobs", "POST", {"command": command}))
         for job, total in zip(jobs, (300, 3000), strict=True):
             done = ended(a, job["id"], 180)
