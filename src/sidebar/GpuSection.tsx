@@ -2,6 +2,7 @@ import React from 'react';
 
 import { IGpu, IGpuProcess, ISample } from '../api';
 import { count, percent, shortPath, size, span, usage } from '../vocabulary';
+import { serverReach } from '../reach';
 import { BusyAndMemory } from './Bar';
 import { Sparkline } from './Sparkline';
 
@@ -25,7 +26,9 @@ export function GpuSection(props: {
         >
           {sample.gpus.length === 0 ? (
             <>
-              <NoGpu sample={sample} /> The CPU, memory and disk figures below are still live.
+              <NoGpu sample={sample} />
+              {/* Not while the server does not answer: the figures are then its last. */}
+              {serverReach.since === null && ' The CPU, memory and disk figures below are still live.'}
             </>
           ) : (
             `${sample.gpu_error}.`

@@ -166,7 +166,11 @@ def test_a_run_one_job_writes_is_refused_to_another_and_an_unknown_run_is_a_400_
     follower = server.api(
         "/gpuws/api/jobs",
         "POST",
-        {"command": ["python", "train.py", "100000", "0.05", "20"], "cwd": "busy", "resume": "busy"},
+        {
+            "command": ["python", "train.py", "100000", "0.05", "20"],
+            "cwd": "busy",
+            "resume": "busy",
+        },
     )
     try:
         assert follower["run"] == "busy" and follower["resumed_step"] == saved

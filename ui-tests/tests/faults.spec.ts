@@ -292,12 +292,15 @@ test('each store fault reads as one line with its fix within 5 s and heals; a st
   // The Jupyter server stopped: one line says so, the sections are greyed and nothing counts on.
   const countdown = panel.getByTestId('gpuws-countdown');
   await expect(countdown).toContainText(/^\d+:\d\d left/);
+  const noGpu = panel.getByTestId('gpuws-no-gpu'); // this machine has none
+  await expect(noGpu).toContainText('figures below are still live');
   await stopGroup(server, 'SIGKILL');
   await expect(panel.getByTestId('gpuws-unanswered')).toContainText(
     'The Jupyter server is not answering (since',
     { timeout: 10000 }
   );
   await expect(panel.locator('.jp-gpuws-body')).toHaveClass(/jp-gpuws-mod-unanswered/);
+  await expect(noGpu).not.toContainText('still live'); // they are the server's last
   const held = await countdown.innerText();
   // Negative: for 3 s the countdown must not move (it moves every second while live).
   await page.waitForTimeout(3000);
