@@ -28,7 +28,8 @@ export function GpuSection(props: {
             <>
               <NoGpu sample={sample} />
               {/* Not while the server does not answer: the figures are then its last. */}
-              {serverReach.since === null && ' The CPU, memory and disk figures below are still live.'}
+              {serverReach.since === null &&
+                ' The CPU, memory and disk figures below are still live.'}
             </>
           ) : (
             `${sample.gpu_error}.`
