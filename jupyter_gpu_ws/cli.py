@@ -54,6 +54,7 @@ from .store.crypto import Encryption, protect
 from .store.crypto import keys as crypto_keys
 from .store.names import shown
 from .store.presence import check_store
+from .store.redact import redact
 from .store.workspaces import (
     describe,
     list_workspaces,
@@ -629,7 +630,9 @@ def open_workspace(args: argparse.Namespace, must_exist: bool) -> tuple[Backend,
             backend, derive_workspace_name(workdir), legacy_workspace_name(workdir)
         )
     Store(backend, name)  # a valid name, or a clear error
-    print(f"store: {backend.description}  workspace: {name}{_whence(args)}", file=sys.stderr)
+    print(
+        f"store: {redact(backend.description)}  workspace: {name}{_whence(args)}", file=sys.stderr
+    )
     if must_exist:
         require_store(backend)
         require_workspace(backend, name)
@@ -1038,7 +1041,8 @@ def _crypt_store(args: argparse.Namespace) -> tuple[Backend, str]:
     backend = open_backend(_store_url(args), dict(args.storage_option))
     Store(backend, args.workspace)  # a valid name
     print(
-        f"store: {backend.description}  workspace: {args.workspace}{_whence(args)}", file=sys.stderr
+        f"store: {redact(backend.description)}  workspace: {args.workspace}{_whence(args)}",
+        file=sys.stderr,
     )
     require_store(backend)
     if crypto_keys.read_marker(backend, args.workspace) is None:
@@ -1116,14 +1120,14 @@ def cmd_key(args: argparse.Namespace) -> int:
 
 def cmd_workspaces(args: argparse.Namespace) -> int:
     backend = open_backend(_store_url(args), dict(args.storage_option))
-    print(f"store: {backend.description}{_whence(args)}", file=sys.stderr)
+    print(f"store: {redact(backend.description)}{_whence(args)}", file=sys.stderr)
     require_store(backend)  # a mistyped URL is not an empty store
     found = list_workspaces(backend)
     if args.json:
         _print_json([w.to_dict() for w in found])
         return 0
     if not found:
-        print(f"No workspaces in {backend.description}")
+        print(f"No workspaces in {redact(backend.description)}")
         return 0
     rows = [("workspace", "files", "size", "last write", "by")]
     for w in found:

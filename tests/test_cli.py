@@ -440,3 +440,14 @@ def test_names_that_are_not_utf8_sync_restore_and_print_in_a_plain_locale(
     result = gpuws_bytes(plain_locale, "status", "--workdir", str(fresh), "--json", *state)
     assert result.returncode == 0
     json.loads(result.stdout.decode("ascii" if "PYTHONUTF8" in plain_locale else "utf-8"))
+
+
+def test_the_store_line_of_a_command_hides_the_urls_secrets(tmp_path: Path) -> None:
+    # A password and a query token in the store URL: "store: …" on stderr shows neither.
+    work = tmp_path / "w"
+    work.mkdir()
+    result = gpuws(
+        "status", "--workdir", str(work), "--store", "gcs://user:secret@b/p?token=secret"
+    )
+    assert "store: gcs://user:***@b/p?token=***" in result.stderr, result.stderr
+    assert "secret" not in result.stdout + result.stderr
