@@ -423,6 +423,33 @@ def fault_proxy(s3: S3Server, tmp_path: Path) -> Iterator[tuple[FaultProxy, dict
     proxy.close()
 
 
+@contextlib.contextmanager
+def proxied_engine(
+    fault_proxy: tuple[FaultProxy, dict[str, Any]], tmp_path: Path, name: str, **settings: Any
+) -> Iterator[tuple[FaultProxy, Path, SyncEngine]]:
+    """An engine on SeaweedFS through the fault proxy, open, without the library's retries;
+    closed, with the proxy passing again, at the end whatever happened."""
+    proxy, options = fault_proxy
+    work = tmp_path / "work"
+    work.mkdir()
+    engine = SyncEngine(
+        SyncSettings(
+            str(work),
+            f"s3://{S3_BUCKET}/{name}-{tmp_path.name}",
+            "ws",
+            str(tmp_path / "state"),
+            storage_options={**options, "max_retries": 0},
+            **settings,
+        )
+    )
+    try:
+        engine.open()
+        yield proxy, work, engine
+    finally:
+        proxy.switch("pass")
+        engine.close()
+
+
 def test_a_conditional_write_to_a_bucket_that_does_not_exist(
     fault_proxy: tuple[FaultProxy, dict[str, Any]],
 ) -> None:
@@ -439,21 +466,8 @@ def test_a_conditional_write_to_a_bucket_that_does_not_exist(
 def test_a_pass_retrying_a_503_says_the_stores_answer_not_that_it_does_not_answer(
     fault_proxy: tuple[FaultProxy, dict[str, Any]], tmp_path: Path
 ) -> None:
-    proxy, options = fault_proxy
-    work = tmp_path / "work"
-    work.mkdir()
-    engine = SyncEngine(
-        SyncSettings(
-            str(work),
-            f"s3://{S3_BUCKET}/busy-{tmp_path.name}",
-            "ws",
-            str(tmp_path / "state"),
-            storage_options={**options, "max_retries": 0},
-            retry_backoff=1.0,  # the retries take seconds: the status is read meanwhile
-        )
-    )
-    try:
-        engine.open()
+    # The retries take seconds: the status is read meanwhile.
+    with proxied_engine(fault_proxy, tmp_path, "busy", retry_backoff=1.0) as (proxy, work, engine):
         proxy.switch("503")
         (work / "a.txt").write_text("written while the store answers 503")
         passing = threading.Thread(target=lambda: engine.sync(), daemon=True)
@@ -465,9 +479,6 @@ def test_a_pass_retrying_a_503_says_the_stores_answer_not_that_it_does_not_answe
         proxy.switch("pass")
         passing.join(60)
         assert not passing.is_alive()
-    finally:
-        proxy.switch("pass")
-        engine.close()
 
 
 def test_a_fault_the_store_answers_with_past_the_retries_keeps_its_own_line(
@@ -476,23 +487,9 @@ def test_a_fault_the_store_answers_with_past_the_retries_keeps_its_own_line(
     # A certificate this machine does not trust, for longer than the store-down time: the pass
     # gives up with the certificate's line, never "the store is not answering", and the summary
     # says a sync error (its fix is the user's), not "store down".
-    proxy, options = fault_proxy
-    work = tmp_path / "work"
-    work.mkdir()
-    engine = SyncEngine(
-        SyncSettings(
-            str(work),
-            f"s3://{S3_BUCKET}/ca-{tmp_path.name}",
-            "ws",
-            str(tmp_path / "state"),
-            storage_options={**options, "max_retries": 0},
-            retries=1,
-            retry_backoff=0.1,
-            store_down_after=0.0,
-        )
-    )
-    try:
-        engine.open()
+    with proxied_engine(
+        fault_proxy, tmp_path, "ca", retries=1, retry_backoff=0.1, store_down_after=0.0
+    ) as (proxy, work, engine):
         proxy.switch("untrusted-ca")
         (work / "a.txt").write_text("written while the certificate is refused")
         report = engine.sync()
@@ -504,9 +501,6 @@ def test_a_fault_the_store_answers_with_past_the_retries_keeps_its_own_line(
         assert "not answering" not in line and "nothing written" not in line, line
         assert status["store_down"] is None
         assert sync_word(status) == ("sync error", "error")
-    finally:
-        proxy.switch("pass")
-        engine.close()
 
 
 def test_words_in_a_url_are_not_taken_for_the_fault() -> None:
